@@ -1,0 +1,5 @@
+import sys
+
+from alac.cli import main
+
+sys.exit(main())

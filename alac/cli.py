@@ -1,0 +1,115 @@
+"""The `alac` command line: `alac data stats FILE`, and later train / predict / inspect / bench."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+from alac.errors import AlacError
+
+
+def _add_load_options(parser):
+    parser.add_argument("--format", default="auto", choices=["auto", "libsvm", "libffm", "criteo"],
+                        help="file format (default: detected from the first lines)")
+    parser.add_argument("--n-features", type=int, default=None,
+                        help="declared feature count (LIBSVM/libffm); ids beyond it are errors")
+    parser.add_argument("--zero-based", default="auto", choices=["auto", "true", "false"],
+                        help="are LIBSVM ids 0-based (default: auto, as scikit-learn)")
+    parser.add_argument("--hash-bits", type=int, default=None, help="Criteo: buckets per field = 2**bits")
+    parser.add_argument("--integer-mode", default=None, choices=["bucketize", "value"],
+                        help="Criteo integer columns: log-squared buckets (default) or raw values")
+
+
+def _load_options(args, format):
+    from alac.data.formats import resolve_format
+
+    format = resolve_format(args.file, format)
+    options = {}
+    if format in ("libsvm", "libffm"):
+        if args.n_features is not None:
+            options["n_features"] = args.n_features
+        if args.zero_based != "auto" or format == "libsvm":
+            options["zero_based"] = {"auto": "auto", "true": True, "false": False}[args.zero_based]
+    else:
+        if args.hash_bits is not None:
+            options["hash_bits"] = args.hash_bits
+        if args.integer_mode is not None:
+            options["integer_mode"] = args.integer_mode
+    return format, options
+
+
+def _data_stats(args):
+    from alac.data.formats import label_summary
+    from alac.runtime.layout import LayoutOptions, build_layout, load_layout
+
+    layout_options = LayoutOptions(chunk_size=args.chunk_size, hot_size=args.hot_size)
+    started = time.perf_counter()
+    if args.synthetic is not None:
+        from alac.data.synthetic import criteo_like
+
+        if args.file is not None:
+            raise AlacError("give either a FILE or --synthetic ROWS, not both")
+        dataset = criteo_like(args.synthetic, seed=args.seed, device=args.device)
+        layout = build_layout(dataset, layout_options, device=args.device)
+        source, format, options = f"synthetic Criteo-shaped, seed {args.seed}", "synthetic", {}
+        how = "generated"
+    else:
+        if args.file is None:
+            raise AlacError("give a data FILE (or --synthetic ROWS)")
+        format, options = _load_options(args, args.format)
+        dataset, layout = load_layout(args.file, format, layout_options, device=args.device,
+                                      cache=not args.no_cache, **options)
+        source = str(args.file)
+        how = "cache off" if args.no_cache else "disk cache on"
+    seconds = time.perf_counter() - started
+    rows = [("file", source), ("format", format + "".join(f", {k}={v}" for k, v in options.items())),
+            *layout.stats.lines(), ("labels", label_summary(dataset.labels)),
+            ("values", "all 1 (binary)" if dataset.is_binary else "real"),
+            ("load + layout", f"{seconds:.3f} s ({how})")]
+    if args.json:
+        print(json.dumps({"file": source, "format": format, "options": options,
+                          "stats": {k: v for k, v in vars(layout.stats).items()},
+                          "labels": label_summary(dataset.labels), "seconds": seconds}))
+        return 0
+    width = max(len(name) for name, _ in rows)
+    for name, value in rows:
+        print(f"{name:<{width}}  {value}")
+    return 0
+
+
+def build_parser():
+    parser = argparse.ArgumentParser(prog="alac", description="Train sparse wide models on GPUs.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    data = commands.add_parser("data", help="inspect data files").add_subparsers(dest="data_command",
+                                                                                  required=True)
+    stats = data.add_parser("stats", help="print the statistics of a data file and its layout")
+    stats.add_argument("file", nargs="?", help="a LIBSVM, libffm or Criteo TSV file")
+    stats.add_argument("--synthetic", type=int, metavar="ROWS", default=None,
+                       help="use ROWS rows of the built-in synthetic Criteo-shaped data instead of a file")
+    stats.add_argument("--seed", type=int, default=0, help="seed of the synthetic data (default 0)")
+    _add_load_options(stats)
+    stats.add_argument("--chunk-size", type=int, default=128, help="samples per chunk (default 128)")
+    stats.add_argument("--hot-size", type=int, default=0, help="hot-segment size H (default 0)")
+    stats.add_argument("--device", default=None, help="build the layout here (default: GPU if any)")
+    stats.add_argument("--no-cache", action="store_true", help="neither read nor write the disk cache")
+    stats.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    stats.set_defaults(handler=_data_stats)
+    return parser
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    try:
+        return args.handler(args)
+    except AlacError as error:
+        print(f"alac: error: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("alac: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,209 @@
+"""`SparseDataset`: the one in-memory form every loader returns and every layout consumes."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from alac.errors import DataError
+
+
+@dataclass(frozen=True)
+class DataSource:
+    """Where a data set came from, so that later errors can point at a file line."""
+
+    path: str | None = None
+    format: str = "memory"
+    options: tuple = ()
+    # 1-based line number of each row in `path`; None for in-memory data.
+    row_lines: torch.Tensor | None = field(default=None, compare=False, repr=False)
+
+    def describe_row(self, row):
+        """'file: line N' for a row, or 'row N' when the data did not come from a file."""
+        if self.row_lines is not None and self.path is not None:
+            return f"{self.path}: line {int(self.row_lines[row])}"
+        return f"row {row}"
+
+    def line_of_row(self, row):
+        return None if self.row_lines is None else int(self.row_lines[row])
+
+
+@dataclass(eq=False)
+class SparseDataset:
+    """Rows of sparse features with labels, in CSR form.
+
+    indptr: int64 [n_rows + 1]; indices: int32 [nnz] feature ids in [0, n_features);
+    values: float32 [nnz], or None when every value is 1 (one-hot data); labels: float32 [n_rows];
+    fields: int32 [nnz] field id of every entry (libffm, Criteo), or None.
+    Tensors may live on any device; loaders return them on the CPU.
+    """
+
+    indptr: torch.Tensor
+    indices: torch.Tensor
+    values: torch.Tensor | None
+    labels: torch.Tensor
+    n_features: int
+    fields: torch.Tensor | None = None
+    n_fields: int = 0
+    source: DataSource = field(default_factory=DataSource)
+
+    def __post_init__(self):
+        expect = {"indptr": torch.int64, "indices": torch.int32, "labels": torch.float32}
+        if self.values is not None:
+            expect["values"] = torch.float32
+        if self.fields is not None:
+            expect["fields"] = torch.int32
+        for name, dtype in expect.items():
+            tensor = getattr(self, name)
+            if not isinstance(tensor, torch.Tensor) or tensor.dtype != dtype or tensor.dim() != 1:
+                raise TypeError(f"SparseDataset.{name} must be a 1-D {dtype} tensor, got "
+                                f"{type(tensor).__name__} {getattr(tensor, 'dtype', '')}")
+        if self.indptr.numel() != self.labels.numel() + 1:
+            raise ValueError(f"indptr has {self.indptr.numel()} entries for {self.labels.numel()} rows")
+        for name in ("values", "fields"):
+            tensor = getattr(self, name)
+            if tensor is not None and tensor.numel() != self.indices.numel():
+                raise ValueError(f"{name} has {tensor.numel()} entries, indices {self.indices.numel()}")
+
+    @property
+    def n_rows(self):
+        return self.labels.numel()
+
+    @property
+    def nnz(self):
+        return self.indices.numel()
+
+    @property
+    def is_binary(self):
+        """True when every value is 1 and `values` is therefore not stored."""
+        return self.values is None
+
+    @property
+    def device(self):
+        return self.indices.device
+
+    def row_lengths(self):
+        return self.indptr[1:] - self.indptr[:-1]
+
+    def values_or_ones(self):
+        if self.values is not None:
+            return self.values
+        return torch.ones(self.nnz, dtype=torch.float32, device=self.device)
+
+    def to(self, device):
+        def move(tensor):
+            return None if tensor is None else tensor.to(device)
+
+        return dataclasses.replace(
+            self, indptr=move(self.indptr), indices=move(self.indices), values=move(self.values),
+            labels=move(self.labels), fields=move(self.fields))
+
+    def take(self, rows):
+        """The data set made of `rows` (a 1-D integer tensor of row indices), in that order."""
+        rows = torch.as_tensor(rows, dtype=torch.int64, device=self.device)
+        lengths = self.row_lengths()[rows]
+        indptr = torch.zeros(rows.numel() + 1, dtype=torch.int64, device=self.device)
+        torch.cumsum(lengths, 0, out=indptr[1:])
+        entry_row = torch.repeat_interleave(torch.arange(rows.numel(), device=self.device), lengths)
+        entry = self.indptr[rows][entry_row] + (torch.arange(indptr[-1].item(), device=self.device)
+                                                - indptr[:-1][entry_row])
+
+        def gather(tensor):
+            return None if tensor is None else tensor[entry]
+
+        row_lines = self.source.row_lines
+        source = dataclasses.replace(
+            self.source, row_lines=None if row_lines is None else row_lines[rows.cpu()])
+        return SparseDataset(indptr=indptr, indices=gather(self.indices), values=gather(self.values),
+                             labels=self.labels[rows], n_features=self.n_features,
+                             fields=gather(self.fields), n_fields=self.n_fields, source=source)
+
+    def to_scipy(self):
+        """The features as a scipy.sparse.csr_matrix (float32), duplicates kept as stored."""
+        import scipy.sparse
+
+        return scipy.sparse.csr_matrix(
+            (self.values_or_ones().cpu().numpy(), self.indices.cpu().numpy(), self.indptr.cpu().numpy()),
+            shape=(self.n_rows, self.n_features))
+
+    def same_as(self, other):
+        """True when both hold identical arrays (values compared after expanding the all-ones flag)."""
+        if (self.n_features, self.n_fields, self.n_rows, self.nnz) != (
+                other.n_features, other.n_fields, other.n_rows, other.nnz):
+            return False
+        if (self.fields is None) != (other.fields is None):
+            return False
+        pairs = [(self.indptr, other.indptr), (self.indices, other.indices),
+                 (self.values_or_ones(), other.values_or_ones()), (self.labels, other.labels)]
+        if self.fields is not None:
+            pairs.append((self.fields, other.fields))
+        return all(torch.equal(a.cpu(), b.cpu()) for a, b in pairs)
+
+    def check_feature_space(self, reference):
+        """Raise DataError unless every feature (and field) id fits the space of `reference`.
+
+        Use it for a test set loaded on its own against the training set. The error names the first
+        row that falls outside, with its file and line when known.
+        """
+        checks = [("feature", self.indices, reference.n_features)]
+        if self.fields is not None and reference.fields is not None:
+            checks.append(("field", self.fields, reference.n_fields))
+        for what, ids, limit in checks:
+            outside = torch.nonzero(ids >= limit)
+            if outside.numel():
+                entry = int(outside[0, 0])
+                row = int(torch.searchsorted(self.indptr.cpu(), torch.tensor(entry), right=True)) - 1
+                raise DataError(
+                    f"{what} id {int(ids[entry])} (0-based) is outside the training feature space "
+                    f"of {limit} {what}s (from {reference.source.path or 'the training data'}); "
+                    f"load both files together or pass n_features={limit}",
+                    path=self.source.path, line=self.source.line_of_row(row),
+                    token=self.entry_token(entry))
+
+    def entry_token(self, entry):
+        """The text of entry `entry` in its file (for error messages), or 'id:value' for arrays."""
+        from alac.data.formats import source_token
+
+        row = int(torch.searchsorted(self.indptr.cpu(), torch.tensor(entry), right=True)) - 1
+        token = source_token(self.source, row, entry - int(self.indptr[row]),
+                             None if self.fields is None else int(self.fields[entry]))
+        if token is not None:
+            return token
+        return f"{int(self.indices[entry])}:{float(self.values_or_ones()[entry]):.9g}"
+
+    def summary(self):
+        return (f"SparseDataset({self.n_rows:,} rows, {self.nnz:,} nnz, {self.n_features:,} features"
+                + (f", {self.n_fields} fields" if self.fields is not None else "")
+                + (", binary" if self.is_binary else "") + f", from {self.source.path or self.source.format})")
+
+    __repr__ = summary
+
+    def to_numpy_dict(self):
+        """Plain numpy arrays and JSON-able metadata, for on-disk caching."""
+        arrays = {"indptr": self.indptr, "indices": self.indices, "labels": self.labels}
+        if self.values is not None:
+            arrays["values"] = self.values
+        if self.fields is not None:
+            arrays["fields"] = self.fields
+        if self.source.row_lines is not None:
+            arrays["row_lines"] = self.source.row_lines
+        meta = {"n_features": self.n_features, "n_fields": self.n_fields, "path": self.source.path,
+                "format": self.source.format, "options": [list(o) for o in self.source.options]}
+        return {k: v.cpu().numpy() for k, v in arrays.items()}, meta
+
+    @classmethod
+    def from_numpy_dict(cls, arrays, meta):
+        def tensor(name):
+            return torch.from_numpy(np.ascontiguousarray(arrays[name])) if name in arrays else None
+
+        source = DataSource(path=meta["path"], format=meta["format"],
+                            options=tuple(tuple(o) for o in meta["options"]),
+                            row_lines=tensor("row_lines"))
+        return cls(indptr=tensor("indptr"), indices=tensor("indices"), values=tensor("values"),
+                   labels=tensor("labels"), n_features=meta["n_features"], fields=tensor("fields"),
+                   n_fields=meta["n_fields"], source=source)
+
+

@@ -1,0 +1,111 @@
+"""One entry point for files of any supported format: detection, loading, block iteration, caching."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from alac.cache import DiskCache
+from alac.data import criteo, files, libsvm
+from alac.data.dataset import SparseDataset
+from alac.errors import DataError
+
+FORMATS = ("libsvm", "libffm", "criteo")
+_OPTIONS = {
+    "libsvm": {"n_features", "zero_based"},
+    "libffm": {"n_features", "n_fields", "zero_based"},
+    "criteo": {"hash_bits", "integer_mode"},
+}
+# Enough lines to see past a header comment; detection never reads more.
+_DETECT_BYTES = 1 << 16
+
+
+def detect_format(path):
+    """'criteo' for tab-separated lines, 'libffm' for field:id:value tokens, else 'libsvm'."""
+    with open(path, "rb") as handle:
+        head = handle.read(_DETECT_BYTES)
+    for line in head.split(b"\n"):
+        line = line.split(b"#", 1)[0].strip()
+        if not line:
+            continue
+        if b"\t" in line and b":" not in line:
+            return "criteo"
+        tokens = line.split()
+        if len(tokens) > 1 and tokens[1].count(b":") == 2:
+            return "libffm"
+        return "libsvm"
+    return "libsvm"
+
+
+def resolve_format(path, format):
+    files.file_size(path)
+    if format in (None, "auto"):
+        return detect_format(path)
+    if format not in FORMATS:
+        raise DataError(f"unknown format {format!r}; choose one of {', '.join(FORMATS)} or 'auto'",
+                        path=path)
+    return format
+
+
+def _check_options(format, options):
+    unknown = set(options) - _OPTIONS[format]
+    if unknown:
+        raise TypeError(f"{format} files take the options {sorted(_OPTIONS[format])}, "
+                        f"not {sorted(unknown)}")
+
+
+def _load_uncached(path, format, options):
+    if format == "libsvm":
+        return libsvm.load_libsvm(path, **options)
+    if format == "libffm":
+        return libsvm.load_libffm(path, **options)
+    return criteo.load_criteo(path, **options)
+
+
+def dataset_cache_key(path, format, options):
+    return DiskCache.key("dataset", content=files.content_hash(path), format=format,
+                         options=sorted(options.items()))
+
+
+def load(path, format="auto", cache=False, cache_dir=None, **options):
+    """Load a data file as a SparseDataset; with cache=True a parse is reused by content hash."""
+    format = resolve_format(path, format)
+    _check_options(format, options)
+    if not cache:
+        return _load_uncached(path, format, options)
+    store = DiskCache(cache_dir)
+    dataset, _ = store.get_or_build(dataset_cache_key(path, format, options), SparseDataset,
+                                    lambda: _load_uncached(path, format, options))
+    return dataset
+
+
+def iter_blocks(path, format="auto", block_bytes=files.DEFAULT_BLOCK_BYTES, **options):
+    """SparseDataset blocks of a file larger than memory (see the per-format iterators)."""
+    format = resolve_format(path, format)
+    _check_options(format, options)
+    if format == "criteo":
+        return criteo.iter_criteo_blocks(path, block_bytes=block_bytes, **options)
+    return libsvm.iter_blocks(path, format=format, block_bytes=block_bytes, **options)
+
+
+def label_summary(labels):
+    """A short description of the labels: classes and their shares, or the range of real labels."""
+    values = labels.cpu().numpy()
+    classes, counts = np.unique(values, return_counts=True)
+    if classes.size <= 2:
+        return ", ".join(f"{c:g}: {n:,} ({100 * n / values.size:.2f}%)" for c, n in zip(classes, counts))
+    return f"real-valued, min {values.min():g}, mean {values.mean():g}, max {values.max():g}"
+
+
+def source_token(source, row, position, field):
+    """The file text of the `position`-th entry of `row` (field `field`), or None if unknown."""
+    line = source.line_of_row(row)
+    if line is None or source.path is None or source.format not in FORMATS:
+        return None
+    try:
+        text = files.line_text(source.path, line)
+    except DataError:
+        return None
+    if source.format == "criteo":
+        columns = text.split(b"\t")
+        return columns[field + 1].decode("utf-8", "backslashreplace") if field + 1 < len(columns) else ""
+    return libsvm.feature_token(text, position, 1 if source.format == "libsvm" else 2)

@@ -1,0 +1,52 @@
+"""Shared by the benchmarks: the environment record and the JSON + markdown writers."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import time
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def environment():
+    import numba
+    import numpy
+    import torch
+
+    info = {
+        "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cpu": platform.processor() or platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "torch": torch.__version__,
+        "numpy": numpy.__version__,
+        "numba": numba.__version__,
+        "device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu",
+    }
+    try:
+        import triton
+        info["triton"] = triton.__version__
+    except ImportError:
+        info["triton"] = None
+    if torch.cuda.is_available():
+        info["cuda"] = torch.version.cuda
+    return info
+
+
+def write(name, payload, markdown, out_dir=None):
+    """Write results/<name>.json and results/<name>.md (and copies into out_dir, e.g. $OUT)."""
+    targets = [RESULTS] + ([Path(out_dir)] if out_dir else [])
+    for folder in targets:
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / f"{name}.json").write_text(json.dumps(payload, indent=2) + "\n")
+        (folder / f"{name}.md").write_text(markdown + "\n")
+
+
+def table(header, rows):
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
+    return "\n".join(lines)

@@ -1,0 +1,24 @@
+import os
+from pathlib import Path
+
+import pytest
+from hypothesis import settings
+
+# Real data sets live beside the repository (../shared/data) and are never copied into it.
+SHARED_DATA = Path(os.environ.get("ALAC_SHARED_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
+
+settings.register_profile("default", deadline=None)
+settings.load_profile("default")
+
+
+@pytest.fixture
+def shared_data():
+    if not SHARED_DATA.is_dir():
+        pytest.skip(f"shared data sets not found at {SHARED_DATA}")
+    return SHARED_DATA
+
+
+@pytest.fixture(autouse=True)
+def _private_cache(tmp_path, monkeypatch):
+    """Every test gets its own disk cache, so no test sees another's entries."""
+    monkeypatch.setenv("ALAC_CACHE_DIR", str(tmp_path / "alac-cache"))

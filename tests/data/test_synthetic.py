@@ -1,0 +1,58 @@
+import math
+
+import torch
+
+from alac.data.synthetic import criteo_like, planted_model
+
+
+def test_shape_and_determinism():
+    first = criteo_like(3000, seed=3, device="cpu")
+    second = criteo_like(3000, seed=3, device="cpu")
+    other = criteo_like(3000, seed=4, device="cpu")
+    assert first.same_as(second) and not first.same_as(other)
+    assert first.is_binary and first.n_fields == 39 and (first.row_lengths() == 39).all()
+    planted = planted_model(seed=3, device="cpu")
+    ids = first.indices.view(-1, 39).long()
+    assert ((ids >= planted.field_offsets[:-1]) & (ids < planted.field_offsets[1:])).all()
+    cards = planted.cardinalities.double()
+    assert (cards >= 10).all() and (cards <= 10**5.6).all()
+
+
+def test_heavy_head():
+    # id = floor(card**u) - 1 with u ~ U(0, 1), so P(id < m - 1) = log(m) / log(card): with
+    # m = floor(sqrt(card)) about half of a field's rows hit its first sqrt(card) ids.
+    rows = 20000
+    data = criteo_like(rows, seed=1, device="cpu")
+    planted = planted_model(seed=1, device="cpu")
+    local = data.indices.view(-1, 39).long() - planted.field_offsets[:-1]
+    cardinality = planted.cardinalities.double()
+    m = cardinality.sqrt().floor()
+    expected = m.log() / cardinality.log()
+    observed = (local < m - 1).double().mean(0)
+    tolerance = 5 * (expected * (1 - expected) / rows).sqrt()
+    assert ((observed - expected).abs() < tolerance).all()
+
+
+def test_labels_follow_the_planted_model():
+    data = criteo_like(50000, seed=2, device="cpu")
+    planted = planted_model(seed=2, device="cpu")
+    probability = torch.sigmoid(planted.logits(data.indices.view(-1, 39).long()))
+    # the empirical positive rate matches the planted probabilities within 4 standard errors
+    expected = probability.mean().item()
+    standard_error = math.sqrt((probability * (1 - probability)).sum().item()) / data.n_rows
+    assert abs(data.labels.double().mean().item() - expected) < 4 * standard_error
+    # and the planted logit separates the classes well (AUC of the Bayes score)
+    from sklearn.metrics import roc_auc_score
+    assert roc_auc_score(data.labels.numpy(), probability.numpy()) > 0.8
+
+
+def test_planted_weights_have_the_documented_spread():
+    planted = planted_model(seed=0, device="cpu")
+    assert abs(planted.weights.std().item() - 0.3) < 0.01 and abs(planted.weights.mean().item()) < 0.01
+
+
+def test_fm_variant_has_planted_factors():
+    data = criteo_like(2000, seed=0, model="fm", k=4, device="cpu")
+    planted = planted_model(seed=0, model="fm", k=4, device="cpu")
+    assert planted.factors.shape == (planted.n_features, 4)
+    assert not data.same_as(criteo_like(2000, seed=0, device="cpu"))
