@@ -22,3 +22,14 @@ def shared_data():
 def _private_cache(tmp_path, monkeypatch):
     """Every test gets its own disk cache, so no test sees another's entries."""
     monkeypatch.setenv("ALAC_CACHE_DIR", str(tmp_path / "alac-cache"))
+
+
+def pytest_collection_modifyitems(config, items):
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)

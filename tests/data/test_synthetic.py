@@ -1,5 +1,7 @@
 import math
 
+import pytest
+
 import torch
 
 from alac.data.synthetic import criteo_like, planted_model
@@ -56,3 +58,13 @@ def test_fm_variant_has_planted_factors():
     planted = planted_model(seed=0, model="fm", k=4, device="cpu")
     assert planted.factors.shape == (planted.n_features, 4)
     assert not data.same_as(criteo_like(2000, seed=0, device="cpu"))
+
+
+@pytest.mark.gpu
+def test_gpu_generates_the_same_data():
+    cpu = criteo_like(100_000, seed=9, device="cpu")
+    gpu = criteo_like(100_000, seed=9, device="cuda")
+    assert gpu.device.type == "cuda"
+    assert torch.equal(cpu.indices, gpu.indices.cpu())
+    # labels compare a float64 sigmoid with a uniform: a last-ulp difference flips ~1e-16 of them
+    assert int((cpu.labels != gpu.labels.cpu()).sum()) == 0

@@ -183,3 +183,15 @@ def test_corrupt_cache_entry_is_rebuilt(tmp_path):
     loaded = [DiskCache(cache).load(entry.name, SparseDataset) for entry in cache.iterdir()
               if entry.name.startswith("dataset-")]
     assert len(loaded) == 1 and loaded[0].same_as(dataset)
+
+
+@pytest.mark.gpu
+@settings(max_examples=30, deadline=None)
+@given(csr_datasets())
+def test_gpu_layout_equals_cpu_layout(case):
+    dataset, options = case
+    cpu = build_layout(dataset, options, device="cpu")
+    gpu = build_layout(dataset, options, device="cuda")
+    assert gpu.device.type == "cuda"
+    a, b = cpu.to_numpy_dict()[0], gpu.to_numpy_dict()[0]
+    assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
