@@ -79,6 +79,32 @@ def _data_stats(args):
     return 0
 
 
+def _inspect(args):
+    from alac.codegen.kernels import generate_kernels
+    from alac.codegen.module_cache import write_source
+    from alac.ir.pipeline import PASSES, lower
+    from alac.ir.stage_graph import build_stage_graph, kernel_groups
+    from alac.plan import Plan
+    from alac.zoo import load_model_file
+
+    module = load_model_file(args.model)
+    model = module.build(None)
+    plan = Plan(chunk_size=args.chunk_size, batch_size=max(args.batch_size, args.chunk_size), kernels=args.kernels)
+    ir = lower(model)
+    generated = generate_kernels(ir, plan.kernels, plan.describe())
+    graph = build_stage_graph(ir)
+    print(f"# IR {ir.hash}  (passes: trace, {', '.join(name for name, _ in PASSES)})")
+    print(ir)
+    print(f"\n# plan: {plan.describe()}")
+    print("# kernels per batch: " + " ; ".join(" + ".join(g) for g in kernel_groups(graph, plan.kernels)))
+    print(f"# kernel names: {', '.join(spec.name for spec in generated.train + (generated.predict,))}")
+    if args.dump:
+        path = write_source(generated, args.dump)
+        print(f"# wrote {path}")
+    print("\n" + generated.source)
+    return 0
+
+
 def build_parser():
     parser = argparse.ArgumentParser(prog="alac", description="Train sparse wide models on GPUs.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -96,6 +122,14 @@ def build_parser():
     stats.add_argument("--no-cache", action="store_true", help="neither read nor write the disk cache")
     stats.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     stats.set_defaults(handler=_data_stats)
+
+    inspect = commands.add_parser("inspect", help="print a model's IR, derived gradients, plan and kernels")
+    inspect.add_argument("--model", required=True, help="a zoo model name (lr, fm, ...) or a model file")
+    inspect.add_argument("--kernels", default="fused", choices=["fused", "stage"])
+    inspect.add_argument("--chunk-size", type=int, default=128)
+    inspect.add_argument("--batch-size", type=int, default=1024)
+    inspect.add_argument("--dump", metavar="DIR", help="also write the generated kernels to DIR")
+    inspect.set_defaults(handler=_inspect)
     return parser
 
 
@@ -109,6 +143,10 @@ def main(argv=None):
     except KeyboardInterrupt:
         print("alac: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # the reader (e.g. `| head`) went away: not an error of ours
+        sys.stderr.close()
+        return 0
 
 
 if __name__ == "__main__":

@@ -1,8 +1,15 @@
 import os
 from pathlib import Path
 
-import pytest
-from hypothesis import settings
+import torch
+
+# Without a GPU the generated kernels run in Triton's interpreter, which Triton selects when it is
+# first imported: set it before any test imports triton.
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import pytest  # noqa: E402
+from hypothesis import settings  # noqa: E402
 
 # Real data sets live beside the repository (../shared/data) and are never copied into it.
 SHARED_DATA = Path(os.environ.get("ALAC_SHARED_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))

@@ -34,3 +34,33 @@ def test_bad_file_gives_a_clear_error_not_a_traceback(tmp_path):
     assert result.returncode == 2
     assert result.stderr.startswith("alac: error:") and "line 2" in result.stderr and "2:zz" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_inspect_shows_gradients_plan_and_source(capsys, tmp_path):
+    assert main(["inspect", "--model", "fm", "--dump", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "grad    grad_v[k] = 2*d_v2x2*v*x**2 + d_vx*x + l2_v*v" in out
+    assert "# plan: semantics=sync kernels=fused" in out and "aggregate + loss + apply ; update" in out
+    assert "@triton.jit" in out and "def alac_fm_" in out
+    dumped = list(tmp_path.glob("alac_fm_*.py"))
+    assert len(dumped) == 1 and dumped[0].read_text() in out
+    compile(dumped[0].read_text(), str(dumped[0]), "exec")
+
+
+def test_inspect_prints_the_source_that_runs(capsys):
+    from alac.codegen.kernels import generate_kernels
+    from alac.ir.pipeline import lower
+    from alac.plan import Plan
+    from alac.zoo import load_model_file
+
+    assert main(["inspect", "--model", "lr", "--kernels", "stage", "--chunk-size", "64"]) == 0
+    out = capsys.readouterr().out
+    plan = Plan(chunk_size=64, batch_size=1024, kernels="stage")
+    generated = generate_kernels(lower(load_model_file("lr").build()), plan.kernels, plan.describe())
+    assert generated.source in out
+    assert [spec.stages for spec in generated.train] == [("aggregate",), ("loss",), ("apply",), ("update",)]
+
+
+def test_inspect_unknown_model(capsys):
+    assert main(["inspect", "--model", "nope"]) == 2
+    assert "unknown model 'nope'" in capsys.readouterr().err

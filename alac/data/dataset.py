@@ -121,6 +121,13 @@ class SparseDataset:
                              labels=self.labels[rows], n_features=self.n_features,
                              fields=gather(self.fields), n_fields=self.n_fields, source=source)
 
+    def normalize_rows(self):
+        """The data set with every row scaled to unit L2 norm (empty rows stay empty)."""
+        values = self.values_or_ones()
+        row = torch.repeat_interleave(torch.arange(self.n_rows, device=self.device), self.row_lengths())
+        norms = torch.zeros(self.n_rows, device=self.device).index_add_(0, row, values * values).sqrt()
+        return dataclasses.replace(self, values=values / norms[row])
+
     def to_scipy(self):
         """The features as a scipy.sparse.csr_matrix (float32), duplicates kept as stored."""
         import scipy.sparse
@@ -142,15 +149,15 @@ class SparseDataset:
             pairs.append((self.fields, other.fields))
         return all(torch.equal(a.cpu(), b.cpu()) for a, b in pairs)
 
-    def check_feature_space(self, reference):
-        """Raise DataError unless every feature (and field) id fits the space of `reference`.
+    def check_feature_space(self, n_features, n_fields=None, reference_name="the training data"):
+        """Raise DataError unless every feature (and field) id is below n_features (n_fields).
 
-        Use it for a test set loaded on its own against the training set. The error names the first
-        row that falls outside, with its file and line when known.
+        Use it for a test set loaded on its own against the training set's space. The error names the
+        first entry that falls outside, with its file, line and token when known.
         """
-        checks = [("feature", self.indices, reference.n_features)]
-        if self.fields is not None and reference.fields is not None:
-            checks.append(("field", self.fields, reference.n_fields))
+        checks = [("feature", self.indices, n_features)]
+        if self.fields is not None and n_fields is not None:
+            checks.append(("field", self.fields, n_fields))
         for what, ids, limit in checks:
             outside = torch.nonzero(ids >= limit)
             if outside.numel():
@@ -158,7 +165,7 @@ class SparseDataset:
                 row = int(torch.searchsorted(self.indptr.cpu(), torch.tensor(entry), right=True)) - 1
                 raise DataError(
                     f"{what} id {int(ids[entry])} (0-based) is outside the training feature space "
-                    f"of {limit} {what}s (from {reference.source.path or 'the training data'}); "
+                    f"of {limit} {what}s (from {reference_name}); "
                     f"load both files together or pass n_features={limit}",
                     path=self.source.path, line=self.source.line_of_row(row),
                     token=self.entry_token(entry))

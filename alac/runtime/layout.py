@@ -219,8 +219,12 @@ def _synchronize(device):
         torch.cuda.synchronize(device)
 
 
-def build_layout(dataset, options=LayoutOptions(), device=None):
-    """Lay `dataset` out for the kernels (module docstring); runs on `device` (default: GPU if any)."""
+def build_layout(dataset, options=LayoutOptions(), device=None, feature_order=None):
+    """Lay `dataset` out for the kernels (module docstring); runs on `device` (default: GPU if any).
+
+    feature_order: the new_to_old permutation of another layout (a training set's), so that a
+    validation or test set shares its feature ids; by default features are ordered by frequency here.
+    """
     device = torch.device(device) if device is not None else default_device()
     _synchronize(device)
     started = time.perf_counter()
@@ -232,7 +236,15 @@ def build_layout(dataset, options=LayoutOptions(), device=None):
     fixed_width = max_nnz if n and int(row_nnz.min()) == max_nnz else None
     n_chunks = math.ceil(n / C)
     slots = n_chunks * C
-    frequency, new_to_old, old_to_new = reindex_by_frequency(data.indices, data.n_features)
+    if feature_order is None:
+        frequency, new_to_old, old_to_new = reindex_by_frequency(data.indices, data.n_features)
+    else:
+        if feature_order.numel() != data.n_features:
+            raise ValueError(f"feature_order has {feature_order.numel()} ids for {data.n_features} features")
+        new_to_old = feature_order.to(device=device, dtype=torch.int32)
+        old_to_new = torch.empty_like(new_to_old)
+        old_to_new[new_to_old.long()] = torch.arange(data.n_features, device=device, dtype=torch.int32)
+        frequency = torch.bincount(data.indices.long(), minlength=data.n_features)[new_to_old.long()]
     features = old_to_new[data.indices.long()]
 
     def scatter_edges(values, fill):
@@ -279,7 +291,7 @@ def build_layout(dataset, options=LayoutOptions(), device=None):
     hot, cold = _hot_cold_counts(edge_feature, chunk_start, options.hot_size)
 
     seen = int((frequency > 0).sum())
-    cumulative = torch.cumsum(frequency, 0)
+    cumulative = torch.cumsum(torch.sort(frequency, descending=True).values, 0)
     top_share = tuple(
         (fraction, float(cumulative[max(1, math.ceil(fraction * seen)) - 1]) / nnz if nnz else 0.0)
         for fraction in TOP_FEATURE_FRACTIONS)

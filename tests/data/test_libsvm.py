@@ -97,7 +97,7 @@ def test_different_feature_spaces(tmp_path):
     train = load_libsvm(_write(tmp_path, "1 1:1 4:1\n-1 2:1\n", "train.svm"))
     test_path = _write(tmp_path, "1 1:1\n-1 2:1 7:0.5\n", "test.svm")
     test = load_libsvm(test_path)
-    message = _error(test.check_feature_space, train)
+    message = _error(test.check_feature_space, train.n_features, reference_name=str(train.source.path))
     assert str(test_path) in message and "line 2" in message and "'7:0.5'" in message
     assert "outside the training feature space" in message
     # and the same test file loaded against the declared training space
@@ -177,7 +177,7 @@ def test_a9a_train_and_test_share_one_space(shared_data):
     assert (train.n_rows, test.n_rows) == (32561, 16281)
     assert train.n_features == test.n_features == 123
     assert train.is_binary and set(train.labels.unique().tolist()) == {-1.0, 1.0}
-    test.check_feature_space(train)
+    test.check_feature_space(train.n_features)
     alone = load_libsvm(shared_data / "a9a/a9a.t", n_features=123)
     assert alone.same_as(test)
 

@@ -1,0 +1,83 @@
+"""ModelIR -> PyTorch functions of the same expressions, for the reference executor.
+
+Four functions, generated as Python source from the IR (printed with the TORCH dialect) and executed
+once: contributions (per edge), sample (per sample: loss, dLoss/dAccum, dLoss/dGlobal), predict (per
+sample) and edge (per edge: parameter gradients). Rows are 1-D tensors, lanes [rows, k] tensors,
+globals 0-d tensors.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from alac.codegen.printer import TORCH, ExpressionPrinter, rank_of
+from alac.ir.model_ir import l2_name
+
+
+def _softplus(z):
+    return torch.clamp_min(z, 0.0) + torch.log1p(torch.exp(-torch.abs(z)))
+
+
+def _maximum(a, b):
+    # torch.maximum takes tensors only; a number operand becomes a clamp
+    if not isinstance(a, torch.Tensor):
+        a, b = b, a
+    return torch.maximum(a, b) if isinstance(b, torch.Tensor) else torch.clamp_min(a, b)
+
+
+def _minimum(a, b):
+    if not isinstance(a, torch.Tensor):
+        a, b = b, a
+    return torch.minimum(a, b) if isinstance(b, torch.Tensor) else torch.clamp_max(a, b)
+
+
+class TorchPrograms:
+    def __init__(self, ir):
+        self.ir = ir
+        ranks = {"x": "row", "y": "row"}
+        for p in ir.params:
+            ranks[p.name] = "lane" if p.vector else "row"
+            ranks[l2_name(p.name)] = "uniform"
+        for a in ir.accums:
+            ranks[a.name] = "lane" if a.vector else "row"
+        for g in ir.globals:
+            ranks[g] = "uniform"
+        for program in (ir.sample_program, ir.predict_program, ir.edge_program):
+            for d in program:
+                ranks[d.name] = rank_of(d.expr, ranks)
+        self.ranks = ranks
+        self.printer = ExpressionPrinter(TORCH, {}, ranks)
+        self.source = "\n\n".join([
+            self._function("contributions", ["x"] + [p.name for p in ir.params],
+                           [(a.name, a.contribution) for a in ir.accums], ()),
+            self._function("sample", [a.name for a in ir.accums] + list(ir.globals) + ["y"],
+                           [], ir.sample_program),
+            self._function("predict", [a.name for a in ir.accums] + list(ir.globals), [], ir.predict_program),
+            self._function("edge", ["x"] + [p.name for p in ir.params]
+                           + [d.name for d in ir.accum_deltas] + [l2_name(p.name) for p in ir.params],
+                           [], ir.edge_program),
+        ])
+        namespace = {"torch": torch, "_softplus": _softplus, "_maximum": _maximum, "_minimum": _minimum}
+        exec(compile(self.source, f"<alac reference program of {ir.name}>", "exec"), namespace)
+        self.contributions = namespace["contributions"]
+        self.sample = namespace["sample"]
+        self.predict = namespace["predict"]
+        self.edge = namespace["edge"]
+
+    def output_rank(self, name):
+        return self.ranks[name]
+
+    def _function(self, name, args, direct, program):
+        lines = [f"def {name}({', '.join(args)}):"]
+        outputs = []
+        for out, expr in direct:
+            rank = rank_of(expr, self.ranks)
+            lines.append(f"    {out} = {self.printer(expr, 'lane' if rank == 'lane' else 'row')}")
+            outputs.append(out)
+        for d in program:
+            rank = self.ranks[d.name]
+            lines.append(f"    {d.name} = {self.printer(d.expr, 'lane' if rank == 'lane' else 'row')}")
+            if not d.name.startswith("t"):
+                outputs.append(d.name)
+        lines.append("    return {" + ", ".join(f"{o!r}: {o}" for o in outputs) + "}")
+        return "\n".join(lines)

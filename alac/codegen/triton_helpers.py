@@ -1,0 +1,49 @@
+"""Small Triton device functions that generated kernels use.
+
+Generated modules carry a copy of these functions' source (so a dumped kernel file is complete on its
+own, and the interpreter sees interpreted versions); this module is their single source of truth.
+They use only core `tl` operations: libdevice functions are not available under TRITON_INTERPRET.
+"""
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def log1p(z):
+    # Goldberg's trick: log(u) * z / (u - 1) with u = 1 + z cancels the rounding of 1 + z, so small
+    # z keeps full relative accuracy (tl.log(1 + z) returns 0 below 6e-8).
+    u = 1.0 + z
+    return tl.where(u == 1.0, z, tl.log(u) * z / (u - 1.0))
+
+
+@triton.jit
+def softplus(z):
+    # log(1 + exp(z)) without overflow: max(z, 0) + log1p(exp(-|z|)).
+    return tl.maximum(z, 0.0) + log1p(tl.exp(-tl.abs(z)))
+
+
+@triton.jit
+def tanh(z):
+    # (1 - e) / (1 + e) with e = exp(-2|z|); below |z| = 0.005 the two-term series is exact to
+    # 1e-12 relative, where the quotient would lose digits to the cancellation in 1 - e.
+    e = tl.exp(-2.0 * tl.abs(z))
+    magnitude = tl.where(tl.abs(z) < 0.005, tl.abs(z) * (1.0 - z * z / 3.0), (1.0 - e) / (1.0 + e))
+    return tl.where(z < 0.0, -magnitude, magnitude)
+
+
+@triton.jit
+def load_edges(edge_feature_ptr, edge_value_ptr, edge, HAS_VALUES: tl.constexpr):
+    """(feature, present, x) of one edge slot per row: padding slots (feature -1) get x = 0 and a
+    safe feature id 0 that every masked access ignores."""
+    feature = tl.load(edge_feature_ptr + edge)
+    present = feature >= 0
+    feature = tl.where(present, feature, 0).to(tl.int64)
+    if HAS_VALUES:
+        x = tl.load(edge_value_ptr + edge)
+    else:
+        x = tl.where(present, 1.0, 0.0)
+    return feature, present, x
+
+
+HELPERS = (log1p, softplus, tanh, load_edges)

@@ -1,0 +1,155 @@
+"""ModelIR: what a model computes, as small immutable dataclasses of sympy expressions.
+
+Symbols (all real): `x` the edge's feature value, `y` the label, a param's name for its value on
+the edge's feature (one lane f of it when the param is a vector), an accum's name for the sample's
+sum (one lane of it when vector), a global's name, `d_<accum>` for dLoss/dAccum, `l2_<param>` for
+the param's L2 coefficient (a run-time argument, so changing it does not change the kernels).
+`str(ir)` prints one line per definition, like a jaxpr; `ir.hash` is a content hash of that text
+plus the exact sympy forms.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+
+import sympy as sp
+
+from alac.ir.functions import FactorSum
+
+X = sp.Symbol("x", real=True)
+Y = sp.Symbol("y", real=True)
+
+
+def symbol(name):
+    return sp.Symbol(name, real=True)
+
+
+def delta_name(accum):
+    return f"d_{accum}"
+
+
+def global_grad_name(name):
+    return f"dg_{name}"
+
+
+def grad_name(param):
+    return f"grad_{param}"
+
+
+def l2_name(param):
+    return f"l2_{param}"
+
+
+LOSS = "loss"
+PREDICTION = "prediction"
+
+
+@dataclass(frozen=True)
+class ParamIR:
+    name: str
+    size: int          # 1 for a scalar per feature, k for a vector of factors
+
+    @property
+    def vector(self):
+        return self.size > 1
+
+
+@dataclass(frozen=True)
+class AccumIR:
+    name: str
+    vector: bool
+    contribution: sp.Expr   # per edge, summed over the sample's edges
+
+
+@dataclass(frozen=True)
+class Definition:
+    """`name = expr`; vector when it has one value per lane of the factor axis."""
+
+    name: str
+    expr: sp.Expr
+    vector: bool
+
+    def __str__(self):
+        return f"{self.name}{'[k]' if self.vector else ''} = {self.expr}"
+
+
+@dataclass(frozen=True)
+class ModelIR:
+    name: str
+    labels: str
+    prediction_kind: str
+    params: tuple
+    globals: tuple                  # names
+    accums: tuple
+    loss: sp.Expr
+    predict: sp.Expr
+    factor_size: int = 0            # k of the vector params (0 when there are none)
+    explicit_apply: tuple = ()      # (param, expr in x, params, accums, globals, y), as the user wrote it
+    # Filled in by the derivation passes:
+    accum_deltas: tuple = ()        # Definitions d_<accum> = dLoss/dAccum
+    global_grads: tuple = ()        # Definitions dg_<global> = dLoss/dGlobal
+    param_grads: tuple = ()         # Definitions grad_<param> = per-edge gradient (+ L2)
+    # Common subexpressions eliminated, in evaluation order, for the code generators:
+    sample_program: tuple = ()      # temps, then loss, d_*, dg_*: per sample, from accums, globals, y
+    predict_program: tuple = ()     # temps, then prediction: per sample, from accums and globals
+    edge_program: tuple = ()        # temps, then grad_*: per edge, from x, params, d_*, l2_*
+    notes: tuple = field(default=())
+
+    @property
+    def lane_symbols(self):
+        """Symbols that hold one lane of a vector: vector params, accums and their deltas."""
+        names = {p.name for p in self.params if p.vector}
+        names |= {a.name for a in self.accums if a.vector}
+        names |= {delta_name(a.name) for a in self.accums if a.vector}
+        return frozenset(symbol(n) for n in names)
+
+    def param(self, name):
+        return next(p for p in self.params if p.name == name)
+
+    def lines(self):
+        out = [f"model {self.name}  labels={self.labels}  prediction={self.prediction_kind}"
+               + (f"  k={self.factor_size}" if self.factor_size else "")]
+        for p in self.params:
+            out.append(f"  param   {p.name}{f'[{p.size}]' if p.vector else ''}")
+        for g in self.globals:
+            out.append(f"  global  {g}")
+        for a in self.accums:
+            out.append(f"  accum   {a.name}{'[k]' if a.vector else ''} = sum_edges {a.contribution}")
+        out.append(f"  loss    = {self.loss}")
+        out.append(f"  predict = {self.predict}")
+        for title, definitions in (("dloss", self.accum_deltas), ("dglobal", self.global_grads),
+                                   ("grad", self.param_grads)):
+            out.extend(f"  {title:<7} {d}" for d in definitions)
+        for name, expr in self.explicit_apply:
+            out.append(f"  apply   {name} = {expr}  (explicit, checked)")
+        for title, program in (("sample", self.sample_program), ("predict", self.predict_program),
+                               ("edge", self.edge_program)):
+            if program:
+                out.append(f"  {title} program:")
+                out.extend(f"    {d}" for d in program)
+        return out
+
+    def __str__(self):
+        return "\n".join(self.lines())
+
+    @property
+    def hash(self):
+        """Stable content hash: the listing plus the exact sympy form of every expression."""
+        exprs = [a.contribution for a in self.accums] + [self.loss, self.predict]
+        exprs += [d.expr for d in self.sample_program + self.predict_program + self.edge_program]
+        text = str(self) + "\n" + "\n".join(sp.srepr(e) for e in exprs)
+        return hashlib.sha256(text.encode()).hexdigest()
+
+
+_SUMMED = sp.Symbol("_summed", real=True)
+
+
+def without_factor_sums(expr):
+    """expr with every FactorSum replaced by one scalar placeholder (what is left per lane)."""
+    return expr.replace(FactorSum, lambda arg: _SUMMED)
+
+
+def is_lane_expr(expr, lane_symbols):
+    """True when expr varies per lane: a lane symbol occurs outside every FactorSum."""
+    return bool(without_factor_sums(expr).free_symbols & lane_symbols)

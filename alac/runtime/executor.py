@@ -1,0 +1,141 @@
+"""The executor: epochs of exact mini-batch SGD (sync semantics) on a layout, with any backend.
+
+Sync semantics: an epoch visits the chunks in its reshuffled order, B / C chunks per batch. Every
+sample of a batch reads the parameters as they were at the batch start (the train kernels only add
+into gradient accumulators); the update kernel then applies the batch's summed gradient,
+p <- p - lr / n * sum, with n the batch's real samples (the last chunk may be partial).
+"""
+
+from __future__ import annotations
+
+import sys
+
+import torch
+
+from alac.errors import DataError
+from alac.ir.pipeline import lower
+from alac.plan import Plan
+from alac.runtime.layout import default_device
+from alac.runtime.reference import ReferenceBackend
+from alac.runtime.state import ModelState
+
+BACKENDS = ("triton", "interpret", "reference")
+_NOTICED = set()
+
+
+def _notice(message):
+    if message not in _NOTICED:
+        _NOTICED.add(message)
+        print(f"alac: {message}", file=sys.stderr)
+
+
+def resolve_backend(backend, device=None):
+    """(backend, device) actually used: triton without a GPU falls back to reference, with a notice."""
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    if backend == "interpret":
+        return backend, torch.device("cpu")
+    if backend == "triton" and not torch.cuda.is_available():
+        _notice("no CUDA GPU here: backend 'triton' falls back to 'reference' (PyTorch on the CPU)")
+        return "reference", torch.device("cpu")
+    if backend == "triton":
+        return backend, torch.device(device or "cuda")
+    return backend, torch.device(device) if device is not None else default_device()
+
+
+class LabelMap:
+    """Maps a data set's labels to what the model's loss expects (binary models see -1/+1)."""
+
+    def __init__(self, kind, positive=None):
+        self.kind = kind
+        self.positive = positive
+
+    @classmethod
+    def fit(cls, kind, labels, source="the training data"):
+        if kind != "binary":
+            if kind == "count" and bool((labels < 0).any()):
+                raise DataError(f"count models need labels >= 0; {source} has {float(labels.min()):g}")
+            return cls(kind)
+        classes = torch.unique(labels.cpu())
+        if classes.numel() > 2:
+            shown = ", ".join(f"{float(c):g}" for c in classes[:5])
+            raise DataError(f"a binary classifier needs two label values; {source} has "
+                            f"{classes.numel()} ({shown}{', ...' if classes.numel() > 5 else ''})")
+        return cls(kind, float(classes.max()))
+
+    def model_labels(self, labels):
+        if self.kind != "binary":
+            return labels.float()
+        return torch.where(labels == self.positive, 1.0, -1.0)
+
+    def positive_mask(self, labels):
+        return labels == self.positive
+
+
+class Executor:
+    def __init__(self, model, plan=Plan(), backend="triton", device=None, seed=0):
+        self.model = model
+        self.ir = lower(model)
+        self.plan = plan
+        self.seed = seed
+        self.backend_name, self.device = resolve_backend(backend, device)
+        if self.backend_name == "reference":
+            self.backend = ReferenceBackend(self.ir)
+        else:
+            from alac.runtime.triton_backend import TritonBackend
+
+            self.backend = TritonBackend(self.ir, plan, interpret=self.backend_name == "interpret")
+        self.state = None
+        self.loss_sum = torch.zeros(1, device=self.device)
+
+    def initialize(self, layout):
+        self.state = ModelState.initial(self.model, layout.new_to_old, self.device, self.seed)
+
+    def l2(self):
+        params, _ = self.model.declarations()
+        return {name: param.l2 for name, param in params.items()}
+
+    def _batches(self, layout, order):
+        """(offset, count, real samples) of every batch of an epoch; one host read per epoch."""
+        per_batch = self.plan.chunks_per_batch
+        C = layout.chunk_size
+        missing = layout.n_chunks * C - layout.n_rows
+        last_position = int(torch.nonzero(order == layout.n_chunks - 1)[0, 0]) if missing else -1
+        for offset in range(0, layout.n_chunks, per_batch):
+            count = min(per_batch, layout.n_chunks - offset)
+            real = count * C - (missing if offset <= last_position < offset + count else 0)
+            yield offset, count, real
+
+    def train_epoch(self, layout, labels, epoch, lr):
+        """One epoch of sync mini-batch SGD; returns the mean training loss over the epoch."""
+        if self.state is None:
+            self.initialize(layout)
+        order = layout.chunk_order(epoch, self.seed)
+        self.loss_sum.zero_()
+        l2 = self.l2()
+        for offset, count, real in self._batches(layout, order):
+            self.train_batch(layout, labels, order, offset, count, lr / max(real, 1), l2)
+        return float(self.loss_sum) / max(layout.n_rows, 1)
+
+    def train_batch(self, layout, labels, order, offset, count, step, l2=None):
+        l2 = self.l2() if l2 is None else l2
+        if self.backend_name == "reference":
+            self.backend.train_batch(self.state, layout, labels, order[offset:offset + count], step, l2,
+                                     self.loss_sum)
+        else:
+            self.backend.train_batch(self.state, layout, labels, order, offset, count, step, l2, self.loss_sum)
+
+    def predict_slots(self, layout, labels=None):
+        if labels is None:
+            labels = torch.zeros(layout.n_chunks * layout.chunk_size, device=layout.device)
+        if self.backend_name == "reference":
+            return self.backend.predict(self.state, layout)
+        return self.backend.predict(self.state, layout, labels)
+
+    def predict(self, layout):
+        """Predictions in the data set's original row order."""
+        per_slot = self.predict_slots(layout)
+        real = layout.row_of_slot >= 0
+        out = torch.empty(layout.n_rows, device=per_slot.device)
+        out[layout.row_of_slot[real]] = per_slot[real]
+        return out

@@ -1,0 +1,89 @@
+"""The reference executor: the same IR evaluated with vectorized PyTorch (gathers, index_add).
+
+It is the oracle of every kernel test, the fallback without a GPU, and the stage-based PyTorch
+baseline of the benchmarks. It reads the same layout and the same batches (chunk lists) as the
+generated kernels, so both compute the same mini-batch steps; only summation order differs.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from alac.codegen.torch_programs import TorchPrograms
+from alac.ir.model_ir import LOSS, PREDICTION, delta_name, global_grad_name, grad_name, l2_name
+
+
+def _full(value, shape, like):
+    return torch.as_tensor(value, dtype=torch.float32, device=like.device).expand(shape)
+
+
+class ReferenceBackend:
+    name = "reference"
+
+    def __init__(self, ir):
+        self.ir = ir
+        self.programs = TorchPrograms(ir)
+
+    def _batch_edges(self, layout, chunks):
+        """Flat edges of the chunks, without padding, with their row index inside the batch."""
+        C = layout.chunk_size
+        sizes = layout.chunk_width[chunks].long() * C
+        position = torch.repeat_interleave(torch.arange(chunks.numel(), device=chunks.device), sizes)
+        first = torch.cumsum(sizes, 0) - sizes
+        offset = torch.arange(position.numel(), device=chunks.device) - first[position]
+        edges = layout.chunk_start[chunks][position] + offset
+        row = position * C + offset % C
+        feature = layout.edge_feature[edges]
+        keep = feature >= 0
+        edges, row, feature = edges[keep], row[keep], feature[keep].long()
+        x = layout.edge_value[edges] if layout.edge_value is not None else torch.ones(
+            edges.numel(), device=edges.device)
+        return feature, x, row
+
+    def _accums(self, state, feature, x, row, rows):
+        gathered = {name: value[feature] for name, value in state.params.items()}
+        contributions = self.programs.contributions(x, **gathered)
+        accums = {}
+        for accum in self.ir.accums:
+            shape = (rows, self.ir.factor_size) if accum.vector else (rows,)
+            value = _full(contributions[accum.name], (x.numel(),) + shape[1:], x)
+            accums[accum.name] = torch.zeros(shape, device=x.device).index_add_(0, row, value)
+        return accums, gathered
+
+    def train_batch(self, state, layout, labels, chunks, step, l2, loss_sum):
+        C = layout.chunk_size
+        rows = chunks.numel() * C
+        feature, x, row = self._batch_edges(layout, chunks)
+        accums, gathered = self._accums(state, feature, x, row, rows)
+        slots = (chunks[:, None] * C + torch.arange(C, device=chunks.device)).reshape(-1)
+        valid = layout.row_of_slot[slots] >= 0
+        globals_ = {name: value[0] for name, value in state.globals.items()}
+        out = self.programs.sample(**accums, **globals_, y=labels[slots])
+
+        def masked(name):
+            vector = self.programs.output_rank(name) == "lane"
+            shape = (rows, self.ir.factor_size) if vector else (rows,)
+            value = _full(out[name], shape, valid)
+            return torch.where(valid[:, None] if vector else valid, value, 0.0)
+
+        loss_sum += masked(LOSS).sum()
+        deltas = {delta_name(a.name): masked(delta_name(a.name))[row] for a in self.ir.accums}
+        grads = self.programs.edge(x, **gathered, **deltas,
+                                   **{l2_name(p.name): l2.get(p.name, 0.0) for p in self.ir.params})
+        touched, inverse = torch.unique(feature, return_inverse=True)
+        for param in self.ir.params:
+            shape = (feature.numel(), param.size) if param.vector else (feature.numel(),)
+            per_edge = _full(grads[grad_name(param.name)], shape, x)
+            total = torch.zeros((touched.numel(),) + shape[1:], device=x.device).index_add_(0, inverse, per_edge)
+            state.params[param.name][touched] -= step * total
+        for name in self.ir.globals:
+            state.globals[name] -= step * masked(global_grad_name(name)).sum()
+
+    def predict(self, state, layout):
+        C = layout.chunk_size
+        chunks = torch.arange(layout.n_chunks, device=layout.device)
+        feature, x, row = self._batch_edges(layout, chunks)
+        accums, _ = self._accums(state, feature, x, row, layout.n_chunks * C)
+        globals_ = {name: value[0] for name, value in state.globals.items()}
+        out = self.programs.predict(**accums, **globals_)
+        return _full(out[PREDICTION], (layout.n_chunks * C,), x).clone()

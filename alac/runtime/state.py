@@ -1,0 +1,50 @@
+"""Model state: the parameter and global tensors, indexed by the layout's re-indexed feature ids."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from alac.dsl import Constant, Normal, Uniform
+
+
+def _initial_values(init, shape, generator):
+    if isinstance(init, Constant):
+        return torch.full(shape, float(init.value))
+    if isinstance(init, Normal):
+        return torch.randn(shape, generator=generator) * init.std + init.mean
+    if isinstance(init, Uniform):
+        return torch.rand(shape, generator=generator) * (init.high - init.low) + init.low
+    raise TypeError(f"unknown initializer {init!r}")
+
+
+@dataclass
+class ModelState:
+    params: dict      # name -> float32 [n_features] or [n_features, k], by re-indexed feature id
+    globals: dict     # name -> float32 [1]
+
+    @classmethod
+    def initial(cls, model, new_to_old, device, seed=0):
+        """Initial values drawn in the user's feature order (a CPU generator, so the same on any
+        device and under any re-indexing), then permuted to the layout's ids."""
+        declared_params, declared_globals = model.declarations()
+        generator = torch.Generator().manual_seed(seed)
+        order = new_to_old.long().cpu()
+        params = {}
+        for name, param in declared_params.items():
+            shape = (order.numel(),) if param.size == 1 else (order.numel(), param.size)
+            values = _initial_values(param.init, shape, generator)[order]
+            params[name] = values.to(device=device, dtype=torch.float32).contiguous()
+        globals_ = {name: _initial_values(g.init, (1,), generator).to(device=device, dtype=torch.float32)
+                    for name, g in declared_globals.items()}
+        return cls(params, globals_)
+
+    def in_original_order(self, old_to_new):
+        """Parameters indexed by the user's original feature ids."""
+        index = old_to_new.long().to(next(iter(self.params.values())).device)
+        return {name: value[index] for name, value in self.params.items()}
+
+    def clone(self):
+        return ModelState({k: v.clone() for k, v in self.params.items()},
+                          {k: v.clone() for k, v in self.globals.items()})

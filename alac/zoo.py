@@ -1,0 +1,142 @@
+"""Running a zoo model file as a script: `python models/lr.py --train FILE --test FILE ...`.
+
+Without --train the model trains on the built-in synthetic Criteo-shaped data (4M rows on a GPU,
+200k on a CPU), split 80/10/10 into train / validation / test. Prints one line per epoch and ends
+with one JSON line of final test metrics.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import sys
+from pathlib import Path
+
+from alac.errors import AlacError
+
+MODELS_DIR = Path(__file__).resolve().parent.parent / "models"
+
+
+def parser_for(description, defaults):
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--train", help="training file (LIBSVM, libffm or Criteo TSV)")
+    parser.add_argument("--test", help="test file, in the training file's feature space")
+    parser.add_argument("--valid", help="validation file, evaluated after every epoch")
+    parser.add_argument("--format", default="auto", choices=["auto", "libsvm", "libffm", "criteo"])
+    parser.add_argument("--n-features", type=int, default=None, help="declared feature count (LIBSVM)")
+    parser.add_argument("--normalize", action="store_true",
+                        help="scale every row to unit L2 norm (for long real-valued rows such as text counts)")
+    parser.add_argument("--synthetic", type=int, default=None, metavar="ROWS",
+                        help="rows of synthetic data when no --train is given (default: 4M on a GPU, 200k on a CPU)")
+    parser.add_argument("--epochs", type=int, default=defaults.get("epochs", 10))
+    parser.add_argument("--lr", type=float, default=None,
+                        help="learning rate of the batch-mean gradient (default: the model's)")
+    parser.add_argument("--batch-size", type=int, default=1024)
+    parser.add_argument("--chunk-size", type=int, default=None, help="samples per program (default: plan's)")
+    parser.add_argument("--kernels", default="fused", choices=["fused", "stage"])
+    parser.add_argument("--backend", default="triton", choices=["triton", "interpret", "reference"],
+                        help="triton (GPU; falls back to reference without one), interpret (the generated "
+                             "kernels in Triton's CPU interpreter, slow), reference (PyTorch)")
+    parser.add_argument("--seed", type=int, default=0)
+    return parser
+
+
+def _load_data(args, model):
+    import torch
+
+    from alac.data import formats
+    from alac.data.split import split
+    from alac.data.synthetic import criteo_like
+
+    if args.train is None:
+        rows = args.synthetic or (4_000_000 if torch.cuda.is_available() else 200_000)
+        data = criteo_like(rows, seed=args.seed)
+        train, valid, test = split(data, (0.8, 0.1, 0.1), seed=args.seed)
+        return train, valid, test, f"synthetic Criteo-shaped, {rows:,} rows (80/10/10 split)"
+    format = formats.resolve_format(args.train, args.format)
+    paths = [p for p in (args.train, args.valid, args.test) if p is not None]
+    options = {}
+    if format in ("libsvm", "libffm") and args.n_features is not None:
+        options["n_features"] = args.n_features
+    if format == "libsvm":
+        from alac.data import load_libsvm_files
+
+        loaded = load_libsvm_files(paths, **options)
+    elif format == "libffm":
+        from alac.data import load_libffm_files
+
+        loaded = load_libffm_files(paths, **options)
+    else:
+        loaded = [formats.load(p, format) for p in paths]
+    if args.normalize:
+        loaded = [dataset.normalize_rows() for dataset in loaded]
+    train = loaded.pop(0)
+    valid = loaded.pop(0) if args.valid else None
+    test = loaded.pop(0) if args.test else None
+    return train, valid, test, f"{args.train} ({format}{', rows L2-normalized' if args.normalize else ''})"
+
+
+def _format_record(record):
+    parts = [f"epoch {record['epoch']:>3}", f"train loss {record['train_loss']:.5f}"]
+    parts += [f"{k[6:]} {v:.5f}" for k, v in record.items() if k.startswith("valid_")]
+    parts.append(f"{1000 * record['seconds']:.1f} ms")
+    return "  ".join(parts)
+
+
+def run(build_model, description, defaults=None, argv=None, add_arguments=None):
+    """Parse the command line, train build_model(args), print epochs and the final JSON line."""
+    parser = parser_for(description, defaults or {})
+    if add_arguments:
+        add_arguments(parser)
+    args = parser.parse_args(argv)
+    if args.lr is None:
+        default = (defaults or {}).get("lr", 0.5)
+        args.lr = default(args) if callable(default) else default
+    if args.backend == "interpret":
+        # Triton picks the interpreter when it is first imported, which has not happened yet.
+        os.environ["TRITON_INTERPRET"] = "1"
+    try:
+        return _run(args, build_model)
+    except AlacError as error:
+        print(f"alac: error: {error}", file=sys.stderr)
+        return 2
+
+
+def _run(args, build_model):
+    from alac.plan import Plan
+    from alac.train import Trainer
+
+    model = build_model(args)
+    plan_options = {"batch_size": args.batch_size, "kernels": args.kernels}
+    if args.chunk_size:
+        plan_options["chunk_size"] = args.chunk_size
+    elif args.backend == "interpret":
+        # The interpreter runs programs one after another: one program per batch is fastest.
+        plan_options["chunk_size"] = args.batch_size
+    plan = Plan(**plan_options)
+    train, valid, test, described = _load_data(args, model)
+    trainer = Trainer(model, lr=args.lr, epochs=args.epochs, plan=plan, backend=args.backend, seed=args.seed,
+                      log=lambda record: print(_format_record(record), flush=True))
+    print(f"model {model.model_name()} on {described}: {train.n_rows:,} training rows, "
+          f"{train.n_features:,} features; backend {trainer.backend} on {trainer.device}; {plan.describe()}; "
+          f"lr {args.lr}", flush=True)
+    trainer.fit(train, valid if valid is not None else test)
+    final = trainer.evaluate(test if test is not None else (valid if valid is not None else train))
+    print(json.dumps({k: round(v, 6) for k, v in final.items()}))
+    return 0
+
+
+def load_model_file(name_or_path):
+    """The module of a zoo model: a name in models/ (lr, fm, ...) or a path to a .py file."""
+    path = Path(name_or_path)
+    if not path.suffix:
+        path = MODELS_DIR / f"{name_or_path}.py"
+    if not path.is_file():
+        known = ", ".join(sorted(p.stem for p in MODELS_DIR.glob("*.py") if not p.stem.startswith("_")))
+        raise AlacError(f"unknown model {name_or_path!r}: give a file path or one of {known}")
+    spec = importlib.util.spec_from_file_location(f"alac_zoo_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

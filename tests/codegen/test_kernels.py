@@ -1,0 +1,156 @@
+"""Every generated kernel against the reference executor of the same IR.
+
+Under the Triton interpreter in CI (no GPU), and compiled for the GPU where there is one.
+"""
+
+import numpy as np
+import pytest
+import torch
+
+from alac.codegen.module_cache import interpreter_active
+from alac.data.arrays import from_csr_arrays
+from alac.dsl import Global, Model, Normal, Param, ops
+from alac.plan import Plan
+from alac.runtime.executor import Executor, LabelMap
+from alac.runtime.layout import LayoutOptions, build_layout
+from tests.zoo_models import ZOO
+
+if torch.cuda.is_available() and not interpreter_active():
+    KERNEL_BACKEND = "triton"
+elif interpreter_active():
+    KERNEL_BACKEND = "interpret"
+else:
+    KERNEL_BACKEND = None
+
+pytestmark = pytest.mark.skipif(KERNEL_BACKEND is None, reason="needs a GPU or TRITON_INTERPRET=1")
+
+# fp32 with atomics: the kernel and the reference add the same terms in different orders, so
+# values near zero carry an absolute error of a few ulps of the largest term (atol), the rest
+# stays within rtol 1e-5.
+RTOL, ATOL = 1e-5, 1e-6
+
+
+def awkward_dataset(seed, n_rows=45, n_features=30, binary=False, labels="binary"):
+    """Empty rows, 1-nnz rows, duplicate ids in a row, non-binary values, a long row."""
+    generator = np.random.default_rng(seed)
+    lengths = generator.integers(0, 7, n_rows)
+    lengths[[0, 7]] = 0
+    lengths[[1, 9]] = 1
+    lengths[4] = 40
+    indptr = np.concatenate([[0], np.cumsum(lengths)])
+    ids = generator.integers(0, n_features, indptr[-1])
+    ids[indptr[2]:indptr[2] + 2] = 5 if lengths[2] >= 2 else ids[indptr[2]:indptr[2] + 2]
+    ids[indptr[4]:indptr[4] + 10] = 3  # one id ten times in one row
+    values = None if binary else generator.uniform(0.2, 1.5, indptr[-1]) * generator.choice([-1, 1], indptr[-1])
+    if labels == "binary":
+        y = generator.choice([0.0, 1.0], n_rows)
+    elif labels == "count":
+        y = generator.poisson(1.5, n_rows).astype(float)
+    else:
+        y = generator.normal(0, 1, n_rows)
+    return from_csr_arrays(indptr, ids, values, y, n_features)
+
+
+def _executors(model_name, plan, layout, seed=3):
+    device = "cuda" if KERNEL_BACKEND == "triton" else "cpu"
+    executors = {}
+    for backend in ("reference", KERNEL_BACKEND):
+        executor = Executor(ZOO[model_name](), plan, backend=backend, device=device, seed=seed)
+        executor.initialize(layout)
+        executors[backend] = executor
+    return executors
+
+
+def _assert_states_close(first, second):
+    for name in first.params:
+        torch.testing.assert_close(second.params[name].cpu(), first.params[name].cpu(), rtol=RTOL, atol=ATOL)
+    for name in first.globals:
+        torch.testing.assert_close(second.globals[name].cpu(), first.globals[name].cpu(), rtol=RTOL, atol=ATOL)
+
+
+@pytest.mark.parametrize("model_name", sorted(ZOO))
+@pytest.mark.parametrize("kernels", ["fused", "stage"])
+@pytest.mark.parametrize("binary", [False, True])
+@pytest.mark.parametrize("chunk_size", [8, 16])
+def test_one_sync_step_equals_the_reference(model_name, kernels, binary, chunk_size):
+    model = ZOO[model_name]()
+    dataset = awkward_dataset(chunk_size + binary, binary=binary, labels=model.labels)
+    device = "cuda" if KERNEL_BACKEND == "triton" else "cpu"
+    layout = build_layout(dataset, LayoutOptions(chunk_size=chunk_size), device=device)
+    # 45 rows: a partial last chunk, and batches of 2 chunks over an odd chunk count
+    plan = Plan(chunk_size=chunk_size, batch_size=2 * chunk_size, kernels=kernels)
+    labels = LabelMap.fit(model.labels, dataset.labels).model_labels(layout.labels)
+    executors = _executors(model_name, plan, layout)
+    order = layout.chunk_order(0, seed=1)
+    for executor in executors.values():
+        executor.train_batch(layout, labels, order, 0, 2, 0.3, {"w": 0.01, "v": 0.02})
+    reference, kernel = executors["reference"], executors[KERNEL_BACKEND]
+    _assert_states_close(reference.state, kernel.state)
+    torch.testing.assert_close(kernel.loss_sum.cpu(), reference.loss_sum.cpu(), rtol=RTOL, atol=ATOL)
+    torch.testing.assert_close(kernel.predict(layout).cpu(), reference.predict(layout).cpu(), rtol=RTOL, atol=ATOL)
+
+
+@pytest.mark.parametrize("model_name", ["lr", "fm"])
+def test_one_epoch_of_stage_kernels_equals_fused_kernels(model_name):
+    model = ZOO[model_name]()
+    dataset = awkward_dataset(11, n_rows=70)
+    device = "cuda" if KERNEL_BACKEND == "triton" else "cpu"
+    layout = build_layout(dataset, LayoutOptions(chunk_size=8), device=device)
+    labels = LabelMap.fit(model.labels, dataset.labels).model_labels(layout.labels)
+    states = {}
+    for kernels in ("fused", "stage"):
+        executor = Executor(ZOO[model_name](), Plan(chunk_size=8, batch_size=16, kernels=kernels),
+                            backend=KERNEL_BACKEND, device=device, seed=5)
+        executor.train_epoch(layout, labels, epoch=0, lr=0.2)
+        states[kernels] = executor.state
+    _assert_states_close(states["fused"], states["stage"])
+
+
+def test_padding_rows_do_not_train():
+    """A data set of one row: 7 of the 8 slots are padding and must not move the bias."""
+    dataset = from_csr_arrays(np.array([0, 2]), np.array([0, 1]), None, np.array([1.0]), 2)
+    device = "cuda" if KERNEL_BACKEND == "triton" else "cpu"
+    layout = build_layout(dataset, LayoutOptions(chunk_size=8), device=device)
+    executor = Executor(ZOO["lr"](), Plan(chunk_size=8, batch_size=8), backend=KERNEL_BACKEND, device=device)
+    executor.train_epoch(layout, LabelMap.fit("binary", dataset.labels).model_labels(layout.labels), 0, lr=1.0)
+    # one sample with y = +1 at z = 0: every gradient is -sigmoid(0) = -0.5, step lr / 1 sample
+    torch.testing.assert_close(executor.state.globals["b"].cpu(), torch.tensor([0.5]))
+    torch.testing.assert_close(executor.state.params["w"].cpu(), torch.tensor([0.5, 0.5]))
+
+
+class _EveryOp(Model):
+    """Not a useful model: it uses every DSL op, so the Triton printer of each one is checked."""
+
+    name = "every_op"
+    labels = "binary"
+    prediction = "score"
+
+    def __init__(self):
+        self.w = Param(init=Normal(0.3))
+        self.v = Param(size=2, init=Normal(0.3))
+        self.b = Global(init=0.1)
+
+    def aggregate(self, x, p):
+        return {"wx": x * p.w, "tv": ops.tanh(x * p.v) + 0.1 * ops.sqrt(1 + p.v**2)}
+
+    def loss(self, a, g, y):
+        z = a.wx + g.b + 0.1 * ops.sum(ops.abs(a.tv) + ops.pow(a.tv, 3))
+        return (ops.softplus(-y * z) + 0.01 * ops.log1p(z**2) + 0.01 * ops.maximum(z, 0.0)
+                + 0.01 * ops.minimum(z, 0.5) + 0.01 * ops.where(z > 0.2, ops.exp(-z), ops.log(2.0 + z**2))
+                + 0.01 * ops.sigmoid(z) + 0.001 * z**4)
+
+    def predict(self, a, g):
+        return a.wx + g.b
+
+
+@pytest.mark.parametrize("kernels", ["fused", "stage"])
+def test_every_op_prints_to_working_triton(kernels, monkeypatch):
+    monkeypatch.setitem(ZOO, "every_op", _EveryOp)
+    dataset = awkward_dataset(21)
+    device = "cuda" if KERNEL_BACKEND == "triton" else "cpu"
+    layout = build_layout(dataset, LayoutOptions(chunk_size=8), device=device)
+    labels = LabelMap.fit("binary", dataset.labels).model_labels(layout.labels)
+    executors = _executors("every_op", Plan(chunk_size=8, batch_size=16, kernels=kernels), layout)
+    for executor in executors.values():
+        executor.train_epoch(layout, labels, epoch=0, lr=0.1)
+    _assert_states_close(executors["reference"].state, executors[KERNEL_BACKEND].state)
