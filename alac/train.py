@@ -48,10 +48,15 @@ class Trainer:
         return build_layout(dataset, LayoutOptions(chunk_size=self.plan.chunk_size), self.device,
                             feature_order=reference.new_to_old)
 
-    def fit(self, train, valid=None):
+    def prepare(self, train):
+        """Fit the label mapping and lay the training data out; returns (layout, model labels)."""
         self.labels = LabelMap.fit(self.executor.ir.labels, train.labels, train.source.path or "the training data")
+        self.train_layout = None
         self.train_layout = self.layout_of(train)
-        layout_labels = self.labels.model_labels(self.train_layout.labels)
+        return self.train_layout, self.labels.model_labels(self.train_layout.labels)
+
+    def fit(self, train, valid=None):
+        _, layout_labels = self.prepare(train)
         valid_layout = self.layout_of(valid)
         for epoch in range(self.epochs):
             started = time.perf_counter()
