@@ -40,7 +40,9 @@ class DiskCache:
             return None
         try:
             meta = json.loads((folder / "meta.json").read_text())
-            arrays = {name: np.load(folder / f"{name}.npy") for name in meta["arrays"]}
+            # Copy-on-write maps: pages are read when first used (a layout loaded for training never
+            # touches the cached data set's arrays), and writes stay private to this process.
+            arrays = {name: np.load(folder / f"{name}.npy", mmap_mode="c") for name in meta["arrays"]}
             return cls.from_numpy_dict(arrays, meta["meta"])
         except (OSError, ValueError, KeyError, TypeError):
             # A damaged entry (disk full, manual edits): drop it so the rebuilt one can take its place.

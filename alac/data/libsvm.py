@@ -109,7 +109,8 @@ def _convert_slow_numbers(buf, starts, ends, targets, labels, values, where, fir
         positions = starts[short, None] + offsets
         inside = offsets < lengths[short, None]
         text = np.where(inside, buf[np.minimum(positions, buf.size - 1)], 0).astype(np.uint8)
-        parsed[short] = np.ascontiguousarray(text).view(f"S{width}").ravel().astype(np.float64)
+        with np.errstate(over="ignore"):  # overflow to inf is reported below, with its line
+            parsed[short] = np.ascontiguousarray(text).view(f"S{width}").ravel().astype(np.float64)
     for i in np.flatnonzero(~short):
         parsed[i] = float(bytes(buf[starts[i]:ends[i]]))
     with np.errstate(over="ignore"):
@@ -189,7 +190,7 @@ def _to_dataset(block, base, n_features, n_fields, where, lines, n_parts, option
         if below.size:
             raise _entry_error(block, int(below[0]), "feature id 0 is below the base: ids are 1-based "
                                "here (pass zero_based=True for 0-based ids)", where, lines, n_parts)
-        ids = ids - np.int32(1)
+        ids -= np.int32(1)  # in place: the scanned block is not used again
     if n_features is not None:
         beyond = np.flatnonzero(ids >= n_features)
         if beyond.size:
