@@ -85,10 +85,10 @@ def _inspect(args):
     from alac.ir.pipeline import PASSES, lower
     from alac.ir.stage_graph import build_stage_graph, kernel_groups
     from alac.plan import Plan
-    from alac.zoo import load_model_file
+    from alac.zoo import build_model, load_model_file
 
     module = load_model_file(args.model)
-    model = module.build(None)
+    model = build_model(module)
     plan = Plan(chunk_size=args.chunk_size, batch_size=max(args.batch_size, args.chunk_size), kernels=args.kernels)
     ir = lower(model)
     generated = generate_kernels(ir, plan.kernels, plan.describe())

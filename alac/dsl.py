@@ -276,3 +276,18 @@ class Model:
         raise ModelError(f"model {self.model_name()} defines no predict(self, a, g)")
 
     apply = None
+
+
+class LinearModel(Model):
+    """The linear part every wide model shares: score = w.x + b, with per-param L2 coefficient l2.
+    Subclasses give loss and predict in terms of self.score(a, g)."""
+
+    def __init__(self, l2=0.0):
+        self.w = Param(l2=l2)
+        self.b = Global()
+
+    def aggregate(self, x, p):
+        return {"wx": x * p.w}
+
+    def score(self, a, g):
+        return a.wx + g.b

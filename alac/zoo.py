@@ -19,7 +19,7 @@ from alac.errors import AlacError
 MODELS_DIR = Path(__file__).resolve().parent.parent / "models"
 
 
-def parser_for(description, defaults):
+def parser_for(description):
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--train", help="training file (LIBSVM, libffm or Criteo TSV)")
     parser.add_argument("--test", help="test file, in the training file's feature space")
@@ -30,7 +30,7 @@ def parser_for(description, defaults):
                         help="scale every row to unit L2 norm (for long real-valued rows such as text counts)")
     parser.add_argument("--synthetic", type=int, default=None, metavar="ROWS",
                         help="rows of synthetic data when no --train is given (default: 4M on a GPU, 200k on a CPU)")
-    parser.add_argument("--epochs", type=int, default=defaults.get("epochs", 10))
+    parser.add_argument("--epochs", type=int, default=10)
     parser.add_argument("--lr", type=float, default=None,
                         help="learning rate of the batch-mean gradient (default: the model's)")
     parser.add_argument("--batch-size", type=int, default=1024)
@@ -85,20 +85,40 @@ def _format_record(record):
     return "  ".join(parts)
 
 
-def run(build_model, description, defaults=None, argv=None, add_arguments=None):
-    """Parse the command line, train build_model(args), print epochs and the final JSON line."""
-    parser = parser_for(description, defaults or {})
-    if add_arguments:
-        add_arguments(parser)
+def build_model(module, args=None):
+    """The model of a zoo module (its MODEL class), with its ARGUMENTS and --l2 from args or defaults."""
+    options = {"l2": getattr(args, "l2", 0.0)}
+    for flag, spec in getattr(module, "ARGUMENTS", ()):
+        name = flag.lstrip("-").replace("-", "_")
+        options[name] = getattr(args, name, spec.get("default"))
+    return module.MODEL(**options)
+
+
+def main(module_name):
+    """The entry point of a zoo file: `if __name__ == "__main__": main(__name__)`."""
+    sys.exit(run_module(sys.modules[module_name]))
+
+
+def run_module(module, argv=None):
+    """Parse the command line, train the module's model, print epochs and the final JSON line.
+
+    A zoo module defines MODEL (a Model class taking l2=... and its ARGUMENTS as keywords),
+    DEFAULT_LR (a number, or a function of the parsed arguments) and optionally ARGUMENTS
+    [(flag, argparse keywords)].
+    """
+    parser = parser_for(module.__doc__)
+    parser.add_argument("--l2", type=float, default=0.0, help="L2 coefficient, per edge occurrence")
+    for flag, spec in getattr(module, "ARGUMENTS", ()):
+        parser.add_argument(flag, **spec)
     args = parser.parse_args(argv)
     if args.lr is None:
-        default = (defaults or {}).get("lr", 0.5)
+        default = module.DEFAULT_LR
         args.lr = default(args) if callable(default) else default
     if args.backend == "interpret":
         # Triton picks the interpreter when it is first imported, which has not happened yet.
         os.environ["TRITON_INTERPRET"] = "1"
     try:
-        return _run(args, build_model)
+        return _run(args, lambda parsed: build_model(module, parsed))
     except AlacError as error:
         print(f"alac: error: {error}", file=sys.stderr)
         return 2
