@@ -91,7 +91,7 @@ def _inspect(args):
     model = build_model(module)
     plan = Plan(chunk_size=args.chunk_size, batch_size=max(args.batch_size, args.chunk_size), kernels=args.kernels)
     ir = lower(model)
-    generated = generate_kernels(ir, plan.kernels, plan.describe())
+    generated = generate_kernels(ir, plan)
     graph = build_stage_graph(ir)
     print(f"# IR {ir.hash}  (passes: trace, {', '.join(name for name, _ in PASSES)})")
     print(ir)

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-SEMANTICS = ("sync",)
+SEMANTICS = ("sync", "async")
+
+
+def next_power_of_two(n):
+    return 1 << max(0, (n - 1).bit_length())
 KERNEL_FAMILIES = ("fused", "stage")
 
 
@@ -17,6 +21,19 @@ class Plan:
     kernels: str = "fused"
     num_warps: int = 4
     semantics: str = "sync"
+    # Hot segment: re-indexed features [0, hot_size) get their gradients summed inside a program
+    # before any atomic (0: off); in sync semantics into `replicas` copies of the hot accumulator.
+    hot_size: int = 0
+    replicas: int = 1
+    # Async: persistent programs, each with one chunk of C samples in flight (None: from the GPU's
+    # multiprocessor count and max_in_flight).
+    programs: int | None = None
+    max_in_flight: int = 132 * 128
+    # Sync on a GPU: replay the epoch's launches as a CUDA graph.
+    cuda_graph: bool = True
+    # Edge slots per step of a program's edge loop (the S of its [S, C] edge tiles); None: the
+    # schedule picks the row width within a register budget.
+    slots_per_step: int | None = None
 
     def __post_init__(self):
         if self.kernels not in KERNEL_FAMILIES:
@@ -27,11 +44,26 @@ class Plan:
             raise ValueError(f"chunk_size must be a power of two (a Triton block), got {self.chunk_size}")
         if self.batch_size < self.chunk_size or self.batch_size % self.chunk_size:
             raise ValueError(f"batch_size ({self.batch_size}) must be a multiple of chunk_size ({self.chunk_size})")
+        if self.semantics == "async" and self.kernels != "fused":
+            raise ValueError("async semantics run the fused kernel only (kernels='fused')")
+        if self.slots_per_step is not None and (self.slots_per_step < 1 or self.slots_per_step & (self.slots_per_step - 1)):
+            raise ValueError(f"slots_per_step must be a power of two, got {self.slots_per_step}")
+        if self.hot_size < 0 or self.replicas < 1:
+            raise ValueError(f"hot_size must be >= 0 and replicas >= 1, got {self.hot_size}, {self.replicas}")
 
     @property
     def chunks_per_batch(self):
         return self.batch_size // self.chunk_size
 
     def describe(self):
-        return (f"semantics={self.semantics} kernels={self.kernels} chunk_size={self.chunk_size} "
-                f"batch_size={self.batch_size} num_warps={self.num_warps}")
+        text = (f"semantics={self.semantics} kernels={self.kernels} chunk_size={self.chunk_size} "
+                f"batch_size={self.batch_size} num_warps={self.num_warps} hot_size={self.hot_size} "
+                f"slots_per_step={self.slots_per_step or 'auto'}")
+        if self.semantics == "sync":
+            return text + f" replicas={self.replicas}"
+        return text + f" programs={self.programs or 'auto'} max_in_flight={self.max_in_flight}"
+
+    def kernel_description(self):
+        """What of the plan the generated source depends on (the rest are launch arguments)."""
+        return (f"semantics={self.semantics} kernels={self.kernels} hot segment={'on' if self.hot_size else 'off'}"
+                " (chunk size, slots per step, H, R, warps and programs are launch arguments)")

@@ -56,7 +56,7 @@ def test_inspect_prints_the_source_that_runs(capsys):
     assert main(["inspect", "--model", "lr", "--kernels", "stage", "--chunk-size", "64"]) == 0
     out = capsys.readouterr().out
     plan = Plan(chunk_size=64, batch_size=1024, kernels="stage")
-    generated = generate_kernels(lower(build_model(load_model_file("lr"))), plan.kernels, plan.describe())
+    generated = generate_kernels(lower(build_model(load_model_file("lr"))), plan)
     assert generated.source in out
     assert [spec.stages for spec in generated.train] == [("aggregate",), ("loss",), ("apply",), ("update",)]
 

@@ -8,6 +8,18 @@ another kernel loads it, a stage whose output is consumed in another kernel stor
 kernel applies the batch's accumulated gradients (the mini-batch barrier); the predict kernel is
 aggregate + predict.
 
+Async semantics (`plan.semantics == "async"`) make one persistent kernel: a grid of P programs walks
+the epoch's chunk queue (program p takes chunks p, p + P, ...), each chunk fused as above, and applies
+its gradients to the parameters at once (lock-free, scaled by -step), so P * C samples are in flight.
+
+The hot segment (`plan.hot_size` H > 0): edges whose re-indexed feature is below H are the most
+frequent features. Their gradients are summed inside the program before any atomic: per edge slot the
+C (feature, gradient) pairs are sorted by feature and reduced with a segmented scan, so a hot feature
+costs one atomic per slot of a chunk instead of one per edge. In sync semantics the hot sums go to
+R replicas of an [H] accumulator (`plan.replicas`; replica = program id mod R) that the update kernel
+reduces densely; cold edges accumulate one atomic each, and the update kernel finds their features
+through the batch's edges.
+
 Kernel names are `alac_<model>_<ir hash[:8]>_<role>`, stable for a given IR.
 """
 
@@ -21,21 +33,23 @@ from alac.codegen import triton_helpers
 from alac.codegen.printer import TRITON, ExpressionPrinter, rank_of
 from alac.ir.model_ir import LOSS, PREDICTION, grad_name, l2_name
 from alac.ir.stage_graph import build_stage_graph, kernel_groups
+from alac.plan import next_power_of_two
 
 # Arguments every chunk kernel takes: the layout and which chunks this launch covers.
 _LAYOUT_ARGS = ("edge_feature_ptr", "edge_value_ptr", "chunk_start_ptr", "chunk_width_ptr",
                 "row_of_slot_ptr", "label_ptr", "chunk_order_ptr", "chunk_offset")
-CONSTEXPRS = ("HAS_VALUES", "C")
+CONSTEXPRS = ("HAS_VALUES", "C", "S")
 
 
-def next_power_of_two(n):
-    return 1 << max(0, (n - 1).bit_length())
+# Hot features per step of the update kernel's dense pass over the hot segment: a block of 256
+# float32 keeps the pass coalesced and small enough for every program count.
+HOT_BLOCK = 256
 
 
 @dataclass(frozen=True)
 class KernelSpec:
     name: str
-    role: str          # "train" (one per group, in launch order), "update" or "predict"
+    role: str          # "train" (one per group, in launch order), "update", "async" or "predict"
     stages: tuple
     args: tuple        # run-time arguments, in order; CONSTEXPRS follow as keywords
 
@@ -46,7 +60,8 @@ class GeneratedKernels:
     ir_hash: str
     plan_text: str
     source: str
-    train: tuple       # KernelSpecs launched per batch, in order (the last is the update)
+    train: tuple       # sync: KernelSpecs launched per batch, in order (the last is the update);
+                       # async: the one persistent kernel, launched once per epoch
     predict: KernelSpec
     buffers: tuple = field(default=())   # chunk-local data that goes through global memory: (name, vector)
 
@@ -70,9 +85,12 @@ class _Writer:
 
 
 class KernelGenerator:
-    def __init__(self, ir, kernels="fused"):
+    def __init__(self, ir, plan):
         self.ir = ir
-        self.kernels = kernels
+        self.plan = plan
+        self.kernels = plan.kernels
+        self.hot = plan.hot_size > 0
+        self.asynchronous = plan.semantics == "async"
         self.prefix = f"alac_{ir.name}_{ir.hash[:8]}"
         self.k = ir.factor_size
         self.block_k = next_power_of_two(self.k) if self.k else 0
@@ -81,9 +99,10 @@ class KernelGenerator:
         self.param_vector = {p.name: p.vector for p in ir.params}
 
     def _ranks(self):
-        ranks = {"x": "row", "y": "row"}
+        # edge values are [S, C] tiles (S slots of the chunk's C rows) in every edge loop
+        ranks = {"x": "edge", "y": "row"}
         for p in self.ir.params:
-            ranks[p.name] = "lane" if p.vector else "row"
+            ranks[p.name] = "edge_lane" if p.vector else "edge"
             ranks[l2_name(p.name)] = "uniform"
         for a in self.ir.accums:
             ranks[a.name] = "lane" if a.vector else "row"
@@ -98,27 +117,39 @@ class KernelGenerator:
 
     # --- pieces of code ---------------------------------------------------------------------
 
-    def _vector_offsets(self, rows_expr):
-        return f"{rows_expr}[:, None] * K + lanes[None, :]"
+    @staticmethod
+    def _vector_offsets(ids, edge=False):
+        """Offsets of the K factors of every id: ids is a [C] block, or an [S, C] tile when edge."""
+        return f"{ids}[:, :, None] * K + lanes" if edge else f"{ids}[:, None] * K + lanes[None, :]"
 
-    def _load_param(self, w, name, feature="feature", present="present"):
+    @staticmethod
+    def _lane_mask(mask, edge=False):
+        return f"{mask}[:, :, None] & lane_valid" if edge else f"{mask}[:, None] & lane_valid[None, :]"
+
+    def _load_param(self, w, name):
         pointer = w.arg(f"{name}_ptr")
         if self.param_vector[name]:
-            w.line(f"{name} = tl.load({pointer} + {self._vector_offsets(feature)}, "
-                   f"mask={present}[:, None] & lane_valid[None, :], other=0.0)")
+            w.line(f"{name} = tl.load({pointer} + {self._vector_offsets('feature', True)}, "
+                   f"mask={self._lane_mask('present', True)}, other=0.0)")
         else:
-            w.line(f"{name} = tl.load({pointer} + {feature}, mask={present}, other=0.0)")
+            w.line(f"{name} = tl.load({pointer} + feature, mask=present, other=0.0)")
 
-    def _edge_loop_header(self, w):
-        w.line("for slot in range(0, width):")
+    def _edge_loop_header(self, w, load_values=True):
+        w.comment("S edge slots of the chunk's C rows at a time: an [S, C] tile of edges")
+        w.line("for slot_start in range(0, width, S):")
         w.depth += 1
-        w.line("edge = edge_base + slot * C + rows")
-        w.line("feature, present, x = load_edges(edge_feature_ptr, edge_value_ptr, edge, HAS_VALUES)")
+        w.line("slot = slot_start + tl.arange(0, S)")
+        w.line("edge = edge_base + slot[:, None] * C + rows[None, :]")
+        if load_values:
+            w.line("feature, present, x = load_edges(edge_feature_ptr, edge_value_ptr, edge, slot[:, None] < width, "
+                   "HAS_VALUES)")
+        else:
+            w.line("feature = tl.load(edge_feature_ptr + edge, mask=slot[:, None] < width, other=-1)")
 
     def _program(self, w, program, mask_outputs=False):
         for d in program:
             rank = self.ranks[d.name]
-            text = self.printer(d.expr, "lane" if rank == "lane" else "row")
+            text = self.printer(d.expr, rank)
             if mask_outputs and not d.name.startswith("t"):
                 text = f"tl.where(valid{'[:, None]' if rank == 'lane' else ''}, {text}, 0.0)"
             w.line(f"{d.name} = {text}")
@@ -153,9 +184,9 @@ class KernelGenerator:
         for name in self._used_params([a.contribution for a in self.ir.accums]):
             self._load_param(w, name)
         for a in self.ir.accums:
-            rank = "lane" if a.vector else "row"
-            mask = "present[:, None]" if a.vector else "present"
-            w.line(f"{a.name} += tl.where({mask}, {self.printer(a.contribution, rank)}, 0.0)")
+            rank = "edge_lane" if a.vector else "edge"
+            mask = "present[:, :, None]" if a.vector else "present"
+            w.line(f"{a.name} += tl.sum(tl.where({mask}, {self.printer(a.contribution, rank)}, 0.0), axis=0)")
         w.depth -= 1
 
     def _loss(self, w):
@@ -166,10 +197,16 @@ class KernelGenerator:
         self._program(w, self.ir.sample_program, mask_outputs=True)
         w.line(f"tl.atomic_add({w.arg('loss_sum_ptr')}, tl.sum({LOSS}, axis=0))")
         for d in self.ir.global_grads:
-            w.line(f"tl.atomic_add({w.arg(f'grad_{d.name[3:]}_ptr')}, tl.sum({d.name}, axis=0))")
+            if self.asynchronous:
+                w.line(f"tl.atomic_add({w.arg(f'{d.name[3:]}_ptr')}, -step * tl.sum({d.name}, axis=0))")
+            else:
+                w.line(f"tl.atomic_add({w.arg(f'grad_{d.name[3:]}_ptr')}, tl.sum({d.name}, axis=0))")
 
     def _apply(self, w):
-        w.comment("apply: per-edge gradients, added into the batch's gradient accumulators")
+        if self.asynchronous:
+            w.comment("apply: per-edge gradients straight into the parameters (lock-free), scaled by -step")
+        else:
+            w.comment("apply: per-edge gradients, added into the batch's gradient accumulators")
         self._edge_loop_header(w)
         exprs = [d.expr for d in self.ir.edge_program]
         for name in self._used_params(exprs):
@@ -177,14 +214,46 @@ class KernelGenerator:
         for p in self.ir.params:
             w.arg(l2_name(p.name))
         self._program(w, self.ir.edge_program)
+        if self.hot:
+            w.line(f"hot = present & (feature < {w.arg('hot_size')})")
+            w.line("cold = present & ~hot")
+            w.comment("hot edges: sort the slot's (feature, row) pairs so that equal features are adjacent")
+            w.line("order = tl.sort((tl.where(hot, feature, hot_size) << 32) | rows.to(tl.int64), 1)")
+            w.line("hot_feature = order >> 32")
+            w.line("permutation = (order & 0xFFFFFFFF).to(tl.int32)")
+            w.line("segment_end = (hot_feature != tl.gather(hot_feature, next_row, 1)) | (rows == C - 1)")
+            w.line("segment_end = segment_end & (hot_feature < hot_size)")
         for p in self.ir.params:
-            pointer = w.arg(f"{grad_name(p.name)}_ptr")
-            if p.vector:
-                w.line(f"tl.atomic_add({pointer} + {self._vector_offsets('feature')}, {grad_name(p.name)}, "
-                       f"mask=present[:, None] & lane_valid[None, :])")
-            else:
-                w.line(f"tl.atomic_add({pointer} + feature, {grad_name(p.name)}, mask=present)")
+            self._scatter(w, p)
         w.depth -= 1
+
+    def _scatter(self, w, p):
+        """Add one param's per-edge gradients where they belong (module docstring)."""
+        value = grad_name(p.name)
+        if self.asynchronous:
+            w.line(f"{value} = -step * {value}")
+            target = w.arg(f"{p.name}_ptr")
+        else:
+            target = w.arg(f"{grad_name(p.name)}_ptr")
+        edges = "cold" if self.hot else "present"
+        offsets = self._vector_offsets("feature", True) if p.vector else "feature"
+        mask = self._lane_mask(edges, True) if p.vector else edges
+        w.line(f"tl.atomic_add({target} + {offsets}, {value}, mask={mask})")
+        if not self.hot:
+            return
+        if p.vector:
+            w.line("spread = tl.zeros([S, C, BLOCK_K], tl.int32)")
+            w.line(f"sorted_value = tl.gather({value}, permutation[:, :, None] + spread, 1)")
+            w.line("key = hot_feature[:, :, None] + spread")
+        else:
+            w.line(f"sorted_value = tl.gather({value}, permutation, 1)")
+            w.line("key = hot_feature")
+        w.line("key, summed = tl.associative_scan((key, sorted_value), 1, segment_sum)")
+        row = "hot_feature" if self.asynchronous else "(replica * hot_size + hot_feature)"
+        hot_target = target if self.asynchronous else w.arg(f"hot_{grad_name(p.name)}_ptr")
+        offsets = self._vector_offsets(row, True) if p.vector else row
+        mask = self._lane_mask("segment_end", True) if p.vector else "segment_end"
+        w.line(f"tl.atomic_add({hot_target} + {offsets}, summed, mask={mask})")
 
     def _predict(self, w):
         w.comment("predict")
@@ -195,22 +264,24 @@ class KernelGenerator:
 
     # --- kernels -------------------------------------------------------------------------------
 
-    def _chunk_prologue(self, w):
-        w.line("chunk = tl.load(chunk_order_ptr + chunk_offset + tl.program_id(0)).to(tl.int64)")
+    def _program_constants(self, w, hot_scan=True):
         w.line("rows = tl.arange(0, C)")
+        if self.k:
+            w.line("lanes = tl.arange(0, BLOCK_K)")
+            w.line("lane_valid = lanes < K")
+        if self.hot and hot_scan:
+            w.line("next_row = tl.minimum(rows + 1, C - 1)[None, :] + tl.zeros([S, C], tl.int32)")
+            if not self.asynchronous:
+                w.line(f"replica = tl.program_id(0) % {w.arg('replicas')}")
+
+    def _chunk_prologue(self, w, chunk):
+        w.line(f"chunk = tl.load(chunk_order_ptr + {chunk}).to(tl.int64)")
         w.line("slots = chunk * C + rows")
         w.line("valid = tl.load(row_of_slot_ptr + slots) >= 0")
         w.line("edge_base = tl.load(chunk_start_ptr + chunk)")
         w.line("width = tl.load(chunk_width_ptr + chunk)")
-        if self.k:
-            w.line("lanes = tl.arange(0, BLOCK_K)")
-            w.line("lane_valid = lanes < K")
 
-    def _chunk_kernel(self, role, stages, local_inputs, local_outputs):
-        w = _Writer()
-        for name in _LAYOUT_ARGS:
-            w.arg(name)
-        self._chunk_prologue(w)
+    def _stages(self, w, stages, local_inputs, local_outputs):
         for stage in stages:
             for name, vector in local_inputs.get(stage, ()):
                 self._load_rows(w, name, vector)
@@ -218,6 +289,26 @@ class KernelGenerator:
              "predict": self._predict}[stage](w)
             for name, vector in local_outputs.get(stage, ()):
                 self._store_rows(w, name, vector)
+
+    def _chunk_kernel(self, role, stages, local_inputs, local_outputs):
+        w = _Writer()
+        for name in _LAYOUT_ARGS:
+            w.arg(name)
+        if self.asynchronous and role == "train":
+            w.arg("n_chunks")
+            w.line(f"step = tl.load({w.arg('step_ptr')})")
+        self._program_constants(w)
+        if self.asynchronous and role == "train":
+            w.comment("persistent: this program takes chunks pid, pid + P, ... of the epoch's queue")
+            w.line("for position in range(chunk_offset + tl.program_id(0), n_chunks, tl.num_programs(0)):")
+            w.depth += 1
+            self._chunk_prologue(w, "position")
+            self._stages(w, stages, local_inputs, local_outputs)
+            w.depth -= 1
+            role = "async"
+        else:
+            self._chunk_prologue(w, "chunk_offset + tl.program_id(0)")
+            self._stages(w, stages, local_inputs, local_outputs)
         name = f"{self.prefix}_{'_'.join(stages) if role == 'train' else role}"
         return self._function(name, w), KernelSpec(name, role, tuple(stages), tuple(w.args))
 
@@ -225,16 +316,8 @@ class KernelGenerator:
         w = _Writer()
         for name in ("edge_feature_ptr", "chunk_start_ptr", "chunk_width_ptr", "chunk_order_ptr", "chunk_offset"):
             w.arg(name)
-        w.arg("step")
-        w.comment("p <- p - step * g once for every feature the batch touched: the first edge to swap a")
-        w.comment("feature's gradient out (atomic exchange with 0) gets the batch's whole sum")
-        w.line("chunk = tl.load(chunk_order_ptr + chunk_offset + tl.program_id(0)).to(tl.int64)")
-        w.line("rows = tl.arange(0, C)")
-        w.line("edge_base = tl.load(chunk_start_ptr + chunk)")
-        w.line("width = tl.load(chunk_width_ptr + chunk)")
-        if self.k:
-            w.line("lanes = tl.arange(0, BLOCK_K)")
-            w.line("lane_valid = lanes < K")
+        w.line(f"step = tl.load({w.arg('step_ptr')} + {w.arg('batch')})")
+        self._program_constants(w, hot_scan=False)
         if self.ir.globals:
             w.line("if tl.program_id(0) == 0:")
             w.depth += 1
@@ -245,17 +328,43 @@ class KernelGenerator:
                 w.line(f"tl.store({grad}, 0.0)")
                 w.line(f"tl.store({pointer}, tl.load({pointer}) - step * g)")
             w.depth -= 1
-        w.line("for slot in range(0, width):")
-        w.depth += 1
-        w.line("edge = edge_base + slot * C + rows")
-        w.line("feature = tl.load(edge_feature_ptr + edge)")
-        w.line("present = feature >= 0")
+        if self.hot:
+            w.comment("hot segment: every program owns a block of hot features; it sums their replicas")
+            hot_size = w.arg("hot_size")
+            replicas = w.arg("replicas")
+            w.line(f"for hot_start in range(tl.program_id(0) * HOT_BLOCK, {hot_size}, tl.num_programs(0) * HOT_BLOCK):")
+            w.depth += 1
+            w.line("hot_feature = hot_start + tl.arange(0, HOT_BLOCK)")
+            w.line("in_hot = hot_feature < hot_size")
+            for p in self.ir.params:
+                buffer = w.arg(f"hot_{grad_name(p.name)}_ptr")
+                pointer = w.arg(f"{p.name}_ptr")
+                offsets = self._vector_offsets("hot_feature") if p.vector else "hot_feature"
+                mask = "in_hot[:, None] & lane_valid[None, :]" if p.vector else "in_hot"
+                w.line(f"g = tl.zeros({'[HOT_BLOCK, BLOCK_K]' if p.vector else '[HOT_BLOCK]'}, tl.float32)")
+                w.line(f"for replica in range(0, {replicas}):")
+                w.depth += 1
+                replica_offsets = (f"(replica * {hot_size} + hot_feature)[:, None] * K + lanes[None, :]"
+                                   if p.vector else f"replica * {hot_size} + hot_feature")
+                w.line(f"g += tl.load({buffer} + {replica_offsets}, mask={mask}, other=0.0)")
+                w.line(f"tl.store({buffer} + {replica_offsets}, tl.zeros_like(g), mask={mask})")
+                w.depth -= 1
+                w.line(f"value = tl.load({pointer} + {offsets}, mask={mask}, other=0.0)")
+                w.line(f"tl.store({pointer} + {offsets}, value - step * g, mask={mask})")
+            w.depth -= 1
+        w.comment("p <- p - step * g once for every cold feature the batch touched: the first edge to swap")
+        w.comment("a feature's gradient out (atomic exchange with 0) gets the batch's whole sum")
+        w.line("chunk = tl.load(chunk_order_ptr + chunk_offset + tl.program_id(0)).to(tl.int64)")
+        w.line("edge_base = tl.load(chunk_start_ptr + chunk)")
+        w.line("width = tl.load(chunk_width_ptr + chunk)")
+        self._edge_loop_header(w, load_values=False)
+        w.line("present = feature >= 0" + (f" & (feature >= {w.arg('hot_size')})" if self.hot else ""))
         w.line("feature = tl.where(present, feature, 0).to(tl.int64)")
         for p in self.ir.params:
             bits = w.arg(f"{grad_name(p.name)}_bits_ptr")
             pointer = w.arg(f"{p.name}_ptr")
-            offsets = self._vector_offsets("feature") if p.vector else "feature"
-            mask = "present[:, None] & lane_valid[None, :]" if p.vector else "present"
+            offsets = self._vector_offsets("feature", True) if p.vector else "feature"
+            mask = self._lane_mask("present", True) if p.vector else "present"
             w.line(f"g = tl.atomic_xchg({bits} + {offsets}, 0, mask={mask}).to(tl.float32, bitcast=True)")
             w.line(f"changed = {mask} & (g != 0.0)")
             w.line(f"value = tl.load({pointer} + {offsets}, mask=changed, other=0.0)")
@@ -265,13 +374,17 @@ class KernelGenerator:
         return self._function(name, w), KernelSpec(name, "update", ("update",), tuple(w.args))
 
     def _function(self, name, w):
-        signature = ",\n".join(f"    {a}" for a in w.args + ["HAS_VALUES: tl.constexpr", "C: tl.constexpr"])
+        signature = ",\n".join(f"    {a}" for a in w.args + [f"{c}: tl.constexpr" for c in CONSTEXPRS])
         body = "\n".join(w.lines)
         return f"@triton.jit\ndef {name}(\n{signature},\n):\n{body}\n"
 
-    def generate(self, plan_text=""):
+    def generate(self):
+        plan_text = self.plan.kernel_description()
         graph = build_stage_graph(self.ir)
         groups = kernel_groups(graph, self.kernels, "train")
+        if self.asynchronous:
+            # one persistent kernel; Update has no place in it (updates land as they are computed)
+            groups = [[stage for stage in groups[0] if stage != "update"]]
         group_of = {stage: i for i, group in enumerate(groups) for stage in group}
         # chunk-local data crossing a kernel boundary goes through global memory
         local_inputs, local_outputs, buffers = {}, {}, []
@@ -298,8 +411,13 @@ class KernelGenerator:
         functions.append(source)
         header = self._header(plan_text)
         helpers = "\n\n".join(textwrap.dedent(inspect.getsource(h.fn)) for h in triton_helpers.HELPERS)
+        if self.hot:
+            helpers += "\n\n" + textwrap.dedent(inspect.getsource(triton_helpers.segment_sum.fn))
         block_k = (f"# factors per vector param, and the power-of-two block that holds them\n"
                    f"K = tl.constexpr({self.k})\nBLOCK_K = tl.constexpr({self.block_k})\n\n\n") if self.k else ""
+        if self.hot:
+            block_k += ("# hot features one program of the update kernel reduces at a time\n"
+                        f"HOT_BLOCK = tl.constexpr({HOT_BLOCK})\n\n\n")
         text = (header + "\nimport triton\nimport triton.language as tl\n\n" + block_k
                 + helpers + "\n\n\n" + "\n\n".join(functions))
         return GeneratedKernels(self.ir.name, self.ir.hash, plan_text, text, tuple(train), predict,
@@ -307,11 +425,11 @@ class KernelGenerator:
 
     def _header(self, plan_text):
         lines = [f"# Generated by alac from model '{self.ir.name}' (IR {self.ir.hash[:16]}); do not edit.",
-                 f"# plan: {plan_text or '-'}; kernels: {self.kernels}",
+                 f"# plan: {plan_text}",
                  "#"]
         lines += [f"# {line}" for line in self.ir.lines()]
         return "\n".join(lines) + "\n"
 
 
-def generate_kernels(ir, kernels="fused", plan_text=""):
-    return KernelGenerator(ir, kernels).generate(plan_text)
+def generate_kernels(ir, plan):
+    return KernelGenerator(ir, plan).generate()

@@ -1,8 +1,10 @@
 """Printing IR expressions as Triton or PyTorch code: one printer, two dialects.
 
-Every symbol has a rank: "uniform" (one value per program: globals, L2 coefficients), "row" (one per
-sample or edge slot: a [C] block in a kernel, an [n] tensor in PyTorch) or "lane" (one per row and
-factor lane: [C, BLOCK_K] / [n, k]). In a lane context a row value prints as `name[:, None]`.
+Every symbol has a rank, the axes it varies over: "uniform" (one value per program: globals, L2
+coefficients), "row" (one per sample: a [C] block in a kernel, an [n] tensor in PyTorch), "lane" (per
+row and factor lane: [C, BLOCK_K] / [n, k]), and in kernels that take several edge slots at a time
+"edge" ([S, C]: slot, row) and "edge_lane" ([S, C, BLOCK_K]). Shapes align on trailing axes, so only
+a value without the lane axis needs an index in a lane context: `name[:, None]` or `name[:, :, None]`.
 FactorSum prints as a masked sum over the lane axis.
 """
 
@@ -14,7 +16,14 @@ import sympy as sp
 
 from alac.ir.functions import FactorSum
 
-RANKS = ("uniform", "row", "lane")
+RANK_AXES = {"uniform": (), "row": ("row",), "lane": ("row", "lane"), "edge": ("slot", "row"),
+             "edge_lane": ("slot", "row", "lane")}
+RANKS = tuple(RANK_AXES)
+
+
+def rank_with_axes(axes):
+    axes = set(axes)
+    return next(rank for rank, own in RANK_AXES.items() if set(own) == axes)
 
 
 @dataclass(frozen=True)
@@ -24,7 +33,7 @@ class Dialect:
     where: str
     maximum: str
     minimum: str
-    lane_sum: str            # format with {expr}: sum over the lane axis of a lane expression
+    lane_sum: str            # format with {expr}, {axis}: sum over the lane axis of a lane expression
     general_pow: str         # format with {base}, {exponent}
 
 
@@ -33,7 +42,7 @@ TRITON = Dialect(
     functions={"exp": "tl.exp", "log": "tl.log", "sqrt": "tl.sqrt", "Abs": "tl.abs",
                "Sigmoid": "tl.sigmoid", "Softplus": "softplus", "Log1p": "log1p", "tanh": "tanh"},
     where="tl.where", maximum="tl.maximum", minimum="tl.minimum",
-    lane_sum="tl.sum(tl.where(lane_valid[None, :], {expr}, 0.0), axis=1)",
+    lane_sum="tl.sum(tl.where(lane_valid, {expr}, 0.0), axis={axis})",
     general_pow="tl.exp(({exponent}) * tl.log({base}))",
 )
 
@@ -43,7 +52,7 @@ TORCH = Dialect(
                "Sigmoid": "torch.sigmoid", "Softplus": "_softplus", "Log1p": "torch.log1p",
                "tanh": "torch.tanh"},
     where="torch.where", maximum="_maximum", minimum="_minimum",
-    lane_sum="({expr}).sum(dim=1)",
+    lane_sum="({expr}).sum(dim={axis})",
     general_pow="torch.pow({base}, {exponent})",
 )
 
@@ -63,19 +72,23 @@ def _enclosed(text):
     return True
 
 
-def rank_of(expr, ranks):
-    """The highest rank among the symbols of expr outside FactorSums (FactorSum itself is a row)."""
-    best = 0
+def _axes(expr, ranks):
+    axes = set()
     stack = [expr]
     while stack:
         node = stack.pop()
         if isinstance(node, FactorSum):
-            best = max(best, 1)
-            continue
-        if isinstance(node, sp.Symbol):
-            best = max(best, RANKS.index(ranks[node.name]))
-        stack.extend(node.args)
-    return RANKS[best]
+            axes |= _axes(node.args[0], ranks) - {"lane"}
+        elif isinstance(node, sp.Symbol):
+            axes |= set(RANK_AXES[ranks[node.name]])
+        else:
+            stack.extend(node.args)
+    return axes
+
+
+def rank_of(expr, ranks):
+    """The rank of expr: the union of its symbols' axes (a FactorSum drops the lane axis)."""
+    return rank_with_axes(_axes(expr, ranks))
 
 
 class ExpressionPrinter:
@@ -95,17 +108,16 @@ class ExpressionPrinter:
     def _print(self, e, context):
         d = self.dialect
         if isinstance(e, sp.Symbol):
-            name = self.names.get(e.name, e.name)
-            if context == "lane" and self.ranks.get(e.name) == "row":
-                return f"{name}[:, None]"
-            return name
+            return self._broadcast(self.names.get(e.name, e.name), RANK_AXES[self.ranks[e.name]], context)
         if isinstance(e, (sp.Integer, sp.Rational, sp.Float)) or e in (sp.pi, sp.E):
             return self._number(e)
         if e is sp.true or e is sp.false:
             raise ValueError(f"a constant condition {e} cannot be printed as a tensor")
         if isinstance(e, FactorSum):
-            summed = d.lane_sum.format(expr=self._print(e.args[0], "lane"))
-            return f"{summed}[:, None]" if context == "lane" else summed
+            inner = _axes(e.args[0], self.ranks) | {"lane"}
+            axis = len(inner) - 1
+            summed = d.lane_sum.format(expr=self._print(e.args[0], rank_with_axes(inner)), axis=axis)
+            return self._broadcast(summed, RANK_AXES[rank_with_axes(inner - {"lane"})], context)
         if isinstance(e, sp.Add):
             terms = sorted(e.args, key=lambda t: t.could_extract_minus_sign())
             text = self._print(terms[0], context)
@@ -147,6 +159,13 @@ class ExpressionPrinter:
         if name in d.functions:
             return f"{d.functions[name]}({self._print(e.args[0], context)})"
         raise ValueError(f"alac cannot print {name} ({e}) as {d.name} code")
+
+    @staticmethod
+    def _broadcast(text, axes, context):
+        """Index a value without the lane axis so that it broadcasts in a lane context."""
+        if "lane" in RANK_AXES[context] and axes and "lane" not in axes:
+            return f"{text}[{', '.join([':'] * len(axes))}, None]"
+        return text
 
     def _factor(self, e, context):
         text = self._print(e, context)

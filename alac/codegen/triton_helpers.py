@@ -33,17 +33,24 @@ def tanh(z):
 
 
 @triton.jit
-def load_edges(edge_feature_ptr, edge_value_ptr, edge, HAS_VALUES: tl.constexpr):
-    """(feature, present, x) of one edge slot per row: padding slots (feature -1) get x = 0 and a
-    safe feature id 0 that every masked access ignores."""
-    feature = tl.load(edge_feature_ptr + edge)
+def load_edges(edge_feature_ptr, edge_value_ptr, edge, in_chunk, HAS_VALUES: tl.constexpr):
+    """(feature, present, x) of a tile of edges: padding edges (feature -1) and slots past the
+    chunk's width (in_chunk False) get x = 0 and a safe feature id 0 that masked accesses ignore."""
+    feature = tl.load(edge_feature_ptr + edge, mask=in_chunk, other=-1)
     present = feature >= 0
     feature = tl.where(present, feature, 0).to(tl.int64)
     if HAS_VALUES:
-        x = tl.load(edge_value_ptr + edge)
+        x = tl.load(edge_value_ptr + edge, mask=present, other=0.0)
     else:
         x = tl.where(present, 1.0, 0.0)
     return feature, present, x
+
+
+@triton.jit
+def segment_sum(key_a, value_a, key_b, value_b):
+    """Combine of a segmented sum over key-sorted pairs (for tl.associative_scan): the running sum
+    restarts wherever the key changes."""
+    return key_b, tl.where(key_a == key_b, value_a + value_b, value_b)
 
 
 HELPERS = (log1p, softplus, tanh, load_edges)

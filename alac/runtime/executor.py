@@ -1,9 +1,13 @@
-"""The executor: epochs of exact mini-batch SGD (sync semantics) on a layout, with any backend.
+"""The executor: training epochs on a layout, in sync or async semantics, with any backend.
 
 Sync semantics: an epoch visits the chunks in its reshuffled order, B / C chunks per batch. Every
 sample of a batch reads the parameters as they were at the batch start (the train kernels only add
 into gradient accumulators); the update kernel then applies the batch's summed gradient,
 p <- p - lr / n * sum, with n the batch's real samples (the last chunk may be partial).
+
+Async semantics: persistent programs take the epoch's chunks from the same reshuffled queue and
+apply every sample's gradient at once, lock-free, with step lr / B per sample (B = plan.batch_size),
+so one lr means the same step size in both semantics.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from alac.plan import Plan
 from alac.runtime.layout import default_device
 from alac.runtime.reference import ReferenceBackend
 from alac.runtime.state import ModelState
+from alac.runtime.schedule import batch_steps
 
 BACKENDS = ("triton", "interpret", "reference")
 _NOTICED = set()
@@ -95,29 +100,35 @@ class Executor:
         params, _ = self.model.declarations()
         return {name: param.l2 for name, param in params.items()}
 
-    def _batches(self, layout, order):
-        """(offset, count, real samples) of every batch of an epoch; one host read per epoch."""
-        per_batch = self.plan.chunks_per_batch
-        C = layout.chunk_size
-        missing = layout.n_chunks * C - layout.n_rows
-        last_position = int(torch.nonzero(order == layout.n_chunks - 1)[0, 0]) if missing else -1
-        for offset in range(0, layout.n_chunks, per_batch):
-            count = min(per_batch, layout.n_chunks - offset)
-            real = count * C - (missing if offset <= last_position < offset + count else 0)
-            yield offset, count, real
-
     def train_epoch(self, layout, labels, epoch, lr):
-        """One epoch of sync mini-batch SGD; returns the mean training loss over the epoch."""
+        """One epoch; returns the mean training loss over the epoch."""
         if self.state is None:
             self.initialize(layout)
         order = layout.chunk_order(epoch, self.seed)
         self.loss_sum.zero_()
-        l2 = self.l2()
-        for offset, count, real in self._batches(layout, order):
-            self.train_batch(layout, labels, order, offset, count, lr / max(real, 1), l2)
+        if self.backend_name == "reference":
+            self._reference_epoch(layout, labels, order, lr)
+        else:
+            self.backend.train_epoch(self.state, layout, labels, order, lr, self.l2(), self.loss_sum)
         return float(self.loss_sum) / max(layout.n_rows, 1)
 
+    def _reference_epoch(self, layout, labels, order, lr):
+        """Sync batches; an async plan runs as its one-program limit: chunk after chunk, each sample
+        stepping lr / B, which is sync SGD with batches of one chunk and a fixed step per sample."""
+        if self.plan.semantics == "async":
+            per_batch = 1
+            steps = [lr / self.plan.batch_size] * layout.n_chunks
+        else:
+            per_batch = self.plan.chunks_per_batch
+            steps = batch_steps(layout, order, per_batch, lr).tolist()
+        l2 = self.l2()
+        for batch, offset in enumerate(range(0, layout.n_chunks, per_batch)):
+            count = min(per_batch, layout.n_chunks - offset)
+            self.backend.train_batch(self.state, layout, labels, order[offset:offset + count], steps[batch], l2,
+                                     self.loss_sum)
+
     def train_batch(self, layout, labels, order, offset, count, step, l2=None):
+        """One sync batch: chunks order[offset:offset + count], parameters moved by step * gradient sum."""
         l2 = self.l2() if l2 is None else l2
         if self.backend_name == "reference":
             self.backend.train_batch(self.state, layout, labels, order[offset:offset + count], step, l2,

@@ -1,12 +1,20 @@
-"""Running the generated Triton kernels: on the GPU, or on the CPU under the Triton interpreter."""
+"""Running the generated Triton kernels: on the GPU, or on the CPU under the Triton interpreter.
+
+Sync epochs launch the train kernels once per batch (chunk offset and batch index change, everything
+else is bound once); on a GPU the epoch is captured once as a CUDA graph and replayed, with the
+epoch's chunk order and per-batch steps copied into the buffers the graph reads. Async epochs are one
+launch of the persistent kernel.
+"""
 
 from __future__ import annotations
+
+import math
 
 import torch
 
 from alac.codegen.kernels import generate_kernels
 from alac.codegen.module_cache import load_module
-
+from alac.runtime.schedule import async_programs, batch_steps, slots_per_step
 
 def _same_objects(first, second):
     """True when two tuples hold the very same objects (compared by identity; other items by ==)."""
@@ -21,19 +29,52 @@ class TritonBackend:
         self.plan = plan
         self.interpret = interpret
         self.name = "interpret" if interpret else "triton"
-        self.generated = generate_kernels(ir, plan.kernels, plan.describe())
+        self.generated = generate_kernels(ir, plan)
         self.module = load_module(self.generated, interpret=interpret)
         # (layout and state tensors they were made for, buffers); held, so identities stay unique
         self._buffers = (None, None)
-        self._prepared_key = None
+        self._bound_key = None
+        self._graph = None
 
-    def _arguments(self, state, layout, labels, extra):
+    def _buffers_for(self, state, layout):
+        """Gradient accumulators (zero between batches), the epoch's order and step buffers and,
+        for stage kernels, per-row buffers."""
+        owners = (layout, *state.params.values(), *state.globals.values())
+        if not _same_objects(self._buffers[0], owners):
+            device = layout.device
+            buffers = {f"grad_{name}_ptr": torch.zeros_like(value) for name, value in state.params.items()}
+            buffers.update({f"grad_{name}_ptr": torch.zeros_like(value) for name, value in state.globals.items()})
+            for name in state.params:
+                buffers[f"grad_{name}_bits_ptr"] = buffers[f"grad_{name}_ptr"].view(torch.int32)
+            hot = min(self.plan.hot_size, layout.n_features)
+            if hot and self.plan.semantics == "sync":
+                for name, value in state.params.items():
+                    shape = (self.plan.replicas * hot,) + tuple(value.shape[1:])
+                    buffers[f"hot_grad_{name}_ptr"] = torch.zeros(shape, device=device)
+            slots = layout.n_chunks * layout.chunk_size
+            for name, vector in self.generated.buffers:
+                shape = (slots, self.ir.factor_size) if vector else (slots,)
+                buffers[f"{name}_buffer_ptr"] = torch.zeros(shape, device=device)
+            n_batches = math.ceil(layout.n_chunks / self.plan.chunks_per_batch)
+            buffers["chunk_order_ptr"] = torch.zeros(layout.n_chunks, dtype=torch.int64, device=device)
+            buffers["step_ptr"] = torch.zeros(max(n_batches, 1), device=device)
+            buffers.update({"hot_size": hot, "replicas": self.plan.replicas, "n_chunks": layout.n_chunks})
+            self._buffers = (owners, buffers)
+            self._bound_key = None
+            self._graph = None
+        return self._buffers[1]
+
+    def _constants(self, layout):
+        return {"HAS_VALUES": layout.edge_value is not None, "C": layout.chunk_size,
+                "S": slots_per_step(self.plan, layout, self.ir.factor_size), "num_warps": self.plan.num_warps}
+
+    def _values(self, state, layout, labels, extra):
         values = {
             "edge_feature_ptr": layout.edge_feature,
             # never read when HAS_VALUES is False; any tensor serves as the pointer
             "edge_value_ptr": layout.edge_value if layout.edge_value is not None else layout.edge_feature,
             "chunk_start_ptr": layout.chunk_start, "chunk_width_ptr": layout.chunk_width,
-            "row_of_slot_ptr": layout.row_of_slot, "label_ptr": labels,
+            "row_of_slot_ptr": layout.row_of_slot, "label_ptr": labels, "chunk_offset": 0, "batch": 0,
         }
         for name, value in state.params.items():
             values[f"{name}_ptr"] = value
@@ -42,60 +83,72 @@ class TritonBackend:
         values.update(extra)
         return values
 
-    def _buffers_for(self, state, layout):
-        """Gradient accumulators (zero between batches) and, for stage kernels, per-row buffers."""
-        owners = (layout, *state.params.values(), *state.globals.values())
-        if not _same_objects(self._buffers[0], owners):
-            device = layout.device
-            buffers = {f"grad_{name}_ptr": torch.zeros_like(value) for name, value in state.params.items()}
-            buffers.update({f"grad_{name}_ptr": torch.zeros_like(value) for name, value in state.globals.items()})
-            for name in state.params:
-                buffers[f"grad_{name}_bits_ptr"] = buffers[f"grad_{name}_ptr"].view(torch.int32)
-            slots = layout.n_chunks * layout.chunk_size
-            for name, vector in self.generated.buffers:
-                shape = (slots, self.ir.factor_size) if vector else (slots,)
-                buffers[f"{name}_buffer_ptr"] = torch.zeros(shape, device=device)
-            self._buffers = (owners, buffers)
-        return self._buffers[1]
+    def _bind(self, state, layout, labels, l2, loss_sum):
+        """The train kernels with their argument lists, bound once per (state, layout, labels, l2):
+        per launch only the chunk offset and the batch index change."""
+        buffers = self._buffers_for(state, layout)
+        key = (state, layout, labels, loss_sum, tuple(sorted(l2.items())))
+        if not _same_objects(self._bound_key, key):
+            values = self._values(state, layout, labels, dict(buffers, loss_sum_ptr=loss_sum))
+            values.update({f"l2_{p.name}": float(l2.get(p.name, 0.0)) for p in self.ir.params})
+            constants = self._constants(layout)
+            self._bound = []
+            for spec in self.generated.train:
+                arguments = [values[name] for name in spec.args]
+                offset_at = spec.args.index("chunk_offset") if "chunk_offset" in spec.args else None
+                batch_at = spec.args.index("batch") if "batch" in spec.args else None
+                self._bound.append((getattr(self.module, spec.name), arguments, constants, offset_at, batch_at))
+            self._bound_key = key
+            self._graph = None
+        return buffers
 
-    def _bound(self, spec, values, layout):
-        """(kernel, argument list, constexprs): arguments in the spec's order, resolved once."""
-        kernel = getattr(self.module, spec.name)
-        return kernel, [values[name] for name in spec.args], {
-            "HAS_VALUES": layout.edge_value is not None, "C": layout.chunk_size, "num_warps": self.plan.num_warps}
+    def _launch_batch(self, offset, count, batch):
+        for kernel, arguments, constants, offset_at, batch_at in self._bound:
+            if offset_at is not None:
+                arguments[offset_at] = offset
+            if batch_at is not None:
+                arguments[batch_at] = batch
+            kernel[(count,)](*arguments, **constants)
 
-    def _prepare(self, state, layout, labels, chunk_order, loss_sum, l2):
-        """Arguments of the train kernels for a run of batches; per batch only the offset and the
-        step change, so the per-launch host work is two list stores."""
-        values = self._arguments(state, layout, labels, self._buffers_for(state, layout))
-        values.update({"chunk_order_ptr": chunk_order, "chunk_offset": 0, "step": 0.0, "loss_sum_ptr": loss_sum})
-        values.update({f"l2_{p.name}": float(l2.get(p.name, 0.0)) for p in self.ir.params})
-        prepared = []
-        for spec in self.generated.train:
-            kernel, arguments, constants = self._bound(spec, values, layout)
-            offset_at = spec.args.index("chunk_offset")
-            step_at = spec.args.index("step") if "step" in spec.args else None
-            prepared.append((kernel, arguments, constants, offset_at, step_at))
-        return prepared
+    def _launch_epoch(self, layout):
+        per_batch = self.plan.chunks_per_batch
+        for batch, offset in enumerate(range(0, layout.n_chunks, per_batch)):
+            self._launch_batch(offset, min(per_batch, layout.n_chunks - offset), batch)
 
     def train_batch(self, state, layout, labels, chunk_order, offset, count, step, l2, loss_sum):
-        # The key holds the objects themselves (not their ids), so none can be freed and replaced by
-        # a new object at the same address while the prepared arguments still point at it.
-        key = (state, layout, labels, chunk_order, loss_sum, tuple(sorted(l2.items())))
-        if not _same_objects(self._prepared_key, key):
-            self._prepared = self._prepare(state, layout, labels, chunk_order, loss_sum, l2)
-            self._prepared_key = key
-        for kernel, arguments, constants, offset_at, step_at in self._prepared:
-            arguments[offset_at] = offset
-            if step_at is not None:
-                arguments[step_at] = step
-            kernel[(count,)](*arguments, **constants)
+        """One sync batch (chunks chunk_order[offset:offset + count]) with step lr / n."""
+        buffers = self._bind(state, layout, labels, l2, loss_sum)
+        buffers["chunk_order_ptr"].copy_(chunk_order)
+        buffers["step_ptr"][0] = step
+        self._launch_batch(offset, count, 0)
+
+    def train_epoch(self, state, layout, labels, order, lr, l2, loss_sum):
+        buffers = self._bind(state, layout, labels, l2, loss_sum)
+        buffers["chunk_order_ptr"].copy_(order)
+        if self.plan.semantics == "async":
+            # one step per sample of lr / B: the same lr means the same step size as sync batch B
+            buffers["step_ptr"][0] = lr / self.plan.batch_size
+            kernel, arguments, constants, _, _ = self._bound[0]
+            kernel[(async_programs(self.plan, layout),)](*arguments, **constants)
+            return
+        buffers["step_ptr"][:] = batch_steps(layout, order, self.plan.chunks_per_batch, lr)
+        if not (self.plan.cuda_graph and layout.device.type == "cuda"):
+            self._launch_epoch(layout)
+        elif self._graph is None:
+            self._launch_epoch(layout)  # compiles every kernel variant before the capture
+            torch.cuda.synchronize()
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                self._launch_epoch(layout)
+            self._graph = graph
+        else:
+            self._graph.replay()
 
     def predict(self, state, layout, labels):
         prediction = torch.empty(layout.n_chunks * layout.chunk_size, device=layout.device)
         order = torch.arange(layout.n_chunks, device=layout.device)
-        values = self._arguments(state, layout, labels, {
-            "chunk_order_ptr": order, "chunk_offset": 0, "prediction_ptr": prediction})
-        kernel, arguments, constants = self._bound(self.generated.predict, values, layout)
-        kernel[(layout.n_chunks,)](*arguments, **constants)
+        values = self._values(state, layout, labels, {"chunk_order_ptr": order, "prediction_ptr": prediction})
+        spec = self.generated.predict
+        getattr(self.module, spec.name)[(layout.n_chunks,)](*[values[n] for n in spec.args],
+                                                            **self._constants(layout))
         return prediction

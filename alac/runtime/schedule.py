@@ -1,0 +1,46 @@
+"""Schedule arithmetic shared by the backends: batch steps, async program counts, edge tile sizes."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from alac.plan import next_power_of_two
+
+
+# Edges one program holds per step of its edge loop (S x C, times the factor block for vector
+# params). 4096 keeps a tile at 32 values per thread of 4 warps; the planner tunes it per GPU.
+TILE_EDGES = 4096
+
+
+def slots_per_step(plan, layout, factor_size):
+    """S of the [S, C] edge tiles: the whole (fixed) row width when it fits the tile budget."""
+    if plan.slots_per_step:
+        return plan.slots_per_step
+    width = layout.fixed_width or int(layout.chunk_width.float().mean().ceil()) if layout.n_chunks else 1
+    lanes = next_power_of_two(factor_size) if factor_size else 1
+    budget = max(1, TILE_EDGES // (layout.chunk_size * lanes))
+    return max(1, min(next_power_of_two(max(width, 1)), 1 << (budget.bit_length() - 1)))
+
+
+def async_programs(plan, layout):
+    """Persistent programs of an async epoch: max_in_flight samples, C per program."""
+    if plan.programs:
+        return min(plan.programs, layout.n_chunks)
+    return max(1, min(layout.n_chunks, plan.max_in_flight // layout.chunk_size))
+
+
+def batch_steps(layout, order, chunks_per_batch, lr):
+    """lr / (real samples) of every batch of an epoch, as a device tensor (no host round trip):
+    only the batch holding the partial last chunk has fewer than B samples."""
+    C = layout.chunk_size
+    n_batches = math.ceil(layout.n_chunks / chunks_per_batch)
+    counts = torch.full((n_batches,), chunks_per_batch * C, dtype=torch.float64, device=order.device)
+    counts[-1] = (layout.n_chunks - (n_batches - 1) * chunks_per_batch) * C
+    missing = layout.n_chunks * C - layout.n_rows
+    if missing:
+        position = torch.argmax((order == layout.n_chunks - 1).int())
+        counts.index_add_(0, (position // chunks_per_batch).view(1),
+                          torch.full((1,), -float(missing), dtype=torch.float64, device=order.device))
+    return (lr / counts).float()

@@ -1,0 +1,64 @@
+import numpy as np
+import pytest
+import torch
+
+from alac.data.arrays import from_csr_arrays
+from alac.plan import Plan
+from alac.runtime.layout import LayoutOptions, build_layout
+from alac.runtime.planner import AccessCosts, autotune, hot_size_from_costs, replicas_from_costs
+from alac.runtime.schedule import async_programs, batch_steps, slots_per_step
+
+
+def _layout(chunk_size=4):
+    # feature 0 in every row, feature 1 in every other row, features 2..41 once each
+    rows = []
+    for r in range(40):
+        rows.append([0] + ([1] if r % 2 == 0 else []) + [2 + r])
+    indptr = np.concatenate([[0], np.cumsum([len(r) for r in rows])])
+    dataset = from_csr_arrays(indptr, np.concatenate(rows), None, np.zeros(40), 42)
+    return build_layout(dataset, LayoutOptions(chunk_size=chunk_size), device="cpu")
+
+
+def test_hot_size_follows_the_threshold():
+    layout = _layout(chunk_size=4)
+    # occurrences per chunk of 4 rows: feature 0 -> 4, feature 1 -> 2, the rest -> 0.1
+    assert hot_size_from_costs(layout, AccessCosts("gpu", 1.0, 1.0, 1.0), 4) == 2     # th = 2
+    assert hot_size_from_costs(layout, AccessCosts("gpu", 1.0, 0.5, 1.0), 4) == 1     # th = 4
+    assert hot_size_from_costs(layout, AccessCosts("gpu", 0.01, 1.0, 1.0), 4) == 42   # th = 0.02
+
+
+def test_replicas_spread_the_hottest_feature_over_a_batch():
+    layout = _layout(chunk_size=4)
+    plan = Plan(chunk_size=4, batch_size=16)
+    # feature 0 is in every chunk of the batch's 4 chunks; the dense pass over R * H stays below
+    # the batch's edges (16 rows x 2.5 nnz = 40)
+    assert replicas_from_costs(layout, plan, hot_size=2) == 4
+    assert replicas_from_costs(layout, plan, hot_size=20) == 2
+    assert replicas_from_costs(layout, plan, hot_size=0) == 1
+
+
+def test_batch_steps_count_the_real_rows():
+    layout = _layout(chunk_size=8)  # 40 rows: 5 full chunks
+    order = torch.arange(layout.n_chunks)
+    np.testing.assert_allclose(batch_steps(layout, order, 2, 1.0).numpy(), [1 / 16, 1 / 16, 1 / 8])
+    partial = _layout(chunk_size=16)  # 40 rows in 3 chunks of 16: the last chunk holds 8
+    order = torch.tensor([2, 0, 1])
+    np.testing.assert_allclose(batch_steps(partial, order, 2, 1.0).numpy(), [1 / 24, 1 / 16])
+
+
+def test_schedule_sizes():
+    layout = _layout(chunk_size=8)
+    assert async_programs(Plan(chunk_size=8, batch_size=8, semantics="async", max_in_flight=16), layout) == 2
+    assert async_programs(Plan(chunk_size=8, batch_size=8, semantics="async", programs=99), layout) == layout.n_chunks
+    assert slots_per_step(Plan(chunk_size=8, batch_size=8), layout, 0) == 4       # ELL widths up to 3
+    assert slots_per_step(Plan(chunk_size=8, batch_size=8, slots_per_step=2), layout, 0) == 2
+    assert slots_per_step(Plan(chunk_size=8, batch_size=8), layout, 1000) == 1    # the tile budget
+
+
+def test_autotune_picks_the_fastest_and_caches(tmp_path, monkeypatch):
+    plans = [Plan(chunk_size=c, batch_size=256) for c in (32, 64, 128)]
+    speed = {32: 3.0, 64: 1.0, 128: 2.0}
+    best, timings = autotune(plans, lambda plan: speed[plan.chunk_size], cache_key="case")
+    assert best.chunk_size == 64 and len(timings) == 3
+    again, _ = autotune(plans, lambda plan: pytest.fail("not cached"), cache_key="case")
+    assert again == best
