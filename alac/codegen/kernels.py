@@ -297,7 +297,7 @@ class KernelGenerator:
         if self.asynchronous and role == "train":
             w.arg("n_chunks")
             w.line(f"step = tl.load({w.arg('step_ptr')})")
-        self._program_constants(w)
+        self._program_constants(w, hot_scan="apply" in stages)
         if self.asynchronous and role == "train":
             w.comment("persistent: this program takes chunks pid, pid + P, ... of the epoch's queue")
             w.line("for position in range(chunk_offset + tl.program_id(0), n_chunks, tl.num_programs(0)):")

@@ -228,3 +228,15 @@ def test_cuda_graph_replay_equals_eager_launches():
             executor.train_epoch(layout, labels, epoch, lr=0.3)
         states.append(executor.state)
     _assert_states_close(states[0], states[1])
+
+
+def test_predict_after_training_with_a_hot_segment():
+    dataset = awkward_dataset(17)
+    device = "cuda" if KERNEL_BACKEND == "triton" else "cpu"
+    layout = build_layout(dataset, LayoutOptions(chunk_size=8), device=device)
+    labels = LabelMap.fit("binary", dataset.labels).model_labels(layout.labels)
+    executors = _executors("lr", Plan(chunk_size=8, batch_size=16, hot_size=5, replicas=2), layout)
+    for executor in executors.values():
+        executor.train_epoch(layout, labels, 0, lr=0.3)
+    torch.testing.assert_close(executors[KERNEL_BACKEND].predict(layout).cpu(),
+                               executors["reference"].predict(layout).cpu(), rtol=RTOL, atol=ATOL)
