@@ -20,6 +20,10 @@ R replicas of an [H] accumulator (`plan.replicas`; replica = program id mod R) t
 reduces densely; cold edges accumulate one atomic each, and the update kernel finds their features
 through the batch's edges.
 
+Every atomic is relaxed: gradient sums need atomicity, not ordering (kernel boundaries order the
+sync steps, and async updates are lock-free by design); Triton's default, acq_rel, would fence every
+one of them.
+
 Kernel names are `alac_<model>_<ir hash[:8]>_<role>`, stable for a given IR.
 """
 
@@ -195,12 +199,12 @@ class KernelGenerator:
         for g in self.ir.globals:
             w.line(f"{g} = tl.load({w.arg(f'{g}_ptr')})")
         self._program(w, self.ir.sample_program, mask_outputs=True)
-        w.line(f"tl.atomic_add({w.arg('loss_sum_ptr')}, tl.sum({LOSS}, axis=0))")
+        w.line(f"tl.atomic_add({w.arg('loss_sum_ptr')}, tl.sum({LOSS}, axis=0), sem=\"relaxed\")")
         for d in self.ir.global_grads:
             if self.asynchronous:
-                w.line(f"tl.atomic_add({w.arg(f'{d.name[3:]}_ptr')}, -step * tl.sum({d.name}, axis=0))")
+                w.line(f"tl.atomic_add({w.arg(f'{d.name[3:]}_ptr')}, -step * tl.sum({d.name}, axis=0), sem=\"relaxed\")")
             else:
-                w.line(f"tl.atomic_add({w.arg(f'grad_{d.name[3:]}_ptr')}, tl.sum({d.name}, axis=0))")
+                w.line(f"tl.atomic_add({w.arg(f'grad_{d.name[3:]}_ptr')}, tl.sum({d.name}, axis=0), sem=\"relaxed\")")
 
     def _apply(self, w):
         if self.asynchronous:
@@ -238,7 +242,7 @@ class KernelGenerator:
         edges = "cold" if self.hot else "present"
         offsets = self._vector_offsets("feature", True) if p.vector else "feature"
         mask = self._lane_mask(edges, True) if p.vector else edges
-        w.line(f"tl.atomic_add({target} + {offsets}, {value}, mask={mask})")
+        w.line(f"tl.atomic_add({target} + {offsets}, {value}, mask={mask}, sem=\"relaxed\")")
         if not self.hot:
             return
         if p.vector:
@@ -253,7 +257,7 @@ class KernelGenerator:
         hot_target = target if self.asynchronous else w.arg(f"hot_{grad_name(p.name)}_ptr")
         offsets = self._vector_offsets(row, True) if p.vector else row
         mask = self._lane_mask("segment_end", True) if p.vector else "segment_end"
-        w.line(f"tl.atomic_add({hot_target} + {offsets}, summed, mask={mask})")
+        w.line(f"tl.atomic_add({hot_target} + {offsets}, summed, mask={mask}, sem=\"relaxed\")")
 
     def _predict(self, w):
         w.comment("predict")
@@ -365,7 +369,7 @@ class KernelGenerator:
             pointer = w.arg(f"{p.name}_ptr")
             offsets = self._vector_offsets("feature", True) if p.vector else "feature"
             mask = self._lane_mask("present", True) if p.vector else "present"
-            w.line(f"g = tl.atomic_xchg({bits} + {offsets}, 0, mask={mask}).to(tl.float32, bitcast=True)")
+            w.line(f"g = tl.atomic_xchg({bits} + {offsets}, 0, mask={mask}, sem=\"relaxed\").to(tl.float32, bitcast=True)")
             w.line(f"changed = {mask} & (g != 0.0)")
             w.line(f"value = tl.load({pointer} + {offsets}, mask=changed, other=0.0)")
             w.line(f"tl.store({pointer} + {offsets}, value - step * g, mask=changed)")
