@@ -14,9 +14,11 @@ KERNEL_FAMILIES = ("fused", "stage")
 
 @dataclass(frozen=True)
 class Plan:
-    # 128 samples per program: 4 warps each own 32 rows; the performance issue tunes C per model,
-    # data shape and GPU. The batch size is a multiple of C (each batch is B / C chunks).
-    chunk_size: int = 128
+    # Samples per program. A sweep on H200 over C in 16..128 (benchmarks/results/flow_sweep.md, LR and
+    # FM k=16 on 4M x 39 rows) found 16 fastest for sync batches of 1024 (64 programs per batch:
+    # 69-79 ms/epoch against 127 ms at C = 128) and async within 20 % of the best at every C.
+    # The batch size is a multiple of C (each batch is B / C chunks).
+    chunk_size: int = 16
     batch_size: int = 1024
     kernels: str = "fused"
     num_warps: int = 4
@@ -25,8 +27,10 @@ class Plan:
     # before any atomic (0: off); in sync semantics into `replicas` copies of the hot accumulator.
     hot_size: int = 0
     replicas: int = 1
-    # Async: persistent programs, each with one chunk of C samples in flight (None: from the GPU's
-    # multiprocessor count and max_in_flight).
+    # Async: persistent programs, each with one chunk of C samples in flight (None: max_in_flight / C).
+    # The same sweep found LR's validation logloss after 3 epochs within 0.0015 for 8k to 34k
+    # samples in flight (0.5148-0.5163); 132 x 128 (one chunk of 128 per H200 multiprocessor) is
+    # the middle of that range.
     programs: int | None = None
     max_in_flight: int = 132 * 128
     # Sync on a GPU: replay the epoch's launches as a CUDA graph.

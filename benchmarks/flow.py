@@ -173,20 +173,12 @@ def _model(k):
 
 
 def _tuned_plan(train, k, seed, base, lr):
-    """Autotune C, S and warps of an async plan on one epoch each (max_in_flight fixed)."""
-    from alac.ir.pipeline import lower
-    from alac.runtime.layout import LayoutOptions, build_layout
-    from alac.runtime.planner import autotune, plan_for
+    """Autotune C and warps of an async plan on one epoch each (max_in_flight fixed). The hot
+    segment stays off: it is faster in async but cost convergence at C >= 32 in the plan sweep."""
     from alac.train import Trainer
 
-    ir = lower(_model(k))
-    candidates = []
-    for chunk_size in (32, 64, 128):
-        layout = build_layout(train, LayoutOptions(chunk_size=chunk_size), train.device)
-        hot = plan_for(layout, ir, "async", base.batch_size, dataclasses.replace(base, chunk_size=chunk_size),
-                       device=train.device.type).plan.hot_size
-        for warps in (2, 4, 8):
-            candidates.append(dataclasses.replace(base, chunk_size=chunk_size, hot_size=hot, num_warps=warps))
+    candidates = [dataclasses.replace(base, chunk_size=chunk_size, hot_size=0, num_warps=warps)
+                  for chunk_size in (16, 32, 128) for warps in (2, 4, 8)]
 
     def run_epoch(plan):
         trainer = Trainer(_model(k), lr=lr, plan=plan, backend=BACKEND, device=train.device, seed=seed)
@@ -204,12 +196,15 @@ def run_arms(args, train, valid, k):
     from alac.runtime.layout import LayoutOptions, build_layout
     from alac.runtime.planner import plan_for
 
-    b1024 = Plan(batch_size=1024, kernels="fused", chunk_size=128)
-    layout = build_layout(train, LayoutOptions(chunk_size=128), train.device)
+    # C = 16 for sync and 32 for async: the fastest in the plan sweep (results/flow_sweep.md)
+    b1024 = Plan(batch_size=1024, kernels="fused", chunk_size=16)
+    layout = build_layout(train, LayoutOptions(chunk_size=16), train.device)
     ir = lower(_model(k))
     device = train.device.type
     sync_choice = plan_for(layout, ir, "sync", 1024, b1024, device=device)
-    async_base = Plan(semantics="async", batch_size=1024, chunk_size=128, max_in_flight=args.max_in_flight)
+    del layout
+    async_base = Plan(semantics="async", batch_size=1024, chunk_size=32, max_in_flight=args.max_in_flight)
+    layout = build_layout(train, LayoutOptions(chunk_size=32), train.device)
     async_choice = plan_for(layout, ir, "async", 1024, async_base, device=device)
     del layout
     arms = [
@@ -268,20 +263,14 @@ def _finish(results, copy_gb_per_s, train):
 def scaling(args, k):
     """Async ms per epoch and ns per non-zero from 1M to 64M rows (the planner's plan each time)."""
     from alac.data.synthetic import criteo_like
-    from alac.ir.pipeline import lower
     from alac.plan import Plan
-    from alac.runtime.layout import LayoutOptions, build_layout
-    from alac.runtime.planner import plan_for
     from alac.train import Trainer
 
     rows_list = [int(r) for r in args.scaling.split(",")]
     out = []
     for rows in rows_list:
         data = criteo_like(rows, seed=args.seed, device="cuda")
-        base = Plan(semantics="async", batch_size=1024, chunk_size=128, max_in_flight=args.max_in_flight)
-        layout = build_layout(data, LayoutOptions(chunk_size=128), "cuda")
-        plan = plan_for(layout, lower(_model(k)), "async", 1024, base).plan
-        del layout
+        plan = Plan(semantics="async", batch_size=1024, chunk_size=32, max_in_flight=args.max_in_flight)
         trainer = Trainer(_model(k), lr=args.lr, plan=plan, backend="triton", device="cuda", seed=args.seed)
         layout, labels = trainer.prepare(data)
         trainer.executor.train_epoch(layout, labels, 0, args.lr)
@@ -310,8 +299,7 @@ def real_data(args, k):
             train, test = train.normalize_rows(), test.normalize_rows()
         row = {"data": name, "lr": lr, "batch_size": batch}
         for semantics in ("sync", "async"):
-            plan = Plan(semantics=semantics, batch_size=batch, chunk_size=min(128, batch),
-                        max_in_flight=args.max_in_flight)
+            plan = Plan(semantics=semantics, batch_size=batch, chunk_size=16, max_in_flight=args.max_in_flight)
             trainer = Trainer(_model(k), lr=lr, epochs=args.epochs, plan=plan, backend="triton", seed=args.seed)
             trainer.fit(train)
             row[f"{semantics}_auc"] = trainer.evaluate(test)["auc"]
