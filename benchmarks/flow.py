@@ -175,6 +175,7 @@ def _model(k):
 def _tuned_plan(train, k, seed, base, lr):
     """Autotune C and warps of an async plan on one epoch each (max_in_flight fixed). The hot
     segment stays off: it is faster in async but cost convergence at C >= 32 in the plan sweep."""
+    from alac.runtime.planner import autotune
     from alac.train import Trainer
 
     candidates = [dataclasses.replace(base, chunk_size=chunk_size, hot_size=0, num_warps=warps)
@@ -332,6 +333,10 @@ def main():
     BACKEND = args.backend
     device = "cuda" if args.backend == "triton" else "cpu"
     name = f"flow_{args.model}" + (f"_k{k}" if k and k != 16 else "")
+    if args.scaling:
+        name += "_scaling"
+    elif args.real_data:
+        name += "_real_data"
 
     from alac.data.synthetic import criteo_like
     from alac.runtime.planner import measure_access_costs
