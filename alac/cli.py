@@ -25,7 +25,8 @@ def _add_load_options(parser):
 def _load_options(args, format):
     from alac.data.formats import resolve_format
 
-    format = resolve_format(args.file, format)
+    path = getattr(args, "file", None) or args.data
+    format = resolve_format(path, format)
     options = {}
     if format in ("libsvm", "libffm"):
         if args.n_features is not None:
@@ -89,14 +90,35 @@ def _inspect(args):
 
     module = load_model_file(args.model)
     model = build_model(module)
-    plan = Plan(chunk_size=args.chunk_size, batch_size=max(args.batch_size, args.chunk_size), kernels=args.kernels)
+    plan = Plan(chunk_size=args.chunk_size, batch_size=max(args.batch_size, args.chunk_size), kernels=args.kernels,
+                semantics=args.mode)
     ir = lower(model)
+    planning = []
+    if args.data:
+        from alac.runtime.layout import LayoutOptions, load_layout
+        from alac.runtime.planner import plan_for
+
+        format, options = _load_options(args, args.format)
+        _, layout = load_layout(args.data, format, LayoutOptions(chunk_size=plan.chunk_size), **options)
+        choice = plan_for(layout, ir, plan.semantics, plan.batch_size, plan, device=layout.device.type)
+        plan = choice.plan
+        planning = [f"# data: {args.data}"] + [f"#   {name}: {value}" for name, value in layout.stats.lines()]
+        if choice.costs:
+            planning.append(f"# measured on {choice.costs.device}: coalesced {choice.costs.coalesced_ns:.4f} ns, "
+                            f"random {choice.costs.random_ns:.4f} ns per 4-byte access, copy "
+                            f"{choice.costs.copy_gb_per_s:.0f} GB/s")
+        planning += [f"# plan {decision} = {value}: {why}" for decision, value, why in choice.reasons]
     generated = generate_kernels(ir, plan)
     graph = build_stage_graph(ir)
     print(f"# IR {ir.hash}  (passes: trace, {', '.join(name for name, _ in PASSES)})")
     print(ir)
+    for line in planning:
+        print(line)
     print(f"\n# plan: {plan.describe()}")
-    print("# kernels per batch: " + " ; ".join(" + ".join(g) for g in kernel_groups(graph, plan.kernels)))
+    if plan.semantics == "async":
+        print("# kernels: one persistent aggregate + loss + apply kernel per epoch")
+    else:
+        print("# kernels per batch: " + " ; ".join(" + ".join(g) for g in kernel_groups(graph, plan.kernels)))
     print(f"# kernel names: {', '.join(spec.name for spec in generated.train + (generated.predict,))}")
     if args.dump:
         path = write_source(generated, args.dump)
@@ -106,6 +128,8 @@ def _inspect(args):
 
 
 def build_parser():
+    from alac.plan import Plan
+
     parser = argparse.ArgumentParser(prog="alac", description="Train sparse wide models on GPUs.")
     commands = parser.add_subparsers(dest="command", required=True)
     data = commands.add_parser("data", help="inspect data files").add_subparsers(dest="data_command",
@@ -126,8 +150,11 @@ def build_parser():
     inspect = commands.add_parser("inspect", help="print a model's IR, derived gradients, plan and kernels")
     inspect.add_argument("--model", required=True, help="a zoo model name (lr, fm, ...) or a model file")
     inspect.add_argument("--kernels", default="fused", choices=["fused", "stage"])
-    inspect.add_argument("--chunk-size", type=int, default=128)
+    inspect.add_argument("--chunk-size", type=int, default=Plan.chunk_size)
     inspect.add_argument("--batch-size", type=int, default=1024)
+    inspect.add_argument("--mode", default="sync", choices=["sync", "async"], help="execution semantics")
+    inspect.add_argument("--data", help="a data file: plan for its layout and print the numbers behind it")
+    _add_load_options(inspect)
     inspect.add_argument("--dump", metavar="DIR", help="also write the generated kernels to DIR")
     inspect.set_defaults(handler=_inspect)
     return parser

@@ -36,6 +36,8 @@ def parser_for(description):
     parser.add_argument("--batch-size", type=int, default=1024)
     parser.add_argument("--chunk-size", type=int, default=None, help="samples per program (default: plan's)")
     parser.add_argument("--kernels", default="fused", choices=["fused", "stage"])
+    parser.add_argument("--mode", default="sync", choices=["sync", "async"],
+                        help="sync: exact mini-batch SGD; async: lock-free persistent programs (lr means the same)")
     parser.add_argument("--backend", default="triton", choices=["triton", "interpret", "reference"],
                         help="triton (GPU; falls back to reference without one), interpret (the generated "
                              "kernels in Triton's CPU interpreter, slow), reference (PyTorch)")
@@ -129,7 +131,7 @@ def _run(args, build_model):
     from alac.train import Trainer
 
     model = build_model(args)
-    plan_options = {"batch_size": args.batch_size, "kernels": args.kernels}
+    plan_options = {"batch_size": args.batch_size, "kernels": args.kernels, "semantics": args.mode}
     if args.chunk_size:
         plan_options["chunk_size"] = args.chunk_size
     elif args.backend == "interpret":

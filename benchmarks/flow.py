@@ -202,11 +202,11 @@ def run_arms(args, train, valid, k):
     layout = build_layout(train, LayoutOptions(chunk_size=16), train.device)
     ir = lower(_model(k))
     device = train.device.type
-    sync_choice = plan_for(layout, ir, "sync", 1024, b1024, device=device)
+    sync_choice = plan_for(layout, ir, "sync", 1024, b1024, device=device, use_hot_segment=True)
     del layout
     async_base = Plan(semantics="async", batch_size=1024, chunk_size=32, max_in_flight=args.max_in_flight)
     layout = build_layout(train, LayoutOptions(chunk_size=32), train.device)
-    async_choice = plan_for(layout, ir, "async", 1024, async_base, device=device)
+    async_choice = plan_for(layout, ir, "async", 1024, async_base, device=device, use_hot_segment=True)
     del layout
     arms = [
         ("pytorch_embeddingbag_b1024", lambda: pytorch_idiomatic(train, valid, args.baseline_epochs, args.lr, 1024, k, args.seed)),

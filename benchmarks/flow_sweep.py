@@ -81,7 +81,8 @@ def main():
                 if hot:
                     if plan.chunk_size not in hot_sizes:
                         layout = build_layout(train, LayoutOptions(chunk_size=plan.chunk_size), "cuda")
-                        hot_sizes[plan.chunk_size] = plan_for(layout, lower(_model(k)), semantics, 1024, plan).plan
+                        hot_sizes[plan.chunk_size] = plan_for(layout, lower(_model(k)), semantics, 1024, plan,
+                                                               use_hot_segment=True).plan
                     chosen = hot_sizes[plan.chunk_size]
                     plan = dataclasses.replace(plan, hot_size=chosen.hot_size,
                                                replicas=chosen.replicas if semantics == "sync" else 1)

@@ -64,3 +64,11 @@ def test_inspect_prints_the_source_that_runs(capsys):
 def test_inspect_unknown_model(capsys):
     assert main(["inspect", "--model", "nope"]) == 2
     assert "unknown model 'nope'" in capsys.readouterr().err
+
+
+def test_inspect_with_data_prints_the_plan_and_its_reasons(shared_data, capsys):
+    assert main(["inspect", "--model", "lr", "--data", str(shared_data / "ipinyou/train.fm.txt"), "--mode",
+                 "async", "--chunk-size", "32"]) == 0
+    out = capsys.readouterr().out
+    assert "#   rows: 26,773" in out and "# plan chunk_size = 32" in out and "# plan hot_size =" in out
+    assert "semantics=async" in out and "one persistent" in out and "def alac_lr_" in out

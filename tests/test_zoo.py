@@ -76,3 +76,10 @@ def test_multiclass_labels_are_a_clear_error(tmp_path):
     data.write_text("1 1:1\n2 2:1\n3 1:1\n")
     result = run_model("lr.py", "--train", str(data), "--backend", "reference", check=False)
     assert result.returncode == 2 and "two label values" in result.stderr
+
+
+def test_async_mode_on_a9a(shared_data):
+    result = run_model("lr.py", "--train", str(shared_data / "a9a/a9a"), "--test", str(shared_data / "a9a/a9a.t"),
+                       "--backend", "reference", "--mode", "async", "--chunk-size", "128")
+    metrics = final_metrics(result)
+    assert metrics["auc"] >= 0.900 and metrics["accuracy"] >= 0.845, result.stdout

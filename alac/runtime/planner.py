@@ -113,7 +113,16 @@ class PlanChoice:
     timings: list = dataclasses.field(default_factory=list)   # autotune: (plan description, ms)
 
 
-def plan_for(layout, model_ir, semantics="sync", batch_size=1024, base=None, device="cuda"):
+# Whether the planner turns the hot segment on. Measured on H200 (benchmarks/results/flow_lr.md,
+# flow_fm.md, flow_sweep.md): in sync it never paid (LR 70.4 ms/epoch with it, 68.5 without; FM
+# 162.8 against 152.4), and in async it ran 1.1-1.5x faster but cost validation logloss (LR 0.5187
+# against 0.5035 after 10 epochs). So it is off by default; plan_for still reports the H the cost
+# model gives, and use_hot_segment=True applies it.
+HOT_SEGMENT_BY_DEFAULT = False
+
+
+def plan_for(layout, model_ir, semantics="sync", batch_size=1024, base=None, device="cuda",
+             use_hot_segment=HOT_SEGMENT_BY_DEFAULT):
     """A plan from the cost model (no timing runs): H, R from measured costs, C from the plan."""
     base = base or Plan(batch_size=batch_size, semantics=semantics, chunk_size=layout.chunk_size)
     reasons = [("chunk_size", base.chunk_size, "the layout's C")]
@@ -121,8 +130,12 @@ def plan_for(layout, model_ir, semantics="sync", batch_size=1024, base=None, dev
     if costs is None:
         return PlanChoice(base, reasons + [("hot_size", 0, "no GPU: no access costs to weigh")])
     hot = hot_size_from_costs(layout, costs, base.chunk_size)
-    reasons.append(("hot_size", hot, f"features with >= th = 2c/r = 2 x {costs.coalesced_ns:.3f} ns / "
-                                     f"{costs.random_ns:.3f} ns = {costs.threshold:.2f} occurrences per chunk"))
+    why = (f"features with >= th = 2c/r = 2 x {costs.coalesced_ns:.3f} ns / {costs.random_ns:.3f} ns = "
+           f"{costs.threshold:.2f} occurrences per chunk")
+    if not use_hot_segment:
+        reasons.append(("hot_size", 0, f"off by default (measured not to pay); the cost model gives {hot}: {why}"))
+        return PlanChoice(base, reasons, costs)
+    reasons.append(("hot_size", hot, why))
     plan = dataclasses.replace(base, hot_size=hot)
     if semantics == "sync":
         replicas = replicas_from_costs(layout, plan, hot)
