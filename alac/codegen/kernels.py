@@ -42,7 +42,7 @@ from alac.plan import next_power_of_two
 # Arguments every chunk kernel takes: the layout and which chunks this launch covers.
 _LAYOUT_ARGS = ("edge_feature_ptr", "edge_value_ptr", "chunk_start_ptr", "chunk_width_ptr",
                 "row_of_slot_ptr", "label_ptr", "chunk_order_ptr", "chunk_offset")
-CONSTEXPRS = ("HAS_VALUES", "C", "S")
+CONSTEXPRS = ("HAS_VALUES", "C", "S", "ONE_TILE")
 
 
 # Hot features per step of the update kernel's dense pass over the hot segment: a block of 256
@@ -75,6 +75,10 @@ class _Writer:
         self.lines = []
         self.args = []
         self.depth = 1
+        # one-tile code: the chunk's edges are loaded once, with the params already gathered
+        self.one_tile = False
+        self.tile_loaded = False
+        self.loaded_params = set()
 
     def arg(self, name):
         if name not in self.args:
@@ -131,6 +135,10 @@ class KernelGenerator:
         return f"{mask}[:, :, None] & lane_valid" if edge else f"{mask}[:, None] & lane_valid[None, :]"
 
     def _load_param(self, w, name):
+        if name in w.loaded_params:
+            return
+        if w.one_tile:
+            w.loaded_params.add(name)
         pointer = w.arg(f"{name}_ptr")
         if self.param_vector[name]:
             w.line(f"{name} = tl.load({pointer} + {self._vector_offsets('feature', True)}, "
@@ -139,16 +147,26 @@ class KernelGenerator:
             w.line(f"{name} = tl.load({pointer} + feature, mask=present, other=0.0)")
 
     def _edge_loop_header(self, w, load_values=True):
-        w.comment("S edge slots of the chunk's C rows at a time: an [S, C] tile of edges")
-        w.line("for slot_start in range(0, width, S):")
-        w.depth += 1
-        w.line("slot = slot_start + tl.arange(0, S)")
+        """Open the loop over the chunk's [S, C] edge tiles; in one-tile code, load the one tile
+        (once per kernel). Returns whether a loop was opened."""
+        if w.one_tile:
+            if w.tile_loaded:
+                return False
+            w.comment("every row fits one [S, C] tile of edges: load it once for all stages")
+            w.line("slot = tl.arange(0, S)")
+        else:
+            w.comment("S edge slots of the chunk's C rows at a time: an [S, C] tile of edges")
+            w.line("for slot_start in range(0, width, S):")
+            w.depth += 1
+            w.line("slot = slot_start + tl.arange(0, S)")
         w.line("edge = edge_base + slot[:, None] * C + rows[None, :]")
         if load_values:
             w.line("feature, present, x = load_edges(edge_feature_ptr, edge_value_ptr, edge, slot[:, None] < width, "
                    "HAS_VALUES)")
         else:
             w.line("feature = tl.load(edge_feature_ptr + edge, mask=slot[:, None] < width, other=-1)")
+        w.tile_loaded = w.one_tile
+        return not w.one_tile
 
     def _program(self, w, program, mask_outputs=False):
         for d in program:
@@ -181,17 +199,20 @@ class KernelGenerator:
 
     def _aggregate(self, w):
         w.comment("aggregate: every edge adds its contribution to its sample's accums (registers)")
-        for a in self.ir.accums:
-            shape = "[C, BLOCK_K]" if a.vector else "[C]"
-            w.line(f"{a.name} = tl.zeros({shape}, tl.float32)")
-        self._edge_loop_header(w)
+        if not w.one_tile:
+            for a in self.ir.accums:
+                shape = "[C, BLOCK_K]" if a.vector else "[C]"
+                w.line(f"{a.name} = tl.zeros({shape}, tl.float32)")
+        looped = self._edge_loop_header(w)
         for name in self._used_params([a.contribution for a in self.ir.accums]):
             self._load_param(w, name)
         for a in self.ir.accums:
             rank = "edge_lane" if a.vector else "edge"
             mask = "present[:, :, None]" if a.vector else "present"
-            w.line(f"{a.name} += tl.sum(tl.where({mask}, {self.printer(a.contribution, rank)}, 0.0), axis=0)")
-        w.depth -= 1
+            total = f"tl.sum(tl.where({mask}, {self.printer(a.contribution, rank)}, 0.0), axis=0)"
+            w.line(f"{a.name} += {total}" if looped else f"{a.name} = {total}")
+        if looped:
+            w.depth -= 1
 
     def _loss(self, w):
         w.comment("loss: per-sample loss and dLoss/dAccum, computed in place; padding rows give 0")
@@ -211,7 +232,7 @@ class KernelGenerator:
             w.comment("apply: per-edge gradients straight into the parameters (lock-free), scaled by -step")
         else:
             w.comment("apply: per-edge gradients, added into the batch's gradient accumulators")
-        self._edge_loop_header(w)
+        looped = self._edge_loop_header(w)
         exprs = [d.expr for d in self.ir.edge_program]
         for name in self._used_params(exprs):
             self._load_param(w, name)
@@ -229,7 +250,8 @@ class KernelGenerator:
             w.line("segment_end = segment_end & (hot_feature < hot_size)")
         for p in self.ir.params:
             self._scatter(w, p)
-        w.depth -= 1
+        if looped:
+            w.depth -= 1
 
     def _scatter(self, w, p):
         """Add one param's per-edge gradients where they belong (module docstring)."""
@@ -286,6 +308,20 @@ class KernelGenerator:
         w.line("width = tl.load(chunk_width_ptr + chunk)")
 
     def _stages(self, w, stages, local_inputs, local_outputs):
+        """The stages twice: for launches where every chunk fits one edge tile (ONE_TILE, the
+        fixed-width fast path: edges and params are read once for all stages), and in tile loops."""
+        w.line("if ONE_TILE:")
+        w.depth += 1
+        w.one_tile, w.tile_loaded, w.loaded_params = True, False, set()
+        self._stage_sequence(w, stages, local_inputs, local_outputs)
+        w.one_tile, w.tile_loaded, w.loaded_params = False, False, set()
+        w.depth -= 1
+        w.line("else:")
+        w.depth += 1
+        self._stage_sequence(w, stages, local_inputs, local_outputs)
+        w.depth -= 1
+
+    def _stage_sequence(self, w, stages, local_inputs, local_outputs):
         for stage in stages:
             for name, vector in local_inputs.get(stage, ()):
                 self._load_rows(w, name, vector)

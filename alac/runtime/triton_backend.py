@@ -65,8 +65,10 @@ class TritonBackend:
         return self._buffers[1]
 
     def _constants(self, layout):
-        return {"HAS_VALUES": layout.edge_value is not None, "C": layout.chunk_size,
-                "S": slots_per_step(self.plan, layout, self.ir.factor_size), "num_warps": self.plan.num_warps}
+        slots = slots_per_step(self.plan, layout, self.ir.factor_size)
+        widest = layout.fixed_width if layout.fixed_width is not None else layout.stats.max_nnz
+        return {"HAS_VALUES": layout.edge_value is not None, "C": layout.chunk_size, "S": slots,
+                "ONE_TILE": widest <= slots, "num_warps": self.plan.num_warps}
 
     def _values(self, state, layout, labels, extra):
         values = {

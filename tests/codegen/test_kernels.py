@@ -158,6 +158,8 @@ def test_every_op_prints_to_working_triton(kernels, monkeypatch):
 
 PLAN_VARIANTS = {
     "one slot per step": dict(slots_per_step=1),
+    "whole rows in one tile": dict(slots_per_step=64),
+    "whole rows in one tile, hot": dict(slots_per_step=64, hot_size=6, replicas=2),
     "two slots per step": dict(slots_per_step=2),
     "hot segment": dict(hot_size=6),
     "hot segment, 3 replicas": dict(hot_size=6, replicas=3),
