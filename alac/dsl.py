@@ -75,11 +75,13 @@ def _initializer(init):
 
 @dataclass(frozen=True)
 class Param:
-    """Per-feature model state: a scalar (size=1) or a k-vector of factors; L2 coefficient l2."""
+    """Per-feature model state: a scalar (size=1) or a k-vector of factors; L2 and L1 coefficients
+    (applied as the optimizer says: alac.optimizers)."""
 
     size: int = 1
     init: object = 0.0
     l2: float = 0.0
+    l1: float = 0.0
 
     def __post_init__(self):
         if not isinstance(self.size, int) or self.size < 1:
@@ -209,6 +211,7 @@ class _Ops:
     pow = staticmethod(_elementwise(lambda a, b: a**b))
     maximum = staticmethod(_elementwise(sp.Max))
     minimum = staticmethod(_elementwise(sp.Min))
+    sign = staticmethod(_elementwise(sp.sign))
 
     @staticmethod
     def where(condition, if_true, if_false):
@@ -225,12 +228,19 @@ class _Ops:
             raise ModelError(f"ops.sum sums over the factor axis, but {expr.sym} is a scalar")
         return Expr(FactorSum(expr.sym), False)
 
+    @staticmethod
+    def mean(expr):
+        """Mean over the factor axis of a vector expression (its sum over the K factors, / K)."""
+        return Expr(_Ops.sum(expr).sym / FACTORS, False)
+
     def __getattr__(self, name):
         raise ModelError(f"unknown op ops.{name}: alac offers {', '.join(OP_NAMES)}")
 
 
 OP_NAMES = ("exp", "log", "log1p", "softplus", "sigmoid", "tanh", "abs", "sqrt", "pow", "maximum",
-            "minimum", "where", "sum")
+            "minimum", "sign", "where", "sum", "mean")
+# The number of factors of the vector params, as a symbol (the code generators bind it).
+FACTORS = sp.Symbol("K", positive=True, integer=True)
 ops = _Ops()
 
 LABEL_KINDS = ("binary", "real", "count")
@@ -279,11 +289,11 @@ class Model:
 
 
 class LinearModel(Model):
-    """The linear part every wide model shares: score = w.x + b, with per-param L2 coefficient l2.
+    """The linear part every wide model shares: score = w.x + b, with L2 and L1 coefficients.
     Subclasses give loss and predict in terms of self.score(a, g)."""
 
-    def __init__(self, l2=0.0):
-        self.w = Param(l2=l2)
+    def __init__(self, l2=0.0, l1=0.0):
+        self.w = Param(l2=l2, l1=l1)
         self.b = Global()
 
     def aggregate(self, x, p):

@@ -15,12 +15,12 @@ from alac.runtime.layout import LayoutOptions, build_layout
 
 class Trainer:
     def __init__(self, model, lr=0.5, epochs=10, plan=Plan(), backend="triton", device=None, seed=0,
-                 log=None):
+                 log=None, optimizer="sgd", schedule=None):
         self.model = model
         self.lr = lr
         self.epochs = epochs
         self.plan = plan
-        self.executor = Executor(model, plan, backend, device, seed)
+        self.executor = Executor(model, plan, backend, device, seed, optimizer, schedule)
         self.log = log
         self.history = []
         self.train_layout = None
@@ -72,6 +72,12 @@ class Trainer:
             if not torch.isfinite(torch.tensor(loss)):
                 break
         return self.history
+
+    def zero_share(self):
+        """The share of exactly-zero values among the per-feature params (L1's sparsity)."""
+        values = [p.reshape(-1) for p in self.executor.state.params.values()]
+        total = sum(v.numel() for v in values)
+        return sum(int((v == 0).sum()) for v in values) / max(total, 1)
 
     def predict_layout(self, layout):
         return self.executor.predict(layout)

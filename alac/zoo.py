@@ -42,6 +42,18 @@ def parser_for(description):
                         help="triton (GPU; falls back to reference without one), interpret (the generated "
                              "kernels in Triton's CPU interpreter, slow), reference (PyTorch)")
     parser.add_argument("--seed", type=int, default=0)
+    from alac.optimizers import OPTIMIZERS
+    from alac.runtime.schedule import SCHEDULES
+
+    parser.add_argument("--optimizer", default="sgd", choices=sorted(OPTIMIZERS))
+    for name in sorted({h for o in OPTIMIZERS.values() for h in o.hyper}):
+        parser.add_argument(f"--{name.replace('_', '-')}", type=float, default=None,
+                            help="optimizer hyper-parameter of " + ", ".join(
+                                o.name for o in OPTIMIZERS.values() if name in o.hyper))
+    parser.add_argument("--schedule", default="constant", choices=SCHEDULES, help="learning-rate schedule")
+    parser.add_argument("--decay", type=float, default=0.0,
+                        help="schedule decay: inverse lr / (1 + decay t)^power, epoch_decay lr * decay^epoch")
+    parser.add_argument("--power", type=float, default=0.5, help="inverse schedule's power")
     return parser
 
 
@@ -88,8 +100,8 @@ def _format_record(record):
 
 
 def build_model(module, args=None):
-    """The model of a zoo module (its MODEL class), with its ARGUMENTS and --l2 from args or defaults."""
-    options = {"l2": getattr(args, "l2", 0.0)}
+    """The model of a zoo module (its MODEL class), with its ARGUMENTS, --l2 and --l1 from args or defaults."""
+    options = {"l2": getattr(args, "l2", 0.0), "l1": getattr(args, "l1", 0.0)}
     for flag, spec in getattr(module, "ARGUMENTS", ()):
         name = flag.lstrip("-").replace("-", "_")
         options[name] = getattr(args, name, spec.get("default"))
@@ -109,13 +121,19 @@ def run_module(module, argv=None):
     [(flag, argparse keywords)].
     """
     parser = parser_for(module.__doc__)
-    parser.add_argument("--l2", type=float, default=0.0, help="L2 coefficient, per edge occurrence")
+    parser.add_argument("--l2", type=float, default=0.0,
+                        help="L2 coefficient (in the gradient, per occurrence; FTRL: in its closed form)")
+    parser.add_argument("--l1", type=float, default=0.0, help="L1 coefficient (optimizers ftrl and sgd)")
     for flag, spec in getattr(module, "ARGUMENTS", ()):
         parser.add_argument(flag, **spec)
     args = parser.parse_args(argv)
     if args.lr is None:
+        from alac.optimizers import OPTIMIZERS
+
+        optimizer = OPTIMIZERS[args.optimizer]
         default = module.DEFAULT_LR
-        args.lr = default(args) if callable(default) else default
+        default = default(args) if callable(default) else default
+        args.lr = optimizer.default_lr if optimizer.default_lr is not None else default * optimizer.lr_factor
     if args.backend == "interpret":
         # Triton picks the interpreter when it is first imported, which has not happened yet.
         os.environ["TRITON_INTERPRET"] = "1"
@@ -127,10 +145,14 @@ def run_module(module, argv=None):
 
 
 def _run(args, build_model):
+    from alac.optimizers import get_optimizer
     from alac.plan import Plan
+    from alac.runtime.schedule import LearningRateSchedule
     from alac.train import Trainer
 
     model = build_model(args)
+    optimizer_class = get_optimizer(args.optimizer).__class__
+    optimizer = optimizer_class(**{h: getattr(args, h) for h in optimizer_class.hyper if getattr(args, h) is not None})
     plan_options = {"batch_size": args.batch_size, "kernels": args.kernels, "semantics": args.mode}
     if args.chunk_size:
         plan_options["chunk_size"] = args.chunk_size
@@ -140,12 +162,17 @@ def _run(args, build_model):
     plan = Plan(**plan_options)
     train, valid, test, described = _load_data(args, model)
     trainer = Trainer(model, lr=args.lr, epochs=args.epochs, plan=plan, backend=args.backend, seed=args.seed,
-                      log=lambda record: print(_format_record(record), flush=True))
+                      log=lambda record: print(_format_record(record), flush=True), optimizer=optimizer,
+                      schedule=LearningRateSchedule(args.schedule, args.decay, args.power))
     print(f"model {model.model_name()} on {described}: {train.n_rows:,} training rows, "
           f"{train.n_features:,} features; backend {trainer.backend} on {trainer.device}; {plan.describe()}; "
-          f"lr {args.lr}", flush=True)
+          f"lr {args.lr}, {optimizer.describe()}, schedule {trainer.executor.schedule.describe()}", flush=True)
     trainer.fit(train, valid if valid is not None else test)
     final = trainer.evaluate(test if test is not None else (valid if valid is not None else train))
+    if args.l1:
+        zeros = trainer.zero_share()
+        print(f"exactly-zero weights: {100 * zeros:.2f}% of {trainer.train_layout.n_features:,} features' parameters")
+        final["zero_share"] = zeros
     print(json.dumps({k: round(v, 6) for k, v in final.items()}))
     return 0
 

@@ -148,14 +148,14 @@ def pytorch_stage(train, valid, epochs, lr, batch_size, k, seed):
 BACKEND = "triton"
 
 
-def alac_arm(train, valid, epochs, lr, k, seed, plan):
+def alac_arm(train, valid, epochs, lr, k, seed, plan, optimizer="sgd"):
     from alac.train import Trainer
 
     model = _model(k)
-    trainer = Trainer(model, lr=lr, plan=plan, backend=BACKEND, device=train.device, seed=seed)
+    trainer = Trainer(model, lr=lr, plan=plan, backend=BACKEND, device=train.device, seed=seed, optimizer=optimizer)
     layout, labels = trainer.prepare(train)
     valid_layout = trainer.layout_of(valid)
-    warm = Trainer(model, lr=lr, plan=plan, backend=BACKEND, device=train.device, seed=seed)
+    warm = Trainer(model, lr=lr, plan=plan, backend=BACKEND, device=train.device, seed=seed, optimizer=optimizer)
     warm.executor.train_epoch(layout, labels, 0, lr)  # compiles every kernel off the clock
     history = []
     for epoch in range(epochs):

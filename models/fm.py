@@ -5,15 +5,15 @@ from alac.dsl import LinearModel, Normal, Param, ops
 
 
 class FactorizationMachine(LinearModel):
-    def __init__(self, k=8, loss="logistic", l2=0.0, init_std=0.01):
+    def __init__(self, k=8, loss="logistic", l2=0.0, l1=0.0, init_std=0.01):
         if loss not in ("logistic", "squared"):
             raise ValueError(f"loss must be 'logistic' or 'squared', got {loss!r}")
         self.name = "fm" if loss == "logistic" else "fm_squared"
         self.labels = "binary" if loss == "logistic" else "real"
         self.prediction = "probability" if loss == "logistic" else "value"
         self.loss_kind = loss
-        super().__init__(l2)
-        self.v = Param(size=k, init=Normal(init_std), l2=l2)
+        super().__init__(l2, l1)
+        self.v = Param(size=k, init=Normal(init_std), l2=l2, l1=l1)
 
     def aggregate(self, x, p):
         return {**super().aggregate(x, p), "vx": x * p.v, "v2x2": x**2 * p.v**2}

@@ -92,9 +92,14 @@ class _Writer:
         self.line(f"# {text}")
 
 
+def _is_zero(program, name):
+    return next(d.expr for d in program if d.name == name) == 0
+
+
 class KernelGenerator:
     def __init__(self, ir, plan):
         self.ir = ir
+        self.optimizer = ir.optimizer
         self.plan = plan
         self.kernels = plan.kernels
         self.hot = plan.hot_size > 0
@@ -223,7 +228,8 @@ class KernelGenerator:
         w.line(f"tl.atomic_add({w.arg('loss_sum_ptr')}, tl.sum({LOSS}, axis=0), sem=\"relaxed\")")
         for d in self.ir.global_grads:
             if self.asynchronous:
-                w.line(f"tl.atomic_add({w.arg(f'{d.name[3:]}_ptr')}, -step * tl.sum({d.name}, axis=0), sem=\"relaxed\")")
+                w.line(f"tl.atomic_add({w.arg(f'{d.name[3:]}_ptr')}, -lr * scale * tl.sum({d.name}, axis=0), "
+                       "sem=\"relaxed\")")
             else:
                 w.line(f"tl.atomic_add({w.arg(f'grad_{d.name[3:]}_ptr')}, tl.sum({d.name}, axis=0), sem=\"relaxed\")")
 
@@ -239,6 +245,8 @@ class KernelGenerator:
         for p in self.ir.params:
             w.arg(l2_name(p.name))
         self._program(w, self.ir.edge_program)
+        if not self.asynchronous:
+            w.line(f"tl.store({w.arg('touched_ptr')} + feature, tl.full([S, C], 1, tl.int32), mask=present)")
         if self.hot:
             w.line(f"hot = present & (feature < {w.arg('hot_size')})")
             w.line("cold = present & ~hot")
@@ -254,17 +262,17 @@ class KernelGenerator:
             w.depth -= 1
 
     def _scatter(self, w, p):
-        """Add one param's per-edge gradients where they belong (module docstring)."""
+        """Route one param's per-edge gradients (module docstring): sync adds them into the batch's
+        accumulators, async applies the optimizer's change at once."""
         value = grad_name(p.name)
-        if self.asynchronous:
-            w.line(f"{value} = -step * {value}")
-            target = w.arg(f"{p.name}_ptr")
-        else:
-            target = w.arg(f"{grad_name(p.name)}_ptr")
         edges = "cold" if self.hot else "present"
-        offsets = self._vector_offsets("feature", True) if p.vector else "feature"
-        mask = self._lane_mask(edges, True) if p.vector else edges
-        w.line(f"tl.atomic_add({target} + {offsets}, {value}, mask={mask}, sem=\"relaxed\")")
+        if self.asynchronous:
+            self._optimizer_step(w, p, "feature", edges, True, f"{value} * scale", "delta")
+        else:
+            offsets = self._vector_offsets("feature", True) if p.vector else "feature"
+            mask = self._lane_mask(edges, True) if p.vector else edges
+            target = w.arg(f"{grad_name(p.name)}_ptr")
+            w.line(f"tl.atomic_add({target} + {offsets}, {value}, mask={mask}, sem=\"relaxed\")")
         if not self.hot:
             return
         if p.vector:
@@ -275,11 +283,63 @@ class KernelGenerator:
             w.line(f"sorted_value = tl.gather({value}, permutation, 1)")
             w.line("key = hot_feature")
         w.line("key, summed = tl.associative_scan((key, sorted_value), 1, segment_sum)")
-        row = "hot_feature" if self.asynchronous else "(replica * hot_size + hot_feature)"
-        hot_target = target if self.asynchronous else w.arg(f"hot_{grad_name(p.name)}_ptr")
+        if self.asynchronous:
+            self._optimizer_step(w, p, "hot_feature", "segment_end", True, "summed * scale", "delta")
+            return
+        row = "(replica * hot_size + hot_feature)"
         offsets = self._vector_offsets(row, True) if p.vector else row
         mask = self._lane_mask("segment_end", True) if p.vector else "segment_end"
-        w.line(f"tl.atomic_add({hot_target} + {offsets}, summed, mask={mask}, sem=\"relaxed\")")
+        w.line(f"tl.atomic_add({w.arg(f'hot_{grad_name(p.name)}_ptr')} + {offsets}, summed, mask={mask}, "
+               "sem=\"relaxed\")")
+
+    def _optimizer_step(self, w, p, ids, mask, edge, gradient, mode):
+        """The optimizer's rule for param p at feature ids (an [S, C] tile when edge, else a block):
+        mode "new" stores the new values (sync update), "delta" adds new - old atomically (async)."""
+        update = self.optimizer.for_param(p)
+        program = update.deltas if mode == "delta" else update.program
+        lane_rank, row_rank = ("edge_lane", "edge") if edge else ("lane", "row")
+        full_rank = lane_rank if p.vector else row_rank
+        ranks = {"p": full_rank, "g": full_rank, "lr": "uniform", "l1": "uniform", "l2": "uniform", "K": "uniform"}
+        ranks.update({f"h_{h}": "uniform" for h in self.optimizer.hypers})
+        names = {"p": "value", "g": "g", "l1": w.arg(f"reg_l1_{p.name}") if self.optimizer.has_l1 else "0.0",
+                 "l2": f"reg_l2_{p.name}", "lr": "lr"}
+        row_states = set()
+        for state, _, row in self.optimizer.states:
+            ranks[f"s_{state}"] = row_rank if (row or not p.vector) else lane_rank
+            names[f"s_{state}"] = f"state_{state}"
+            if row and p.vector:
+                row_states.add(state)
+        for d in program:
+            ranks[d.name] = rank_of(d.expr, ranks)
+        printer = ExpressionPrinter(TRITON, names, ranks)
+        used = {symbol.name for d in program for symbol in d.expr.free_symbols}
+        if "l2" in used:
+            w.arg(f"reg_l2_{p.name}")
+        for h in self.optimizer.hypers:
+            if f"h_{h}" in used:
+                w.arg(f"h_{h}")
+        full_offsets = self._vector_offsets(ids, edge) if p.vector else ids
+        full_mask = self._lane_mask(mask, edge) if p.vector else mask
+        w.comment(f"{self.optimizer.name} on {p.name}" + (" (the change, added atomically)" if mode == "delta" else ""))
+        w.line(f"g = {gradient}")
+        pointer = w.arg(f"{p.name}_ptr")
+        if "p" in used or mode == "new":
+            w.line(f"value = tl.load({pointer} + {full_offsets}, mask={full_mask}, other=0.0)")
+        for state, _, _ in self.optimizer.states:
+            state_pointer = w.arg(f"state_{p.name}_{state}_ptr")
+            offsets, state_mask = (ids, mask) if state in row_states else (full_offsets, full_mask)
+            if f"s_{state}" in used:
+                w.line(f"state_{state} = tl.load({state_pointer} + {offsets}, mask={state_mask}, other=0.0)")
+        for d in program:
+            w.line(f"{d.name} = {printer(d.expr, ranks[d.name])}")
+        for target, source, offsets, target_mask in (
+                [(pointer, "p", full_offsets, full_mask)]
+                + [(f"state_{p.name}_{st}_ptr", f"s_{st}", ids if st in row_states else full_offsets,
+                    mask if st in row_states else full_mask) for st, _, _ in self.optimizer.states]):
+            if mode == "new":
+                w.line(f"tl.store({target} + {offsets}, new_{source}, mask={target_mask})")
+            elif f"delta_{source}" in {d.name for d in program} and not _is_zero(program, f"delta_{source}"):
+                w.line(f"tl.atomic_add({target} + {offsets}, delta_{source}, mask={target_mask}, sem=\"relaxed\")")
 
     def _predict(self, w):
         w.comment("predict")
@@ -336,7 +396,9 @@ class KernelGenerator:
             w.arg(name)
         if self.asynchronous and role == "train":
             w.arg("n_chunks")
-            w.line(f"step = tl.load({w.arg('step_ptr')})")
+            w.comment("the epoch's learning rate, and 1 / B: a sample's gradient counts as in a batch of B")
+            w.line(f"lr = tl.load({w.arg('lr_ptr')})")
+            w.line(f"scale = tl.load({w.arg('scale_ptr')})")
         self._program_constants(w, hot_scan="apply" in stages)
         if self.asynchronous and role == "train":
             w.comment("persistent: this program takes chunks pid, pid + P, ... of the epoch's queue")
@@ -356,9 +418,13 @@ class KernelGenerator:
         w = _Writer()
         for name in ("edge_feature_ptr", "chunk_start_ptr", "chunk_width_ptr", "chunk_order_ptr", "chunk_offset"):
             w.arg(name)
-        w.line(f"step = tl.load({w.arg('step_ptr')} + {w.arg('batch')})")
+        batch = w.arg("batch")
+        w.comment("the batch's learning rate, and 1 / its real samples (the gradient sums become means)")
+        w.line(f"lr = tl.load({w.arg('lr_ptr')} + {batch})")
+        w.line(f"scale = tl.load({w.arg('scale_ptr')} + {batch})")
         self._program_constants(w, hot_scan=False)
         if self.ir.globals:
+            w.comment("globals: plain SGD on the batch-mean gradient")
             w.line("if tl.program_id(0) == 0:")
             w.depth += 1
             for g in self.ir.globals:
@@ -366,49 +432,49 @@ class KernelGenerator:
                 pointer = w.arg(f"{g}_ptr")
                 w.line(f"g = tl.load({grad})")
                 w.line(f"tl.store({grad}, 0.0)")
-                w.line(f"tl.store({pointer}, tl.load({pointer}) - step * g)")
+                w.line(f"tl.store({pointer}, tl.load({pointer}) - lr * scale * g)")
             w.depth -= 1
+        touched = w.arg("touched_ptr")
         if self.hot:
-            w.comment("hot segment: every program owns a block of hot features; it sums their replicas")
+            w.comment("hot segment: every program owns blocks of hot features, sums their replicas and")
+            w.comment("updates the ones the batch touched")
             hot_size = w.arg("hot_size")
             replicas = w.arg("replicas")
             w.line(f"for hot_start in range(tl.program_id(0) * HOT_BLOCK, {hot_size}, tl.num_programs(0) * HOT_BLOCK):")
             w.depth += 1
             w.line("hot_feature = hot_start + tl.arange(0, HOT_BLOCK)")
             w.line("in_hot = hot_feature < hot_size")
+            w.line(f"use = in_hot & (tl.load({touched} + hot_feature, mask=in_hot, other=0) == 1)")
+            w.line(f"tl.store({touched} + hot_feature, tl.zeros_like(hot_feature), mask=in_hot)")
             for p in self.ir.params:
                 buffer = w.arg(f"hot_{grad_name(p.name)}_ptr")
-                pointer = w.arg(f"{p.name}_ptr")
-                offsets = self._vector_offsets("hot_feature") if p.vector else "hot_feature"
                 mask = "in_hot[:, None] & lane_valid[None, :]" if p.vector else "in_hot"
-                w.line(f"g = tl.zeros({'[HOT_BLOCK, BLOCK_K]' if p.vector else '[HOT_BLOCK]'}, tl.float32)")
+                w.line(f"summed = tl.zeros({'[HOT_BLOCK, BLOCK_K]' if p.vector else '[HOT_BLOCK]'}, tl.float32)")
                 w.line(f"for replica in range(0, {replicas}):")
                 w.depth += 1
                 replica_offsets = (f"(replica * {hot_size} + hot_feature)[:, None] * K + lanes[None, :]"
                                    if p.vector else f"replica * {hot_size} + hot_feature")
-                w.line(f"g += tl.load({buffer} + {replica_offsets}, mask={mask}, other=0.0)")
-                w.line(f"tl.store({buffer} + {replica_offsets}, tl.zeros_like(g), mask={mask})")
+                w.line(f"summed += tl.load({buffer} + {replica_offsets}, mask={mask}, other=0.0)")
+                w.line(f"tl.store({buffer} + {replica_offsets}, tl.zeros_like(summed), mask={mask})")
                 w.depth -= 1
-                w.line(f"value = tl.load({pointer} + {offsets}, mask={mask}, other=0.0)")
-                w.line(f"tl.store({pointer} + {offsets}, value - step * g, mask={mask})")
+                self._optimizer_step(w, p, "hot_feature", "use", False, "summed * scale", "new")
             w.depth -= 1
-        w.comment("p <- p - step * g once for every cold feature the batch touched: the first edge to swap")
-        w.comment("a feature's gradient out (atomic exchange with 0) gets the batch's whole sum")
+        w.comment("every touched cold feature once: the first of its edges to swap its touched flag out")
+        w.comment("(atomic exchange with 0) applies the optimizer to the batch's summed gradient")
         w.line("chunk = tl.load(chunk_order_ptr + chunk_offset + tl.program_id(0)).to(tl.int64)")
         w.line("edge_base = tl.load(chunk_start_ptr + chunk)")
         w.line("width = tl.load(chunk_width_ptr + chunk)")
         self._edge_loop_header(w, load_values=False)
         w.line("present = feature >= 0" + (f" & (feature >= {w.arg('hot_size')})" if self.hot else ""))
         w.line("feature = tl.where(present, feature, 0).to(tl.int64)")
+        w.line(f"first = present & (tl.atomic_xchg({touched} + feature, 0, mask=present, sem=\"relaxed\") == 1)")
         for p in self.ir.params:
-            bits = w.arg(f"{grad_name(p.name)}_bits_ptr")
-            pointer = w.arg(f"{p.name}_ptr")
+            grad = w.arg(f"{grad_name(p.name)}_ptr")
             offsets = self._vector_offsets("feature", True) if p.vector else "feature"
-            mask = self._lane_mask("present", True) if p.vector else "present"
-            w.line(f"g = tl.atomic_xchg({bits} + {offsets}, 0, mask={mask}, sem=\"relaxed\").to(tl.float32, bitcast=True)")
-            w.line(f"changed = {mask} & (g != 0.0)")
-            w.line(f"value = tl.load({pointer} + {offsets}, mask=changed, other=0.0)")
-            w.line(f"tl.store({pointer} + {offsets}, value - step * g, mask=changed)")
+            mask = self._lane_mask("first", True) if p.vector else "first"
+            w.line(f"summed = tl.load({grad} + {offsets}, mask={mask}, other=0.0)")
+            w.line(f"tl.store({grad} + {offsets}, tl.zeros_like(summed), mask={mask})")
+            self._optimizer_step(w, p, "feature", "first", True, "summed * scale", "new")
         w.depth -= 1
         name = f"{self.prefix}_update"
         return self._function(name, w), KernelSpec(name, "update", ("update",), tuple(w.args))

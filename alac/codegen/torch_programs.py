@@ -56,13 +56,34 @@ class TorchPrograms:
             self._function("edge", ["x"] + [p.name for p in ir.params]
                            + [d.name for d in ir.accum_deltas] + [l2_name(p.name) for p in ir.params],
                            [], ir.edge_program),
-        ])
+        ] + [self._update_function(f"update_{kind}", update) for kind, update in
+             (("scalar", ir.optimizer.scalar), ("vector", ir.optimizer.vector)) if update is not None])
         namespace = {"torch": torch, "_softplus": _softplus, "_maximum": _maximum, "_minimum": _minimum}
         exec(compile(self.source, f"<alac reference program of {ir.name}>", "exec"), namespace)
         self.contributions = namespace["contributions"]
         self.sample = namespace["sample"]
         self.predict = namespace["predict"]
         self.edge = namespace["edge"]
+        self.update_scalar = namespace["update_scalar"]
+        self.update_vector = namespace.get("update_vector")
+
+    def _update_function(self, name, update):
+        """new_p, new_s_<state> of the optimizer for rows of one param ([n] or [n, k] tensors)."""
+        optimizer = self.ir.optimizer
+        lane = "lane" if update.vector else "row"
+        ranks = {"p": lane, "g": lane, "lr": "uniform", "l1": "uniform", "l2": "uniform", "K": "uniform"}
+        ranks.update({f"h_{h}": "uniform" for h in optimizer.hypers})
+        ranks.update({f"s_{st}": ("row" if row else lane) for st, _, row in optimizer.states})
+        for d in update.program:
+            ranks[d.name] = rank_of(d.expr, ranks)
+        printer = ExpressionPrinter(TORCH, {}, ranks)
+        args = ["p", "g"] + [f"s_{st}" for st, _, _ in optimizer.states] + ["lr"] + \
+            [f"h_{h}" for h in optimizer.hypers] + ["l1", "l2", "K"]
+        lines = [f"def {name}({', '.join(args)}):"]
+        lines += [f"    {d.name} = {printer(d.expr, ranks[d.name])}" for d in update.program]
+        outputs = ["new_p"] + [f"new_s_{st}" for st, _, _ in optimizer.states]
+        lines.append("    return {" + ", ".join(f"{o!r}: {o}" for o in outputs) + "}")
+        return "\n".join(lines)
 
     def output_rank(self, name):
         return self.ranks[name]

@@ -11,7 +11,7 @@ plus the exact sympy forms.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import sympy as sp
 
@@ -94,7 +94,7 @@ class ModelIR:
     sample_program: tuple = ()      # temps, then loss, d_*, dg_*: per sample, from accums, globals, y
     predict_program: tuple = ()     # temps, then prediction: per sample, from accums and globals
     edge_program: tuple = ()        # temps, then grad_*: per edge, from x, params, d_*, l2_*
-    notes: tuple = field(default=())
+    optimizer: object = None        # OptimizerIR: per-param state and update rule (alac.ir.optimizer_ir)
 
     @property
     def lane_symbols(self):
@@ -128,6 +128,8 @@ class ModelIR:
             if program:
                 out.append(f"  {title} program:")
                 out.extend(f"    {d}" for d in program)
+        if self.optimizer is not None:
+            out.extend(f"  {line}" for line in self.optimizer.lines())
         return out
 
     def __str__(self):
@@ -138,6 +140,10 @@ class ModelIR:
         """Stable content hash: the listing plus the exact sympy form of every expression."""
         exprs = [a.contribution for a in self.accums] + [self.loss, self.predict]
         exprs += [d.expr for d in self.sample_program + self.predict_program + self.edge_program]
+        if self.optimizer is not None:
+            for update in (self.optimizer.scalar, self.optimizer.vector):
+                if update is not None:
+                    exprs += [d.expr for d in update.program + update.deltas]
         text = str(self) + "\n" + "\n".join(sp.srepr(e) for e in exprs)
         return hashlib.sha256(text.encode()).hexdigest()
 

@@ -1,6 +1,10 @@
 """The lowering pipeline: trace a DSL model, then run every pass in order."""
 
+import dataclasses
+
 from alac.ir.derive import check_explicit_apply, derive_gradients, eliminate_common_subexpressions
+from alac.ir.optimizer_ir import lower_optimizer
+from alac.optimizers import get_optimizer
 from alac.ir.trace import trace
 
 # The lowering pipeline, in order. Every pass is a pure function ModelIR -> ModelIR.
@@ -11,9 +15,12 @@ PASSES = (
 )
 
 
-def lower(model):
-    """ModelIR of a DSL model: trace, then every pass of PASSES."""
+def lower(model, optimizer=None):
+    """ModelIR of a DSL model: trace, every pass of PASSES, then the optimizer's update rule
+    (plain SGD when none is given) traced into the IR."""
     ir = trace(model)
     for _, run_pass in PASSES:
         ir = run_pass(ir)
-    return ir
+    params, _ = model.declarations()
+    optimizer = get_optimizer(optimizer or "sgd")
+    return dataclasses.replace(ir, optimizer=lower_optimizer(optimizer, ir, params))

@@ -12,7 +12,9 @@ so one lr means the same step size in both semantics.
 
 from __future__ import annotations
 
+import math
 import sys
+from dataclasses import dataclass
 
 import torch
 
@@ -22,7 +24,8 @@ from alac.plan import Plan
 from alac.runtime.layout import default_device
 from alac.runtime.reference import ReferenceBackend
 from alac.runtime.state import ModelState
-from alac.runtime.schedule import batch_steps
+from alac.optimizers import get_optimizer
+from alac.runtime.schedule import LearningRateSchedule, batch_scales
 
 BACKENDS = ("triton", "interpret", "reference")
 _NOTICED = set()
@@ -77,12 +80,26 @@ class LabelMap:
         return labels == self.positive
 
 
+@dataclass(frozen=True)
+class StepSettings:
+    """The run-time coefficients of a training step."""
+
+    gradient_l2: dict    # param -> l2 added to the gradient (lazily, per occurrence)
+    update_l1: dict      # param -> l1 for the optimizer's rule
+    update_l2: dict      # param -> l2 for the optimizer's rule (FTRL)
+    hypers: dict         # optimizer hyper-parameter -> value
+
+
 class Executor:
-    def __init__(self, model, plan=Plan(), backend="triton", device=None, seed=0):
+    def __init__(self, model, plan=Plan(), backend="triton", device=None, seed=0, optimizer="sgd",
+                 schedule=None):
         self.model = model
-        self.ir = lower(model)
+        self.optimizer = get_optimizer(optimizer)
+        self.ir = lower(model, self.optimizer)
         self.plan = plan
         self.seed = seed
+        self.schedule = schedule or LearningRateSchedule()
+        self.batches_done = 0
         self.backend_name, self.device = resolve_backend(backend, device)
         if self.backend_name == "reference":
             self.backend = ReferenceBackend(self.ir)
@@ -94,11 +111,28 @@ class Executor:
         self.loss_sum = torch.zeros(1, device=self.device)
 
     def initialize(self, layout):
-        self.state = ModelState.initial(self.model, layout.new_to_old, self.device, self.seed)
+        self.state = ModelState.initial(self.model, layout.new_to_old, self.device, self.seed, self.ir.optimizer)
+        self.batches_done = 0
 
-    def l2(self):
+    def settings(self, l2=None):
+        """The step's coefficients; l2 overrides the params' own L2 coefficients."""
         params, _ = self.model.declarations()
-        return {name: param.l2 for name, param in params.items()}
+        l2 = {name: param.l2 for name, param in params.items()} if l2 is None else l2
+        l1 = {name: param.l1 for name, param in params.items()}
+        in_gradient = self.ir.optimizer.gradient_l2
+        return StepSettings(
+            gradient_l2={name: (l2.get(name, 0.0) if in_gradient else 0.0) for name in params},
+            update_l1=l1, update_l2={name: (0.0 if in_gradient else l2.get(name, 0.0)) for name in params},
+            hypers=dict(self.optimizer.values))
+
+    def _epoch_rates(self, layout, order, epoch, lr):
+        """(learning rates, 1 / samples) per batch of an epoch; async: one of each for the epoch."""
+        if self.plan.semantics == "async":
+            rates = self.schedule.rates(lr, epoch, self.batches_done, 1, order.device)
+            n_batches = math.ceil(layout.n_rows / self.plan.batch_size)
+            return rates, torch.full((1,), 1.0 / self.plan.batch_size, device=order.device), n_batches
+        scales = batch_scales(layout, order, self.plan.chunks_per_batch)
+        return self.schedule.rates(lr, epoch, self.batches_done, scales.numel(), order.device), scales, scales.numel()
 
     def train_epoch(self, layout, labels, epoch, lr):
         """One epoch; returns the mean training loss over the epoch."""
@@ -106,35 +140,39 @@ class Executor:
             self.initialize(layout)
         order = layout.chunk_order(epoch, self.seed)
         self.loss_sum.zero_()
+        rates, scales, n_batches = self._epoch_rates(layout, order, epoch, lr)
         if self.backend_name == "reference":
-            self._reference_epoch(layout, labels, order, lr)
+            self._reference_epoch(layout, labels, order, rates, scales)
         else:
-            self.backend.train_epoch(self.state, layout, labels, order, lr, self.l2(), self.loss_sum)
+            self.backend.train_epoch(self.state, layout, labels, order, rates, scales, self.settings(), self.loss_sum)
+        self.batches_done += n_batches
         return float(self.loss_sum) / max(layout.n_rows, 1)
 
-    def _reference_epoch(self, layout, labels, order, lr):
-        """Sync batches; an async plan runs as its one-program limit: chunk after chunk, each sample
-        stepping lr / B, which is sync SGD with batches of one chunk and a fixed step per sample."""
+    def _reference_epoch(self, layout, labels, order, rates, scales):
+        """Sync batches; an async plan runs as its one-program limit: chunk after chunk, each
+        sample's gradient counted as 1 / B, which is sync SGD with batches of one chunk."""
         if self.plan.semantics == "async":
             per_batch = 1
-            steps = [lr / self.plan.batch_size] * layout.n_chunks
+            rates, scales = rates.expand(layout.n_chunks), scales.expand(layout.n_chunks)
         else:
             per_batch = self.plan.chunks_per_batch
-            steps = batch_steps(layout, order, per_batch, lr).tolist()
-        l2 = self.l2()
-        for batch, offset in enumerate(range(0, layout.n_chunks, per_batch)):
+        settings = self.settings()
+        for batch, (offset, rate, scale) in enumerate(zip(range(0, layout.n_chunks, per_batch), rates.tolist(),
+                                                          scales.tolist())):
             count = min(per_batch, layout.n_chunks - offset)
-            self.backend.train_batch(self.state, layout, labels, order[offset:offset + count], steps[batch], l2,
-                                     self.loss_sum)
+            self.backend.train_batch(self.state, layout, labels, order[offset:offset + count], rate, scale,
+                                     settings, self.loss_sum)
 
-    def train_batch(self, layout, labels, order, offset, count, step, l2=None):
-        """One sync batch: chunks order[offset:offset + count], parameters moved by step * gradient sum."""
-        l2 = self.l2() if l2 is None else l2
+    def train_batch(self, layout, labels, order, offset, count, lr, scale, l2=None):
+        """One sync batch: chunks order[offset:offset + count]; the gradient sum times scale is the
+        gradient the optimizer sees (scale = 1 / samples for the batch mean)."""
+        settings = self.settings(l2)
         if self.backend_name == "reference":
-            self.backend.train_batch(self.state, layout, labels, order[offset:offset + count], step, l2,
-                                     self.loss_sum)
+            self.backend.train_batch(self.state, layout, labels, order[offset:offset + count], lr, scale,
+                                     settings, self.loss_sum)
         else:
-            self.backend.train_batch(self.state, layout, labels, order, offset, count, step, l2, self.loss_sum)
+            self.backend.train_batch(self.state, layout, labels, order, offset, count, lr, scale, settings,
+                                     self.loss_sum)
 
     def predict_slots(self, layout, labels=None):
         if labels is None:

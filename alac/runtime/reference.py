@@ -50,7 +50,9 @@ class ReferenceBackend:
             accums[accum.name] = torch.zeros(shape, device=x.device).index_add_(0, row, value)
         return accums, gathered
 
-    def train_batch(self, state, layout, labels, chunks, step, l2, loss_sum):
+    def train_batch(self, state, layout, labels, chunks, lr, scale, settings, loss_sum):
+        """One sync batch: every touched row gets the optimizer's rule once, on its summed
+        gradient times scale; globals take plain SGD."""
         C = layout.chunk_size
         rows = chunks.numel() * C
         feature, x, row = self._batch_edges(layout, chunks)
@@ -69,15 +71,25 @@ class ReferenceBackend:
         loss_sum += masked(LOSS).sum()
         deltas = {delta_name(a.name): masked(delta_name(a.name))[row] for a in self.ir.accums}
         grads = self.programs.edge(x, **gathered, **deltas,
-                                   **{l2_name(p.name): l2.get(p.name, 0.0) for p in self.ir.params})
+                                   **{l2_name(p.name): settings.gradient_l2.get(p.name, 0.0) for p in self.ir.params})
         touched, inverse = torch.unique(feature, return_inverse=True)
+        optimizer = self.ir.optimizer
         for param in self.ir.params:
             shape = (feature.numel(), param.size) if param.vector else (feature.numel(),)
             per_edge = _full(grads[grad_name(param.name)], shape, x)
             total = torch.zeros((touched.numel(),) + shape[1:], device=x.device).index_add_(0, inverse, per_edge)
-            state.params[param.name][touched] -= step * total
+            update = self.programs.update_vector if param.vector else self.programs.update_scalar
+            states = {f"s_{st}": state.states[f"{param.name}_{st}"][touched] for st, _, _ in optimizer.states}
+            new = update(p=state.params[param.name][touched], g=total * scale, **states, lr=lr,
+                         **{f"h_{h}": settings.hypers[h] for h in optimizer.hypers},
+                         l1=settings.update_l1.get(param.name, 0.0), l2=settings.update_l2.get(param.name, 0.0),
+                         K=self.ir.factor_size)
+            state.params[param.name][touched] = _full(new["new_p"], total.shape, x)
+            for st, _, _ in optimizer.states:
+                target = state.states[f"{param.name}_{st}"]
+                target[touched] = _full(new[f"new_s_{st}"], target[touched].shape, x)
         for name in self.ir.globals:
-            state.globals[name] -= step * masked(global_grad_name(name)).sum()
+            state.globals[name] -= lr * scale * masked(global_grad_name(name)).sum()
 
     def predict(self, state, layout):
         C = layout.chunk_size

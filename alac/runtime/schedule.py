@@ -31,8 +31,8 @@ def async_programs(plan, layout):
     return max(1, min(layout.n_chunks, plan.max_in_flight // layout.chunk_size))
 
 
-def batch_steps(layout, order, chunks_per_batch, lr):
-    """lr / (real samples) of every batch of an epoch, as a device tensor (no host round trip):
+def batch_scales(layout, order, chunks_per_batch):
+    """1 / (real samples) of every batch of an epoch, as a device tensor (no host round trip):
     only the batch holding the partial last chunk has fewer than B samples."""
     C = layout.chunk_size
     n_batches = math.ceil(layout.n_chunks / chunks_per_batch)
@@ -43,4 +43,33 @@ def batch_steps(layout, order, chunks_per_batch, lr):
         position = torch.argmax((order == layout.n_chunks - 1).int())
         counts.index_add_(0, (position // chunks_per_batch).view(1),
                           torch.full((1,), -float(missing), dtype=torch.float64, device=order.device))
-    return (lr / counts).float()
+    return (1.0 / counts).float()
+
+
+SCHEDULES = ("constant", "inverse", "epoch_decay")
+
+
+class LearningRateSchedule:
+    """lr as a function of progress. constant: lr; inverse (scikit-learn's invscaling, per batch):
+    lr / (1 + decay * t) ** power with t the batches done; epoch_decay: lr * decay ** epoch."""
+
+    def __init__(self, kind="constant", decay=0.0, power=0.5):
+        if kind not in SCHEDULES:
+            raise ValueError(f"learning-rate schedule must be one of {SCHEDULES}, got {kind!r}")
+        if kind == "epoch_decay" and not 0 < decay <= 1:
+            raise ValueError(f"epoch_decay needs 0 < decay <= 1, got {decay}")
+        self.kind, self.decay, self.power = kind, decay, power
+
+    def rates(self, lr, epoch, first_batch, n_batches, device):
+        """Learning rates of n_batches batches of an epoch, the first being batch first_batch overall."""
+        if self.kind == "epoch_decay":
+            return torch.full((n_batches,), lr * self.decay ** epoch, device=device)
+        if self.kind == "inverse":
+            done = torch.arange(first_batch, first_batch + n_batches, device=device, dtype=torch.float64)
+            return (lr / (1 + self.decay * done) ** self.power).float()
+        return torch.full((n_batches,), float(lr), device=device)
+
+    def describe(self):
+        if self.kind == "constant":
+            return "constant"
+        return f"{self.kind}(decay={self.decay:g}" + (f", power={self.power:g})" if self.kind == "inverse" else ")")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -23,9 +23,10 @@ def _initial_values(init, shape, generator):
 class ModelState:
     params: dict      # name -> float32 [n_features] or [n_features, k], by re-indexed feature id
     globals: dict     # name -> float32 [1]
+    states: dict = field(default_factory=dict)   # "<param>_<state>" -> the optimizer's state
 
     @classmethod
-    def initial(cls, model, new_to_old, device, seed=0):
+    def initial(cls, model, new_to_old, device, seed=0, optimizer=None):
         """Initial values drawn in the user's feature order (a CPU generator, so the same on any
         device and under any re-indexing), then permuted to the layout's ids."""
         declared_params, declared_globals = model.declarations()
@@ -38,7 +39,12 @@ class ModelState:
             params[name] = values.to(device=device, dtype=torch.float32).contiguous()
         globals_ = {name: _initial_values(g.init, (1,), generator).to(device=device, dtype=torch.float32)
                     for name, g in declared_globals.items()}
-        return cls(params, globals_)
+        states = {}
+        for name, value in params.items():
+            for state, initial, per_row in (optimizer.states if optimizer is not None else ()):
+                shape = value.shape[:1] if per_row else value.shape
+                states[f"{name}_{state}"] = torch.full(shape, initial, dtype=torch.float32, device=device)
+        return cls(params, globals_, states)
 
     def in_original_order(self, old_to_new):
         """Parameters indexed by the user's original feature ids."""
@@ -47,4 +53,5 @@ class ModelState:
 
     def clone(self):
         return ModelState({k: v.clone() for k, v in self.params.items()},
-                          {k: v.clone() for k, v in self.globals.items()})
+                          {k: v.clone() for k, v in self.globals.items()},
+                          {k: v.clone() for k, v in self.states.items()})

@@ -14,7 +14,7 @@ import torch
 
 from alac.codegen.kernels import generate_kernels
 from alac.codegen.module_cache import load_module
-from alac.runtime.schedule import async_programs, batch_steps, slots_per_step
+from alac.runtime.schedule import async_programs, slots_per_step
 
 def _same_objects(first, second):
     """True when two tuples hold the very same objects (compared by identity; other items by ==)."""
@@ -44,8 +44,7 @@ class TritonBackend:
             device = layout.device
             buffers = {f"grad_{name}_ptr": torch.zeros_like(value) for name, value in state.params.items()}
             buffers.update({f"grad_{name}_ptr": torch.zeros_like(value) for name, value in state.globals.items()})
-            for name in state.params:
-                buffers[f"grad_{name}_bits_ptr"] = buffers[f"grad_{name}_ptr"].view(torch.int32)
+            buffers["touched_ptr"] = torch.zeros(layout.n_features, dtype=torch.int32, device=device)
             hot = min(self.plan.hot_size, layout.n_features)
             if hot and self.plan.semantics == "sync":
                 for name, value in state.params.items():
@@ -57,7 +56,8 @@ class TritonBackend:
                 buffers[f"{name}_buffer_ptr"] = torch.zeros(shape, device=device)
             n_batches = math.ceil(layout.n_chunks / self.plan.chunks_per_batch)
             buffers["chunk_order_ptr"] = torch.zeros(layout.n_chunks, dtype=torch.int64, device=device)
-            buffers["step_ptr"] = torch.zeros(max(n_batches, 1), device=device)
+            buffers["lr_ptr"] = torch.zeros(max(n_batches, 1), device=device)
+            buffers["scale_ptr"] = torch.zeros(max(n_batches, 1), device=device)
             buffers.update({"hot_size": hot, "replicas": self.plan.replicas, "n_chunks": layout.n_chunks})
             self._buffers = (owners, buffers)
             self._bound_key = None
@@ -82,17 +82,23 @@ class TritonBackend:
             values[f"{name}_ptr"] = value
         for name, value in state.globals.items():
             values[f"{name}_ptr"] = value
+        for name, value in state.states.items():
+            values[f"state_{name}_ptr"] = value
         values.update(extra)
         return values
 
-    def _bind(self, state, layout, labels, l2, loss_sum):
-        """The train kernels with their argument lists, bound once per (state, layout, labels, l2):
-        per launch only the chunk offset and the batch index change."""
+    def _bind(self, state, layout, labels, settings, loss_sum):
+        """The train kernels with their argument lists, bound once per (state, layout, labels,
+        settings): per launch only the chunk offset and the batch index change."""
         buffers = self._buffers_for(state, layout)
-        key = (state, layout, labels, loss_sum, tuple(sorted(l2.items())))
+        key = (state, layout, labels, loss_sum, repr(settings))
         if not _same_objects(self._bound_key, key):
             values = self._values(state, layout, labels, dict(buffers, loss_sum_ptr=loss_sum))
-            values.update({f"l2_{p.name}": float(l2.get(p.name, 0.0)) for p in self.ir.params})
+            for p in self.ir.params:
+                values[f"l2_{p.name}"] = float(settings.gradient_l2.get(p.name, 0.0))
+                values[f"reg_l1_{p.name}"] = float(settings.update_l1.get(p.name, 0.0))
+                values[f"reg_l2_{p.name}"] = float(settings.update_l2.get(p.name, 0.0))
+            values.update({f"h_{name}": float(value) for name, value in settings.hypers.items()})
             constants = self._constants(layout)
             self._bound = []
             for spec in self.generated.train:
@@ -117,23 +123,26 @@ class TritonBackend:
         for batch, offset in enumerate(range(0, layout.n_chunks, per_batch)):
             self._launch_batch(offset, min(per_batch, layout.n_chunks - offset), batch)
 
-    def train_batch(self, state, layout, labels, chunk_order, offset, count, step, l2, loss_sum):
-        """One sync batch (chunks chunk_order[offset:offset + count]) with step lr / n."""
-        buffers = self._bind(state, layout, labels, l2, loss_sum)
+    def train_batch(self, state, layout, labels, chunk_order, offset, count, lr, scale, settings, loss_sum):
+        """One sync batch (chunks chunk_order[offset:offset + count]): gradient sums times scale go
+        to the optimizer with learning rate lr."""
+        buffers = self._bind(state, layout, labels, settings, loss_sum)
         buffers["chunk_order_ptr"].copy_(chunk_order)
-        buffers["step_ptr"][0] = step
+        buffers["lr_ptr"][0] = lr
+        buffers["scale_ptr"][0] = scale
         self._launch_batch(offset, count, 0)
 
-    def train_epoch(self, state, layout, labels, order, lr, l2, loss_sum):
-        buffers = self._bind(state, layout, labels, l2, loss_sum)
+    def train_epoch(self, state, layout, labels, order, rates, scales, settings, loss_sum):
+        """An epoch: rates and scales hold one learning rate and one 1 / samples per batch (async:
+        one of each, the scale being 1 / B: a sample's gradient counts as in a batch of B)."""
+        buffers = self._bind(state, layout, labels, settings, loss_sum)
         buffers["chunk_order_ptr"].copy_(order)
+        buffers["lr_ptr"][:rates.numel()] = rates
+        buffers["scale_ptr"][:scales.numel()] = scales
         if self.plan.semantics == "async":
-            # one step per sample of lr / B: the same lr means the same step size as sync batch B
-            buffers["step_ptr"][0] = lr / self.plan.batch_size
             kernel, arguments, constants, _, _ = self._bound[0]
             kernel[(async_programs(self.plan, layout),)](*arguments, **constants)
             return
-        buffers["step_ptr"][:] = batch_steps(layout, order, self.plan.chunks_per_batch, lr)
         if not (self.plan.cuda_graph and layout.device.type == "cuda"):
             self._launch_epoch(layout)
         elif self._graph is None:

@@ -6,7 +6,7 @@ from alac.data.arrays import from_csr_arrays
 from alac.plan import Plan
 from alac.runtime.layout import LayoutOptions, build_layout
 from alac.runtime.planner import AccessCosts, autotune, hot_size_from_costs, replicas_from_costs
-from alac.runtime.schedule import async_programs, batch_steps, slots_per_step
+from alac.runtime.schedule import LearningRateSchedule, async_programs, batch_scales, slots_per_step
 
 
 def _layout(chunk_size=4):
@@ -37,13 +37,22 @@ def test_replicas_spread_the_hottest_feature_over_a_batch():
     assert replicas_from_costs(layout, plan, hot_size=0) == 1
 
 
-def test_batch_steps_count_the_real_rows():
+def test_batch_scales_count_the_real_rows():
     layout = _layout(chunk_size=8)  # 40 rows: 5 full chunks
     order = torch.arange(layout.n_chunks)
-    np.testing.assert_allclose(batch_steps(layout, order, 2, 1.0).numpy(), [1 / 16, 1 / 16, 1 / 8])
+    np.testing.assert_allclose(batch_scales(layout, order, 2).numpy(), [1 / 16, 1 / 16, 1 / 8])
     partial = _layout(chunk_size=16)  # 40 rows in 3 chunks of 16: the last chunk holds 8
     order = torch.tensor([2, 0, 1])
-    np.testing.assert_allclose(batch_steps(partial, order, 2, 1.0).numpy(), [1 / 24, 1 / 16])
+    np.testing.assert_allclose(batch_scales(partial, order, 2).numpy(), [1 / 24, 1 / 16])
+
+
+def test_learning_rate_schedules():
+    np.testing.assert_allclose(LearningRateSchedule().rates(0.5, 3, 10, 2, "cpu").numpy(), [0.5, 0.5])
+    np.testing.assert_allclose(LearningRateSchedule("epoch_decay", 0.5).rates(1.0, 2, 0, 1, "cpu").numpy(), [0.25])
+    inverse = LearningRateSchedule("inverse", decay=0.1, power=0.5).rates(1.0, 0, 10, 2, "cpu").numpy()
+    np.testing.assert_allclose(inverse, [1 / 2 ** 0.5, 1 / 2.1 ** 0.5], rtol=1e-6)
+    with pytest.raises(ValueError):
+        LearningRateSchedule("cosine")
 
 
 def test_schedule_sizes():

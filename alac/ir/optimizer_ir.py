@@ -1,0 +1,128 @@
+"""Tracing an optimizer's update rule into IR: one program for scalar params and one for vector
+params, each in two forms: the new values (sync update step, reference executor) and the changes
+new - old (async updates, applied as atomic additions).
+
+Symbols: `p` the param coordinate, `g` its gradient, `s_<state>` the state, `lr`, `h_<hyper>`,
+`l1` and `l2` (the param's coefficients, run-time arguments), `K` the factor count.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+
+from alac.dsl import Expr, lift
+from alac.errors import ModelError
+from alac.ir.derive import _program
+from alac.ir.model_ir import symbol
+
+
+def state_symbol(name):
+    return symbol(f"s_{name}")
+
+
+def hyper_symbol(name):
+    return symbol(f"h_{name}")
+
+
+@dataclass(frozen=True)
+class UpdateIR:
+    vector: bool
+    program: tuple     # Definitions: temps, new_p, new_<state>...
+    deltas: tuple      # Definitions: temps, delta_p, delta_<state>...
+    lane_symbols: frozenset
+
+    def lines(self, title):
+        out = [f"  {title} update:"] + [f"    {d}" for d in self.program]
+        out += [f"  {title} async change:"] + [f"    {d}" for d in self.deltas]
+        return out
+
+
+@dataclass(frozen=True)
+class OptimizerIR:
+    name: str
+    states: tuple          # (name, initial value, kept per row of a vector param)
+    hypers: tuple          # names
+    gradient_l2: bool
+    has_l1: bool
+    scalar: UpdateIR
+    vector: UpdateIR | None
+
+    def for_param(self, param):
+        return self.vector if param.vector else self.scalar
+
+    def lines(self):
+        out = [f"optimizer {self.name}  states: " + (", ".join(
+            f"{n}{'[row]' if row else ''}={init:g}" for n, init, row in self.states) or "none")
+            + f"  hypers: {', '.join(self.hypers) or 'none'}"]
+        out += self.scalar.lines("scalar")
+        if self.vector is not None:
+            out += self.vector.lines("vector")
+        return out
+
+    def __str__(self):
+        return "\n".join(self.lines())
+
+
+class _Values:
+    def __init__(self, where, entries):
+        object.__setattr__(self, "_where", where)
+        object.__setattr__(self, "_entries", entries)
+
+    def __getattr__(self, name):
+        entries = object.__getattribute__(self, "_entries")
+        if name in entries:
+            return entries[name]
+        raise ModelError(f"{object.__getattribute__(self, '_where')} uses unknown '{name}'; "
+                         f"it has {', '.join(sorted(entries))}")
+
+
+def _trace_update(optimizer, vector, has_l1):
+    where = f"optimizer {optimizer.name}: update"
+    row_state = set(optimizer.row_state)
+    p = Expr(symbol("p"), vector)
+    g = Expr(symbol("g"), vector)
+    states = {name: Expr(state_symbol(name), vector and name not in row_state) for name in optimizer.state}
+    hypers = {name: Expr(hyper_symbol(name)) for name in optimizer.hyper}
+    hypers.update(lr=Expr(symbol("lr")), l1=Expr(symbol("l1")) if has_l1 else lift(0), l2=Expr(symbol("l2")),
+                  has_l1=has_l1)
+    try:
+        new_p, new_states = optimizer.update(p, g, _Values(where, states), _Values(where, hypers))
+    except ModelError as error:
+        raise ModelError(f"{where}: {error}") from None
+    new_p = lift(new_p)
+    if new_p.vector != vector:
+        raise ModelError(f"{where} returns a {'vector' if new_p.vector else 'scalar'} param for a "
+                         f"{'vector' if vector else 'scalar'} one")
+    if set(new_states) != set(optimizer.state):
+        raise ModelError(f"{where} must return every state ({sorted(optimizer.state)}), got {sorted(new_states)}")
+    outputs = [("new_p", new_p.sym)]
+    for name in optimizer.state:
+        value = lift(new_states[name])
+        if value.vector and not states[name].vector:
+            raise ModelError(f"{where}: state '{name}' is kept per row, but its new value {value.sym} is a "
+                             "vector: reduce it over the factor axis (ops.mean, ops.sum)")
+        outputs.append((f"new_s_{name}", value.sym))
+    lanes = frozenset({symbol("p"), symbol("g")} | {state_symbol(n) for n, e in states.items() if e.vector}) \
+        if vector else frozenset()
+    deltas = [("delta_p", outputs[0][1] - symbol("p"))]
+    deltas += [(f"delta_s_{name}", expr - state_symbol(name)) for (_, expr), name in zip(outputs[1:], optimizer.state)]
+    return UpdateIR(vector, _program(outputs, lanes, "tu"), _program(deltas, lanes, "td"), lanes)
+
+
+def lower_optimizer(optimizer, model_ir, params):
+    """OptimizerIR for a model: params are the model's Param declarations (for their l1)."""
+    has_l1 = any(getattr(p, "l1", 0.0) for p in params.values())
+    if has_l1 and not optimizer.supports_l1:
+        raise ModelError(f"optimizer {optimizer.name} does not apply L1; use ftrl or sgd (proximal) for l1")
+    has_vector = any(p.vector for p in model_ir.params)
+    return OptimizerIR(
+        name=optimizer.name,
+        states=tuple((n, float(v), n in optimizer.row_state) for n, v in optimizer.state.items()),
+        hypers=tuple(optimizer.hyper), gradient_l2=optimizer.gradient_l2, has_l1=has_l1,
+        scalar=_trace_update(optimizer, False, has_l1),
+        vector=_trace_update(optimizer, True, has_l1) if has_vector else None)
+
+
+

@@ -1,0 +1,184 @@
+"""Optimizers inside the generated kernels: k sync steps equal the reference executor and an
+independent NumPy implementation of the published update equations."""
+
+import numpy as np
+import pytest
+import torch
+
+from alac import ModelError
+from alac.dsl import LinearModel, Param, ops
+from alac.optimizers import SGD, Optimizer, get_optimizer
+from alac.plan import Plan
+from alac.runtime.executor import Executor, LabelMap
+from alac.runtime.layout import LayoutOptions, build_layout
+from tests.codegen.test_kernels import ATOL, KERNEL_BACKEND, RTOL, _assert_states_close, awkward_dataset
+from tests.zoo_models import ZOO
+
+pytestmark = pytest.mark.skipif(KERNEL_BACKEND is None, reason="needs a GPU or TRITON_INTERPRET=1")
+
+
+class _LR(LinearModel):
+    labels = "binary"
+    prediction = "probability"
+
+    def __init__(self, l1=0.0, l2=0.0):
+        self.w = Param(l1=l1, l2=l2)
+        self.b = ZOO["lr"]().b
+
+    def loss(self, a, g, y):
+        return ops.softplus(-y * self.score(a, g))
+
+    def predict(self, a, g):
+        return ops.sigmoid(self.score(a, g))
+
+
+def numpy_steps(X, y, count, optimizer, steps, lr, l1, l2, hyper):
+    """Full-batch steps of L2/L1-regularised logistic regression, written from the papers; count[j]
+    is the number of entries of feature j (duplicates in a row counted apart, as alac stores them)."""
+    n, d = X.shape
+    w, b = np.zeros(d), 0.0
+    state = {"velocity": np.zeros(d), "accumulator": np.zeros(d), "z": np.zeros(d), "n": np.zeros(d),
+             "m": np.zeros(d), "v": np.zeros(d), "t": np.zeros(d)}
+    touched = count > 0
+    for _ in range(steps):
+        z_score = X @ w + b
+        delta = -y / (1 + np.exp(y * z_score))                  # dLoss/dz of log(1 + exp(-y z))
+        g = X.T @ delta / n
+        if optimizer != "ftrl":
+            g = g + l2 * count * w / n                          # lazy L2, once per occurrence
+        b -= lr * delta.sum() / n
+        t = touched
+        if optimizer == "sgd":                                  # proximal SGD (soft thresholding)
+            u = w[t] - lr * g[t]
+            w[t] = np.sign(u) * np.maximum(np.abs(u) - lr * l1, 0)
+        elif optimizer == "momentum":
+            state["velocity"][t] = hyper["momentum"] * state["velocity"][t] + g[t]
+            w[t] -= lr * state["velocity"][t]
+        elif optimizer == "adagrad":                            # Duchi et al. 2011
+            state["accumulator"][t] += g[t] ** 2
+            w[t] -= lr * g[t] / (np.sqrt(state["accumulator"][t]) + hyper["eps"])
+        elif optimizer == "ftrl":                               # McMahan et al. 2013, Algorithm 1
+            zz, nn = state["z"], state["n"]
+            sigma = (np.sqrt(nn[t] + g[t] ** 2) - np.sqrt(nn[t])) / lr
+            zz[t] += g[t] - sigma * w[t]
+            nn[t] += g[t] ** 2
+            w[t] = np.where(np.abs(zz[t]) <= l1, 0.0,
+                            -(zz[t] - np.sign(zz[t]) * l1) / ((hyper["beta"] + np.sqrt(nn[t])) / lr + l2))
+        elif optimizer == "adam":                               # Kingma and Ba 2015, lazy
+            state["t"][t] += 1
+            state["m"][t] = hyper["beta1"] * state["m"][t] + (1 - hyper["beta1"]) * g[t]
+            state["v"][t] = hyper["beta2"] * state["v"][t] + (1 - hyper["beta2"]) * g[t] ** 2
+            m_hat = state["m"][t] / (1 - hyper["beta1"] ** state["t"][t])
+            v_hat = state["v"][t] / (1 - hyper["beta2"] ** state["t"][t])
+            w[t] -= lr * m_hat / (np.sqrt(v_hat) + hyper["eps"])
+    return w, b, state
+
+
+CASES = {
+    "sgd": dict(l1=0.0, l2=0.0, hyper={}),
+    "sgd_l1": dict(l1=0.01, l2=0.02, hyper={}),
+    "momentum": dict(l1=0.0, l2=0.01, hyper={"momentum": 0.9}),
+    "adagrad": dict(l1=0.0, l2=0.01, hyper={"eps": 1e-8}),
+    "ftrl": dict(l1=0.05, l2=0.1, hyper={"beta": 1.0}),
+    "adam": dict(l1=0.0, l2=0.01, hyper={"beta1": 0.9, "beta2": 0.999, "eps": 1e-8}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.parametrize("hot_size", [0, 5])
+def test_k_sync_steps_equal_reference_and_numpy(case, hot_size):
+    name = case.split("_")[0]
+    settings = CASES[case]
+    dataset = awkward_dataset(31)
+    device = "cuda" if KERNEL_BACKEND == "triton" else "cpu"
+    layout = build_layout(dataset, LayoutOptions(chunk_size=8), device=device)
+    labels = LabelMap.fit("binary", dataset.labels).model_labels(layout.labels)
+    # one batch holds every row, so a step is a full-batch step whatever the chunk order
+    plan = Plan(chunk_size=8, batch_size=8 * layout.n_chunks, hot_size=hot_size, replicas=2)
+    lr, steps = 0.3, 3
+    states = {}
+    for backend in ("reference", KERNEL_BACKEND):
+        model = _LR(l1=settings["l1"], l2=settings["l2"])
+        executor = Executor(model, plan, backend=backend, device=device,
+                            optimizer=get_optimizer(name, **settings["hyper"]))
+        for epoch in range(steps):
+            executor.train_epoch(layout, labels, epoch, lr)
+        states[backend] = executor.state
+    _assert_states_close(states["reference"], states[KERNEL_BACKEND])
+    X = dataset.to_scipy().toarray().astype(np.float64)
+    y = np.where(dataset.labels.numpy() > 0, 1.0, -1.0)
+    hyper = {**get_optimizer(name).values, **settings["hyper"]}
+    count = np.bincount(dataset.indices.numpy(), minlength=dataset.n_features)
+    w, b, _ = numpy_steps(X, y, count, name, steps, lr, settings["l1"], settings["l2"], hyper)
+    kernel_w = states[KERNEL_BACKEND].in_original_order(layout.old_to_new)["w"].cpu().double().numpy()
+    np.testing.assert_allclose(kernel_w, w, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(float(states[KERNEL_BACKEND].globals["b"]), b, rtol=1e-5, atol=1e-6)
+    if settings["l1"]:
+        assert (kernel_w == 0).any()  # L1 makes exact zeros
+
+
+@pytest.mark.parametrize("name", ["momentum", "adagrad", "ftrl", "adam"])
+@pytest.mark.parametrize("kernels", ["fused", "stage"])
+def test_vector_params_equal_the_reference(name, kernels):
+    """FM: per-element and row-wise states (AdaGrad's accumulator, Adam's step count per row)."""
+    dataset = awkward_dataset(32)
+    device = "cuda" if KERNEL_BACKEND == "triton" else "cpu"
+    layout = build_layout(dataset, LayoutOptions(chunk_size=8), device=device)
+    labels = LabelMap.fit("binary", dataset.labels).model_labels(layout.labels)
+    plan = Plan(chunk_size=8, batch_size=16, kernels=kernels, hot_size=4)
+    states = {}
+    for backend in ("reference", KERNEL_BACKEND):
+        executor = Executor(ZOO["fm"](), plan, backend=backend, device=device, seed=4, optimizer=name)
+        for epoch in range(2):
+            executor.train_epoch(layout, labels, epoch, 0.05)
+        states[backend] = executor.state
+    _assert_states_close(states["reference"], states[KERNEL_BACKEND])
+    for key in states["reference"].states:
+        torch.testing.assert_close(states[KERNEL_BACKEND].states[key].cpu(), states["reference"].states[key].cpu(),
+                                   rtol=RTOL, atol=ATOL)
+
+
+class RMSProp(Optimizer):
+    """A user-declared optimizer: written with the DSL like a model."""
+
+    name = "rmsprop"
+    state = {"mean_square": 0.0}
+    hyper = {"rho": 0.9, "eps": 1e-8}
+
+    def update(self, p, g, s, h):
+        mean_square = h.rho * s.mean_square + (1 - h.rho) * g * g
+        return p - h.lr * g / (ops.sqrt(mean_square) + h.eps), {"mean_square": mean_square}
+
+
+def test_a_user_declared_optimizer_runs_in_the_kernels():
+    dataset = awkward_dataset(33)
+    device = "cuda" if KERNEL_BACKEND == "triton" else "cpu"
+    layout = build_layout(dataset, LayoutOptions(chunk_size=8), device=device)
+    labels = LabelMap.fit("binary", dataset.labels).model_labels(layout.labels)
+    plan = Plan(chunk_size=8, batch_size=8 * layout.n_chunks)
+    states = {}
+    for backend in ("reference", KERNEL_BACKEND):
+        executor = Executor(_LR(), plan, backend=backend, device=device, optimizer=RMSProp(rho=0.5))
+        for epoch in range(3):
+            executor.train_epoch(layout, labels, epoch, 0.1)
+        states[backend] = executor.state
+    _assert_states_close(states["reference"], states[KERNEL_BACKEND])
+    # one full-batch step by hand: ms = (1 - rho) g^2, w = -lr g / sqrt(ms)
+    X = dataset.to_scipy().toarray().astype(np.float64)
+    y = np.where(dataset.labels.numpy() > 0, 1.0, -1.0)
+    executor = Executor(_LR(), plan, backend=KERNEL_BACKEND, device=device, optimizer=RMSProp(rho=0.5))
+    executor.train_epoch(layout, labels, 0, 0.1)
+    g = X.T @ (-y / (1 + np.exp(0.0))) / X.shape[0]
+    expected = np.where(g != 0, -0.1 * g / (np.sqrt(0.5 * g * g) + 1e-8), 0.0)
+    got = executor.state.in_original_order(layout.old_to_new)["w"].cpu().double().numpy()
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_optimizer_errors():
+    with pytest.raises(ModelError, match="unknown optimizer 'lbfgs'"):
+        get_optimizer("lbfgs")
+    with pytest.raises(ModelError, match="has no hyper-parameter"):
+        get_optimizer("adagrad", momentum=0.9)
+    with pytest.raises(ModelError, match="does not apply L1"):
+        Executor(_LR(l1=0.1), Plan(), backend="reference", optimizer="adagrad")
+    assert isinstance(get_optimizer(SGD()), SGD)
