@@ -323,7 +323,7 @@ class KernelGenerator:
         w.comment(f"{self.optimizer.name} on {p.name}" + (" (the change, added atomically)" if mode == "delta" else ""))
         w.line(f"g = {gradient}")
         pointer = w.arg(f"{p.name}_ptr")
-        if "p" in used or mode == "new":
+        if "p" in used or "new_p" in {d.name for d in program}:
             w.line(f"value = tl.load({pointer} + {full_offsets}, mask={full_mask}, other=0.0)")
         for state, _, _ in self.optimizer.states:
             state_pointer = w.arg(f"state_{p.name}_{state}_ptr")
@@ -336,9 +336,10 @@ class KernelGenerator:
                 [(pointer, "p", full_offsets, full_mask)]
                 + [(f"state_{p.name}_{st}_ptr", f"s_{st}", ids if st in row_states else full_offsets,
                     mask if st in row_states else full_mask) for st, _, _ in self.optimizer.states]):
-            if mode == "new":
+            names = {d.name for d in program}
+            if f"new_{source}" in names:
                 w.line(f"tl.store({target} + {offsets}, new_{source}, mask={target_mask})")
-            elif f"delta_{source}" in {d.name for d in program} and not _is_zero(program, f"delta_{source}"):
+            elif not _is_zero(program, f"delta_{source}"):
                 w.line(f"tl.atomic_add({target} + {offsets}, delta_{source}, mask={target_mask}, sem=\"relaxed\")")
 
     def _predict(self, w):

@@ -29,13 +29,13 @@ def hyper_symbol(name):
 @dataclass(frozen=True)
 class UpdateIR:
     vector: bool
-    program: tuple     # Definitions: temps, new_p, new_<state>...
-    deltas: tuple      # Definitions: temps, delta_p, delta_<state>...
+    program: tuple     # Definitions: temps, new_p, new_s_<state>... (sync: stored)
+    deltas: tuple      # async: temps, then delta_<x> for additive values, new_<x> for the others
     lane_symbols: frozenset
 
     def lines(self, title):
         out = [f"  {title} update:"] + [f"    {d}" for d in self.program]
-        out += [f"  {title} async change:"] + [f"    {d}" for d in self.deltas]
+        out += [f"  {title} async (delta_: added atomically, new_: stored):"] + [f"    {d}" for d in self.deltas]
         return out
 
 
@@ -106,9 +106,14 @@ def _trace_update(optimizer, vector, has_l1):
         outputs.append((f"new_s_{name}", value.sym))
     lanes = frozenset({symbol("p"), symbol("g")} | {state_symbol(n) for n, e in states.items() if e.vector}) \
         if vector else frozenset()
-    deltas = [("delta_p", outputs[0][1] - symbol("p"))]
-    deltas += [(f"delta_s_{name}", expr - state_symbol(name)) for (_, expr), name in zip(outputs[1:], optimizer.state)]
-    return UpdateIR(vector, _program(outputs, lanes, "tu"), _program(deltas, lanes, "td"), lanes)
+    changes = []
+    for (new_name, expr), old in zip(outputs, [symbol("p")] + [state_symbol(n) for n in optimizer.state]):
+        change = expr - old
+        if old in change.free_symbols:
+            changes.append((new_name, expr))                     # depends on itself: store
+        else:
+            changes.append((new_name.replace("new_", "delta_", 1), change))  # additive: add atomically
+    return UpdateIR(vector, _program(outputs, lanes, "tu"), _program(changes, lanes, "td"), lanes)
 
 
 def lower_optimizer(optimizer, model_ir, params):
