@@ -15,12 +15,12 @@ from alac.runtime.layout import LayoutOptions, build_layout
 
 class Trainer:
     def __init__(self, model, lr=0.5, epochs=10, plan=Plan(), backend="triton", device=None, seed=0,
-                 log=None, optimizer="sgd", schedule=None):
+                 log=None, optimizer="sgd", schedule=None, exact_l2=False):
         self.model = model
         self.lr = lr
         self.epochs = epochs
         self.plan = plan
-        self.executor = Executor(model, plan, backend, device, seed, optimizer, schedule)
+        self.executor = Executor(model, plan, backend, device, seed, optimizer, schedule, exact_l2)
         self.log = log
         self.history = []
         self.train_layout = None

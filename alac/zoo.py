@@ -124,6 +124,8 @@ def run_module(module, argv=None):
     parser.add_argument("--l2", type=float, default=0.0,
                         help="L2 coefficient (in the gradient, per occurrence; FTRL: in its closed form)")
     parser.add_argument("--l1", type=float, default=0.0, help="L1 coefficient (optimizers ftrl and sgd)")
+    parser.add_argument("--exact-l2", action="store_true",
+                        help="apply --l2 as a decay of every row after every batch (sync), not lazily")
     for flag, spec in getattr(module, "ARGUMENTS", ()):
         parser.add_argument(flag, **spec)
     args = parser.parse_args(argv)
@@ -163,7 +165,7 @@ def _run(args, build_model):
     train, valid, test, described = _load_data(args, model)
     trainer = Trainer(model, lr=args.lr, epochs=args.epochs, plan=plan, backend=args.backend, seed=args.seed,
                       log=lambda record: print(_format_record(record), flush=True), optimizer=optimizer,
-                      schedule=LearningRateSchedule(args.schedule, args.decay, args.power))
+                      schedule=LearningRateSchedule(args.schedule, args.decay, args.power), exact_l2=args.exact_l2)
     print(f"model {model.model_name()} on {described}: {train.n_rows:,} training rows, "
           f"{train.n_features:,} features; backend {trainer.backend} on {trainer.device}; {plan.describe()}; "
           f"lr {args.lr}, {optimizer.describe()}, schedule {trainer.executor.schedule.describe()}", flush=True)

@@ -88,12 +88,25 @@ class StepSettings:
     update_l1: dict      # param -> l1 for the optimizer's rule
     update_l2: dict      # param -> l2 for the optimizer's rule (FTRL)
     hypers: dict         # optimizer hyper-parameter -> value
+    decay_l2: dict = None  # exact L2: param -> l2 of a decay p *= 1 - lr l2 of every row after each batch
+
+
+def apply_exact_l2(state, settings, lr):
+    """Exact (decoupled) L2: every row of every param decays, touched or not; lr may be a device scalar."""
+    for name, l2 in (settings.decay_l2 or {}).items():
+        if l2:
+            state.params[name].mul_(1 - lr * l2)
 
 
 class Executor:
     def __init__(self, model, plan=Plan(), backend="triton", device=None, seed=0, optimizer="sgd",
-                 schedule=None):
+                 schedule=None, exact_l2=False):
+        """exact_l2: apply the params' L2 as a decay of every row after every batch (sync only),
+        instead of lazily in the gradient of the rows a batch touches."""
         self.model = model
+        self.exact_l2 = exact_l2
+        if exact_l2 and plan.semantics != "sync":
+            raise ValueError("exact L2 decays every row after every batch: it needs sync semantics")
         self.optimizer = get_optimizer(optimizer)
         self.ir = lower(model, self.optimizer)
         self.plan = plan
@@ -119,11 +132,13 @@ class Executor:
         params, _ = self.model.declarations()
         l2 = {name: param.l2 for name, param in params.items()} if l2 is None else l2
         l1 = {name: param.l1 for name, param in params.items()}
-        in_gradient = self.ir.optimizer.gradient_l2
+        in_gradient = self.ir.optimizer.gradient_l2 and not self.exact_l2
+        in_update = not self.ir.optimizer.gradient_l2 and not self.exact_l2
         return StepSettings(
             gradient_l2={name: (l2.get(name, 0.0) if in_gradient else 0.0) for name in params},
-            update_l1=l1, update_l2={name: (0.0 if in_gradient else l2.get(name, 0.0)) for name in params},
-            hypers=dict(self.optimizer.values))
+            update_l1=l1, update_l2={name: (l2.get(name, 0.0) if in_update else 0.0) for name in params},
+            hypers=dict(self.optimizer.values),
+            decay_l2={name: l2.get(name, 0.0) for name in params} if self.exact_l2 else None)
 
     def _epoch_rates(self, layout, order, epoch, lr):
         """(learning rates, 1 / samples) per batch of an epoch; async: one of each for the epoch."""
@@ -162,6 +177,7 @@ class Executor:
             count = min(per_batch, layout.n_chunks - offset)
             self.backend.train_batch(self.state, layout, labels, order[offset:offset + count], rate, scale,
                                      settings, self.loss_sum)
+            apply_exact_l2(self.state, settings, rate)
 
     def train_batch(self, layout, labels, order, offset, count, lr, scale, l2=None):
         """One sync batch: chunks order[offset:offset + count]; the gradient sum times scale is the

@@ -108,6 +108,7 @@ class TritonBackend:
                 self._bound.append((getattr(self.module, spec.name), arguments, constants, offset_at, batch_at))
             self._bound_key = key
             self._graph = None
+            self._settings, self._state = settings, state
         return buffers
 
     def _launch_batch(self, offset, count, batch):
@@ -117,6 +118,10 @@ class TritonBackend:
             if batch_at is not None:
                 arguments[batch_at] = batch
             kernel[(count,)](*arguments, **constants)
+        if self._settings.decay_l2:
+            from alac.runtime.executor import apply_exact_l2
+
+            apply_exact_l2(self._state, self._settings, self._buffers[1]["lr_ptr"][batch])
 
     def _launch_epoch(self, layout):
         per_batch = self.plan.chunks_per_batch
