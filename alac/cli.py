@@ -127,6 +127,86 @@ def _inspect(args):
     return 0
 
 
+def _train(argv):
+    """`alac train --model NAME|PATH ...`: the model's own options join the parser once it is known."""
+    from alac.zoo import load_model_file, parser_for, run_parsed
+
+    first = argparse.ArgumentParser(add_help=False)
+    first.add_argument("--model", default=None)
+    known, _ = first.parse_known_args(argv)
+    parser = argparse.ArgumentParser(prog="alac train", description="Train a model (a zoo name or a model file).")
+    parser.add_argument("--model", required=True, help="a zoo model name (lr, fm, ...) or a model file")
+    module = load_model_file(known.model) if known.model else None
+    parser_for(None, module, parser)
+    args = parser.parse_args(argv)
+    return run_parsed(module, args, args.model)
+
+
+def _predict(args):
+    """`alac predict --model-dir DIR --data FILE --output FILE`: one prediction per line."""
+    from alac.data import formats
+
+    trainer, saved = _load_model_dir(args.model_dir, args.backend)
+    options = saved["data_options"]
+    format = formats.resolve_format(args.data, args.format or options.get("format") or "auto")
+    load_options = {}
+    if format in ("libsvm", "libffm") and options.get("zero_based") is not None:
+        load_options["zero_based"] = options["zero_based"]  # the training files' id base
+    dataset = formats.load(args.data, format, **load_options)
+    if options.get("normalize"):
+        dataset = dataset.normalize_rows()
+    predictions = trainer.predict(dataset).cpu().numpy()
+    with open(args.output, "w") as out:
+        out.writelines(f"{value:.9g}\n" for value in predictions)
+    print(f"wrote {len(predictions):,} predictions ({trainer.executor.ir.prediction_kind}) to {args.output}"
+          + (f"; {trainer.unseen_entries:,} entries with features the model never trained were ignored"
+             if trainer.unseen_entries else ""), file=sys.stderr)
+    return 0
+
+
+def _load_model_dir(model_dir, backend="reference"):
+    from pathlib import Path
+
+    from alac import checkpoint
+    from alac.zoo import CHECKPOINT_NAME, build_model, load_model_file
+
+    path = Path(model_dir) / CHECKPOINT_NAME if Path(model_dir).is_dir() else Path(model_dir)
+    saved = checkpoint.read(path)
+    module = load_model_file(saved["spec"]["model"])
+    model = build_model(module, argparse.Namespace(**saved["spec"]["arguments"]))
+    return checkpoint.load(path, model, backend=backend), saved
+
+
+def _export(args):
+    """`alac export --model-dir DIR [--readable FILE] [--numpy FILE.npz]`."""
+    from alac import checkpoint
+
+    trainer, saved = _load_model_dir(args.model_dir)
+    zero_based = saved["data_options"].get("zero_based")
+    if args.readable:
+        checkpoint.export_readable(trainer, args.readable, id_offset=0 if zero_based in (None, True) else 1)
+    if args.numpy:
+        checkpoint.export_numpy(trainer, args.numpy)
+    if not (args.readable or args.numpy):
+        raise AlacError("give --readable FILE and/or --numpy FILE.npz")
+    return 0
+
+
+def _bench(args):
+    """`alac bench NAME [ARGS]`: run benchmarks/NAME.py of this checkout with its arguments."""
+    import runpy
+    from pathlib import Path
+
+    folder = Path(__file__).resolve().parent.parent / "benchmarks"
+    script = folder / f"{args.name}.py"
+    if not script.is_file():
+        known = ", ".join(sorted(p.stem for p in folder.glob("*.py") if p.stem not in ("__init__", "report")))
+        raise AlacError(f"unknown benchmark {args.name!r}; this checkout has: {known or 'none'}")
+    sys.argv = [str(script), *args.arguments]
+    runpy.run_path(str(script), run_name="__main__")
+    return 0
+
+
 def build_parser():
     from alac.plan import Plan
 
@@ -157,12 +237,37 @@ def build_parser():
     _add_load_options(inspect)
     inspect.add_argument("--dump", metavar="DIR", help="also write the generated kernels to DIR")
     inspect.set_defaults(handler=_inspect)
+
+    commands.add_parser("train", help="train a model (alac train --model NAME --help for its options)",
+                        add_help=False)
+
+    predict = commands.add_parser("predict", help="predict with a trained model directory")
+    predict.add_argument("--model-dir", required=True, help="the --out folder of alac train (or a checkpoint file)")
+    predict.add_argument("--data", required=True, help="a data file (labels are read but not needed)")
+    predict.add_argument("--output", required=True, help="where to write one prediction per line")
+    predict.add_argument("--format", default=None, choices=["auto", "libsvm", "libffm", "criteo"])
+    predict.add_argument("--backend", default="triton", choices=["triton", "interpret", "reference"])
+    predict.set_defaults(handler=_predict)
+
+    export = commands.add_parser("export", help="write a trained model as readable text or numpy arrays")
+    export.add_argument("--model-dir", required=True)
+    export.add_argument("--readable", metavar="FILE", help="one line per feature: id and parameters (original ids)")
+    export.add_argument("--numpy", metavar="FILE", help="a .npz of the parameters by original feature id")
+    export.set_defaults(handler=_export)
+
+    bench = commands.add_parser("bench", help="run a benchmark of benchmarks/ (flow, parse_speed, ...)")
+    bench.add_argument("name")
+    bench.add_argument("arguments", nargs=argparse.REMAINDER)
+    bench.set_defaults(handler=_bench)
     return parser
 
 
 def main(argv=None):
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
     try:
+        if argv and argv[0] == "train":
+            return _train(argv[1:])
+        args = build_parser().parse_args(argv)
         return args.handler(args)
     except AlacError as error:
         print(f"alac: error: {error}", file=sys.stderr)

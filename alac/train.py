@@ -1,30 +1,61 @@
-"""Training a DSL model on data sets: layouts, label mapping, epochs, evaluation."""
+"""The Trainer: a DSL model on data sets — layouts, label mapping, epochs, evaluation, early
+stopping, a divergence guard, callbacks and checkpoints.
+
+Features a validation or test set has beyond the training feature space are ignored (the policy of
+Vowpal Wabbit and libFM: a feature never trained has no weight), counted in `unseen_entries` and
+reported once; `unseen="error"` makes them a DataError naming the file, line and token instead.
+"""
 
 from __future__ import annotations
 
 import dataclasses
+import math
+import sys
 import time
 
 import torch
 
 from alac import metrics
+from alac.errors import AlacError
 from alac.plan import Plan
 from alac.runtime.executor import Executor, LabelMap
 from alac.runtime.layout import LayoutOptions, build_layout
 
+EARLY_STOPPING = (None, "cuwide", "patience")
+
+
+class TrainingDiverged(AlacError):
+    """The loss became NaN or infinite; the last good parameters were restored."""
+
 
 class Trainer:
     def __init__(self, model, lr=0.5, epochs=10, plan=Plan(), backend="triton", device=None, seed=0,
-                 log=None, optimizer="sgd", schedule=None, exact_l2=False):
+                 log=None, optimizer="sgd", schedule=None, exact_l2=False, early_stopping=None, patience=5,
+                 window=10, callbacks=(), unseen="ignore"):
+        """early_stopping: None; "cuwide" (stop when the validation loss exceeds the mean of the last
+        `window` epochs, cuWide's rule); "patience" (stop after `patience` epochs without a new best).
+        Either way the best epoch's parameters are restored. callbacks: callables (trainer, record)
+        called after every epoch; one returning True stops training."""
+        if early_stopping not in EARLY_STOPPING:
+            raise ValueError(f"early_stopping must be one of {EARLY_STOPPING}, got {early_stopping!r}")
+        if unseen not in ("ignore", "error"):
+            raise ValueError(f"unseen must be 'ignore' or 'error', got {unseen!r}")
         self.model = model
         self.lr = lr
         self.epochs = epochs
         self.plan = plan
         self.executor = Executor(model, plan, backend, device, seed, optimizer, schedule, exact_l2)
         self.log = log
+        self.early_stopping, self.patience, self.window = early_stopping, patience, window
+        self.callbacks = list(callbacks)
+        self.unseen = unseen
         self.history = []
+        self.epoch = 0                 # epochs trained so far (a resumed run continues the count)
         self.train_layout = None
         self.labels = None
+        self.feature_order = None      # new_to_old of the training layout: the model's feature space
+        self.unseen_entries = 0
+        self.stopped_because = None
 
     @property
     def backend(self):
@@ -34,44 +65,119 @@ class Trainer:
     def device(self):
         return self.executor.device
 
+    @property
+    def n_features(self):
+        return None if self.feature_order is None else self.feature_order.numel()
+
+    def _in_training_space(self, dataset):
+        """The data set with features beyond the training space ignored (or a DataError)."""
+        limit = self.n_features
+        if dataset.n_features <= limit:
+            return dataclasses.replace(dataset, n_features=limit) if dataset.n_features < limit else dataset
+        if self.unseen == "error":
+            dataset.check_feature_space(limit)
+        keep = dataset.indices < limit
+        dropped = int((~keep).sum())
+        if not dropped:
+            return dataclasses.replace(dataset, n_features=limit)
+        rows = torch.repeat_interleave(torch.arange(dataset.n_rows, device=dataset.device), dataset.row_lengths())
+        indptr = torch.zeros_like(dataset.indptr)
+        torch.cumsum(torch.bincount(rows[keep], minlength=dataset.n_rows), 0, out=indptr[1:])
+        self.unseen_entries += dropped
+        print(f"alac: {dropped:,} entries of {dataset.source.path or 'the data'} ({int(rows[~keep].unique().numel()):,} "
+              f"rows) have features the model never trained; they are ignored", file=sys.stderr)
+        return dataclasses.replace(
+            dataset, indptr=indptr, indices=dataset.indices[keep],
+            values=None if dataset.values is None else dataset.values[keep],
+            fields=None if dataset.fields is None else dataset.fields[keep], n_features=limit)
+
     def layout_of(self, dataset):
-        """The layout of a data set in the training feature space (ids re-indexed as in training)."""
+        """The layout of a data set in the model's feature space (ids re-indexed as in training)."""
         if dataset is None:
             return None
-        if self.train_layout is None:
-            return build_layout(dataset, LayoutOptions(chunk_size=self.plan.chunk_size), self.device)
-        reference = self.train_layout
-        if dataset.n_features != reference.n_features:
-            if dataset.n_features > reference.n_features:
-                dataset.check_feature_space(reference.n_features)
-            dataset = dataclasses.replace(dataset, n_features=reference.n_features)
-        return build_layout(dataset, LayoutOptions(chunk_size=self.plan.chunk_size), self.device,
-                            feature_order=reference.new_to_old)
+        options = LayoutOptions(chunk_size=self.plan.chunk_size)
+        if self.feature_order is None:
+            return build_layout(dataset, options, self.device)
+        return build_layout(self._in_training_space(dataset), options, self.device, feature_order=self.feature_order)
 
     def prepare(self, train):
-        """Fit the label mapping and lay the training data out; returns (layout, model labels)."""
-        self.labels = LabelMap.fit(self.executor.ir.labels, train.labels, train.source.path or "the training data")
-        self.train_layout = None
+        """Fit the label mapping (once) and lay the training data out; returns (layout, model labels)."""
+        if self.labels is None:
+            self.labels = LabelMap.fit(self.executor.ir.labels, train.labels, train.source.path or "the training data")
         self.train_layout = self.layout_of(train)
+        if self.feature_order is None:
+            self.feature_order = self.train_layout.new_to_old.cpu()
         return self.train_layout, self.labels.model_labels(self.train_layout.labels)
 
-    def fit(self, train, valid=None):
+    def _monitor(self, record):
+        for key in ("valid_logloss", "valid_rmse"):
+            if key in record:
+                return record[key]
+        return record["train_loss"]
+
+    def _should_stop(self, losses, best):
+        if self.early_stopping == "cuwide" and len(losses) > self.window:
+            return losses[-1] > sum(losses[-self.window - 1:-1]) / self.window
+        if self.early_stopping == "patience":
+            return len(losses) - 1 - best >= self.patience
+        return False
+
+    def fit(self, train, valid=None, epochs=None, report=None):
+        """Train `epochs` (default: the constructor's) more epochs; returns the history. valid is
+        monitored (early stopping, best model); report (a test set) is only evaluated and recorded
+        every epoch as test_* — it never steers training."""
         _, layout_labels = self.prepare(train)
         valid_layout = self.layout_of(valid)
-        for epoch in range(self.epochs):
+        report_layout = self.layout_of(report)
+        if self.executor.state is None:
+            self.executor.initialize(self.train_layout)
+        good = self.executor.state.clone()
+        losses, best, best_state = [], None, None
+        self.stopped_because = None
+        for _ in range(self.epochs if epochs is None else epochs):
             started = time.perf_counter()
-            loss = self.executor.train_epoch(self.train_layout, layout_labels, epoch, self.lr)
+            loss = self.executor.train_epoch(self.train_layout, layout_labels, self.epoch, self.lr)
             if self.device.type == "cuda":
                 torch.cuda.synchronize()
-            record = {"epoch": epoch + 1, "train_loss": loss, "seconds": time.perf_counter() - started}
+            seconds = time.perf_counter() - started
+            self.epoch += 1
+            record = {"epoch": self.epoch, "train_loss": loss, "seconds": seconds,
+                      "rows_per_s": self.train_layout.n_rows / max(seconds, 1e-9)}
+            if not math.isfinite(loss) or not self._finite_state():
+                self.executor.state = good
+                self.stopped_because = "diverged"
+                self.history.append(dict(record, diverged=True))
+                raise TrainingDiverged(
+                    f"training diverged in epoch {self.epoch} (training loss {loss}); the parameters of the "
+                    f"previous epoch are restored. Try a smaller learning rate (now {self.lr:g}), a "
+                    "per-coordinate optimizer (--optimizer adagrad or ftrl), a smaller batch, or scaled "
+                    "features (--normalize).")
             if valid_layout is not None:
                 record.update({f"valid_{k}": v for k, v in self.evaluate_layout(valid_layout, valid).items()})
+            if report_layout is not None:
+                record.update({f"test_{k}": v for k, v in self.evaluate_layout(report_layout, report).items()})
             self.history.append(record)
             if self.log:
                 self.log(record)
-            if not torch.isfinite(torch.tensor(loss)):
+            losses.append(self._monitor(record))
+            good = self.executor.state.clone()
+            if best is None or losses[-1] < losses[best]:
+                best, best_state = len(losses) - 1, good
+            stop = any(callback(self, record) for callback in self.callbacks)
+            if self.early_stopping and self._should_stop(losses, best):
+                self.stopped_because = f"early stopping ({self.early_stopping})"
+                stop = True
+            if stop:
+                self.stopped_because = self.stopped_because or "callback"
                 break
+        if self.early_stopping and best_state is not None:
+            self.executor.state = best_state
+            self.best_epoch = self.epoch - (len(losses) - 1 - best)
         return self.history
+
+    def _finite_state(self):
+        state = self.executor.state
+        return all(bool(torch.isfinite(v).all()) for v in list(state.params.values()) + list(state.globals.values()))
 
     def zero_share(self):
         """The share of exactly-zero values among the per-feature params (L1's sparsity)."""
@@ -84,6 +190,8 @@ class Trainer:
 
     def predict(self, dataset):
         """Predictions (probability, score or value, as the model says) in the data set's row order."""
+        if self.executor.state is None:
+            raise AlacError("the model is not trained yet: call fit first (or load a checkpoint)")
         return self.predict_layout(self.layout_of(dataset))
 
     def evaluate_layout(self, layout, dataset):
@@ -96,3 +204,14 @@ class Trainer:
 
     def evaluate(self, dataset):
         return self.evaluate_layout(self.layout_of(dataset), dataset)
+
+    def parameters(self):
+        """Params in the user's original feature ids (numpy), and the globals."""
+        order = self.feature_order.long()
+        params = {}
+        for name, value in self.executor.state.params.items():
+            original = torch.empty_like(value)
+            original[order.to(value.device)] = value
+            params[name] = original.cpu().numpy()
+        return params, {name: float(v) for name, v in self.executor.state.globals.items()}
+

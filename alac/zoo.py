@@ -1,8 +1,11 @@
-"""Running a zoo model file as a script: `python models/lr.py --train FILE --test FILE ...`.
+"""Training a model from the command line: `python models/lr.py --train FILE --test FILE ...` and
+`alac train --model lr --train FILE ... --out DIR` run the same code.
 
 Without --train the model trains on the built-in synthetic Criteo-shaped data (4M rows on a GPU,
-200k on a CPU), split 80/10/10 into train / validation / test. Prints one line per epoch and ends
-with one JSON line of final test metrics.
+200k on a CPU), split 80/10/10 into train / validation / test. Prints one line per epoch (with a
+progress bar on a terminal) and ends with one JSON line of final test metrics. With --out DIR it
+also writes DIR/metrics.json, DIR/history.csv, the checkpoint DIR/model.alac and, with --plot,
+DIR/loss.png.
 """
 
 from __future__ import annotations
@@ -19,8 +22,12 @@ from alac.errors import AlacError
 MODELS_DIR = Path(__file__).resolve().parent.parent / "models"
 
 
-def parser_for(description):
-    parser = argparse.ArgumentParser(description=description)
+CHECKPOINT_NAME = "model.alac"
+
+
+def parser_for(description, module=None, parser=None):
+    """The training options; with a zoo module, also its model options (--l1, --l2, ARGUMENTS)."""
+    parser = parser or argparse.ArgumentParser(description=description)
     parser.add_argument("--train", help="training file (LIBSVM, libffm or Criteo TSV)")
     parser.add_argument("--test", help="test file, in the training file's feature space")
     parser.add_argument("--valid", help="validation file, evaluated after every epoch")
@@ -54,7 +61,29 @@ def parser_for(description):
     parser.add_argument("--decay", type=float, default=0.0,
                         help="schedule decay: inverse lr / (1 + decay t)^power, epoch_decay lr * decay^epoch")
     parser.add_argument("--power", type=float, default=0.5, help="inverse schedule's power")
+    parser.add_argument("--early-stopping", default=None, choices=["cuwide", "patience"],
+                        help="cuwide: stop when the validation loss exceeds the mean of the last 10 epochs; "
+                             "patience: after --patience epochs without a new best (the best model is restored)")
+    parser.add_argument("--patience", type=int, default=5)
+    parser.add_argument("--unseen", default="ignore", choices=["ignore", "error"],
+                        help="validation/test features the training data never had: ignore them (counted) or fail")
+    parser.add_argument("--out", metavar="DIR", help="write metrics.json, history.csv and the checkpoint here")
+    parser.add_argument("--plot", action="store_true", help="with --out: also DIR/loss.png")
+    if module is not None:
+        parser.add_argument("--l2", type=float, default=0.0,
+                            help="L2 coefficient (in the gradient, per occurrence; FTRL: in its closed form)")
+        parser.add_argument("--l1", type=float, default=0.0, help="L1 coefficient (optimizers ftrl and sgd)")
+        parser.add_argument("--exact-l2", action="store_true",
+                            help="apply --l2 as a decay of every row after every batch (sync), not lazily")
+        for flag, spec in getattr(module, "ARGUMENTS", ()):
+            parser.add_argument(flag, **spec)
     return parser
+
+
+def model_arguments(module, args):
+    """The model's own options from parsed arguments (what a checkpoint needs to rebuild it)."""
+    names = ["l1", "l2"] + [flag.lstrip("-").replace("-", "_") for flag, _ in getattr(module, "ARGUMENTS", ())]
+    return {name: getattr(args, name) for name in names if hasattr(args, name)}
 
 
 def _load_data(args, model):
@@ -94,8 +123,8 @@ def _load_data(args, model):
 
 def _format_record(record):
     parts = [f"epoch {record['epoch']:>3}", f"train loss {record['train_loss']:.5f}"]
-    parts += [f"{k[6:]} {v:.5f}" for k, v in record.items() if k.startswith("valid_")]
-    parts.append(f"{1000 * record['seconds']:.1f} ms")
+    parts += [f"{k.replace('_', ' ', 1)} {v:.5f}" for k, v in record.items() if k.startswith(("valid_", "test_"))]
+    parts.append(f"{1000 * record['seconds']:.1f} ms ({record['rows_per_s']:,.0f} rows/s)")
     return "  ".join(parts)
 
 
@@ -113,22 +142,18 @@ def main(module_name):
     sys.exit(run_module(sys.modules[module_name]))
 
 
-def run_module(module, argv=None):
+def run_module(module, argv=None, model_reference=None):
     """Parse the command line, train the module's model, print epochs and the final JSON line.
 
-    A zoo module defines MODEL (a Model class taking l2=... and its ARGUMENTS as keywords),
+    A zoo module defines MODEL (a Model class taking l1=, l2= and its ARGUMENTS as keywords),
     DEFAULT_LR (a number, or a function of the parsed arguments) and optionally ARGUMENTS
     [(flag, argparse keywords)].
     """
-    parser = parser_for(module.__doc__)
-    parser.add_argument("--l2", type=float, default=0.0,
-                        help="L2 coefficient (in the gradient, per occurrence; FTRL: in its closed form)")
-    parser.add_argument("--l1", type=float, default=0.0, help="L1 coefficient (optimizers ftrl and sgd)")
-    parser.add_argument("--exact-l2", action="store_true",
-                        help="apply --l2 as a decay of every row after every batch (sync), not lazily")
-    for flag, spec in getattr(module, "ARGUMENTS", ()):
-        parser.add_argument(flag, **spec)
-    args = parser.parse_args(argv)
+    args = parser_for(module.__doc__, module).parse_args(argv)
+    return run_parsed(module, args, model_reference or getattr(module, "__file__", None))
+
+
+def run_parsed(module, args, model_reference):
     if args.lr is None:
         from alac.optimizers import OPTIMIZERS
 
@@ -140,19 +165,36 @@ def run_module(module, argv=None):
         # Triton picks the interpreter when it is first imported, which has not happened yet.
         os.environ["TRITON_INTERPRET"] = "1"
     try:
-        return _run(args, lambda parsed: build_model(module, parsed))
+        return _run(args, module, model_reference)
     except AlacError as error:
         print(f"alac: error: {error}", file=sys.stderr)
         return 2
 
 
-def _run(args, build_model):
+class _Progress:
+    """One line per epoch on stdout (the epoch table); on a terminal also a bar on stderr."""
+
+    def __init__(self, epochs):
+        self.epochs = epochs
+        self.live = sys.stderr.isatty()
+
+    def __call__(self, record):
+        if self.live:
+            done = int(30 * record["epoch"] / max(self.epochs, 1))
+            print(f"\r[{'#' * done}{'.' * (30 - done)}] epoch {record['epoch']}/{self.epochs}  "
+                  f"{record['rows_per_s']:,.0f} rows/s  loss {record['train_loss']:.5f}", end="", file=sys.stderr)
+            if record["epoch"] >= self.epochs:
+                print(file=sys.stderr)
+        print(_format_record(record), flush=True)
+
+
+def _run(args, module, model_reference):
     from alac.optimizers import get_optimizer
     from alac.plan import Plan
     from alac.runtime.schedule import LearningRateSchedule
-    from alac.train import Trainer
+    from alac.train import Trainer, TrainingDiverged
 
-    model = build_model(args)
+    model = build_model(module, args)
     optimizer_class = get_optimizer(args.optimizer).__class__
     optimizer = optimizer_class(**{h: getattr(args, h) for h in optimizer_class.hyper if getattr(args, h) is not None})
     plan_options = {"batch_size": args.batch_size, "kernels": args.kernels, "semantics": args.mode}
@@ -164,19 +206,89 @@ def _run(args, build_model):
     plan = Plan(**plan_options)
     train, valid, test, described = _load_data(args, model)
     trainer = Trainer(model, lr=args.lr, epochs=args.epochs, plan=plan, backend=args.backend, seed=args.seed,
-                      log=lambda record: print(_format_record(record), flush=True), optimizer=optimizer,
-                      schedule=LearningRateSchedule(args.schedule, args.decay, args.power), exact_l2=args.exact_l2)
+                      log=_Progress(args.epochs), optimizer=optimizer,
+                      schedule=LearningRateSchedule(args.schedule, args.decay, args.power), exact_l2=args.exact_l2,
+                      early_stopping=args.early_stopping, patience=args.patience, unseen=args.unseen)
     print(f"model {model.model_name()} on {described}: {train.n_rows:,} training rows, "
           f"{train.n_features:,} features; backend {trainer.backend} on {trainer.device}; {plan.describe()}; "
           f"lr {args.lr}, {optimizer.describe()}, schedule {trainer.executor.schedule.describe()}", flush=True)
-    trainer.fit(train, valid if valid is not None else test)
+    diverged = None
+    try:
+        trainer.fit(train, valid, report=test)
+    except TrainingDiverged as error:
+        diverged = error
+        print(f"alac: {error}", file=sys.stderr)
+    if trainer.stopped_because and not diverged:
+        print(f"stopped after epoch {trainer.epoch}: {trainer.stopped_because}; the best epoch's model is kept")
     final = trainer.evaluate(test if test is not None else (valid if valid is not None else train))
     if args.l1:
         zeros = trainer.zero_share()
-        print(f"exactly-zero weights: {100 * zeros:.2f}% of {trainer.train_layout.n_features:,} features' parameters")
+        print(f"exactly-zero weights: {100 * zeros:.2f}% of {trainer.n_features:,} features' parameters")
         final["zero_share"] = zeros
+    if trainer.unseen_entries:
+        final["unseen_entries"] = trainer.unseen_entries
     print(json.dumps({k: round(v, 6) for k, v in final.items()}))
-    return 0
+    if args.out:
+        _write_outputs(args, module, model_reference, trainer, final, train)
+    return 3 if diverged else 0
+
+
+def _data_options(args, train):
+    base = dict(train.source.options).get("base")
+    return {"format": train.source.format if train.source.format in ("libsvm", "libffm", "criteo") else args.format,
+            "n_features": args.n_features, "normalize": args.normalize,
+            "zero_based": None if base is None else base == 0}
+
+
+def _write_outputs(args, module, model_reference, trainer, final, train):
+    import csv
+
+    from alac import checkpoint
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    spec = {"model": str(model_reference), "arguments": model_arguments(module, args)}
+    checkpoint.save(trainer, out / CHECKPOINT_NAME, spec, _data_options(args, train))
+    (out / "metrics.json").write_text(json.dumps(final, indent=2) + "\n")
+    keys = sorted({k for record in trainer.history for k in record}, key=lambda k: (k != "epoch", k))
+    with open(out / "history.csv", "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=keys)
+        writer.writeheader()
+        writer.writerows(trainer.history)
+    if args.plot:
+        plot_history(trainer.history, out / "loss.png", f"{trainer.executor.ir.name}: loss per split")
+    print(f"wrote {out}/metrics.json, history.csv, {CHECKPOINT_NAME}" + (", loss.png" if args.plot else ""))
+
+
+def plot_history(history, path, title):
+    """Train and validation loss against epoch and against training wall time: one curve per split."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    epochs = [r["epoch"] for r in history]
+    wall, total = [], 0.0
+    for record in history:
+        total += record["seconds"]
+        wall.append(total)
+    curves = [k for k in ("valid_logloss", "valid_rmse", "test_logloss", "test_rmse") if history and k in history[0]]
+    figure, axes = plt.subplots(1, 2, figsize=(10, 4))
+    for axis, x, label in ((axes[0], epochs, "epoch"), (axes[1], wall, "training wall time (s)")):
+        axis.plot(x, [r["train_loss"] for r in history], marker="o", label="train loss (running, per epoch)")
+        for key in curves:
+            split, metric = key.split("_", 1)
+            axis.plot(x, [r[key] for r in history], marker="s",
+                      label=f"{'validation' if split == 'valid' else 'test'} {metric}")
+        axis.set_xlabel(label)
+        axis.set_ylabel("loss")
+        axis.grid(alpha=0.3)
+        axis.legend()
+    figure.suptitle(title)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    return figure
 
 
 def load_model_file(name_or_path):

@@ -2,6 +2,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from alac.cli import main
 
 
@@ -72,3 +74,67 @@ def test_inspect_with_data_prints_the_plan_and_its_reasons(shared_data, capsys):
     out = capsys.readouterr().out
     assert "#   rows: 26,773" in out and "# plan chunk_size = 32" in out and "# plan hot_size =" in out
     assert "semantics=async" in out and "one persistent" in out and "def alac_lr_" in out
+
+
+def _run_alac(*args, env_extra=None):
+    import os
+    environment = dict(os.environ)
+    environment.pop("TRITON_INTERPRET", None)
+    return subprocess.run([sys.executable, "-m", "alac", *args], capture_output=True, text=True, env=environment)
+
+
+def test_train_then_predict_on_a9a_without_a_gpu(shared_data, tmp_path):
+    import numpy as np
+    from sklearn.metrics import roc_auc_score
+
+    from alac.data import load_libsvm
+
+    out = tmp_path / "run"
+    result = _run_alac("train", "--model", "lr", "--train", str(shared_data / "a9a/a9a"), "--test",
+                       str(shared_data / "a9a/a9a.t"), "--backend", "reference", "--out", str(out), "--plot")
+    assert result.returncode == 0, result.stderr
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["auc"] >= 0.900
+    history = (out / "history.csv").read_text().splitlines()
+    assert history[0].startswith("epoch,") and len(history) == 11
+    assert (out / "loss.png").stat().st_size > 10_000 and (out / "model.alac").is_file()
+    predictions_path = tmp_path / "predictions.txt"
+    result = _run_alac("predict", "--model-dir", str(out), "--data", str(shared_data / "a9a/a9a.t"),
+                       "--output", str(predictions_path), "--backend", "reference")
+    assert result.returncode == 0, result.stderr
+    predictions = np.loadtxt(predictions_path)
+    labels = load_libsvm(shared_data / "a9a/a9a.t", n_features=123).labels.numpy() > 0
+    assert predictions.shape == (16281,)
+    assert abs(roc_auc_score(labels, predictions) - metrics["auc"]) < 1e-6
+    result = _run_alac("export", "--model-dir", str(out), "--readable", str(tmp_path / "model.txt"),
+                       "--numpy", str(tmp_path / "model.npz"))
+    assert result.returncode == 0, result.stderr
+    lines = (tmp_path / "model.txt").read_text().splitlines()
+    assert "ids 1-based" in lines[0] and lines[2] == "# id w"
+    weights = np.load(tmp_path / "model.npz")["w"]
+    first = lines[3].split()
+    assert float(first[1]) == pytest.approx(weights[int(first[0]) - 1], rel=1e-6)
+
+
+def test_plot_has_labelled_axes_and_a_curve_per_split(tmp_path):
+    from alac.zoo import plot_history
+
+    history = [{"epoch": e, "train_loss": 1 / e, "seconds": 0.1, "valid_logloss": 1.1 / e, "test_logloss": 1.2 / e}
+               for e in range(1, 5)]
+    figure = plot_history(history, tmp_path / "loss.png", "title")
+    assert (tmp_path / "loss.png").is_file()
+    for axis in figure.axes:
+        assert axis.get_xlabel() in ("epoch", "training wall time (s)") and axis.get_ylabel() == "loss"
+        labels = [line.get_label() for line in axis.get_lines()]
+        assert labels == ["train loss (running, per epoch)", "validation logloss", "test logloss"]
+
+
+def test_cli_errors_are_clear(tmp_path):
+    result = _run_alac("train", "--model", "nope", "--train", "x.svm")
+    assert result.returncode == 2 and "unknown model 'nope'" in result.stderr
+    result = _run_alac("train", "--model", "lr", "--train", str(tmp_path / "missing.svm"), "--backend", "reference")
+    assert result.returncode == 2 and "file not found" in result.stderr and "Traceback" not in result.stderr
+    result = _run_alac("predict", "--model-dir", str(tmp_path), "--data", "x", "--output", "y")
+    assert result.returncode == 2 and "no checkpoint there" in result.stderr
+    result = _run_alac("train", "--model", "lr", "--optimizer", "lbfgs")
+    assert result.returncode == 2 and "invalid choice: 'lbfgs'" in result.stderr

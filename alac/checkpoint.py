@@ -1,0 +1,150 @@
+"""Checkpoints: everything needed to predict with a trained model or to resume its training.
+
+One file, written atomically: to a temporary file beside the target, flushed and fsync'ed, then
+renamed over it (and the folder fsync'ed), so a crash at any moment leaves either the previous
+checkpoint or the new one, never a torn file. It holds the model spec (how to rebuild the DSL model),
+the IR hash (to refuse a checkpoint whose model compiles differently now), the plan, optimizer and
+schedule, the parameters, globals and optimizer state, the feature re-index map, the label mapping,
+the data options, the epoch and the history.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+
+import torch
+
+from alac.errors import AlacError
+
+FORMAT = "alac-checkpoint"
+VERSION = 1
+
+
+class CheckpointError(AlacError):
+    """A checkpoint that cannot be used: missing, damaged, another format or an incompatible version."""
+
+
+def _fsync_folder(folder):
+    try:
+        handle = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(handle)
+    finally:
+        os.close(handle)
+
+
+def write_atomically(path, payload):
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(temporary, "wb") as out:
+            torch.save(payload, out)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(temporary, path)
+        _fsync_folder(path.parent)
+    finally:
+        if temporary.exists():
+            temporary.unlink()
+
+
+def save(trainer, path, spec, data_options=None):
+    """Write trainer's model to path. spec: {"model": zoo name or file, "arguments": {...}}."""
+    state = trainer.executor.state
+    if state is None:
+        raise AlacError("nothing to save: the model is not trained yet")
+    executor = trainer.executor
+    payload = {
+        "format": FORMAT, "version": VERSION, "spec": spec, "ir_hash": executor.ir.hash,
+        "model_name": executor.ir.name, "plan": dataclasses.asdict(trainer.plan), "lr": trainer.lr,
+        "optimizer": {"name": executor.optimizer.name, "hyper": executor.optimizer.values},
+        "schedule": vars(executor.schedule), "exact_l2": executor.exact_l2, "seed": executor.seed,
+        "epoch": trainer.epoch, "batches_done": executor.batches_done, "history": trainer.history,
+        "params": {k: v.cpu() for k, v in state.params.items()},
+        "globals": {k: v.cpu() for k, v in state.globals.items()},
+        "states": {k: v.cpu() for k, v in state.states.items()},
+        "feature_order": trainer.feature_order.cpu(),
+        "labels": {"kind": trainer.labels.kind, "positive": trainer.labels.positive},
+        "data_options": data_options or {},
+    }
+    write_atomically(path, payload)
+
+
+def read(path):
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"{path}: no checkpoint there")
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as error:  # torch raises several types for a damaged zip
+        raise CheckpointError(f"{path}: not a readable checkpoint ({type(error).__name__}: {error})") from None
+    if not isinstance(payload, dict) or payload.get("format") != FORMAT:
+        raise CheckpointError(f"{path}: not an alac checkpoint")
+    if payload.get("version") != VERSION:
+        raise CheckpointError(f"{path}: checkpoint version {payload.get('version')} is not supported by this "
+                              f"alac (version {VERSION}); retrain, or use the alac release that wrote it")
+    return payload
+
+
+def load(path, model, backend="triton", device=None, log=None):
+    """A Trainer holding the checkpoint's model: ready to predict, or to fit further (resume)."""
+    from alac.optimizers import get_optimizer
+    from alac.plan import Plan
+    from alac.runtime.executor import LabelMap
+    from alac.runtime.schedule import LearningRateSchedule
+    from alac.runtime.state import ModelState
+    from alac.train import Trainer
+
+    payload = read(path)
+    schedule = LearningRateSchedule(**payload["schedule"])
+    optimizer = get_optimizer(payload["optimizer"]["name"], **{
+        k: v for k, v in payload["optimizer"]["hyper"].items()})
+    trainer = Trainer(model, lr=payload["lr"], plan=Plan(**payload["plan"]), backend=backend, device=device,
+                      seed=payload["seed"], log=log, optimizer=optimizer, schedule=schedule,
+                      exact_l2=payload["exact_l2"])
+    if trainer.executor.ir.hash != payload["ir_hash"]:
+        raise CheckpointError(f"{path}: the model {payload['model_name']!r} compiles differently now than when "
+                              "the checkpoint was written (IR hash differs): its parameters may not fit")
+    to = trainer.device
+    trainer.executor.state = ModelState({k: v.to(to) for k, v in payload["params"].items()},
+                                        {k: v.to(to) for k, v in payload["globals"].items()},
+                                        {k: v.to(to) for k, v in payload["states"].items()})
+    trainer.executor.batches_done = payload["batches_done"]
+    trainer.feature_order = payload["feature_order"]
+    trainer.labels = LabelMap(payload["labels"]["kind"], payload["labels"]["positive"])
+    trainer.epoch = payload["epoch"]
+    trainer.history = list(payload["history"])
+    trainer.checkpoint = payload
+    return trainer
+
+
+def export_readable(trainer, path, id_offset=0):
+    """A text model in the user's feature ids, like Vowpal Wabbit's --readable_model: a header, then
+    one line per feature with a non-zero parameter: `id value [factor ...]` (id_offset: 1 for files
+    with 1-based ids)."""
+    import numpy as np
+
+    params, globals_ = trainer.parameters()
+    names = list(params)
+    lines = [f"# alac model {trainer.executor.ir.name} (IR {trainer.executor.ir.hash[:16]}), "
+             f"{trainer.n_features} features, ids {'1' if id_offset else '0'}-based",
+             "# " + " ".join(f"{name}={value:.9g}" for name, value in globals_.items()),
+             "# id " + " ".join(f"{n}[{params[n].shape[1]}]" if params[n].ndim > 1 else n for n in names)]
+    columns = [params[n].reshape(params[n].shape[0], -1) for n in names]
+    table = np.concatenate(columns, axis=1)
+    for feature in np.flatnonzero(np.any(table != 0, axis=1)):
+        lines.append(f"{feature + id_offset} " + " ".join(f"{v:.9g}" for v in table[feature]))
+    Path(path).write_text("\n".join(lines) + "\n")
+
+
+def export_numpy(trainer, path):
+    """The parameters (original feature ids) and globals as a .npz archive."""
+    import numpy as np
+
+    params, globals_ = trainer.parameters()
+    np.savez(path, **params, **{f"global_{k}": np.array(v) for k, v in globals_.items()})

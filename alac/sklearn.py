@@ -1,0 +1,346 @@
+"""scikit-learn estimators over alac: the models of the zoo, or any DSL model, as drop-in
+classifiers and regressors (fit, predict, predict_proba, decision_function, score, partial_fit,
+coef_, intercept_, classes_, n_features_in_), usable in Pipeline and GridSearchCV.
+
+Inputs are scipy.sparse matrices or dense arrays. The estimators default to AdaGrad: its step does not
+depend on the features' scale, so unscaled dense data (scikit-learn's own checks use it) trains
+without tuning; optimizer="sgd" and the rest are one parameter away. Binary classifiers only (as the wide models are):
+y must have two classes; classes_[1] is the positive one. Fitted estimators pickle (the trained
+arrays are kept; the compiled kernels are rebuilt on first use).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
+from sklearn.utils.metaestimators import available_if
+from sklearn.utils.multiclass import check_classification_targets
+from sklearn.utils.validation import check_is_fitted, validate_data
+
+from alac.data.arrays import from_csr_arrays
+from alac.dsl import LinearModel, Normal, Param, ops
+
+
+class _LogisticLinear(LinearModel):
+    name = "lr"
+    labels = "binary"
+    prediction = "probability"
+
+    def loss(self, a, g, y):
+        return ops.softplus(-y * self.score(a, g))
+
+    def predict(self, a, g):
+        return ops.sigmoid(self.score(a, g))
+
+
+class _HingeLinear(LinearModel):
+    name = "lsvm"
+    labels = "binary"
+    prediction = "score"
+
+    def loss(self, a, g, y):
+        return ops.maximum(0.0, 1.0 - y * self.score(a, g))
+
+    def predict(self, a, g):
+        return self.score(a, g)
+
+
+class _SquaredLinear(LinearModel):
+    name = "lsr"
+    labels = "real"
+    prediction = "value"
+
+    def loss(self, a, g, y):
+        return 0.5 * (y - self.score(a, g)) ** 2
+
+    def predict(self, a, g):
+        return self.score(a, g)
+
+
+class _FM(LinearModel):
+    def __init__(self, k, squared, l2, l1, init_std, seed_name):
+        super().__init__(l2, l1)
+        self.name = f"fm_{seed_name}"
+        self.squared = squared
+        self.labels = "real" if squared else "binary"
+        self.prediction = "value" if squared else "probability"
+        self.v = Param(size=k, init=Normal(init_std), l2=l2, l1=l1)
+
+    def aggregate(self, x, p):
+        return {**super().aggregate(x, p), "vx": x * p.v, "v2x2": x**2 * p.v**2}
+
+    def score(self, a, g):
+        return super().score(a, g) + 0.5 * ops.sum(a.vx**2 - a.v2x2)
+
+    def loss(self, a, g, y):
+        if self.squared:
+            return 0.5 * (y - self.score(a, g)) ** 2
+        return ops.softplus(-y * self.score(a, g))
+
+    def predict(self, a, g):
+        return self.score(a, g) if self.squared else ops.sigmoid(self.score(a, g))
+
+
+def _dataset(X, y=None):
+    """A SparseDataset from validated input (CSR or dense float)."""
+    import scipy.sparse
+
+    csr = scipy.sparse.csr_matrix(X, dtype=np.float32)
+    labels = np.zeros(csr.shape[0], np.float32) if y is None else np.asarray(y, np.float32)
+    return from_csr_arrays(csr.indptr, csr.indices, csr.data, labels, csr.shape[1])
+
+
+class _WideEstimator(BaseEstimator):
+    """Shared machinery: the Trainer behind fit / partial_fit / predict, kept as arrays when pickled."""
+
+    _kind = None  # "classifier" or "regressor"
+
+    def _build_model(self):
+        raise NotImplementedError
+
+    def _plan(self):
+        from alac.plan import Plan
+
+        batch = max(16, int(self.batch_size) // 16 * 16)
+        return Plan(chunk_size=16, batch_size=batch, semantics=self.mode)
+
+    def _new_trainer(self):
+        from alac.train import Trainer
+
+        return Trainer(self._build_model(), lr=self.learning_rate, epochs=self.epochs, plan=self._plan(),
+                       backend=self.backend, seed=self.random_state or 0, optimizer=self.optimizer)
+
+    def _trainer_for_use(self):
+        trainer = getattr(self, "_trainer", None)
+        if trainer is None:
+            from alac.runtime.executor import LabelMap
+            from alac.runtime.state import ModelState
+
+            trainer = self._new_trainer()
+            saved = self._fitted
+            device = trainer.device
+            trainer.executor.state = ModelState({k: torch.from_numpy(v).to(device) for k, v in saved["params"].items()},
+                                                {k: torch.from_numpy(v).to(device) for k, v in saved["globals"].items()},
+                                                {k: torch.from_numpy(v).to(device) for k, v in saved["states"].items()})
+            trainer.feature_order = torch.from_numpy(saved["feature_order"])
+            trainer.labels = LabelMap(saved["label_kind"], saved["positive"])
+            trainer.epoch = saved["epoch"]
+            trainer.executor.batches_done = saved["batches_done"]
+            self._trainer = trainer
+        return trainer
+
+    def _snapshot(self, trainer):
+        state = trainer.executor.state
+        self._fitted = {
+            "params": {k: v.cpu().numpy() for k, v in state.params.items()},
+            "globals": {k: v.cpu().numpy() for k, v in state.globals.items()},
+            "states": {k: v.cpu().numpy() for k, v in state.states.items()},
+            "feature_order": trainer.feature_order.cpu().numpy(), "label_kind": trainer.labels.kind,
+            "positive": trainer.labels.positive, "epoch": trainer.epoch,
+            "batches_done": trainer.executor.batches_done}
+        params, globals_ = trainer.parameters()
+        weights = params["w"]
+        self.coef_ = weights.reshape(1, -1).astype(np.float64) if self._kind == "classifier" else weights.astype(np.float64)
+        self.intercept_ = np.array([globals_["b"]])
+        if "v" in params:
+            self.factors_ = params["v"]
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state.pop("_trainer", None)
+        return state
+
+    def _targets(self, y, first):
+        if self._kind == "classifier":
+            if first:
+                check_classification_targets(y)
+                self.classes_ = np.unique(y) if getattr(self, "_partial_classes", None) is None else self._partial_classes
+                if len(self.classes_) > 2:
+                    raise ValueError(f"Only binary classification is supported: {type(self).__name__} is a wide "
+                                     f"binary model and y has {len(self.classes_)} classes")
+                if len(self.classes_) < 2:
+                    raise ValueError(f"{type(self).__name__} needs two classes in y, got 1 class")
+            unknown = ~np.isin(y, self.classes_)
+            if unknown.any():
+                raise ValueError(f"y has labels not seen in the first fit: {np.unique(y[unknown])[:5]}")
+            return (y == self.classes_[1]).astype(np.float32)
+        return np.asarray(y, dtype=np.float64)
+
+    def fit(self, X, y):
+        X, y = validate_data(self, X, y, accept_sparse="csr", dtype=[np.float64, np.float32],
+                             y_numeric=self._kind == "regressor")
+        targets = self._targets(y, first=True)
+        trainer = self._new_trainer()
+        trainer.fit(_dataset(X, targets))
+        self._trainer = trainer
+        self._snapshot(trainer)
+        return self
+
+    def partial_fit(self, X, y, classes=None):
+        """One epoch over (X, y), continuing the model of earlier calls (the first call fixes the
+        feature space and, for classifiers, needs classes)."""
+        first = not hasattr(self, "_fitted")
+        X, y = validate_data(self, X, y, accept_sparse="csr", dtype=[np.float64, np.float32], reset=first,
+                             y_numeric=self._kind == "regressor")
+        if first and self._kind == "classifier":
+            if classes is None:
+                raise ValueError("the first partial_fit of a classifier needs classes=[negative, positive]")
+            self._partial_classes = np.asarray(classes)
+        targets = self._targets(y, first)
+        trainer = self._new_trainer() if first else self._trainer_for_use()
+        trainer.fit(_dataset(X, targets), epochs=1)
+        self._trainer = trainer
+        self._snapshot(trainer)
+        return self
+
+    def _raw(self, X):
+        check_is_fitted(self, "_fitted")
+        X = validate_data(self, X, accept_sparse="csr", dtype=[np.float64, np.float32], reset=False)
+        return self._trainer_for_use().predict(_dataset(X)).cpu().double().numpy()
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.sparse = True
+        return tags
+
+
+_COMMON_DOC = """
+
+    learning_rate: the step on the batch-mean gradient; epochs; batch_size; optimizer (sgd, adagrad,
+    ftrl, momentum, adam); alpha: the L2 coefficient; l1: the L1 coefficient (with ftrl or sgd); mode:
+    sync or async; backend: triton on a GPU (the PyTorch reference without one); random_state.
+"""
+
+
+class _BinaryClassifier(ClassifierMixin, _WideEstimator):
+    _kind = "classifier"
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.classifier_tags.multi_class = False
+        return tags
+
+    def decision_function(self, X):
+        raw = self._raw(X)
+        if self._probabilistic:
+            raw = np.clip(raw, 1e-12, 1 - 1e-12)
+            return np.log(raw) - np.log1p(-raw)
+        return raw
+
+    def _has_proba(self):
+        return self._probabilistic
+
+    @available_if(_has_proba)
+    def predict_proba(self, X):
+        p = self._raw(X)
+        return np.column_stack([1 - p, p])
+
+    def predict(self, X):
+        scores = self.decision_function(X)
+        return self.classes_[(scores > 0).astype(int)]
+
+
+class _Regressor(RegressorMixin, _WideEstimator):
+    _kind = "regressor"
+
+    def predict(self, X):
+        return self._raw(X)
+
+
+class LogisticRegression(_BinaryClassifier):
+    __doc__ = "L2/L1-regularised logistic regression trained by alac's kernels." + _COMMON_DOC
+    _probabilistic = True
+
+    def __init__(self, learning_rate=0.1, epochs=20, batch_size=32, optimizer="adagrad", alpha=0.0, l1=0.0,
+                 mode="sync", backend="triton", random_state=None):
+        self.learning_rate, self.epochs, self.batch_size, self.optimizer = learning_rate, epochs, batch_size, optimizer
+        self.alpha, self.l1, self.mode, self.backend, self.random_state = alpha, l1, mode, backend, random_state
+
+    def _build_model(self):
+        return _LogisticLinear(l2=self.alpha, l1=self.l1)
+
+
+class LinearSVC(_BinaryClassifier):
+    __doc__ = "Linear SVM (hinge loss) trained by alac's kernels." + _COMMON_DOC
+    _probabilistic = False
+
+    def __init__(self, learning_rate=0.1, epochs=20, batch_size=32, optimizer="adagrad", alpha=0.0, l1=0.0,
+                 mode="sync", backend="triton", random_state=None):
+        self.learning_rate, self.epochs, self.batch_size, self.optimizer = learning_rate, epochs, batch_size, optimizer
+        self.alpha, self.l1, self.mode, self.backend, self.random_state = alpha, l1, mode, backend, random_state
+
+    def _build_model(self):
+        return _HingeLinear(l2=self.alpha, l1=self.l1)
+
+
+class Ridge(_Regressor):
+    __doc__ = "Least squares with L2 (alpha) trained by alac's kernels." + _COMMON_DOC
+
+    def __init__(self, learning_rate=0.1, epochs=30, batch_size=32, optimizer="adagrad", alpha=0.0, l1=0.0,
+                 mode="sync", backend="triton", random_state=None):
+        self.learning_rate, self.epochs, self.batch_size, self.optimizer = learning_rate, epochs, batch_size, optimizer
+        self.alpha, self.l1, self.mode, self.backend, self.random_state = alpha, l1, mode, backend, random_state
+
+    def _build_model(self):
+        return _SquaredLinear(l2=self.alpha, l1=self.l1)
+
+
+class FMClassifier(_BinaryClassifier):
+    __doc__ = "Factorization machine (k factors, logistic loss). factors_ holds V." + _COMMON_DOC
+    _probabilistic = True
+
+    def __init__(self, n_factors=8, init_std=0.01, learning_rate=0.05, epochs=20, batch_size=32, optimizer="adagrad",
+                 alpha=0.0, l1=0.0, mode="sync", backend="triton", random_state=None):
+        self.n_factors, self.init_std = n_factors, init_std
+        self.learning_rate, self.epochs, self.batch_size, self.optimizer = learning_rate, epochs, batch_size, optimizer
+        self.alpha, self.l1, self.mode, self.backend, self.random_state = alpha, l1, mode, backend, random_state
+
+    def _build_model(self):
+        return _FM(self.n_factors, False, self.alpha, self.l1, self.init_std, "classifier")
+
+
+class FMRegressor(_Regressor):
+    __doc__ = "Factorization machine (k factors, squared loss). factors_ holds V." + _COMMON_DOC
+
+    def __init__(self, n_factors=8, init_std=0.01, learning_rate=0.05, epochs=30, batch_size=32, optimizer="adagrad",
+                 alpha=0.0, l1=0.0, mode="sync", backend="triton", random_state=None):
+        self.n_factors, self.init_std = n_factors, init_std
+        self.learning_rate, self.epochs, self.batch_size, self.optimizer = learning_rate, epochs, batch_size, optimizer
+        self.alpha, self.l1, self.mode, self.backend, self.random_state = alpha, l1, mode, backend, random_state
+
+    def _build_model(self):
+        return _FM(self.n_factors, True, self.alpha, self.l1, self.init_std, "regressor")
+
+
+class WideClassifier(_BinaryClassifier):
+    """Any binary DSL model (an alac.dsl.Model instance with labels = "binary") as a classifier.
+    The model must have a scalar param `w` (coef_) and a global `b` (intercept_)."""
+
+    def __init__(self, model=None, learning_rate=0.1, epochs=20, batch_size=32, optimizer="adagrad", mode="sync",
+                 backend="triton", random_state=None):
+        self.model, self.learning_rate, self.epochs, self.batch_size = model, learning_rate, epochs, batch_size
+        self.optimizer, self.mode, self.backend, self.random_state = optimizer, mode, backend, random_state
+
+    @property
+    def _probabilistic(self):
+        return self.model.prediction == "probability"
+
+    def _build_model(self):
+        if self.model is None:
+            raise ValueError("WideClassifier needs model=<an alac.dsl.Model>")
+        return self.model
+
+
+class WideRegressor(_Regressor):
+    """Any real-valued DSL model as a regressor (see WideClassifier)."""
+
+    def __init__(self, model=None, learning_rate=0.1, epochs=30, batch_size=32, optimizer="adagrad", mode="sync",
+                 backend="triton", random_state=None):
+        self.model, self.learning_rate, self.epochs, self.batch_size = model, learning_rate, epochs, batch_size
+        self.optimizer, self.mode, self.backend, self.random_state = optimizer, mode, backend, random_state
+
+    def _build_model(self):
+        if self.model is None:
+            raise ValueError("WideRegressor needs model=<an alac.dsl.Model>")
+        return self.model

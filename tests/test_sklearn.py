@@ -1,0 +1,89 @@
+import pickle
+import warnings
+
+import numpy as np
+import pytest
+import scipy.sparse
+from sklearn.model_selection import GridSearchCV
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import MaxAbsScaler
+from sklearn.utils.estimator_checks import check_estimator
+
+from alac.sklearn import (FMClassifier, FMRegressor, LinearSVC, LogisticRegression, Ridge, WideClassifier,
+                          WideRegressor, _LogisticLinear, _SquaredLinear)
+
+ESTIMATORS = [LogisticRegression(), LinearSVC(), Ridge(), FMClassifier(), FMRegressor(),
+              WideClassifier(model=_LogisticLinear()), WideRegressor(model=_SquaredLinear())]
+
+
+@pytest.mark.parametrize("estimator", ESTIMATORS, ids=lambda e: type(e).__name__)
+def test_check_estimator(estimator):
+    """Every check passes, except the ones scikit-learn itself skips here (array-API input without
+    SCIPY_ARRAY_API; pandas input without pandas). Multiclass checks are skipped by the tag
+    multi_class=False: the wide models are binary, and a multiclass y is a clear ValueError."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        results = check_estimator(estimator, on_fail=None)
+    failed = [(r["check_name"], str(r["exception"])[:200]) for r in results if r["status"] == "failed"]
+    assert not failed
+
+
+def _blobs(seed=0, n=400, d=20):
+    generator = np.random.default_rng(seed)
+    X = scipy.sparse.random(n, d, density=0.3, random_state=seed, format="csr")
+    weights = generator.normal(size=d)
+    y = np.where(X @ weights + 0.1 * generator.normal(size=n) > 0, "yes", "no")
+    return X, y, weights
+
+
+def test_sparse_classifier_attributes_and_methods():
+    X, y, weights = _blobs()
+    model = LogisticRegression(epochs=30).fit(X, y)
+    assert list(model.classes_) == ["no", "yes"] and model.n_features_in_ == 20
+    assert model.coef_.shape == (1, 20) and model.intercept_.shape == (1,)
+    assert np.corrcoef(model.coef_[0], weights)[0, 1] > 0.9
+    proba = model.predict_proba(X)
+    assert proba.shape == (400, 2) and np.allclose(proba.sum(axis=1), 1)
+    assert np.array_equal(model.predict(X), np.where(model.decision_function(X) > 0, "yes", "no"))
+    assert model.score(X, y) > 0.9
+    assert not hasattr(LinearSVC(), "predict_proba")
+
+
+def test_partial_fit_continues_and_pickles():
+    X, y, _ = _blobs(1)
+    model = LogisticRegression()
+    for _ in range(10):
+        model.partial_fit(X, y, classes=["no", "yes"])
+    assert model.score(X, y) > 0.85
+    again = pickle.loads(pickle.dumps(model))
+    assert np.array_equal(again.predict_proba(X), model.predict_proba(X))
+    with pytest.raises(ValueError, match="needs classes"):
+        LogisticRegression().partial_fit(X, y)
+
+
+def test_fm_factors_and_regressors():
+    X, y, _ = _blobs(2)
+    fm = FMClassifier(n_factors=4).fit(X, y)
+    assert fm.factors_.shape == (20, 4) and fm.score(X, y) > 0.85
+    target = X @ np.arange(20.0)
+    assert Ridge(epochs=100, learning_rate=1.0).fit(X, target).score(X, target) > 0.99
+
+
+def test_multiclass_is_a_clear_error():
+    X = np.random.default_rng(0).normal(size=(30, 3))
+    with pytest.raises(ValueError, match="Only binary classification is supported"):
+        LogisticRegression().fit(X, np.arange(30) % 3)
+
+
+def test_pipeline_and_grid_search_on_a9a(shared_data):
+    from alac.data import load_libsvm_files
+
+    train, test = load_libsvm_files([shared_data / "a9a/a9a", shared_data / "a9a/a9a.t"], n_features=123)
+    X, y = train.to_scipy(), train.labels.numpy()
+    pipeline = make_pipeline(MaxAbsScaler(), LogisticRegression(epochs=3, batch_size=256))
+    search = GridSearchCV(pipeline, {"logisticregression__learning_rate": [0.05, 0.2],
+                                     "logisticregression__alpha": [0.0, 1e-4]}, cv=2, scoring="roc_auc")
+    search.fit(X, y)
+    assert set(search.best_params_) == {"logisticregression__learning_rate", "logisticregression__alpha"}
+    from sklearn.metrics import roc_auc_score
+    assert roc_auc_score(test.labels.numpy(), search.predict_proba(test.to_scipy())[:, 1]) > 0.89
