@@ -19,67 +19,13 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from alac.data.arrays import from_csr_arrays
-from alac.dsl import LinearModel, Normal, Param, ops
 
 
-class _LogisticLinear(LinearModel):
-    name = "lr"
-    labels = "binary"
-    prediction = "probability"
+def _zoo(name):
+    """A zoo model class (models/<name>.py): the estimators train the same models as the command line."""
+    from alac.zoo import load_model_file
 
-    def loss(self, a, g, y):
-        return ops.softplus(-y * self.score(a, g))
-
-    def predict(self, a, g):
-        return ops.sigmoid(self.score(a, g))
-
-
-class _HingeLinear(LinearModel):
-    name = "lsvm"
-    labels = "binary"
-    prediction = "score"
-
-    def loss(self, a, g, y):
-        return ops.maximum(0.0, 1.0 - y * self.score(a, g))
-
-    def predict(self, a, g):
-        return self.score(a, g)
-
-
-class _SquaredLinear(LinearModel):
-    name = "lsr"
-    labels = "real"
-    prediction = "value"
-
-    def loss(self, a, g, y):
-        return 0.5 * (y - self.score(a, g)) ** 2
-
-    def predict(self, a, g):
-        return self.score(a, g)
-
-
-class _FM(LinearModel):
-    def __init__(self, k, squared, l2, l1, init_std, seed_name):
-        super().__init__(l2, l1)
-        self.name = f"fm_{seed_name}"
-        self.squared = squared
-        self.labels = "real" if squared else "binary"
-        self.prediction = "value" if squared else "probability"
-        self.v = Param(size=k, init=Normal(init_std), l2=l2, l1=l1)
-
-    def aggregate(self, x, p):
-        return {**super().aggregate(x, p), "vx": x * p.v, "v2x2": x**2 * p.v**2}
-
-    def score(self, a, g):
-        return super().score(a, g) + 0.5 * ops.sum(a.vx**2 - a.v2x2)
-
-    def loss(self, a, g, y):
-        if self.squared:
-            return 0.5 * (y - self.score(a, g)) ** 2
-        return ops.softplus(-y * self.score(a, g))
-
-    def predict(self, a, g):
-        return self.score(a, g) if self.squared else ops.sigmoid(self.score(a, g))
+    return load_model_file(name).MODEL
 
 
 def _dataset(X, y=None):
@@ -258,7 +204,7 @@ class LogisticRegression(_BinaryClassifier):
         self.alpha, self.l1, self.mode, self.backend, self.random_state = alpha, l1, mode, backend, random_state
 
     def _build_model(self):
-        return _LogisticLinear(l2=self.alpha, l1=self.l1)
+        return _zoo("lr")(l2=self.alpha, l1=self.l1)
 
 
 class LinearSVC(_BinaryClassifier):
@@ -271,7 +217,7 @@ class LinearSVC(_BinaryClassifier):
         self.alpha, self.l1, self.mode, self.backend, self.random_state = alpha, l1, mode, backend, random_state
 
     def _build_model(self):
-        return _HingeLinear(l2=self.alpha, l1=self.l1)
+        return _zoo("lsvm")(l2=self.alpha, l1=self.l1)
 
 
 class Ridge(_Regressor):
@@ -283,7 +229,7 @@ class Ridge(_Regressor):
         self.alpha, self.l1, self.mode, self.backend, self.random_state = alpha, l1, mode, backend, random_state
 
     def _build_model(self):
-        return _SquaredLinear(l2=self.alpha, l1=self.l1)
+        return _zoo("lsr")(l2=self.alpha, l1=self.l1)
 
 
 class FMClassifier(_BinaryClassifier):
@@ -297,7 +243,7 @@ class FMClassifier(_BinaryClassifier):
         self.alpha, self.l1, self.mode, self.backend, self.random_state = alpha, l1, mode, backend, random_state
 
     def _build_model(self):
-        return _FM(self.n_factors, False, self.alpha, self.l1, self.init_std, "classifier")
+        return _zoo("fm")(k=self.n_factors, loss="logistic", l2=self.alpha, l1=self.l1, init_std=self.init_std)
 
 
 class FMRegressor(_Regressor):
@@ -310,7 +256,7 @@ class FMRegressor(_Regressor):
         self.alpha, self.l1, self.mode, self.backend, self.random_state = alpha, l1, mode, backend, random_state
 
     def _build_model(self):
-        return _FM(self.n_factors, True, self.alpha, self.l1, self.init_std, "regressor")
+        return _zoo("fm")(k=self.n_factors, loss="squared", l2=self.alpha, l1=self.l1, init_std=self.init_std)
 
 
 class WideClassifier(_BinaryClassifier):

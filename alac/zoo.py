@@ -299,7 +299,13 @@ def load_model_file(name_or_path):
     if not path.is_file():
         known = ", ".join(sorted(p.stem for p in MODELS_DIR.glob("*.py") if not p.stem.startswith("_")))
         raise AlacError(f"unknown model {name_or_path!r}: give a file path or one of {known}")
-    spec = importlib.util.spec_from_file_location(f"alac_zoo_{path.stem}", path)
+    name = f"alac_zoo_{path.stem}"
+    loaded = sys.modules.get(name)
+    if loaded is not None and Path(getattr(loaded, "__file__", "")).resolve() == path.resolve():
+        return loaded
+    spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
+    # registered, so that its model classes pickle by reference (as a fitted estimator holding one does)
+    sys.modules[name] = module
     spec.loader.exec_module(module)
     return module

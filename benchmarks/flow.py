@@ -35,6 +35,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.report import RESULTS, environment, table, write  # noqa: E402
 
 
+def synthetic_train_valid(rows, valid_rows, device, seed=0):
+    """Training rows and validation rows of one planted model (rows after the training ones)."""
+    from alac.data.synthetic import criteo_like
+
+    data = criteo_like(rows + valid_rows, seed=seed, device=device)
+    return data.take(torch.arange(rows, device=device)), data.take(torch.arange(rows, rows + valid_rows, device=device))
+
+
 def _synchronize():
     if torch.cuda.is_available():
         torch.cuda.synchronize()
@@ -338,7 +346,6 @@ def main():
     elif args.real_data:
         name += "_real_data"
 
-    from alac.data.synthetic import criteo_like
     from alac.runtime.planner import measure_access_costs
 
     env = environment()
@@ -358,10 +365,7 @@ def main():
             [[r["data"], f"{r['sync_auc']:.4f}", f"{r['async_auc']:.4f}", f"{r['auc_difference']:+.4f}"]
              for r in payload["real_data"]]), ""]
     if not args.scaling and not args.real_data:
-        data = criteo_like(args.rows + args.valid_rows, seed=args.seed, device=device)
-        train = data.take(torch.arange(args.rows, device=device))
-        valid = data.take(torch.arange(args.rows, args.rows + args.valid_rows, device=device))
-        del data
+        train, valid = synthetic_train_valid(args.rows, args.valid_rows, device, args.seed)
         results, plans = run_arms(args, train, valid, k)
         target = _finish(results, costs.copy_gb_per_s if costs else None, train)
         payload.update({"arms": results, "target_val_logloss": target, "plans": plans})

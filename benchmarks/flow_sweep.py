@@ -16,11 +16,10 @@ import statistics
 import sys
 from pathlib import Path
 
-import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.flow import _model, _seconds  # noqa: E402
+from benchmarks.flow import _model, _seconds, synthetic_train_valid  # noqa: E402
 from benchmarks.report import environment, table, write  # noqa: E402
 
 
@@ -58,17 +57,13 @@ def main():
     parser.add_argument("--out", default=os.environ.get("OUT"))
     args = parser.parse_args()
 
-    from alac.data.synthetic import criteo_like
     from alac.ir.pipeline import lower
     from alac.runtime.layout import LayoutOptions, build_layout
     from alac.runtime.planner import plan_for
     from alac.runtime.schedule import async_programs, slots_per_step
     from alac.train import Trainer
 
-    data = criteo_like(args.rows + args.valid_rows, seed=0, device="cuda")
-    train = data.take(torch.arange(args.rows, device="cuda"))
-    valid = data.take(torch.arange(args.rows, args.rows + args.valid_rows, device="cuda"))
-    del data
+    train, valid = synthetic_train_valid(args.rows, args.valid_rows, "cuda")
     results = []
     for model_name in args.models.split(","):
         k, configurations = settings(model_name)

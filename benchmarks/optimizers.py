@@ -16,11 +16,10 @@ import statistics
 import sys
 from pathlib import Path
 
-import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.flow import alac_arm  # noqa: E402
+from benchmarks.flow import alac_arm, synthetic_train_valid  # noqa: E402
 from benchmarks.report import environment, table, write  # noqa: E402
 
 
@@ -41,13 +40,9 @@ def main():
     parser.add_argument("--out", default=os.environ.get("OUT"))
     args = parser.parse_args()
 
-    from alac.data.synthetic import criteo_like
     from alac.plan import Plan
 
-    data = criteo_like(args.rows + args.valid_rows, seed=0, device="cuda")
-    train = data.take(torch.arange(args.rows, device="cuda"))
-    valid = data.take(torch.arange(args.rows, args.rows + args.valid_rows, device="cuda"))
-    del data
+    train, valid = synthetic_train_valid(args.rows, args.valid_rows, "cuda")
     # the zoo defaults: LR 1.0, FM 0.5; SGD itself runs at the tuned sync rates of the flow benchmark
     model_defaults = {"lr": 1.0, "fm": 0.5}
     sgd_rates = {"lr": 2.0, "fm": 0.5}

@@ -10,10 +10,10 @@ from sklearn.preprocessing import MaxAbsScaler
 from sklearn.utils.estimator_checks import check_estimator
 
 from alac.sklearn import (FMClassifier, FMRegressor, LinearSVC, LogisticRegression, Ridge, WideClassifier,
-                          WideRegressor, _LogisticLinear, _SquaredLinear)
+                          WideRegressor, _zoo)
 
 ESTIMATORS = [LogisticRegression(), LinearSVC(), Ridge(), FMClassifier(), FMRegressor(),
-              WideClassifier(model=_LogisticLinear()), WideRegressor(model=_SquaredLinear())]
+              WideClassifier(model=_zoo("lr")()), WideRegressor(model=_zoo("lsr")())]
 
 
 @pytest.mark.parametrize("estimator", ESTIMATORS, ids=lambda e: type(e).__name__)
