@@ -5,12 +5,13 @@ flow kernel is aggregate + loss + apply in one program per chunk, with accums an
 registers; the stage-based plan makes each stage a kernel and passes accums and deltas through
 global memory. Both come from the same stage blocks below: a stage whose input was produced in
 another kernel loads it, a stage whose output is consumed in another kernel stores it. The update
-kernel applies the batch's accumulated gradients (the mini-batch barrier); the predict kernel is
-aggregate + predict.
+kernel applies the optimizer to the batch's accumulated gradients of every touched feature (the
+mini-batch barrier); the predict kernel is aggregate + predict.
 
 Async semantics (`plan.semantics == "async"`) make one persistent kernel: a grid of P programs walks
 the epoch's chunk queue (program p takes chunks p, p + P, ...), each chunk fused as above, and applies
-its gradients to the parameters at once (lock-free, scaled by -step), so P * C samples are in flight.
+its gradients to the parameters at once through the optimizer's rule (lock-free: additive changes are
+atomic additions, self-dependent values are stored), so P * C samples are in flight.
 
 The hot segment (`plan.hot_size` H > 0): edges whose re-indexed feature is below H are the most
 frequent features. Their gradients are summed inside the program before any atomic: per edge slot the
@@ -235,7 +236,7 @@ class KernelGenerator:
 
     def _apply(self, w):
         if self.asynchronous:
-            w.comment("apply: per-edge gradients straight into the parameters (lock-free), scaled by -step")
+            w.comment("apply: every edge's gradient (x 1/B) through the optimizer, straight into the parameters")
         else:
             w.comment("apply: per-edge gradients, added into the batch's gradient accumulators")
         looped = self._edge_loop_header(w)
