@@ -35,6 +35,9 @@ class Plan:
     max_in_flight: int = 132 * 128
     # Sync on a GPU: replay the epoch's launches as a CUDA graph.
     cuda_graph: bool = True
+    # Sync only: no floating-point atomics; gradients are summed per feature in a fixed order, so
+    # runs repeat bit for bit (alac.runtime.deterministic), at the cost of per-batch reductions.
+    deterministic: bool = False
     # Edge slots per step of a program's edge loop (the S of its [S, C] edge tiles); None: the
     # schedule picks the row width within a register budget.
     slots_per_step: int | None = None
@@ -48,6 +51,8 @@ class Plan:
             raise ValueError(f"chunk_size must be a power of two (a Triton block), got {self.chunk_size}")
         if self.batch_size < self.chunk_size or self.batch_size % self.chunk_size:
             raise ValueError(f"batch_size ({self.batch_size}) must be a multiple of chunk_size ({self.chunk_size})")
+        if self.deterministic and (self.semantics != "sync" or self.hot_size):
+            raise ValueError("deterministic plans are sync plans without a hot segment")
         if self.semantics == "async" and self.kernels != "fused":
             raise ValueError("async semantics run the fused kernel only (kernels='fused')")
         if self.slots_per_step is not None and (self.slots_per_step < 1 or self.slots_per_step & (self.slots_per_step - 1)):
@@ -64,10 +69,11 @@ class Plan:
                 f"batch_size={self.batch_size} num_warps={self.num_warps} hot_size={self.hot_size} "
                 f"slots_per_step={self.slots_per_step or 'auto'}")
         if self.semantics == "sync":
-            return text + f" replicas={self.replicas}"
+            return text + f" replicas={self.replicas}" + (" deterministic" if self.deterministic else "")
         return text + f" programs={self.programs or 'auto'} max_in_flight={self.max_in_flight}"
 
     def kernel_description(self):
         """What of the plan the generated source depends on (the rest are launch arguments)."""
         return (f"semantics={self.semantics} kernels={self.kernels} hot segment={'on' if self.hot_size else 'off'}"
+                + (" deterministic" if self.deterministic else "") +
                 " (chunk size, slots per step, H, R, warps and programs are launch arguments)")

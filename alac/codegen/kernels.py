@@ -21,6 +21,11 @@ R replicas of an [H] accumulator (`plan.replicas`; replica = program id mod R) t
 reduces densely; cold edges accumulate one atomic each, and the update kernel finds their features
 through the batch's edges.
 
+Deterministic plans (`plan.deterministic`, sync) make no floating-point atomics: the train kernels
+store every edge's gradient at the edge's own slot and every chunk's loss and global gradients at
+the chunk's slot; the runtime sums them per feature in a fixed order (alac.runtime.deterministic)
+before the update kernel, so a run gives the same bits every time.
+
 Every atomic is relaxed: gradient sums need atomicity, not ordering (kernel boundaries order the
 sync steps, and async updates are lock-free by design); Triton's default, acq_rel, would fence every
 one of them.
@@ -105,6 +110,7 @@ class KernelGenerator:
         self.kernels = plan.kernels
         self.hot = plan.hot_size > 0
         self.asynchronous = plan.semantics == "async"
+        self.deterministic = plan.deterministic
         self.prefix = f"alac_{ir.name}_{ir.hash[:8]}"
         self.k = ir.factor_size
         self.block_k = next_power_of_two(self.k) if self.k else 0
@@ -226,6 +232,12 @@ class KernelGenerator:
         for g in self.ir.globals:
             w.line(f"{g} = tl.load({w.arg(f'{g}_ptr')})")
         self._program(w, self.ir.sample_program, mask_outputs=True)
+        if self.deterministic:
+            w.comment("deterministic: the chunk's sums go to its own slots; the runtime adds them in order")
+            w.line(f"tl.store({w.arg('chunk_loss_ptr')} + chunk, tl.sum({LOSS}, axis=0))")
+            for d in self.ir.global_grads:
+                w.line(f"tl.store({w.arg(f'chunk_grad_{d.name[3:]}_ptr')} + chunk, tl.sum({d.name}, axis=0))")
+            return
         w.line(f"tl.atomic_add({w.arg('loss_sum_ptr')}, tl.sum({LOSS}, axis=0), sem=\"relaxed\")")
         for d in self.ir.global_grads:
             if self.asynchronous:
@@ -269,6 +281,11 @@ class KernelGenerator:
         edges = "cold" if self.hot else "present"
         if self.asynchronous:
             self._optimizer_step(w, p, "feature", edges, True, f"{value} * scale", "delta")
+        elif self.deterministic:
+            offsets = "edge[:, :, None] * K + lanes" if p.vector else "edge"
+            mask = self._lane_mask("present", True) if p.vector else "present"
+            w.line(f"tl.store({w.arg(f'edge_{grad_name(p.name)}_ptr')} + {offsets}, {value}, mask={mask})")
+            return
         else:
             offsets = self._vector_offsets("feature", True) if p.vector else "feature"
             mask = self._lane_mask(edges, True) if p.vector else edges

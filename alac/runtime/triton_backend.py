@@ -14,6 +14,7 @@ import torch
 
 from alac.codegen.kernels import generate_kernels
 from alac.codegen.module_cache import load_module
+from alac.runtime.deterministic import reduce_batch
 from alac.runtime.schedule import async_programs, slots_per_step
 
 def _same_objects(first, second):
@@ -50,6 +51,13 @@ class TritonBackend:
                 for name, value in state.params.items():
                     shape = (self.plan.replicas * hot,) + tuple(value.shape[1:])
                     buffers[f"hot_grad_{name}_ptr"] = torch.zeros(shape, device=device)
+            if self.plan.deterministic:
+                edges = int(layout.chunk_start[-1])
+                for name, value in state.params.items():
+                    buffers[f"edge_grad_{name}_ptr"] = torch.zeros((edges,) + tuple(value.shape[1:]), device=device)
+                for name in state.globals:
+                    buffers[f"chunk_grad_{name}_ptr"] = torch.zeros(layout.n_chunks, device=device)
+                buffers["chunk_loss_ptr"] = torch.zeros(layout.n_chunks, device=device)
             slots = layout.n_chunks * layout.chunk_size
             for name, vector in self.generated.buffers:
                 shape = (slots, self.ir.factor_size) if vector else (slots,)
@@ -108,15 +116,20 @@ class TritonBackend:
                 self._bound.append((getattr(self.module, spec.name), arguments, constants, offset_at, batch_at))
             self._bound_key = key
             self._graph = None
-            self._settings, self._state = settings, state
+            self._settings, self._state, self._layout, self._loss_sum = settings, state, layout, loss_sum
         return buffers
 
     def _launch_batch(self, offset, count, batch):
-        for kernel, arguments, constants, offset_at, batch_at in self._bound:
+        for index, (kernel, arguments, constants, offset_at, batch_at) in enumerate(self._bound):
             if offset_at is not None:
                 arguments[offset_at] = offset
             if batch_at is not None:
                 arguments[batch_at] = batch
+            if self.plan.deterministic and index == len(self._bound) - 1:
+                # before the update kernel: the batch's gradient sums, in a fixed order
+                buffers = self._buffers[1]
+                reduce_batch(self._layout, buffers["chunk_order_ptr"][offset:offset + count], buffers,
+                             self._state.params, self._state.globals, self._loss_sum)
             kernel[(count,)](*arguments, **constants)
         if self._settings.decay_l2:
             from alac.runtime.executor import apply_exact_l2
@@ -148,7 +161,7 @@ class TritonBackend:
             kernel, arguments, constants, _, _ = self._bound[0]
             kernel[(async_programs(self.plan, layout),)](*arguments, **constants)
             return
-        if not (self.plan.cuda_graph and layout.device.type == "cuda"):
+        if not (self.plan.cuda_graph and layout.device.type == "cuda") or self.plan.deterministic:
             self._launch_epoch(layout)
         elif self._graph is None:
             self._launch_epoch(layout)  # compiles every kernel variant before the capture

@@ -242,3 +242,28 @@ def test_predict_after_training_with_a_hot_segment():
         executor.train_epoch(layout, labels, 0, lr=0.3)
     torch.testing.assert_close(executors[KERNEL_BACKEND].predict(layout).cpu(),
                                executors["reference"].predict(layout).cpu(), rtol=RTOL, atol=ATOL)
+
+
+@pytest.mark.parametrize("model_name", ["lr", "fm"])
+@pytest.mark.parametrize("kernels", ["fused", "stage"])
+def test_deterministic_plan_equals_the_reference_and_repeats(model_name, kernels):
+    """No float atomics: two runs give the same bits (on a GPU too), and the steps are the sync steps."""
+    model = ZOO[model_name]()
+    dataset = awkward_dataset(41, labels=model.labels)
+    device = "cuda" if KERNEL_BACKEND == "triton" else "cpu"
+    layout = build_layout(dataset, LayoutOptions(chunk_size=8), device=device)
+    labels = LabelMap.fit(model.labels, dataset.labels).model_labels(layout.labels)
+    plan = Plan(chunk_size=8, batch_size=16, kernels=kernels, deterministic=True)
+    runs = []
+    for _ in range(2):
+        executor = Executor(ZOO[model_name](), plan, backend=KERNEL_BACKEND, device=device, seed=6, optimizer="adagrad")
+        losses = [executor.train_epoch(layout, labels, epoch, 0.05) for epoch in range(2)]
+        runs.append((executor.state, losses))
+    for name in runs[0][0].params:
+        assert torch.equal(runs[0][0].params[name], runs[1][0].params[name])
+    assert runs[0][1] == runs[1][1]
+    reference = Executor(ZOO[model_name](), Plan(chunk_size=8, batch_size=16), backend="reference", device=device,
+                         seed=6, optimizer="adagrad")
+    reference_losses = [reference.train_epoch(layout, labels, epoch, 0.05) for epoch in range(2)]
+    _assert_states_close(reference.state, runs[0][0])
+    assert reference_losses == pytest.approx(runs[0][1], rel=1e-5)
