@@ -9,7 +9,9 @@ Arms (same data, same lr on the batch-mean gradient, zero or seeded init):
 - pytorch_embeddingbag_b1024 / _b16384: idiomatic PyTorch, sparse embeddings + optim.SGD;
 - pytorch_stage_b1024: hand-written stage-based PyTorch (gather, sigmoid, index_add_);
 - alac_stage_sync_b1024, alac_fused_sync_b1024: alac's generated kernels, exact mini-batch SGD,
-  the epoch replayed as a CUDA graph; alac_fused_sync_hot[_replicas]_b1024 add the hot segment;
+  the epoch replayed as a CUDA graph; alac_fused_sync_deterministic_b1024 the same steps without
+  float atomics (bit-for-bit repeatable; no graph); alac_fused_sync_hot[_replicas]_b1024 add the
+  hot segment;
 - alac_async (fused accums) -> alac_async_hot (+ hot segment from the cost model) ->
   alac_async_hot_tuned (+ autotuned chunk size, edge tile and warps): the cuWide Fig. 16 ablation.
 Per arm: ms per epoch (median), G non-zeros per second, the fraction of the measured copy bandwidth
@@ -223,6 +225,8 @@ def run_arms(args, train, valid, k):
         ("alac_stage_sync_b1024", lambda: alac_arm(train, valid, args.epochs, args.lr, k, args.seed,
                                                    dataclasses.replace(b1024, kernels="stage"))),
         ("alac_fused_sync_b1024", lambda: alac_arm(train, valid, args.epochs, args.lr, k, args.seed, b1024)),
+        ("alac_fused_sync_deterministic_b1024", lambda: alac_arm(train, valid, args.epochs, args.lr, k, args.seed,
+                                                                 dataclasses.replace(b1024, deterministic=True))),
         ("alac_fused_sync_hot_b1024", lambda: alac_arm(train, valid, args.epochs, args.lr, k, args.seed,
                                                        dataclasses.replace(sync_choice.plan, replicas=1))),
         ("alac_fused_sync_hot_replicas_b1024", lambda: alac_arm(train, valid, args.epochs, args.lr, k, args.seed,
