@@ -16,6 +16,7 @@ from alac.dsl import Expr, lift
 from alac.errors import ModelError
 from alac.ir.derive import _program
 from alac.ir.model_ir import symbol
+from alac.ir.trace import Namespace
 
 
 def state_symbol(name):
@@ -65,19 +66,6 @@ class OptimizerIR:
         return "\n".join(self.lines())
 
 
-class _Values:
-    def __init__(self, where, entries):
-        object.__setattr__(self, "_where", where)
-        object.__setattr__(self, "_entries", entries)
-
-    def __getattr__(self, name):
-        entries = object.__getattribute__(self, "_entries")
-        if name in entries:
-            return entries[name]
-        raise ModelError(f"{object.__getattribute__(self, '_where')} uses unknown '{name}'; "
-                         f"it has {', '.join(sorted(entries))}")
-
-
 def _trace_update(optimizer, vector, has_l1):
     where = f"optimizer {optimizer.name}: update"
     row_state = set(optimizer.row_state)
@@ -87,9 +75,13 @@ def _trace_update(optimizer, vector, has_l1):
     hypers = {name: Expr(hyper_symbol(name)) for name in optimizer.hyper}
     hypers.update(lr=Expr(symbol("lr")), l1=Expr(symbol("l1")) if has_l1 else lift(0), l2=Expr(symbol("l2")),
                   has_l1=has_l1)
+    owner = f"optimizer {optimizer.name}"
     try:
-        new_p, new_states = optimizer.update(p, g, _Values(where, states), _Values(where, hypers))
+        new_p, new_states = optimizer.update(p, g, Namespace(owner, "update", "state", states),
+                                             Namespace(owner, "update", "hyper-parameter", hypers))
     except ModelError as error:
+        if str(error).startswith(owner):
+            raise
         raise ModelError(f"{where}: {error}") from None
     new_p = lift(new_p)
     if new_p.vector != vector:

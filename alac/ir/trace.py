@@ -13,24 +13,25 @@ _NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*\Z")
 _RESERVED = re.compile(r"(x|y|k|K|BLOCK_K|C|loss|prediction|lane.*|t[spe]?\d+|d_.*|dg_.*|grad_.*|l2_.*)\Z")
 
 
-class _Namespace:
-    """Attribute access to traced symbols, with a clear error for a name that does not exist."""
+class Namespace:
+    """Attribute access to traced symbols, with a clear error for a name that does not exist.
+    owner names what is traced ("model lr", "optimizer ftrl")."""
 
-    def __init__(self, model, function, kind, entries):
-        object.__setattr__(self, "_where", (model, function, kind))
+    def __init__(self, owner, function, kind, entries):
+        object.__setattr__(self, "_where", (owner, function, kind))
         object.__setattr__(self, "_entries", entries)
 
     def __getattr__(self, name):
         entries = object.__getattribute__(self, "_entries")
         if name in entries:
             return entries[name]
-        model, function, kind = object.__getattribute__(self, "_where")
-        raise ModelError(f"model {model}: {function} uses unknown {kind} '{name}'; "
-                         f"the model has: {', '.join(entries) or 'none'}")
+        owner, function, kind = object.__getattribute__(self, "_where")
+        raise ModelError(f"{owner}: {function} uses unknown {kind} '{name}'; "
+                         f"it has: {', '.join(entries) or 'none'}")
 
     def __setattr__(self, name, value):
-        model, function, kind = object.__getattribute__(self, "_where")
-        raise ModelError(f"model {model}: {function} assigns to {kind} '{name}': expressions are read-only")
+        owner, function, kind = object.__getattribute__(self, "_where")
+        raise ModelError(f"{owner}: {function} assigns to {kind} '{name}': expressions are read-only")
 
 
 def _check_name(model, kind, name):
@@ -83,7 +84,8 @@ def trace(model):
     global_exprs = {k: Expr(symbol(k)) for k in globals_}
     x, y = Expr(X), Expr(Y)
 
-    contributions = _call(name, "aggregate", model.aggregate, x, _Namespace(name, "aggregate", "param", param_exprs))
+    contributions = _call(name, "aggregate", model.aggregate, x,
+                          Namespace(f"model {name}", "aggregate", "param", param_exprs))
     if not isinstance(contributions, dict) or not contributions:
         raise ModelError(f"model {name}: aggregate must return a non-empty dict accum name -> expression")
     accums = []
@@ -102,8 +104,8 @@ def trace(model):
     accum_exprs = {a.name: Expr(symbol(a.name), a.vector) for a in accums}
 
     def namespaces(function):
-        return (_Namespace(name, function, "accum", accum_exprs),
-                _Namespace(name, function, "global", global_exprs))
+        return (Namespace(f"model {name}", function, "accum", accum_exprs),
+                Namespace(f"model {name}", function, "global", global_exprs))
 
     loss = _scalar(name, "loss", _call(name, "loss", model.loss, *namespaces("loss"), y))
     if not loss.free_symbols & {symbol(a.name) for a in accums}:
@@ -113,7 +115,7 @@ def trace(model):
     explicit = ()
     if model.apply is not None:
         accum_ns, global_ns = namespaces("apply")
-        result = _call(name, "apply", model.apply, x, _Namespace(name, "apply", "param", param_exprs),
+        result = _call(name, "apply", model.apply, x, Namespace(f"model {name}", "apply", "param", param_exprs),
                        accum_ns, global_ns, y)
         if not isinstance(result, dict):
             raise ModelError(f"model {name}: apply must return a dict param name -> gradient expression")

@@ -14,21 +14,9 @@ from __future__ import annotations
 import torch
 
 
-def batch_edges(layout, chunks):
-    """Edge slots of the chunks, in layout order, without padding: (edges, features)."""
-    C = layout.chunk_size
-    sizes = layout.chunk_width[chunks].long() * C
-    position = torch.repeat_interleave(torch.arange(chunks.numel(), device=chunks.device), sizes)
-    first = torch.cumsum(sizes, 0) - sizes
-    edges = layout.chunk_start[chunks][position] + torch.arange(position.numel(), device=chunks.device) - first[position]
-    features = layout.edge_feature[edges]
-    keep = features >= 0
-    return edges[keep], features[keep].long()
-
-
 def reduce_batch(layout, chunks, buffers, params, globals_, loss_sum):
     """Sum the batch's stored edge gradients per feature (fixed order) into the accumulators."""
-    edges, features = batch_edges(layout, chunks)
+    edges, features, _ = layout.edges_of(chunks)
     features, order = torch.sort(features, stable=True)
     edges = edges[order]
     touched, counts = torch.unique_consecutive(features, return_counts=True)

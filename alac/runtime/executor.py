@@ -91,12 +91,6 @@ class StepSettings:
     decay_l2: dict = None  # exact L2: param -> l2 of a decay p *= 1 - lr l2 of every row after each batch
 
 
-def apply_exact_l2(state, settings, lr):
-    """Exact (decoupled) L2: every row of every param decays, touched or not; lr may be a device scalar."""
-    for name, l2 in (settings.decay_l2 or {}).items():
-        if l2:
-            state.params[name].mul_(1 - lr * l2)
-
 
 class Executor:
     def __init__(self, model, plan=Plan(), backend="triton", device=None, seed=0, optimizer="sgd",
@@ -177,7 +171,7 @@ class Executor:
             count = min(per_batch, layout.n_chunks - offset)
             self.backend.train_batch(self.state, layout, labels, order[offset:offset + count], rate, scale,
                                      settings, self.loss_sum)
-            apply_exact_l2(self.state, settings, rate)
+            self.state.decay(settings.decay_l2, rate)
 
     def train_batch(self, layout, labels, order, offset, count, lr, scale, l2=None):
         """One sync batch: chunks order[offset:offset + count]; the gradient sum times scale is the

@@ -125,6 +125,20 @@ class BigraphLayout:
         generator = torch.Generator().manual_seed(int(seed) * 1_000_003 + int(epoch))
         return torch.randperm(self.n_chunks, generator=generator).to(self.device)
 
+    def edges_of(self, chunks):
+        """The real (non-padding) edges of the given chunks, in layout order: (edge positions,
+        re-indexed features as int64, row of each edge within the chunks, i - th chunk's rows at
+        i * C .. i * C + C - 1)."""
+        C = self.chunk_size
+        sizes = self.chunk_width[chunks].long() * C
+        position = torch.repeat_interleave(torch.arange(chunks.numel(), device=chunks.device), sizes)
+        first = torch.cumsum(sizes, 0) - sizes
+        offset = torch.arange(position.numel(), device=chunks.device) - first[position]
+        edges = self.chunk_start[chunks][position] + offset
+        features = self.edge_feature[edges]
+        keep = features >= 0
+        return edges[keep], features[keep].long(), (position * C + offset % C)[keep]
+
     def with_hot_size(self, hot_size):
         """The same layout with another hot-segment boundary (only the per-chunk counts change)."""
         options = dataclasses.replace(self.options, hot_size=hot_size)

@@ -25,17 +25,8 @@ class ReferenceBackend:
         self.programs = TorchPrograms(ir)
 
     def _batch_edges(self, layout, chunks):
-        """Flat edges of the chunks, without padding, with their row index inside the batch."""
-        C = layout.chunk_size
-        sizes = layout.chunk_width[chunks].long() * C
-        position = torch.repeat_interleave(torch.arange(chunks.numel(), device=chunks.device), sizes)
-        first = torch.cumsum(sizes, 0) - sizes
-        offset = torch.arange(position.numel(), device=chunks.device) - first[position]
-        edges = layout.chunk_start[chunks][position] + offset
-        row = position * C + offset % C
-        feature = layout.edge_feature[edges]
-        keep = feature >= 0
-        edges, row, feature = edges[keep], row[keep], feature[keep].long()
+        """Features, values and batch rows of the chunks' real edges."""
+        edges, feature, row = layout.edges_of(chunks)
         x = layout.edge_value[edges] if layout.edge_value is not None else torch.ones(
             edges.numel(), device=edges.device)
         return feature, x, row

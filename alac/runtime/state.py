@@ -51,6 +51,13 @@ class ModelState:
         index = old_to_new.long().to(next(iter(self.params.values())).device)
         return {name: value[index] for name, value in self.params.items()}
 
+    def decay(self, coefficients, lr):
+        """Exact (decoupled) L2: every row of the params decays by 1 - lr * l2, touched or not.
+        lr may be a device scalar (a CUDA graph replays it)."""
+        for name, l2 in (coefficients or {}).items():
+            if l2:
+                self.params[name].mul_(1 - lr * l2)
+
     def clone(self):
         return ModelState({k: v.clone() for k, v in self.params.items()},
                           {k: v.clone() for k, v in self.globals.items()},

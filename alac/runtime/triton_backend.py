@@ -132,9 +132,7 @@ class TritonBackend:
                              self._state.params, self._state.globals, self._loss_sum)
             kernel[(count,)](*arguments, **constants)
         if self._settings.decay_l2:
-            from alac.runtime.executor import apply_exact_l2
-
-            apply_exact_l2(self._state, self._settings, self._buffers[1]["lr_ptr"][batch])
+            self._state.decay(self._settings.decay_l2, self._buffers[1]["lr_ptr"][batch])
 
     def _launch_epoch(self, layout):
         per_batch = self.plan.chunks_per_batch

@@ -51,6 +51,13 @@ def awkward_dataset(seed, n_rows=45, n_features=30, binary=False, labels="binary
     return from_csr_arrays(indptr, ids, values, y, n_features)
 
 
+def laid_out(dataset, label_kind, chunk_size=8):
+    """(device, layout, the model's labels) of a test data set on the device the kernels run on."""
+    device = "cuda" if KERNEL_BACKEND == "triton" else "cpu"
+    layout = build_layout(dataset, LayoutOptions(chunk_size=chunk_size), device=device)
+    return device, layout, LabelMap.fit(label_kind, dataset.labels).model_labels(layout.labels)
+
+
 def _executors(model_name, plan, layout, seed=3):
     device = "cuda" if KERNEL_BACKEND == "triton" else "cpu"
     executors = {}
@@ -94,9 +101,7 @@ def test_one_sync_step_equals_the_reference(model_name, kernels, binary, chunk_s
 def test_one_epoch_of_stage_kernels_equals_fused_kernels(model_name):
     model = ZOO[model_name]()
     dataset = awkward_dataset(11, n_rows=70)
-    device = "cuda" if KERNEL_BACKEND == "triton" else "cpu"
-    layout = build_layout(dataset, LayoutOptions(chunk_size=8), device=device)
-    labels = LabelMap.fit(model.labels, dataset.labels).model_labels(layout.labels)
+    device, layout, labels = laid_out(dataset, model.labels)
     states = {}
     for kernels in ("fused", "stage"):
         executor = Executor(ZOO[model_name](), Plan(chunk_size=8, batch_size=16, kernels=kernels),
@@ -147,9 +152,7 @@ class _EveryOp(Model):
 def test_every_op_prints_to_working_triton(kernels, monkeypatch):
     monkeypatch.setitem(ZOO, "every_op", _EveryOp)
     dataset = awkward_dataset(21)
-    device = "cuda" if KERNEL_BACKEND == "triton" else "cpu"
-    layout = build_layout(dataset, LayoutOptions(chunk_size=8), device=device)
-    labels = LabelMap.fit("binary", dataset.labels).model_labels(layout.labels)
+    device, layout, labels = laid_out(dataset, "binary")
     executors = _executors("every_op", Plan(chunk_size=8, batch_size=16, kernels=kernels), layout)
     for executor in executors.values():
         executor.train_epoch(layout, labels, epoch=0, lr=0.1)
@@ -174,9 +177,7 @@ def test_sync_plan_variants_equal_the_reference(model_name, variant):
     """Tiles of several slots, the hot segment and its replicas change how, not what."""
     model = ZOO[model_name]()
     dataset = awkward_dataset(5, labels=model.labels)
-    device = "cuda" if KERNEL_BACKEND == "triton" else "cpu"
-    layout = build_layout(dataset, LayoutOptions(chunk_size=8), device=device)
-    labels = LabelMap.fit(model.labels, dataset.labels).model_labels(layout.labels)
+    device, layout, labels = laid_out(dataset, model.labels)
     plan = Plan(chunk_size=8, batch_size=16, **PLAN_VARIANTS[variant])
     executors = _executors(model_name, plan, layout)
     for executor in executors.values():
@@ -195,9 +196,7 @@ def test_async_with_one_program_is_sequential_sgd(model_name, hot_size):
     S >= its width: FM's gradient reads v, which the chunk's earlier tiles have already moved.)"""
     model = ZOO[model_name]()
     dataset = awkward_dataset(8, labels=model.labels)
-    device = "cuda" if KERNEL_BACKEND == "triton" else "cpu"
-    layout = build_layout(dataset, LayoutOptions(chunk_size=8), device=device)
-    labels = LabelMap.fit(model.labels, dataset.labels).model_labels(layout.labels)
+    device, layout, labels = laid_out(dataset, model.labels)
     plan = Plan(chunk_size=8, batch_size=32, semantics="async", programs=1, hot_size=hot_size, slots_per_step=64)
     executors = _executors(model_name, plan, layout)
     for executor in executors.values():
@@ -208,9 +207,7 @@ def test_async_with_one_program_is_sequential_sgd(model_name, hot_size):
 def test_async_with_many_programs_trains():
     """Lock-free programs race, so no exact reference: the loss must fall as sync SGD's does."""
     dataset = awkward_dataset(9, n_rows=400)
-    device = "cuda" if KERNEL_BACKEND == "triton" else "cpu"
-    layout = build_layout(dataset, LayoutOptions(chunk_size=8), device=device)
-    labels = LabelMap.fit("binary", dataset.labels).model_labels(layout.labels)
+    device, layout, labels = laid_out(dataset, "binary")
     executor = Executor(ZOO["lr"](), Plan(chunk_size=8, batch_size=32, semantics="async", programs=7),
                         backend=KERNEL_BACKEND, device=device)
     losses = [executor.train_epoch(layout, labels, epoch, lr=0.5) for epoch in range(6)]
@@ -234,9 +231,7 @@ def test_cuda_graph_replay_equals_eager_launches():
 
 def test_predict_after_training_with_a_hot_segment():
     dataset = awkward_dataset(17)
-    device = "cuda" if KERNEL_BACKEND == "triton" else "cpu"
-    layout = build_layout(dataset, LayoutOptions(chunk_size=8), device=device)
-    labels = LabelMap.fit("binary", dataset.labels).model_labels(layout.labels)
+    device, layout, labels = laid_out(dataset, "binary")
     executors = _executors("lr", Plan(chunk_size=8, batch_size=16, hot_size=5, replicas=2), layout)
     for executor in executors.values():
         executor.train_epoch(layout, labels, 0, lr=0.3)
@@ -250,9 +245,7 @@ def test_deterministic_plan_equals_the_reference_and_repeats(model_name, kernels
     """No float atomics: two runs give the same bits (on a GPU too), and the steps are the sync steps."""
     model = ZOO[model_name]()
     dataset = awkward_dataset(41, labels=model.labels)
-    device = "cuda" if KERNEL_BACKEND == "triton" else "cpu"
-    layout = build_layout(dataset, LayoutOptions(chunk_size=8), device=device)
-    labels = LabelMap.fit(model.labels, dataset.labels).model_labels(layout.labels)
+    device, layout, labels = laid_out(dataset, model.labels)
     plan = Plan(chunk_size=8, batch_size=16, kernels=kernels, deterministic=True)
     runs = []
     for _ in range(2):

@@ -9,9 +9,8 @@ from alac import ModelError
 from alac.dsl import LinearModel, Param, ops
 from alac.optimizers import SGD, Optimizer, get_optimizer
 from alac.plan import Plan
-from alac.runtime.executor import Executor, LabelMap
-from alac.runtime.layout import LayoutOptions, build_layout
-from tests.codegen.test_kernels import ATOL, KERNEL_BACKEND, RTOL, _assert_states_close, awkward_dataset
+from alac.runtime.executor import Executor
+from tests.codegen.test_kernels import ATOL, KERNEL_BACKEND, RTOL, _assert_states_close, awkward_dataset, laid_out
 from tests.zoo_models import ZOO
 
 pytestmark = pytest.mark.skipif(KERNEL_BACKEND is None, reason="needs a GPU or TRITON_INTERPRET=1")
@@ -90,9 +89,7 @@ def test_k_sync_steps_equal_reference_and_numpy(case, hot_size):
     name = case.split("_")[0]
     settings = CASES[case]
     dataset = awkward_dataset(31)
-    device = "cuda" if KERNEL_BACKEND == "triton" else "cpu"
-    layout = build_layout(dataset, LayoutOptions(chunk_size=8), device=device)
-    labels = LabelMap.fit("binary", dataset.labels).model_labels(layout.labels)
+    device, layout, labels = laid_out(dataset, "binary")
     # one batch holds every row, so a step is a full-batch step whatever the chunk order
     plan = Plan(chunk_size=8, batch_size=8 * layout.n_chunks, hot_size=hot_size, replicas=2)
     lr, steps = 0.3, 3
@@ -123,9 +120,7 @@ def test_k_sync_steps_equal_reference_and_numpy(case, hot_size):
 def test_vector_params_equal_the_reference(name, kernels):
     """FM: per-element and row-wise states (AdaGrad's accumulator, Adam's step count per row)."""
     dataset = awkward_dataset(32)
-    device = "cuda" if KERNEL_BACKEND == "triton" else "cpu"
-    layout = build_layout(dataset, LayoutOptions(chunk_size=8), device=device)
-    labels = LabelMap.fit("binary", dataset.labels).model_labels(layout.labels)
+    device, layout, labels = laid_out(dataset, "binary")
     plan = Plan(chunk_size=8, batch_size=16, kernels=kernels, hot_size=4)
     # Adam's m / (sqrt(v) + eps) is ill-conditioned where a row's gradient sum cancels to ~0 (the
     # data has values of both signs): with eps = 1e-8 the summation order of the GPU's atomics flips
@@ -157,9 +152,7 @@ class RMSProp(Optimizer):
 
 def test_a_user_declared_optimizer_runs_in_the_kernels():
     dataset = awkward_dataset(33)
-    device = "cuda" if KERNEL_BACKEND == "triton" else "cpu"
-    layout = build_layout(dataset, LayoutOptions(chunk_size=8), device=device)
-    labels = LabelMap.fit("binary", dataset.labels).model_labels(layout.labels)
+    device, layout, labels = laid_out(dataset, "binary")
     plan = Plan(chunk_size=8, batch_size=8 * layout.n_chunks)
     states = {}
     for backend in ("reference", KERNEL_BACKEND):
@@ -195,9 +188,7 @@ def test_async_optimizers_train(name, hot_size):
     """Async updates race, so there is no exact reference: additive values are added, the others
     stored; the loss must fall and every value stay finite."""
     dataset = awkward_dataset(34, n_rows=300)
-    device = "cuda" if KERNEL_BACKEND == "triton" else "cpu"
-    layout = build_layout(dataset, LayoutOptions(chunk_size=8), device=device)
-    labels = LabelMap.fit("binary", dataset.labels).model_labels(layout.labels)
+    device, layout, labels = laid_out(dataset, "binary")
     plan = Plan(chunk_size=8, batch_size=32, semantics="async", programs=5, hot_size=hot_size)
     executor = Executor(_LR(l2=0.01), plan, backend=KERNEL_BACKEND, device=device, optimizer=name)
     lr = {"momentum": 0.05, "adagrad": 0.05, "ftrl": 0.5, "adam": 0.01}[name]
@@ -213,9 +204,7 @@ def test_exact_l2_decays_every_row(name):
 
     dataset = awkward_dataset(35)
     dataset.n_features = 40
-    device = "cuda" if KERNEL_BACKEND == "triton" else "cpu"
-    layout = build_layout(dataset, LayoutOptions(chunk_size=8), device=device)
-    labels = LabelMap.fit("binary", dataset.labels).model_labels(layout.labels)
+    device, layout, labels = laid_out(dataset, "binary")
     plan = Plan(chunk_size=8, batch_size=8 * layout.n_chunks, cuda_graph=True)
     lr, l2, steps = 0.3, 0.1, 3
     states = {}
@@ -252,3 +241,15 @@ def numpy_steps_exact_l2(X, y, count, optimizer, steps, lr, l2, initial):
             w[touched] -= lr * g[touched] / (np.sqrt(accumulator[touched]) + 1e-8)
         w *= 1 - lr * l2                        # every row, touched or not
     return w, b, accumulator
+
+
+def test_an_optimizer_using_an_unknown_state_is_a_clear_error():
+    class Broken(Optimizer):
+        name = "broken"
+        state = {"m": 0.0}
+
+        def update(self, p, g, s, h):
+            return p - h.lr * s.velocity, {"m": s.m}
+
+    with pytest.raises(ModelError, match=r"^optimizer broken: update uses unknown state 'velocity'; it has: m$"):
+        Executor(_LR(), Plan(), backend="reference", optimizer=Broken())
