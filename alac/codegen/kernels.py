@@ -48,7 +48,11 @@ from alac.plan import next_power_of_two
 # Arguments every chunk kernel takes: the layout and which chunks this launch covers.
 _LAYOUT_ARGS = ("edge_feature_ptr", "edge_value_ptr", "chunk_start_ptr", "chunk_width_ptr",
                 "row_of_slot_ptr", "label_ptr", "chunk_order_ptr", "chunk_offset")
-CONSTEXPRS = ("HAS_VALUES", "C", "S", "ONE_TILE")
+# WIDE_IDS: feature offsets in 64 bits, needed only when a param has 2**31 values or more; edge
+# offsets are always 32-bit within a chunk (the chunk's 64-bit start moves the pointers once),
+# which halves the registers an [S, C] tile of offsets takes (Triton 3.6 spilled at C = 32 with
+# 64-bit ones: 248 registers against 198, compiled for sm_90a).
+CONSTEXPRS = ("HAS_VALUES", "C", "S", "ONE_TILE", "WIDE_IDS")
 
 
 # Hot features per step of the update kernel's dense pass over the hot segment: a block of 256
@@ -171,12 +175,12 @@ class KernelGenerator:
             w.line("for slot_start in range(0, width, S):")
             w.depth += 1
             w.line("slot = slot_start + tl.arange(0, S)")
-        w.line("edge = edge_base + slot[:, None] * C + rows[None, :]")
+        w.line("edge = slot[:, None] * C + rows[None, :]")
         if load_values:
-            w.line("feature, present, x = load_edges(edge_feature_ptr, edge_value_ptr, edge, slot[:, None] < width, "
-                   "HAS_VALUES)")
+            w.line("feature, present, x = load_edges(chunk_features, chunk_values, edge, slot[:, None] < width, "
+                   "HAS_VALUES, WIDE_IDS)")
         else:
-            w.line("feature = tl.load(edge_feature_ptr + edge, mask=slot[:, None] < width, other=-1)")
+            w.line("feature = tl.load(chunk_features + edge, mask=slot[:, None] < width, other=-1)")
         w.tile_loaded = w.one_tile
         return not w.one_tile
 
@@ -264,7 +268,7 @@ class KernelGenerator:
             w.line(f"hot = present & (feature < {w.arg('hot_size')})")
             w.line("cold = present & ~hot")
             w.comment("hot edges: sort the slot's (feature, row) pairs so that equal features are adjacent")
-            w.line("order = tl.sort((tl.where(hot, feature, hot_size) << 32) | rows.to(tl.int64), 1)")
+            w.line("order = tl.sort((tl.where(hot, feature, hot_size).to(tl.int64) << 32) | rows.to(tl.int64), 1)")
             w.line("hot_feature = order >> 32")
             w.line("permutation = (order & 0xFFFFFFFF).to(tl.int32)")
             w.line("segment_end = (hot_feature != tl.gather(hot_feature, next_row, 1)) | (rows == C - 1)")
@@ -280,9 +284,11 @@ class KernelGenerator:
         value = grad_name(p.name)
         edges = "cold" if self.hot else "present"
         if self.asynchronous:
-            self._optimizer_step(w, p, "feature", edges, True, f"{value} * scale", "delta")
+            self._optimizer_step(w, p, "feature", edges, True, f"{value} * scale", "delta",
+                                 param_loaded=p.name in self._used_params([d.expr for d in self.ir.edge_program])
+                                 or p.name in w.loaded_params)
         elif self.deterministic:
-            offsets = "edge[:, :, None] * K + lanes" if p.vector else "edge"
+            offsets = "edge_base * K + edge[:, :, None] * K + lanes" if p.vector else "edge_base + edge"
             mask = self._lane_mask("present", True) if p.vector else "present"
             w.line(f"tl.store({w.arg(f'edge_{grad_name(p.name)}_ptr')} + {offsets}, {value}, mask={mask})")
             return
@@ -310,9 +316,11 @@ class KernelGenerator:
         w.line(f"tl.atomic_add({w.arg(f'hot_{grad_name(p.name)}_ptr')} + {offsets}, summed, mask={mask}, "
                "sem=\"relaxed\")")
 
-    def _optimizer_step(self, w, p, ids, mask, edge, gradient, mode):
+    def _optimizer_step(self, w, p, ids, mask, edge, gradient, mode, param_loaded=False):
         """The optimizer's rule for param p at feature ids (an [S, C] tile when edge, else a block):
-        mode "new" stores the new values (sync update), "delta" adds new - old atomically (async)."""
+        mode "new" stores the new values (sync update), "delta" adds new - old atomically (async).
+        param_loaded: the tile's values of p are already in a variable named after p (async apply
+        reuses them instead of a second gather)."""
         update = self.optimizer.for_param(p)
         program = update.deltas if mode == "delta" else update.program
         lane_rank, row_rank = ("edge_lane", "edge") if edge else ("lane", "row")
@@ -341,24 +349,59 @@ class KernelGenerator:
         w.comment(f"{self.optimizer.name} on {p.name}" + (" (the change, added atomically)" if mode == "delta" else ""))
         w.line(f"g = {gradient}")
         pointer = w.arg(f"{p.name}_ptr")
-        if "p" in used or "new_p" in {d.name for d in program}:
-            w.line(f"value = tl.load({pointer} + {full_offsets}, mask={full_mask}, other=0.0)")
-        for state, _, _ in self.optimizer.states:
-            state_pointer = w.arg(f"state_{p.name}_{state}_ptr")
-            offsets, state_mask = (ids, mask) if state in row_states else (full_offsets, full_mask)
-            if f"s_{state}" in used:
-                w.line(f"state_{state} = tl.load({state_pointer} + {offsets}, mask={state_mask}, other=0.0)")
-        for d in program:
-            w.line(f"{d.name} = {printer(d.expr, ranks[d.name])}")
-        for target, source, offsets, target_mask in (
-                [(pointer, "p", full_offsets, full_mask)]
-                + [(f"state_{p.name}_{st}_ptr", f"s_{st}", ids if st in row_states else full_offsets,
-                    mask if st in row_states else full_mask) for st, _, _ in self.optimizer.states]):
-            names = {d.name for d in program}
-            if f"new_{source}" in names:
+        defined = {d.name for d in program}
+        if "p" in used or "new_p" in defined:
+            w.line(f"value = {p.name}" if param_loaded else
+                   f"value = tl.load({pointer} + {full_offsets}, mask={full_mask}, other=0.0)")
+        # (pointer, offsets, mask) of every state, and whether its change is added (not stored)
+        targets = {st: (w.arg(f"state_{p.name}_{st}_ptr"), ids if st in row_states else full_offsets,
+                        mask if st in row_states else full_mask) for st, _, _ in self.optimizer.states}
+        added = [st for st in targets if f"new_s_{st}" not in defined and not _is_zero(program, f"delta_s_{st}")]
+        fetched = self._emit_update_program(w, program, printer, ranks, targets, used,
+                                            added if mode == "delta" else [])
+        stores = [(pointer, "p", full_offsets, full_mask)] + [(target, f"s_{st}", offsets, target_mask)
+                                                              for st, (target, offsets, target_mask) in targets.items()
+                                                              if st not in fetched]
+        for target, source, offsets, target_mask in stores:
+            if f"new_{source}" in defined:
                 w.line(f"tl.store({target} + {offsets}, new_{source}, mask={target_mask})")
             elif not _is_zero(program, f"delta_{source}"):
                 w.line(f"tl.atomic_add({target} + {offsets}, delta_{source}, mask={target_mask}, sem=\"relaxed\")")
+
+    def _emit_update_program(self, w, program, printer, ranks, targets, used, fetchable):
+        """Print an update program, reading each state it uses either by a load or, for a state whose
+        change is added (fetchable) and computable without it, as the value its atomic addition
+        returns: one fetch-and-add instead of a load and an addition (async FTRL reads z and n this
+        way), and the freshest value as well. Returns the states read that way."""
+        known = {"p", "g", "lr", "l1", "l2", "K"} | {f"h_{h}" for h in self.optimizer.hypers}
+        needed = [st for st in targets if f"s_{st}" in used]
+        fetched, remaining = [], list(program)
+
+        def load(state):
+            target, offsets, target_mask = targets[state]
+            w.line(f"state_{state} = tl.load({target} + {offsets}, mask={target_mask}, other=0.0)")
+            known.add(f"s_{state}")
+
+        if not fetchable:
+            for state in needed:
+                load(state)
+        while remaining:
+            ready = [d for d in remaining if {s.name for s in d.expr.free_symbols} <= known]
+            for d in ready:
+                w.line(f"{d.name} = {printer(d.expr, ranks[d.name])}")
+                known.add(d.name)
+                remaining.remove(d)
+            fetch = [st for st in fetchable if st in needed and st not in fetched
+                     and f"s_{st}" not in known and f"delta_s_{st}" in known]
+            for state in fetch:
+                target, offsets, target_mask = targets[state]
+                w.line(f"state_{state} = tl.atomic_add({target} + {offsets}, delta_s_{state}, mask={target_mask}, "
+                       "sem=\"relaxed\")")
+                known.add(f"s_{state}")
+                fetched.append(state)
+            if remaining and not ready and not fetch:
+                load(next(st for st in needed if f"s_{st}" not in known))
+        return fetched
 
     def _predict(self, w):
         w.comment("predict")
@@ -385,6 +428,8 @@ class KernelGenerator:
         w.line("valid = tl.load(row_of_slot_ptr + slots) >= 0")
         w.line("edge_base = tl.load(chunk_start_ptr + chunk)")
         w.line("width = tl.load(chunk_width_ptr + chunk)")
+        w.line("chunk_features = edge_feature_ptr + edge_base")
+        w.line("chunk_values = edge_value_ptr + edge_base")
 
     def _stages(self, w, stages, local_inputs, local_outputs):
         """The stages twice: for launches where every chunk fits one edge tile (ONE_TILE, the
@@ -483,9 +528,12 @@ class KernelGenerator:
         w.line("chunk = tl.load(chunk_order_ptr + chunk_offset + tl.program_id(0)).to(tl.int64)")
         w.line("edge_base = tl.load(chunk_start_ptr + chunk)")
         w.line("width = tl.load(chunk_width_ptr + chunk)")
+        w.line("chunk_features = edge_feature_ptr + edge_base")
         self._edge_loop_header(w, load_values=False)
         w.line("present = feature >= 0" + (f" & (feature >= {w.arg('hot_size')})" if self.hot else ""))
-        w.line("feature = tl.where(present, feature, 0).to(tl.int64)")
+        w.line("feature = tl.where(present, feature, 0)")
+        w.line("if WIDE_IDS:")
+        w.line("    feature = feature.to(tl.int64)")
         w.line(f"first = present & (tl.atomic_xchg({touched} + feature, 0, mask=present, sem=\"relaxed\") == 1)")
         for p in self.ir.params:
             grad = w.arg(f"{grad_name(p.name)}_ptr")

@@ -33,12 +33,15 @@ def tanh(z):
 
 
 @triton.jit
-def load_edges(edge_feature_ptr, edge_value_ptr, edge, in_chunk, HAS_VALUES: tl.constexpr):
+def load_edges(edge_feature_ptr, edge_value_ptr, edge, in_chunk, HAS_VALUES: tl.constexpr, WIDE_IDS: tl.constexpr):
     """(feature, present, x) of a tile of edges: padding edges (feature -1) and slots past the
-    chunk's width (in_chunk False) get x = 0 and a safe feature id 0 that masked accesses ignore."""
+    chunk's width (in_chunk False) get x = 0 and a safe feature id 0 that masked accesses ignore.
+    Feature ids stay 32-bit unless WIDE_IDS (a param with 2**31 values or more)."""
     feature = tl.load(edge_feature_ptr + edge, mask=in_chunk, other=-1)
     present = feature >= 0
-    feature = tl.where(present, feature, 0).to(tl.int64)
+    feature = tl.where(present, feature, 0)
+    if WIDE_IDS:
+        feature = feature.to(tl.int64)
     if HAS_VALUES:
         x = tl.load(edge_value_ptr + edge, mask=present, other=0.0)
     else:

@@ -17,6 +17,10 @@ from alac.codegen.module_cache import load_module
 from alac.runtime.deterministic import reduce_batch
 from alac.runtime.schedule import async_programs, slots_per_step
 
+# Values of one param from which feature offsets need 64 bits (the kernels' WIDE_IDS).
+WIDE_ID_LIMIT = 2 ** 31
+
+
 def _same_objects(first, second):
     """True when two tuples hold the very same objects (compared by identity; other items by ==)."""
     return first is not None and len(first) == len(second) and all(
@@ -76,7 +80,8 @@ class TritonBackend:
         slots = slots_per_step(self.plan, layout, self.ir.factor_size)
         widest = layout.fixed_width if layout.fixed_width is not None else layout.stats.max_nnz
         return {"HAS_VALUES": layout.edge_value is not None, "C": layout.chunk_size, "S": slots,
-                "ONE_TILE": widest <= slots, "num_warps": self.plan.num_warps}
+                "ONE_TILE": widest <= slots, "num_warps": self.plan.num_warps,
+                "WIDE_IDS": layout.n_features * max(self.ir.factor_size, 1) >= WIDE_ID_LIMIT}
 
     def _values(self, state, layout, labels, extra):
         values = {

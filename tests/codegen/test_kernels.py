@@ -204,6 +204,24 @@ def test_async_with_one_program_is_sequential_sgd(model_name, hot_size):
     _assert_states_close(executors["reference"].state, executors[KERNEL_BACKEND].state)
 
 
+@pytest.mark.parametrize("model_name", ["lr", "fm"])
+@pytest.mark.parametrize("semantics", ["sync", "async"])
+def test_64_bit_feature_offsets_equal_the_reference(model_name, semantics, monkeypatch):
+    """The WIDE_IDS variant (params of 2**31 values or more) computes the same, forced on here."""
+    from alac.runtime import triton_backend
+
+    monkeypatch.setattr(triton_backend, "WIDE_ID_LIMIT", 1)
+    model = ZOO[model_name]()
+    dataset = awkward_dataset(12, labels=model.labels)
+    device, layout, labels = laid_out(dataset, model.labels)
+    plan = Plan(chunk_size=8, batch_size=32, semantics=semantics, programs=1, slots_per_step=64, hot_size=5)
+    executors = _executors(model_name, plan, layout)
+    for executor in executors.values():
+        executor.train_epoch(layout, labels, epoch=0, lr=0.5)
+    assert executors[KERNEL_BACKEND].backend._constants(layout)["WIDE_IDS"]
+    _assert_states_close(executors["reference"].state, executors[KERNEL_BACKEND].state)
+
+
 def test_async_with_many_programs_trains():
     """Lock-free programs race, so no exact reference: the loss must fall as sync SGD's does."""
     dataset = awkward_dataset(9, n_rows=400)
