@@ -33,6 +33,9 @@ class Plan:
     # the middle of that range.
     programs: int | None = None
     max_in_flight: int = 132 * 128
+    # Async: chunks a program runs between flushes of its global-gradient sums and hot-gradient sums
+    # into the params (1: after every chunk, exact sequential SGD with one program).
+    flush_every: int = 8
     # Sync on a GPU: replay the epoch's launches as a CUDA graph.
     cuda_graph: bool = True
     # Sync only: no floating-point atomics; gradients are summed per feature in a fixed order, so
@@ -57,6 +60,8 @@ class Plan:
             raise ValueError("async semantics run the fused kernel only (kernels='fused')")
         if self.slots_per_step is not None and (self.slots_per_step < 1 or self.slots_per_step & (self.slots_per_step - 1)):
             raise ValueError(f"slots_per_step must be a power of two, got {self.slots_per_step}")
+        if self.flush_every < 1:
+            raise ValueError(f"flush_every must be >= 1, got {self.flush_every}")
         if self.hot_size < 0 or self.replicas < 1:
             raise ValueError(f"hot_size must be >= 0 and replicas >= 1, got {self.hot_size}, {self.replicas}")
 
@@ -70,7 +75,8 @@ class Plan:
                 f"slots_per_step={self.slots_per_step or 'auto'}")
         if self.semantics == "sync":
             return text + f" replicas={self.replicas}" + (" deterministic" if self.deterministic else "")
-        return text + f" programs={self.programs or 'auto'} max_in_flight={self.max_in_flight}"
+        return text + (f" programs={self.programs or 'auto'} max_in_flight={self.max_in_flight} "
+                       f"flush_every={self.flush_every}")
 
     def kernel_description(self):
         """What of the plan the generated source depends on (the rest are launch arguments)."""

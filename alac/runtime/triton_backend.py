@@ -51,9 +51,11 @@ class TritonBackend:
             buffers.update({f"grad_{name}_ptr": torch.zeros_like(value) for name, value in state.globals.items()})
             buffers["touched_ptr"] = torch.zeros(layout.n_features, dtype=torch.int32, device=device)
             hot = min(self.plan.hot_size, layout.n_features)
-            if hot and self.plan.semantics == "sync":
+            if hot:
+                # sync: R replicas; async: one [H] sum per persistent program
+                copies = self.plan.replicas if self.plan.semantics == "sync" else async_programs(self.plan, layout)
                 for name, value in state.params.items():
-                    shape = (self.plan.replicas * hot,) + tuple(value.shape[1:])
+                    shape = (copies * hot,) + tuple(value.shape[1:])
                     buffers[f"hot_grad_{name}_ptr"] = torch.zeros(shape, device=device)
             if self.plan.deterministic:
                 edges = int(layout.chunk_start[-1])
@@ -70,7 +72,8 @@ class TritonBackend:
             buffers["chunk_order_ptr"] = torch.zeros(layout.n_chunks, dtype=torch.int64, device=device)
             buffers["lr_ptr"] = torch.zeros(max(n_batches, 1), device=device)
             buffers["scale_ptr"] = torch.zeros(max(n_batches, 1), device=device)
-            buffers.update({"hot_size": hot, "replicas": self.plan.replicas, "n_chunks": layout.n_chunks})
+            buffers.update({"hot_size": hot, "replicas": self.plan.replicas, "n_chunks": layout.n_chunks,
+                            "flush_every": self.plan.flush_every})
             self._buffers = (owners, buffers)
             self._bound_key = None
             self._graph = None

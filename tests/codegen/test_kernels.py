@@ -197,7 +197,8 @@ def test_async_with_one_program_is_sequential_sgd(model_name, hot_size):
     model = ZOO[model_name]()
     dataset = awkward_dataset(8, labels=model.labels)
     device, layout, labels = laid_out(dataset, model.labels)
-    plan = Plan(chunk_size=8, batch_size=32, semantics="async", programs=1, hot_size=hot_size, slots_per_step=64)
+    plan = Plan(chunk_size=8, batch_size=32, semantics="async", programs=1, hot_size=hot_size, slots_per_step=64,
+                flush_every=1)
     executors = _executors(model_name, plan, layout)
     for executor in executors.values():
         executor.train_epoch(layout, labels, epoch=0, lr=0.5)
@@ -214,12 +215,31 @@ def test_64_bit_feature_offsets_equal_the_reference(model_name, semantics, monke
     model = ZOO[model_name]()
     dataset = awkward_dataset(12, labels=model.labels)
     device, layout, labels = laid_out(dataset, model.labels)
-    plan = Plan(chunk_size=8, batch_size=32, semantics=semantics, programs=1, slots_per_step=64, hot_size=5)
+    plan = Plan(chunk_size=8, batch_size=32, semantics=semantics, programs=1, slots_per_step=64, hot_size=5,
+                flush_every=1)
     executors = _executors(model_name, plan, layout)
     for executor in executors.values():
         executor.train_epoch(layout, labels, epoch=0, lr=0.5)
     assert executors[KERNEL_BACKEND].backend._constants(layout)["WIDE_IDS"]
     _assert_states_close(executors["reference"].state, executors[KERNEL_BACKEND].state)
+
+
+@pytest.mark.parametrize("model_name", ["lr", "fm"])
+def test_async_flushes_of_an_all_hot_model_are_sync_batches(model_name):
+    """Every feature hot, one program, a flush every 4 chunks: params and globals move once per 4
+    chunks by their summed gradient / B, which is sync SGD with batches of 4 chunks."""
+    model = ZOO[model_name]()
+    dataset = awkward_dataset(21, n_rows=64, labels=model.labels)
+    device, layout, labels = laid_out(dataset, model.labels)
+    async_plan = Plan(chunk_size=8, batch_size=32, semantics="async", programs=1, hot_size=1000, flush_every=4,
+                      slots_per_step=64)
+    kernel = Executor(model, async_plan, backend=KERNEL_BACKEND, device=device, seed=3)
+    reference = Executor(model, Plan(chunk_size=8, batch_size=32), backend="reference", device=device, seed=3)
+    for executor in (kernel, reference):
+        executor.initialize(layout)
+        executor.train_epoch(layout, labels, epoch=0, lr=0.5)
+        executor.train_epoch(layout, labels, epoch=1, lr=0.5)
+    _assert_states_close(reference.state, kernel.state)
 
 
 def test_async_with_many_programs_trains():
