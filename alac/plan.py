@@ -33,8 +33,8 @@ class Plan:
     # the middle of that range.
     programs: int | None = None
     max_in_flight: int = 132 * 128
-    # Async: chunks a program runs between flushes of its global-gradient sums and hot-gradient sums
-    # into the params (1: after every chunk, exact sequential SGD with one program).
+    # Async with a hot segment: chunks a program runs between flushes of its hot-gradient sums into
+    # the params (1: after every chunk, exact sequential SGD with one program).
     flush_every: int = 8
     # Sync on a GPU: replay the epoch's launches as a CUDA graph.
     cuda_graph: bool = True
