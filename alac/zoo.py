@@ -11,6 +11,7 @@ DIR/loss.png.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib.util
 import json
 import os
@@ -45,6 +46,11 @@ def parser_for(description, module=None, parser=None):
     parser.add_argument("--kernels", default="fused", choices=["fused", "stage"])
     parser.add_argument("--mode", default="sync", choices=["sync", "async"],
                         help="sync: exact mini-batch SGD; async: lock-free persistent programs (lr means the same)")
+    parser.add_argument("--hot-size", type=int, default=None, metavar="H",
+                        help="hot segment: the H most frequent features are summed inside a program before "
+                             "they reach memory (default: the planner's H in async mode on a GPU, else 0)")
+    parser.add_argument("--flush-every", type=int, default=8, metavar="K",
+                        help="async hot segment: chunks between a program's flushes of its hot sums")
     parser.add_argument("--backend", default="triton", choices=["triton", "interpret", "reference"],
                         help="triton (GPU; falls back to reference without one), interpret (the generated "
                              "kernels in Triton's CPU interpreter, slow), reference (PyTorch)")
@@ -191,13 +197,18 @@ class _Progress:
 def _run(args, module, model_reference):
     from alac.optimizers import get_optimizer
     from alac.plan import Plan
+    from alac.runtime.executor import resolve_backend
+    from alac.runtime.planner import hot_size_for_data
     from alac.runtime.schedule import LearningRateSchedule
     from alac.train import Trainer, TrainingDiverged
 
     model = build_model(module, args)
     optimizer_class = get_optimizer(args.optimizer).__class__
     optimizer = optimizer_class(**{h: getattr(args, h) for h in optimizer_class.hyper if getattr(args, h) is not None})
-    plan_options = {"batch_size": args.batch_size, "kernels": args.kernels, "semantics": args.mode}
+    plan_options = {"batch_size": args.batch_size, "kernels": args.kernels, "semantics": args.mode,
+                    "flush_every": args.flush_every}
+    if args.hot_size is not None:
+        plan_options["hot_size"] = args.hot_size
     if args.chunk_size:
         plan_options["chunk_size"] = args.chunk_size
     elif args.backend == "interpret":
@@ -205,6 +216,10 @@ def _run(args, module, model_reference):
         plan_options["chunk_size"] = args.batch_size
     plan = Plan(**plan_options)
     train, valid, test, described = _load_data(args, model)
+    if args.hot_size is None:
+        backend, device = resolve_backend(args.backend)
+        if backend == "triton":
+            plan = dataclasses.replace(plan, hot_size=hot_size_for_data(train, plan, device))
     trainer = Trainer(model, lr=args.lr, epochs=args.epochs, plan=plan, backend=args.backend, seed=args.seed,
                       log=_Progress(args.epochs), optimizer=optimizer,
                       schedule=LearningRateSchedule(args.schedule, args.decay, args.power), exact_l2=args.exact_l2,

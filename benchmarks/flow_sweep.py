@@ -1,10 +1,10 @@
-"""A sweep of plan settings (chunk size, edge tile, hot segment, warps, programs in flight) for LR and
-FM on the synthetic set: the measurements behind the planner's defaults.
+"""A sweep of plan settings (chunk size, warps, hot segment H and flush period, programs in flight,
+edge tile) for LR and FM on the synthetic set: the measurements behind the planner's defaults.
 
     PYTHONPATH=. python benchmarks/flow_sweep.py [--rows 4000000] [--models lr,fm] [--out DIR]
 
-Each setting: one warm-up epoch, then the median of --epochs timed epochs, and the validation
-logloss after them. Writes results/flow_sweep.json and .md.
+Each setting trains --epochs epochs from scratch: the median epoch time after the first (which
+compiles), and the validation logloss at the end. Writes results/flow_sweep.json and .md.
 """
 
 from __future__ import annotations
@@ -24,33 +24,33 @@ from benchmarks.report import environment, table, write  # noqa: E402
 
 
 def settings(model):
+    """(semantics, plan, hot) to run: hot None = no hot segment, "model" = the cost model's H for the
+    plan, an int = that H."""
     from alac.plan import Plan
 
     k = 16 if model == "fm" else 0
-    out = []
-    # FM's factor tiles make a large C slow in sync (8 programs per batch at C = 128: 2.5 s / epoch
-    # in a first run), so its sweep stays at small chunks and one in-flight budget.
-    chunk_sizes = (16, 32, 64) if k else (16, 32, 64, 128)
-    budgets = (132 * 128,) if k else (132 * 64, 132 * 128, 132 * 256)
-    for chunk_size in chunk_sizes:
-        out.append(("sync", Plan(batch_size=1024, chunk_size=chunk_size)))
-    for chunk_size in chunk_sizes:
-        for in_flight in budgets:
-            out.append(("async", Plan(semantics="async", batch_size=1024, chunk_size=chunk_size,
-                                      max_in_flight=in_flight)))
-    slots = (1, 4, 16) if k else (8, 64)
-    for s in slots:
-        out.append(("async", Plan(semantics="async", batch_size=1024, chunk_size=32, slots_per_step=s)))
-    for warps in (1, 2, 8):
-        out.append(("async", Plan(semantics="async", batch_size=1024, chunk_size=32, num_warps=warps)))
+    out = [("sync", Plan(batch_size=1024, chunk_size=c), None) for c in (16, 32)]
+    async_plan = Plan(semantics="async", batch_size=1024, chunk_size=32)
+    for chunk_size in (16, 32, 64):
+        for warps in (4, 8):
+            for hot in (None, "model"):
+                out.append(("async", dataclasses.replace(async_plan, chunk_size=chunk_size, num_warps=warps), hot))
+    for flush in (1, 2, 4, 16, 32):
+        out.append(("async", dataclasses.replace(async_plan, flush_every=flush), "model"))
+    for hot in ((1024, 4096, 16384) if not k else (4096,)):
+        out.append(("async", async_plan, hot))
+    for in_flight in (132 * 64, 132 * 256):
+        out.append(("async", dataclasses.replace(async_plan, max_in_flight=in_flight), "model"))
+    if not k:
+        out += [("async", dataclasses.replace(async_plan, slots_per_step=s), "model") for s in (8, 16)]
     return k, out
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rows", type=int, default=4_000_000)
-    parser.add_argument("--valid-rows", type=int, default=200_000)
-    parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--valid-rows", type=int, default=500_000)
+    parser.add_argument("--epochs", type=int, default=10)
     parser.add_argument("--models", default="lr,fm")
     parser.add_argument("--lr", type=float, default=2.0)
     parser.add_argument("--fm-lr", type=float, default=0.5)
@@ -68,46 +68,38 @@ def main():
     for model_name in args.models.split(","):
         k, configurations = settings(model_name)
         lr = args.fm_lr if k else args.lr
-        hot_sizes = {}
-        for semantics, plan in configurations:
-            for hot in (False, True):
-                if hot and (plan.slots_per_step or plan.num_warps != 4):
-                    continue
-                if hot:
-                    if plan.chunk_size not in hot_sizes:
-                        layout = build_layout(train, LayoutOptions(chunk_size=plan.chunk_size), "cuda")
-                        hot_sizes[plan.chunk_size] = plan_for(layout, lower(_model(k)), semantics, 1024, plan,
-                                                               use_hot_segment=True).plan
-                    chosen = hot_sizes[plan.chunk_size]
-                    plan = dataclasses.replace(plan, hot_size=chosen.hot_size,
-                                               replicas=chosen.replicas if semantics == "sync" else 1)
-                trainer = Trainer(_model(k), lr=lr, plan=plan, backend="triton", device="cuda", seed=0)
-                layout, labels = trainer.prepare(train)
-                trainer.executor.train_epoch(layout, labels, 0, lr)
-                times = [_seconds(lambda: trainer.executor.train_epoch(layout, labels, e, lr))
-                         for e in range(1, args.epochs + 1)]
-                loss = trainer.evaluate(valid)["logloss"]
-                row = {"model": model_name, "semantics": semantics, "chunk_size": plan.chunk_size,
-                       "slots": slots_per_step(plan, layout, k), "warps": plan.num_warps,
-                       "programs": async_programs(plan, layout) if semantics == "async" else plan.chunks_per_batch,
-                       "hot_size": plan.hot_size, "replicas": plan.replicas,
-                       "ms_per_epoch": 1000 * statistics.median(times), "val_logloss": loss,
-                       "epochs_trained": args.epochs + 1}
-                results.append(row)
-                print(row, flush=True)
-                del trainer, layout, labels
-        _write(args, results)
+        for semantics, plan, hot in configurations:
+            if hot == "model":
+                layout = build_layout(train, LayoutOptions(chunk_size=plan.chunk_size), "cuda")
+                chosen = plan_for(layout, lower(_model(k)), semantics, 1024, plan, use_hot_segment=True).plan
+                plan = dataclasses.replace(plan, hot_size=chosen.hot_size)
+                del layout
+            elif hot is not None:
+                plan = dataclasses.replace(plan, hot_size=hot)
+            trainer = Trainer(_model(k), lr=lr, plan=plan, backend="triton", device="cuda", seed=0)
+            layout, labels = trainer.prepare(train)
+            times = [_seconds(lambda: trainer.executor.train_epoch(layout, labels, e, lr)) for e in range(args.epochs)]
+            loss = trainer.evaluate(valid)["logloss"]
+            row = {"model": model_name, "semantics": semantics, "chunk_size": plan.chunk_size,
+                   "slots": slots_per_step(plan, layout, k), "warps": plan.num_warps,
+                   "programs": async_programs(plan, layout) if semantics == "async" else plan.chunks_per_batch,
+                   "hot_size": plan.hot_size, "flush_every": plan.flush_every if semantics == "async" else None,
+                   "ms_per_epoch": 1000 * statistics.median(times[1:]), "val_logloss": loss,
+                   "epochs_trained": args.epochs}
+            results.append(row)
+            print(row, flush=True)
+            _write(args, results)
 
 
 def _write(args, results):
     env = environment()
     markdown = "\n".join([
         f"Plan sweep, {args.rows:,} × 39 synthetic rows, {env['device']}, triton {env['triton']}, {env['date']}: "
-        f"median ms per epoch of {args.epochs} epochs after a warm-up, validation logloss after "
-        f"{args.epochs + 1} epochs.", "",
-        table(["model", "semantics", "C", "S", "warps", "programs", "H", "R", "ms / epoch", "val logloss"],
+        f"median ms per epoch of epochs 2-{args.epochs} (the first compiles), validation logloss after "
+        f"{args.epochs} epochs (LR lr {args.lr}, FM k = 16 lr {args.fm_lr}).", "",
+        table(["model", "semantics", "C", "S", "warps", "programs", "H", "flush every", "ms / epoch", "val logloss"],
               [[r["model"], r["semantics"], r["chunk_size"], r["slots"], r["warps"], r["programs"], r["hot_size"],
-                r["replicas"], f"{r['ms_per_epoch']:.2f}", f"{r['val_logloss']:.4f}"] for r in results])])
+                r["flush_every"] or "-", f"{r['ms_per_epoch']:.2f}", f"{r['val_logloss']:.4f}"] for r in results])])
     write("flow_sweep", {"device": env["device"], "environment": env, "arguments": vars(args),
                          "results": results}, markdown, args.out)
     print(markdown)

@@ -20,8 +20,12 @@ The hot segment (`plan.hot_size` H > 0): edges whose re-indexed feature is below
 frequent features, and atomic additions from every program to one of them serialize (measured on
 H100: 156 M atomic additions of the synthetic Criteo set's edges take 14 of an epoch's 18 ms, the rest
 of the kernel 3.4 ms). In async semantics every program adds its hot gradients into its own [H]
-sums (no other program adds there) and applies them through the optimizer every `flush_every`
-chunks, so a hot feature sees one addition per program and flush instead of one per edge. In sync
+sums (no other program adds there) and applies them through the optimizer every `flush_every` = K
+chunks, so a hot feature sees one addition per program and flush instead of one per edge. A flushed
+sum carries K chunks of gradients; it is applied with step lr / (B K), which keeps a hot feature's
+gradient mass in flight (P programs x K chunks) where the per-chunk path has it. At the plain lr / B
+async LR diverged (validation logloss 1.1-5.4 after 10 epochs for K = 2..16 on H100); with the rule
+it reaches 0.5026 at K = 8, against 0.5035 without a hot segment and 0.5036 for sync SGD. In sync
 semantics, per edge slot the C (feature, gradient) pairs are sorted by feature and reduced with a
 segmented scan, and the sums go to R replicas of an [H] accumulator (`plan.replicas`; replica =
 program id mod R) that the update kernel reduces densely; cold edges accumulate one atomic each,
@@ -531,7 +535,8 @@ class KernelGenerator:
             w.comment("a hot feature this program did not touch since its last flush is left alone")
             touched = "tl.max(tl.abs(summed), axis=1) > 0.0" if p.vector else "summed != 0.0"
             w.line(f"use = in_hot & ({touched})")
-            self._optimizer_step(w, p, "hot_feature", "use", False, "summed * scale", "delta", prefix="hot_")
+            self._optimizer_step(w, p, "hot_feature", "use", False, f"summed * scale / {w.arg('flush_every')}", "delta",
+                                 prefix="hot_")
         w.depth -= 1
         w.comment("the sums are zero before any thread adds to them again")
         w.line("tl.debug_barrier()")

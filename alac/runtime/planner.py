@@ -3,10 +3,11 @@ from the data's shape and the GPU's measured costs, and autotunes what the cost 
 
 Cost model (cuWide §4.3, importance-based caching): a feature is worth summing inside a program
 when the random accesses it saves exceed the coalesced ones it costs. Summing a hot feature's
-gradients in a chunk costs about two coalesced accesses per chunk (its segment's read and flush),
+gradients costs about two coalesced accesses per flush of the sums (their read and the write back),
 and saves one random access (atomic) per further occurrence; with c and r the measured costs of a
-coalesced and a random access, the threshold is th = 2c / r occurrences per chunk, and H is the
-number of features whose expected occurrences per chunk, frequency * C / rows, reach th.
+coalesced and a random access, the threshold is th = 2c / r occurrences per flush period, and H is
+the number of features whose expected occurrences in one, frequency * rows per period / rows, reach
+th. A sync program flushes after its chunk (C rows); an async program every flush_every chunks.
 Replicas: in sync semantics every chunk of a batch still adds one atomic per hot feature; R copies
 of the hot accumulator spread the hottest feature's chunks (at most B / C per batch) over R
 addresses, and cost a dense pass over R * H values per batch, so R is the hottest feature's chunks
@@ -86,10 +87,24 @@ def measure_access_costs(device="cuda"):
     return costs
 
 
-def hot_size_from_costs(layout, costs, chunk_size):
-    """H: features whose expected occurrences per chunk reach the threshold th = 2c / r."""
-    per_chunk = layout.frequency.double() * chunk_size / max(layout.n_rows, 1)
-    return int((per_chunk >= costs.threshold).sum())
+def hot_size_from_costs(frequency, n_rows, costs, rows_per_period):
+    """H: features whose expected occurrences per flush period (rows_per_period of the n_rows rows;
+    frequency: occurrences of every feature) reach the threshold th = 2c / r."""
+    per_period = frequency.double() * rows_per_period / max(n_rows, 1)
+    return int((per_period >= costs.threshold).sum())
+
+
+def hot_size_for_data(dataset, plan, device="cuda"):
+    """The default H of a plan on a data set (before any layout): the cost model's where the
+    planner turns the hot segment on for the plan's semantics on a GPU, else 0."""
+    if torch.device(device).type != "cuda" or not HOT_SEGMENT_BY_DEFAULT[plan.semantics]:
+        return 0
+    frequency = torch.bincount(dataset.indices.to(device).long(), minlength=dataset.n_features)
+    return hot_size_from_costs(frequency, dataset.n_rows, measure_access_costs(device), rows_per_flush(plan))
+
+
+def rows_per_flush(plan):
+    return plan.chunk_size * (plan.flush_every if plan.semantics == "async" else 1)
 
 
 def replicas_from_costs(layout, plan, hot_size):
@@ -113,25 +128,27 @@ class PlanChoice:
     timings: list = dataclasses.field(default_factory=list)   # autotune: (plan description, ms)
 
 
-# Whether the planner turns the hot segment on. Measured on H200 (benchmarks/results/flow_lr.md,
-# flow_fm.md, flow_sweep.md): in sync it never paid (LR 70.4 ms/epoch with it, 68.5 without; FM
-# 162.8 against 152.4), and in async it ran 1.1-1.5x faster but cost validation logloss (LR 0.5187
-# against 0.5035 after 10 epochs). So it is off by default; plan_for still reports the H the cost
-# model gives, and use_hot_segment=True applies it.
-HOT_SEGMENT_BY_DEFAULT = False
+# Whether the planner turns the hot segment on, per semantics. Sync, measured on H200
+# (benchmarks/results/flow_lr.md, flow_fm.md): it never paid (LR 70.4 ms/epoch with it, 68.5
+# without; FM 162.8 against 152.4): off, though plan_for still reports the H the cost model gives
+# and use_hot_segment=True applies it. Async with per-program sums flushed every K chunks, measured
+# on H100 (benchmarks/results/flow_sweep.md): LR 3.4x faster at a lower validation logloss.
+HOT_SEGMENT_BY_DEFAULT = {"sync": False, "async": True}
 
 
 def plan_for(layout, model_ir, semantics="sync", batch_size=1024, base=None, device="cuda",
-             use_hot_segment=HOT_SEGMENT_BY_DEFAULT):
+             use_hot_segment=None):
     """A plan from the cost model (no timing runs): H, R from measured costs, C from the plan."""
     base = base or Plan(batch_size=batch_size, semantics=semantics, chunk_size=layout.chunk_size)
     reasons = [("chunk_size", base.chunk_size, "the layout's C")]
     costs = measure_access_costs(device) if torch.device(device).type == "cuda" else None
     if costs is None:
         return PlanChoice(base, reasons + [("hot_size", 0, "no GPU: no access costs to weigh")])
-    hot = hot_size_from_costs(layout, costs, base.chunk_size)
+    if use_hot_segment is None:
+        use_hot_segment = HOT_SEGMENT_BY_DEFAULT[semantics]
+    hot = hot_size_from_costs(layout.frequency, layout.n_rows, costs, rows_per_flush(base))
     why = (f"features with >= th = 2c/r = 2 x {costs.coalesced_ns:.3f} ns / {costs.random_ns:.3f} ns = "
-           f"{costs.threshold:.2f} occurrences per chunk")
+           f"{costs.threshold:.2f} occurrences per flush period ({rows_per_flush(base)} rows)")
     if not use_hot_segment:
         reasons.append(("hot_size", 0, f"off by default (measured not to pay); the cost model gives {hot}: {why}"))
         return PlanChoice(base, reasons, costs)

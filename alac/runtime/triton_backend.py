@@ -14,7 +14,7 @@ import torch
 
 from alac.codegen.kernels import generate_kernels
 from alac.codegen.module_cache import load_module
-from alac.runtime.deterministic import reduce_batch
+from alac.runtime.deterministic import plan_epoch, reduce_batch
 from alac.runtime.schedule import async_programs, slots_per_step
 
 # Values of one param from which feature offsets need 64 bits (the kernels' WIDE_IDS).
@@ -135,9 +135,8 @@ class TritonBackend:
                 arguments[batch_at] = batch
             if self.plan.deterministic and index == len(self._bound) - 1:
                 # before the update kernel: the batch's gradient sums, in a fixed order
-                buffers = self._buffers[1]
-                reduce_batch(self._layout, buffers["chunk_order_ptr"][offset:offset + count], buffers,
-                             self._state.params, self._state.globals, self._loss_sum)
+                reduce_batch(self._reduction, batch, self._buffers[1], self._state.params, self._state.globals,
+                             self._loss_sum)
             kernel[(count,)](*arguments, **constants)
         if self._settings.decay_l2:
             self._state.decay(self._settings.decay_l2, self._buffers[1]["lr_ptr"][batch])
@@ -154,6 +153,8 @@ class TritonBackend:
         buffers["chunk_order_ptr"].copy_(chunk_order)
         buffers["lr_ptr"][0] = lr
         buffers["scale_ptr"][0] = scale
+        if self.plan.deterministic:
+            self._reduction = plan_epoch(layout, chunk_order[offset:offset + count], count)
         self._launch_batch(offset, count, 0)
 
     def train_epoch(self, state, layout, labels, order, rates, scales, settings, loss_sum):
@@ -167,7 +168,10 @@ class TritonBackend:
             kernel, arguments, constants, _, _ = self._bound[0]
             kernel[(async_programs(self.plan, layout),)](*arguments, **constants)
             return
-        if not (self.plan.cuda_graph and layout.device.type == "cuda") or self.plan.deterministic:
+        if self.plan.deterministic:
+            self._reduction = plan_epoch(layout, order, self.plan.chunks_per_batch)
+            self._launch_epoch(layout)
+        elif not (self.plan.cuda_graph and layout.device.type == "cuda"):
             self._launch_epoch(layout)
         elif self._graph is None:
             self._launch_epoch(layout)  # compiles every kernel variant before the capture

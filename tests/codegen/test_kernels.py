@@ -249,7 +249,7 @@ class _BiasFree(Model):
 @pytest.mark.parametrize("k", [0, 4])
 def test_async_flushes_of_an_all_hot_model_are_sync_batches(k):
     """Every feature hot, one program, a flush every 4 chunks: the params move once per 4 chunks by
-    their summed gradient / B, which is sync SGD with batches of 4 chunks."""
+    their summed gradient / (4 B), which is sync SGD with batches of 4 chunks at lr / 4."""
     model = _BiasFree(k)
     dataset = awkward_dataset(21, n_rows=64)
     device, layout, labels = laid_out(dataset, "binary")
@@ -257,10 +257,10 @@ def test_async_flushes_of_an_all_hot_model_are_sync_batches(k):
                       slots_per_step=64)
     kernel = Executor(model, async_plan, backend=KERNEL_BACKEND, device=device, seed=3)
     reference = Executor(model, Plan(chunk_size=8, batch_size=32), backend="reference", device=device, seed=3)
-    for executor in (kernel, reference):
+    for executor, lr in ((kernel, 0.5), (reference, 0.5 / 4)):
         executor.initialize(layout)
-        executor.train_epoch(layout, labels, epoch=0, lr=0.5)
-        executor.train_epoch(layout, labels, epoch=1, lr=0.5)
+        executor.train_epoch(layout, labels, epoch=0, lr=lr)
+        executor.train_epoch(layout, labels, epoch=1, lr=lr)
     _assert_states_close(reference.state, kernel.state)
 
 

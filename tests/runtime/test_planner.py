@@ -5,7 +5,8 @@ import torch
 from alac.data.arrays import from_csr_arrays
 from alac.plan import Plan
 from alac.runtime.layout import LayoutOptions, build_layout
-from alac.runtime.planner import AccessCosts, autotune, hot_size_from_costs, replicas_from_costs
+from alac.runtime.planner import (AccessCosts, autotune, hot_size_for_data, hot_size_from_costs,
+                                  replicas_from_costs, rows_per_flush)
 from alac.runtime.schedule import LearningRateSchedule, async_programs, batch_scales, slots_per_step
 
 
@@ -22,9 +23,14 @@ def _layout(chunk_size=4):
 def test_hot_size_follows_the_threshold():
     layout = _layout(chunk_size=4)
     # occurrences per chunk of 4 rows: feature 0 -> 4, feature 1 -> 2, the rest -> 0.1
-    assert hot_size_from_costs(layout, AccessCosts("gpu", 1.0, 1.0, 1.0), 4) == 2     # th = 2
-    assert hot_size_from_costs(layout, AccessCosts("gpu", 1.0, 0.5, 1.0), 4) == 1     # th = 4
-    assert hot_size_from_costs(layout, AccessCosts("gpu", 0.01, 1.0, 1.0), 4) == 42   # th = 0.02
+    frequency, rows = layout.frequency, layout.n_rows
+    assert hot_size_from_costs(frequency, rows, AccessCosts("gpu", 1.0, 1.0, 1.0), 4) == 2     # th = 2
+    assert hot_size_from_costs(frequency, rows, AccessCosts("gpu", 1.0, 0.5, 1.0), 4) == 1     # th = 4
+    assert hot_size_from_costs(frequency, rows, AccessCosts("gpu", 0.01, 1.0, 1.0), 4) == 42   # th = 0.02
+    # an async program flushing every 8 chunks of 4 rows sees 8x the occurrences per flush
+    assert rows_per_flush(Plan(chunk_size=4, batch_size=4, semantics="async", flush_every=8)) == 32
+    assert hot_size_from_costs(frequency, rows, AccessCosts("gpu", 1.0, 0.5, 1.0), 32) == 2    # 0.8 < th = 4
+    assert hot_size_for_data(None, Plan(semantics="async"), device="cpu") == 0
 
 
 def test_replicas_spread_the_hottest_feature_over_a_batch():
