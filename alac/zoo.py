@@ -211,6 +211,10 @@ def _run(args, module, model_reference):
         plan_options["hot_size"] = args.hot_size
     if args.chunk_size:
         plan_options["chunk_size"] = args.chunk_size
+    elif args.mode == "async" and args.backend == "triton":
+        # async with the hot segment: C = 32 was the fastest at the best validation logloss in the
+        # plan sweep on H100 (benchmarks/results/flow_sweep.md: LR 7.8 ms at C = 32, 10.7 at 16)
+        plan_options["chunk_size"] = min(32, args.batch_size)
     elif args.backend == "interpret":
         # The interpreter runs programs one after another: one program per batch is fastest.
         plan_options["chunk_size"] = args.batch_size

@@ -183,13 +183,16 @@ def _model(k):
 
 
 def _tuned_plan(train, k, seed, base, lr):
-    """Autotune C and warps of an async plan on one epoch each (max_in_flight fixed). The hot
-    segment stays off: it is faster in async but cost convergence at C >= 32 in the plan sweep."""
-    from alac.runtime.planner import autotune
+    """Autotune C and warps of an async hot-segment plan (H from the cost model for each C,
+    max_in_flight and the flush period fixed) on one epoch each."""
+    from alac.runtime.planner import autotune, hot_size_for_data
     from alac.train import Trainer
 
-    candidates = [dataclasses.replace(base, chunk_size=chunk_size, hot_size=0, num_warps=warps)
-                  for chunk_size in (16, 32, 128) for warps in (2, 4, 8)]
+    candidates = []
+    for chunk_size in (16, 32, 64):
+        plan = dataclasses.replace(base, chunk_size=chunk_size)
+        plan = dataclasses.replace(plan, hot_size=hot_size_for_data(train, plan, train.device))
+        candidates += [dataclasses.replace(plan, num_warps=warps) for warps in (4, 8)]
 
     def run_epoch(plan):
         trainer = Trainer(_model(k), lr=lr, plan=plan, backend=BACKEND, device=train.device, seed=seed)
@@ -217,6 +220,8 @@ def run_arms(args, train, valid, k):
     async_base = Plan(semantics="async", batch_size=1024, chunk_size=32, max_in_flight=args.max_in_flight)
     layout = build_layout(train, LayoutOptions(chunk_size=32), train.device)
     async_choice = plan_for(layout, ir, "async", 1024, async_base, device=device, use_hot_segment=True)
+    every_chunk = plan_for(layout, ir, "async", 1024, dataclasses.replace(async_base, flush_every=1), device=device,
+                           use_hot_segment=True)
     del layout
     arms = [
         ("pytorch_embeddingbag_b1024", lambda: pytorch_idiomatic(train, valid, args.baseline_epochs, args.lr, 1024, k, args.seed)),
@@ -232,10 +237,13 @@ def run_arms(args, train, valid, k):
         ("alac_fused_sync_hot_replicas_b1024", lambda: alac_arm(train, valid, args.epochs, args.lr, k, args.seed,
                                                                 sync_choice.plan)),
         ("alac_async", lambda: alac_arm(train, valid, args.epochs, args.lr, k, args.seed, async_base)),
+        ("alac_async_hot_flush1", lambda: alac_arm(train, valid, args.epochs, args.lr, k, args.seed, every_chunk.plan)),
         ("alac_async_hot", lambda: alac_arm(train, valid, args.epochs, args.lr, k, args.seed, async_choice.plan)),
     ]
     selected = [a for a in arms if not args.arms or a[0] in args.arms.split(",")]
-    results, plans = [], {"sync": sync_choice.reasons, "async": async_choice.reasons}
+    results, plans = [], {"sync": sync_choice.reasons, "async": async_choice.reasons,
+                          "plans": {"sync_hot": sync_choice.plan.describe(), "async_hot": async_choice.plan.describe(),
+                                    "async_hot_flush1": every_chunk.plan.describe()}}
     for name, run in selected:
         history = run()
         results.append(_summarize(name, history, train))
@@ -277,6 +285,7 @@ def scaling(args, k):
     """Async ms per epoch and ns per non-zero from 1M to 64M rows (the planner's plan each time)."""
     from alac.data.synthetic import criteo_like
     from alac.plan import Plan
+    from alac.runtime.planner import hot_size_for_data
     from alac.train import Trainer
 
     rows_list = [int(r) for r in args.scaling.split(",")]
@@ -284,6 +293,7 @@ def scaling(args, k):
     for rows in rows_list:
         data = criteo_like(rows, seed=args.seed, device="cuda")
         plan = Plan(semantics="async", batch_size=1024, chunk_size=32, max_in_flight=args.max_in_flight)
+        plan = dataclasses.replace(plan, hot_size=hot_size_for_data(data, plan))
         trainer = Trainer(_model(k), lr=args.lr, plan=plan, backend="triton", device="cuda", seed=args.seed)
         layout, labels = trainer.prepare(data)
         trainer.executor.train_epoch(layout, labels, 0, args.lr)
@@ -292,7 +302,7 @@ def scaling(args, k):
         out.append({"rows": rows, "nnz": data.nnz, "ms_per_epoch": 1000 * seconds,
                     "ns_per_nnz": seconds / data.nnz * 1e9, "plan": plan.describe()})
         print(out[-1], flush=True)
-        del data, layout, labels, trainer
+        data = layout = labels = trainer = None
         torch.cuda.empty_cache()
     return out
 
@@ -301,6 +311,7 @@ def real_data(args, k):
     """Test AUC of sync (batch 1024) and async on the shared real sets (ipinyou, 20news)."""
     from alac.data import load_libsvm_files
     from alac.plan import Plan
+    from alac.runtime.planner import hot_size_for_data
     from alac.train import Trainer
 
     sets = [("ipinyou", "ipinyou/train.fm.txt", "ipinyou/test.fm.txt", False, 1.0, 1024),
@@ -313,6 +324,7 @@ def real_data(args, k):
         row = {"data": name, "lr": lr, "batch_size": batch}
         for semantics in ("sync", "async"):
             plan = Plan(semantics=semantics, batch_size=batch, chunk_size=16, max_in_flight=args.max_in_flight)
+            plan = dataclasses.replace(plan, hot_size=hot_size_for_data(train, plan))
             trainer = Trainer(_model(k), lr=lr, epochs=args.epochs, plan=plan, backend="triton", seed=args.seed)
             trainer.fit(train)
             row[f"{semantics}_auc"] = trainer.evaluate(test)["auc"]
