@@ -247,17 +247,21 @@ class _BiasFree(Model):
 
 
 @pytest.mark.parametrize("k", [0, 4])
-def test_async_flushes_of_an_all_hot_model_are_sync_batches(k):
-    """Every feature hot, one program, a flush every 4 chunks: the params move once per 4 chunks by
-    their summed gradient / (4 B), which is sync SGD with batches of 4 chunks at lr / 4."""
+@pytest.mark.parametrize("flush_every", [3, 4])
+def test_async_flushes_of_an_all_hot_model_are_sync_batches(k, flush_every):
+    """Every feature hot, one program, a flush every K chunks: the params move once per K chunks by
+    their summed gradient / (K B), which is sync SGD with batches of K chunks (B = K C) at lr / K.
+    With K = 3 the epoch's 8 chunks end in a flush of 2: divided by 2, as the sync batch of 2 chunks
+    (16 rows) divides by its 16 rows."""
     model = _BiasFree(k)
     dataset = awkward_dataset(21, n_rows=64)
     device, layout, labels = laid_out(dataset, "binary")
-    async_plan = Plan(chunk_size=8, batch_size=32, semantics="async", programs=1, hot_size=1000, flush_every=4,
-                      slots_per_step=64)
+    batch = 8 * flush_every
+    async_plan = Plan(chunk_size=8, batch_size=batch, semantics="async", programs=1, hot_size=1000,
+                      flush_every=flush_every, slots_per_step=64)
     kernel = Executor(model, async_plan, backend=KERNEL_BACKEND, device=device, seed=3)
-    reference = Executor(model, Plan(chunk_size=8, batch_size=32), backend="reference", device=device, seed=3)
-    for executor, lr in ((kernel, 0.5), (reference, 0.5 / 4)):
+    reference = Executor(model, Plan(chunk_size=8, batch_size=batch), backend="reference", device=device, seed=3)
+    for executor, lr in ((kernel, 0.5), (reference, 0.5 / flush_every)):
         executor.initialize(layout)
         executor.train_epoch(layout, labels, epoch=0, lr=lr)
         executor.train_epoch(layout, labels, epoch=1, lr=lr)

@@ -195,3 +195,18 @@ def test_gpu_layout_equals_cpu_layout(case):
     assert gpu.device.type == "cuda"
     a, b = cpu.to_numpy_dict()[0], gpu.to_numpy_dict()[0]
     assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
+
+
+@pytest.mark.parametrize("block", [1, 7, 64, 1 << 27])
+def test_hot_and_cold_counts_per_chunk_in_blocks(block, monkeypatch):
+    """Per-chunk counts of hot and cold real edges, with the prefix sums taken block by block."""
+    monkeypatch.setattr(layout_module, "PREFIX_BLOCK", block)
+    generator = torch.Generator().manual_seed(4)
+    edge_feature = torch.randint(-1, 30, (500,), generator=generator)
+    chunk_start = torch.cat([torch.tensor([0]), torch.sort(torch.randint(0, 501, (40,), generator=generator)).values,
+                             torch.tensor([500])])
+    hot, cold = layout_module._hot_cold_counts(edge_feature, chunk_start, 6)
+    for i in range(chunk_start.numel() - 1):
+        piece = edge_feature[chunk_start[i]:chunk_start[i + 1]]
+        assert hot[i] == int(((piece >= 0) & (piece < 6)).sum())
+        assert cold[i] == int((piece >= 6).sum())
