@@ -88,7 +88,8 @@ def test_async_mode_on_a9a(shared_data):
 def test_ftrl_with_l1_on_a9a_is_sparse_and_accurate(shared_data):
     # the data README's reference: test AUC 0.9022
     result = run_model("lr.py", "--train", str(shared_data / "a9a/a9a"), "--test", str(shared_data / "a9a/a9a.t"),
-                       "--backend", "reference", "--optimizer", "ftrl", "--lr", "1", "--l1", "0.02")
+                       "--backend", "reference", "--optimizer", "ftrl", "--lr", "1", "--l1", "0.02",
+                       "--beta", "1")
     metrics = final_metrics(result)
     assert metrics["auc"] >= 0.9022 - 0.003 and metrics["zero_share"] > 0.1, result.stdout
     assert "exactly-zero weights" in result.stdout
@@ -98,7 +99,7 @@ def test_ftrl_with_l1_on_20news_is_sparse_and_accurate(shared_data):
     # the data README's reference (rows L2-normalised): test AUC 0.9678
     result = run_model("lr.py", "--train", str(shared_data / "20news/20news.binary.train.svm"),
                        "--test", str(shared_data / "20news/20news.binary.test.svm"), "--normalize",
-                       "--backend", "reference", "--optimizer", "ftrl", "--lr", "30", "--l1", "0.003",
+                       "--backend", "reference", "--optimizer", "ftrl", "--lr", "30", "--l1", "0.003", "--beta", "1",
                        "--batch-size", "32", "--epochs", "20")
     metrics = final_metrics(result)
     assert metrics["auc"] >= 0.9678 - 0.003 and metrics["zero_share"] > 0.2, result.stdout

@@ -131,7 +131,7 @@ class Executor:
         return StepSettings(
             gradient_l2={name: (l2.get(name, 0.0) if in_gradient else 0.0) for name in params},
             update_l1=l1, update_l2={name: (l2.get(name, 0.0) if in_update else 0.0) for name in params},
-            hypers=dict(self.optimizer.values),
+            hypers=self.optimizer.hyper_values(self.plan.batch_size),
             decay_l2={name: l2.get(name, 0.0) for name in params} if self.exact_l2 else None)
 
     def _epoch_rates(self, layout, order, epoch, lr):

@@ -253,3 +253,12 @@ def test_an_optimizer_using_an_unknown_state_is_a_clear_error():
 
     with pytest.raises(ModelError, match=r"^optimizer broken: update uses unknown state 'velocity'; it has: m$"):
         Executor(_LR(), Plan(), backend="reference", optimizer=Broken())
+
+
+def test_ftrl_beta_defaults_to_one_over_the_batch():
+    """McMahan's beta = 1 is per sample; on the batch-mean scale the default is 1 / B."""
+    assert get_optimizer("ftrl").hyper_values(1024) == {"beta": 1 / 1024}
+    assert get_optimizer("ftrl", beta=1).hyper_values(1024) == {"beta": 1.0}
+    assert get_optimizer("ftrl", beta=None).describe() == "ftrl(beta=default)"
+    executor = Executor(_LR(), Plan(chunk_size=8, batch_size=64), backend="reference", optimizer="ftrl")
+    assert executor.settings().hypers == {"beta": 1 / 64}
