@@ -77,3 +77,11 @@ def test_autotune_picks_the_fastest_and_caches(tmp_path, monkeypatch):
     assert best.chunk_size == 64 and len(timings) == 3
     again, _ = autotune(plans, lambda plan: pytest.fail("not cached"), cache_key="case")
     assert again == best
+
+
+def test_hot_segment_defaults_on_for_async_binary_data_only():
+    from alac.runtime.planner import hot_segment_by_default
+
+    assert hot_segment_by_default("async", binary=True)
+    assert not hot_segment_by_default("async", binary=False)
+    assert not hot_segment_by_default("sync", binary=True)
