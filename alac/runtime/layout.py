@@ -121,9 +121,15 @@ class BigraphLayout:
         return self.edge_feature.device
 
     def chunk_order(self, epoch, seed=0):
-        """The chunk visiting order of an epoch: a permutation reshuffled per epoch, same on any device."""
-        generator = torch.Generator().manual_seed(int(seed) * 1_000_003 + int(epoch))
-        return torch.randperm(self.n_chunks, generator=generator).to(self.device)
+        """The chunk visiting order of an epoch: a permutation reshuffled per epoch, the same on any
+        device. It is the stable argsort of counter-based hashes, computed where the layout lives:
+        a CPU randperm and its copy to the GPU were part of the 3.5 ms an async LR epoch spent
+        outside its kernel on H100 (7.95 ms per epoch against 4.42 for the kernel)."""
+        from alac.data.synthetic import uniform
+
+        keys = uniform(int(seed) * 1_000_003 + int(epoch), 0,
+                       torch.arange(self.n_chunks, dtype=torch.int64, device=self.device))
+        return torch.argsort(keys, stable=True)
 
     def edges_of(self, chunks):
         """The real (non-padding) edges of the given chunks, in layout order: (edge positions,
