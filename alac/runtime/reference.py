@@ -88,5 +88,9 @@ class ReferenceBackend:
         feature, x, row = self._batch_edges(layout, chunks)
         accums, _ = self._accums(state, feature, x, row, layout.n_chunks * C)
         globals_ = {name: value[0] for name, value in state.globals.items()}
-        out = self.programs.predict(**accums, **globals_)
-        return _full(out[PREDICTION], (layout.n_chunks * C,), x).clone()
+        # in float64: PyTorch's float32 reductions over the factor lanes round differently with the
+        # number of rows (vectorized blocks and remainders), so a row's float32 prediction depended
+        # on the rows predicted with it (scikit-learn's subset-invariance check caught a 3-ulp change)
+        out = self.programs.predict(**{k: v.double() for k, v in accums.items()},
+                                    **{k: v.double() for k, v in globals_.items()})
+        return _full(out[PREDICTION], (layout.n_chunks * C,), x).float().clone()
