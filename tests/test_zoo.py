@@ -85,6 +85,16 @@ def test_async_mode_on_a9a(shared_data):
     assert metrics["auc"] >= 0.900 and metrics["accuracy"] >= 0.845, result.stdout
 
 
+def test_async_hot_segment_options():
+    """--hot-size and --flush-every reach the plan, and the async hot-segment kernels train."""
+    result = run_model("lr.py", "--synthetic", "3000", "--epochs", "3", "--mode", "async", "--hot-size", "20",
+                       "--flush-every", "2", "--chunk-size", "32", "--backend", BACKENDS[-1])
+    assert "hot_size=20" in result.stdout and "flush_every=2" in result.stdout, result.stdout
+    losses = [float(line.split("train loss")[1].split()[0]) for line in result.stdout.splitlines()
+              if line.startswith("epoch")]
+    assert len(losses) == 3 and losses[-1] < losses[0], result.stdout
+
+
 def test_ftrl_with_l1_on_a9a_is_sparse_and_accurate(shared_data):
     # the data README's reference: test AUC 0.9022
     result = run_model("lr.py", "--train", str(shared_data / "a9a/a9a"), "--test", str(shared_data / "a9a/a9a.t"),
