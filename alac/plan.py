@@ -14,9 +14,10 @@ KERNEL_FAMILIES = ("fused", "stage")
 
 @dataclass(frozen=True)
 class Plan:
-    # Samples per program. A sweep on H200 over C in 16..128 (benchmarks/results/flow_sweep.md, LR and
-    # FM k=16 on 4M x 39 rows) found 16 fastest for sync batches of 1024 (64 programs per batch:
-    # 69-79 ms/epoch against 127 ms at C = 128) and async within 20 % of the best at every C.
+    # Samples per program. A sweep on H200 over C in 16..128 (LR and FM k=16 on 4M x 39 rows) found
+    # 16 fastest for sync batches of 1024 (64 programs per batch: 69-79 ms/epoch against 127 ms at
+    # C = 128). For async with the hot segment C = 32 is faster (H100, benchmarks/results/
+    # flow_sweep.md: LR 7.8 ms/epoch against 10.7 at C = 16); the zoo scripts pick 32 for async runs.
     # The batch size is a multiple of C (each batch is B / C chunks).
     chunk_size: int = 16
     batch_size: int = 1024
@@ -28,13 +29,17 @@ class Plan:
     hot_size: int = 0
     replicas: int = 1
     # Async: persistent programs, each with one chunk of C samples in flight (None: max_in_flight / C).
-    # The same sweep found LR's validation logloss after 3 epochs within 0.0015 for 8k to 34k
-    # samples in flight (0.5148-0.5163); 132 x 128 (one chunk of 128 per H200 multiprocessor) is
-    # the middle of that range.
+    # A sweep on H200 found LR's validation logloss after 3 epochs within 0.0015 for 8k to 34k
+    # samples in flight (0.5148-0.5163); 132 x 128 (one chunk of 128 per H200 multiprocessor) is the
+    # middle of that range. With the hot segment on H100 (flow_sweep.md), half and twice as many took
+    # LR's epoch from 7.8 ms to 6.5 and 6.0 and FM's from 17.3 to 16.9 and 18.1, logloss within
+    # 0.0013: inside the run-to-run spread of those runs (about 15 %), so it was kept.
     programs: int | None = None
     max_in_flight: int = 132 * 128
     # Async with a hot segment: chunks a program runs between flushes of its hot-gradient sums into
-    # the params (1: after every chunk, exact sequential SGD with one program).
+    # the params (1: after every chunk, exact sequential SGD with one program). 8 was the fastest at
+    # the best LR logloss of K in 1..32 in the H100 sweep (flow_sweep.md: 7.8 ms, 0.5025; K = 1: 11.0,
+    # 0.5098; K = 32: 9.7, 0.5165).
     flush_every: int = 8
     # Sync on a GPU: replay the epoch's launches as a CUDA graph.
     cuda_graph: bool = True
