@@ -14,6 +14,7 @@ import argparse
 import dataclasses
 import importlib.util
 import json
+import math
 import os
 import sys
 from pathlib import Path
@@ -214,7 +215,8 @@ def _run(args, module, model_reference):
     elif args.mode == "async" and args.backend == "triton":
         # async with the hot segment: C = 32 was the fastest at the best validation logloss in the
         # plan sweep on H100 (benchmarks/results/flow_sweep.md: LR 7.8 ms at C = 32, 10.7 at 16)
-        plan_options["chunk_size"] = min(32, args.batch_size)
+        # (the largest power of two up to 32 that divides the batch, as a plan needs)
+        plan_options["chunk_size"] = math.gcd(32, args.batch_size)
     elif args.backend == "interpret":
         # The interpreter runs programs one after another: one program per batch is fastest.
         plan_options["chunk_size"] = args.batch_size
