@@ -498,10 +498,13 @@ class KernelGenerator:
     def _persistent_loop(self, w, stages, local_inputs, local_outputs):
         """Async: this program takes chunks pid, pid + P, ... of the epoch's queue; with a hot segment,
         every flush_every chunks (and after its last) it applies its hot-gradient sums."""
+        w.comment("persistent: this program takes chunks pid, pid + P, ... of the epoch's queue")
         w.line("first = chunk_offset + tl.program_id(0)")
         w.line("my_chunks = tl.cdiv(tl.maximum(n_chunks - first, 0), tl.num_programs(0))")
         if self.hot:
+            w.comment("this program's own [H] sums of hot gradients")
             w.line(f"hot_base = tl.program_id(0).to(tl.int64) * {w.arg('hot_size')}")
+        w.comment("the loss, summed per row; added to the epoch's total once, at the end")
         w.line("loss_rows = tl.zeros([C], tl.float32)")
         w.line("for step in range(0, my_chunks):")
         w.depth += 1
@@ -509,6 +512,7 @@ class KernelGenerator:
         self._chunk_prologue(w, "position")
         self._stages(w, stages, local_inputs, local_outputs)
         if self.hot:
+            w.comment("flush the hot sums every flush_every chunks, and after the program's last")
             w.line(f"if ((step + 1) % {w.arg('flush_every')} == 0) | (step + 1 == my_chunks):")
             w.depth += 1
             self._flush(w)
