@@ -12,8 +12,10 @@ Arms (same data, same lr on the batch-mean gradient, zero or seeded init):
   the epoch replayed as a CUDA graph; alac_fused_sync_deterministic_b1024 the same steps without
   float atomics (bit-for-bit repeatable; no graph); alac_fused_sync_hot[_replicas]_b1024 add the
   hot segment;
-- alac_async (fused accums) -> alac_async_hot (+ hot segment from the cost model) ->
-  alac_async_hot_tuned (+ autotuned chunk size, edge tile and warps): the cuWide Fig. 16 ablation.
+- alac_async (fused accums) -> alac_async_hot_flush1 (+ hot segment: per-program sums of the hot
+  gradients, applied after every chunk) -> alac_async_hot (+ applied every 8 chunks: the default
+  async plan, H from the cost model) -> alac_async_hot_tuned (+ chunk size and warps autotuned): the
+  cuWide Fig. 16 ablation (in async the per-program sums are the replicas).
 Per arm: ms per epoch (median), G non-zeros per second, the fraction of the measured copy bandwidth
 that the bytes it must read represent, validation logloss after every epoch, and the training time
 to reach the target (the sync batch-1024 validation logloss after all epochs + 0.002).
