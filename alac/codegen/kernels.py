@@ -307,19 +307,12 @@ class KernelGenerator:
             w.line(f"tl.store({w.arg(f'edge_{grad_name(p.name)}_ptr')} + {offsets}, {value}, mask={mask})")
             return
         else:
-            offsets = self._vector_offsets("feature", True) if p.vector else "feature"
-            mask = self._lane_mask(edges, True) if p.vector else edges
-            target = w.arg(f"{grad_name(p.name)}_ptr")
-            w.line(f"tl.atomic_add({target} + {offsets}, {value}, mask={mask}, sem=\"relaxed\")")
+            self._add_at(w, p, f"{grad_name(p.name)}_ptr", "feature", value, edges)
         if not self.hot:
             return
         if self.asynchronous:
             w.comment("hot edges: into this program's own sums (no other program adds there), applied at its next flush")
-            row = "(hot_base + feature)"
-            offsets = self._vector_offsets(row, True) if p.vector else row
-            mask = self._lane_mask("hot", True) if p.vector else "hot"
-            w.line(f"tl.atomic_add({w.arg(f'hot_{grad_name(p.name)}_ptr')} + {offsets}, {value}, mask={mask}, "
-                   "sem=\"relaxed\")")
+            self._add_at(w, p, f"hot_{grad_name(p.name)}_ptr", "(hot_base + feature)", value, "hot")
             return
         if p.vector:
             w.line("spread = tl.zeros([S, C, BLOCK_K], tl.int32)")
@@ -329,11 +322,14 @@ class KernelGenerator:
             w.line(f"sorted_value = tl.gather({value}, permutation, 1)")
             w.line("key = hot_feature")
         w.line("key, summed = tl.associative_scan((key, sorted_value), 1, segment_sum)")
-        row = "(replica * hot_size + hot_feature)"
-        offsets = self._vector_offsets(row, True) if p.vector else row
-        mask = self._lane_mask("segment_end", True) if p.vector else "segment_end"
-        w.line(f"tl.atomic_add({w.arg(f'hot_{grad_name(p.name)}_ptr')} + {offsets}, summed, mask={mask}, "
-               "sem=\"relaxed\")")
+        self._add_at(w, p, f"hot_{grad_name(p.name)}_ptr", "(replica * hot_size + hot_feature)", "summed", "segment_end")
+
+    def _add_at(self, w, p, pointer, rows, value, mask):
+        """Atomically add an [S, C] tile of p's values (times its K lanes for a vector param) at the
+        given rows of the buffer behind pointer."""
+        offsets = self._vector_offsets(rows, True) if p.vector else rows
+        mask = self._lane_mask(mask, True) if p.vector else mask
+        w.line(f"tl.atomic_add({w.arg(pointer)} + {offsets}, {value}, mask={mask}, sem=\"relaxed\")")
 
     def _optimizer_step(self, w, p, ids, mask, edge, gradient, mode, param_loaded=False, prefix=""):
         """The optimizer's rule for param p at feature ids (an [S, C] tile when edge, else a block):

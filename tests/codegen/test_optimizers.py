@@ -105,7 +105,8 @@ def test_k_sync_steps_equal_reference_and_numpy(case, hot_size):
     X = dataset.to_scipy().toarray().astype(np.float64)
     y = np.where(dataset.labels.numpy() > 0, 1.0, -1.0)
     # the kernels hold hyper-parameters in float32: compare the algorithm, not that rounding
-    hyper = {k: float(np.float32(v)) for k, v in {**get_optimizer(name).values, **settings["hyper"]}.items()}
+    hyper = {k: float(np.float32(v)) for k, v in
+             get_optimizer(name, **settings["hyper"]).hyper_values(plan.batch_size).items()}
     count = np.bincount(dataset.indices.numpy(), minlength=dataset.n_features)
     w, b, _ = numpy_steps(X, y, count, name, steps, lr, settings["l1"], settings["l2"], hyper)
     kernel_w = states[KERNEL_BACKEND].in_original_order(layout.old_to_new)["w"].cpu().double().numpy()
