@@ -28,6 +28,10 @@ A new optimizer is a subclass (see RMSProp in the README):
             mean_square = h.rho * s.mean_square + (1 - h.rho) * g * g
             return p - h.lr * g / (ops.sqrt(mean_square) + h.eps), {"mean_square": mean_square}
 
+An optimizer may also define param_from_state(s, h): the param as a function of its state alone
+(FTRL's weight). Async kernels then compute the param from the state where they read it (on cold
+edges) rather than storing it; see alac.plan.Plan.derive_params.
+
 Regularization: the param's l2 enters the gradient (lazily, per occurrence, `l2 * p`) for every
 optimizer except FTRL, which applies l1 and l2 in its closed form; l1 is applied by FTRL and by
 proximal SGD (soft thresholding after the step); other optimizers reject l1.
@@ -59,6 +63,13 @@ class Optimizer:
 
     def update(self, p, g, s, h):
         raise NotImplementedError
+
+    def param_from_state(self, s, h):
+        """The param as a function of the state alone, when it is one (FTRL's weight is its closed
+        form in z and n), else None. Async kernels then compute the param where they read it instead
+        of storing it (`Plan.derive_params`): the update's remaining changes are all additive, so they
+        become plain atomic additions, with no value to wait for and no store."""
+        return None
 
     def batch_default(self, name, batch_size):
         """The value of hyper-parameter `name` left at None, for batches of batch_size samples."""
@@ -146,9 +157,14 @@ class FTRL(Optimizer):
         n = s.n + g * g
         sigma = (ops.sqrt(n) - ops.sqrt(s.n)) / h.lr
         z = s.z + g - sigma * p
-        weight = ops.where(ops.abs(z) > h.l1,
-                           -(z - ops.sign(z) * h.l1) / ((h.beta + ops.sqrt(n)) / h.lr + h.l2), 0.0)
-        return weight, {"z": z, "n": n}
+        return self._weight(z, n, h), {"z": z, "n": n}
+
+    def param_from_state(self, s, h):
+        return self._weight(s.z, s.n, h)
+
+    @staticmethod
+    def _weight(z, n, h):
+        return ops.where(ops.abs(z) > h.l1, -(z - ops.sign(z) * h.l1) / ((h.beta + ops.sqrt(n)) / h.lr + h.l2), 0.0)
 
 
 class Adam(Optimizer):

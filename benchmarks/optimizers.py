@@ -6,7 +6,9 @@ Adam) for LR and FM on the synthetic Criteo-shaped set, sync and async, side by 
 Learning rates: SGD the tuned sync value (lr 2 for LR, 0.5 for FM); every other optimizer its
 default (alac.optimizers: AdaGrad 0.05, FTRL alpha 0.05 with beta 1 / B, Adam 0.01, momentum 0.1 x
 the model's SGD default), never tuned on this data. Async runs the default async plan (C = 32, the
-planner's hot segment). Writes results/optimizers.json and .md.
+planner's hot segment); async FTRL runs twice, with its weight derived from z and n where it is read
+(the default, `Plan.derive_params`) and stored ("ftrl, w stored"). Writes results/<name>.json and .md
+(name: optimizers, or --name).
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ def main():
     parser.add_argument("--epochs", type=int, default=10)
     parser.add_argument("--models", default="lr,fm")
     parser.add_argument("--optimizers", default="sgd,adagrad,ftrl,momentum,adam")
+    parser.add_argument("--name", default="optimizers")
     parser.add_argument("--out", default=os.environ.get("OUT"))
     args = parser.parse_args()
 
@@ -57,11 +60,14 @@ def main():
     for model in args.models.split(","):
         k = 16 if model == "fm" else 0
         for semantics, plan in plans.items():
-            for optimizer in args.optimizers.split(","):
+            arms = [(optimizer, optimizer, plan) for optimizer in args.optimizers.split(",")]
+            if semantics == "async" and "ftrl" in args.optimizers.split(","):
+                arms.append(("ftrl", "ftrl, w stored", dataclasses.replace(plan, derive_params=False)))
+            for optimizer, label, arm_plan in arms:
                 lr = sgd_rates[model] if optimizer == "sgd" else default_lr(optimizer, model_defaults[model])
-                history = alac_arm(train, valid, args.epochs, lr, k, 0, plan, optimizer)
+                history = alac_arm(train, valid, args.epochs, lr, k, 0, arm_plan, optimizer)
                 seconds = [s for s, _ in history]
-                row = {"model": model, "semantics": semantics, "optimizer": optimizer, "lr": lr,
+                row = {"model": model, "semantics": semantics, "optimizer": label, "lr": lr,
                        "ms_per_epoch": 1000 * statistics.median(seconds), "val_logloss": [v for _, v in history]}
                 results.append(row)
                 print(row, flush=True)
@@ -82,7 +88,7 @@ def main():
               [[r["model"], r["semantics"], r["optimizer"], f"{r['lr']:g}", f"{r['ms_per_epoch']:.2f}",
                 f"{r['cost_vs_sgd']:.2f}×", f"{r['val_logloss'][-1]:.4f}", f"{r['logloss_vs_sync_sgd']:+.4f}"]
                for r in results])])
-    write("optimizers", {"device": env["device"], "environment": env, "arguments": vars(args), "results": results},
+    write(args.name, {"device": env["device"], "environment": env, "arguments": vars(args), "results": results},
           markdown, args.out)
     print(markdown)
 

@@ -32,6 +32,11 @@ segmented scan, and the sums go to R replicas of an [H] accumulator (`plan.repli
 program id mod R) that the update kernel reduces densely; cold edges accumulate one atomic each,
 and the update kernel finds their features through the batch's edges.
 
+Derived params (`plan.derive_params`, async): a param that is its optimizer's function of its state
+(FTRL's weight, `Optimizer.param_from_state`) is computed from the state where a cold edge reads it,
+and its cold updates change only the state; hot features keep a stored value, written by their
+flushes (derived there too, the first epoch on a small, heavily concurrent set trained worse still).
+
 Deterministic plans (`plan.deterministic`, sync) make no floating-point atomics: the train kernels
 store every edge's gradient at the edge's own slot and every chunk's loss and global gradients at
 the chunk's slot; the runtime sums them per feature in a fixed order (alac.runtime.deterministic)
@@ -89,6 +94,7 @@ class GeneratedKernels:
                        # async: the one persistent kernel, launched once per epoch
     predict: KernelSpec
     buffers: tuple = field(default=())   # chunk-local data that goes through global memory: (name, vector)
+    derived_params: tuple = ()           # params the kernels compute from their state, never store
 
 
 class _Writer:
@@ -96,6 +102,9 @@ class _Writer:
         self.lines = []
         self.args = []
         self.depth = 1
+        # params this kernel computes from their optimizer state (async train kernel only: the
+        # predict kernel reads the params the runtime wrote after the epoch)
+        self.derived = frozenset()
         # one-tile code: the chunk's edges are loaded once, with the params already gathered
         self.one_tile = False
         self.tile_loaded = False
@@ -117,6 +126,17 @@ def _is_zero(program, name):
     return next(d.expr for d in program if d.name == name) == 0
 
 
+def _live(program, outputs):
+    """The definitions of program that outputs need, in order."""
+    needed = set(outputs)
+    kept = []
+    for d in reversed(program):
+        if d.name in needed:
+            kept.append(d)
+            needed |= {s.name for s in d.expr.free_symbols}
+    return tuple(reversed(kept))
+
+
 class KernelGenerator:
     def __init__(self, ir, plan):
         self.ir = ir
@@ -132,6 +152,9 @@ class KernelGenerator:
         self.ranks = self._ranks()
         self.printer = ExpressionPrinter(TRITON, {}, self.ranks)
         self.param_vector = {p.name: p.vector for p in ir.params}
+        # params computed from their optimizer state where read (async only: sync update kernels
+        # store every param they update)
+        self.derived = set(self.optimizer.derivable) if self.asynchronous and plan.derive_params else set()
 
     def _ranks(self):
         # edge values are [S, C] tiles (S slots of the chunk's C rows) in every edge loop
@@ -166,6 +189,25 @@ class KernelGenerator:
             return
         if w.one_tile:
             w.loaded_params.add(name)
+        if name in w.derived:
+            p = next(p for p in self.ir.params if p.name == name)
+            if not self.hot:
+                ranks, names, targets = self._update_symbols(w, p, "feature", "present", True, f"{name}_")
+                w.comment(f"{name} is {self.optimizer.name}'s function of its state: computed here, never stored")
+                self._derive(w, p, ranks, names, targets, name, set(), f"{name}_")
+                return
+            w.comment(f"{name}: stored for hot features (their flushes store it), {self.optimizer.name}'s function")
+            w.comment("of its state for cold ones (computed here, never stored)")
+            w.line(f"cold_{name} = present & (feature >= {w.arg('hot_size')})")
+            ranks, names, targets = self._update_symbols(w, p, "feature", f"cold_{name}", True, f"{name}_")
+            self._derive(w, p, ranks, names, targets, f"derived_{name}", set(), f"{name}_")
+            offsets = self._vector_offsets("feature", True) if p.vector else "feature"
+            hot, cold = "present & ~cold_" + name, f"cold_{name}"
+            if p.vector:
+                hot, cold = self._lane_mask(f"({hot})", True), self._lane_mask(cold, True)
+            w.line(f"{name} = tl.where({cold}, derived_{name}, tl.load({w.arg(f'{name}_ptr')} + {offsets}, mask={hot}, "
+                   "other=0.0))")
+            return
         pointer = w.arg(f"{name}_ptr")
         if self.param_vector[name]:
             w.line(f"{name} = tl.load({pointer} + {self._vector_offsets('feature', True)}, "
@@ -331,54 +373,115 @@ class KernelGenerator:
         mask = self._lane_mask(mask, True) if p.vector else mask
         w.line(f"tl.atomic_add({w.arg(pointer)} + {offsets}, {value}, mask={mask}, sem=\"relaxed\")")
 
-    def _optimizer_step(self, w, p, ids, mask, edge, gradient, mode, param_loaded=False, prefix=""):
-        """The optimizer's rule for param p at feature ids (an [S, C] tile when edge, else a block):
-        mode "new" stores the new values (sync update), "delta" adds new - old atomically (async).
-        param_loaded: the tile's values of p are already in a variable named after p (async apply
-        reuses them instead of a second gather). prefix: for the variables it defines, where a
-        loop would otherwise re-assign a chunk's tile-shaped ones with block-shaped values."""
-        update = self.optimizer.for_param(p)
-        program = update.deltas if mode == "delta" else update.program
+    def _update_symbols(self, w, p, ids, mask, edge, prefix):
+        """Ranks and variable names of the optimizer's symbols for param p at feature ids (an [S, C]
+        tile when edge, else a block), and (pointer argument, offsets, mask) of each of its states
+        (the caller declares the arguments it uses)."""
         lane_rank, row_rank = ("edge_lane", "edge") if edge else ("lane", "row")
         full_rank = lane_rank if p.vector else row_rank
         ranks = {"p": full_rank, "g": full_rank, "lr": "uniform", "l1": "uniform", "l2": "uniform", "K": "uniform"}
         ranks.update({f"h_{h}": "uniform" for h in self.optimizer.hypers})
         names = {"p": f"{prefix}value", "g": f"{prefix}g",
                  "l1": w.arg(f"reg_l1_{p.name}") if self.optimizer.has_l1 else "0.0", "l2": f"reg_l2_{p.name}", "lr": "lr"}
-        row_states = set()
+        full_offsets = self._vector_offsets(ids, edge) if p.vector else ids
+        full_mask = self._lane_mask(mask, edge) if p.vector else mask
+        targets = {}
         for state, _, row in self.optimizer.states:
+            per_row = row and p.vector
             ranks[f"s_{state}"] = row_rank if (row or not p.vector) else lane_rank
             names[f"s_{state}"] = f"{prefix}state_{state}"
-            if row and p.vector:
-                row_states.add(state)
+            targets[state] = (f"state_{p.name}_{state}_ptr", ids if per_row else full_offsets,
+                              mask if per_row else full_mask)
+        return ranks, names, targets
+
+    def _derive(self, w, p, ranks, names, targets, variable, loaded, prefix):
+        """Load the states p's derivation reads (those not in loaded, which it extends) and compute p
+        into variable; its temps are named with prefix."""
+        program = self.optimizer.for_param(p).derived
+        self._use_arguments(w, p, program)
+        reads = {s.name for d in program for s in d.expr.free_symbols}
+        for state, (target, offsets, target_mask) in targets.items():
+            if f"s_{state}" in reads and state not in loaded:
+                w.line(f"{names[f's_{state}']} = tl.load({w.arg(target)} + {offsets}, mask={target_mask}, other=0.0)")
+                loaded.add(state)
         for d in program:
             ranks[d.name] = rank_of(d.expr, ranks)
-            names[d.name] = prefix + d.name
+            names[d.name] = variable if d.name == "derived_p" else f"{prefix}{d.name}"
         printer = ExpressionPrinter(TRITON, names, ranks)
+        for d in program:
+            w.line(f"{names[d.name]} = {printer(d.expr, ranks[d.name])}")
+
+    def _use_arguments(self, w, p, program):
         used = {symbol.name for d in program for symbol in d.expr.free_symbols}
         if "l2" in used:
             w.arg(f"reg_l2_{p.name}")
         for h in self.optimizer.hypers:
             if f"h_{h}" in used:
                 w.arg(f"h_{h}")
-        full_offsets = self._vector_offsets(ids, edge) if p.vector else ids
-        full_mask = self._lane_mask(mask, edge) if p.vector else mask
+        return used
+
+    def _optimizer_step(self, w, p, ids, mask, edge, gradient, mode, param_loaded=False, prefix=""):
+        """The optimizer's rule for param p at feature ids (an [S, C] tile when edge, else a block):
+        mode "new" stores the new values (sync update), "delta" adds new - old atomically (async).
+        param_loaded: the tile's values of p are already in a variable named after p (async apply
+        reuses them instead of a second gather). prefix: for the variables it defines, where a
+        loop would otherwise re-assign a chunk's tile-shaped ones with block-shaped values.
+        A derived param (async, `Plan.derive_params`) is computed from its state, and only its
+        state's changes are applied."""
+        update = self.optimizer.for_param(p)
+        program = update.deltas if mode == "delta" else update.program
+        # the hot flush (not edge) stores a derived param like any other: see _load_param
+        derived = mode == "delta" and edge and p.name in w.derived
+        ranks, names, targets = self._update_symbols(w, p, ids, mask, edge, prefix)
+        if derived:
+            program = _live(program, [d.name for d in program if d.name.startswith(("delta_s_", "new_s_"))])
+        for d in program:
+            ranks[d.name] = rank_of(d.expr, ranks)
+            names[d.name] = prefix + d.name
+        printer = ExpressionPrinter(TRITON, names, ranks)
+        used = self._use_arguments(w, p, program)
         w.comment(f"{self.optimizer.name} on {p.name}" + (" (the change, added atomically)" if mode == "delta" else ""))
         w.line(f"{names['g']} = {gradient}")
-        pointer = w.arg(f"{p.name}_ptr")
+        pointer = None if derived else w.arg(f"{p.name}_ptr")
+        for target, _, _ in targets.values():
+            w.arg(target)
         defined = {d.name for d in program}
-        if "p" in used or "new_p" in defined:
+        loaded = set()
+        if derived and param_loaded:
+            names["p"] = p.name
+            reads = {s.name for d in update.derived for s in d.expr.free_symbols}
+            for state in targets:
+                if f"s_{state}" in reads:
+                    names[f"s_{state}"] = f"{p.name}_state_{state}"
+                    loaded.add(state)
+            printer = ExpressionPrinter(TRITON, names, ranks)
+        elif derived:
+            self._derive(w, p, ranks, names, targets, names["p"], loaded, prefix)
+        elif "p" in used or "new_p" in defined:
+            full_offsets = self._vector_offsets(ids, edge) if p.vector else ids
+            full_mask = self._lane_mask(mask, edge) if p.vector else mask
             w.line(f"{names['p']} = {p.name}" if param_loaded else
                    f"{names['p']} = tl.load({pointer} + {full_offsets}, mask={full_mask}, other=0.0)")
-        # (pointer, offsets, mask) of every state
-        targets = {st: (w.arg(f"state_{p.name}_{st}_ptr"), ids if st in row_states else full_offsets,
-                        mask if st in row_states else full_mask) for st, _, _ in self.optimizer.states}
         added = [st for st in targets if f"new_s_{st}" not in defined and not _is_zero(program, f"delta_s_{st}")]
+        if derived:
+            # A state the changes read is fetched by its own addition even though the derivation
+            # loaded it: the value returned is the one this addition follows, so concurrent changes
+            # chain like sequential ones. With the loaded value FTRL's sigma terms of P concurrent
+            # updates sum sqrt(n + g_i^2) - sqrt(n) over i instead of telescoping to the true change
+            # of sqrt(n), z outgrows beta + sqrt(n), and async LR diverged (validation logloss 6.9
+            # on H100). The other states' changes go out as additions nobody waits for.
+            refetch = [st for st in added if f"s_{st}" in used]
+            loaded -= set(refetch)
+            for state in refetch:
+                names[f"s_{state}"] = f"{prefix}state_{state}"
+            printer = ExpressionPrinter(TRITON, names, ranks)
         fetched = self._emit_update_program(w, program, printer, ranks, names, targets, used,
-                                            added if mode == "delta" else [])
-        stores = [(pointer, "p", full_offsets, full_mask)] + [(target, f"s_{st}", offsets, target_mask)
-                                                              for st, (target, offsets, target_mask) in targets.items()
-                                                              if st not in fetched]
+                                            added if mode == "delta" else [], loaded)
+        full_offsets = self._vector_offsets(ids, edge) if p.vector else ids
+        full_mask = self._lane_mask(mask, edge) if p.vector else mask
+        stores = [] if derived else [(pointer, "p", full_offsets, full_mask)]
+        stores += [(target, f"s_{st}", offsets, target_mask) for st, (target, offsets, target_mask) in targets.items()
+                   if st not in fetched]
         for target, source, offsets, target_mask in stores:
             if f"new_{source}" in defined:
                 w.line(f"tl.store({target} + {offsets}, {names[f'new_{source}']}, mask={target_mask})")
@@ -386,13 +489,15 @@ class KernelGenerator:
                 w.line(f"tl.atomic_add({target} + {offsets}, {names[f'delta_{source}']}, mask={target_mask}, "
                        "sem=\"relaxed\")")
 
-    def _emit_update_program(self, w, program, printer, ranks, names, targets, used, fetchable):
+    def _emit_update_program(self, w, program, printer, ranks, names, targets, used, fetchable, loaded=()):
         """Print an update program, reading each state it uses either by a load or, for a state whose
         change is added (fetchable) and computable without it, as the value its atomic addition
         returns: one fetch-and-add instead of a load and an addition (async FTRL reads z and n this
-        way), and the freshest value as well. Returns the states read that way."""
+        way), and the freshest value as well. States in loaded are already in their variables.
+        Returns the states read by fetch-and-add."""
         known = {"p", "g", "lr", "l1", "l2", "K"} | {f"h_{h}" for h in self.optimizer.hypers}
-        needed = [st for st in targets if f"s_{st}" in used]
+        known |= {f"s_{st}" for st in loaded}
+        needed = [st for st in targets if f"s_{st}" in used and st not in loaded]
         fetched, remaining = [], list(program)
 
         def load(state):
@@ -477,6 +582,7 @@ class KernelGenerator:
         for name in _LAYOUT_ARGS:
             w.arg(name)
         if self.asynchronous and role == "train":
+            w.derived = frozenset(self.derived)
             w.arg("n_chunks")
             w.comment("the epoch's learning rate, and 1 / B: a sample's gradient counts as in a batch of B")
             w.line(f"lr = tl.load({w.arg('lr_ptr')})")
@@ -660,7 +766,7 @@ class KernelGenerator:
         text = (header + "\nimport triton\nimport triton.language as tl\n\n" + block_k
                 + helpers + "\n\n\n" + "\n\n".join(functions))
         return GeneratedKernels(self.ir.name, self.ir.hash, plan_text, text, tuple(train), predict,
-                                tuple(buffers))
+                                tuple(buffers), tuple(p.name for p in self.ir.params if p.name in self.derived))
 
     def _header(self, plan_text):
         lines = [f"# Generated by alac from model '{self.ir.name}' (IR {self.ir.hash[:16]}); do not edit.",

@@ -57,7 +57,9 @@ class TorchPrograms:
                            + [d.name for d in ir.accum_deltas] + [l2_name(p.name) for p in ir.params],
                            [], ir.edge_program),
         ] + [self._update_function(f"update_{kind}", update) for kind, update in
-             (("scalar", ir.optimizer.scalar), ("vector", ir.optimizer.vector)) if update is not None])
+             (("scalar", ir.optimizer.scalar), ("vector", ir.optimizer.vector)) if update is not None]
+          + [self._derive_function(f"derive_{kind}", update) for kind, update in
+             (("scalar", ir.optimizer.scalar), ("vector", ir.optimizer.vector)) if update is not None and update.derived])
         namespace = {"torch": torch, "_softplus": _softplus, "_maximum": _maximum, "_minimum": _minimum}
         exec(compile(self.source, f"<alac reference program of {ir.name}>", "exec"), namespace)
         self.contributions = namespace["contributions"]
@@ -66,22 +68,31 @@ class TorchPrograms:
         self.edge = namespace["edge"]
         self.update_scalar = namespace["update_scalar"]
         self.update_vector = namespace.get("update_vector")
+        self.derive_scalar = namespace.get("derive_scalar")
+        self.derive_vector = namespace.get("derive_vector")
 
     def _update_function(self, name, update):
         """new_p, new_s_<state> of the optimizer for rows of one param ([n] or [n, k] tensors)."""
+        outputs = ["new_p"] + [f"new_s_{st}" for st, _, _ in self.ir.optimizer.states]
+        return self._optimizer_function(name, update, update.program, ["p", "g"], outputs)
+
+    def _derive_function(self, name, update):
+        """The param from its state (Optimizer.param_from_state), for rows of one param."""
+        return self._optimizer_function(name, update, update.derived, [], ["derived_p"])
+
+    def _optimizer_function(self, name, update, program, leading, outputs):
         optimizer = self.ir.optimizer
         lane = "lane" if update.vector else "row"
         ranks = {"p": lane, "g": lane, "lr": "uniform", "l1": "uniform", "l2": "uniform", "K": "uniform"}
         ranks.update({f"h_{h}": "uniform" for h in optimizer.hypers})
         ranks.update({f"s_{st}": ("row" if row else lane) for st, _, row in optimizer.states})
-        for d in update.program:
+        for d in program:
             ranks[d.name] = rank_of(d.expr, ranks)
         printer = ExpressionPrinter(TORCH, {}, ranks)
-        args = ["p", "g"] + [f"s_{st}" for st, _, _ in optimizer.states] + ["lr"] + \
+        args = leading + [f"s_{st}" for st, _, _ in optimizer.states] + ["lr"] + \
             [f"h_{h}" for h in optimizer.hypers] + ["l1", "l2", "K"]
         lines = [f"def {name}({', '.join(args)}):"]
-        lines += [f"    {d.name} = {printer(d.expr, ranks[d.name])}" for d in update.program]
-        outputs = ["new_p"] + [f"new_s_{st}" for st, _, _ in optimizer.states]
+        lines += [f"    {d.name} = {printer(d.expr, ranks[d.name])}" for d in program]
         lines.append("    return {" + ", ".join(f"{o!r}: {o}" for o in outputs) + "}")
         return "\n".join(lines)
 

@@ -143,7 +143,7 @@ class ModelIR:
         if self.optimizer is not None:
             for update in (self.optimizer.scalar, self.optimizer.vector):
                 if update is not None:
-                    exprs += [d.expr for d in update.program + update.deltas]
+                    exprs += [d.expr for d in update.program + update.deltas + update.derived]
         text = str(self) + "\n" + "\n".join(sp.srepr(e) for e in exprs)
         return hashlib.sha256(text.encode()).hexdigest()
 

@@ -1,6 +1,7 @@
 """Tracing an optimizer's update rule into IR: one program for scalar params and one for vector
 params, each in two forms: the new values (sync update step, reference executor) and the changes
-new - old (async updates, applied as atomic additions).
+new - old (async updates, applied as atomic additions); and, for an optimizer whose param is a
+function of its state (`Optimizer.param_from_state`), that function: `derived_p`.
 
 Symbols: `p` the param coordinate, `g` its gradient, `s_<state>` the state, `lr`, `h_<hyper>`,
 `l1` and `l2` (the param's coefficients, run-time arguments), `K` the factor count.
@@ -10,9 +11,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import sympy as sp
 
-
-from alac.dsl import Expr, lift
+from alac.dsl import Constant, Expr, lift
 from alac.errors import ModelError
 from alac.ir.derive import _program
 from alac.ir.model_ir import symbol
@@ -33,10 +34,13 @@ class UpdateIR:
     program: tuple     # Definitions: temps, new_p, new_s_<state>... (sync: stored)
     deltas: tuple      # async: temps, then delta_<x> for additive values, new_<x> for the others
     lane_symbols: frozenset
+    derived: tuple = ()  # the param from the state alone: temps, derived_p (empty: no such function)
 
     def lines(self, title):
         out = [f"  {title} update:"] + [f"    {d}" for d in self.program]
         out += [f"  {title} async (delta_: added atomically, new_: stored):"] + [f"    {d}" for d in self.deltas]
+        if self.derived:
+            out += [f"  {title} param from the state:"] + [f"    {d}" for d in self.derived]
         return out
 
 
@@ -49,6 +53,9 @@ class OptimizerIR:
     has_l1: bool
     scalar: UpdateIR
     vector: UpdateIR | None
+    # params whose value is the optimizer's function of their state from the start (their constant
+    # initial value is the function's value at the initial state): async kernels may derive them
+    derivable: tuple = ()
 
     def for_param(self, param):
         return self.vector if param.vector else self.scalar
@@ -56,7 +63,8 @@ class OptimizerIR:
     def lines(self):
         out = [f"optimizer {self.name}  states: " + (", ".join(
             f"{n}{'[row]' if row else ''}={init:g}" for n, init, row in self.states) or "none")
-            + f"  hypers: {', '.join(self.hypers) or 'none'}"]
+            + f"  hypers: {', '.join(self.hypers) or 'none'}"
+            + (f"  derivable: {', '.join(self.derivable)}" if self.derivable else "")]
         out += self.scalar.lines("scalar")
         if self.vector is not None:
             out += self.vector.lines("vector")
@@ -105,7 +113,42 @@ def _trace_update(optimizer, vector, has_l1):
             changes.append((new_name, expr))                     # depends on itself: store
         else:
             changes.append((new_name.replace("new_", "delta_", 1), change))  # additive: add atomically
-    return UpdateIR(vector, _program(outputs, lanes, "tu"), _program(changes, lanes, "td"), lanes)
+    derived = optimizer.param_from_state(Namespace(owner, "param_from_state", "state", states),
+                                         Namespace(owner, "param_from_state", "hyper-parameter", hypers))
+    derived_program = ()
+    if derived is not None:
+        derived = lift(derived)
+        if derived.vector != vector:
+            raise ModelError(f"optimizer {optimizer.name}: param_from_state returns a "
+                             f"{'vector' if derived.vector else 'scalar'} for a {'vector' if vector else 'scalar'} param")
+        derived_program = _program([("derived_p", derived.sym)], lanes, "tv")
+    return UpdateIR(vector, _program(outputs, lanes, "tu"), _program(changes, lanes, "td"), lanes, derived_program)
+
+
+# Generic positive values of the hyper-parameters at which a derived param's initial value is checked
+# (any that are not special points of the update: not 0, not 1).
+_GENERIC_VALUE = 0.37
+
+
+def _derived_initial_value(update, optimizer_states):
+    """The value the derivation gives at the initial state, or None when it has none."""
+    if not update.derived:
+        return None
+    values = {}
+    for d in update.derived:
+        expr = d.expr.subs(values)
+        values[sp.Symbol(d.name, real=True)] = expr
+    expr = values[sp.Symbol("derived_p", real=True)]
+    expr = expr.subs({state_symbol(name): initial for name, initial, _ in optimizer_states})
+    expr = expr.subs({s: _GENERIC_VALUE for s in expr.free_symbols})
+    value = complex(expr.evalf())
+    return value.real if value.imag == 0 else None
+
+
+def _derivable(update, optimizer_states, param):
+    """Whether param starts equal to the optimizer's derivation from the initial state."""
+    initial = _derived_initial_value(update, optimizer_states)
+    return initial is not None and isinstance(param.init, Constant) and param.init.value == initial
 
 
 def lower_optimizer(optimizer, model_ir, params):
@@ -114,12 +157,14 @@ def lower_optimizer(optimizer, model_ir, params):
     if has_l1 and not optimizer.supports_l1:
         raise ModelError(f"optimizer {optimizer.name} does not apply L1; use ftrl or sgd (proximal) for l1")
     has_vector = any(p.vector for p in model_ir.params)
-    return OptimizerIR(
-        name=optimizer.name,
-        states=tuple((n, float(v), n in optimizer.row_state) for n, v in optimizer.state.items()),
-        hypers=tuple(optimizer.hyper), gradient_l2=optimizer.gradient_l2, has_l1=has_l1,
-        scalar=_trace_update(optimizer, False, has_l1),
-        vector=_trace_update(optimizer, True, has_l1) if has_vector else None)
+    states = tuple((n, float(v), n in optimizer.row_state) for n, v in optimizer.state.items())
+    scalar = _trace_update(optimizer, False, has_l1)
+    vector = _trace_update(optimizer, True, has_l1) if has_vector else None
+    derivable = tuple(p.name for p in model_ir.params
+                      if _derivable(vector if p.vector else scalar, states, params[p.name]))
+    return OptimizerIR(name=optimizer.name, states=states, hypers=tuple(optimizer.hyper),
+                       gradient_l2=optimizer.gradient_l2, has_l1=has_l1, scalar=scalar, vector=vector,
+                       derivable=derivable)
 
 
 

@@ -14,6 +14,7 @@ import torch
 
 from alac.codegen.kernels import generate_kernels
 from alac.codegen.module_cache import load_module
+from alac.codegen.torch_programs import TorchPrograms
 from alac.runtime.deterministic import plan_epoch, reduce_batch
 from alac.runtime.schedule import async_programs, slots_per_step
 
@@ -36,6 +37,7 @@ class TritonBackend:
         self.name = "interpret" if interpret else "triton"
         self.generated = generate_kernels(ir, plan)
         self.module = load_module(self.generated, interpret=interpret)
+        self._programs = TorchPrograms(ir) if self.generated.derived_params else None
         # (layout and state tensors they were made for, buffers); held, so identities stay unique
         self._buffers = (None, None)
         self._bound_key = None
@@ -167,6 +169,7 @@ class TritonBackend:
         if self.plan.semantics == "async":
             kernel, arguments, constants, _, _ = self._bound[0]
             kernel[(async_programs(self.plan, layout),)](*arguments, **constants)
+            self._write_derived_params(state, rates[0], settings)
             return
         if self.plan.deterministic:
             self._reduction = plan_epoch(layout, order, self.plan.chunks_per_batch)
@@ -182,6 +185,19 @@ class TritonBackend:
             self._graph = graph
         else:
             self._graph.replay()
+
+    def _write_derived_params(self, state, lr, settings):
+        """The params the async kernel derives from their state, written from the state (elementwise,
+        once per epoch), for prediction, checkpoints and the next sync step."""
+        optimizer = self.ir.optimizer
+        for name in self.generated.derived_params:
+            param = state.params[name]
+            derive = self._programs.derive_vector if param.dim() == 2 else self._programs.derive_scalar
+            value = derive(**{f"s_{st}": state.states[f"{name}_{st}"] for st, _, _ in optimizer.states}, lr=lr,
+                           **{f"h_{h}": settings.hypers[h] for h in optimizer.hypers},
+                           l1=settings.update_l1.get(name, 0.0), l2=settings.update_l2.get(name, 0.0),
+                           K=self.ir.factor_size)["derived_p"]
+            param.copy_(value)
 
     def predict(self, state, layout, labels):
         prediction = torch.empty(layout.n_chunks * layout.chunk_size, device=layout.device)
