@@ -3,6 +3,7 @@ import warnings
 
 import numpy as np
 import pytest
+import torch
 import scipy.sparse
 from sklearn.model_selection import GridSearchCV
 from sklearn.pipeline import make_pipeline
@@ -24,8 +25,15 @@ def test_check_estimator(estimator):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         results = check_estimator(estimator, on_fail=None)
-    failed = [(r["check_name"], str(r["exception"])[:200]) for r in results if r["status"] == "failed"]
+    failed = [(r["check_name"], str(r["exception"])[:200]) for r in results if r["status"] == "failed"
+              and not (estimator.__sklearn_tags__().non_deterministic and r["check_name"] in _REPEATS_BIT_FOR_BIT)]
     assert not failed
+
+
+# Checks that compare two fits at rtol 1e-7: on a GPU the kernels' float atomics add in another order
+# every run (two fits agreed to 7e-7 relative on an H100), so there they are expected to fail; the
+# estimators say so with the non_deterministic tag.
+_REPEATS_BIT_FOR_BIT = {"check_fit_idempotent", "check_supervised_y_2d"}
 
 
 def _blobs(seed=0, n=400, d=20):
@@ -87,3 +95,12 @@ def test_pipeline_and_grid_search_on_a9a(shared_data):
     assert set(search.best_params_) == {"logisticregression__learning_rate", "logisticregression__alpha"}
     from sklearn.metrics import roc_auc_score
     assert roc_auc_score(test.labels.numpy(), search.predict_proba(test.to_scipy())[:, 1]) > 0.89
+
+
+def test_estimators_declare_themselves_non_deterministic_only_on_a_gpu(monkeypatch):
+    """Float atomics on a GPU sum in a different order every run; the CPU reference does not."""
+    assert LogisticRegression().__sklearn_tags__().non_deterministic == torch.cuda.is_available()
+    assert not LogisticRegression(backend="reference").__sklearn_tags__().non_deterministic
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert LogisticRegression().__sklearn_tags__().non_deterministic
+    assert not LogisticRegression(backend="reference").__sklearn_tags__().non_deterministic

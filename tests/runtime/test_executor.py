@@ -1,0 +1,34 @@
+"""The executor's epoch loop: the chunk order drawn ahead during an epoch is the next epoch's."""
+
+import torch
+
+from alac.plan import Plan
+from alac.runtime.executor import Executor, LabelMap
+from alac.runtime.layout import LayoutOptions, build_layout
+from tests.codegen.test_kernels import awkward_dataset
+from tests.zoo_models import ZOO
+
+
+def test_every_epoch_runs_its_own_chunk_order_when_drawn_ahead():
+    """Epochs in order, an epoch repeated, a skipped one and a second layout in between: each runs
+    exactly layout.chunk_order(epoch, seed), whether or not the order drawn ahead matches."""
+    layouts = [build_layout(awkward_dataset(seed, n_rows=80), LayoutOptions(chunk_size=8), device="cpu")
+               for seed in (1, 2)]
+    labels = [LabelMap.fit("binary", layout.labels).model_labels(layout.labels) for layout in layouts]
+    executor = Executor(ZOO["lr"](), Plan(chunk_size=8, batch_size=16), backend="reference", device="cpu", seed=5)
+    used = []
+    run_epochs = executor._reference_epoch
+
+    def spy(layout, labels, order, rates, scales):
+        used.append(order.clone())
+        return run_epochs(layout, labels, order, rates, scales)
+
+    executor._reference_epoch = spy
+    schedule = [(0, 0), (0, 1), (0, 1), (0, 3), (1, 4), (0, 4), (0, 5)]
+    for which, epoch in schedule:
+        executor.train_epoch(layouts[which], labels[which], epoch, 0.1)
+    assert len(used) == len(schedule)
+    for order, (which, epoch) in zip(used, schedule):
+        assert torch.equal(order, layouts[which].chunk_order(epoch, 5))
+    # the orders differ between epochs, so the check above can tell them apart
+    assert not torch.equal(layouts[0].chunk_order(0, 5), layouts[0].chunk_order(1, 5))
