@@ -126,6 +126,11 @@ def _is_zero(program, name):
     return next(d.expr for d in program if d.name == name) == 0
 
 
+def _state_variable(prefix, state):
+    """The variable holding an optimizer state's values in generated code."""
+    return f"{prefix}state_{state}"
+
+
 def _live(program, outputs):
     """The definitions of program that outputs need, in order."""
     needed = set(outputs)
@@ -389,7 +394,7 @@ class KernelGenerator:
         for state, _, row in self.optimizer.states:
             per_row = row and p.vector
             ranks[f"s_{state}"] = row_rank if (row or not p.vector) else lane_rank
-            names[f"s_{state}"] = f"{prefix}state_{state}"
+            names[f"s_{state}"] = _state_variable(prefix, state)
             targets[state] = (f"state_{p.name}_{state}_ptr", ids if per_row else full_offsets,
                               mask if per_row else full_mask)
         return ranks, names, targets
@@ -433,6 +438,8 @@ class KernelGenerator:
         # the hot flush (not edge) stores a derived param like any other: see _load_param
         derived = mode == "delta" and edge and p.name in w.derived
         ranks, names, targets = self._update_symbols(w, p, ids, mask, edge, prefix)
+        full_offsets = self._vector_offsets(ids, edge) if p.vector else ids
+        full_mask = self._lane_mask(mask, edge) if p.vector else mask
         if derived:
             program = _live(program, [d.name for d in program if d.name.startswith(("delta_s_", "new_s_"))])
         for d in program:
@@ -448,18 +455,17 @@ class KernelGenerator:
         defined = {d.name for d in program}
         loaded = set()
         if derived and param_loaded:
+            # _load_param derived p with prefix "<p>_": its states are in those variables
             names["p"] = p.name
             reads = {s.name for d in update.derived for s in d.expr.free_symbols}
             for state in targets:
                 if f"s_{state}" in reads:
-                    names[f"s_{state}"] = f"{p.name}_state_{state}"
+                    names[f"s_{state}"] = _state_variable(f"{p.name}_", state)
                     loaded.add(state)
             printer = ExpressionPrinter(TRITON, names, ranks)
         elif derived:
             self._derive(w, p, ranks, names, targets, names["p"], loaded, prefix)
         elif "p" in used or "new_p" in defined:
-            full_offsets = self._vector_offsets(ids, edge) if p.vector else ids
-            full_mask = self._lane_mask(mask, edge) if p.vector else mask
             w.line(f"{names['p']} = {p.name}" if param_loaded else
                    f"{names['p']} = tl.load({pointer} + {full_offsets}, mask={full_mask}, other=0.0)")
         added = [st for st in targets if f"new_s_{st}" not in defined and not _is_zero(program, f"delta_s_{st}")]
@@ -473,12 +479,10 @@ class KernelGenerator:
             refetch = [st for st in added if f"s_{st}" in used]
             loaded -= set(refetch)
             for state in refetch:
-                names[f"s_{state}"] = f"{prefix}state_{state}"
+                names[f"s_{state}"] = _state_variable(prefix, state)
             printer = ExpressionPrinter(TRITON, names, ranks)
         fetched = self._emit_update_program(w, program, printer, ranks, names, targets, used,
                                             added if mode == "delta" else [], loaded)
-        full_offsets = self._vector_offsets(ids, edge) if p.vector else ids
-        full_mask = self._lane_mask(mask, edge) if p.vector else mask
         stores = [] if derived else [(pointer, "p", full_offsets, full_mask)]
         stores += [(target, f"s_{st}", offsets, target_mask) for st, (target, offsets, target_mask) in targets.items()
                    if st not in fetched]
