@@ -175,6 +175,23 @@ class Executor:
 
     def train_epoch(self, layout, labels, epoch, lr):
         """One epoch; returns the mean training loss over the epoch."""
+        self._queue_epoch(layout, labels, epoch, lr)
+        return float(self.loss_sum) / max(layout.n_rows, 1)
+
+    def train_epochs(self, layout, labels, first_epoch, count, lr):
+        """count epochs from first_epoch, queued back to back on the GPU with one read of their mean
+        training losses at the end (a list): what train_epoch does count times, without waiting for
+        each loss, so that an epoch's host work (its small launches, the kernel launch) overlaps the
+        previous epoch's kernels instead of preceding its own (on H100 about 0.26 ms of a 1.4 ms
+        async LR epoch at 1M rows)."""
+        losses = torch.zeros(count, device=self.device)
+        for index in range(count):
+            self._queue_epoch(layout, labels, first_epoch + index, lr)
+            losses[index] = self.loss_sum[0]
+        return (losses.double() / max(layout.n_rows, 1)).tolist()
+
+    def _queue_epoch(self, layout, labels, epoch, lr):
+        """Launch an epoch; its loss sum lands in self.loss_sum."""
         if self.state is None:
             self.initialize(layout)
         order = self._chunk_order(layout, epoch)
@@ -186,7 +203,6 @@ class Executor:
             self.backend.train_epoch(self.state, layout, labels, order, rates, scales, self.settings(), self.loss_sum)
         self._draw_order_ahead(layout, epoch)
         self.batches_done += n_batches
-        return float(self.loss_sum) / max(layout.n_rows, 1)
 
     def _reference_epoch(self, layout, labels, order, rates, scales):
         """Sync batches; an async plan runs as its one-program limit: chunk after chunk, each

@@ -32,3 +32,17 @@ def test_every_epoch_runs_its_own_chunk_order_when_drawn_ahead():
         assert torch.equal(order, layouts[which].chunk_order(epoch, 5))
     # the orders differ between epochs, so the check above can tell them apart
     assert not torch.equal(layouts[0].chunk_order(0, 5), layouts[0].chunk_order(1, 5))
+
+
+def test_queued_epochs_equal_epochs_one_at_a_time():
+    """train_epochs(count) is count train_epoch calls: the same losses and the same parameters."""
+    layout = build_layout(awkward_dataset(3, n_rows=80), LayoutOptions(chunk_size=8), device="cpu")
+    labels = LabelMap.fit("binary", layout.labels).model_labels(layout.labels)
+    one_by_one = Executor(ZOO["fm"](), Plan(chunk_size=8, batch_size=16), backend="reference", device="cpu", seed=2)
+    queued = Executor(ZOO["fm"](), Plan(chunk_size=8, batch_size=16), backend="reference", device="cpu", seed=2)
+    losses = [one_by_one.train_epoch(layout, labels, epoch, 0.1) for epoch in range(2, 5)]
+    assert queued.train_epochs(layout, labels, 2, 3, 0.1) == losses
+    assert len(set(losses)) == 3
+    for name in one_by_one.state.params:
+        assert torch.equal(queued.state.params[name], one_by_one.state.params[name])
+    assert queued.batches_done == one_by_one.batches_done
