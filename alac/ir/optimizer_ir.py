@@ -9,6 +9,7 @@ Symbols: `p` the param coordinate, `g` its gradient, `s_<state>` the state, `lr`
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import sympy as sp
@@ -141,8 +142,12 @@ def _derived_initial_value(update, optimizer_states):
     expr = values[sp.Symbol("derived_p", real=True)]
     expr = expr.subs({state_symbol(name): initial for name, initial, _ in optimizer_states})
     expr = expr.subs({s: _GENERIC_VALUE for s in expr.free_symbols})
-    value = complex(expr.evalf())
-    return value.real if value.imag == 0 else None
+    try:
+        value = complex(expr.evalf())
+    except (TypeError, ValueError):
+        return None
+    # a division by zero there gives nan, a complex value: not a usable start
+    return value.real if value.imag == 0 and math.isfinite(value.real) else None
 
 
 def _derivable(update, optimizer_states, param):

@@ -348,3 +348,21 @@ def test_async_ftrl_with_derived_weights_trains_like_stored_weights():
         losses[derive] = [executor.train_epoch(layout, labels, epoch, 0.05) for epoch in range(3)]
     assert losses[True][-1] < losses[True][0]
     assert abs(losses[True][-1] - losses[False][-1]) < 0.005, losses
+
+
+def test_a_derivation_undefined_at_the_initial_state_derives_nothing():
+    """param_from_state dividing by a state that starts at 0: no initial value, so not derivable."""
+    from alac.ir.pipeline import lower
+
+    class Reciprocal(SGD):
+        name = "reciprocal"
+        state = {"inverse": 0.0}
+
+        def update(self, p, g, s, h):
+            return p - h.lr * g, {"inverse": s.inverse + g * g}
+
+        def param_from_state(self, s, h):
+            return 1 / s.inverse
+
+    assert lower(_LR(), Reciprocal()).optimizer.derivable == ()
+    assert "derived_p" in str(lower(_LR(), Reciprocal()).optimizer)
