@@ -366,3 +366,14 @@ def test_a_derivation_undefined_at_the_initial_state_derives_nothing():
 
     assert lower(_LR(), Reciprocal()).optimizer.derivable == ()
     assert "derived_p" in str(lower(_LR(), Reciprocal()).optimizer)
+
+
+def test_a_derivation_using_an_unknown_state_is_a_clear_error():
+    class Broken(SGD):
+        name = "broken_derivation"
+
+        def param_from_state(self, s, h):
+            return s.z
+
+    with pytest.raises(ModelError, match=r"^optimizer broken_derivation: param_from_state uses unknown state 'z'"):
+        Executor(_LR(), Plan(), backend="reference", optimizer=Broken())
