@@ -74,6 +74,38 @@ def numpy_steps(X, y, count, optimizer, steps, lr, l1, l2, hyper):
     return w, b, state
 
 
+def _train_on_both_backends(make_executor, layout, labels, epochs, lr):
+    """{backend: executor} for the reference executor and the kernels, each made by
+    make_executor(backend) and trained `epochs` epochs at lr."""
+    executors = {}
+    for backend in ("reference", KERNEL_BACKEND):
+        executor = make_executor(backend)
+        for epoch in range(epochs):
+            executor.train_epoch(layout, labels, epoch, lr)
+        executors[backend] = executor
+    return executors
+
+
+def _assert_optimizer_states_close(reference, kernel):
+    """Params, globals and every optimizer state."""
+    _assert_states_close(reference, kernel)
+    for key in reference.states:
+        torch.testing.assert_close(kernel.states[key].cpu(), reference.states[key].cpu(), rtol=RTOL, atol=ATOL)
+
+
+def _conditioned(name):
+    """The optimizer for a comparison of update code across devices. Adam's m / (sqrt(v) + eps) is
+    ill-conditioned where a gradient (sum) is ~0 (its first steps are sign(g) lr): with eps = 1e-8
+    the summation order of the GPU's atomics flips such steps between -lr and +lr, so Adam takes
+    eps = 1e-3."""
+    return get_optimizer(name, eps=1e-3) if name == "adam" else name
+
+
+def _dense(dataset):
+    """X as a dense float64 matrix and y in {-1, +1}, for the NumPy references."""
+    return dataset.to_scipy().toarray().astype(np.float64), np.where(dataset.labels.numpy() > 0, 1.0, -1.0)
+
+
 CASES = {
     "sgd": dict(l1=0.0, l2=0.0, hyper={}),
     "sgd_l1": dict(l1=0.01, l2=0.02, hyper={}),
@@ -94,17 +126,12 @@ def test_k_sync_steps_equal_reference_and_numpy(case, hot_size):
     # one batch holds every row, so a step is a full-batch step whatever the chunk order
     plan = Plan(chunk_size=8, batch_size=8 * layout.n_chunks, hot_size=hot_size, replicas=2)
     lr, steps = 0.3, 3
-    states = {}
-    for backend in ("reference", KERNEL_BACKEND):
-        model = _LR(l1=settings["l1"], l2=settings["l2"])
-        executor = Executor(model, plan, backend=backend, device=device,
-                            optimizer=get_optimizer(name, **settings["hyper"]))
-        for epoch in range(steps):
-            executor.train_epoch(layout, labels, epoch, lr)
-        states[backend] = executor.state
+    executors = _train_on_both_backends(
+        lambda backend: Executor(_LR(l1=settings["l1"], l2=settings["l2"]), plan, backend=backend, device=device,
+                                 optimizer=get_optimizer(name, **settings["hyper"])), layout, labels, steps, lr)
+    states = {backend: executor.state for backend, executor in executors.items()}
     _assert_states_close(states["reference"], states[KERNEL_BACKEND])
-    X = dataset.to_scipy().toarray().astype(np.float64)
-    y = np.where(dataset.labels.numpy() > 0, 1.0, -1.0)
+    X, y = _dense(dataset)
     # the kernels hold hyper-parameters in float32: compare the algorithm, not that rounding
     hyper = {k: float(np.float32(v)) for k, v in
              get_optimizer(name, **settings["hyper"]).hyper_values(plan.batch_size).items()}
@@ -124,20 +151,10 @@ def test_vector_params_equal_the_reference(name, kernels):
     dataset = awkward_dataset(32)
     device, layout, labels = laid_out(dataset, "binary")
     plan = Plan(chunk_size=8, batch_size=16, kernels=kernels, hot_size=4)
-    # Adam's m / (sqrt(v) + eps) is ill-conditioned where a row's gradient sum cancels to ~0 (the
-    # data has values of both signs): with eps = 1e-8 the summation order of the GPU's atomics flips
-    # such steps between -lr and +lr, so this comparison of the update code takes eps = 1e-3.
-    optimizer = get_optimizer(name, eps=1e-3) if name == "adam" else name
-    states = {}
-    for backend in ("reference", KERNEL_BACKEND):
-        executor = Executor(ZOO["fm"](), plan, backend=backend, device=device, seed=4, optimizer=optimizer)
-        for epoch in range(2):
-            executor.train_epoch(layout, labels, epoch, 0.05)
-        states[backend] = executor.state
-    _assert_states_close(states["reference"], states[KERNEL_BACKEND])
-    for key in states["reference"].states:
-        torch.testing.assert_close(states[KERNEL_BACKEND].states[key].cpu(), states["reference"].states[key].cpu(),
-                                   rtol=RTOL, atol=ATOL)
+    executors = _train_on_both_backends(
+        lambda backend: Executor(ZOO["fm"](), plan, backend=backend, device=device, seed=4,
+                                 optimizer=_conditioned(name)), layout, labels, 2, 0.05)
+    _assert_optimizer_states_close(executors["reference"].state, executors[KERNEL_BACKEND].state)
 
 
 class RMSProp(Optimizer):
@@ -156,16 +173,12 @@ def test_a_user_declared_optimizer_runs_in_the_kernels():
     dataset = awkward_dataset(33)
     device, layout, labels = laid_out(dataset, "binary")
     plan = Plan(chunk_size=8, batch_size=8 * layout.n_chunks)
-    states = {}
-    for backend in ("reference", KERNEL_BACKEND):
-        executor = Executor(_LR(), plan, backend=backend, device=device, optimizer=RMSProp(rho=0.5))
-        for epoch in range(3):
-            executor.train_epoch(layout, labels, epoch, 0.1)
-        states[backend] = executor.state
-    _assert_states_close(states["reference"], states[KERNEL_BACKEND])
+    executors = _train_on_both_backends(
+        lambda backend: Executor(_LR(), plan, backend=backend, device=device, optimizer=RMSProp(rho=0.5)),
+        layout, labels, 3, 0.1)
+    _assert_states_close(executors["reference"].state, executors[KERNEL_BACKEND].state)
     # one full-batch step by hand: ms = (1 - rho) g^2, w = -lr g / sqrt(ms)
-    X = dataset.to_scipy().toarray().astype(np.float64)
-    y = np.where(dataset.labels.numpy() > 0, 1.0, -1.0)
+    X, y = _dense(dataset)
     executor = Executor(_LR(), plan, backend=KERNEL_BACKEND, device=device, optimizer=RMSProp(rho=0.5))
     executor.train_epoch(layout, labels, 0, 0.1)
     g = X.T @ (-y / (1 + np.exp(0.0))) / X.shape[0]
@@ -228,25 +241,14 @@ def test_async_with_one_program_and_one_row_per_chunk_equals_the_reference(name,
     device, layout, labels = laid_out(dataset, "binary", chunk_size=1)
     plan = Plan(chunk_size=1, batch_size=4, semantics="async", programs=1, hot_size=hot_size, flush_every=1,
                 slots_per_step=8, derive_params=derive_params)
-    # Adam's first steps are sign(g) lr: with eps = 1e-8 a factor gradient near 0 flips between -lr and
-    # +lr with the order of the row's sums (GPU against CPU), so Adam takes eps = 1e-3 here
-    optimizer = get_optimizer(name, eps=1e-3) if name == "adam" else name
-    states, executors = {}, {}
-    for backend in ("reference", KERNEL_BACKEND):
-        network = _LR(l1=0.01, l2=0.02) if model == "lr" and name == "ftrl" else ZOO[model]()
-        executor = Executor(network, plan, backend=backend, device=device, seed=2, optimizer=optimizer)
-        for epoch in range(3):
-            executor.train_epoch(layout, labels, epoch, 0.3 if name == "ftrl" else 0.05)
-        states[backend] = executor.state
-        executors["reference" if backend == "reference" else "kernel"] = executor
-    derived = executor.backend.generated.derived_params
-    assert derived == (("w",) if name == "ftrl" and derive_params else ())
-    _assert_states_close(states["reference"], states[KERNEL_BACKEND])
-    for key in states["reference"].states:
-        torch.testing.assert_close(states[KERNEL_BACKEND].states[key].cpu(), states["reference"].states[key].cpu(),
-                                   rtol=RTOL, atol=ATOL)
-    torch.testing.assert_close(executors["kernel"].predict(layout).cpu(), executors["reference"].predict(layout).cpu(),
-                               rtol=RTOL, atol=ATOL)
+    network = (lambda: _LR(l1=0.01, l2=0.02)) if model == "lr" and name == "ftrl" else ZOO[model]
+    executors = _train_on_both_backends(
+        lambda backend: Executor(network(), plan, backend=backend, device=device, seed=2,
+                                 optimizer=_conditioned(name)), layout, labels, 3, 0.3 if name == "ftrl" else 0.05)
+    reference, kernel = executors["reference"], executors[KERNEL_BACKEND]
+    assert kernel.backend.generated.derived_params == (("w",) if name == "ftrl" and derive_params else ())
+    _assert_optimizer_states_close(reference.state, kernel.state)
+    torch.testing.assert_close(kernel.predict(layout).cpu(), reference.predict(layout).cpu(), rtol=RTOL, atol=ATOL)
 
 
 def test_only_params_that_start_at_the_derivation_are_derived():
@@ -272,18 +274,18 @@ def test_exact_l2_decays_every_row(name):
     device, layout, labels = laid_out(dataset, "binary")
     plan = Plan(chunk_size=8, batch_size=8 * layout.n_chunks, cuda_graph=True)
     lr, l2, steps = 0.3, 0.1, 3
-    states = {}
-    for backend in ("reference", KERNEL_BACKEND):
+
+    def started(backend):
         executor = Executor(_LR(l2=l2, init=Normal(0.5)), plan, backend=backend, device=device, optimizer=name,
                             exact_l2=True)
         executor.initialize(layout)
-        initial = executor.state.in_original_order(layout.old_to_new)["w"].cpu().double().numpy()
-        for epoch in range(steps):
-            executor.train_epoch(layout, labels, epoch, lr)
-        states[backend] = executor.state
+        return executor
+
+    initial = started("reference").state.in_original_order(layout.old_to_new)["w"].cpu().double().numpy()
+    executors = _train_on_both_backends(started, layout, labels, steps, lr)
+    states = {backend: executor.state for backend, executor in executors.items()}
     _assert_states_close(states["reference"], states[KERNEL_BACKEND])
-    X = dataset.to_scipy().toarray().astype(np.float64)
-    y = np.where(dataset.labels.numpy() > 0, 1.0, -1.0)
+    X, y = _dense(dataset)
     count = np.bincount(dataset.indices.numpy(), minlength=dataset.n_features)
     w, b, _ = numpy_steps_exact_l2(X, y, count, name, steps, lr, l2, initial)
     got = states[KERNEL_BACKEND].in_original_order(layout.old_to_new)["w"].cpu().double().numpy()
