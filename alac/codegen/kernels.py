@@ -196,22 +196,23 @@ class KernelGenerator:
             w.loaded_params.add(name)
         if name in w.derived:
             p = next(p for p in self.ir.params if p.name == name)
-            if not self.hot:
-                ranks, names, targets = self._update_symbols(w, p, "feature", "present", True, f"{name}_")
+            edges, variable = "present", name
+            if self.hot:
+                w.comment(f"{name}: stored for hot features (their flushes store it), {self.optimizer.name}'s function")
+                w.comment("of its state for cold ones (computed here, never stored)")
+                w.line(f"cold_{name} = present & (feature >= {w.arg('hot_size')})")
+                edges, variable = f"cold_{name}", f"derived_{name}"
+            else:
                 w.comment(f"{name} is {self.optimizer.name}'s function of its state: computed here, never stored")
-                self._derive(w, p, ranks, names, targets, name, set(), f"{name}_")
-                return
-            w.comment(f"{name}: stored for hot features (their flushes store it), {self.optimizer.name}'s function")
-            w.comment("of its state for cold ones (computed here, never stored)")
-            w.line(f"cold_{name} = present & (feature >= {w.arg('hot_size')})")
-            ranks, names, targets = self._update_symbols(w, p, "feature", f"cold_{name}", True, f"{name}_")
-            self._derive(w, p, ranks, names, targets, f"derived_{name}", set(), f"{name}_")
-            offsets = self._vector_offsets("feature", True) if p.vector else "feature"
-            hot, cold = "present & ~cold_" + name, f"cold_{name}"
-            if p.vector:
-                hot, cold = self._lane_mask(f"({hot})", True), self._lane_mask(cold, True)
-            w.line(f"{name} = tl.where({cold}, derived_{name}, tl.load({w.arg(f'{name}_ptr')} + {offsets}, mask={hot}, "
-                   "other=0.0))")
+            ranks, names, targets, _ = self._update_symbols(w, p, "feature", edges, True, f"{name}_")
+            self._derive(w, p, ranks, names, targets, variable, set(), f"{name}_")
+            if self.hot:
+                offsets = self._vector_offsets("feature", True) if p.vector else "feature"
+                hot, cold = f"present & ~cold_{name}", f"cold_{name}"
+                if p.vector:
+                    hot, cold = self._lane_mask(f"({hot})", True), self._lane_mask(cold, True)
+                w.line(f"{name} = tl.where({cold}, derived_{name}, tl.load({w.arg(f'{name}_ptr')} + {offsets}, "
+                       f"mask={hot}, other=0.0))")
             return
         pointer = w.arg(f"{name}_ptr")
         if self.param_vector[name]:
@@ -380,8 +381,8 @@ class KernelGenerator:
 
     def _update_symbols(self, w, p, ids, mask, edge, prefix):
         """Ranks and variable names of the optimizer's symbols for param p at feature ids (an [S, C]
-        tile when edge, else a block), and (pointer argument, offsets, mask) of each of its states
-        (the caller declares the arguments it uses)."""
+        tile when edge, else a block), (pointer argument, offsets, mask) of each of its states (the
+        caller declares the arguments it uses), and (offsets, mask) of p's own values there."""
         lane_rank, row_rank = ("edge_lane", "edge") if edge else ("lane", "row")
         full_rank = lane_rank if p.vector else row_rank
         ranks = {"p": full_rank, "g": full_rank, "lr": "uniform", "l1": "uniform", "l2": "uniform", "K": "uniform"}
@@ -397,7 +398,7 @@ class KernelGenerator:
             names[f"s_{state}"] = _state_variable(prefix, state)
             targets[state] = (f"state_{p.name}_{state}_ptr", ids if per_row else full_offsets,
                               mask if per_row else full_mask)
-        return ranks, names, targets
+        return ranks, names, targets, (full_offsets, full_mask)
 
     def _derive(self, w, p, ranks, names, targets, variable, loaded, prefix):
         """Load the states p's derivation reads (those not in loaded, which it extends) and compute p
@@ -437,14 +438,13 @@ class KernelGenerator:
         program = update.deltas if mode == "delta" else update.program
         # the hot flush (not edge) stores a derived param like any other: see _load_param
         derived = mode == "delta" and edge and p.name in w.derived
-        ranks, names, targets = self._update_symbols(w, p, ids, mask, edge, prefix)
-        full_offsets = self._vector_offsets(ids, edge) if p.vector else ids
-        full_mask = self._lane_mask(mask, edge) if p.vector else mask
+        ranks, names, targets, (full_offsets, full_mask) = self._update_symbols(w, p, ids, mask, edge, prefix)
         if derived:
             program = _live(program, [d.name for d in program if d.name.startswith(("delta_s_", "new_s_"))])
         for d in program:
             ranks[d.name] = rank_of(d.expr, ranks)
             names[d.name] = prefix + d.name
+        # the printer reads names as they are when it prints: the renames below take effect
         printer = ExpressionPrinter(TRITON, names, ranks)
         used = self._use_arguments(w, p, program)
         w.comment(f"{self.optimizer.name} on {p.name}" + (" (the change, added atomically)" if mode == "delta" else ""))
@@ -462,7 +462,6 @@ class KernelGenerator:
                 if f"s_{state}" in reads:
                     names[f"s_{state}"] = _state_variable(f"{p.name}_", state)
                     loaded.add(state)
-            printer = ExpressionPrinter(TRITON, names, ranks)
         elif derived:
             self._derive(w, p, ranks, names, targets, names["p"], loaded, prefix)
         elif "p" in used or "new_p" in defined:
@@ -480,7 +479,6 @@ class KernelGenerator:
             loaded -= set(refetch)
             for state in refetch:
                 names[f"s_{state}"] = _state_variable(prefix, state)
-            printer = ExpressionPrinter(TRITON, names, ranks)
         fetched = self._emit_update_program(w, program, printer, ranks, names, targets, used,
                                             added if mode == "delta" else [], loaded)
         stores = [] if derived else [(pointer, "p", full_offsets, full_mask)]
@@ -546,8 +544,7 @@ class KernelGenerator:
             w.line("lane_valid = lanes < K")
         if self.hot and hot_scan and not self.asynchronous:
             w.line("next_row = tl.minimum(rows + 1, C - 1)[None, :] + tl.zeros([S, C], tl.int32)")
-            if not self.asynchronous:
-                w.line(f"replica = tl.program_id(0) % {w.arg('replicas')}")
+            w.line(f"replica = tl.program_id(0) % {w.arg('replicas')}")
 
     def _chunk_prologue(self, w, chunk):
         w.line(f"chunk = tl.load(chunk_order_ptr + {chunk}).to(tl.int64)")

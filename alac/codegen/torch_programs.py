@@ -47,6 +47,8 @@ class TorchPrograms:
                 ranks[d.name] = rank_of(d.expr, ranks)
         self.ranks = ranks
         self.printer = ExpressionPrinter(TORCH, {}, ranks)
+        updates = [(kind, update) for kind, update in (("scalar", ir.optimizer.scalar), ("vector", ir.optimizer.vector))
+                   if update is not None]
         self.source = "\n\n".join([
             self._function("contributions", ["x"] + [p.name for p in ir.params],
                            [(a.name, a.contribution) for a in ir.accums], ()),
@@ -56,10 +58,8 @@ class TorchPrograms:
             self._function("edge", ["x"] + [p.name for p in ir.params]
                            + [d.name for d in ir.accum_deltas] + [l2_name(p.name) for p in ir.params],
                            [], ir.edge_program),
-        ] + [self._update_function(f"update_{kind}", update) for kind, update in
-             (("scalar", ir.optimizer.scalar), ("vector", ir.optimizer.vector)) if update is not None]
-          + [self._derive_function(f"derive_{kind}", update) for kind, update in
-             (("scalar", ir.optimizer.scalar), ("vector", ir.optimizer.vector)) if update is not None and update.derived])
+        ] + [self._update_function(f"update_{kind}", update) for kind, update in updates]
+          + [self._derive_function(f"derive_{kind}", update) for kind, update in updates if update.derived])
         namespace = {"torch": torch, "_softplus": _softplus, "_maximum": _maximum, "_minimum": _minimum}
         exec(compile(self.source, f"<alac reference program of {ir.name}>", "exec"), namespace)
         self.contributions = namespace["contributions"]

@@ -91,7 +91,6 @@ class StepSettings:
     decay_l2: dict = None  # exact L2: param -> l2 of a decay p *= 1 - lr l2 of every row after each batch
 
 
-
 class Executor:
     def __init__(self, model, plan=Plan(), backend="triton", device=None, seed=0, optimizer="sgd",
                  schedule=None, exact_l2=False):
@@ -165,13 +164,10 @@ class Executor:
         buffer this epoch's order was copied into, not the order itself.)"""
         if layout.device.type == "cuda" and self._side_stream is None:
             self._side_stream = torch.cuda.Stream(layout.device)
-        key = (epoch + 1, self.seed)
-        if self._side_stream is None:
-            self._order_ahead = (layout, key, layout.chunk_order(epoch + 1, self.seed))
-            return
-        # it reads nothing the epoch's kernels write, so it need not wait for them
+        # it reads nothing the epoch's kernels write, so it need not wait for them (a stream of None,
+        # on the CPU, changes nothing)
         with torch.cuda.stream(self._side_stream):
-            self._order_ahead = (layout, key, layout.chunk_order(epoch + 1, self.seed))
+            self._order_ahead = (layout, (epoch + 1, self.seed), layout.chunk_order(epoch + 1, self.seed))
 
     def train_epoch(self, layout, labels, epoch, lr):
         """One epoch; returns the mean training loss over the epoch."""
