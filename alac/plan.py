@@ -28,7 +28,8 @@ class Plan:
     # before any atomic (0: off); in sync semantics into `replicas` copies of the hot accumulator.
     hot_size: int = 0
     replicas: int = 1
-    # Async: persistent programs, each with one chunk of C samples in flight (None: max_in_flight / C).
+    # Async: persistent programs, each with one chunk of C samples in flight (None: max_in_flight / C);
+    # sync with grid_barrier: the programs that share a batch's chunks.
     # A sweep on H200 found LR's validation logloss after 3 epochs within 0.0015 for 8k to 34k
     # samples in flight (0.5148-0.5163); 132 x 128 (one chunk of 128 per H200 multiprocessor) is the
     # middle of that range. With the hot segment on H100 (flow_sweep.md), half and twice as many took
@@ -49,6 +50,16 @@ class Plan:
     derive_params: bool = True
     # Sync on a GPU: replay the epoch's launches as a CUDA graph.
     cuda_graph: bool = True
+    # Sync: run an epoch as one persistent launch whose programs meet at a grid-wide barrier after
+    # each of a batch's kernel groups (P = `programs`, or one per chunk of a batch, at most one per
+    # multiprocessor so that all are resident), instead of launches per batch. Single batches and
+    # plans with a per-batch decay (exact L2) still launch per batch.
+    grid_barrier: bool = True
+    # Sync with an additive optimizer (SGD): the update stage adds every cold edge's change, kept by
+    # the apply stage in a per-batch edge buffer, instead of flagging the batch's features and
+    # updating each once (an atomic flag store per edge, an exchange per edge, then a load and a
+    # store per feature, where equal hot features serialize).
+    edge_updates: bool = True
     # Sync only: no floating-point atomics; gradients are summed per feature in a fixed order, so
     # runs repeat bit for bit (alac.runtime.deterministic), at the cost of per-batch reductions.
     deterministic: bool = False
@@ -85,7 +96,9 @@ class Plan:
                 f"batch_size={self.batch_size} num_warps={self.num_warps} hot_size={self.hot_size} "
                 f"slots_per_step={self.slots_per_step or 'auto'}")
         if self.semantics == "sync":
-            return text + f" replicas={self.replicas}" + (" deterministic" if self.deterministic else "")
+            return (text + f" replicas={self.replicas}" + (" deterministic" if self.deterministic else "")
+                    + (f" grid_barrier programs={self.programs or 'auto'}" if self.grid_barrier and not self.deterministic
+                       else " per_batch_launches") + (" edge_updates" if self.edge_updates else ""))
         return text + (f" programs={self.programs or 'auto'} max_in_flight={self.max_in_flight} "
                        f"flush_every={self.flush_every}" + ("" if self.derive_params else " stored_params"))
 
@@ -93,5 +106,7 @@ class Plan:
         """What of the plan the generated source depends on (the rest are launch arguments)."""
         return (f"semantics={self.semantics} kernels={self.kernels} hot segment={'on' if self.hot_size else 'off'}"
                 + (" deterministic" if self.deterministic else "")
+                + (" grid_barrier" if self.semantics == "sync" and self.grid_barrier and not self.deterministic else "")
+                + (" edge_updates" if self.semantics == "sync" and self.edge_updates and not self.deterministic else "")
                 + (" stored_params" if self.semantics == "async" and not self.derive_params else "") +
                 " (chunk size, slots per step, H, R, warps and programs are launch arguments)")

@@ -8,10 +8,12 @@
 Arms (same data, same lr on the batch-mean gradient, zero or seeded init):
 - pytorch_embeddingbag_b1024 / _b16384: idiomatic PyTorch, sparse embeddings + optim.SGD;
 - pytorch_stage_b1024: hand-written stage-based PyTorch (gather, sigmoid, index_add_);
-- alac_stage_sync_b1024, alac_fused_sync_b1024: alac's generated kernels, exact mini-batch SGD,
-  the epoch replayed as a CUDA graph; alac_fused_sync_deterministic_b1024 the same steps without
-  float atomics (bit-for-bit repeatable; no graph); alac_fused_sync_hot[_replicas]_b1024 add the
-  hot segment;
+- alac_fused_sync_launches_b1024: alac's fused kernels, exact mini-batch SGD, two launches per
+  batch replayed as a CUDA graph, the update finding each touched feature once (touched flags);
+  alac_stage_sync_b1024, alac_fused_sync_b1024: the default sync plan, the epoch one persistent
+  launch with grid-wide barriers and SGD's edge updates (stage or fused kernels);
+  alac_fused_sync_deterministic_b1024 the same steps without float atomics (bit-for-bit
+  repeatable); alac_fused_sync_hot[_replicas]_b1024 add the hot segment;
 - alac_async (fused accums) -> alac_async_hot_flush1 (+ hot segment: per-program sums of the hot
   gradients, applied after every chunk) -> alac_async_hot (+ applied every 8 chunks: the default
   async plan, H from the cost model) -> alac_async_hot_tuned (+ chunk size and warps autotuned): the
@@ -231,6 +233,9 @@ def run_arms(args, train, valid, k):
         ("pytorch_stage_b1024", lambda: pytorch_stage(train, valid, args.baseline_epochs, args.lr, 1024, k, args.seed)),
         ("alac_stage_sync_b1024", lambda: alac_arm(train, valid, args.epochs, args.lr, k, args.seed,
                                                    dataclasses.replace(b1024, kernels="stage"))),
+        ("alac_fused_sync_launches_b1024", lambda: alac_arm(train, valid, args.epochs, args.lr, k, args.seed,
+                                                            dataclasses.replace(b1024, grid_barrier=False,
+                                                                                edge_updates=False))),
         ("alac_fused_sync_b1024", lambda: alac_arm(train, valid, args.epochs, args.lr, k, args.seed, b1024)),
         ("alac_fused_sync_deterministic_b1024", lambda: alac_arm(train, valid, args.epochs, args.lr, k, args.seed,
                                                                  dataclasses.replace(b1024, deterministic=True))),

@@ -95,6 +95,7 @@ class GeneratedKernels:
     predict: KernelSpec
     buffers: tuple = field(default=())   # chunk-local data that goes through global memory: (name, vector)
     derived_params: tuple = ()           # params the kernels compute from their state, never store
+    epoch: KernelSpec | None = None      # sync with grid barriers: the whole epoch in one launch
 
 
 class _Writer:
@@ -109,6 +110,8 @@ class _Writer:
         self.one_tile = False
         self.tile_loaded = False
         self.loaded_params = set()
+        # persistent kernels sum the loss per row in registers and add it to the total once, at the end
+        self.loss_rows = False
 
     def arg(self, name):
         if name not in self.args:
@@ -151,6 +154,14 @@ class KernelGenerator:
         self.hot = plan.hot_size > 0
         self.asynchronous = plan.semantics == "async"
         self.deterministic = plan.deterministic
+        # sync: besides the per-batch kernels (single batches, per-batch decays), one persistent
+        # kernel that runs a whole epoch with grid-wide barriers between a batch's kernel groups
+        self.epoch_kernel = plan.semantics == "sync" and plan.grid_barrier and not plan.deterministic
+        # sync with an additive optimizer (SGD): the apply stage keeps every cold edge's gradient in
+        # a per-batch edge buffer and the update stage adds each edge's change to its param, instead
+        # of flagging touched features and updating each once (`Plan.edge_updates`)
+        self.edge_updates = (plan.semantics == "sync" and plan.edge_updates and not plan.deterministic
+                             and self.optimizer.additive)
         self.prefix = f"alac_{ir.name}_{ir.hash[:8]}"
         self.k = ir.factor_size
         self.block_k = next_power_of_two(self.k) if self.k else 0
@@ -301,19 +312,23 @@ class KernelGenerator:
             for d in self.ir.global_grads:
                 w.line(f"tl.store({w.arg(f'chunk_grad_{d.name[3:]}_ptr')} + chunk, tl.sum({d.name}, axis=0))")
             return
-        if self.asynchronous:
+        if w.loss_rows:
             w.line(f"loss_rows += {LOSS}")
+        else:
+            w.line(f"tl.atomic_add({w.arg('loss_sum_ptr')}, tl.sum({LOSS}, axis=0), sem=\"relaxed\")")
+        if self.asynchronous:
             for d in self.ir.global_grads:
                 w.line(f"tl.atomic_add({w.arg(f'{d.name[3:]}_ptr')}, -lr * scale * tl.sum({d.name}, axis=0), "
                        "sem=\"relaxed\")")
             return
-        w.line(f"tl.atomic_add({w.arg('loss_sum_ptr')}, tl.sum({LOSS}, axis=0), sem=\"relaxed\")")
         for d in self.ir.global_grads:
             w.line(f"tl.atomic_add({w.arg(f'grad_{d.name[3:]}_ptr')}, tl.sum({d.name}, axis=0), sem=\"relaxed\")")
 
     def _apply(self, w):
         if self.asynchronous:
             w.comment("apply: every edge's gradient (x 1/B) through the optimizer, straight into the parameters")
+        elif self.edge_updates:
+            w.comment("apply: per-edge gradients, kept at the edge's slot of the batch's edge buffer for the update")
         else:
             w.comment("apply: per-edge gradients, added into the batch's gradient accumulators")
         looped = self._edge_loop_header(w)
@@ -323,7 +338,7 @@ class KernelGenerator:
         for p in self.ir.params:
             w.arg(l2_name(p.name))
         self._program(w, self.ir.edge_program)
-        if not self.asynchronous:
+        if not self.asynchronous and not self.edge_updates:
             w.line(f"tl.store({w.arg('touched_ptr')} + feature, tl.full([S, C], 1, tl.int32), mask=present)")
         if self.hot:
             w.line(f"hot = present & (feature < {w.arg('hot_size')})")
@@ -354,6 +369,9 @@ class KernelGenerator:
             mask = self._lane_mask("present", True) if p.vector else "present"
             w.line(f"tl.store({w.arg(f'edge_{grad_name(p.name)}_ptr')} + {offsets}, {value}, mask={mask})")
             return
+        elif self.edge_updates:
+            offsets, mask = self._batch_edge_offsets(p, edges)
+            w.line(f"tl.store({w.arg(f'batch_edge_{grad_name(p.name)}_ptr')} + {offsets}, {value}, mask={mask})")
         else:
             self._add_at(w, p, f"{grad_name(p.name)}_ptr", "feature", value, edges)
         if not self.hot:
@@ -371,6 +389,12 @@ class KernelGenerator:
             w.line("key = hot_feature")
         w.line("key, summed = tl.associative_scan((key, sorted_value), 1, segment_sum)")
         self._add_at(w, p, f"hot_{grad_name(p.name)}_ptr", "(replica * hot_size + hot_feature)", "summed", "segment_end")
+
+    def _batch_edge_offsets(self, p, mask):
+        """Offsets and mask of the current [S, C] edge tile in a per-batch edge buffer (chunk
+        batch_chunk of the batch, chunk_edges slots per chunk)."""
+        slot = "(batch_chunk * chunk_edges + edge)"
+        return ((self._vector_offsets(slot, True), self._lane_mask(mask, True)) if p.vector else (slot, mask))
 
     def _add_at(self, w, p, pointer, rows, value, mask):
         """Atomically add an [S, C] tile of p's values (times its K lanes for a vector param) at the
@@ -584,6 +608,7 @@ class KernelGenerator:
             w.arg(name)
         if self.asynchronous and role == "train":
             w.derived = frozenset(self.derived)
+            w.loss_rows = True
             w.arg("n_chunks")
             w.comment("the epoch's learning rate, and 1 / B: a sample's gradient counts as in a batch of B")
             w.line(f"lr = tl.load({w.arg('lr_ptr')})")
@@ -593,7 +618,8 @@ class KernelGenerator:
             self._persistent_loop(w, stages, local_inputs, local_outputs)
             role = "async"
         else:
-            self._chunk_prologue(w, "chunk_offset + tl.program_id(0)")
+            self._chunk_prologue(w, self._batch_chunks(w, persistent=False) if role == "train"
+                                 else "chunk_offset + tl.program_id(0)")
             self._stages(w, stages, local_inputs, local_outputs)
         name = f"{self.prefix}_{'_'.join(stages) if role == 'train' else role}"
         return self._function(name, w), KernelSpec(name, role, tuple(stages), tuple(w.args))
@@ -655,11 +681,33 @@ class KernelGenerator:
         w = _Writer()
         for name in ("edge_feature_ptr", "chunk_start_ptr", "chunk_width_ptr", "chunk_order_ptr", "chunk_offset"):
             w.arg(name)
-        batch = w.arg("batch")
-        w.comment("the batch's learning rate, and 1 / its real samples (the gradient sums become means)")
-        w.line(f"lr = tl.load({w.arg('lr_ptr')} + {batch})")
-        w.line(f"scale = tl.load({w.arg('scale_ptr')} + {batch})")
+        w.arg("batch")
         self._program_constants(w, hot_scan=False)
+        self._update(w, persistent=False)
+        name = f"{self.prefix}_update"
+        return self._function(name, w), KernelSpec(name, "update", ("update",), tuple(w.args))
+
+    def _batch_chunks(self, w, persistent):
+        """The chunk-order position of a chunk this program takes in the batch: the one chunk of a
+        per-batch launch, or (persistent) chunks batch_start + pid, + P, ... in a loop it opens.
+        With edge updates, batch_chunk is the chunk's index within the batch."""
+        if not persistent:
+            if self.edge_updates:
+                w.line("batch_chunk = tl.program_id(0)")
+                w.arg("chunk_edges")
+            return "chunk_offset + tl.program_id(0)"
+        w.line("for position in range(batch_start + tl.program_id(0), batch_end, tl.num_programs(0)):")
+        w.depth += 1
+        if self.edge_updates:
+            w.line("batch_chunk = position - batch_start")
+            w.arg("chunk_edges")
+        return "position"
+
+    def _update(self, w, persistent):
+        """The update stage of batch `batch`: the optimizer on every touched feature's summed gradient."""
+        w.comment("the batch's learning rate, and 1 / its real samples (the gradient sums become means)")
+        w.line(f"lr = tl.load({w.arg('lr_ptr')} + batch)")
+        w.line(f"scale = tl.load({w.arg('scale_ptr')} + batch)")
         if self.ir.globals:
             w.comment("globals: plain SGD on the batch-mean gradient")
             w.line("if tl.program_id(0) == 0:")
@@ -671,18 +719,22 @@ class KernelGenerator:
                 w.line(f"tl.store({grad}, 0.0)")
                 w.line(f"tl.store({pointer}, tl.load({pointer}) - lr * scale * g)")
             w.depth -= 1
-        touched = w.arg("touched_ptr")
+        touched = None if self.edge_updates else w.arg("touched_ptr")
         if self.hot:
             w.comment("hot segment: every program owns blocks of hot features, sums their replicas and")
-            w.comment("updates the ones the batch touched")
+            w.comment("updates the ones the batch touched" if touched else
+                      "updates them all (an additive change of a zero sum is zero)")
             hot_size = w.arg("hot_size")
             replicas = w.arg("replicas")
             w.line(f"for hot_start in range(tl.program_id(0) * HOT_BLOCK, {hot_size}, tl.num_programs(0) * HOT_BLOCK):")
             w.depth += 1
             w.line("hot_feature = hot_start + tl.arange(0, HOT_BLOCK)")
             w.line("in_hot = hot_feature < hot_size")
-            w.line(f"use = in_hot & (tl.load({touched} + hot_feature, mask=in_hot, other=0) == 1)")
-            w.line(f"tl.store({touched} + hot_feature, tl.zeros_like(hot_feature), mask=in_hot)")
+            if touched:
+                w.line(f"use = in_hot & (tl.load({touched} + hot_feature, mask=in_hot, other=0) == 1)")
+                w.line(f"tl.store({touched} + hot_feature, tl.zeros_like(hot_feature), mask=in_hot)")
+            else:
+                w.line("use = in_hot")
             for p in self.ir.params:
                 buffer = w.arg(f"hot_{grad_name(p.name)}_ptr")
                 mask = "in_hot[:, None] & lane_valid[None, :]" if p.vector else "in_hot"
@@ -696,17 +748,31 @@ class KernelGenerator:
                 w.depth -= 1
                 self._optimizer_step(w, p, "hot_feature", "use", False, "summed * scale", "new")
             w.depth -= 1
-        w.comment("every touched cold feature once: the first of its edges to swap its touched flag out")
-        w.comment("(atomic exchange with 0) applies the optimizer to the batch's summed gradient")
-        w.line("chunk = tl.load(chunk_order_ptr + chunk_offset + tl.program_id(0)).to(tl.int64)")
+        if self.edge_updates:
+            w.comment("every cold edge of the batch adds its own change (the optimizer's change is linear in")
+            w.comment("the gradient: the changes sum to the change of the batch's summed gradient)")
+        else:
+            w.comment("every touched cold feature once: the first of its edges to swap its touched flag out")
+            w.comment("(atomic exchange with 0) applies the optimizer to the batch's summed gradient")
+        depth = w.depth
+        position = self._batch_chunks(w, persistent)
+        w.line(f"chunk = tl.load(chunk_order_ptr + {position}).to(tl.int64)")
         w.line("edge_base = tl.load(chunk_start_ptr + chunk)")
         w.line("width = tl.load(chunk_width_ptr + chunk)")
         w.line("chunk_features = edge_feature_ptr + edge_base")
         self._edge_loop_header(w, load_values=False)
-        w.line("present = feature >= 0" + (f" & (feature >= {w.arg('hot_size')})" if self.hot else ""))
+        w.line(f"present = feature >= {w.arg('hot_size')}" if self.hot else "present = feature >= 0")
         w.line("feature = tl.where(present, feature, 0)")
         w.line("if WIDE_IDS:")
         w.line("    feature = feature.to(tl.int64)")
+        if self.edge_updates:
+            for p in self.ir.params:
+                offsets, mask = self._batch_edge_offsets(p, "present")
+                w.line(f"edge_gradient = tl.load({w.arg(f'batch_edge_{grad_name(p.name)}_ptr')} + {offsets}, "
+                       f"mask={mask}, other=0.0)")
+                self._optimizer_step(w, p, "feature", "present", True, "edge_gradient * scale", "delta")
+            w.depth = depth
+            return
         w.line(f"first = present & (tl.atomic_xchg({touched} + feature, 0, mask=present, sem=\"relaxed\") == 1)")
         for p in self.ir.params:
             grad = w.arg(f"{grad_name(p.name)}_ptr")
@@ -715,9 +781,43 @@ class KernelGenerator:
             w.line(f"summed = tl.load({grad} + {offsets}, mask={mask}, other=0.0)")
             w.line(f"tl.store({grad} + {offsets}, tl.zeros_like(summed), mask={mask})")
             self._optimizer_step(w, p, "feature", "first", True, "summed * scale", "new")
+        w.depth = depth
+
+    def _epoch_kernel(self, groups, local_inputs, local_outputs):
+        """Sync, one launch per epoch: P resident programs run every batch's kernel groups in order,
+        each on chunks pid, pid + P, ... of the batch, and meet at a grid-wide barrier after each
+        group, where the per-batch launches had a kernel boundary."""
+        w = _Writer()
+        for name in _LAYOUT_ARGS:
+            w.arg(name)
+        w.arg("n_chunks")
+        w.arg("chunks_per_batch")
+        arrivals = w.arg("arrivals_ptr")
+        w.loss_rows = True
+        self._program_constants(w, hot_scan=any("apply" in group for group in groups))
+        w.comment("the loss, summed per row; added to the epoch's total once, at the end")
+        w.line("loss_rows = tl.zeros([C], tl.float32)")
+        w.comment("barriers passed so far: the arrival count grows by P at each")
+        w.line("barriers = 0")
+        w.line("for batch in range(0, tl.cdiv(n_chunks - chunk_offset, chunks_per_batch)):")
+        w.depth += 1
+        w.line("batch_start = chunk_offset + batch * chunks_per_batch")
+        w.line("batch_end = tl.minimum(batch_start + chunks_per_batch, n_chunks)")
+        for group in groups:
+            if group == ["update"]:
+                self._update(w, persistent=True)
+            else:
+                depth = w.depth
+                self._chunk_prologue(w, self._batch_chunks(w, persistent=True))
+                self._stages(w, group, local_inputs, local_outputs)
+                w.depth = depth
+            w.comment(f"every program's {' + '.join(group)} of this batch has landed before any program goes on")
+            w.line("barriers += 1")
+            w.line(f"grid_barrier({arrivals}, barriers * tl.num_programs(0))")
         w.depth -= 1
-        name = f"{self.prefix}_update"
-        return self._function(name, w), KernelSpec(name, "update", ("update",), tuple(w.args))
+        w.line(f"tl.atomic_add({w.arg('loss_sum_ptr')}, tl.sum(loss_rows, axis=0), sem=\"relaxed\")")
+        name = f"{self.prefix}_epoch"
+        return self._function(name, w), KernelSpec(name, "epoch", tuple(s for g in groups for s in g), tuple(w.args))
 
     def _function(self, name, w):
         signature = ",\n".join(f"    {a}" for a in w.args + [f"{c}: tl.constexpr" for c in CONSTEXPRS])
@@ -753,12 +853,18 @@ class KernelGenerator:
                 source, spec = self._chunk_kernel("train", group, local_inputs, local_outputs)
             functions.append(source)
             train.append(spec)
+        epoch = None
+        if self.epoch_kernel:
+            source, epoch = self._epoch_kernel(groups, local_inputs, local_outputs)
+            functions.append(source)
         source, predict = self._chunk_kernel("predict", ["aggregate", "predict"], {}, {})
         functions.append(source)
         header = self._header(plan_text)
         helpers = "\n\n".join(textwrap.dedent(inspect.getsource(h.fn)) for h in triton_helpers.HELPERS)
         if self.hot and not self.asynchronous:
             helpers += "\n\n" + textwrap.dedent(inspect.getsource(triton_helpers.segment_sum.fn))
+        if self.epoch_kernel:
+            helpers += "\n\n" + textwrap.dedent(inspect.getsource(triton_helpers.grid_barrier.fn))
         block_k = (f"# factors per vector param, and the power-of-two block that holds them\n"
                    f"K = tl.constexpr({self.k})\nBLOCK_K = tl.constexpr({self.block_k})\n\n\n") if self.k else ""
         if self.hot:
@@ -767,7 +873,8 @@ class KernelGenerator:
         text = (header + "\nimport triton\nimport triton.language as tl\n\n" + block_k
                 + helpers + "\n\n\n" + "\n\n".join(functions))
         return GeneratedKernels(self.ir.name, self.ir.hash, plan_text, text, tuple(train), predict,
-                                tuple(buffers), tuple(p.name for p in self.ir.params if p.name in self.derived))
+                                tuple(buffers), tuple(p.name for p in self.ir.params if p.name in self.derived),
+                                epoch)
 
     def _header(self, plan_text):
         lines = [f"# Generated by alac from model '{self.ir.name}' (IR {self.ir.hash[:16]}); do not edit.",

@@ -56,4 +56,18 @@ def segment_sum(key_a, value_a, key_b, value_b):
     return key_b, tl.where(key_a == key_b, value_a + value_b, value_b)
 
 
+@triton.jit
+def grid_barrier(arrivals_ptr, expected):
+    """Wait until the arrival counter reaches expected: every program of a persistent grid adds one
+    and waits for the others (the counter only grows within a launch; the n-th barrier waits for
+    n * P). The CTA barriers around the counter make every thread's earlier writes part of the
+    release and hold every thread until the acquire: the pattern of CUDA's cooperative-groups grid
+    sync. All P programs must be resident at once: the launcher keeps P within the multiprocessors."""
+    tl.debug_barrier()
+    arrived = tl.atomic_add(arrivals_ptr, 1, sem="acq_rel", scope="gpu") + 1
+    while arrived < expected:
+        arrived = tl.atomic_add(arrivals_ptr, 0, sem="acquire", scope="gpu")
+    tl.debug_barrier()
+
+
 HELPERS = (log1p, softplus, tanh, load_edges)

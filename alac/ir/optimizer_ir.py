@@ -57,6 +57,9 @@ class OptimizerIR:
     # params whose value is the optimizer's function of their state from the start (their constant
     # initial value is the function's value at the initial state): async kernels may derive them
     derivable: tuple = ()
+    # no state, and every param's change is linear in its gradient alone (SGD without L1): a batch's
+    # change is the sum of its edges' changes, so sync updates may add each edge's change
+    additive: bool = False
 
     def for_param(self, param):
         return self.vector if param.vector else self.scalar
@@ -65,7 +68,8 @@ class OptimizerIR:
         out = [f"optimizer {self.name}  states: " + (", ".join(
             f"{n}{'[row]' if row else ''}={init:g}" for n, init, row in self.states) or "none")
             + f"  hypers: {', '.join(self.hypers) or 'none'}"
-            + (f"  derivable: {', '.join(self.derivable)}" if self.derivable else "")]
+            + (f"  derivable: {', '.join(self.derivable)}" if self.derivable else "")
+            + ("  additive" if self.additive else "")]
         out += self.scalar.lines("scalar")
         if self.vector is not None:
             out += self.vector.lines("vector")
@@ -156,6 +160,18 @@ def _derivable(update, optimizer_states, param):
     return initial is not None and isinstance(param.init, Constant) and param.init.value == initial
 
 
+def _additive(update):
+    """Whether the param's change is linear in g and reads nothing of p (its delta_p, temps inlined)."""
+    values = {}
+    for d in update.deltas:
+        values[sp.Symbol(d.name, real=True)] = d.expr.subs(values)
+    change = values.get(sp.Symbol("delta_p", real=True))
+    if change is None or symbol("p") in change.free_symbols:
+        return False
+    g, scale = symbol("g"), sp.Symbol("additivity_scale", real=True)
+    return sp.expand(change.subs(g, scale * g) - scale * change) == 0
+
+
 def lower_optimizer(optimizer, model_ir, params):
     """OptimizerIR for a model: params are the model's Param declarations (for their l1)."""
     has_l1 = any(getattr(p, "l1", 0.0) for p in params.values())
@@ -169,7 +185,8 @@ def lower_optimizer(optimizer, model_ir, params):
                       if _derivable(vector if p.vector else scalar, states, params[p.name]))
     return OptimizerIR(name=optimizer.name, states=states, hypers=tuple(optimizer.hyper),
                        gradient_l2=optimizer.gradient_l2, has_l1=has_l1, scalar=scalar, vector=vector,
-                       derivable=derivable)
+                       derivable=derivable,
+                       additive=not states and all(_additive(u) for u in (scalar, vector) if u is not None))
 
 
 

@@ -31,6 +31,16 @@ def async_programs(plan, layout):
     return max(1, min(layout.n_chunks, plan.max_in_flight // layout.chunk_size))
 
 
+def sync_programs(plan, layout, interpret):
+    """Programs of a sync epoch kernel: plan.programs or one per chunk of a batch, at most one per
+    multiprocessor (the grid-wide barrier needs every program resident at once); one under the
+    interpreter, which runs programs one after another."""
+    if interpret or layout.device.type != "cuda":
+        return 1
+    resident = torch.cuda.get_device_properties(layout.device).multi_processor_count
+    return max(1, min(plan.programs or plan.chunks_per_batch, plan.chunks_per_batch, resident))
+
+
 def batch_scales(layout, order, chunks_per_batch):
     """1 / (real samples) of every batch of an epoch, as a device tensor (no host round trip):
     only the batch holding the partial last chunk has fewer than B samples."""

@@ -3,7 +3,8 @@
 Sync epochs launch the train kernels once per batch (chunk offset and batch index change, everything
 else is bound once); on a GPU the epoch is captured once as a CUDA graph and replayed, with the
 epoch's chunk order and per-batch steps copied into the buffers the graph reads. Async epochs are one
-launch of the persistent kernel.
+launch of the persistent kernel; so are sync epochs of plans with a grid barrier (the epoch kernel's
+programs meet at a grid-wide barrier where the per-batch launches had kernel boundaries).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from alac.codegen.kernels import generate_kernels
 from alac.codegen.module_cache import load_module
 from alac.codegen.torch_programs import TorchPrograms
 from alac.runtime.deterministic import plan_epoch, reduce_batch
-from alac.runtime.schedule import async_programs, slots_per_step
+from alac.runtime.schedule import async_programs, slots_per_step, sync_programs
 
 # Values of one param from which feature offsets need 64 bits (the kernels' WIDE_IDS).
 WIDE_ID_LIMIT = 2 ** 31
@@ -66,6 +67,14 @@ class TritonBackend:
                 for name in state.globals:
                     buffers[f"chunk_grad_{name}_ptr"] = torch.zeros(layout.n_chunks, device=device)
                 buffers["chunk_loss_ptr"] = torch.zeros(layout.n_chunks, device=device)
+            arguments = {a for spec in (*self.generated.train, self.generated.epoch) if spec for a in spec.args}
+            chunk_edges = layout.chunk_size * (int(layout.chunk_width.max()) if layout.n_chunks else 0)
+            for name, value in state.params.items():
+                if f"batch_edge_grad_{name}_ptr" in arguments:
+                    # one batch's edges, chunk_edges slots per chunk
+                    shape = (self.plan.chunks_per_batch * max(chunk_edges, 1),) + tuple(value.shape[1:])
+                    buffers[f"batch_edge_grad_{name}_ptr"] = torch.zeros(shape, device=device)
+            buffers["chunk_edges"] = chunk_edges
             slots = layout.n_chunks * layout.chunk_size
             for name, vector in self.generated.buffers:
                 shape = (slots, self.ir.factor_size) if vector else (slots,)
@@ -74,8 +83,9 @@ class TritonBackend:
             buffers["chunk_order_ptr"] = torch.zeros(layout.n_chunks, dtype=torch.int64, device=device)
             buffers["lr_ptr"] = torch.zeros(max(n_batches, 1), device=device)
             buffers["scale_ptr"] = torch.zeros(max(n_batches, 1), device=device)
+            buffers["arrivals_ptr"] = torch.zeros(1, dtype=torch.int32, device=device)
             buffers.update({"hot_size": hot, "replicas": self.plan.replicas, "n_chunks": layout.n_chunks,
-                            "flush_every": self.plan.flush_every})
+                            "flush_every": self.plan.flush_every, "chunks_per_batch": self.plan.chunks_per_batch})
             self._buffers = (owners, buffers)
             self._bound_key = None
             self._graph = None
@@ -124,6 +134,9 @@ class TritonBackend:
                 offset_at = spec.args.index("chunk_offset") if "chunk_offset" in spec.args else None
                 batch_at = spec.args.index("batch") if "batch" in spec.args else None
                 self._bound.append((getattr(self.module, spec.name), arguments, constants, offset_at, batch_at))
+            epoch = self.generated.epoch
+            self._bound_epoch = epoch and (getattr(self.module, epoch.name), [values[name] for name in epoch.args],
+                                           constants)
             self._bound_key = key
             self._graph = None
             self._settings, self._state, self._layout, self._loss_sum = settings, state, layout, loss_sum
@@ -174,6 +187,10 @@ class TritonBackend:
         if self.plan.deterministic:
             self._reduction = plan_epoch(layout, order, self.plan.chunks_per_batch)
             self._launch_epoch(layout)
+        elif self._bound_epoch and not settings.decay_l2:
+            kernel, arguments, constants = self._bound_epoch
+            buffers["arrivals_ptr"].zero_()
+            kernel[(sync_programs(self.plan, layout, self.interpret),)](*arguments, **constants)
         elif not (self.plan.cuda_graph and layout.device.type == "cuda"):
             self._launch_epoch(layout)
         elif self._graph is None:

@@ -169,6 +169,12 @@ PLAN_VARIANTS = {
     "hot segment, 3 replicas": dict(hot_size=6, replicas=3),
     "every feature hot": dict(hot_size=1000, replicas=2),
     "stage kernels, hot": dict(kernels="stage", hot_size=5, replicas=2, slots_per_step=4),
+    # the variants above run an epoch as one kernel with grid barriers; these launch per batch
+    "per-batch launches": dict(grid_barrier=False),
+    "per-batch launches, stage kernels, hot": dict(grid_barrier=False, kernels="stage", hot_size=5, replicas=2),
+    # SGD's updates above add every edge's change; these flag the touched features and update each once
+    "touched-flag updates, hot": dict(edge_updates=False, hot_size=6, replicas=2),
+    "touched-flag updates, per-batch launches": dict(edge_updates=False, grid_barrier=False),
 }
 
 
@@ -280,18 +286,43 @@ def test_async_with_many_programs_trains():
 
 
 @pytest.mark.gpu
-def test_cuda_graph_replay_equals_eager_launches():
-    dataset = awkward_dataset(13, n_rows=300)
+@pytest.mark.parametrize("kernels", ["fused", "stage"])
+def test_sync_epoch_launches_agree(kernels):
+    """Per-batch launches, their CUDA-graph replay and the grid-barrier epoch kernel (16 programs
+    meeting twice per batch), with touched-flag or edge updates, run the same steps."""
+    dataset = awkward_dataset(13, n_rows=600)
     layout = build_layout(dataset, LayoutOptions(chunk_size=8), device="cuda")
     labels = LabelMap.fit("binary", dataset.labels).model_labels(layout.labels)
     states = []
-    for graph in (False, True):
-        plan = Plan(chunk_size=8, batch_size=32, cuda_graph=graph, hot_size=4, replicas=2)
+    for launches in (dict(grid_barrier=False, cuda_graph=False, edge_updates=False),
+                     dict(grid_barrier=False, cuda_graph=True, edge_updates=False),
+                     dict(grid_barrier=True, edge_updates=False),
+                     dict(grid_barrier=False, cuda_graph=True, edge_updates=True),
+                     dict(grid_barrier=True, edge_updates=True)):
+        plan = Plan(chunk_size=8, batch_size=128, kernels=kernels, hot_size=4, replicas=2, **launches)
         executor = Executor(ZOO["fm"](), plan, backend="triton", device="cuda", seed=2)
         for epoch in range(3):  # eager + capture, then two replays with new chunk orders
             executor.train_epoch(layout, labels, epoch, lr=0.3)
         states.append(executor.state)
-    _assert_states_close(states[0], states[1])
+    for state in states[1:]:
+        _assert_states_close(states[0], state)
+
+
+@pytest.mark.parametrize("model_name", ["lr", "fm"])
+def test_grid_barrier_epoch_with_a_partial_last_batch(model_name):
+    """Batches of 5 chunks over 8 chunks: the epoch kernel's last batch has 3 (and on a GPU 5
+    programs, two of them idle in it), and its loss is summed per row across batches."""
+    model = ZOO[model_name]()
+    dataset = awkward_dataset(23, n_rows=60, labels=model.labels)
+    device, layout, labels = laid_out(dataset, model.labels)
+    plan = Plan(chunk_size=8, batch_size=40, hot_size=4)
+    executors = _executors(model_name, plan, layout)
+    for executor in executors.values():
+        executor.train_epoch(layout, labels, epoch=0, lr=0.2)
+    assert executors[KERNEL_BACKEND].backend.generated.epoch is not None
+    _assert_states_close(executors["reference"].state, executors[KERNEL_BACKEND].state)
+    torch.testing.assert_close(executors[KERNEL_BACKEND].loss_sum.cpu(), executors["reference"].loss_sum.cpu(),
+                               rtol=RTOL, atol=ATOL)
 
 
 def test_predict_after_training_with_a_hot_segment():

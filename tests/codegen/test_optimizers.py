@@ -251,6 +251,25 @@ def test_async_with_one_program_and_one_row_per_chunk_equals_the_reference(name,
     torch.testing.assert_close(kernel.predict(layout).cpu(), reference.predict(layout).cpu(), rtol=RTOL, atol=ATOL)
 
 
+def test_only_stateless_changes_linear_in_the_gradient_are_additive():
+    """SGD's change -lr g sums over a batch's edges; proximal SGD (l1) reads p, AdaGrad has a state,
+    and an update that squares g is not linear."""
+    from alac.ir.pipeline import lower
+    from alac.optimizers import Optimizer
+
+    class SquaredStep(Optimizer):
+        name = "squared_step"
+
+        def update(self, p, g, s, h):
+            return p - h.lr * g * g, {}
+
+    assert lower(ZOO["fm"](), "sgd").optimizer.additive
+    assert "additive" in str(lower(_LR(), "sgd").optimizer)
+    assert not lower(_LR(l1=0.1), "sgd").optimizer.additive
+    assert not lower(_LR(), "adagrad").optimizer.additive
+    assert not lower(_LR(), SquaredStep()).optimizer.additive
+
+
 def test_only_params_that_start_at_the_derivation_are_derived():
     """FTRL's weight at z = n = 0 is 0: a zero-initialised param is derivable, a random one (FM's v)
     or a constant other than 0 is not (its start would be lost)."""
