@@ -7,7 +7,7 @@ side by side, and the epoch kernel against copies of it with one part removed.
    grid_barrier): microseconds per barrier, for P = 16, 64 and 132.
 2. LR and FM (k = 16) sync epochs on the synthetic 4M x 39 set: per-batch launches (a CUDA graph)
    or one grid-barrier launch per epoch, each with touched-flag or edge updates; then chunk size,
-   program count and the hot segment on the default plan. All run the same steps (validation
+   program count and the hot segment (H 256 to 16,384, 1 or 4 replicas) on the default plan. All run the same steps (validation
    logloss equal to ~1e-8).
 3. The LR epoch kernel, as generated and with a part removed (timing only: the removed parts make
    the math wrong), for touched-flag and edge updates.
@@ -56,9 +56,10 @@ CONFIGS = {
     "grid barrier, edge updates (default)": dict(),
     "default, C = 32": dict(chunk_size=32),
     "default, 32 programs": dict(programs=32),
-    "default, hot segment H = 1,024": dict(hot_size=1024),
-    "default, H = 1,024, 4 replicas": dict(hot_size=1024, replicas=4),
 }
+# the hot segment on the default plan: H hot features, R replicas of their sums
+CONFIGS.update({f"default, H = {hot:,}, R = {replicas}": dict(hot_size=hot, replicas=replicas)
+                for hot in (256, 1024, 4096, 16384) for replicas in (1, 4)})
 
 
 def _barrier_cost(programs, barriers=8000):

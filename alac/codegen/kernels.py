@@ -388,7 +388,8 @@ class KernelGenerator:
             w.line(f"sorted_value = tl.gather({value}, permutation, 1)")
             w.line("key = hot_feature")
         w.line("key, summed = tl.associative_scan((key, sorted_value), 1, segment_sum)")
-        self._add_at(w, p, f"hot_{grad_name(p.name)}_ptr", "(replica * hot_size + hot_feature)", "summed", "segment_end")
+        self._add_at(w, p, f"hot_{grad_name(p.name)}_ptr", f"(replica * {w.arg('hot_stride')} + hot_feature)", "summed",
+                     "segment_end")
 
     def _batch_edge_offsets(self, p, mask):
         """Offsets and mask of the current [S, C] edge tile in a per-batch edge buffer (chunk
@@ -632,7 +633,7 @@ class KernelGenerator:
         w.line("my_chunks = tl.cdiv(tl.maximum(n_chunks - first, 0), tl.num_programs(0))")
         if self.hot:
             w.comment("this program's own [H] sums of hot gradients")
-            w.line(f"hot_base = tl.program_id(0).to(tl.int64) * {w.arg('hot_size')}")
+            w.line(f"hot_base = tl.program_id(0).to(tl.int64) * {w.arg('hot_stride')}")
         w.comment("the loss, summed per row; added to the epoch's total once, at the end")
         w.line("loss_rows = tl.zeros([C], tl.float32)")
         w.line("for step in range(0, my_chunks):")
@@ -741,8 +742,9 @@ class KernelGenerator:
                 w.line(f"summed = tl.zeros({'[HOT_BLOCK, BLOCK_K]' if p.vector else '[HOT_BLOCK]'}, tl.float32)")
                 w.line(f"for replica in range(0, {replicas}):")
                 w.depth += 1
-                replica_offsets = (f"(replica * {hot_size} + hot_feature)[:, None] * K + lanes[None, :]"
-                                   if p.vector else f"replica * {hot_size} + hot_feature")
+                stride = w.arg("hot_stride")
+                replica_offsets = (f"(replica * {stride} + hot_feature)[:, None] * K + lanes[None, :]"
+                                   if p.vector else f"replica * {stride} + hot_feature")
                 w.line(f"summed += tl.load({buffer} + {replica_offsets}, mask={mask}, other=0.0)")
                 w.line(f"tl.store({buffer} + {replica_offsets}, tl.zeros_like(summed), mask={mask})")
                 w.depth -= 1

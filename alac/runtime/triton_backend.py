@@ -21,6 +21,12 @@ from alac.runtime.schedule import async_programs, slots_per_step, sync_programs
 
 # Values of one param from which feature offsets need 64 bits (the kernels' WIDE_IDS).
 WIDE_ID_LIMIT = 2 ** 31
+# Rows of the hot-gradient buffers (sync replicas, async per-program sums) start at multiples of 16
+# values. With rows H apart and H not a multiple of 16, Triton 3.6 on H100 summed the replicas wrong
+# (sync LR, H = 83 or 255 with R >= 2: weights off the reference by 0.03-0.47 after an epoch; H = 96,
+# 128 or 256 and R = 1 exact; the interpreter exact throughout), the cause not pinned down; with
+# aligned rows the generated code takes Triton's aligned path (16 is its divisibility specialization).
+HOT_ROW_ALIGNMENT = 16
 
 
 def _same_objects(first, second):
@@ -54,11 +60,12 @@ class TritonBackend:
             buffers.update({f"grad_{name}_ptr": torch.zeros_like(value) for name, value in state.globals.items()})
             buffers["touched_ptr"] = torch.zeros(layout.n_features, dtype=torch.int32, device=device)
             hot = min(self.plan.hot_size, layout.n_features)
+            hot_stride = -(-hot // HOT_ROW_ALIGNMENT) * HOT_ROW_ALIGNMENT
             if hot:
                 # sync: R replicas; async: one [H] sum per persistent program
                 copies = self.plan.replicas if self.plan.semantics == "sync" else async_programs(self.plan, layout)
                 for name, value in state.params.items():
-                    shape = (copies * hot,) + tuple(value.shape[1:])
+                    shape = (copies * hot_stride,) + tuple(value.shape[1:])
                     buffers[f"hot_grad_{name}_ptr"] = torch.zeros(shape, device=device)
             if self.plan.deterministic:
                 edges = int(layout.chunk_start[-1])
@@ -84,7 +91,7 @@ class TritonBackend:
             buffers["lr_ptr"] = torch.zeros(max(n_batches, 1), device=device)
             buffers["scale_ptr"] = torch.zeros(max(n_batches, 1), device=device)
             buffers["arrivals_ptr"] = torch.zeros(1, dtype=torch.int32, device=device)
-            buffers.update({"hot_size": hot, "replicas": self.plan.replicas, "n_chunks": layout.n_chunks,
+            buffers.update({"hot_size": hot, "hot_stride": hot_stride, "replicas": self.plan.replicas, "n_chunks": layout.n_chunks,
                             "flush_every": self.plan.flush_every, "chunks_per_batch": self.plan.chunks_per_batch})
             self._buffers = (owners, buffers)
             self._bound_key = None
