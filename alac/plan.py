@@ -98,7 +98,8 @@ class Plan:
         if self.semantics == "sync":
             return (text + f" replicas={self.replicas}" + (" deterministic" if self.deterministic else "")
                     + (f" grid_barrier programs={self.programs or 'auto'}" if self.grid_barrier and not self.deterministic
-                       else " per_batch_launches") + (" edge_updates" if self.edge_updates else ""))
+                       else " per_batch_launches")
+                    + (" edge_updates" if self.edge_updates and not self.deterministic else ""))
         return text + (f" programs={self.programs or 'auto'} max_in_flight={self.max_in_flight} "
                        f"flush_every={self.flush_every}" + ("" if self.derive_params else " stored_params"))
 

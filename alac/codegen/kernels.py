@@ -42,9 +42,18 @@ store every edge's gradient at the edge's own slot and every chunk's loss and gl
 the chunk's slot; the runtime sums them per feature in a fixed order (alac.runtime.deterministic)
 before the update kernel, so a run gives the same bits every time.
 
-Every atomic is relaxed: gradient sums need atomicity, not ordering (kernel boundaries order the
-sync steps, and async updates are lock-free by design); Triton's default, acq_rel, would fence every
-one of them.
+Sync epochs (`plan.grid_barrier`): besides the per-batch kernels (single batches, per-batch decays),
+one persistent epoch kernel runs every batch's kernel groups in order on P resident programs, which
+meet at a grid-wide barrier (`triton_helpers.grid_barrier`) wherever the per-batch launches have a
+kernel boundary. Edge updates (`plan.edge_updates`, sync with an additive optimizer such as SGD): the
+apply stage stores each cold edge's gradient at its slot of a per-batch edge buffer and the update
+adds each edge's change to its param, with no touched flags (H100, LR: 42.6 against 82.1 ms per
+epoch for per-batch launches with touched flags).
+
+Every atomic is relaxed: gradient sums need atomicity, not ordering (kernel boundaries or grid
+barriers order the sync steps, and async updates are lock-free by design); Triton's default,
+acq_rel, would fence every one of them. The grid barrier's counter is the exception: its arrival
+releases and its polls acquire.
 
 Kernel names are `alac_<model>_<ir hash[:8]>_<role>`, stable for a given IR.
 """
