@@ -48,7 +48,17 @@ def _stream_key(seed, stream):
 
 def uniform(seed, stream, counters):
     """U[0, 1) float64 numbers, one per int64 counter, from a hash of (seed, stream, counter)."""
-    return _shift_right_logical(_splitmix64(counters ^ _stream_key(seed, stream)), 11).double() * 2.0**-53
+    return uniform_of_keys(_stream_key(seed, stream), counters)
+
+
+def stream_keys(seeds, stream, device=None):
+    """The int64 keys of several (seed, stream) pairs, for uniform_of_keys."""
+    return torch.tensor([_stream_key(int(seed), stream) for seed in seeds], dtype=torch.int64, device=device)
+
+
+def uniform_of_keys(keys, counters):
+    """uniform's numbers for stream keys (an int or a tensor that broadcasts against counters)."""
+    return _shift_right_logical(_splitmix64(counters ^ keys), 11).double() * 2.0**-53
 
 
 def normal(seed, streams, counters):

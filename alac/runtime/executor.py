@@ -116,7 +116,7 @@ class Executor:
         self.state = None
         self.loss_sum = torch.zeros(1, device=self.device)
         # (layout, (epoch, seed), chunk order) drawn ahead for the next epoch
-        self._order_ahead = None
+        self._orders_ahead = None
         self._side_stream = None
 
     def initialize(self, layout):
@@ -146,28 +146,32 @@ class Executor:
         return self.schedule.rates(lr, epoch, self.batches_done, scales.numel(), order.device), scales, scales.numel()
 
     def _chunk_order(self, layout, epoch):
-        """The epoch's chunk order: the one drawn ahead during the previous epoch when it matches."""
-        ahead = self._order_ahead
-        if ahead is not None and ahead[0] is layout and ahead[1] == (epoch, self.seed):
-            order = ahead[2]
+        """The epoch's chunk order: one drawn ahead (_draw_orders) when there is one."""
+        ahead = self._orders_ahead
+        if ahead is not None and ahead[0] is layout and ahead[1] == self.seed and epoch in ahead[2]:
+            order = ahead[2][epoch]
             if self._side_stream is not None:
                 torch.cuda.current_stream(self.device).wait_stream(self._side_stream)
                 order.record_stream(torch.cuda.current_stream(self.device))
             return order
         return layout.chunk_order(epoch, self.seed)
 
-    def _draw_order_ahead(self, layout, epoch):
-        """Draw the chunk order of the epoch after this one while the GPU runs this one: its two
-        dozen small launches (hash and sort) took 0.7 ms of host time in front of every async LR
+    def _draw_orders(self, layout, epochs):
+        """Draw the chunk orders of the given epochs while the GPU runs the current one: one epoch's
+        two dozen small launches (hash and sort) took 0.7 ms of host time in front of every async LR
         epoch on H100, 40 % of a 1M-row epoch. On a side stream, so that neither its launches nor its
         work wait behind the epoch's kernels, nor the epoch's end behind them. (The kernels read the
-        buffer this epoch's order was copied into, not the order itself.)"""
+        buffer an epoch's order is copied into, not the order itself.) Several epochs are drawn by
+        one set of launches: queued epochs then have none between them, where the side stream's
+        work, waiting for multiprocessors the persistent kernel holds, ran between two kernels."""
         if layout.device.type == "cuda" and self._side_stream is None:
             self._side_stream = torch.cuda.Stream(layout.device)
+        epochs = list(epochs)
         # it reads nothing the epoch's kernels write, so it need not wait for them (a stream of None,
         # on the CPU, changes nothing)
         with torch.cuda.stream(self._side_stream):
-            self._order_ahead = (layout, (epoch + 1, self.seed), layout.chunk_order(epoch + 1, self.seed))
+            orders = layout.chunk_orders(epochs, self.seed)
+        self._orders_ahead = (layout, self.seed, dict(zip(epochs, orders)))
 
     def train_epoch(self, layout, labels, epoch, lr):
         """One epoch; returns the mean training loss over the epoch."""
@@ -181,13 +185,16 @@ class Executor:
         previous epoch's kernels instead of preceding its own (on H100 about 0.26 ms of a 1.4 ms
         async LR epoch at 1M rows)."""
         losses = torch.zeros(count, device=self.device)
+        # every queued epoch's order and the next one's, by one set of launches
+        self._draw_orders(layout, range(first_epoch, first_epoch + count + 1))
         for index in range(count):
-            self._queue_epoch(layout, labels, first_epoch + index, lr)
+            self._queue_epoch(layout, labels, first_epoch + index, lr, draw_ahead=False)
             losses[index] = self.loss_sum[0]
         return (losses.double() / max(layout.n_rows, 1)).tolist()
 
-    def _queue_epoch(self, layout, labels, epoch, lr):
-        """Launch an epoch; its loss sum lands in self.loss_sum."""
+    def _queue_epoch(self, layout, labels, epoch, lr, draw_ahead=True):
+        """Launch an epoch; its loss sum lands in self.loss_sum. draw_ahead: draw the next epoch's
+        order (queued epochs drew theirs at once)."""
         if self.state is None:
             self.initialize(layout)
         order = self._chunk_order(layout, epoch)
@@ -197,7 +204,8 @@ class Executor:
             self._reference_epoch(layout, labels, order, rates, scales)
         else:
             self.backend.train_epoch(self.state, layout, labels, order, rates, scales, self.settings(), self.loss_sum)
-        self._draw_order_ahead(layout, epoch)
+        if draw_ahead:
+            self._draw_orders(layout, [epoch + 1])
         self.batches_done += n_batches
 
     def _reference_epoch(self, layout, labels, order, rates, scales):

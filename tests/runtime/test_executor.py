@@ -27,6 +27,11 @@ def test_every_epoch_runs_its_own_chunk_order_when_drawn_ahead():
     schedule = [(0, 0), (0, 1), (0, 1), (0, 3), (1, 4), (0, 4), (0, 5)]
     for which, epoch in schedule:
         executor.train_epoch(layouts[which], labels[which], epoch, 0.1)
+    # queued epochs draw their orders at once; then one at a time again, on the other layout
+    executor.train_epochs(layouts[0], labels[0], 6, 3, 0.1)
+    executor.train_epoch(layouts[1], labels[1], 9, 0.1)
+    executor.train_epoch(layouts[0], labels[0], 9, 0.1)
+    schedule += [(0, 6), (0, 7), (0, 8), (1, 9), (0, 9)]
     assert len(used) == len(schedule)
     for order, (which, epoch) in zip(used, schedule):
         assert torch.equal(order, layouts[which].chunk_order(epoch, 5))
