@@ -51,9 +51,9 @@ def uniform(seed, stream, counters):
     return uniform_of_keys(_stream_key(seed, stream), counters)
 
 
-def stream_keys(seeds, stream, device=None):
-    """The int64 keys of several (seed, stream) pairs, for uniform_of_keys."""
-    return torch.tensor([_stream_key(int(seed), stream) for seed in seeds], dtype=torch.int64, device=device)
+def stream_keys(seeds, stream):
+    """_stream_key of an int64 tensor of seeds, computed where the tensor lives (no host copy)."""
+    return _splitmix64(seeds * 64 + stream)
 
 
 def uniform_of_keys(keys, counters):

@@ -156,8 +156,8 @@ class Executor:
             return order
         return layout.chunk_order(epoch, self.seed)
 
-    def _draw_orders(self, layout, epochs):
-        """Draw the chunk orders of the given epochs while the GPU runs the current one: one epoch's
+    def _draw_orders(self, layout, first_epoch, count=1):
+        """Draw the chunk orders of count epochs from first_epoch while the GPU runs the current one: one epoch's
         two dozen small launches (hash and sort) took 0.7 ms of host time in front of every async LR
         epoch on H100, 40 % of a 1M-row epoch. On a side stream, so that neither its launches nor its
         work wait behind the epoch's kernels, nor the epoch's end behind them. (The kernels read the
@@ -166,12 +166,11 @@ class Executor:
         work, waiting for multiprocessors the persistent kernel holds, ran between two kernels."""
         if layout.device.type == "cuda" and self._side_stream is None:
             self._side_stream = torch.cuda.Stream(layout.device)
-        epochs = list(epochs)
         # it reads nothing the epoch's kernels write, so it need not wait for them (a stream of None,
         # on the CPU, changes nothing)
         with torch.cuda.stream(self._side_stream):
-            orders = layout.chunk_orders(epochs, self.seed)
-        self._orders_ahead = (layout, self.seed, dict(zip(epochs, orders)))
+            orders = layout.chunk_orders(first_epoch, count, self.seed)
+        self._orders_ahead = (layout, self.seed, dict(zip(range(first_epoch, first_epoch + count), orders)))
 
     def train_epoch(self, layout, labels, epoch, lr):
         """One epoch; returns the mean training loss over the epoch."""
@@ -185,19 +184,22 @@ class Executor:
         previous epoch's kernels instead of preceding its own (on H100 about 0.26 ms of a 1.4 ms
         async LR epoch at 1M rows)."""
         losses = torch.zeros(count, device=self.device)
-        # every queued epoch's order and the next one's, by one set of launches
-        self._draw_orders(layout, range(first_epoch, first_epoch + count + 1))
+        # the first epoch's order was drawn during the previous epoch (if it ran); the others and
+        # the next one's are drawn by one set of launches while the first epoch runs
+        first_order = self._chunk_order(layout, first_epoch)
+        self._draw_orders(layout, first_epoch + 1, count)
         for index in range(count):
-            self._queue_epoch(layout, labels, first_epoch + index, lr, draw_ahead=False)
+            self._queue_epoch(layout, labels, first_epoch + index, lr, order=first_order if index == 0 else None,
+                              draw_ahead=False)
             losses[index] = self.loss_sum[0]
         return (losses.double() / max(layout.n_rows, 1)).tolist()
 
-    def _queue_epoch(self, layout, labels, epoch, lr, draw_ahead=True):
-        """Launch an epoch; its loss sum lands in self.loss_sum. draw_ahead: draw the next epoch's
-        order (queued epochs drew theirs at once)."""
+    def _queue_epoch(self, layout, labels, epoch, lr, order=None, draw_ahead=True):
+        """Launch an epoch (in order, or its own chunk order); its loss sum lands in self.loss_sum.
+        draw_ahead: draw the next epoch's order (queued epochs drew theirs at once)."""
         if self.state is None:
             self.initialize(layout)
-        order = self._chunk_order(layout, epoch)
+        order = self._chunk_order(layout, epoch) if order is None else order
         self.loss_sum.zero_()
         rates, scales, n_batches = self._epoch_rates(layout, order, epoch, lr)
         if self.backend_name == "reference":
@@ -205,7 +207,7 @@ class Executor:
         else:
             self.backend.train_epoch(self.state, layout, labels, order, rates, scales, self.settings(), self.loss_sum)
         if draw_ahead:
-            self._draw_orders(layout, [epoch + 1])
+            self._draw_orders(layout, epoch + 1)
         self.batches_done += n_batches
 
     def _reference_epoch(self, layout, labels, order, rates, scales):
