@@ -48,17 +48,7 @@ def _stream_key(seed, stream):
 
 def uniform(seed, stream, counters):
     """U[0, 1) float64 numbers, one per int64 counter, from a hash of (seed, stream, counter)."""
-    return uniform_of_keys(_stream_key(seed, stream), counters)
-
-
-def stream_keys(seeds, stream):
-    """_stream_key of an int64 tensor of seeds, computed where the tensor lives (no host copy)."""
-    return _splitmix64(seeds * 64 + stream)
-
-
-def uniform_of_keys(keys, counters):
-    """uniform's numbers for stream keys (an int or a tensor that broadcasts against counters)."""
-    return _shift_right_logical(_splitmix64(counters ^ keys), 11).double() * 2.0**-53
+    return _shift_right_logical(_splitmix64(counters ^ _stream_key(seed, stream)), 11).double() * 2.0**-53
 
 
 def normal(seed, streams, counters):

@@ -116,7 +116,7 @@ class Executor:
         self.state = None
         self.loss_sum = torch.zeros(1, device=self.device)
         # (layout, (epoch, seed), chunk order) drawn ahead for the next epoch
-        self._orders_ahead = None
+        self._order_ahead = None
         self._side_stream = None
 
     def initialize(self, layout):
@@ -146,31 +146,28 @@ class Executor:
         return self.schedule.rates(lr, epoch, self.batches_done, scales.numel(), order.device), scales, scales.numel()
 
     def _chunk_order(self, layout, epoch):
-        """The epoch's chunk order: one drawn ahead (_draw_orders) when there is one."""
-        ahead = self._orders_ahead
-        if ahead is not None and ahead[0] is layout and ahead[1] == self.seed and epoch in ahead[2]:
-            order = ahead[2][epoch]
+        """The epoch's chunk order: the one drawn ahead during the previous epoch when it matches."""
+        ahead = self._order_ahead
+        if ahead is not None and ahead[0] is layout and ahead[1] == (epoch, self.seed):
+            order = ahead[2]
             if self._side_stream is not None:
                 torch.cuda.current_stream(self.device).wait_stream(self._side_stream)
                 order.record_stream(torch.cuda.current_stream(self.device))
             return order
         return layout.chunk_order(epoch, self.seed)
 
-    def _draw_orders(self, layout, first_epoch, count=1):
-        """Draw the chunk orders of count epochs from first_epoch while the GPU runs the current one: one epoch's
-        two dozen small launches (hash and sort) took 0.7 ms of host time in front of every async LR
+    def _draw_order_ahead(self, layout, epoch):
+        """Draw the chunk order of the epoch after this one while the GPU runs this one: its two
+        dozen small launches (hash and sort) took 0.7 ms of host time in front of every async LR
         epoch on H100, 40 % of a 1M-row epoch. On a side stream, so that neither its launches nor its
         work wait behind the epoch's kernels, nor the epoch's end behind them. (The kernels read the
-        buffer an epoch's order is copied into, not the order itself.) Several epochs are drawn by
-        one set of launches: queued epochs then have none between them, where the side stream's
-        work, waiting for multiprocessors the persistent kernel holds, ran between two kernels."""
+        buffer this epoch's order was copied into, not the order itself.)"""
         if layout.device.type == "cuda" and self._side_stream is None:
             self._side_stream = torch.cuda.Stream(layout.device)
         # it reads nothing the epoch's kernels write, so it need not wait for them (a stream of None,
         # on the CPU, changes nothing)
         with torch.cuda.stream(self._side_stream):
-            orders = layout.chunk_orders(first_epoch, count, self.seed)
-        self._orders_ahead = (layout, self.seed, dict(zip(range(first_epoch, first_epoch + count), orders)))
+            self._order_ahead = (layout, (epoch + 1, self.seed), layout.chunk_order(epoch + 1, self.seed))
 
     def train_epoch(self, layout, labels, epoch, lr):
         """One epoch; returns the mean training loss over the epoch."""
@@ -184,30 +181,23 @@ class Executor:
         previous epoch's kernels instead of preceding its own (on H100 about 0.26 ms of a 1.4 ms
         async LR epoch at 1M rows)."""
         losses = torch.zeros(count, device=self.device)
-        # the first epoch's order was drawn during the previous epoch (if it ran); the others and
-        # the next one's are drawn by one set of launches while the first epoch runs
-        first_order = self._chunk_order(layout, first_epoch)
-        self._draw_orders(layout, first_epoch + 1, count)
         for index in range(count):
-            self._queue_epoch(layout, labels, first_epoch + index, lr, order=first_order if index == 0 else None,
-                              draw_ahead=False)
+            self._queue_epoch(layout, labels, first_epoch + index, lr)
             losses[index] = self.loss_sum[0]
         return (losses.double() / max(layout.n_rows, 1)).tolist()
 
-    def _queue_epoch(self, layout, labels, epoch, lr, order=None, draw_ahead=True):
-        """Launch an epoch (in order, or its own chunk order); its loss sum lands in self.loss_sum.
-        draw_ahead: draw the next epoch's order (queued epochs drew theirs at once)."""
+    def _queue_epoch(self, layout, labels, epoch, lr):
+        """Launch an epoch; its loss sum lands in self.loss_sum."""
         if self.state is None:
             self.initialize(layout)
-        order = self._chunk_order(layout, epoch) if order is None else order
+        order = self._chunk_order(layout, epoch)
         self.loss_sum.zero_()
         rates, scales, n_batches = self._epoch_rates(layout, order, epoch, lr)
         if self.backend_name == "reference":
             self._reference_epoch(layout, labels, order, rates, scales)
         else:
             self.backend.train_epoch(self.state, layout, labels, order, rates, scales, self.settings(), self.loss_sum)
-        if draw_ahead:
-            self._draw_orders(layout, epoch + 1)
+        self._draw_order_ahead(layout, epoch)
         self.batches_done += n_batches
 
     def _reference_epoch(self, layout, labels, order, rates, scales):

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from alac.data.dataset import SparseDataset
-from alac.data.synthetic import stream_keys, uniform, uniform_of_keys
+from alac.data.synthetic import uniform
 
 # Shares of the most frequent features whose access share the statistics report.
 TOP_FEATURE_FRACTIONS = (0.001, 0.01, 0.1)
@@ -129,15 +129,6 @@ class BigraphLayout:
         keys = uniform(int(seed) * 1_000_003 + int(epoch), 0,
                        torch.arange(self.n_chunks, dtype=torch.int64, device=self.device))
         return torch.argsort(keys, stable=True)
-
-    def chunk_orders(self, first_epoch, count, seed=0):
-        """chunk_order of epochs first_epoch .. + count - 1, [count, chunks], drawn by one set of
-        launches (every epoch's hashes at once, one batched sort; the keys computed on the device,
-        where a host list copied to the GPU would wait for the copy)."""
-        epochs = torch.arange(first_epoch, first_epoch + count, dtype=torch.int64, device=self.device)
-        keys = stream_keys(int(seed) * 1_000_003 + epochs, 0)
-        counters = torch.arange(self.n_chunks, dtype=torch.int64, device=self.device)
-        return torch.argsort(uniform_of_keys(keys[:, None], counters[None, :]), dim=1, stable=True)
 
     def edges_of(self, chunks):
         """The real (non-padding) edges of the given chunks, in layout order: (edge positions,

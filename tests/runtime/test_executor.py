@@ -28,10 +28,11 @@ def test_every_epoch_runs_its_own_chunk_order_when_drawn_ahead():
     for which, epoch in schedule:
         executor.train_epoch(layouts[which], labels[which], epoch, 0.1)
     # queued epochs draw their orders at once; then one at a time again, on the other layout
-    executor.train_epochs(layouts[0], labels[0], 6, 3, 0.1)
-    executor.train_epoch(layouts[1], labels[1], 9, 0.1)
-    executor.train_epoch(layouts[0], labels[0], 9, 0.1)
-    schedule += [(0, 6), (0, 7), (0, 8), (1, 9), (0, 9)]
+    for first, count in ((6, 3), (9, 1), (10, 2)):
+        executor.train_epochs(layouts[0], labels[0], first, count, 0.1)
+    executor.train_epoch(layouts[1], labels[1], 12, 0.1)
+    executor.train_epoch(layouts[0], labels[0], 12, 0.1)
+    schedule += [(0, epoch) for epoch in range(6, 12)] + [(1, 12), (0, 12)]
     assert len(used) == len(schedule)
     for order, (which, epoch) in zip(used, schedule):
         assert torch.equal(order, layouts[which].chunk_order(epoch, 5))
