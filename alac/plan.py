@@ -60,6 +60,10 @@ class Plan:
     # updating each once (an atomic flag store per edge, an exchange per edge, then a load and a
     # store per feature, where equal hot features serialize).
     edge_updates: bool = True
+    # Edge updates: a chunk's equal features in a slot are summed first (a sort of the slot's C
+    # edges and a segmented scan), so a feature gets one atomic addition per run instead of one per
+    # edge (a batch's additions to one hot feature serialize).
+    sum_equal_edges: bool = True
     # Sync only: no floating-point atomics; gradients are summed per feature in a fixed order, so
     # runs repeat bit for bit (alac.runtime.deterministic), at the cost of per-batch reductions.
     deterministic: bool = False
@@ -99,7 +103,8 @@ class Plan:
             return (text + f" replicas={self.replicas}" + (" deterministic" if self.deterministic else "")
                     + (f" grid_barrier programs={self.programs or 'auto'}" if self.grid_barrier and not self.deterministic
                        else " per_batch_launches")
-                    + (" edge_updates" if self.edge_updates and not self.deterministic else ""))
+                    + (" edge_updates" if self.edge_updates and not self.deterministic else "")
+                    + (" summed" if self.edge_updates and self.sum_equal_edges and not self.deterministic else ""))
         return text + (f" programs={self.programs or 'auto'} max_in_flight={self.max_in_flight} "
                        f"flush_every={self.flush_every}" + ("" if self.derive_params else " stored_params"))
 
@@ -109,5 +114,7 @@ class Plan:
                 + (" deterministic" if self.deterministic else "")
                 + (" grid_barrier" if self.semantics == "sync" and self.grid_barrier and not self.deterministic else "")
                 + (" edge_updates" if self.semantics == "sync" and self.edge_updates and not self.deterministic else "")
+                + (" summed" if self.semantics == "sync" and self.edge_updates and self.sum_equal_edges
+                   and not self.deterministic else "")
                 + (" stored_params" if self.semantics == "async" and not self.derive_params else "") +
                 " (chunk size, slots per step, H, R, warps and programs are launch arguments)")

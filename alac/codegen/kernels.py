@@ -171,6 +171,8 @@ class KernelGenerator:
         # of flagging touched features and updating each once (`Plan.edge_updates`)
         self.edge_updates = (plan.semantics == "sync" and plan.edge_updates and not plan.deterministic
                              and self.optimizer.additive)
+        # ... summing a chunk's equal features per slot first (`Plan.sum_equal_edges`)
+        self.summed_edge_updates = self.edge_updates and plan.sum_equal_edges
         self.prefix = f"alac_{ir.name}_{ir.hash[:8]}"
         self.k = ir.factor_size
         self.block_k = next_power_of_two(self.k) if self.k else 0
@@ -354,11 +356,7 @@ class KernelGenerator:
             w.line("cold = present & ~hot")
         if self.hot and not self.asynchronous:
             w.comment("hot edges: sort the slot's (feature, row) pairs so that equal features are adjacent")
-            w.line("order = tl.sort((tl.where(hot, feature, hot_size).to(tl.int64) << 32) | rows.to(tl.int64), 1)")
-            w.line("hot_feature = order >> 32")
-            w.line("permutation = (order & 0xFFFFFFFF).to(tl.int32)")
-            w.line("segment_end = (hot_feature != tl.gather(hot_feature, next_row, 1)) | (rows == C - 1)")
-            w.line("segment_end = segment_end & (hot_feature < hot_size)")
+            self._sort_slots(w, "hot", w.arg("hot_size"), "hot_feature")
         for p in self.ir.params:
             self._scatter(w, p)
         if looped:
@@ -389,16 +387,33 @@ class KernelGenerator:
             w.comment("hot edges: into this program's own sums (no other program adds there), applied at its next flush")
             self._add_at(w, p, f"hot_{grad_name(p.name)}_ptr", "(hot_base + feature)", value, "hot")
             return
+        self._segment_sums(w, p, value, "hot_feature")
+        self._add_at(w, p, f"hot_{grad_name(p.name)}_ptr", f"(replica * {w.arg('hot_stride')} + hot_feature)", "summed",
+                     "segment_end")
+
+    @staticmethod
+    def _sort_slots(w, selected, bound, sorted_feature):
+        """Sort every slot's C (feature, row) pairs by feature, edges outside selected last (as
+        bound, which exceeds every selected feature): sorted_feature, the permutation that sorts
+        the slot's rows, and segment_end, the last edge of every run of one selected feature."""
+        w.line(f"order = tl.sort(tl.where({selected}, feature.to(tl.int64), {bound}) * C + rows, 1)")
+        w.line(f"{sorted_feature} = order // C")
+        w.line("permutation = (order % C).to(tl.int32)")
+        w.line(f"segment_end = ({sorted_feature} != tl.gather({sorted_feature}, next_row, 1)) | (rows == C - 1)")
+        w.line(f"segment_end = segment_end & ({sorted_feature} < {bound})")
+
+    @staticmethod
+    def _segment_sums(w, p, value, sorted_feature):
+        """summed: value (an edge tile of p) summed over every run of one feature that _sort_slots
+        found, the run's sum at its last edge."""
         if p.vector:
             w.line("spread = tl.zeros([S, C, BLOCK_K], tl.int32)")
             w.line(f"sorted_value = tl.gather({value}, permutation[:, :, None] + spread, 1)")
-            w.line("key = hot_feature[:, :, None] + spread")
+            w.line(f"key = {sorted_feature}[:, :, None] + spread")
         else:
             w.line(f"sorted_value = tl.gather({value}, permutation, 1)")
-            w.line("key = hot_feature")
+            w.line(f"key = {sorted_feature}")
         w.line("key, summed = tl.associative_scan((key, sorted_value), 1, segment_sum)")
-        self._add_at(w, p, f"hot_{grad_name(p.name)}_ptr", f"(replica * {w.arg('hot_stride')} + hot_feature)", "summed",
-                     "segment_end")
 
     def _batch_edge_offsets(self, p, mask):
         """Offsets and mask of the current [S, C] edge tile in a per-batch edge buffer (chunk
@@ -571,13 +586,15 @@ class KernelGenerator:
 
     # --- kernels -------------------------------------------------------------------------------
 
-    def _program_constants(self, w, hot_scan=True):
+    def _program_constants(self, w, stages):
         w.line("rows = tl.arange(0, C)")
         if self.k:
             w.line("lanes = tl.arange(0, BLOCK_K)")
             w.line("lane_valid = lanes < K")
-        if self.hot and hot_scan and not self.asynchronous:
+        hot_sums = self.hot and not self.asynchronous and "apply" in stages
+        if hot_sums or (self.summed_edge_updates and "update" in stages):
             w.line("next_row = tl.minimum(rows + 1, C - 1)[None, :] + tl.zeros([S, C], tl.int32)")
+        if hot_sums:
             w.line(f"replica = tl.program_id(0) % {w.arg('replicas')}")
 
     def _chunk_prologue(self, w, chunk):
@@ -623,7 +640,7 @@ class KernelGenerator:
             w.comment("the epoch's learning rate, and 1 / B: a sample's gradient counts as in a batch of B")
             w.line(f"lr = tl.load({w.arg('lr_ptr')})")
             w.line(f"scale = tl.load({w.arg('scale_ptr')})")
-        self._program_constants(w, hot_scan="apply" in stages)
+        self._program_constants(w, stages)
         if self.asynchronous and role == "train":
             self._persistent_loop(w, stages, local_inputs, local_outputs)
             role = "async"
@@ -692,7 +709,7 @@ class KernelGenerator:
         for name in ("edge_feature_ptr", "chunk_start_ptr", "chunk_width_ptr", "chunk_order_ptr", "chunk_offset"):
             w.arg(name)
         w.arg("batch")
-        self._program_constants(w, hot_scan=False)
+        self._program_constants(w, ("update",))
         self._update(w, persistent=False)
         name = f"{self.prefix}_update"
         return self._function(name, w), KernelSpec(name, "update", ("update",), tuple(w.args))
@@ -777,11 +794,19 @@ class KernelGenerator:
         w.line("if WIDE_IDS:")
         w.line("    feature = feature.to(tl.int64)")
         if self.edge_updates:
+            if self.summed_edge_updates:
+                w.comment("equal features of a slot summed first: one addition per run, not per edge (equal hot")
+                w.comment("features' additions serialize)")
+                self._sort_slots(w, "present", w.arg("feature_bound"), "sorted_feature")
             for p in self.ir.params:
                 offsets, mask = self._batch_edge_offsets(p, "present")
                 w.line(f"edge_gradient = tl.load({w.arg(f'batch_edge_{grad_name(p.name)}_ptr')} + {offsets}, "
                        f"mask={mask}, other=0.0)")
-                self._optimizer_step(w, p, "feature", "present", True, "edge_gradient * scale", "delta")
+                if self.summed_edge_updates:
+                    self._segment_sums(w, p, "edge_gradient", "sorted_feature")
+                    self._optimizer_step(w, p, "sorted_feature", "segment_end", True, "summed * scale", "delta")
+                else:
+                    self._optimizer_step(w, p, "feature", "present", True, "edge_gradient * scale", "delta")
             w.depth = depth
             return
         w.line(f"first = present & (tl.atomic_xchg({touched} + feature, 0, mask=present, sem=\"relaxed\") == 1)")
@@ -805,7 +830,7 @@ class KernelGenerator:
         w.arg("chunks_per_batch")
         arrivals = w.arg("arrivals_ptr")
         w.loss_rows = True
-        self._program_constants(w, hot_scan=any("apply" in group for group in groups))
+        self._program_constants(w, [stage for group in groups for stage in group])
         w.comment("the loss, summed per row; added to the epoch's total once, at the end")
         w.line("loss_rows = tl.zeros([C], tl.float32)")
         w.comment("barriers passed so far: the arrival count grows by P at each")
@@ -872,7 +897,7 @@ class KernelGenerator:
         functions.append(source)
         header = self._header(plan_text)
         helpers = "\n\n".join(textwrap.dedent(inspect.getsource(h.fn)) for h in triton_helpers.HELPERS)
-        if self.hot and not self.asynchronous:
+        if (self.hot and not self.asynchronous) or self.summed_edge_updates:
             helpers += "\n\n" + textwrap.dedent(inspect.getsource(triton_helpers.segment_sum.fn))
         if self.epoch_kernel:
             helpers += "\n\n" + textwrap.dedent(inspect.getsource(triton_helpers.grid_barrier.fn))

@@ -82,6 +82,7 @@ class TritonBackend:
                     shape = (self.plan.chunks_per_batch * max(chunk_edges, 1),) + tuple(value.shape[1:])
                     buffers[f"batch_edge_grad_{name}_ptr"] = torch.zeros(shape, device=device)
             buffers["chunk_edges"] = chunk_edges
+            buffers["feature_bound"] = layout.n_features
             slots = layout.n_chunks * layout.chunk_size
             for name, vector in self.generated.buffers:
                 shape = (slots, self.ir.factor_size) if vector else (slots,)
