@@ -62,8 +62,10 @@ class Plan:
     edge_updates: bool = True
     # Edge updates: a chunk's equal features in a slot are summed first (a sort of the slot's C
     # edges and a segmented scan), so a feature gets one atomic addition per run instead of one per
-    # edge (a batch's additions to one hot feature serialize).
-    sum_equal_edges: bool = True
+    # edge. Off: measured on H100 (benchmarks/results/sync_breakdown.md) it did not pay, LR 47.5
+    # against 48.5 ms per epoch, FM k = 16 100.6 against 92.5 (the sort costs what the fewer
+    # additions save: a slot's 16 rows repeat a feature about 1.4 times on average).
+    sum_equal_edges: bool = False
     # Sync only: no floating-point atomics; gradients are summed per feature in a fixed order, so
     # runs repeat bit for bit (alac.runtime.deterministic), at the cost of per-batch reductions.
     deterministic: bool = False

@@ -7,7 +7,7 @@ side by side, and the epoch kernel against copies of it with one part removed.
    grid_barrier): microseconds per barrier, for P = 16, 64 and 132.
 2. LR and FM (k = 16) sync epochs on the synthetic 4M x 39 set: per-batch launches (a CUDA graph)
    or one grid-barrier launch per epoch, each with touched-flag or edge updates (each edge added,
-   or a slot's equal features summed first: the default); then chunk size,
+   the default, or a slot's equal features summed first); then chunk size,
    program count and the hot segment (H 256 to 16,384, 1 or 4 replicas) on the default plan. All run the same steps (validation
    logloss equal to ~1e-8).
 3. The LR epoch kernel, as generated and with a part removed (timing only: the removed parts make
@@ -54,8 +54,8 @@ CONFIGS = {
     "per-batch launches (CUDA graph), touched flags": dict(grid_barrier=False, edge_updates=False),
     "per-batch launches (CUDA graph), edge updates": dict(grid_barrier=False),
     "grid barrier, touched flags": dict(edge_updates=False),
-    "grid barrier, edge updates, each edge added": dict(sum_equal_edges=False),
-    "grid barrier, edge updates, a slot's equal features summed (default)": dict(),
+    "grid barrier, edge updates, each edge added (default)": dict(),
+    "grid barrier, edge updates, a slot's equal features summed": dict(sum_equal_edges=True),
     "default, C = 32": dict(chunk_size=32),
     "default, 32 programs": dict(programs=32),
 }
@@ -141,7 +141,7 @@ def main():
             print(configs[-1], flush=True)
     kernels = []
     for updates, variants in PATCHES.items():
-        plan = Plan(batch_size=1024, chunk_size=16, edge_updates=updates != "touched flags", sum_equal_edges=False)
+        plan = Plan(batch_size=1024, chunk_size=16, edge_updates=updates != "touched flags")
         trainer, layout, labels = _trainer("lr", 0, 2.0, plan, train)
         trainer.executor.train_epoch(layout, labels, 0, 2.0)
         backend = trainer.executor.backend

@@ -175,9 +175,10 @@ PLAN_VARIANTS = {
     # SGD's updates above add every edge's change; these flag the touched features and update each once
     "touched-flag updates, hot": dict(edge_updates=False, hot_size=6, replicas=2),
     "touched-flag updates, per-batch launches": dict(edge_updates=False, grid_barrier=False),
-    # and these add every edge's change without summing a slot's equal features first
-    "edge updates, each edge added": dict(sum_equal_edges=False),
-    "edge updates, each edge added, per-batch launches": dict(sum_equal_edges=False, grid_barrier=False),
+    # and these sum a slot's equal features before adding their changes
+    "edge updates, equal features summed": dict(sum_equal_edges=True),
+    "edge updates, equal features summed, per-batch launches, hot": dict(sum_equal_edges=True, grid_barrier=False,
+                                                                          hot_size=6, replicas=2),
 }
 
 
@@ -301,7 +302,7 @@ def test_sync_epoch_launches_agree(kernels):
                      dict(grid_barrier=False, cuda_graph=True, edge_updates=False),
                      dict(grid_barrier=True, edge_updates=False),
                      dict(grid_barrier=False, cuda_graph=True, edge_updates=True),
-                     dict(grid_barrier=True, edge_updates=True, sum_equal_edges=False),
+                     dict(grid_barrier=True, edge_updates=True, sum_equal_edges=True),
                      dict(grid_barrier=True, edge_updates=True)):
         plan = Plan(chunk_size=8, batch_size=128, kernels=kernels, hot_size=4, replicas=2, **launches)
         executor = Executor(ZOO["fm"](), plan, backend="triton", device="cuda", seed=2)
