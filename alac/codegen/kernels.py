@@ -731,7 +731,8 @@ class KernelGenerator:
         return "position"
 
     def _update(self, w, persistent):
-        """The update stage of batch `batch`: the optimizer on every touched feature's summed gradient."""
+        """The update stage of batch `batch`: the optimizer on every touched feature's summed gradient
+        (edge updates: every cold edge's change, added)."""
         w.comment("the batch's learning rate, and 1 / its real samples (the gradient sums become means)")
         w.line(f"lr = tl.load({w.arg('lr_ptr')} + batch)")
         w.line(f"scale = tl.load({w.arg('scale_ptr')} + batch)")
@@ -795,8 +796,7 @@ class KernelGenerator:
         w.line("    feature = feature.to(tl.int64)")
         if self.edge_updates:
             if self.summed_edge_updates:
-                w.comment("equal features of a slot summed first: one addition per run, not per edge (equal hot")
-                w.comment("features' additions serialize)")
+                w.comment("equal features of a slot summed first: one addition per run of them, not per edge")
                 self._sort_slots(w, "present", w.arg("feature_bound"), "sorted_feature")
             for p in self.ir.params:
                 offsets, mask = self._batch_edge_offsets(p, "present")

@@ -132,7 +132,7 @@ class PlanChoice:
 # launches (benchmarks/results/flow_lr.md, flow_fm.md of session 2): it never paid (LR 70.4 ms/epoch
 # with it, 68.5 without; FM 162.8 against 152.4); with grid barriers and edge updates on H100
 # (sync_breakdown.md, H 256-16,384 x R 1, 4): LR up to 1.2x faster (39.2 against 47.9 ms), FM
-# 5-28 % slower at every setting: off, though plan_for still reports the H the cost model gives
+# 5-33 % slower at every setting (two runs): off, though plan_for still reports the H the cost model gives
 # and use_hot_segment=True applies it. Async with per-program sums flushed every K chunks, measured
 # on H100 (benchmarks/results/flow_sweep.md): LR 3.4x faster at a lower validation logloss, and
 # ipinyou's test AUC within 0.002 of sync. On real-valued data it is left off: on 20news (tf-idf
