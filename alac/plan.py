@@ -97,16 +97,31 @@ class Plan:
     def chunks_per_batch(self):
         return self.batch_size // self.chunk_size
 
+    @property
+    def uses_grid_barrier(self):
+        """Sync epochs run as one grid-barrier launch (deterministic plans launch per batch)."""
+        return self.semantics == "sync" and self.grid_barrier and not self.deterministic
+
+    @property
+    def uses_edge_updates(self):
+        """Sync updates add every edge's change, where the optimizer is additive."""
+        return self.semantics == "sync" and self.edge_updates and not self.deterministic
+
+    @property
+    def sums_equal_edges(self):
+        return self.uses_edge_updates and self.sum_equal_edges
+
+    def _sync_options(self):
+        return ((f" grid_barrier programs={self.programs or 'auto'}" if self.uses_grid_barrier else " per_batch_launches")
+                + (" edge_updates" if self.uses_edge_updates else "") + (" summed" if self.sums_equal_edges else ""))
+
     def describe(self):
         text = (f"semantics={self.semantics} kernels={self.kernels} chunk_size={self.chunk_size} "
                 f"batch_size={self.batch_size} num_warps={self.num_warps} hot_size={self.hot_size} "
                 f"slots_per_step={self.slots_per_step or 'auto'}")
         if self.semantics == "sync":
             return (text + f" replicas={self.replicas}" + (" deterministic" if self.deterministic else "")
-                    + (f" grid_barrier programs={self.programs or 'auto'}" if self.grid_barrier and not self.deterministic
-                       else " per_batch_launches")
-                    + (" edge_updates" if self.edge_updates and not self.deterministic else "")
-                    + (" summed" if self.edge_updates and self.sum_equal_edges and not self.deterministic else ""))
+                    + self._sync_options())
         return text + (f" programs={self.programs or 'auto'} max_in_flight={self.max_in_flight} "
                        f"flush_every={self.flush_every}" + ("" if self.derive_params else " stored_params"))
 
@@ -114,9 +129,7 @@ class Plan:
         """What of the plan the generated source depends on (the rest are launch arguments)."""
         return (f"semantics={self.semantics} kernels={self.kernels} hot segment={'on' if self.hot_size else 'off'}"
                 + (" deterministic" if self.deterministic else "")
-                + (" grid_barrier" if self.semantics == "sync" and self.grid_barrier and not self.deterministic else "")
-                + (" edge_updates" if self.semantics == "sync" and self.edge_updates and not self.deterministic else "")
-                + (" summed" if self.semantics == "sync" and self.edge_updates and self.sum_equal_edges
-                   and not self.deterministic else "")
+                + (" grid_barrier" if self.uses_grid_barrier else "")
+                + (" edge_updates" if self.uses_edge_updates else "") + (" summed" if self.sums_equal_edges else "")
                 + (" stored_params" if self.semantics == "async" and not self.derive_params else "") +
                 " (chunk size, slots per step, H, R, warps and programs are launch arguments)")

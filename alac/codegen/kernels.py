@@ -163,16 +163,12 @@ class KernelGenerator:
         self.hot = plan.hot_size > 0
         self.asynchronous = plan.semantics == "async"
         self.deterministic = plan.deterministic
-        # sync: besides the per-batch kernels (single batches, per-batch decays), one persistent
-        # kernel that runs a whole epoch with grid-wide barriers between a batch's kernel groups
-        self.epoch_kernel = plan.semantics == "sync" and plan.grid_barrier and not plan.deterministic
         # sync with an additive optimizer (SGD): the apply stage keeps every cold edge's gradient in
         # a per-batch edge buffer and the update stage adds each edge's change to its param, instead
         # of flagging touched features and updating each once (`Plan.edge_updates`)
-        self.edge_updates = (plan.semantics == "sync" and plan.edge_updates and not plan.deterministic
-                             and self.optimizer.additive)
+        self.edge_updates = plan.uses_edge_updates and self.optimizer.additive
         # ... summing a chunk's equal features per slot first (`Plan.sum_equal_edges`)
-        self.summed_edge_updates = self.edge_updates and plan.sum_equal_edges
+        self.summed_edge_updates = plan.sums_equal_edges and self.optimizer.additive
         self.prefix = f"alac_{ir.name}_{ir.hash[:8]}"
         self.k = ir.factor_size
         self.block_k = next_power_of_two(self.k) if self.k else 0
@@ -890,7 +886,8 @@ class KernelGenerator:
             functions.append(source)
             train.append(spec)
         epoch = None
-        if self.epoch_kernel:
+        if self.plan.uses_grid_barrier:
+            # besides the per-batch kernels (single batches, per-batch decays)
             source, epoch = self._epoch_kernel(groups, local_inputs, local_outputs)
             functions.append(source)
         source, predict = self._chunk_kernel("predict", ["aggregate", "predict"], {}, {})
@@ -899,7 +896,7 @@ class KernelGenerator:
         helpers = "\n\n".join(textwrap.dedent(inspect.getsource(h.fn)) for h in triton_helpers.HELPERS)
         if (self.hot and not self.asynchronous) or self.summed_edge_updates:
             helpers += "\n\n" + textwrap.dedent(inspect.getsource(triton_helpers.segment_sum.fn))
-        if self.epoch_kernel:
+        if self.plan.uses_grid_barrier:
             helpers += "\n\n" + textwrap.dedent(inspect.getsource(triton_helpers.grid_barrier.fn))
         block_k = (f"# factors per vector param, and the power-of-two block that holds them\n"
                    f"K = tl.constexpr({self.k})\nBLOCK_K = tl.constexpr({self.block_k})\n\n\n") if self.k else ""

@@ -35,7 +35,7 @@ def sync_programs(plan, layout, interpret):
     """Programs of a sync epoch kernel: plan.programs or one per chunk of a batch, at most one per
     multiprocessor (the grid-wide barrier needs every program resident at once); one under the
     interpreter, which runs programs one after another."""
-    if interpret or layout.device.type != "cuda":
+    if interpret:
         return 1
     resident = torch.cuda.get_device_properties(layout.device).multi_processor_count
     return max(1, min(plan.programs or plan.chunks_per_batch, plan.chunks_per_batch, resident))

@@ -58,7 +58,9 @@ class TritonBackend:
             device = layout.device
             buffers = {f"grad_{name}_ptr": torch.zeros_like(value) for name, value in state.params.items()}
             buffers.update({f"grad_{name}_ptr": torch.zeros_like(value) for name, value in state.globals.items()})
-            buffers["touched_ptr"] = torch.zeros(layout.n_features, dtype=torch.int32, device=device)
+            arguments = {a for spec in (*self.generated.train, self.generated.epoch) if spec for a in spec.args}
+            if "touched_ptr" in arguments:
+                buffers["touched_ptr"] = torch.zeros(layout.n_features, dtype=torch.int32, device=device)
             hot = min(self.plan.hot_size, layout.n_features)
             hot_stride = -(-hot // HOT_ROW_ALIGNMENT) * HOT_ROW_ALIGNMENT
             if hot:
@@ -74,14 +76,13 @@ class TritonBackend:
                 for name in state.globals:
                     buffers[f"chunk_grad_{name}_ptr"] = torch.zeros(layout.n_chunks, device=device)
                 buffers["chunk_loss_ptr"] = torch.zeros(layout.n_chunks, device=device)
-            arguments = {a for spec in (*self.generated.train, self.generated.epoch) if spec for a in spec.args}
-            chunk_edges = layout.chunk_size * (int(layout.chunk_width.max()) if layout.n_chunks else 0)
-            for name, value in state.params.items():
-                if f"batch_edge_grad_{name}_ptr" in arguments:
-                    # one batch's edges, chunk_edges slots per chunk
+            if "chunk_edges" in arguments:
+                # one batch's edges per param, chunk_edges slots per chunk
+                chunk_edges = layout.chunk_size * (int(layout.chunk_width.max()) if layout.n_chunks else 0)
+                for name, value in state.params.items():
                     shape = (self.plan.chunks_per_batch * max(chunk_edges, 1),) + tuple(value.shape[1:])
                     buffers[f"batch_edge_grad_{name}_ptr"] = torch.zeros(shape, device=device)
-            buffers["chunk_edges"] = chunk_edges
+                buffers["chunk_edges"] = chunk_edges
             buffers["feature_bound"] = layout.n_features
             slots = layout.n_chunks * layout.chunk_size
             for name, vector in self.generated.buffers:
