@@ -115,9 +115,6 @@ class Executor:
             self.backend = TritonBackend(self.ir, plan, interpret=self.backend_name == "interpret")
         self.state = None
         self.loss_sum = torch.zeros(1, device=self.device)
-        # (layout, (epoch, seed), chunk order) drawn ahead for the next epoch
-        self._order_ahead = None
-        self._side_stream = None
 
     def initialize(self, layout):
         self.state = ModelState.initial(self.model, layout.new_to_old, self.device, self.seed, self.ir.optimizer)
@@ -145,30 +142,6 @@ class Executor:
         scales = batch_scales(layout, order, self.plan.chunks_per_batch)
         return self.schedule.rates(lr, epoch, self.batches_done, scales.numel(), order.device), scales, scales.numel()
 
-    def _chunk_order(self, layout, epoch):
-        """The epoch's chunk order: the one drawn ahead during the previous epoch when it matches."""
-        ahead = self._order_ahead
-        if ahead is not None and ahead[0] is layout and ahead[1] == (epoch, self.seed):
-            order = ahead[2]
-            if self._side_stream is not None:
-                torch.cuda.current_stream(self.device).wait_stream(self._side_stream)
-                order.record_stream(torch.cuda.current_stream(self.device))
-            return order
-        return layout.chunk_order(epoch, self.seed)
-
-    def _draw_order_ahead(self, layout, epoch):
-        """Draw the chunk order of the epoch after this one while the GPU runs this one: its two
-        dozen small launches (hash and sort) took 0.7 ms of host time in front of every async LR
-        epoch on H100, 40 % of a 1M-row epoch. On a side stream, so that neither its launches nor its
-        work wait behind the epoch's kernels, nor the epoch's end behind them. (The kernels read the
-        buffer this epoch's order was copied into, not the order itself.)"""
-        if layout.device.type == "cuda" and self._side_stream is None:
-            self._side_stream = torch.cuda.Stream(layout.device)
-        # it reads nothing the epoch's kernels write, so it need not wait for them (a stream of None,
-        # on the CPU, changes nothing)
-        with torch.cuda.stream(self._side_stream):
-            self._order_ahead = (layout, (epoch + 1, self.seed), layout.chunk_order(epoch + 1, self.seed))
-
     def train_epoch(self, layout, labels, epoch, lr):
         """One epoch; returns the mean training loss over the epoch."""
         self._queue_epoch(layout, labels, epoch, lr)
@@ -190,14 +163,13 @@ class Executor:
         """Launch an epoch; its loss sum lands in self.loss_sum."""
         if self.state is None:
             self.initialize(layout)
-        order = self._chunk_order(layout, epoch)
+        order = layout.chunk_order(epoch, self.seed)
         self.loss_sum.zero_()
         rates, scales, n_batches = self._epoch_rates(layout, order, epoch, lr)
         if self.backend_name == "reference":
             self._reference_epoch(layout, labels, order, rates, scales)
         else:
             self.backend.train_epoch(self.state, layout, labels, order, rates, scales, self.settings(), self.loss_sum)
-        self._draw_order_ahead(layout, epoch)
         self.batches_done += n_batches
 
     def _reference_epoch(self, layout, labels, order, rates, scales):

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from alac.data.dataset import SparseDataset
-from alac.data.synthetic import uniform
+from alac.runtime.permutation import chunk_order
 
 # Shares of the most frequent features whose access share the statistics report.
 TOP_FEATURE_FRACTIONS = (0.001, 0.01, 0.1)
@@ -123,12 +123,8 @@ class BigraphLayout:
 
     def chunk_order(self, epoch, seed=0):
         """The chunk visiting order of an epoch: a permutation reshuffled per epoch, the same on any
-        device. It is the stable argsort of counter-based hashes, computed where the layout lives:
-        a CPU randperm and its copy to the GPU were part of the 3.5 ms an async LR epoch spent
-        outside its kernel on H100 (7.95 ms per epoch against 4.42 for the kernel)."""
-        keys = uniform(int(seed) * 1_000_003 + int(epoch), 0,
-                       torch.arange(self.n_chunks, dtype=torch.int64, device=self.device))
-        return torch.argsort(keys, stable=True)
+        device, drawn where the layout lives (one launch on a GPU: `alac.runtime.permutation`)."""
+        return chunk_order(self.n_chunks, seed, epoch, self.device)
 
     def edges_of(self, chunks):
         """The real (non-padding) edges of the given chunks, in layout order: (edge positions,

@@ -1,4 +1,4 @@
-"""The executor's epoch loop: the chunk order drawn ahead during an epoch is the next epoch's."""
+"""The executor's epoch loop: every epoch, one at a time or queued, runs its own chunk order."""
 
 import torch
 
@@ -9,9 +9,9 @@ from tests.codegen.test_kernels import awkward_dataset
 from tests.zoo_models import ZOO
 
 
-def test_every_epoch_runs_its_own_chunk_order_when_drawn_ahead():
-    """Epochs in order, an epoch repeated, a skipped one and a second layout in between: each runs
-    exactly layout.chunk_order(epoch, seed), whether or not the order drawn ahead matches."""
+def test_every_epoch_runs_its_own_chunk_order():
+    """Epochs in order, an epoch repeated, a skipped one and a second layout in between, one at a
+    time or queued: each runs exactly layout.chunk_order(epoch, seed)."""
     layouts = [build_layout(awkward_dataset(seed, n_rows=80), LayoutOptions(chunk_size=8), device="cpu")
                for seed in (1, 2)]
     labels = [LabelMap.fit("binary", layout.labels).model_labels(layout.labels) for layout in layouts]
@@ -27,7 +27,7 @@ def test_every_epoch_runs_its_own_chunk_order_when_drawn_ahead():
     schedule = [(0, 0), (0, 1), (0, 1), (0, 3), (1, 4), (0, 4), (0, 5)]
     for which, epoch in schedule:
         executor.train_epoch(layouts[which], labels[which], epoch, 0.1)
-    # queued epochs draw their orders at once; then one at a time again, on the other layout
+    # queued epochs; then one at a time again, on the other layout
     for first, count in ((6, 3), (9, 1), (10, 2)):
         executor.train_epochs(layouts[0], labels[0], first, count, 0.1)
     executor.train_epoch(layouts[1], labels[1], 12, 0.1)
