@@ -162,6 +162,13 @@ def pytorch_stage(train, valid, epochs, lr, batch_size, k, seed):
 BACKEND = "triton"
 
 
+class History(list):
+    """(seconds, validation logloss) per epoch; programs: the async kernel's launched program count
+    (capped at what the GPU holds at once), None for sync arms."""
+
+    programs = None
+
+
 def alac_arm(train, valid, epochs, lr, k, seed, plan, optimizer="sgd"):
     from alac.train import Trainer
 
@@ -171,10 +178,11 @@ def alac_arm(train, valid, epochs, lr, k, seed, plan, optimizer="sgd"):
     valid_layout = trainer.layout_of(valid)
     warm = Trainer(model, lr=lr, plan=plan, backend=BACKEND, device=train.device, seed=seed, optimizer=optimizer)
     warm.executor.train_epoch(layout, labels, 0, lr)  # compiles every kernel off the clock
-    history = []
+    history = History()
     for epoch in range(epochs):
         seconds = _seconds(lambda: trainer.executor.train_epoch(layout, labels, epoch, lr))
         history.append((seconds, trainer.evaluate_layout(valid_layout, valid)["logloss"]))
+    history.programs = getattr(trainer.executor.backend, "async_programs", None)
     return history
 
 
@@ -275,7 +283,8 @@ def _summarize(name, history, train):
         total += min(s, median) if epoch == 0 else s
         wall.append(total)
     return {"name": name, "ms_per_epoch": 1000 * median, "ms_per_epoch_all": [1000 * s for s in seconds],
-            "gnnz_per_s": train.nnz / median / 1e9, "val_logloss": [v for _, v in history], "wall_s": wall}
+            "gnnz_per_s": train.nnz / median / 1e9, "val_logloss": [v for _, v in history], "wall_s": wall,
+            "programs": getattr(history, "programs", None)}
 
 
 def _finish(results, copy_gb_per_s, train):
@@ -313,7 +322,8 @@ def scaling(args, k):
         queued_seconds = statistics.median(queued)
         out.append({"rows": rows, "nnz": data.nnz, "ms_per_epoch": 1000 * seconds,
                     "ns_per_nnz": seconds / data.nnz * 1e9, "ms_per_epoch_queued": 1000 * queued_seconds,
-                    "ns_per_nnz_queued": queued_seconds / data.nnz * 1e9, "plan": plan.describe()})
+                    "ns_per_nnz_queued": queued_seconds / data.nnz * 1e9, "plan": plan.describe(),
+                    "programs": trainer.executor.backend.async_programs})
         print(out[-1], flush=True)
         data = layout = labels = trainer = None
         torch.cuda.empty_cache()
@@ -402,7 +412,8 @@ def main():
         target = _finish(results, costs.copy_gb_per_s if costs else None, train)
         payload.update({"arms": results, "target_val_logloss": target, "plans": plans})
         baseline = next((r for r in results if r["name"] == "pytorch_embeddingbag_b1024"), None)
-        rows = [[r["name"], f"{r['ms_per_epoch']:.2f}", f"{r['gnnz_per_s']:.2f}",
+        rows = [[r["name"], f"{r['programs']:,}" if r["programs"] else "-", f"{r['ms_per_epoch']:.2f}",
+                 f"{r['gnnz_per_s']:.2f}",
                  f"{100 * r['bandwidth_fraction']:.1f}%" if r["bandwidth_fraction"] else "-",
                  f"{baseline['ms_per_epoch'] / r['ms_per_epoch']:.0f}×" if baseline else "-",
                  f"{r['val_logloss'][-1]:.4f}",
@@ -412,7 +423,7 @@ def main():
                   f"({train.nnz:,} non-zeros), {valid.n_rows:,} validation rows, lr {args.lr}; {env['device']}, "
                   f"torch {env['torch']}, triton {env['triton']}, {env['date']}; copy bandwidth "
                   f"{costs.copy_gb_per_s if costs else 0:.0f} GB/s; target val logloss {target or 0:.4f}.", "",
-                  table(["arm", "ms / epoch", "G nnz / s", "of copy bandwidth", "vs PyTorch b1024",
+                  table(["arm", "async programs", "ms / epoch", "G nnz / s", "of copy bandwidth", "vs PyTorch b1024",
                          "val logloss (last epoch)", "time to target (s)"], rows)]
         _plot(results, name, args.out, k)
     write(name, payload, "\n".join(lines), args.out)

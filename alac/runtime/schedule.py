@@ -31,6 +31,23 @@ def async_programs(plan, layout):
     return max(1, min(layout.n_chunks, plan.max_in_flight // layout.chunk_size))
 
 
+def resident_programs(compiled, device):
+    """Programs of a compiled kernel that the GPU holds at once: the multiprocessors times the
+    programs one holds, limited by registers, threads and shared memory (Triton's occupancy
+    arithmetic, as in its fused-softmax tutorial). A persistent program beyond that only starts when
+    one ends, so it adds no samples in flight: on H100 with Triton 3.6, the default async LR kernel's
+    255 registers per thread fit 2 programs of 4 warps per multiprocessor, 264 in all, and its epoch
+    took the same time with 264 as with 528 programs (4.13 and 4.09 ms, 4M rows)."""
+    properties = torch.cuda.get_device_properties(device)
+    threads = compiled.metadata.num_warps * properties.warp_size
+    # 64K 32-bit registers per multiprocessor on every NVIDIA GPU since Kepler (torch does not report it)
+    by_registers = getattr(properties, "regs_per_multiprocessor", 65536) // max(1, compiled.n_regs * threads)
+    by_threads = properties.max_threads_per_multi_processor // threads
+    # CUDA reserves 1 KB of shared memory per block on compute capability 8.0 and later
+    by_shared = properties.shared_memory_per_multiprocessor // (compiled.metadata.shared + 1024)
+    return properties.multi_processor_count * max(1, min(by_registers, by_threads, by_shared))
+
+
 def sync_programs(plan, layout, interpret):
     """Programs of a sync epoch kernel: plan.programs or one per chunk of a batch, at most one per
     multiprocessor (the grid-wide barrier needs every program resident at once); one under the

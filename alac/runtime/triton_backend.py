@@ -17,7 +17,7 @@ from alac.codegen.kernels import generate_kernels
 from alac.codegen.module_cache import load_module
 from alac.codegen.torch_programs import TorchPrograms
 from alac.runtime.deterministic import plan_epoch, reduce_batch
-from alac.runtime.schedule import async_programs, slots_per_step, sync_programs
+from alac.runtime.schedule import async_programs, resident_programs, slots_per_step, sync_programs
 
 # Values of one param from which feature offsets need 64 bits (the kernels' WIDE_IDS).
 WIDE_ID_LIMIT = 2 ** 31
@@ -49,6 +49,9 @@ class TritonBackend:
         self._buffers = (None, None)
         self._bound_key = None
         self._graph = None
+        # programs the GPU holds at once, per compiled async kernel (constants); the last launch's count
+        self._resident = {}
+        self.async_programs = None
 
     def _buffers_for(self, state, layout):
         """Gradient accumulators (zero between batches), the epoch's order and step buffers and,
@@ -190,7 +193,11 @@ class TritonBackend:
         buffers["scale_ptr"][:scales.numel()] = scales
         if self.plan.semantics == "async":
             kernel, arguments, constants, _, _ = self._bound[0]
-            kernel[(async_programs(self.plan, layout),)](*arguments, **constants)
+            programs = async_programs(self.plan, layout)
+            if not self.interpret:
+                programs = min(programs, self._resident_programs(kernel, arguments, constants, layout.device))
+            self.async_programs = programs
+            kernel[(programs,)](*arguments, **constants)
             self._write_derived_params(state, rates[0], settings)
             return
         if self.plan.deterministic:
@@ -211,6 +218,16 @@ class TritonBackend:
             self._graph = graph
         else:
             self._graph.replay()
+
+    def _resident_programs(self, kernel, arguments, constants, device):
+        """resident_programs of the async kernel compiled for these constants (compiled and loaded
+        once, before its first launch: the register count is known only once the binary is loaded)."""
+        key = tuple(sorted(constants.items()))
+        if key not in self._resident:
+            compiled = kernel.warmup(*arguments, grid=(1,), **constants)
+            compiled._init_handles()
+            self._resident[key] = resident_programs(compiled, device)
+        return self._resident[key]
 
     def _write_derived_params(self, state, lr, settings):
         """The params the async kernel derives from their state, written from the state (elementwise,

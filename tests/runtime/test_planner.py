@@ -7,7 +7,8 @@ from alac.plan import Plan
 from alac.runtime.layout import LayoutOptions, build_layout
 from alac.runtime.planner import (AccessCosts, autotune, hot_size_for_data, hot_size_from_costs,
                                   replicas_from_costs, rows_per_flush)
-from alac.runtime.schedule import LearningRateSchedule, async_programs, batch_scales, slots_per_step
+from alac.runtime.schedule import (LearningRateSchedule, async_programs, batch_scales, resident_programs,
+                                   slots_per_step)
 
 
 def _layout(chunk_size=4):
@@ -59,6 +60,23 @@ def test_learning_rate_schedules():
     np.testing.assert_allclose(inverse, [1 / 2 ** 0.5, 1 / 2.1 ** 0.5], rtol=1e-6)
     with pytest.raises(ValueError):
         LearningRateSchedule("cosine")
+
+
+@pytest.mark.parametrize("registers, warps, shared, per_multiprocessor", [
+    (255, 4, 16384, 2),     # the default async LR kernel on H100 with Triton 3.6 (ncu: 2 blocks, 8 warps)
+    (78, 8, 16384, 3),      # registers: 65,536 // (78 * 256)
+    (32, 4, 16384, 13),     # shared memory: 233,472 // (16,384 + 1,024 reserved) (threads allow 16)
+    (32, 4, 1024, 16),      # threads: 2,048 // 128
+    (255, 16, 0, 1),        # one program always fits (a launch that fits at all runs)
+])
+def test_resident_programs_follow_the_occupancy_limits(monkeypatch, registers, warps, shared, per_multiprocessor):
+    from types import SimpleNamespace
+
+    h100 = SimpleNamespace(multi_processor_count=132, warp_size=32, max_threads_per_multi_processor=2048,
+                           shared_memory_per_multiprocessor=233_472)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: h100)
+    compiled = SimpleNamespace(n_regs=registers, metadata=SimpleNamespace(num_warps=warps, shared=shared))
+    assert resident_programs(compiled, "cuda") == 132 * per_multiprocessor
 
 
 def test_schedule_sizes():
