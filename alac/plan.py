@@ -22,7 +22,8 @@ class Plan:
     chunk_size: int = 16
     batch_size: int = 1024
     kernels: str = "fused"
-    num_warps: int = 4
+    # None: enough warps for 16 edge-tile values per thread, at least 4 (schedule.warps_for_tile).
+    num_warps: int | None = None
     semantics: str = "sync"
     # Hot segment: re-indexed features [0, hot_size) get their gradients summed inside a program
     # before any atomic (0: off); in sync semantics into `replicas` copies of the hot accumulator.
@@ -88,6 +89,8 @@ class Plan:
             raise ValueError("async semantics run the fused kernel only (kernels='fused')")
         if self.slots_per_step is not None and (self.slots_per_step < 1 or self.slots_per_step & (self.slots_per_step - 1)):
             raise ValueError(f"slots_per_step must be a power of two, got {self.slots_per_step}")
+        if self.num_warps is not None and not (1 <= self.num_warps <= 32 and self.num_warps & (self.num_warps - 1) == 0):
+            raise ValueError(f"num_warps must be a power of two from 1 to 32, got {self.num_warps}")
         if self.flush_every < 1:
             raise ValueError(f"flush_every must be >= 1, got {self.flush_every}")
         if self.hot_size < 0 or self.replicas < 1:
@@ -117,7 +120,7 @@ class Plan:
 
     def describe(self):
         text = (f"semantics={self.semantics} kernels={self.kernels} chunk_size={self.chunk_size} "
-                f"batch_size={self.batch_size} num_warps={self.num_warps} hot_size={self.hot_size} "
+                f"batch_size={self.batch_size} num_warps={self.num_warps or 'auto'} hot_size={self.hot_size} "
                 f"slots_per_step={self.slots_per_step or 'auto'}")
         if self.semantics == "sync":
             return (text + f" replicas={self.replicas}" + (" deterministic" if self.deterministic else "")

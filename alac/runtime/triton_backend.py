@@ -17,7 +17,8 @@ from alac.codegen.kernels import generate_kernels
 from alac.codegen.module_cache import load_module
 from alac.codegen.torch_programs import TorchPrograms
 from alac.runtime.deterministic import plan_epoch, reduce_batch
-from alac.runtime.schedule import async_programs, resident_programs, slots_per_step, sync_programs
+from alac.runtime.schedule import (async_programs, resident_programs, slots_per_step, sync_programs,
+                                   warps_for_tile)
 
 # Values of one param from which feature offsets need 64 bits (the kernels' WIDE_IDS).
 WIDE_ID_LIMIT = 2 ** 31
@@ -107,7 +108,8 @@ class TritonBackend:
         slots = slots_per_step(self.plan, layout, self.ir.factor_size)
         widest = layout.fixed_width if layout.fixed_width is not None else layout.stats.max_nnz
         return {"HAS_VALUES": layout.edge_value is not None, "C": layout.chunk_size, "S": slots,
-                "ONE_TILE": widest <= slots, "num_warps": self.plan.num_warps,
+                "ONE_TILE": widest <= slots,
+                "num_warps": warps_for_tile(self.plan, slots, self.ir.factor_size),
                 "WIDE_IDS": layout.n_features * max(self.ir.factor_size, 1) >= WIDE_ID_LIMIT}
 
     def _values(self, state, layout, labels, extra):

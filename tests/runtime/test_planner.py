@@ -8,7 +8,7 @@ from alac.runtime.layout import LayoutOptions, build_layout
 from alac.runtime.planner import (AccessCosts, autotune, hot_size_for_data, hot_size_from_costs,
                                   replicas_from_costs, rows_per_flush)
 from alac.runtime.schedule import (LearningRateSchedule, async_programs, batch_scales, resident_programs,
-                                   slots_per_step)
+                                   slots_per_step, warps_for_tile)
 
 
 def _layout(chunk_size=4):
@@ -77,6 +77,18 @@ def test_resident_programs_follow_the_occupancy_limits(monkeypatch, registers, w
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: h100)
     compiled = SimpleNamespace(n_regs=registers, metadata=SimpleNamespace(num_warps=warps, shared=shared))
     assert resident_programs(compiled, "cuda") == 132 * per_multiprocessor
+
+
+@pytest.mark.parametrize("chunk_size, slots, factor_size, warps", [
+    (32, 64, 0, 4),     # async LR on Criteo-shaped rows: [64, 32], 16 values per thread of 4 warps
+    (32, 8, 16, 8),     # async FM k = 16: [8, 32, 16], 16 per thread of 8 warps
+    (16, 64, 0, 4),     # sync LR: 8 per thread of 4 warps (never fewer than 4)
+    (32, 128, 64, 8),   # a larger tile still gets 8 warps at most
+])
+def test_warps_for_tile(chunk_size, slots, factor_size, warps):
+    plan = Plan(chunk_size=chunk_size, batch_size=1024)
+    assert warps_for_tile(plan, slots, factor_size) == warps
+    assert warps_for_tile(Plan(chunk_size=chunk_size, batch_size=1024, num_warps=2), slots, factor_size) == 2
 
 
 def test_schedule_sizes():
