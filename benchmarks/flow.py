@@ -163,10 +163,10 @@ BACKEND = "triton"
 
 
 class History(list):
-    """(seconds, validation logloss) per epoch; programs: the async kernel's launched program count
-    (capped at what the GPU holds at once), None for sync arms."""
+    """(seconds, validation logloss) per epoch; programs and resident_programs: the async kernel's
+    launched programs and how many of them the GPU holds at once (None for sync arms)."""
 
-    programs = None
+    programs = resident_programs = None
 
 
 def alac_arm(train, valid, epochs, lr, k, seed, plan, optimizer="sgd"):
@@ -183,6 +183,7 @@ def alac_arm(train, valid, epochs, lr, k, seed, plan, optimizer="sgd"):
         seconds = _seconds(lambda: trainer.executor.train_epoch(layout, labels, epoch, lr))
         history.append((seconds, trainer.evaluate_layout(valid_layout, valid)["logloss"]))
     history.programs = getattr(trainer.executor.backend, "async_programs", None)
+    history.resident_programs = getattr(trainer.executor.backend, "resident_async_programs", None)
     return history
 
 
@@ -284,7 +285,15 @@ def _summarize(name, history, train):
         wall.append(total)
     return {"name": name, "ms_per_epoch": 1000 * median, "ms_per_epoch_all": [1000 * s for s in seconds],
             "gnnz_per_s": train.nnz / median / 1e9, "val_logloss": [v for _, v in history], "wall_s": wall,
-            "programs": getattr(history, "programs", None)}
+            "programs": getattr(history, "programs", None),
+            "resident_programs": getattr(history, "resident_programs", None)}
+
+
+def _programs(result):
+    if not result["programs"]:
+        return "-"
+    at_once = result["resident_programs"]
+    return f"{result['programs']:,}" + (f" ({at_once:,} at once)" if at_once and at_once < result["programs"] else "")
 
 
 def _finish(results, copy_gb_per_s, train):
@@ -323,7 +332,8 @@ def scaling(args, k):
         out.append({"rows": rows, "nnz": data.nnz, "ms_per_epoch": 1000 * seconds,
                     "ns_per_nnz": seconds / data.nnz * 1e9, "ms_per_epoch_queued": 1000 * queued_seconds,
                     "ns_per_nnz_queued": queued_seconds / data.nnz * 1e9, "plan": plan.describe(),
-                    "programs": trainer.executor.backend.async_programs})
+                    "programs": trainer.executor.backend.async_programs,
+                    "resident_programs": trainer.executor.backend.resident_async_programs})
         print(out[-1], flush=True)
         data = layout = labels = trainer = None
         torch.cuda.empty_cache()
@@ -412,7 +422,7 @@ def main():
         target = _finish(results, costs.copy_gb_per_s if costs else None, train)
         payload.update({"arms": results, "target_val_logloss": target, "plans": plans})
         baseline = next((r for r in results if r["name"] == "pytorch_embeddingbag_b1024"), None)
-        rows = [[r["name"], f"{r['programs']:,}" if r["programs"] else "-", f"{r['ms_per_epoch']:.2f}",
+        rows = [[r["name"], _programs(r), f"{r['ms_per_epoch']:.2f}",
                  f"{r['gnnz_per_s']:.2f}",
                  f"{100 * r['bandwidth_fraction']:.1f}%" if r["bandwidth_fraction"] else "-",
                  f"{baseline['ms_per_epoch'] / r['ms_per_epoch']:.0f}×" if baseline else "-",

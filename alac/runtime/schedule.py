@@ -52,10 +52,13 @@ def async_programs(plan, layout):
 def resident_programs(compiled, device):
     """Programs of a compiled kernel that the GPU holds at once: the multiprocessors times the
     programs one holds, limited by registers, threads and shared memory (Triton's occupancy
-    arithmetic, as in its fused-softmax tutorial). A persistent program beyond that only starts when
-    one ends, so it adds no samples in flight: on H100 with Triton 3.6, the default async LR kernel's
-    255 registers per thread fit 2 programs of 4 warps per multiprocessor, 264 in all, and its epoch
-    took the same time with 264 as with 528 programs (4.13 and 4.09 ms, 4M rows)."""
+    arithmetic, as in its fused-softmax tutorial). Async epochs report it beside the programs they
+    launch: on H100 with Triton 3.6 the default async LR kernel's 255 registers per thread fit 2
+    programs of 4 warps per multiprocessor, so of the 528 programs launched 264 run at once and the
+    rest start as those end (ncu: 2 waves, 12.5 % occupancy). Launching only 264 gave the same LR
+    epoch time (4.13 against 4.09 ms) but made async FTRL with derived weights spike in its second
+    epoch on 200k rows (training loss 0.8-1.0 against 0.47-0.49, the same with a shared chunk queue
+    of 264 programs; cause not found), so the launch count stays max_in_flight / C."""
     properties = torch.cuda.get_device_properties(device)
     threads = compiled.metadata.num_warps * properties.warp_size
     # 64K 32-bit registers per multiprocessor on every NVIDIA GPU since Kepler (torch does not report it)

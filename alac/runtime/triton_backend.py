@@ -50,9 +50,10 @@ class TritonBackend:
         self._buffers = (None, None)
         self._bound_key = None
         self._graph = None
-        # programs the GPU holds at once, per compiled async kernel (constants); the last launch's count
+        # the last async launch's programs, and how many of them the GPU holds at once (per compiled
+        # kernel: constants); the rest start as the first ones end
         self._resident = {}
-        self.async_programs = None
+        self.async_programs = self.resident_async_programs = None
 
     def _buffers_for(self, state, layout):
         """Gradient accumulators (zero between batches), the epoch's order and step buffers and,
@@ -195,11 +196,10 @@ class TritonBackend:
         buffers["scale_ptr"][:scales.numel()] = scales
         if self.plan.semantics == "async":
             kernel, arguments, constants, _, _ = self._bound[0]
-            programs = async_programs(self.plan, layout)
+            self.async_programs = async_programs(self.plan, layout)
             if not self.interpret:
-                programs = min(programs, self._resident_programs(kernel, arguments, constants, layout.device))
-            self.async_programs = programs
-            kernel[(programs,)](*arguments, **constants)
+                self.resident_async_programs = self._resident_programs(kernel, arguments, constants, layout.device)
+            kernel[(self.async_programs,)](*arguments, **constants)
             self._write_derived_params(state, rates[0], settings)
             return
         if self.plan.deterministic:
