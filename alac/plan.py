@@ -49,6 +49,16 @@ class Plan:
     # update is then one fetch-and-add (n) and one addition nobody waits for (z), instead of two
     # fetch-and-adds and a store: LR epoch 8.5 ms against 18.9 on H100 (async SGD: 5.0).
     derive_params: bool = True
+    # Async: programs claim the epoch's chunk-order positions from a shared queue (an atomic counter)
+    # until none is left, instead of a fixed share each (pid, pid + P, ...), so that they finish
+    # within about a chunk of each other. Measured on H100 (one process, 4M rows): the LR kernel 8-9 %
+    # faster at 1M and 4M rows, equal at 64M, so queued epochs scale within 7.5 % from 1M to 64M
+    # rows (fixed shares: 17 %). Off by default: it converged worse, like launching one wave of the
+    # resident programs instead of max_in_flight / C in two (validation logloss after 10 epochs
+    # 0.5059 against 0.5035-0.5043 without hot segment; flushing every chunk diverged, 0.80; async
+    # FTRL with derived weights spiked in its second epoch). Why two waves of fixed shares converge
+    # better than one of the same 264 resident programs was not found.
+    chunk_queue: bool = False
     # Sync on a GPU: replay the epoch's launches as a CUDA graph.
     cuda_graph: bool = True
     # Sync: run an epoch as one persistent launch whose programs meet at a grid-wide barrier after
@@ -126,7 +136,8 @@ class Plan:
             return (text + f" replicas={self.replicas}" + (" deterministic" if self.deterministic else "")
                     + self._sync_options())
         return text + (f" programs={self.programs or 'auto'} max_in_flight={self.max_in_flight} "
-                       f"flush_every={self.flush_every}" + ("" if self.derive_params else " stored_params"))
+                       f"flush_every={self.flush_every}" + ("" if self.derive_params else " stored_params")
+                       + (" chunk_queue" if self.chunk_queue else ""))
 
     def kernel_description(self):
         """What of the plan the generated source depends on (the rest are launch arguments)."""
@@ -134,5 +145,6 @@ class Plan:
                 + (" deterministic" if self.deterministic else "")
                 + (" grid_barrier" if self.uses_grid_barrier else "")
                 + (" edge_updates" if self.uses_edge_updates else "") + (" summed" if self.sums_equal_edges else "")
-                + (" stored_params" if self.semantics == "async" and not self.derive_params else "") +
+                + (" stored_params" if self.semantics == "async" and not self.derive_params else "")
+                + (" chunk_queue" if self.semantics == "async" and self.chunk_queue else "") +
                 " (chunk size, slots per step, H, R, warps and programs are launch arguments)")

@@ -255,6 +255,8 @@ def run_arms(args, train, valid, k):
         ("alac_async", lambda: alac_arm(train, valid, args.epochs, args.lr, k, args.seed, async_base)),
         ("alac_async_hot_flush1", lambda: alac_arm(train, valid, args.epochs, args.lr, k, args.seed, every_chunk.plan)),
         ("alac_async_hot", lambda: alac_arm(train, valid, args.epochs, args.lr, k, args.seed, async_choice.plan)),
+        ("alac_async_hot_queue", lambda: alac_arm(train, valid, args.epochs, args.lr, k, args.seed,
+                                                  dataclasses.replace(async_choice.plan, chunk_queue=True))),
     ]
     selected = [a for a in arms if not args.arms or a[0] in args.arms.split(",")]
     results, plans = [], {"sync": sync_choice.reasons, "async": async_choice.reasons,
@@ -306,8 +308,14 @@ def _finish(results, copy_gb_per_s, train):
     return target
 
 
+# epochs per loss read in the scaling run's queued figure: a run of many epochs, where one exposed
+# launch lead per read is a small share (3 per read left 5-8 % of a 1M-row epoch to it on H100)
+QUEUED_EPOCHS = 10
+
+
 def scaling(args, k):
-    """Async ms per epoch and ns per non-zero from 1M to 64M rows (the planner's plan each time)."""
+    """Async ms per epoch and ns per non-zero from 1M to 64M rows (the planner's plan each time,
+    with fixed shares per program and with the chunk queue)."""
     from alac.data.synthetic import criteo_like
     from alac.plan import Plan
     from alac.runtime.planner import hot_size_for_data
@@ -317,25 +325,28 @@ def scaling(args, k):
     out = []
     for rows in rows_list:
         data = criteo_like(rows, seed=args.seed, device="cuda")
-        plan = Plan(semantics="async", batch_size=1024, chunk_size=32, max_in_flight=args.max_in_flight)
-        plan = dataclasses.replace(plan, hot_size=hot_size_for_data(data, plan))
-        trainer = Trainer(_model(k), lr=args.lr, plan=plan, backend="triton", device="cuda", seed=args.seed)
-        layout, labels = trainer.prepare(data)
-        trainer.executor.train_epoch(layout, labels, 0, args.lr)
-        times = [_seconds(lambda: trainer.executor.train_epoch(layout, labels, e, args.lr)) for e in range(1, 4)]
-        seconds = statistics.median(times)
-        # the same epochs queued back to back (Executor.train_epochs): the host work of an epoch
-        # overlaps the previous one's kernel instead of preceding its own
-        queued = [_seconds(lambda: trainer.executor.train_epochs(layout, labels, e, 3, args.lr)) / 3
-                  for e in (4, 7, 10)]
-        queued_seconds = statistics.median(queued)
-        out.append({"rows": rows, "nnz": data.nnz, "ms_per_epoch": 1000 * seconds,
-                    "ns_per_nnz": seconds / data.nnz * 1e9, "ms_per_epoch_queued": 1000 * queued_seconds,
-                    "ns_per_nnz_queued": queued_seconds / data.nnz * 1e9, "plan": plan.describe(),
-                    "programs": trainer.executor.backend.async_programs,
-                    "resident_programs": trainer.executor.backend.resident_async_programs})
-        print(out[-1], flush=True)
-        data = layout = labels = trainer = None
+        for queue in (False, True):
+            plan = Plan(semantics="async", batch_size=1024, chunk_size=32, max_in_flight=args.max_in_flight,
+                        chunk_queue=queue)
+            plan = dataclasses.replace(plan, hot_size=hot_size_for_data(data, plan))
+            trainer = Trainer(_model(k), lr=args.lr, plan=plan, backend="triton", device="cuda", seed=args.seed)
+            layout, labels = trainer.prepare(data)
+            trainer.executor.train_epoch(layout, labels, 0, args.lr)
+            times = [_seconds(lambda: trainer.executor.train_epoch(layout, labels, e, args.lr)) for e in range(1, 4)]
+            seconds = statistics.median(times)
+            # epochs queued back to back (Executor.train_epochs): the host work of an epoch overlaps
+            # the previous one's kernel instead of preceding its own
+            queued = [_seconds(lambda: trainer.executor.train_epochs(layout, labels, e, QUEUED_EPOCHS, args.lr))
+                      / QUEUED_EPOCHS for e in (10, 20, 30)]
+            queued_seconds = statistics.median(queued)
+            out.append({"rows": rows, "nnz": data.nnz, "chunk_queue": queue, "ms_per_epoch": 1000 * seconds,
+                        "ns_per_nnz": seconds / data.nnz * 1e9, "ms_per_epoch_queued": 1000 * queued_seconds,
+                        "ns_per_nnz_queued": queued_seconds / data.nnz * 1e9, "plan": plan.describe(),
+                        "programs": trainer.executor.backend.async_programs,
+                        "resident_programs": trainer.executor.backend.resident_async_programs})
+            print(out[-1], flush=True)
+            layout = labels = trainer = None
+        data = None
         torch.cuda.empty_cache()
     return out
 
@@ -404,10 +415,11 @@ def main():
     lines = []
     if args.scaling:
         payload["scaling"] = scaling(args, k)
-        lines += ["Async scaling (queued: 3 epochs per loss read, Executor.train_epochs):", "",
-                  table(["rows", "non-zeros", "ms / epoch", "ns / non-zero", "ms / epoch, queued",
+        lines += [f"Async scaling (queued: {QUEUED_EPOCHS} epochs per loss read, Executor.train_epochs):", "",
+                  table(["rows", "non-zeros", "chunks", "ms / epoch", "ns / non-zero", "ms / epoch, queued",
                          "ns / non-zero, queued"], [
-                      [f"{r['rows']:,}", f"{r['nnz']:,}", f"{r['ms_per_epoch']:.2f}", f"{r['ns_per_nnz']:.4f}",
+                      [f"{r['rows']:,}", f"{r['nnz']:,}", "queue" if r["chunk_queue"] else "fixed shares",
+                       f"{r['ms_per_epoch']:.2f}", f"{r['ns_per_nnz']:.4f}",
                        f"{r['ms_per_epoch_queued']:.2f}", f"{r['ns_per_nnz_queued']:.4f}"]
                       for r in payload["scaling"]]), ""]
     if args.real_data:

@@ -178,6 +178,8 @@ class KernelGenerator:
         # params computed from their optimizer state where read (async only: sync update kernels
         # store every param they update)
         self.derived = set(self.optimizer.derivable) if self.asynchronous and plan.derive_params else set()
+        # async programs claim chunks from a shared queue (`Plan.chunk_queue`)
+        self.chunk_queue = self.asynchronous and plan.chunk_queue
 
     def _ranks(self):
         # edge values are [S, C] tiles (S slots of the chunk's C rows) in every edge loop
@@ -648,29 +650,58 @@ class KernelGenerator:
         return self._function(name, w), KernelSpec(name, role, tuple(stages), tuple(w.args))
 
     def _persistent_loop(self, w, stages, local_inputs, local_outputs):
-        """Async: this program takes chunks pid, pid + P, ... of the epoch's queue; with a hot segment,
-        every flush_every chunks (and after its last) it applies its hot-gradient sums."""
-        w.comment("persistent: this program takes chunks pid, pid + P, ... of the epoch's queue")
-        w.line("first = chunk_offset + tl.program_id(0)")
-        w.line("my_chunks = tl.cdiv(tl.maximum(n_chunks - first, 0), tl.num_programs(0))")
+        """Async: programs take the epoch's chunk-order positions from a shared queue until it runs
+        out (or, without the queue, chunks pid, pid + P, ...); with a hot segment, every flush_every
+        chunks (and after its last) a program applies its hot-gradient sums."""
+        if self.chunk_queue:
+            queue = w.arg("queue_ptr")
+            claim = f"chunk_offset + tl.atomic_add({queue}, 1, sem=\"relaxed\")"
+            w.comment("persistent: each program claims the next position of the epoch's chunk order until none")
+            w.comment("is left, so the programs finish within about a chunk of each other")
+            w.line(f"position = {claim}")
+        else:
+            w.comment("persistent: this program takes chunks pid, pid + P, ... of the epoch's queue")
+            w.line("first = chunk_offset + tl.program_id(0)")
+            w.line("my_chunks = tl.cdiv(tl.maximum(n_chunks - first, 0), tl.num_programs(0))")
         if self.hot:
             w.comment("this program's own [H] sums of hot gradients")
             w.line(f"hot_base = tl.program_id(0).to(tl.int64) * {w.arg('hot_stride')}")
         w.comment("the loss, summed per row; added to the epoch's total once, at the end")
         w.line("loss_rows = tl.zeros([C], tl.float32)")
-        w.line("for step in range(0, my_chunks):")
-        w.depth += 1
-        w.line("position = first + step * tl.num_programs(0)")
+        if self.chunk_queue:
+            w.line("step = 0")
+            w.line("while position < n_chunks:")
+            w.depth += 1
+            w.comment("claim the next position now: the claim's round trip overlaps this chunk")
+            w.line(f"next_position = {claim}")
+            last = "next_position >= n_chunks"
+        else:
+            w.line("for step in range(0, my_chunks):")
+            w.depth += 1
+            w.line("position = first + step * tl.num_programs(0)")
+            last = "step + 1 == my_chunks"
         self._chunk_prologue(w, "position")
         self._stages(w, stages, local_inputs, local_outputs)
         if self.hot:
             w.comment("flush the hot sums every flush_every chunks, and after the program's last")
-            w.line(f"if ((step + 1) % {w.arg('flush_every')} == 0) | (step + 1 == my_chunks):")
+            w.line(f"if ((step + 1) % {w.arg('flush_every')} == 0) | ({last}):")
             w.depth += 1
             self._flush(w)
             w.depth -= 1
+        if self.chunk_queue:
+            w.line("step += 1")
+            w.line("position = next_position")
         w.depth -= 1
         w.line(f"tl.atomic_add({w.arg('loss_sum_ptr')}, tl.sum(loss_rows, axis=0), sem=\"relaxed\")")
+        if self.chunk_queue:
+            w.comment("the last program out resets the queue for the next launch (acq_rel: every program's last")
+            w.comment("claim is in before the reset)")
+            w.line(f"finished = tl.atomic_add({queue} + 1, 1, sem=\"acq_rel\")")
+            w.line("if finished == tl.num_programs(0) - 1:")
+            w.depth += 1
+            w.line(f"tl.atomic_xchg({queue}, 0, sem=\"relaxed\")")
+            w.line(f"tl.atomic_xchg({queue} + 1, 0, sem=\"relaxed\")")
+            w.depth -= 1
 
     def _flush(self, w):
         w.comment("the chunks since the last flush: flush_every, or fewer at a program's last flush")

@@ -66,6 +66,9 @@ class TritonBackend:
             arguments = {a for spec in (*self.generated.train, self.generated.epoch) if spec for a in spec.args}
             if "touched_ptr" in arguments:
                 buffers["touched_ptr"] = torch.zeros(layout.n_features, dtype=torch.int32, device=device)
+            if "queue_ptr" in arguments:
+                # async chunk queue: positions claimed, programs finished (the kernel leaves both zero)
+                buffers["queue_ptr"] = torch.zeros(2, dtype=torch.int64, device=device)
             hot = min(self.plan.hot_size, layout.n_features)
             hot_stride = -(-hot // HOT_ROW_ALIGNMENT) * HOT_ROW_ALIGNMENT
             if hot:

@@ -279,6 +279,40 @@ def test_async_flushes_of_an_all_hot_model_are_sync_batches(k, flush_every):
     _assert_states_close(reference.state, kernel.state)
 
 
+@pytest.mark.parametrize("model_name", ["lr", "fm"])
+@pytest.mark.parametrize("programs", [1, 3, 8])
+def test_the_chunk_queue_hands_out_every_chunk_once_per_epoch(model_name, programs):
+    """At lr 0 the params stay put, so an epoch's loss is the same sum whatever the order: it equals
+    the reference's only if the queue gave every chunk to exactly one program, and the queue is back
+    at zero for the next epoch (on a GPU as well, where the programs race for it)."""
+    model = ZOO[model_name]()
+    dataset = awkward_dataset(14, n_rows=150, labels=model.labels)
+    device, layout, labels = laid_out(dataset, model.labels)
+    plan = Plan(chunk_size=8, batch_size=32, semantics="async", programs=programs, hot_size=5, slots_per_step=64,
+                chunk_queue=True)
+    executors = _executors(model_name, plan, layout)
+    for epoch in range(2):
+        losses = {name: executor.train_epoch(layout, labels, epoch=epoch, lr=0.0) for name, executor in executors.items()}
+        assert losses[KERNEL_BACKEND] == pytest.approx(losses["reference"], rel=1e-5)
+        assert executors[KERNEL_BACKEND].backend._buffers[1]["queue_ptr"].tolist() == [0, 0]
+
+
+@pytest.mark.skipif(KERNEL_BACKEND == "triton", reason="programs race on a GPU; the interpreter runs them in turn")
+@pytest.mark.parametrize("hot_size", [0, 7])
+def test_queued_programs_in_turn_are_sequential_sgd(hot_size):
+    """The interpreter runs programs one after another, so with the chunk queue the first program
+    claims every chunk in order: any program count is then sequential SGD (without the queue, program
+    p would take chunks p, p + P, ... in turn, another order)."""
+    dataset = awkward_dataset(8)
+    device, layout, labels = laid_out(dataset, "binary")
+    plan = Plan(chunk_size=8, batch_size=32, semantics="async", programs=5, hot_size=hot_size, slots_per_step=64,
+                flush_every=1, chunk_queue=True)
+    executors = _executors("lr", plan, layout)
+    for executor in executors.values():
+        executor.train_epoch(layout, labels, epoch=0, lr=0.5)
+    _assert_states_close(executors["reference"].state, executors[KERNEL_BACKEND].state)
+
+
 def test_async_with_many_programs_trains():
     """Lock-free programs race, so no exact reference: the loss must fall as sync SGD's does."""
     dataset = awkward_dataset(9, n_rows=400)
