@@ -36,6 +36,9 @@ class Plan:
     # middle of that range. With the hot segment on H100 (flow_sweep.md), half and twice as many took
     # LR's epoch from 7.8 ms to 6.5 and 6.0 and FM's from 17.3 to 16.9 and 18.1, logloss within
     # 0.0013: inside the run-to-run spread of those runs (about 15 %), so it was kept.
+    # Launched is not resident: on H100 with Triton 3.6 the LR and FM kernels' ~255 registers per
+    # thread fit 2 programs per multiprocessor, so 264 of the 528 run at once and the rest start as
+    # they end (schedule.resident_programs; flow.py reports both counts).
     programs: int | None = None
     max_in_flight: int = 132 * 128
     # Async with a hot segment: chunks a program runs between flushes of its hot-gradient sums into
