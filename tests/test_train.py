@@ -128,6 +128,54 @@ def test_cuwide_rule_stops_above_the_window_mean():
     assert not trainer._should_stop([0.9, 0.8], 1)              # not enough epochs yet
 
 
+def _count_queued_epochs(trainer):
+    counts = []
+    queue = trainer.executor.train_epochs
+
+    def counting(layout, labels, first_epoch, count, lr):
+        counts.append(count)
+        return queue(layout, labels, first_epoch, count, lr)
+
+    trainer.executor.train_epochs = counting
+    return counts
+
+
+def test_fit_queues_epochs_and_trains_as_one_at_a_time(monkeypatch):
+    """With nothing to evaluate between epochs, fit queues them (one loss read per group); the losses
+    and parameters are those of epochs run one at a time (a callback forces that)."""
+    from alac import train
+
+    monkeypatch.setattr(train, "QUEUE_SECONDS", 1e9)
+    data = _data(2000)
+    queued, single = _trainer(), _trainer(callbacks=[lambda trainer, record: False])
+    counts = _count_queued_epochs(queued)
+    queued.fit(data, epochs=7)
+    single.fit(data, epochs=7)
+    assert counts == [1, 6]
+    assert [r["train_loss"] for r in queued.history] == [r["train_loss"] for r in single.history]
+    assert [r["epoch"] for r in queued.history] == list(range(1, 8))
+    for name, value in single.executor.state.params.items():
+        assert torch.equal(queued.executor.state.params[name], value)
+
+
+def test_a_divergence_inside_a_queued_group_restores_the_group_start(monkeypatch):
+    """Two good epochs, then five queued at once at a learning rate that diverges: the parameters
+    of epoch 2, where the group started, come back."""
+    monkeypatch.setattr(Trainer, "_group_size", staticmethod(lambda grouped, remaining, seconds: remaining))
+    data = _data(2000)
+    trainer = Trainer(load_model_file("lsr").MODEL(), lr=0.01, plan=Plan(chunk_size=16, batch_size=256),
+                      backend="reference")
+    trainer.fit(data, epochs=2)
+    start = trainer.executor.state.clone()
+    trainer.lr = 1e6
+    counts = _count_queued_epochs(trainer)
+    with pytest.raises(TrainingDiverged, match="diverged in epoch [3-7] .*epoch 2's parameters are restored"):
+        trainer.fit(data, epochs=5)
+    assert counts == [5]
+    for name, value in start.params.items():
+        assert torch.equal(trainer.executor.state.params[name], value)
+
+
 def test_divergence_restores_the_last_good_parameters():
     data = _data(2000)
     trainer = Trainer(load_model_file("lsr").MODEL(), lr=1e6, plan=Plan(chunk_size=16, batch_size=256),
