@@ -59,8 +59,11 @@ class Plan:
     # rows (fixed shares: 17 %). Off by default: it converged worse, like launching one wave of the
     # resident programs instead of max_in_flight / C in two (validation logloss after 10 epochs
     # 0.5059 against 0.5035-0.5043 without hot segment; flushing every chunk diverged, 0.80; async
-    # FTRL with derived weights spiked in its second epoch). Why two waves of fixed shares converge
-    # better than one of the same 264 resident programs was not found.
+    # FTRL with derived weights spiked in its second epoch). It is the w gathers' L1 copies (not
+    # coherent with other multiprocessors' atomic updates): loading w past L1 (`.cg`) made the queue
+    # converge (0.5022; flushing every chunk 0.5036) but tripled the epoch (13-14 ms against 4.4), and
+    # an evict-first hint did not help. Why fixed shares in two waves tolerate the stale copies
+    # better than one wave of the same 264 resident programs was not found.
     chunk_queue: bool = False
     # Sync on a GPU: replay the epoch's launches as a CUDA graph.
     cuda_graph: bool = True
