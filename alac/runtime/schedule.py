@@ -57,8 +57,8 @@ def resident_programs(compiled, device):
     programs of 4 warps per multiprocessor, so of the 528 programs launched 264 run at once and the
     rest start as those end (ncu: 2 waves, 12.5 % occupancy). Launching only 264 gave the same LR
     epoch time (4.13 against 4.09 ms) but made async FTRL with derived weights spike in its second
-    epoch on 200k rows (training loss 0.8-1.0 against 0.47-0.49, the same with a shared chunk queue
-    of 264 programs; cause not found), so the launch count stays max_in_flight / C."""
+    epoch on 200k rows (training loss 0.8-1.0 against 0.47-0.49), as the chunk queue does (stale L1
+    copies of the params: `Plan.chunk_queue`), so the launch count stays max_in_flight / C."""
     properties = torch.cuda.get_device_properties(device)
     threads = compiled.metadata.num_warps * properties.warp_size
     # 64K 32-bit registers per multiprocessor on every NVIDIA GPU since Kepler (torch does not report it)

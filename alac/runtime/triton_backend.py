@@ -230,6 +230,7 @@ class TritonBackend:
         key = tuple(sorted(constants.items()))
         if key not in self._resident:
             compiled = kernel.warmup(*arguments, grid=(1,), **constants)
+            # Triton fills n_regs when it loads the binary (lazily, at the first launch otherwise)
             compiled._init_handles()
             self._resident[key] = resident_programs(compiled, device)
         return self._resident[key]
