@@ -38,7 +38,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.report import RESULTS, environment, table, write  # noqa: E402
+from benchmarks.report import environment, result_folders, table, write  # noqa: E402
 
 
 def synthetic_train_valid(rows, valid_rows, device, seed=0):
@@ -469,7 +469,7 @@ def _plot(results, name, out_dir, k):
     axis.set_title(f"{'FM k=' + str(k) if k else 'LR'}: validation loss against training time, per arm")
     axis.legend(fontsize=7)
     figure.tight_layout()
-    for folder in [RESULTS] + ([Path(out_dir)] if out_dir else []):
+    for folder in result_folders(out_dir):
         Path(folder).mkdir(parents=True, exist_ok=True)
         figure.savefig(Path(folder) / f"{name}.png", dpi=120)
 

@@ -37,10 +37,16 @@ def environment():
     return info
 
 
+def result_folders(out_dir=None):
+    """Where a benchmark writes: out_dir (e.g. $OUT on the GPU machine, whence the files are copied
+    into results/ after a check), or results/ when none is given; a smoke run with an out_dir
+    elsewhere leaves the committed figures alone."""
+    return [Path(out_dir)] if out_dir else [RESULTS]
+
+
 def write(name, payload, markdown, out_dir=None):
-    """Write results/<name>.json and results/<name>.md (and copies into out_dir, e.g. $OUT)."""
-    targets = [RESULTS] + ([Path(out_dir)] if out_dir else [])
-    for folder in targets:
+    """Write <name>.json and <name>.md into result_folders(out_dir)."""
+    for folder in result_folders(out_dir):
         folder.mkdir(parents=True, exist_ok=True)
         (folder / f"{name}.json").write_text(json.dumps(payload, indent=2) + "\n")
         (folder / f"{name}.md").write_text(markdown + "\n")

@@ -27,7 +27,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.report import RESULTS, environment, table, write  # noqa: E402
+from benchmarks.report import environment, result_folders, table, write  # noqa: E402
 
 
 def _synchronize():
@@ -175,7 +175,7 @@ def _plot(results, out_dir):
     axis.set_title("LR, sync SGD, batch 1024: validation loss against time")
     axis.legend()
     figure.tight_layout()
-    for folder in [RESULTS] + ([Path(out_dir)] if out_dir else []):
+    for folder in result_folders(out_dir):
         figure.savefig(Path(folder) / "sync_lr.png", dpi=120)
 
 
