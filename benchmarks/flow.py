@@ -182,8 +182,8 @@ def alac_arm(train, valid, epochs, lr, k, seed, plan, optimizer="sgd"):
     for epoch in range(epochs):
         seconds = _seconds(lambda: trainer.executor.train_epoch(layout, labels, epoch, lr))
         history.append((seconds, trainer.evaluate_layout(valid_layout, valid)["logloss"]))
-    history.programs = getattr(trainer.executor.backend, "async_programs", None)
-    history.resident_programs = getattr(trainer.executor.backend, "resident_async_programs", None)
+    history.programs = trainer.executor.backend.async_programs
+    history.resident_programs = trainer.executor.backend.resident_async_programs()
     return history
 
 
@@ -343,7 +343,7 @@ def scaling(args, k):
                         "ns_per_nnz": seconds / data.nnz * 1e9, "ms_per_epoch_queued": 1000 * queued_seconds,
                         "ns_per_nnz_queued": queued_seconds / data.nnz * 1e9, "plan": plan.describe(),
                         "programs": trainer.executor.backend.async_programs,
-                        "resident_programs": trainer.executor.backend.resident_async_programs})
+                        "resident_programs": trainer.executor.backend.resident_async_programs()})
             print(out[-1], flush=True)
             layout = labels = trainer = None
         data = None

@@ -20,9 +20,9 @@ import triton.language as tl
 ROUNDS = 4
 # Odd multipliers below 2**31 (so that a 32-bit value times one fits int64 in torch; the Triton side
 # multiplies uint32 modulo 2**32, the same numbers): the two of Wellons' lowbias32 hash that fit,
-# the second one's top bit cleared.
-FIRST_MULTIPLIER = 0x7FEB352D
-SECOND_MULTIPLIER = 0x046CA68B
+# the second one's top bit cleared. Constexprs, so that the Triton functions read the same values.
+FIRST_MULTIPLIER = tl.constexpr(0x7FEB352D)
+SECOND_MULTIPLIER = tl.constexpr(0x046CA68B)
 _MASK32 = (1 << 32) - 1
 # positions per program of the order kernel: 1,024 keeps a program's walk loop short (it runs until
 # its slowest position lands) and a 4M-row epoch's 125,000 chunks in 123 programs
@@ -53,9 +53,9 @@ def half_bits(n):
 
 def _mix_torch(right, key):
     x = right ^ key
-    x = (x * FIRST_MULTIPLIER) & _MASK32
+    x = (x * FIRST_MULTIPLIER.value) & _MASK32
     x = x ^ (x >> 15)
-    x = (x * SECOND_MULTIPLIER) & _MASK32
+    x = (x * SECOND_MULTIPLIER.value) & _MASK32
     return x ^ (x >> 16)
 
 
@@ -81,9 +81,9 @@ def permute_torch(positions, n, keys):
 @triton.jit
 def _mix(right, key):
     x = right ^ key
-    x = x * 0x7FEB352D
+    x = x * FIRST_MULTIPLIER
     x = x ^ (x >> 15)
-    x = x * 0x046CA68B
+    x = x * SECOND_MULTIPLIER
     return x ^ (x >> 16)
 
 

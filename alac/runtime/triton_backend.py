@@ -50,10 +50,10 @@ class TritonBackend:
         self._buffers = (None, None)
         self._bound_key = None
         self._graph = None
-        # the last async launch's programs, and how many of them the GPU holds at once (per compiled
-        # kernel: constants); the rest start as the first ones end
-        self._resident = {}
-        self.async_programs = self.resident_async_programs = None
+        # the last async launch: its program count, and (kernel, arguments, constants, device) for
+        # resident_async_programs
+        self.async_programs = None
+        self._last_async_launch = None
 
     def _buffers_for(self, state, layout):
         """Gradient accumulators (zero between batches), the epoch's order and step buffers and,
@@ -200,8 +200,7 @@ class TritonBackend:
         if self.plan.semantics == "async":
             kernel, arguments, constants, _, _ = self._bound[0]
             self.async_programs = async_programs(self.plan, layout)
-            if not self.interpret:
-                self.resident_async_programs = self._resident_programs(kernel, arguments, constants, layout.device)
+            self._last_async_launch = (kernel, arguments, constants, layout.device)
             kernel[(self.async_programs,)](*arguments, **constants)
             self._write_derived_params(state, rates[0], settings)
             return
@@ -224,16 +223,16 @@ class TritonBackend:
         else:
             self._graph.replay()
 
-    def _resident_programs(self, kernel, arguments, constants, device):
-        """resident_programs of the async kernel compiled for these constants (compiled and loaded
-        once, before its first launch: the register count is known only once the binary is loaded)."""
-        key = tuple(sorted(constants.items()))
-        if key not in self._resident:
-            compiled = kernel.warmup(*arguments, grid=(1,), **constants)
-            # Triton fills n_regs when it loads the binary (lazily, at the first launch otherwise)
-            compiled._init_handles()
-            self._resident[key] = resident_programs(compiled, device)
-        return self._resident[key]
+    def resident_async_programs(self):
+        """How many of the last async launch's programs the GPU holds at once (schedule.
+        resident_programs; None before an async launch and under the interpreter)."""
+        if self.interpret or self._last_async_launch is None:
+            return None
+        kernel, arguments, constants, device = self._last_async_launch
+        compiled = kernel.warmup(*arguments, grid=(1,), **constants)
+        # Triton fills n_regs when it loads the binary (lazily, at the first launch otherwise)
+        compiled._init_handles()
+        return resident_programs(compiled, device)
 
     def _write_derived_params(self, state, lr, settings):
         """The params the async kernel derives from their state, written from the state (elementwise,
