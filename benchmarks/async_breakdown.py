@@ -1,13 +1,15 @@
-"""Where the async LR epoch goes: the generated kernel against copies of it with one part removed
+"""Where the async LR epoch goes: the generated kernel against copies of it with parts removed
 (timing only: the removed parts make the math wrong), beside PyTorch floors for the same traffic.
 
     PYTHONPATH=. python benchmarks/async_breakdown.py [--rows 4000000] [--out DIR]
 
-Variants of the async kernel without a hot segment (C = 32): the kernel as generated; without the
-gather of w; without the atomic updates of w; without both; with plain stores in place of the
-atomic updates. Then the default plan's kernel (with the planner's hot segment). Floors: reading
-the edge ids once, PyTorch's gather of w at every edge, and PyTorch's index_add_ of one value per
-edge (one atomic per edge). Writes results/async_breakdown.json and .md.
+Two kernels, C = 32: without a hot segment, and the default plan's (the planner's hot segment,
+flushed every 8 chunks). Each as generated and without parts of it (`CUTS`): the gather of w at
+every edge; the atomic additions at every edge (into w, and with a hot segment also into the
+program's hot sums); both; the periodic flushes (each program flushes once, at its end); all of
+these; plain stores in place of the atomic additions (no hot segment only). Floors: reading the
+edge ids once, PyTorch's gather of w at every edge, and PyTorch's index_add_ of one value per edge
+(one atomic per edge). Writes results/async_breakdown.json and .md.
 """
 
 from __future__ import annotations
@@ -24,15 +26,48 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.report import environment, table, write  # noqa: E402
 
-ATOMIC_UPDATE = 'tl.atomic_add(w_ptr + feature, delta_p, mask=present, sem="relaxed")'
 GATHER = "w = tl.load(w_ptr + feature, mask=present, other=0.0)"
-VARIANTS = {
-    "as generated": [],
-    "without the gather of w": [(GATHER, "w = x * 0.0")],
-    "without the atomic updates of w": [(ATOMIC_UPDATE, "pass")],
-    "without both": [(GATHER, "w = x * 0.0"), (ATOMIC_UPDATE, "pass")],
-    "plain stores instead of atomic updates": [(ATOMIC_UPDATE, "tl.store(w_ptr + feature, delta_p, mask=present)")],
+# the atomic additions made at every edge: into w without a hot segment; with one, of cold edges
+# into w and of hot edges into the program's own hot sums
+EDGE_ATOMICS = (
+    'tl.atomic_add(w_ptr + feature, delta_p, mask=present, sem="relaxed")',
+    'tl.atomic_add(w_ptr + feature, delta_p, mask=cold, sem="relaxed")',
+    'tl.atomic_add(hot_grad_w_ptr + (hot_base + feature), grad_w, mask=hot, sem="relaxed")',
+)
+FLUSH_TEST = "if ((step + 1) % flush_every == 0) | (step + 1 == my_chunks):"
+CUTS = {
+    "gather": [(GATHER, "w = x * 0.0")],
+    "atomics": [(update, "pass") for update in EDGE_ATOMICS],
+    "stores": [(EDGE_ATOMICS[0], "tl.store(w_ptr + feature, delta_p, mask=present)")],
+    "flushes": [(FLUSH_TEST, "if step + 1 == my_chunks:")],
 }
+VARIANTS = {
+    "as generated": (),
+    "without the gather of w": ("gather",),
+    "without the atomic additions at edges": ("atomics",),
+    "without both": ("gather", "atomics"),
+    "plain stores instead of atomic additions": ("stores",),
+}
+HOT_VARIANTS = {
+    "as generated": (),
+    "without the gather of w": ("gather",),
+    "without the atomic additions at edges": ("atomics",),
+    "without both": ("gather", "atomics"),
+    "flushed once, at each program's end": ("flushes",),
+    "without gather, edge atomics and flushes": ("gather", "atomics", "flushes"),
+}
+
+
+def cut(source, names):
+    """The kernel source with the named CUTS applied; a cut that matches nothing is an error (the
+    generator changed under this benchmark), never a silent no-op."""
+    for name in names:
+        matched = [old for old, _ in CUTS[name] if old in source]
+        if not matched:
+            raise ValueError(f"cut {name!r} matches nothing in the generated kernel: update async_breakdown.CUTS")
+        for old, new in CUTS[name]:
+            source = source.replace(old, new)
+    return source
 
 
 def _milliseconds(function, repeats=3):
@@ -51,18 +86,19 @@ def _milliseconds(function, repeats=3):
     return statistics.median(times)
 
 
-def _bound_kernel(trainer, layout, labels, source=None):
-    """The trainer's async kernel (or a patched copy of its source) with its bound arguments."""
+def bound_kernel(trainer, layout, labels, cuts=()):
+    """The trainer's async kernel, with the named CUTS applied to a copy of its source, and the
+    arguments the trainer binds to it (after one epoch of the kernel as generated)."""
     from alac.codegen.module_cache import load_module
 
     trainer.executor.initialize(layout)
     trainer.executor.train_epoch(layout, labels, 0, trainer.lr)
     backend = trainer.executor.backend
     kernel, arguments, constants, _, _ = backend._bound[0]
-    if source is not None:
-        generated = dataclasses.replace(backend.generated, source=source)
-        kernel = getattr(load_module(generated), generated.train[0].name)
-    return kernel, arguments, constants, backend
+    if cuts:
+        generated = dataclasses.replace(backend.generated, source=cut(backend.generated.source, cuts))
+        kernel = getattr(load_module(generated, interpret=backend.interpret), generated.train[0].name)
+    return kernel, arguments, constants
 
 
 def main():
@@ -82,29 +118,19 @@ def main():
 
     data = criteo_like(args.rows, device="cuda")
     plan = Plan(semantics="async", batch_size=1024, chunk_size=32)
-    rows = []
-    trainer = Trainer(build_model(load_model_file("lr")), lr=2.0, plan=plan, backend="triton", device="cuda")
-    layout, labels = trainer.prepare(data)
-    programs = async_programs(plan, layout)
-    _, _, _, backend = _bound_kernel(trainer, layout, labels)
-    for name, patches in VARIANTS.items():
-        source = backend.generated.source
-        for old, new in patches:
-            source = source.replace(old, new)
-        kernel, arguments, constants, _ = _bound_kernel(trainer, layout, labels, source)
-        compiled = kernel[(programs,)](*arguments, **constants)
-        rows.append({"kernel": name, "hot_size": 0, "ms": _milliseconds(lambda: kernel[(programs,)](*arguments, **constants)),
-                     "registers": getattr(compiled, "n_regs", None), "spills": getattr(compiled, "n_spills", None)})
-        print(rows[-1], flush=True)
     hot_plan = dataclasses.replace(plan, hot_size=hot_size_for_data(data, plan))
-    hot_trainer = Trainer(build_model(load_model_file("lr")), lr=2.0, plan=hot_plan, backend="triton", device="cuda")
-    hot_layout, hot_labels = hot_trainer.prepare(data)
-    kernel, arguments, constants, _ = _bound_kernel(hot_trainer, hot_layout, hot_labels)
-    compiled = kernel[(programs,)](*arguments, **constants)
-    rows.append({"kernel": "default plan: hot segment, flushed every 8 chunks", "hot_size": hot_plan.hot_size,
-                 "ms": _milliseconds(lambda: kernel[(programs,)](*arguments, **constants)),
-                 "registers": getattr(compiled, "n_regs", None), "spills": getattr(compiled, "n_spills", None)})
-    print(rows[-1], flush=True)
+    rows = []
+    for kernel_plan, variants in ((plan, VARIANTS), (hot_plan, HOT_VARIANTS)):
+        trainer = Trainer(build_model(load_model_file("lr")), lr=2.0, plan=kernel_plan, backend="triton", device="cuda")
+        layout, labels = trainer.prepare(data)
+        programs = async_programs(kernel_plan, layout)
+        for name, cuts in variants.items():
+            kernel, arguments, constants = bound_kernel(trainer, layout, labels, cuts)
+            compiled = kernel[(programs,)](*arguments, **constants)
+            rows.append({"kernel": name, "hot_size": kernel_plan.hot_size,
+                         "ms": _milliseconds(lambda: kernel[(programs,)](*arguments, **constants)),
+                         "registers": getattr(compiled, "n_regs", None), "spills": getattr(compiled, "n_spills", None)})
+            print(rows[-1], flush=True)
     edges = layout.edge_feature
     features = edges[edges >= 0].long()
     weights = torch.zeros(layout.n_features, device="cuda")
@@ -115,7 +141,7 @@ def main():
     env = environment()
     markdown = "\n".join([
         f"Async LR epoch, {args.rows:,} × 39 synthetic rows ({features.numel():,} edges), C = 32, {programs} programs, "
-        f"4 warps; {env['device']}, triton {env['triton']}, {env['date']}; median of 3 launches.", "",
+        f"{constants['num_warps']} warps; {env['device']}, triton {env['triton']}, {env['date']}; median of 3 launches.", "",
         table(["kernel", "H", "ms", "registers", "spills"],
               [[r["kernel"], r["hot_size"], f"{r['ms']:.2f}", r["registers"], r["spills"]] for r in rows]), "",
         table(["floor", "ms"], [[name, f"{ms:.2f}"] for name, ms in floors.items()])])
