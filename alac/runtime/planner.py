@@ -94,10 +94,12 @@ def hot_size_from_costs(frequency, n_rows, costs, rows_per_period):
     return int((per_period >= costs.threshold).sum())
 
 
-def hot_size_for_data(dataset, plan, device="cuda"):
+def hot_size_for_data(dataset, plan, device="cuda", factor_size=0):
     """The default H of a plan on a data set (before any layout): the cost model's where the
-    planner turns the hot segment on (async, binary features, a GPU), else 0."""
-    if torch.device(device).type != "cuda" or not hot_segment_by_default(plan.semantics, dataset.is_binary):
+    planner turns the hot segment on (async, binary features, vector params of at most
+    HOT_SEGMENT_MAX_FACTOR values, a GPU), else 0."""
+    if torch.device(device).type != "cuda" or not hot_segment_by_default(plan.semantics, dataset.is_binary,
+                                                                          factor_size):
         return 0
     frequency = torch.bincount(dataset.indices.to(device).long(), minlength=dataset.n_features)
     return hot_size_from_costs(frequency, dataset.n_rows, measure_access_costs(device), rows_per_flush(plan))
@@ -141,10 +143,16 @@ class PlanChoice:
 # times slower in total, which a set of 11k rows may not make up, though the loss was there at K = 1
 # too and its cause is not pinned down.
 HOT_SEGMENT_BY_DEFAULT = {"sync": False, "async": True}
+# Largest k of vector params (FM's factors) for which the async hot segment stays on. Measured on
+# H100 with Triton 3.6 (benchmarks/flow.py --model fm, 4M x 39 rows, lr 0.5, one process per k):
+# with it k = 16 ran 14.1 against 35.0 ms per epoch, k = 32 26.3 against 46.5, but k = 64 74.1
+# against 49.7: its kernel there fits one program per multiprocessor (132 resident), the plain one
+# two (264), and that halving costs more than the hot sums save.
+HOT_SEGMENT_MAX_FACTOR = 32
 
 
-def hot_segment_by_default(semantics, binary):
-    return HOT_SEGMENT_BY_DEFAULT[semantics] and binary
+def hot_segment_by_default(semantics, binary, factor_size=0):
+    return HOT_SEGMENT_BY_DEFAULT[semantics] and binary and factor_size <= HOT_SEGMENT_MAX_FACTOR
 
 
 def plan_for(layout, model_ir, semantics="sync", batch_size=1024, base=None, device="cuda",
@@ -156,13 +164,15 @@ def plan_for(layout, model_ir, semantics="sync", batch_size=1024, base=None, dev
     if costs is None:
         return PlanChoice(base, reasons + [("hot_size", 0, "no GPU: no access costs to weigh")])
     if use_hot_segment is None:
-        use_hot_segment = hot_segment_by_default(semantics, layout.edge_value is None)
+        use_hot_segment = hot_segment_by_default(semantics, layout.edge_value is None, model_ir.factor_size)
     hot = hot_size_from_costs(layout.frequency, layout.n_rows, costs, rows_per_flush(base))
     why = (f"features with >= th = 2c/r = 2 x {costs.coalesced_ns:.3f} ns / {costs.random_ns:.3f} ns = "
            f"{costs.threshold:.2f} occurrences per flush period ({rows_per_flush(base)} rows)")
     if not use_hot_segment:
         reasons.append(("hot_size", 0, f"off by default for {semantics}"
                         + ("" if layout.edge_value is None else " on real-valued data")
+                        + (f" with k = {model_ir.factor_size} > {HOT_SEGMENT_MAX_FACTOR}"
+                           if model_ir.factor_size > HOT_SEGMENT_MAX_FACTOR else "")
                         + f" (measured: see HOT_SEGMENT_BY_DEFAULT); the cost model gives {hot}: {why}"))
         return PlanChoice(base, reasons, costs)
     reasons.append(("hot_size", hot, why))

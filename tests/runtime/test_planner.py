@@ -115,3 +115,30 @@ def test_hot_segment_defaults_on_for_async_binary_data_only():
     assert hot_segment_by_default("async", binary=True)
     assert not hot_segment_by_default("async", binary=False)
     assert not hot_segment_by_default("sync", binary=True)
+
+
+@pytest.mark.parametrize("factor_size, on", [(0, True), (16, True), (32, True), (64, False)])
+def test_the_async_hot_segment_is_off_for_wide_factors(factor_size, on):
+    from alac.runtime.planner import hot_segment_by_default
+
+    assert hot_segment_by_default("async", binary=True, factor_size=factor_size) == on
+
+
+def test_plan_for_leaves_the_async_hot_segment_off_for_wide_factors(monkeypatch):
+    """With H100-like access costs the cost model gives FM a hot segment at k = 16 and the planner
+    keeps it; at k = 64 it says why not."""
+    import alac.runtime.planner as planner
+    from alac.data.synthetic import criteo_like
+    from alac.ir.pipeline import lower
+    from alac.runtime.layout import LayoutOptions, build_layout
+    from alac.zoo import load_model_file
+
+    monkeypatch.setattr(planner, "measure_access_costs", lambda device: AccessCosts("gpu", 0.008, 0.018, 2700.0))
+    layout = build_layout(criteo_like(4000, seed=0, device="cpu"), LayoutOptions(chunk_size=32), device="cpu")
+    fm = load_model_file("fm")
+    wide = planner.plan_for(layout, lower(fm.FactorizationMachine(k=64)), "async", 1024, device="cuda")
+    narrow = planner.plan_for(layout, lower(fm.FactorizationMachine(k=16)), "async", 1024, device="cuda")
+    assert narrow.plan.hot_size > 0
+    assert wide.plan.hot_size == 0
+    why = {decision: reason for decision, _, reason in wide.reasons}["hot_size"]
+    assert "k = 64 > 32" in why and f"the cost model gives {narrow.plan.hot_size}" in why
