@@ -196,7 +196,7 @@ class _Progress:
 
 
 def _run(args, module, model_reference):
-    from alac.ir.pipeline import lower
+    from alac.ir.trace import trace
     from alac.optimizers import get_optimizer
     from alac.plan import Plan
     from alac.runtime.executor import resolve_backend
@@ -226,8 +226,8 @@ def _run(args, module, model_reference):
     if args.hot_size is None:
         backend, device = resolve_backend(args.backend)
         if backend == "triton":
-            factor_size = lower(model, optimizer).factor_size
-            plan = dataclasses.replace(plan, hot_size=hot_size_for_data(train, plan, device, factor_size))
+            # the traced model has k; its derivation (the Trainer's lowering) is not needed for it
+            plan = dataclasses.replace(plan, hot_size=hot_size_for_data(train, plan, device, trace(model).factor_size))
     trainer = Trainer(model, lr=args.lr, epochs=args.epochs, plan=plan, backend=args.backend, seed=args.seed,
                       log=_Progress(args.epochs), optimizer=optimizer,
                       schedule=LearningRateSchedule(args.schedule, args.decay, args.power), exact_l2=args.exact_l2,

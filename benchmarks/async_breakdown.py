@@ -41,22 +41,16 @@ CUTS = {
     "stores": [(EDGE_ATOMICS[0], "tl.store(w_ptr + feature, delta_p, mask=present)")],
     "flushes": [(FLUSH_TEST, "if step + 1 == my_chunks:")],
 }
-VARIANTS = {
+# variants of both kernels, then those of the kernel without hot segment and of the default plan's
+COMMON_VARIANTS = {
     "as generated": (),
     "without the gather of w": ("gather",),
     "without the atomic additions at edges": ("atomics",),
     "without both": ("gather", "atomics"),
-    "plain stores instead of atomic additions": ("stores",),
 }
-HOT_VARIANTS = {
-    "as generated": (),
-    "without the gather of w": ("gather",),
-    "without the atomic additions at edges": ("atomics",),
-    "without both": ("gather", "atomics"),
-    "flushed once, at each program's end": ("flushes",),
-    "without gather, edge atomics and flushes": ("gather", "atomics", "flushes"),
-}
-
+VARIANTS = {**COMMON_VARIANTS, "plain stores instead of atomic additions": ("stores",)}
+HOT_VARIANTS = {**COMMON_VARIANTS, "flushed once, at each program's end": ("flushes",),
+                "without gather, edge atomics and flushes": ("gather", "atomics", "flushes")}
 
 def cut(source, names):
     """The kernel source with the named CUTS applied; a cut that matches nothing is an error (the
