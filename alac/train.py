@@ -58,6 +58,7 @@ class Trainer:
         self.history = []
         self.epoch = 0                 # epochs trained so far (a resumed run continues the count)
         self.train_layout = None
+        self._train_dataset = None     # the data set train_layout was built from (prepare reuses it)
         self.labels = None
         self.feature_order = None      # new_to_old of the training layout: the model's feature space
         self.unseen_entries = 0
@@ -107,10 +108,16 @@ class Trainer:
         return build_layout(self._in_training_space(dataset), options, self.device, feature_order=self.feature_order)
 
     def prepare(self, train):
-        """Fit the label mapping (once) and lay the training data out; returns (layout, model labels)."""
+        """Fit the label mapping (once) and lay the training data out; returns (layout, model labels).
+        The same data set object again (fit called once more to train on) keeps its layout."""
         if self.labels is None:
             self.labels = LabelMap.fit(self.executor.ir.labels, train.labels, train.source.path or "the training data")
-        self.train_layout = self.layout_of(train)
+        if self.train_layout is None or self._train_dataset is not train:
+            # the old layout goes first: at 64M x 39 rows on an 80 GB GPU, two layouts and the build's
+            # temporaries do not fit together
+            self.train_layout = self._train_dataset = None
+            self.train_layout = self.layout_of(train)
+            self._train_dataset = train
         if self.feature_order is None:
             self.feature_order = self.train_layout.new_to_old.cpu()
         return self.train_layout, self.labels.model_labels(self.train_layout.labels)

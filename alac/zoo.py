@@ -200,7 +200,7 @@ def _run(args, module, model_reference):
     from alac.optimizers import get_optimizer
     from alac.plan import Plan
     from alac.runtime.executor import resolve_backend
-    from alac.runtime.planner import hot_size_for_data
+    from alac.runtime.planner import hot_segment_for_data
     from alac.runtime.schedule import LearningRateSchedule
     from alac.train import Trainer, TrainingDiverged
 
@@ -227,7 +227,7 @@ def _run(args, module, model_reference):
         backend, device = resolve_backend(args.backend)
         if backend == "triton":
             # the traced model has k; its derivation (the Trainer's lowering) is not needed for it
-            plan = dataclasses.replace(plan, hot_size=hot_size_for_data(train, plan, device, trace(model).factor_size))
+            plan = hot_segment_for_data(train, plan, device, trace(model).factor_size)
     trainer = Trainer(model, lr=args.lr, epochs=args.epochs, plan=plan, backend=args.backend, seed=args.seed,
                       log=_Progress(args.epochs), optimizer=optimizer,
                       schedule=LearningRateSchedule(args.schedule, args.decay, args.power), exact_l2=args.exact_l2,

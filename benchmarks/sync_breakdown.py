@@ -10,8 +10,10 @@ side by side, and the epoch kernel against copies of it with one part removed.
    the default, or a slot's equal features summed first); then chunk size,
    program count and the hot segment (H 256 to 16,384, 1 or 4 replicas) on the default plan. All run the same steps (validation
    logloss equal to ~1e-8).
-3. The LR epoch kernel, as generated and with a part removed (timing only: the removed parts make
-   the math wrong), for touched-flag and edge updates.
+3. The LR epoch kernel, as generated and with a part removed or doubled (timing only: the patches
+   make the math wrong), for touched-flag and edge updates; with edge updates also what one barrier
+   per batch would cost (the first removed, and with every edge's addition made twice, as a batch
+   adding its own and the previous batch's changes into a second copy of w would).
 Writes results/sync_breakdown.json and .md.
 """
 
@@ -34,6 +36,8 @@ EXCHANGE = 'first = present & (tl.atomic_xchg(touched_ptr + feature, 0, mask=pre
 GRADIENT_SUM = 'tl.atomic_add(grad_w_ptr + feature, grad_w, mask=present, sem="relaxed")'
 TOUCH = 'tl.store(touched_ptr + feature, tl.full([S, C], 1, tl.int32), mask=present)'
 EDGE_ADD = 'tl.atomic_add(w_ptr + feature, delta_p, mask=present, sem="relaxed")'
+# the barrier after a batch's gradients, with its count (the arrival count it waits for must grow with it)
+FIRST_BARRIER = "barriers += 1\n        " + BARRIER
 PATCHES = {
     "touched flags": {
         "as generated": [],
@@ -48,6 +52,10 @@ PATCHES = {
         "as generated": [],
         "without the barriers": [(BARRIER, "barriers += 0")],
         "without the atomic additions to w": [(EDGE_ADD, "delta_p += 0.0")],
+        # what a double-buffered design would cost: one barrier per batch (a batch reads one copy of w
+        # while its changes, and the previous batch's once more, go into the other)
+        "one barrier per batch (the first removed)": [(FIRST_BARRIER, "", 1)],
+        "one barrier per batch, each edge added twice": [(FIRST_BARRIER, "", 1), (EDGE_ADD, EDGE_ADD + "; " + EDGE_ADD)],
     },
 }
 CONFIGS = {
@@ -62,6 +70,35 @@ CONFIGS = {
 # the hot segment on the default plan: H hot features, R replicas of their sums
 CONFIGS.update({f"default, H = {hot:,}, R = {replicas}": dict(hot_size=hot, replicas=replicas)
                 for hot in (256, 1024, 4096, 16384) for replicas in (1, 4)})
+
+
+def patched(source, patches):
+    """source with each (old, new[, count]) replaced (every occurrence without a count)."""
+    for old, new, *count in patches:
+        if old not in source:
+            raise ValueError(f"patch does not apply to the generated kernel: {old!r}")
+        source = source.replace(old, new, *count)
+    return source
+
+
+def epoch_launch(trainer, layout, patches):
+    """(run, programs): run launches the trainer's bound epoch kernel, patched, once (after a first
+    epoch has bound it), its barrier's arrival count zeroed first."""
+    from alac.codegen.module_cache import load_module
+    from alac.runtime.schedule import sync_programs
+
+    backend = trainer.executor.backend
+    _, arguments, constants = backend._bound_epoch
+    arrivals = backend._buffers[1]["arrivals_ptr"]
+    programs = sync_programs(trainer.plan, layout, backend.interpret)
+    generated = dataclasses.replace(backend.generated, source=patched(backend.generated.source, patches))
+    kernel = getattr(load_module(generated, interpret=backend.interpret), generated.epoch.name)
+
+    def run():
+        arrivals.zero_()
+        kernel[(programs,)](*arguments, **constants)
+
+    return run, programs
 
 
 def _barrier_cost(programs, barriers=8000):
@@ -116,9 +153,7 @@ def main():
     parser.add_argument("--out", default=os.environ.get("OUT"))
     args = parser.parse_args()
 
-    from alac.codegen.module_cache import load_module
     from alac.plan import Plan
-    from alac.runtime.schedule import sync_programs
     from benchmarks.flow import synthetic_train_valid
 
     barriers = [{"programs": p, "us_per_barrier": _barrier_cost(p)} for p in (16, 64, 132)]
@@ -144,22 +179,8 @@ def main():
         plan = Plan(batch_size=1024, chunk_size=16, edge_updates=updates != "touched flags")
         trainer, layout, labels = _trainer("lr", 0, 2.0, plan, train)
         trainer.executor.train_epoch(layout, labels, 0, 2.0)
-        backend = trainer.executor.backend
-        _, arguments, constants = backend._bound_epoch
-        arrivals = backend._buffers[1]["arrivals_ptr"]
-        programs = sync_programs(plan, layout, False)
         for name, patches in variants.items():
-            source = backend.generated.source
-            for old, new in patches:
-                assert old in source, old
-                source = source.replace(old, new)
-            generated = dataclasses.replace(backend.generated, source=source)
-            kernel = getattr(load_module(generated), generated.epoch.name)
-
-            def run():
-                arrivals.zero_()
-                kernel[(programs,)](*arguments, **constants)
-
+            run, programs = epoch_launch(trainer, layout, patches)
             kernels.append({"updates": updates, "kernel": name, "programs": programs, "ms": _milliseconds(run)})
             print(kernels[-1], flush=True)
     env = environment()

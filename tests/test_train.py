@@ -158,6 +158,24 @@ def test_fit_queues_epochs_and_trains_as_one_at_a_time(monkeypatch):
         assert torch.equal(queued.executor.state.params[name], value)
 
 
+def test_fit_again_on_the_same_data_keeps_its_layout_and_trains_as_one_call():
+    """Training continued by a second fit call on the same data set object reuses its layout (no
+    second copy of the data on the device) and gives the states of one call of all the epochs; another
+    data set object gets its own layout."""
+    data = _data(2000)
+    twice, once = _trainer(), _trainer()
+    twice.fit(data, epochs=2)
+    first_layout = twice.train_layout
+    twice.fit(data, epochs=3)
+    once.fit(data, epochs=5)
+    assert twice.train_layout is first_layout
+    assert [r["train_loss"] for r in twice.history] == [r["train_loss"] for r in once.history]
+    assert _states_equal(twice.executor.state, once.executor.state)
+    other = _data(2000, seed=1)
+    twice.fit(other, epochs=1)
+    assert twice.train_layout is not first_layout and twice.train_layout.n_rows == 2000
+
+
 def test_a_divergence_inside_a_queued_group_restores_the_group_start(monkeypatch):
     """Two good epochs, then five queued at once at a learning rate that diverges: the parameters
     of epoch 2, where the group started, come back."""

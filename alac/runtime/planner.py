@@ -96,29 +96,50 @@ def hot_size_from_costs(frequency, n_rows, costs, rows_per_period):
 
 def hot_size_for_data(dataset, plan, device="cuda", factor_size=0):
     """The default H of a plan on a data set (before any layout): the cost model's where the
-    planner turns the hot segment on (async, binary features, vector params of at most
-    HOT_SEGMENT_MAX_FACTOR values, a GPU), else 0."""
+    planner turns the hot segment on (binary features, vector params of at most
+    HOT_SEGMENT_MAX_FACTOR[semantics] values, a GPU), else 0."""
+    return hot_segment_for_data(dataset, plan, device, factor_size).hot_size
+
+
+def hot_segment_for_data(dataset, plan, device="cuda", factor_size=0):
+    """The plan with the default hot segment for a data set (before any layout): H from the cost
+    model, and for sync R replicas of the hot sums, where the planner turns it on; else H = 0."""
     if torch.device(device).type != "cuda" or not hot_segment_by_default(plan.semantics, dataset.is_binary,
                                                                           factor_size):
-        return 0
-    frequency = torch.bincount(dataset.indices.to(device).long(), minlength=dataset.n_features)
-    return hot_size_from_costs(frequency, dataset.n_rows, measure_access_costs(device), rows_per_flush(plan))
+        return dataclasses.replace(plan, hot_size=0)
+    # counted on the GPU when the data is on the host (and a GPU is there to count on)
+    indices = dataset.indices.to(device) if torch.cuda.is_available() else dataset.indices
+    frequency = torch.bincount(indices.long(), minlength=dataset.n_features)
+    hot = hot_size_from_costs(frequency, dataset.n_rows, measure_access_costs(device), rows_per_flush(plan))
+    plan = dataclasses.replace(plan, hot_size=hot)
+    if plan.semantics == "sync":
+        rows = max(dataset.n_rows, 1)
+        plan = dataclasses.replace(plan, replicas=replicas_for(float(frequency.max()) / rows, dataset.nnz / rows,
+                                                               plan, hot))
+    return plan
 
 
 def rows_per_flush(plan):
-    return plan.chunk_size * (plan.flush_every if plan.semantics == "async" else 1)
+    """Rows whose hot gradients one flush applies: async, a program's chunks between flushes; sync,
+    the batch (the replicas' sums are applied once per batch)."""
+    if plan.semantics == "async":
+        return plan.chunk_size * plan.flush_every
+    return plan.batch_size
 
 
 def replicas_from_costs(layout, plan, hot_size):
-    """R: the hottest feature's chunks per batch, capped so the dense pass over R * H stays below
-    the batch's own edges."""
+    """R for a layout (replicas_for)."""
+    return replicas_for(float(layout.frequency[0]) / max(layout.n_rows, 1), layout.stats.mean_nnz, plan, hot_size)
+
+
+def replicas_for(hottest_per_row, mean_nnz, plan, hot_size):
+    """R: the chunks per batch the hottest feature (hottest_per_row occurrences per row) is in,
+    capped so the dense pass over R * H stays below the batch's own edges (mean_nnz per row)."""
     if not hot_size:
         return 1
     chunks_per_batch = plan.chunks_per_batch
-    hottest = float(layout.frequency[0]) / max(layout.n_rows, 1)       # occurrences per row
-    chunks_hit = min(chunks_per_batch, math.ceil(hottest * plan.chunk_size * chunks_per_batch))
-    edges_per_batch = plan.batch_size * layout.stats.mean_nnz
-    cap = max(1, int(edges_per_batch // hot_size))
+    chunks_hit = min(chunks_per_batch, math.ceil(hottest_per_row * plan.chunk_size * chunks_per_batch))
+    cap = max(1, int(plan.batch_size * mean_nnz // hot_size))
     return max(1, min(chunks_hit, cap, 16))
 
 
@@ -130,29 +151,29 @@ class PlanChoice:
     timings: list = dataclasses.field(default_factory=list)   # autotune: (plan description, ms)
 
 
-# Whether the planner turns the hot segment on, per semantics. Sync, measured on H200 with per-batch
-# launches (benchmarks/results/flow_lr.md, flow_fm.md of session 2): it never paid (LR 70.4 ms/epoch
-# with it, 68.5 without; FM 162.8 against 152.4); with grid barriers and edge updates on H100
-# (sync_breakdown.md, H 256-16,384 x R 1, 4): LR up to 1.2x faster (39.2 against 47.9 ms), FM
-# 5-33 % slower at every setting (two runs): off, though plan_for still reports the H the cost model gives
-# and use_hot_segment=True applies it. Async with per-program sums flushed every K chunks, measured
-# on H100 (benchmarks/results/flow_sweep.md): LR 3.4x faster at a lower validation logloss, and
-# ipinyou's test AUC within 0.002 of sync. On real-valued data it is left off: on 20news (tf-idf
-# rows, L2-normalised) async with it reached test AUC 0.838-0.849 against 0.860-0.863 without it
-# and 0.862-0.863 for sync (two seeds each, H100); a hot feature's flushed steps (lr / (B K)) learn K
-# times slower in total, which a set of 11k rows may not make up, though the loss was there at K = 1
-# too and its cause is not pinned down.
-HOT_SEGMENT_BY_DEFAULT = {"sync": False, "async": True}
-# Largest k of vector params (FM's factors) for which the async hot segment stays on. Measured on
-# H100 with Triton 3.6 (benchmarks/flow.py --model fm, 4M x 39 rows, lr 0.5, one process per k):
-# with it k = 16 ran 14.1 against 35.0 ms per epoch, k = 32 26.3 against 46.5, but k = 64 74.1
-# against 49.7: its kernel there fits one program per multiprocessor (132 resident), the plain one
-# two (264), and that halving costs more than the hot sums save.
-HOT_SEGMENT_MAX_FACTOR = 32
+# Where the planner turns the hot segment on by default: binary features, and vector params (FM's
+# factors) of at most HOT_SEGMENT_MAX_FACTOR[semantics] values (0: models with scalar params only).
+# Sync, grid barriers and edge updates, H100, 4M x 39 synthetic rows, batch 1024 (sync_breakdown.md
+# and a session-7 probe, one process): LR with SGD 48.2 ms/epoch without it, 39.9-47.2 with H = 4,309
+# (the cost model, the batch as flush period) at R = 1-16 (R = 4 best; 41.3 at 8); LR with Adagrad
+# (touched flags) 97.7 without, 72.8 at R = 4, 66.8 at R = 9 (the cost model's R); the same
+# validation logloss to 1e-6. FM k = 16 gained nothing at R = 1 and lost 5-33 % at R = 4 (two runs):
+# off for vector params. (With per-batch launches on H200 in session 2 it never paid.) Async with
+# per-program sums flushed every K chunks, measured on H100 (benchmarks/results/flow_sweep.md): LR
+# 3.4x faster at a lower validation logloss, and ipinyou's test AUC within 0.002 of sync. FM: with it
+# k = 16 ran 14.1 against 35.0 ms per epoch, k = 32 26.3 against 46.5, but k = 64 74.1 against 49.7
+# (benchmarks/flow.py --model fm, one process per k): its kernel there fits one program per
+# multiprocessor (132 resident), the plain one two (264), and that halving costs more than the hot
+# sums save. On real-valued data it is left off: on 20news (tf-idf rows, L2-normalised) async with it
+# reached test AUC 0.838-0.849 against 0.860-0.863 without it and 0.862-0.863 for sync (two seeds
+# each, H100); a hot feature's flushed steps (lr / (B K)) learn K times slower in total, which a set
+# of 11k rows may not make up, though the loss was there at K = 1 too and its cause is not pinned
+# down. plan_for reports the H the cost model gives either way; use_hot_segment=True applies it.
+HOT_SEGMENT_MAX_FACTOR = {"sync": 0, "async": 32}
 
 
 def hot_segment_by_default(semantics, binary, factor_size=0):
-    return HOT_SEGMENT_BY_DEFAULT[semantics] and binary and factor_size <= HOT_SEGMENT_MAX_FACTOR
+    return binary and factor_size <= HOT_SEGMENT_MAX_FACTOR[semantics]
 
 
 def plan_for(layout, model_ir, semantics="sync", batch_size=1024, base=None, device="cuda",
@@ -169,11 +190,11 @@ def plan_for(layout, model_ir, semantics="sync", batch_size=1024, base=None, dev
     why = (f"features with >= th = 2c/r = 2 x {costs.coalesced_ns:.3f} ns / {costs.random_ns:.3f} ns = "
            f"{costs.threshold:.2f} occurrences per flush period ({rows_per_flush(base)} rows)")
     if not use_hot_segment:
+        most = HOT_SEGMENT_MAX_FACTOR[semantics]
         reasons.append(("hot_size", 0, f"off by default for {semantics}"
                         + ("" if layout.edge_value is None else " on real-valued data")
-                        + (f" with k = {model_ir.factor_size} > {HOT_SEGMENT_MAX_FACTOR}"
-                           if model_ir.factor_size > HOT_SEGMENT_MAX_FACTOR else "")
-                        + f" (measured: see HOT_SEGMENT_BY_DEFAULT); the cost model gives {hot}: {why}"))
+                        + (f" with k = {model_ir.factor_size} > {most}" if model_ir.factor_size > most else "")
+                        + f" (measured: see HOT_SEGMENT_MAX_FACTOR); the cost model gives {hot}: {why}"))
         return PlanChoice(base, reasons, costs)
     reasons.append(("hot_size", hot, why))
     plan = dataclasses.replace(base, hot_size=hot)

@@ -30,6 +30,8 @@ def test_hot_size_follows_the_threshold():
     assert hot_size_from_costs(frequency, rows, AccessCosts("gpu", 0.01, 1.0, 1.0), 4) == 42   # th = 0.02
     # an async program flushing every 8 chunks of 4 rows sees 8x the occurrences per flush
     assert rows_per_flush(Plan(chunk_size=4, batch_size=4, semantics="async", flush_every=8)) == 32
+    # sync applies the replicas' sums once per batch
+    assert rows_per_flush(Plan(chunk_size=4, batch_size=16)) == 16
     assert hot_size_from_costs(frequency, rows, AccessCosts("gpu", 1.0, 0.5, 1.0), 32) == 2    # 0.8 < th = 4
     assert hot_size_for_data(None, Plan(semantics="async"), device="cpu") == 0
 
@@ -109,12 +111,34 @@ def test_autotune_picks_the_fastest_and_caches(tmp_path, monkeypatch):
     assert again == best
 
 
-def test_hot_segment_defaults_on_for_async_binary_data_only():
+def test_hot_segment_defaults_on_for_binary_data_and_in_sync_for_scalar_params_only():
     from alac.runtime.planner import hot_segment_by_default
 
     assert hot_segment_by_default("async", binary=True)
     assert not hot_segment_by_default("async", binary=False)
-    assert not hot_segment_by_default("sync", binary=True)
+    assert hot_segment_by_default("sync", binary=True)
+    assert not hot_segment_by_default("sync", binary=False)
+    assert not hot_segment_by_default("sync", binary=True, factor_size=8)
+
+
+def test_the_default_sync_hot_segment_of_a_data_set_matches_the_planners(monkeypatch):
+    """Before any layout, the zoo's default sync plan gets the H and R that plan_for gives for the
+    data's layout (the batch as flush period); FM's gets none."""
+    import alac.runtime.planner as planner
+    from alac.data.synthetic import criteo_like
+    from alac.ir.pipeline import lower
+    from alac.zoo import build_model, load_model_file
+
+    monkeypatch.setattr(planner, "measure_access_costs", lambda device: AccessCosts("gpu", 0.008, 0.018, 2700.0))
+    data = criteo_like(4000, seed=0, device="cpu")
+    base = Plan(chunk_size=16, batch_size=1024)
+    layout = build_layout(data, LayoutOptions(chunk_size=16), device="cpu")
+    chosen = planner.plan_for(layout, lower(build_model(load_model_file("lr"))), "sync", 1024, base, device="cuda")
+    plan = planner.hot_segment_for_data(data, base, device="cuda")
+    assert plan.hot_size == chosen.plan.hot_size > 0
+    assert plan.replicas == chosen.plan.replicas > 1
+    assert planner.hot_segment_for_data(data, base, device="cuda", factor_size=16).hot_size == 0
+    assert planner.hot_segment_for_data(data, base, device="cpu").hot_size == 0
 
 
 @pytest.mark.parametrize("factor_size, on", [(0, True), (16, True), (32, True), (64, False)])
