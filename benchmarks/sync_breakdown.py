@@ -7,8 +7,9 @@ side by side, and the epoch kernel against copies of it with one part removed.
    grid_barrier): microseconds per barrier, for P = 16, 64 and 132.
 2. LR and FM (k = 16) sync epochs on the synthetic 4M x 39 set: per-batch launches (a CUDA graph)
    or one grid-barrier launch per epoch, each with touched-flag or edge updates (each edge added,
-   the default, or a slot's equal features summed first); then chunk size,
-   program count and the hot segment (H 256 to 16,384, 1 or 4 replicas) on the default plan. All run the same steps (validation
+   the default, or a slot's equal features summed first); then chunk size, program count and the
+   hot segment (H 256 to 16,384, 1 or 4 replicas) on the default plan; the planner's H and R (what
+   the zoo scripts run: none for FM) with SGD and with Adagrad. All run the same steps (validation
    logloss equal to ~1e-8).
 3. The LR epoch kernel, as generated and with a part removed or doubled (timing only: the patches
    make the math wrong), for touched-flag and edge updates; with edge updates also what one barrier
@@ -70,6 +71,14 @@ CONFIGS = {
 # the hot segment on the default plan: H hot features, R replicas of their sums
 CONFIGS.update({f"default, H = {hot:,}, R = {replicas}": dict(hot_size=hot, replicas=replicas)
                 for hot in (256, 1024, 4096, 16384) for replicas in (1, 4)})
+# the planner's hot segment (planner.hot_segment_for_data, what the zoo scripts run: for LR the cost
+# model's H and R, for FM none), and the default without it, with Adagrad (touched flags, lr 0.1)
+PLANNED = "planner"
+CONFIGS.update({
+    "default + the planner's H and R": dict(hot_size=PLANNED),
+    "Adagrad, default": dict(optimizer="adagrad"),
+    "Adagrad, default + the planner's H and R": dict(hot_size=PLANNED, optimizer="adagrad"),
+})
 
 
 def patched(source, patches):
@@ -137,12 +146,12 @@ def _milliseconds(function, repeats=4):
     return statistics.median(times)
 
 
-def _trainer(model_name, k, lr, plan, train):
+def _trainer(model_name, k, lr, plan, train, optimizer="sgd"):
     from alac.train import Trainer
     from alac.zoo import build_model, load_model_file
 
     model = load_model_file("fm").FactorizationMachine(k=k) if k else build_model(load_model_file(model_name))
-    trainer = Trainer(model, lr=lr, plan=plan, backend="triton", device="cuda", seed=0)
+    trainer = Trainer(model, lr=lr, plan=plan, backend="triton", device="cuda", seed=0, optimizer=optimizer)
     layout, labels = trainer.prepare(train)
     return trainer, layout, labels
 
@@ -154,6 +163,7 @@ def main():
     args = parser.parse_args()
 
     from alac.plan import Plan
+    from alac.runtime.planner import hot_segment_for_data
     from benchmarks.flow import synthetic_train_valid
 
     barriers = [{"programs": p, "us_per_barrier": _barrier_cost(p)} for p in (16, 64, 132)]
@@ -162,13 +172,21 @@ def main():
     configs = []
     for model_name, k, lr in (("lr", 0, 2.0), ("fm", 16, 0.5)):
         for name, options in CONFIGS.items():
+            options = dict(options)
+            optimizer = options.pop("optimizer", "sgd")
+            step = lr if optimizer == "sgd" else 0.1
+            planned = options.get("hot_size") == PLANNED
+            if planned:
+                del options["hot_size"]
             plan = Plan(**dict(dict(batch_size=1024, chunk_size=16), **options))
-            trainer, layout, labels = _trainer(model_name, k, lr, plan, train)
+            if planned:
+                plan = hot_segment_for_data(train, plan, factor_size=k)
+            trainer, layout, labels = _trainer(model_name, k, step, plan, train, optimizer)
             epoch = [0]
 
             def run():
                 epoch[0] += 1
-                trainer.executor.train_epoch(layout, labels, epoch[0], lr)
+                trainer.executor.train_epoch(layout, labels, epoch[0], step)
 
             ms = _milliseconds(run)
             configs.append({"model": model_name, "config": name, "plan": plan.describe(), "ms": ms,
