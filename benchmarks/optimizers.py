@@ -5,7 +5,8 @@ Adam) for LR and FM on the synthetic Criteo-shaped set, sync and async, side by 
 
 Learning rates: SGD the tuned sync value (lr 2 for LR, 0.5 for FM); every other optimizer its
 default (alac.optimizers: AdaGrad 0.05, FTRL alpha 0.05 with beta 1 / B, Adam 0.01, momentum 0.1 x
-the model's SGD default), never tuned on this data. Async runs the default async plan (C = 32, the
+the model's SGD default), never tuned on this data. Sync runs the default sync plan (C = 16, the
+planner's hot segment and replicas for LR, none for FM); async the default async plan (C = 32, the
 planner's hot segment); async FTRL runs twice, with its weight derived from z and n where it is read
 (the default, `Plan.derive_params`) and stored ("ftrl, w stored"). Writes results/<name>.json and .md
 (name: optimizers, or --name).
@@ -46,19 +47,21 @@ def main():
     args = parser.parse_args()
 
     from alac.plan import Plan
-    from alac.runtime.planner import hot_size_for_data
+    from alac.runtime.planner import hot_segment_for_data
 
     train, valid = synthetic_train_valid(args.rows, args.valid_rows, "cuda")
     # the zoo defaults: LR 1.0, FM 0.5; SGD itself runs at the tuned sync rates of the flow benchmark
     model_defaults = {"lr": 1.0, "fm": 0.5}
     sgd_rates = {"lr": 2.0, "fm": 0.5}
     async_plan = Plan(semantics="async", batch_size=1024, chunk_size=32)
-    # the default async plan: the planner's hot segment (H from the cost model, flushed every 8 chunks)
-    async_plan = dataclasses.replace(async_plan, hot_size=hot_size_for_data(train, async_plan))
-    plans = {"sync": Plan(batch_size=1024, chunk_size=16), "async": async_plan}
-    results = []
+    results, described = [], {}
     for model in args.models.split(","):
         k = 16 if model == "fm" else 0
+        # the default plans: the planner's hot segment (async: H from the cost model, flushed every 8
+        # chunks; sync: H and R replicas for models with scalar params only)
+        plans = {"sync": hot_segment_for_data(train, Plan(batch_size=1024, chunk_size=16), factor_size=k),
+                 "async": hot_segment_for_data(train, async_plan, factor_size=k)}
+        described.update({f"{model} {semantics}": plan.describe() for semantics, plan in plans.items()})
         for semantics, plan in plans.items():
             arms = [(optimizer, optimizer, plan) for optimizer in args.optimizers.split(",")]
             if semantics == "async" and "ftrl" in args.optimizers.split(","):
@@ -80,15 +83,16 @@ def main():
         row["logloss_vs_sync_sgd"] = row["val_logloss"][-1] - sync_sgd["val_logloss"][-1]
     env = environment()
     markdown = "\n".join([
-        f"Optimizers, {args.rows:,} × 39 synthetic rows, {args.epochs} epochs, batch 1024 (sync C = 16; async "
-        f"{async_plan.describe()}); "
-        f"{env['device']}, triton {env['triton']}, {env['date']}.", "",
+        f"Optimizers, {args.rows:,} × 39 synthetic rows, {args.epochs} epochs, batch 1024; "
+        f"{env['device']}, triton {env['triton']}, {env['date']}. Plans: "
+        + "; ".join(f"{name}: {text}" for name, text in described.items()) + ".", "",
         table(["model", "semantics", "optimizer", "lr", "ms / epoch", "vs SGD (same semantics)",
                "val logloss", "vs sync SGD"],
               [[r["model"], r["semantics"], r["optimizer"], f"{r['lr']:g}", f"{r['ms_per_epoch']:.2f}",
                 f"{r['cost_vs_sgd']:.2f}×", f"{r['val_logloss'][-1]:.4f}", f"{r['logloss_vs_sync_sgd']:+.4f}"]
                for r in results])])
-    write(args.name, {"device": env["device"], "environment": env, "arguments": vars(args), "results": results},
+    write(args.name, {"device": env["device"], "environment": env, "arguments": vars(args), "plans": described,
+                      "results": results},
           markdown, args.out)
     print(markdown)
 
