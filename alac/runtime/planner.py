@@ -153,12 +153,13 @@ class PlanChoice:
 
 # Where the planner turns the hot segment on by default: binary features, and vector params (FM's
 # factors) of at most HOT_SEGMENT_MAX_FACTOR[semantics] values (0: models with scalar params only).
-# Sync, grid barriers and edge updates, H100, 4M x 39 synthetic rows, batch 1024 (sync_breakdown.md
-# and a session-7 probe, one process): LR with SGD 48.2 ms/epoch without it, 39.9-47.2 with H = 4,309
-# (the cost model, the batch as flush period) at R = 1-16 (R = 4 best; 41.3 at 8); LR with Adagrad
-# (touched flags) 97.7 without, 72.8 at R = 4, 66.8 at R = 9 (the cost model's R); the same
-# validation logloss to 1e-6. FM k = 16 gained nothing at R = 1 and lost 5-33 % at R = 4 (two runs):
-# off for vector params. (With per-batch launches on H200 in session 2 it never paid.) Async with
+# Sync, grid barriers, H100, 4M x 39 synthetic rows, batch 1024 (benchmarks/results/sync_breakdown.md,
+# session 7): LR with SGD (edge updates) 48.2 ms/epoch without it, 42.5 with the cost model's H and R
+# (H = 4,3xx-4,5xx with the batch as flush period, R = 8-9), 39.5-39.8 at H = 1,024-4,096 with R = 4;
+# LR with Adagrad (touched flags) 84.7 without, 65.7 with the cost model's (a probe: 72.8 at R = 4);
+# the same validation logloss to 1e-6. FM k = 16 gains nothing at R = 1 and loses 7-31 % at R = 4, 42 %
+# with the cost model's R = 8 (flow_fm.md): off for vector params. (With per-batch launches on H200 in
+# session 2 it never paid.) Async with
 # per-program sums flushed every K chunks, measured on H100 (benchmarks/results/flow_sweep.md): LR
 # 3.4x faster at a lower validation logloss, and ipinyou's test AUC within 0.002 of sync. FM: with it
 # k = 16 ran 14.1 against 35.0 ms per epoch, k = 32 26.3 against 46.5, but k = 64 74.1 against 49.7
