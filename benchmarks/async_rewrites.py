@@ -25,6 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.patches import replace_checked  # noqa: E402
 from benchmarks.report import environment, table, write  # noqa: E402
 
 ONE_TILE_GATHER = "            w = tl.load(w_ptr + feature, mask=present, other=0.0)\n            wx = tl.sum("
@@ -60,9 +61,7 @@ HOT_PAD = 2048
 
 
 def _replace(source, old, new, name):
-    if old not in source:
-        raise ValueError(f"rewrite {name!r}: its anchor is not in the generated kernel; update async_rewrites")
-    return source.replace(old, new, 1)
+    return replace_checked(source, old, new, 1, f"rewrite {name!r} (update async_rewrites)")
 
 
 def prefetch(source):

@@ -49,12 +49,11 @@ def main():
         data = criteo_like(rows, device="cuda")
         plan = Plan(semantics="async", batch_size=1024, chunk_size=32)
         plan = dataclasses.replace(plan, hot_size=hot_size_for_data(data, plan))
-        trainer = None
         for mode in MODES * 2:
             callbacks = [lambda trainer, record: False] if mode == "one at a time" else []
             # the last trainer's layout goes before this one builds its own: at 64M rows two layouts
             # and the build's temporaries do not fit in 80 GB together
-            del trainer
+            trainer = None
             torch.cuda.empty_cache()
             trainer = Trainer(build_model(load_model_file("lr")), lr=2.0, plan=plan, backend="triton",
                               device="cuda", callbacks=callbacks)

@@ -30,6 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.patches import replace_checked  # noqa: E402
 from benchmarks.report import environment, table, write  # noqa: E402
 
 BARRIER = "grid_barrier(arrivals_ptr, barriers * tl.num_programs(0))"
@@ -86,9 +87,7 @@ CONFIGS.update({
 def patched(source, patches):
     """source with each (old, new[, count]) replaced (every occurrence without a count)."""
     for old, new, *count in patches:
-        if old not in source:
-            raise ValueError(f"patch does not apply to the generated kernel: {old!r}")
-        source = source.replace(old, new, *count)
+        source = replace_checked(source, old, new, *count)
     return source
 
 
