@@ -1,0 +1,199 @@
+"""What the async epochs' random accesses cost on their own: flat Triton kernels that make exactly
+the per-edge accesses an async epoch makes (each edge once, in storage order, at full occupancy,
+without the model's math or any chain of dependent loads), beside the generated kernels' epochs
+of the same data, in one process.
+
+    PYTHONPATH=. python benchmarks/async_floor.py [--rows 4000000] [--k 16] [--out DIR]
+
+Per edge, an async epoch gathers the edge's params and adds its change to them atomically; with a
+hot segment, hot edges (re-indexed id < H) add into their program's own sums instead (flushed
+later; the flushes are left out here, 3 % of the LR epoch in async_breakdown). The flat kernels
+make those accesses alone and in the kernel's combinations, for LR's w (one float per feature) and
+FM's v (K floats per feature, the generated kernel's 16-byte vector loads and atomics), and, to
+show why the updates are atomic, plain stores of the read-modify-written value (lock-free Hogwild
+style). Their time is a floor for any kernel that makes the same accesses to global memory. Writes
+results/async_floor.json and .md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import statistics
+import sys
+from pathlib import Path
+
+import triton
+import triton.language as tl
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.report import environment, table, write  # noqa: E402
+
+# Param values (edges x K) per flat program. Chosen on H100 (4M x 39 set, scratch probes): LR at
+# 512 and 2048 edges within 3 % (gather 0.35 / 0.38 ms, gather + the hot split 4.00 / 4.01 ms);
+# FM k = 16's gather + split 5.57 ms at 64 edges, 5.87 at 256, 6.76 at 512.
+VALUES_PER_PROGRAM = 1024
+
+
+def edges_per_program(factor):
+    return max(1, VALUES_PER_PROGRAM // factor)
+
+# What a flat kernel does at each edge's param row (`UPDATE`).
+NO_UPDATE, ATOMIC_ALL, ATOMIC_COLD, ATOMIC_HOT, ATOMIC_SPLIT, STORE_COLD = range(6)
+
+
+@triton.jit
+def edge_traffic(feature_ptr, param_ptr, hot_sums_ptr, gathered_ptr, n_edges, hot_size, copies, scale,
+                 K: tl.constexpr, GATHER: tl.constexpr, UPDATE: tl.constexpr, BLOCK: tl.constexpr):
+    """Each edge's [K] param row: gathered (GATHER; the sum of what a program gathered goes to
+    gathered_ptr[pid], so nothing is dead code), and updated per UPDATE: 1 an atomic addition into
+    the params at every edge; 2 cold edges only; 3 hot edges only, into the program's copy
+    (pid % copies) of the [H, K] hot sums; 4 both (the async kernel's split); 5 a plain store of the
+    gathered value, changed, at cold edges. The value added is the gathered one (times 1e-12 into the
+    params, so they stay near their start), or 1 without a gather."""
+    pid = tl.program_id(0)
+    edge = pid.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    feature = tl.load(feature_ptr + edge, mask=edge < n_edges, other=-1)
+    present = feature >= 0
+    feature = tl.where(present, feature, 0).to(tl.int64)
+    lanes = tl.arange(0, K)[None, :]
+    row = param_ptr + feature[:, None] * K + lanes
+    if GATHER:
+        value = tl.load(row, mask=present[:, None], other=0.0)
+        tl.store(gathered_ptr + pid, tl.sum(tl.sum(value, axis=1), axis=0))
+    else:
+        value = tl.full([BLOCK, K], 1.0, tl.float32)
+    hot = present & (feature < hot_size)
+    cold = present & ~hot
+    if UPDATE == 1:
+        tl.atomic_add(row, value * scale, mask=present[:, None], sem="relaxed")
+    if (UPDATE == 2) | (UPDATE == 4):
+        tl.atomic_add(row, value * scale, mask=cold[:, None], sem="relaxed")
+    if (UPDATE == 3) | (UPDATE == 4):
+        sums = hot_sums_ptr + ((pid % copies).to(tl.int64) * hot_size + feature)[:, None] * K + lanes
+        tl.atomic_add(sums, value, mask=hot[:, None], sem="relaxed")
+    if UPDATE == 5:
+        tl.store(row, value * 0.999, mask=cold[:, None])
+
+
+@dataclasses.dataclass(frozen=True)
+class Traffic:
+    name: str
+    factor: int      # K floats per feature: 1 for LR's w, k for FM's v
+    gather: bool
+    update: int
+
+
+TRAFFIC = (
+    Traffic("w gathered", 1, True, NO_UPDATE),
+    Traffic("w: atomic addition at every edge", 1, False, ATOMIC_ALL),
+    Traffic("w: atomic addition at cold edges", 1, False, ATOMIC_COLD),
+    Traffic("w: hot edges' atomic addition into per-program sums", 1, False, ATOMIC_HOT),
+    Traffic("w: both (the kernel's split)", 1, False, ATOMIC_SPLIT),
+    Traffic("w gathered, and the kernel's split of atomic additions", 1, True, ATOMIC_SPLIT),
+    Traffic("w gathered, and cold edges stored (no atomics; Hogwild)", 1, True, STORE_COLD),
+    Traffic("v gathered", 16, True, NO_UPDATE),
+    Traffic("v: the kernel's split of atomic additions", 16, False, ATOMIC_SPLIT),
+    Traffic("v gathered, and the kernel's split of atomic additions", 16, True, ATOMIC_SPLIT),
+)
+
+
+def run_traffic(traffic, edge_feature, params, hot_sums, hot_size, copies, scale=1e-12):
+    """One launch of the flat kernel over every edge; returns what the programs gathered."""
+    import torch
+
+    block = edges_per_program(traffic.factor)
+    programs = triton.cdiv(edge_feature.numel(), block)
+    gathered = torch.zeros(programs, dtype=torch.float32, device=edge_feature.device)
+    edge_traffic[(programs,)](edge_feature, params, hot_sums, gathered, edge_feature.numel(), hot_size, copies, scale,
+                              K=traffic.factor, GATHER=traffic.gather, UPDATE=traffic.update,
+                              BLOCK=block, num_warps=4)
+    return gathered
+
+
+def measure_traffic(train, plan, model, factor, hot_size):
+    """The TRAFFIC rows of a model (LR: w, factor 1; FM: v, factor k) on the plan's layout of train,
+    with as many copies of the hot sums as the plan's async programs."""
+    import torch
+
+    from alac.runtime.layout import LayoutOptions, build_layout
+    from alac.runtime.schedule import async_programs
+
+    layout = build_layout(train, LayoutOptions(chunk_size=plan.chunk_size, hot_size=hot_size), train.device)
+    copies = async_programs(plan, layout)
+    params = torch.zeros(layout.n_features * factor, device="cuda")
+    hot_sums = torch.zeros(copies * hot_size * factor, device="cuda")
+    rows = []
+    for traffic in TRAFFIC:
+        if (traffic.factor == 1) != (model == "lr"):
+            continue
+        traffic = dataclasses.replace(traffic, factor=factor)
+        milliseconds = _milliseconds(lambda: run_traffic(traffic, layout.edge_feature, params, hot_sums, hot_size, copies))
+        rows.append({"model": model, "traffic": traffic.name, "factor": factor, "hot_size": hot_size, "copies": copies,
+                     "ms": milliseconds, "gaccesses_per_s": layout.edge_feature.numel() / milliseconds / 1e6})
+        print(f"{milliseconds:8.3f} ms  {model}: {traffic.name}", flush=True)
+    return rows
+
+
+def _milliseconds(function, repeats=7):
+    import torch
+
+    function()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        function()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rows", type=int, default=4_000_000)
+    parser.add_argument("--k", type=int, default=16, help="FM factors (the v rows' width)")
+    parser.add_argument("--epochs", type=int, default=5, help="epochs of each generated kernel (median after the first)")
+    parser.add_argument("--out", default=os.environ.get("OUT"))
+    args = parser.parse_args()
+
+    import torch
+
+    from alac.plan import Plan
+    from alac.runtime.planner import hot_size_for_data
+    from benchmarks.flow import alac_arm, synthetic_train_valid
+
+    train, valid = synthetic_train_valid(args.rows, 500_000, "cuda", 0)
+    base = Plan(semantics="async", batch_size=1024, chunk_size=32)
+    rows = []
+    kernels = {}
+    for model, k, lr in (("lr", 0, 2.0), ("fm", args.k, 0.5)):
+        plan = dataclasses.replace(base, hot_size=hot_size_for_data(train, base, factor_size=k))
+        history = alac_arm(train, valid, args.epochs, lr, k, 0, plan)
+        kernels[model] = {"hot_size": plan.hot_size, "programs": history.programs,
+                          "ms_per_epoch": 1000 * statistics.median(s for s, _ in history[1:])}
+        print(model, kernels[model], flush=True)
+    for model, factor in (("lr", 1), ("fm", args.k)):
+        rows += measure_traffic(train, base, model, factor, kernels[model]["hot_size"])
+        torch.cuda.empty_cache()
+    env = environment()
+    lines = [f"Flat per-edge traffic against the generated async kernels, {args.rows:,} × 39 synthetic rows "
+             f"(C = {base.chunk_size}); {env['device']}, triton {env['triton']}, torch {env['torch']}, {env['date']}.", ""]
+    lines.append(table(["kernel", "H", "ms / epoch"],
+                       [[f"generated async {m.upper()}" + (f" (k = {args.k})" if m == "fm" else ""), v["hot_size"],
+                         f"{v['ms_per_epoch']:.2f}"] for m, v in kernels.items()]))
+    lines += ["", table(["flat traffic, every edge once", "ms", "G edges / s", "generated kernel's epoch / this"],
+                        [[f"{r['model'].upper()}: {r['traffic']}", f"{r['ms']:.3f}", f"{r['gaccesses_per_s']:.0f}",
+                          f"{kernels[r['model']]['ms_per_epoch'] / r['ms']:.2f}×"] for r in rows])]
+    markdown = "\n".join(lines)
+    write("async_floor", {"device": env["device"], "environment": env, "arguments": vars(args),
+                          "kernels": kernels, "traffic": rows}, markdown, args.out)
+    print(markdown)
+
+
+if __name__ == "__main__":
+    main()
