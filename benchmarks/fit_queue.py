@@ -37,6 +37,31 @@ MODES = ("one at a time", "queued")
 PLACEMENT_STEP_BYTES = 2 * 1024 * 1024 + 4096
 
 
+def summarize(results, modes):
+    """Per (rows, mode): the median ms / epoch and ns / non-zero of its measurements, their range,
+    the ratio to the largest size's median; and per mode the largest over the smallest median."""
+    import statistics
+
+    summary = []
+    for rows in dict.fromkeys(r["rows"] for r in results):
+        for mode in modes:
+            figures = [r for r in results if r["rows"] == rows and r["mode"] == mode]
+            per_nnz = [r["ns_per_nnz"] for r in figures]
+            summary.append({"rows": rows, "mode": mode, "measurements": len(figures), "epochs": min(r["epochs"] for r in figures),
+                            "ms_per_epoch_median": statistics.median(r["ms_per_epoch"] for r in figures),
+                            "ns_per_nnz_median": statistics.median(per_nnz), "ns_per_nnz_range": [min(per_nnz), max(per_nnz)],
+                            "last_train_loss": figures[-1]["last_train_loss"]})
+    largest = max(r["rows"] for r in summary)
+    for mode in modes:
+        reference = next(r["ns_per_nnz_median"] for r in summary if r["rows"] == largest and r["mode"] == mode)
+        for r in summary:
+            if r["mode"] == mode:
+                r["vs_largest"] = r["ns_per_nnz_median"] / reference
+    spread = {mode: max(r["ns_per_nnz_median"] for r in summary if r["mode"] == mode)
+              / min(r["ns_per_nnz_median"] for r in summary if r["mode"] == mode) for mode in modes}
+    return summary, spread
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rows", default="1000000,4000000")
@@ -52,8 +77,6 @@ def main():
         parser.error(f"--modes takes a comma-separated list of {MODES}, got {args.modes!r}")
     if args.placements < 1:
         parser.error(f"--placements must be >= 1, got {args.placements}")
-
-    import statistics
 
     import torch
 
@@ -86,28 +109,12 @@ def main():
                             "last_train_loss": trainer.history[-1]["train_loss"]})
             print(results[-1], flush=True)
         del data, trainer, pad
-    summary = []
-    for rows in dict.fromkeys(r["rows"] for r in results):
-        for mode in modes:
-            figures = [r for r in results if r["rows"] == rows and r["mode"] == mode]
-            per_nnz = [r["ns_per_nnz"] for r in figures]
-            summary.append({"rows": rows, "mode": mode, "measurements": len(figures), "epochs": min(r["epochs"] for r in figures),
-                            "ms_per_epoch_median": statistics.median(r["ms_per_epoch"] for r in figures),
-                            "ns_per_nnz_median": statistics.median(per_nnz), "ns_per_nnz_range": [min(per_nnz), max(per_nnz)],
-                            "last_train_loss": figures[-1]["last_train_loss"]})
-    largest = max(r["rows"] for r in summary)
-    for mode in modes:
-        reference = next(r["ns_per_nnz_median"] for r in summary if r["rows"] == largest and r["mode"] == mode)
-        for r in summary:
-            if r["mode"] == mode:
-                r["vs_largest"] = r["ns_per_nnz_median"] / reference
-    spread = {mode: max(r["ns_per_nnz_median"] for r in summary if r["mode"] == mode)
-              / min(r["ns_per_nnz_median"] for r in summary if r["mode"] == mode) for mode in modes}
+    summary, spread = summarize(results, modes)
     env = environment()
     markdown = "\n".join([
         f"Trainer.fit, async LR (default plan), at least {args.epochs} epochs and {args.seconds:g} s per "
         f"measurement, {args.placements} placement(s) x 2 rounds per size and mode; medians, the range of "
-        f"ns / non-zero over the measurements, the ratio to the median at {largest:,} rows; {env['device']}, "
+        f"ns / non-zero over the measurements, the ratio to the median at {max(r['rows'] for r in summary):,} rows; {env['device']}, "
         f"torch {env['torch']}, triton {env['triton']}, {env['date']}.", "",
         table(["rows", "mode", "measurements", "ms / epoch", "ns / non-zero", "range", "ratio", "last training loss"],
               [[f"{r['rows']:,}", f"{r['mode']} (>= {r['epochs']} epochs)", r["measurements"],
