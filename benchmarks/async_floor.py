@@ -33,12 +33,14 @@ from benchmarks.report import environment, table, write  # noqa: E402
 
 # Param values (edges x K) per flat program. Chosen on H100 (4M x 39 set, scratch probes): LR at
 # 512 and 2048 edges within 3 % (gather 0.35 / 0.38 ms, gather + the hot split 4.00 / 4.01 ms);
-# FM k = 16's gather + split 5.57 ms at 64 edges, 5.87 at 256, 6.76 at 512.
+# FM k = 16's gather + split 5.57 ms at 64 edges, 5.87 at 256, 6.76 at 512. 1024 values is FM's
+# best (64 edges of 16) and inside LR's flat range.
 VALUES_PER_PROGRAM = 1024
 
 
 def edges_per_program(factor):
     return max(1, VALUES_PER_PROGRAM // factor)
+
 
 # What a flat kernel does at each edge's param row (`UPDATE`).
 NO_UPDATE, ATOMIC_ALL, ATOMIC_COLD, ATOMIC_HOT, ATOMIC_SPLIT, STORE_COLD = range(6)
@@ -51,8 +53,8 @@ def edge_traffic(feature_ptr, param_ptr, hot_sums_ptr, gathered_ptr, n_edges, ho
     gathered_ptr[pid], so nothing is dead code), and updated per UPDATE: 1 an atomic addition into
     the params at every edge; 2 cold edges only; 3 hot edges only, into the program's copy
     (pid % copies) of the [H, K] hot sums; 4 both (the async kernel's split); 5 a plain store of the
-    gathered value, changed, at cold edges. The value added is the gathered one (times 1e-12 into the
-    params, so they stay near their start), or 1 without a gather."""
+    gathered value, changed, at cold edges. The value added is the gathered one (times `scale` into
+    the params: the benchmark's 1e-12 keeps them near their start), or 1 without a gather."""
     pid = tl.program_id(0)
     edge = pid.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     feature = tl.load(feature_ptr + edge, mask=edge < n_edges, other=-1)
