@@ -17,14 +17,13 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
-import statistics
 import sys
 from pathlib import Path
 
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.report import environment, table, write  # noqa: E402
+from benchmarks.report import cuda_milliseconds, environment, table, write  # noqa: E402
 
 GATHER = "w = tl.load(w_ptr + feature, mask=present, other=0.0)"
 # the atomic additions made at every edge: into w without a hot segment; with one, of cold edges
@@ -34,6 +33,8 @@ EDGE_ATOMICS = (
     'tl.atomic_add(w_ptr + feature, delta_p, mask=cold, sem="relaxed")',
     'tl.atomic_add(hot_grad_w_ptr + (hot_base + feature), grad_w, mask=hot, sem="relaxed")',
 )
+# launches timed per kernel and floor (median), after one warm-up
+REPEATS = 3
 FLUSH_TEST = "if ((step + 1) % flush_every == 0) | (step + 1 == my_chunks):"
 CUTS = {
     "gather": [(GATHER, "w = x * 0.0")],
@@ -62,22 +63,6 @@ def cut(source, names):
         for old, new in CUTS[name]:
             source = source.replace(old, new)
     return source
-
-
-def _milliseconds(function, repeats=3):
-    import torch
-
-    function()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        function()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
 
 
 def bound_kernel(trainer, layout, labels, cuts=()):
@@ -122,16 +107,16 @@ def main():
             kernel, arguments, constants = bound_kernel(trainer, layout, labels, cuts)
             compiled = kernel[(programs,)](*arguments, **constants)
             rows.append({"kernel": name, "hot_size": kernel_plan.hot_size,
-                         "ms": _milliseconds(lambda: kernel[(programs,)](*arguments, **constants)),
+                         "ms": cuda_milliseconds(lambda: kernel[(programs,)](*arguments, **constants), REPEATS),
                          "registers": getattr(compiled, "n_regs", None), "spills": getattr(compiled, "n_spills", None)})
             print(rows[-1], flush=True)
     edges = layout.edge_feature
     features = edges[edges >= 0].long()
     weights = torch.zeros(layout.n_features, device="cuda")
     ones = torch.ones(features.numel(), device="cuda")
-    floors = {"read the edge ids once (sum)": _milliseconds(lambda: edges.sum()),
-              "PyTorch gather of w at every edge": _milliseconds(lambda: weights[features]),
-              "PyTorch index_add_ of one value per edge": _milliseconds(lambda: weights.index_add_(0, features, ones))}
+    floors = {"read the edge ids once (sum)": cuda_milliseconds(lambda: edges.sum(), REPEATS),
+              "PyTorch gather of w at every edge": cuda_milliseconds(lambda: weights[features], REPEATS),
+              "PyTorch index_add_ of one value per edge": cuda_milliseconds(lambda: weights.index_add_(0, features, ones), REPEATS)}
     env = environment()
     markdown = "\n".join([
         f"Async LR epoch, {args.rows:,} × 39 synthetic rows ({features.numel():,} edges), C = 32, {programs} programs, "

@@ -29,7 +29,7 @@ import triton.language as tl
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.report import environment, table, write  # noqa: E402
+from benchmarks.report import cuda_milliseconds, environment, table, write  # noqa: E402
 
 # Param values (edges x K) per flat program. Chosen on H100 (4M x 39 set, scratch probes): LR at
 # 512 and 2048 edges within 3 % (gather 0.35 / 0.38 ms, gather + the hot split 4.00 / 4.01 ms);
@@ -41,6 +41,9 @@ VALUES_PER_PROGRAM = 1024
 def edges_per_program(factor):
     return max(1, VALUES_PER_PROGRAM // factor)
 
+
+# launches timed per traffic kind (median), after one warm-up
+REPEATS = 7
 
 # What a flat kernel does at each edge's param row (`UPDATE`).
 NO_UPDATE, ATOMIC_ALL, ATOMIC_COLD, ATOMIC_HOT, ATOMIC_SPLIT, STORE_COLD = range(6)
@@ -132,27 +135,12 @@ def measure_traffic(train, plan, model, factor, hot_size):
         if (traffic.factor == 1) != (model == "lr"):
             continue
         traffic = dataclasses.replace(traffic, factor=factor)
-        milliseconds = _milliseconds(lambda: run_traffic(traffic, layout.edge_feature, params, hot_sums, hot_size, copies))
+        milliseconds = cuda_milliseconds(lambda: run_traffic(traffic, layout.edge_feature, params, hot_sums, hot_size, copies),
+                                         REPEATS)
         rows.append({"model": model, "traffic": traffic.name, "factor": factor, "hot_size": hot_size, "copies": copies,
                      "ms": milliseconds, "gaccesses_per_s": layout.edge_feature.numel() / milliseconds / 1e6})
         print(f"{milliseconds:8.3f} ms  {model}: {traffic.name}", flush=True)
     return rows
-
-
-def _milliseconds(function, repeats=7):
-    import torch
-
-    function()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        function()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
 
 
 def main():
