@@ -453,16 +453,15 @@ class KernelGenerator:
         program = self.optimizer.for_param(p).derived
         self._use_arguments(w, p, program)
         reads = {s.name for d in program for s in d.expr.free_symbols}
-        # The states are read past L1 (.cg): other programs change them by atomic additions in L2,
-        # and a stale L1 copy of one beside a fresh copy of another (z and n of FTRL) derives a
-        # param no update ever produced. Measured on H100 (async FTRL LR, derived weights, 200k
-        # rows, 5 runs each): first-epoch training loss 0.74-0.88 through L1 against 0.57-0.63 past
-        # it (stored weights: 0.57), last of 3 epochs 0.4323-0.4388 against 0.4301-0.4318; on 4M
-        # rows the epoch took 7.7 ms against 8.0 (cold features rarely sit in L1 anyway).
+        # The states are read by atomic additions of 0, not loads: an atomic operation sees the
+        # latest value of its address, a load (even past L1, .cg or volatile) may see an older one,
+        # and a stale z beside a fresh n derives a weight no update produced. H100, async FTRL LR,
+        # 200k rows with 7 other processes on the GPU: first-epoch loss 0.60-0.71 with .cg loads,
+        # 0.562 with atomic reads (stored weights 0.56-0.63); 4M rows: 9.1 against 8.7 ms per epoch.
         for state, (target, offsets, target_mask) in targets.items():
             if f"s_{state}" in reads and state not in loaded:
-                w.line(f"{names[f's_{state}']} = tl.load({w.arg(target)} + {offsets}, mask={target_mask}, other=0.0, "
-                       "cache_modifier=\".cg\")")
+                w.line(f"{names[f's_{state}']} = tl.where({target_mask}, tl.atomic_add({w.arg(target)} + {offsets}, "
+                       f"0.0, mask={target_mask}, sem=\"relaxed\"), 0.0)")
                 loaded.add(state)
         for d in program:
             ranks[d.name] = rank_of(d.expr, ranks)
@@ -574,8 +573,9 @@ class KernelGenerator:
                      and f"s_{st}" not in known and f"delta_s_{st}" in known]
             for state in fetch:
                 target, offsets, target_mask = targets[state]
-                w.line(f"{names[f's_{state}']} = tl.atomic_add({target} + {offsets}, {names[f'delta_s_{state}']}, "
-                       f"mask={target_mask}, sem=\"relaxed\")")
+                # masked-off lanes of an atomic return garbage: zero them before any math reads them
+                w.line(f"{names[f's_{state}']} = tl.where({target_mask}, tl.atomic_add({target} + {offsets}, "
+                       f"{names[f'delta_s_{state}']}, mask={target_mask}, sem=\"relaxed\"), 0.0)")
                 known.add(f"s_{state}")
                 fetched.append(state)
             if remaining and not ready and not fetch:
