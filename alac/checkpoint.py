@@ -1,67 +1,48 @@
 """Checkpoints: everything needed to predict with a trained model or to resume its training.
 
-One file, written atomically: to a temporary file beside the target, flushed and fsync'ed, then
-renamed over it (and the folder fsync'ed), so a crash at any moment leaves either the previous
-checkpoint or the new one, never a torn file. It holds the model spec (how to rebuild the DSL model),
-the IR hash (to refuse a checkpoint whose model compiles differently now), the plan, optimizer and
-schedule, the parameters, globals and optimizer state, the feature re-index map, the label mapping,
-the data options, the epoch and the history.
+One file, written atomically (alac.outputs), so a crash at any moment leaves either the previous
+checkpoint or the new one, never a torn file. It holds data only, never code: the model spec (a zoo
+model's registered name, or the name of the user's model file, which is never run because a
+checkpoint names it), the IR hash (to refuse a model that compiles differently now), the plan,
+optimizer and schedule, the parameters, globals and optimizer state, the feature re-index map, the
+label mapping, the data options, the epoch and the history. It is read with
+`torch.load(weights_only=True)`: tensors, numbers, strings, lists and dicts, nothing that runs.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import os
+import pickle
 from pathlib import Path
 
 import torch
 
 from alac.errors import AlacError
+from alac.outputs import write_atomically, write_text_atomically
 
 FORMAT = "alac-checkpoint"
-VERSION = 1
+VERSION = 2
+# (key, type) of every entry a checkpoint must have
+REQUIRED = (("spec", dict), ("ir_hash", str), ("model_name", str), ("plan", dict), ("lr", float),
+            ("optimizer", dict), ("schedule", dict), ("exact_l2", bool), ("seed", int), ("epoch", int),
+            ("batches_done", int), ("history", list), ("params", dict), ("globals", dict), ("states", dict),
+            ("feature_order", torch.Tensor), ("labels", dict), ("data_options", dict))
 
 
 class CheckpointError(AlacError):
     """A checkpoint that cannot be used: missing, damaged, another format or an incompatible version."""
 
 
-def _fsync_folder(folder):
-    try:
-        handle = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(handle)
-    finally:
-        os.close(handle)
-
-
-def write_atomically(path, payload):
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(temporary, "wb") as out:
-            torch.save(payload, out)
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(temporary, path)
-        _fsync_folder(path.parent)
-    finally:
-        if temporary.exists():
-            temporary.unlink()
-
-
 def save(trainer, path, spec, data_options=None):
-    """Write trainer's model to path. spec: {"model": zoo name or file, "arguments": {...}}."""
+    """Write trainer's model to path. spec: {"model": zoo name} or {"model_file": path}, and
+    "arguments": the model's options."""
     state = trainer.executor.state
     if state is None:
         raise AlacError("nothing to save: the model is not trained yet")
     executor = trainer.executor
     payload = {
         "format": FORMAT, "version": VERSION, "spec": spec, "ir_hash": executor.ir.hash,
-        "model_name": executor.ir.name, "plan": dataclasses.asdict(trainer.plan), "lr": trainer.lr,
+        "model_name": executor.ir.name, "plan": dataclasses.asdict(trainer.plan), "lr": float(trainer.lr),
         "optimizer": {"name": executor.optimizer.name, "hyper": executor.optimizer.values},
         "schedule": vars(executor.schedule), "exact_l2": executor.exact_l2, "seed": executor.seed,
         "epoch": trainer.epoch, "batches_done": executor.batches_done, "history": trainer.history,
@@ -72,27 +53,49 @@ def save(trainer, path, spec, data_options=None):
         "labels": {"kind": trainer.labels.kind, "positive": trainer.labels.positive},
         "data_options": data_options or {},
     }
-    write_atomically(path, payload)
+    write_atomically(path, lambda out: torch.save(payload, out))
 
 
 def read(path):
+    """The checkpoint's contents (plain data and tensors), checked for every key it must have."""
     path = Path(path)
+    if path.is_dir():
+        raise CheckpointError(f"{path}: is a folder, not a checkpoint")
     if not path.is_file():
         raise CheckpointError(f"{path}: no checkpoint there")
     try:
-        payload = torch.load(path, map_location="cpu", weights_only=False)
+        payload = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError:
+        raise CheckpointError(f"{path}: refused: it holds objects other than tensors and plain data, which "
+                              "loading would run (not a checkpoint alac wrote)") from None
     except Exception as error:  # torch raises several types for a damaged zip
-        raise CheckpointError(f"{path}: not a readable checkpoint ({type(error).__name__}: {error})") from None
+        raise CheckpointError(f"{path}: not a readable checkpoint ({type(error).__name__})") from None
     if not isinstance(payload, dict) or payload.get("format") != FORMAT:
         raise CheckpointError(f"{path}: not an alac checkpoint")
     if payload.get("version") != VERSION:
         raise CheckpointError(f"{path}: checkpoint version {payload.get('version')} is not supported by this "
                               f"alac (version {VERSION}); retrain, or use the alac release that wrote it")
+    missing = [key for key, _ in REQUIRED if key not in payload]
+    if missing:
+        raise CheckpointError(f"{path}: damaged checkpoint: no {', '.join(missing)}")
+    wrong = [f"{key} ({type(payload[key]).__name__})" for key, kind in REQUIRED
+             if not isinstance(payload[key], kind) and not (kind is float and isinstance(payload[key], int))]
+    if wrong:
+        raise CheckpointError(f"{path}: damaged checkpoint: wrong type of {', '.join(wrong)}")
+    spec = payload["spec"]
+    if not isinstance(spec.get("arguments"), dict) or not isinstance(spec.get("model", spec.get("model_file")), str):
+        raise CheckpointError(f"{path}: damaged checkpoint: its model spec names no model")
+    payload["path"] = str(path)
     return payload
 
 
 def load(path, model, backend="triton", device=None, log=None):
     """A Trainer holding the checkpoint's model: ready to predict, or to fit further (resume)."""
+    return restore(read(path), model, backend, device, log)
+
+
+def restore(payload, model, backend="triton", device=None, log=None):
+    """A Trainer from read()'s payload and the model it was trained with (checked by IR hash)."""
     from alac.optimizers import get_optimizer
     from alac.plan import Plan
     from alac.runtime.executor import LabelMap
@@ -100,13 +103,16 @@ def load(path, model, backend="triton", device=None, log=None):
     from alac.runtime.state import ModelState
     from alac.train import Trainer
 
-    payload = read(path)
-    schedule = LearningRateSchedule(**payload["schedule"])
-    optimizer = get_optimizer(payload["optimizer"]["name"], **{
-        k: v for k, v in payload["optimizer"]["hyper"].items()})
-    trainer = Trainer(model, lr=payload["lr"], plan=Plan(**payload["plan"]), backend=backend, device=device,
-                      seed=payload["seed"], log=log, optimizer=optimizer, schedule=schedule,
-                      exact_l2=payload["exact_l2"])
+    path = payload["path"]
+    try:
+        schedule = LearningRateSchedule(**payload["schedule"])
+        optimizer = get_optimizer(payload["optimizer"]["name"], **payload["optimizer"]["hyper"])
+        plan = Plan(**payload["plan"])
+        labels = LabelMap(payload["labels"]["kind"], payload["labels"]["positive"])
+    except (TypeError, ValueError, KeyError) as error:
+        raise CheckpointError(f"{path}: damaged checkpoint ({type(error).__name__}: {error})") from None
+    trainer = Trainer(model, lr=payload["lr"], plan=plan, backend=backend, device=device, seed=payload["seed"],
+                      log=log, optimizer=optimizer, schedule=schedule, exact_l2=payload["exact_l2"])
     if trainer.executor.ir.hash != payload["ir_hash"]:
         raise CheckpointError(f"{path}: the model {payload['model_name']!r} compiles differently now than when "
                               "the checkpoint was written (IR hash differs): its parameters may not fit")
@@ -116,7 +122,7 @@ def load(path, model, backend="triton", device=None, log=None):
                                         {k: v.to(to) for k, v in payload["states"].items()})
     trainer.executor.batches_done = payload["batches_done"]
     trainer.feature_order = payload["feature_order"]
-    trainer.labels = LabelMap(payload["labels"]["kind"], payload["labels"]["positive"])
+    trainer.labels = labels
     trainer.epoch = payload["epoch"]
     trainer.history = list(payload["history"])
     trainer.checkpoint = payload
@@ -139,7 +145,7 @@ def export_readable(trainer, path, id_offset=0):
     table = np.concatenate(columns, axis=1)
     for feature in np.flatnonzero(np.any(table != 0, axis=1)):
         lines.append(f"{feature + id_offset} " + " ".join(f"{v:.9g}" for v in table[feature]))
-    Path(path).write_text("\n".join(lines) + "\n")
+    write_text_atomically(path, "\n".join(lines) + "\n")
 
 
 def export_numpy(trainer, path):

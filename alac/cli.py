@@ -10,14 +10,19 @@ import time
 from alac.errors import AlacError
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse with one-line errors: the error and where the options are listed, not the usage."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def _add_load_options(parser):
-    parser.add_argument("--format", default="auto", choices=["auto", "libsvm", "libffm", "criteo"],
-                        help="file format (default: detected from the first lines)")
-    parser.add_argument("--n-features", type=int, default=None,
-                        help="declared feature count (LIBSVM/libffm); ids beyond it are errors")
+    from alac.zoo import add_data_options
+
+    add_data_options(parser)
     parser.add_argument("--zero-based", default="auto", choices=["auto", "true", "false"],
                         help="are LIBSVM ids 0-based (default: auto, as scikit-learn)")
-    parser.add_argument("--hash-bits", type=int, default=None, help="Criteo: buckets per field = 2**bits")
     parser.add_argument("--integer-mode", default=None, choices=["bucketize", "value"],
                         help="Criteo integer columns: log-squared buckets (default) or raw values")
 
@@ -26,6 +31,8 @@ def _load_options(args, format):
     from alac.data.formats import resolve_format
 
     path = getattr(args, "file", None) or args.data
+    if format == "table":
+        raise AlacError("tables (--format table) are read by alac train and alac predict")
     format = resolve_format(path, format)
     options = {}
     if format in ("libsvm", "libffm"):
@@ -85,10 +92,10 @@ def _inspect(args):
     from alac.codegen.module_cache import write_source
     from alac.ir.pipeline import PASSES, lower
     from alac.ir.stage_graph import build_stage_graph, kernel_groups
+    from alac.models import build_model, model_module
     from alac.plan import Plan
-    from alac.zoo import build_model, load_model_file
 
-    module = load_model_file(args.model)
+    module = model_module(args.model)
     model = build_model(module)
     plan = Plan(chunk_size=args.chunk_size, batch_size=max(args.batch_size, args.chunk_size), kernels=args.kernels,
                 semantics=args.mode)
@@ -129,66 +136,98 @@ def _inspect(args):
 
 def _train(argv):
     """`alac train --model NAME|PATH ...`: the model's own options join the parser once it is known."""
-    from alac.zoo import load_model_file, parser_for, run_parsed
+    from alac.models import model_module
+    from alac.zoo import parser_for, run_parsed
 
-    first = argparse.ArgumentParser(add_help=False)
+    first = Parser(add_help=False)
     first.add_argument("--model", default=None)
     known, _ = first.parse_known_args(argv)
-    parser = argparse.ArgumentParser(prog="alac train", description="Train a model (a zoo name or a model file).")
-    parser.add_argument("--model", required=True, help="a zoo model name (lr, fm, ...) or a model file")
-    module = load_model_file(known.model) if known.model else None
-    parser_for(None, module, parser)
+    parser = Parser(prog="alac train", description="Train a model (a zoo name or a model file).")
+    parser.add_argument("--model", required=True, help="a zoo model name (lr, fm, ...) or a model file (path.py)")
+    module = model_module(known.model) if known.model else None
+    parser_for(parser, module)
     args = parser.parse_args(argv)
     return run_parsed(module, args, args.model)
 
 
-def _predict(args):
-    """`alac predict --model-dir DIR --data FILE --output FILE`: one prediction per line."""
+def _read_data_like_training(path, saved, format_option):
+    """A data file read as the checkpoint's training data was (format, id base, table encoding)."""
     from alac.data import formats
 
-    trainer, saved = _load_model_dir(args.model_dir, args.backend)
     options = saved["data_options"]
-    format = formats.resolve_format(args.data, args.format or options.get("format") or "auto")
-    load_options = {}
-    if format in ("libsvm", "libffm") and options.get("zero_based") is not None:
-        load_options["zero_based"] = options["zero_based"]  # the training files' id base
-    dataset = formats.load(args.data, format, **load_options)
-    if options.get("normalize"):
-        dataset = dataset.normalize_rows()
+    trained_on = options.get("format")
+    format = format_option or (trained_on if trained_on in formats.FORMATS + ("table",) else "auto")
+    if format == "table":
+        from alac.data.table import TableEncoding, load_table_files
+
+        if "table" not in options:
+            raise AlacError(f"{saved['path']}: the model was not trained on a table; give --format")
+        (dataset,), _ = load_table_files([path], encoding=TableEncoding.from_dict(options["table"]))
+    else:
+        format = formats.resolve_format(path, format)
+        load_options = {}
+        if format in ("libsvm", "libffm") and options.get("zero_based") is not None:
+            load_options["zero_based"] = options["zero_based"]  # the training files' id base
+        if format == "criteo" and options.get("hash_bits") is not None:
+            load_options["hash_bits"] = options["hash_bits"]
+        dataset = formats.load(path, format, **load_options)
+    return dataset.normalize_rows() if options.get("normalize") else dataset
+
+
+def _predict(args):
+    """`alac predict --model-dir DIR --data FILE --output FILE`: one prediction per line."""
+    from alac.outputs import check_output_file, write_text_atomically
+
+    check_output_file(args.output)
+    trainer, saved = _load_model_dir(args.model_dir, args.model, args.backend)
+    dataset = _read_data_like_training(args.data, saved, args.format)
     predictions = trainer.predict(dataset).cpu().numpy()
-    with open(args.output, "w") as out:
-        out.writelines(f"{value:.9g}\n" for value in predictions)
+    write_text_atomically(args.output, "".join(f"{value:.9g}\n" for value in predictions))
     print(f"wrote {len(predictions):,} predictions ({trainer.executor.ir.prediction_kind}) to {args.output}"
           + (f"; {trainer.unseen_entries:,} entries with features the model never trained were ignored"
              if trainer.unseen_entries else ""), file=sys.stderr)
     return 0
 
 
-def _load_model_dir(model_dir, backend="reference"):
+def _load_model_dir(model_dir, model_option=None, backend="reference"):
+    """(Trainer, checkpoint payload) of an --out folder or a checkpoint file. A zoo model is found by
+    its name; a model file only where the user passes it (model_option): never the file a
+    checkpoint names."""
     from pathlib import Path
 
     from alac import checkpoint
-    from alac.zoo import CHECKPOINT_NAME, build_model, load_model_file
+    from alac.models import build_model, model_module, zoo_module
+    from alac.zoo import CHECKPOINT_NAME
 
     path = Path(model_dir) / CHECKPOINT_NAME if Path(model_dir).is_dir() else Path(model_dir)
     saved = checkpoint.read(path)
-    module = load_model_file(saved["spec"]["model"])
-    model = build_model(module, argparse.Namespace(**saved["spec"]["arguments"]))
-    return checkpoint.load(path, model, backend=backend), saved
+    spec = saved["spec"]
+    if model_option is None and "model_file" in spec:
+        raise checkpoint.CheckpointError(
+            f"{path}: the model was trained from the file {spec['model_file']}; alac never runs a file that "
+            f"a checkpoint names: pass --model {spec['model_file']} to run it")
+    # a checkpoint's own model name is looked up among the zoo's, never opened as a file
+    module = model_module(model_option) if model_option else zoo_module(spec["model"])
+    model = build_model(module, argparse.Namespace(**spec["arguments"]))
+    return checkpoint.restore(saved, model, backend=backend), saved
 
 
 def _export(args):
     """`alac export --model-dir DIR [--readable FILE] [--numpy FILE.npz]`."""
     from alac import checkpoint
+    from alac.outputs import check_output_file
 
-    trainer, saved = _load_model_dir(args.model_dir)
+    if not (args.readable or args.numpy):
+        raise AlacError("give --readable FILE and/or --numpy FILE.npz")
+    for path in (args.readable, args.numpy):
+        if path:
+            check_output_file(path)
+    trainer, saved = _load_model_dir(args.model_dir, args.model)
     zero_based = saved["data_options"].get("zero_based")
     if args.readable:
         checkpoint.export_readable(trainer, args.readable, id_offset=0 if zero_based in (None, True) else 1)
     if args.numpy:
         checkpoint.export_numpy(trainer, args.numpy)
-    if not (args.readable or args.numpy):
-        raise AlacError("give --readable FILE and/or --numpy FILE.npz")
     return 0
 
 
@@ -210,7 +249,7 @@ def _bench(args):
 def build_parser():
     from alac.plan import Plan
 
-    parser = argparse.ArgumentParser(prog="alac", description="Train sparse wide models on GPUs.")
+    parser = Parser(prog="alac", description="Train sparse wide models on GPUs.")
     commands = parser.add_subparsers(dest="command", required=True)
     data = commands.add_parser("data", help="inspect data files").add_subparsers(dest="data_command",
                                                                                   required=True)
@@ -245,12 +284,17 @@ def build_parser():
     predict.add_argument("--model-dir", required=True, help="the --out folder of alac train (or a checkpoint file)")
     predict.add_argument("--data", required=True, help="a data file (labels are read but not needed)")
     predict.add_argument("--output", required=True, help="where to write one prediction per line")
-    predict.add_argument("--format", default=None, choices=["auto", "libsvm", "libffm", "criteo"])
+    predict.add_argument("--format", default=None, choices=["auto", "libsvm", "libffm", "criteo", "table"],
+                         help="default: the training data's format")
+    predict.add_argument("--model", default=None,
+                         help="the model file the checkpoint was trained from (never run unless given here)")
     predict.add_argument("--backend", default="triton", choices=["triton", "interpret", "reference"])
     predict.set_defaults(handler=_predict)
 
     export = commands.add_parser("export", help="write a trained model as readable text or numpy arrays")
     export.add_argument("--model-dir", required=True)
+    export.add_argument("--model", default=None,
+                        help="the model file the checkpoint was trained from (never run unless given here)")
     export.add_argument("--readable", metavar="FILE", help="one line per feature: id and parameters (original ids)")
     export.add_argument("--numpy", metavar="FILE", help="a .npz of the parameters by original feature id")
     export.set_defaults(handler=_export)

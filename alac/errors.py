@@ -25,9 +25,24 @@ class DataError(AlacError, ValueError):
         prefix = ": ".join(where)
         text = f"{prefix}: {message}" if prefix else message
         if token is not None:
-            text += f" (token {token!r})"
+            text += f" (token {shorten(token)})"
         super().__init__(text)
+
+
+# Tokens longer than this are cut in messages (a 10 MB token must not be echoed whole).
+TOKEN_CHARACTERS = 40
+
+
+def shorten(token):
+    """repr of a token, cut to its first TOKEN_CHARACTERS characters and its length when longer."""
+    if len(token) <= TOKEN_CHARACTERS:
+        return repr(token)
+    return f"{token[:TOKEN_CHARACTERS]!r}... ({len(token):,} characters)"
 
 
 class ModelError(AlacError, ValueError):
     """A model declaration that cannot be compiled: an unknown op, inconsistent shapes, a wrong apply."""
+
+
+class OptionError(AlacError, ValueError):
+    """An option or argument out of its range: a plan, a trainer setting, a loader option."""

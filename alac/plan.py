@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from alac.errors import OptionError
+
 SEMANTICS = ("sync", "async")
 
 
@@ -92,25 +94,25 @@ class Plan:
 
     def __post_init__(self):
         if self.kernels not in KERNEL_FAMILIES:
-            raise ValueError(f"plan kernels must be one of {KERNEL_FAMILIES}, got {self.kernels!r}")
+            raise OptionError(f"plan kernels must be one of {KERNEL_FAMILIES}, got {self.kernels!r}")
         if self.semantics not in SEMANTICS:
-            raise ValueError(f"plan semantics must be one of {SEMANTICS}, got {self.semantics!r}")
+            raise OptionError(f"plan semantics must be one of {SEMANTICS}, got {self.semantics!r}")
         if self.chunk_size < 1 or self.chunk_size & (self.chunk_size - 1):
-            raise ValueError(f"chunk_size must be a power of two (a Triton block), got {self.chunk_size}")
+            raise OptionError(f"chunk_size must be a power of two (a Triton block), got {self.chunk_size}")
         if self.batch_size < self.chunk_size or self.batch_size % self.chunk_size:
-            raise ValueError(f"batch_size ({self.batch_size}) must be a multiple of chunk_size ({self.chunk_size})")
+            raise OptionError(f"batch_size ({self.batch_size}) must be a multiple of chunk_size ({self.chunk_size})")
         if self.deterministic and (self.semantics != "sync" or self.hot_size):
-            raise ValueError("deterministic plans are sync plans without a hot segment")
+            raise OptionError("deterministic plans are sync plans without a hot segment")
         if self.semantics == "async" and self.kernels != "fused":
-            raise ValueError("async semantics run the fused kernel only (kernels='fused')")
+            raise OptionError("async semantics run the fused kernel only (kernels='fused')")
         if self.slots_per_step is not None and (self.slots_per_step < 1 or self.slots_per_step & (self.slots_per_step - 1)):
-            raise ValueError(f"slots_per_step must be a power of two, got {self.slots_per_step}")
+            raise OptionError(f"slots_per_step must be a power of two, got {self.slots_per_step}")
         if self.num_warps is not None and not (1 <= self.num_warps <= 32 and self.num_warps & (self.num_warps - 1) == 0):
-            raise ValueError(f"num_warps must be a power of two from 1 to 32, got {self.num_warps}")
+            raise OptionError(f"num_warps must be a power of two from 1 to 32, got {self.num_warps}")
         if self.flush_every < 1:
-            raise ValueError(f"flush_every must be >= 1, got {self.flush_every}")
+            raise OptionError(f"flush_every must be >= 1, got {self.flush_every}")
         if self.hot_size < 0 or self.replicas < 1:
-            raise ValueError(f"hot_size must be >= 0 and replicas >= 1, got {self.hot_size}, {self.replicas}")
+            raise OptionError(f"hot_size must be >= 0 and replicas >= 1, got {self.hot_size}, {self.replicas}")
 
     @property
     def chunks_per_batch(self):

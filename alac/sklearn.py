@@ -22,10 +22,10 @@ from alac.data.arrays import from_csr_arrays
 
 
 def _zoo(name):
-    """A zoo model class (models/<name>.py): the estimators train the same models as the command line."""
-    from alac.zoo import load_model_file
+    """A zoo model class (alac.models): the estimators train the same models as the command line."""
+    from alac.models import zoo_module
 
-    return load_model_file(name).MODEL
+    return zoo_module(name).MODEL
 
 
 def _dataset(X, y=None):

@@ -1,56 +1,96 @@
-"""Training a model from the command line: `python models/lr.py --train FILE --test FILE ...` and
-`alac train --model lr --train FILE ... --out DIR` run the same code.
+"""Training from the command line: `alac train --model lr --train FILE --test FILE --out DIR`.
 
 Without --train the model trains on the built-in synthetic Criteo-shaped data (4M rows on a GPU,
-200k on a CPU), split 80/10/10 into train / validation / test. Prints one line per epoch (with a
-progress bar on a terminal) and ends with one JSON line of final test metrics. With --out DIR it
-also writes DIR/metrics.json, DIR/history.csv, the checkpoint DIR/model.alac and, with --plot,
-DIR/loss.png.
+200k on a CPU), split 80/10/10 into train / validation / test. Without --valid, a share of the
+training rows (--valid-split, 10 % by default, drawn with --seed) is held out as validation data for
+early stopping. Prints one line per epoch (with a progress bar on a terminal) and ends with one JSON
+line of final test metrics. With --out DIR it also writes DIR/metrics.json, DIR/history.csv, the
+checkpoint DIR/model.alac and, with --plot, DIR/loss.png; the folder is checked before training.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import importlib.util
 import json
 import math
 import os
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from alac import defaults
 from alac.errors import AlacError
-
-MODELS_DIR = Path(__file__).resolve().parent.parent / "models"
-
+from alac.models import build_model, is_model_file
+from alac.outputs import check_output_folder, write_atomically, write_text_atomically
 
 CHECKPOINT_NAME = "model.alac"
+OUTPUT_FILES = (CHECKPOINT_NAME, "metrics.json", "history.csv", "loss.png")
+FORMATS = ("auto", "libsvm", "libffm", "criteo", "table")
 
 
-def parser_for(description, module=None, parser=None):
-    """The training options; with a zoo module, also its model options (--l1, --l2, ARGUMENTS)."""
-    parser = parser or argparse.ArgumentParser(description=description)
-    parser.add_argument("--train", help="training file (LIBSVM, libffm or Criteo TSV)")
+def positive_int(text):
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def split_fraction(text):
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0 <= value < 1:
+        raise argparse.ArgumentTypeError(f"must be in [0, 1), got {value}")
+    return value
+
+
+def add_data_options(parser):
+    """Options that say how to read a data file (train, predict and inspect share them)."""
+    parser.add_argument("--format", default="auto", choices=FORMATS,
+                        help="file format (default: detected; tables of columns need --format table)")
+    parser.add_argument("--n-features", type=positive_int, default=None,
+                        help="declared feature count (LIBSVM, libffm); ids beyond it are errors")
+    parser.add_argument("--hash-bits", type=positive_int, default=None,
+                        help="Criteo and tables: hash values into 2**bits ids per field")
+    parser.add_argument("--label", help="table: the label column")
+    parser.add_argument("--fields", help="table: the feature columns, comma-separated (default: all others)")
+    parser.add_argument("--numeric", default="", help="table: feature columns that hold numbers")
+    parser.add_argument("--numeric-mode", default="bucketize", choices=["bucketize", "value"],
+                        help="table: numbers as log-squared buckets (default) or as one valued feature")
+    parser.add_argument("--separator", default=",", help="table: the CSV column separator")
+
+
+def parser_for(parser, module=None):
+    """The training options; with a model module, also its model options (--l1, --l2, ARGUMENTS)."""
+    parser.add_argument("--train", help="training file (LIBSVM, libffm, Criteo TSV, or a table: CSV/Parquet)")
     parser.add_argument("--test", help="test file, in the training file's feature space")
-    parser.add_argument("--valid", help="validation file, evaluated after every epoch")
-    parser.add_argument("--format", default="auto", choices=["auto", "libsvm", "libffm", "criteo"])
-    parser.add_argument("--n-features", type=int, default=None, help="declared feature count (LIBSVM)")
+    parser.add_argument("--valid", help="validation file, evaluated after every epoch (early stopping)")
+    parser.add_argument("--valid-split", type=split_fraction, default=defaults.VALID_SPLIT, metavar="FRACTION",
+                        help="without --valid: hold out this share of the training rows (random, --seed) as "
+                             f"validation data for early stopping (default {defaults.VALID_SPLIT}; 0: none)")
+    add_data_options(parser)
     parser.add_argument("--normalize", action="store_true",
                         help="scale every row to unit L2 norm (for long real-valued rows such as text counts)")
-    parser.add_argument("--synthetic", type=int, default=None, metavar="ROWS",
+    parser.add_argument("--synthetic", type=positive_int, default=None, metavar="ROWS",
                         help="rows of synthetic data when no --train is given (default: 4M on a GPU, 200k on a CPU)")
-    parser.add_argument("--epochs", type=int, default=10)
+    parser.add_argument("--epochs", type=positive_int, default=defaults.EPOCHS,
+                        help=f"most epochs (default {defaults.EPOCHS}; early stopping usually ends sooner)")
     parser.add_argument("--lr", type=float, default=None,
-                        help="learning rate of the batch-mean gradient (default: the model's)")
-    parser.add_argument("--batch-size", type=int, default=1024)
-    parser.add_argument("--chunk-size", type=int, default=None, help="samples per program (default: plan's)")
+                        help="learning rate of the batch-mean gradient (default: the optimizer's)")
+    parser.add_argument("--batch-size", type=positive_int, default=defaults.BATCH_SIZE)
+    parser.add_argument("--chunk-size", type=positive_int, default=None,
+                        help="samples per program, a power of two dividing the batch (default: the plan's)")
     parser.add_argument("--kernels", default="fused", choices=["fused", "stage"])
     parser.add_argument("--mode", default="sync", choices=["sync", "async"],
                         help="sync: exact mini-batch SGD; async: lock-free persistent programs (lr means the same)")
     parser.add_argument("--hot-size", type=int, default=None, metavar="H",
                         help="hot segment: the H most frequent features are summed inside a program before "
-                             "they reach memory (default: the planner's H in async mode on a GPU, else 0)")
-    parser.add_argument("--flush-every", type=int, default=8, metavar="K",
+                             "they reach memory (default: the planner's on a GPU, else 0)")
+    parser.add_argument("--flush-every", type=positive_int, default=8, metavar="K",
                         help="async hot segment: chunks between a program's flushes of its hot sums")
     parser.add_argument("--backend", default="triton", choices=["triton", "interpret", "reference"],
                         help="triton (GPU; falls back to reference without one), interpret (the generated "
@@ -59,7 +99,8 @@ def parser_for(description, module=None, parser=None):
     from alac.optimizers import OPTIMIZERS
     from alac.runtime.schedule import SCHEDULES
 
-    parser.add_argument("--optimizer", default="sgd", choices=sorted(OPTIMIZERS))
+    parser.add_argument("--optimizer", default=defaults.OPTIMIZER, choices=sorted(OPTIMIZERS),
+                        help=f"default {defaults.OPTIMIZER}")
     for name in sorted({h for o in OPTIMIZERS.values() for h in o.hyper}):
         parser.add_argument(f"--{name.replace('_', '-')}", type=float, default=None,
                             help="optimizer hyper-parameter of " + ", ".join(
@@ -68,17 +109,19 @@ def parser_for(description, module=None, parser=None):
     parser.add_argument("--decay", type=float, default=0.0,
                         help="schedule decay: inverse lr / (1 + decay t)^power, epoch_decay lr * decay^epoch")
     parser.add_argument("--power", type=float, default=0.5, help="inverse schedule's power")
-    parser.add_argument("--early-stopping", default=None, choices=["cuwide", "patience"],
-                        help="cuwide: stop when the validation loss exceeds the mean of the last 10 epochs; "
-                             "patience: after --patience epochs without a new best (the best model is restored)")
-    parser.add_argument("--patience", type=int, default=5)
+    parser.add_argument("--early-stopping", default=defaults.EARLY_STOPPING, choices=["cuwide", "patience", "none"],
+                        help="with validation data: patience (default): stop after --patience epochs without "
+                             "a new best and keep the best; cuwide: stop when the validation loss exceeds the "
+                             "mean of the last 10 epochs; none")
+    parser.add_argument("--patience", type=positive_int, default=defaults.PATIENCE)
     parser.add_argument("--unseen", default="ignore", choices=["ignore", "error"],
                         help="validation/test features the training data never had: ignore them (counted) or fail")
     parser.add_argument("--out", metavar="DIR", help="write metrics.json, history.csv and the checkpoint here")
     parser.add_argument("--plot", action="store_true", help="with --out: also DIR/loss.png")
     if module is not None:
-        parser.add_argument("--l2", type=float, default=0.0,
-                            help="L2 coefficient (in the gradient, per occurrence; FTRL: in its closed form)")
+        parser.add_argument("--l2", type=float, default=getattr(module, "DEFAULT_L2", 0.0),
+                            help="L2 coefficient (in the gradient, per occurrence; FTRL: in its closed form)"
+                                 + (f" (default {module.DEFAULT_L2:g})" if getattr(module, "DEFAULT_L2", 0) else ""))
         parser.add_argument("--l1", type=float, default=0.0, help="L1 coefficient (optimizers ftrl and sgd)")
         parser.add_argument("--exact-l2", action="store_true",
                             help="apply --l2 as a decay of every row after every batch (sync), not lazily")
@@ -93,39 +136,81 @@ def model_arguments(module, args):
     return {name: getattr(args, name) for name in names if hasattr(args, name)}
 
 
-def _load_data(args, model):
+def table_options(args):
+    return {"label": args.label, "fields": args.fields, "numeric": args.numeric, "numeric_mode": args.numeric_mode,
+            "hash_bits": args.hash_bits, "separator": args.separator}
+
+
+@dataclass
+class TrainingData:
+    train: object
+    valid: object = None
+    test: object = None
+    described: str = ""
+    options: dict = field(default_factory=dict)   # how predict reads new files the same way
+
+
+def _file_options(args, format):
+    """(keyword options of the format's loader, what a checkpoint keeps to read files alike)."""
+    if format in ("libsvm", "libffm"):
+        loader = {} if args.n_features is None else {"n_features": args.n_features}
+        return loader, {"n_features": args.n_features}
+    if format == "criteo":
+        loader = {} if args.hash_bits is None else {"hash_bits": args.hash_bits}
+        return loader, dict(loader)
+    return {}, {}
+
+
+def load_data(args):
+    """The training, validation and test sets of the command line, in one feature space."""
     import torch
 
     from alac.data import formats
     from alac.data.split import split
-    from alac.data.synthetic import criteo_like
 
     if args.train is None:
+        from alac.data.synthetic import criteo_like
+
         rows = args.synthetic or (4_000_000 if torch.cuda.is_available() else 200_000)
-        data = criteo_like(rows, seed=args.seed)
-        train, valid, test = split(data, (0.8, 0.1, 0.1), seed=args.seed)
-        return train, valid, test, f"synthetic Criteo-shaped, {rows:,} rows (80/10/10 split)"
-    format = formats.resolve_format(args.train, args.format)
+        train, valid, test = split(criteo_like(rows, seed=args.seed), (0.8, 0.1, 0.1), seed=args.seed)
+        return TrainingData(train, valid, test, f"synthetic Criteo-shaped, {rows:,} rows (80/10/10 split)",
+                            {"format": "synthetic"})
     paths = [p for p in (args.train, args.valid, args.test) if p is not None]
     options = {}
-    if format in ("libsvm", "libffm") and args.n_features is not None:
-        options["n_features"] = args.n_features
-    if format == "libsvm":
-        from alac.data import load_libsvm_files
+    if args.format == "table":
+        from alac.data.table import load_table_files
 
-        loaded = load_libsvm_files(paths, **options)
-    elif format == "libffm":
-        from alac.data import load_libffm_files
-
-        loaded = load_libffm_files(paths, **options)
+        loaded, encoding = load_table_files(paths, **table_options(args))
+        options["table"] = encoding.to_dict()
+        format = "table"
     else:
-        loaded = [formats.load(p, format) for p in paths]
+        for path in paths:
+            formats.resolve_format(path, args.format)   # every file exists and is a file, before any parse
+        format = formats.resolve_format(args.train, args.format)
+        loader, options = _file_options(args, format)
+        if format == "libsvm":
+            from alac.data import load_libsvm_files
+
+            loaded = load_libsvm_files(paths, **loader)
+        elif format == "libffm":
+            from alac.data import load_libffm_files
+
+            loaded = load_libffm_files(paths, **loader)
+        else:
+            loaded = [formats.load(p, format, **loader) for p in paths]
+        base = dict(loaded[0].source.options).get("base")
+        options["zero_based"] = None if base is None else base == 0
     if args.normalize:
         loaded = [dataset.normalize_rows() for dataset in loaded]
     train = loaded.pop(0)
     valid = loaded.pop(0) if args.valid else None
     test = loaded.pop(0) if args.test else None
-    return train, valid, test, f"{args.train} ({format}{', rows L2-normalized' if args.normalize else ''})"
+    described = f"{args.train} ({format}{', rows L2-normalized' if args.normalize else ''})"
+    if valid is None and args.valid_split > 0 and args.early_stopping != "none":
+        train, valid = split(train, (1 - args.valid_split, args.valid_split), seed=args.seed)
+        described += f", {100 * args.valid_split:g} % of its rows held out for validation"
+    options.update(format=format, normalize=args.normalize)
+    return TrainingData(train, valid, test, described, options)
 
 
 def _format_record(record):
@@ -133,49 +218,6 @@ def _format_record(record):
     parts += [f"{k.replace('_', ' ', 1)} {v:.5f}" for k, v in record.items() if k.startswith(("valid_", "test_"))]
     parts.append(f"{1000 * record['seconds']:.1f} ms ({record['rows_per_s']:,.0f} rows/s)")
     return "  ".join(parts)
-
-
-def build_model(module, args=None):
-    """The model of a zoo module (its MODEL class), with its ARGUMENTS, --l2 and --l1 from args or defaults."""
-    options = {"l2": getattr(args, "l2", 0.0), "l1": getattr(args, "l1", 0.0)}
-    for flag, spec in getattr(module, "ARGUMENTS", ()):
-        name = flag.lstrip("-").replace("-", "_")
-        options[name] = getattr(args, name, spec.get("default"))
-    return module.MODEL(**options)
-
-
-def main(module_name):
-    """The entry point of a zoo file: `if __name__ == "__main__": main(__name__)`."""
-    sys.exit(run_module(sys.modules[module_name]))
-
-
-def run_module(module, argv=None, model_reference=None):
-    """Parse the command line, train the module's model, print epochs and the final JSON line.
-
-    A zoo module defines MODEL (a Model class taking l1=, l2= and its ARGUMENTS as keywords),
-    DEFAULT_LR (a number, or a function of the parsed arguments) and optionally ARGUMENTS
-    [(flag, argparse keywords)].
-    """
-    args = parser_for(module.__doc__, module).parse_args(argv)
-    return run_parsed(module, args, model_reference or getattr(module, "__file__", None))
-
-
-def run_parsed(module, args, model_reference):
-    if args.lr is None:
-        from alac.optimizers import OPTIMIZERS
-
-        optimizer = OPTIMIZERS[args.optimizer]
-        default = module.DEFAULT_LR
-        default = default(args) if callable(default) else default
-        args.lr = optimizer.default_lr if optimizer.default_lr is not None else default * optimizer.lr_factor
-    if args.backend == "interpret":
-        # Triton picks the interpreter when it is first imported, which has not happened yet.
-        os.environ["TRITON_INTERPRET"] = "1"
-    try:
-        return _run(args, module, model_reference)
-    except AlacError as error:
-        print(f"alac: error: {error}", file=sys.stderr)
-        return 2
 
 
 class _Progress:
@@ -195,10 +237,57 @@ class _Progress:
         print(_format_record(record), flush=True)
 
 
+def default_lr(module, args):
+    from alac.optimizers import OPTIMIZERS
+
+    optimizer = OPTIMIZERS[args.optimizer]
+    if optimizer.default_lr is not None:
+        return optimizer.default_lr
+    default = module.DEFAULT_LR
+    return (default(args) if callable(default) else default) * optimizer.lr_factor
+
+
+def run_parsed(module, args, model_reference):
+    """Train module's model as args say; returns the exit status (0, 2 bad input, 3 diverged)."""
+    if args.lr is None:
+        args.lr = default_lr(module, args)
+    if args.backend == "interpret":
+        # Triton picks the interpreter when it is first imported, which has not happened yet.
+        os.environ["TRITON_INTERPRET"] = "1"
+    try:
+        if args.out:
+            check_output_folder(args.out, OUTPUT_FILES)
+        return _run(args, module, model_reference)
+    except AlacError as error:
+        print(f"alac: error: {error}", file=sys.stderr)
+        return 2
+
+
+def _plan(args):
+    from alac.plan import Plan
+
+    options = {"batch_size": args.batch_size, "kernels": args.kernels, "semantics": args.mode,
+               "flush_every": args.flush_every}
+    if args.hot_size is not None:
+        options["hot_size"] = args.hot_size
+    if args.chunk_size:
+        options["chunk_size"] = args.chunk_size
+    elif args.mode == "async" and args.backend == "triton":
+        # async with the hot segment: C = 32 was the fastest at the best validation logloss in the
+        # plan sweep on H100 (benchmarks/results/flow_sweep.md); the largest power of two up to 32
+        # that divides the batch, as a plan needs
+        options["chunk_size"] = math.gcd(32, args.batch_size)
+    elif args.backend == "interpret":
+        # The interpreter runs programs one after another: one program per batch is fastest.
+        options["chunk_size"] = args.batch_size
+    else:
+        options["chunk_size"] = math.gcd(Plan.chunk_size, args.batch_size)
+    return Plan(**options)
+
+
 def _run(args, module, model_reference):
     from alac.ir.trace import trace
     from alac.optimizers import get_optimizer
-    from alac.plan import Plan
     from alac.runtime.executor import resolve_backend
     from alac.runtime.planner import hot_segment_for_data
     from alac.runtime.schedule import LearningRateSchedule
@@ -207,43 +296,33 @@ def _run(args, module, model_reference):
     model = build_model(module, args)
     optimizer_class = get_optimizer(args.optimizer).__class__
     optimizer = optimizer_class(**{h: getattr(args, h) for h in optimizer_class.hyper if getattr(args, h) is not None})
-    plan_options = {"batch_size": args.batch_size, "kernels": args.kernels, "semantics": args.mode,
-                    "flush_every": args.flush_every}
-    if args.hot_size is not None:
-        plan_options["hot_size"] = args.hot_size
-    if args.chunk_size:
-        plan_options["chunk_size"] = args.chunk_size
-    elif args.mode == "async" and args.backend == "triton":
-        # async with the hot segment: C = 32 was the fastest at the best validation logloss in the
-        # plan sweep on H100 (benchmarks/results/flow_sweep.md: LR 7.8 ms at C = 32, 10.7 at 16)
-        # (the largest power of two up to 32 that divides the batch, as a plan needs)
-        plan_options["chunk_size"] = math.gcd(32, args.batch_size)
-    elif args.backend == "interpret":
-        # The interpreter runs programs one after another: one program per batch is fastest.
-        plan_options["chunk_size"] = args.batch_size
-    plan = Plan(**plan_options)
-    train, valid, test, described = _load_data(args, model)
+    plan = _plan(args)
+    data = load_data(args)
     if args.hot_size is None:
         backend, device = resolve_backend(args.backend)
         if backend == "triton":
             # the traced model has k; its derivation (the Trainer's lowering) is not needed for it
-            plan = hot_segment_for_data(train, plan, device, trace(model).factor_size)
+            plan = hot_segment_for_data(data.train, plan, device, trace(model).factor_size)
+    early_stopping = None if args.early_stopping == "none" or data.valid is None else args.early_stopping
     trainer = Trainer(model, lr=args.lr, epochs=args.epochs, plan=plan, backend=args.backend, seed=args.seed,
                       log=_Progress(args.epochs), optimizer=optimizer,
                       schedule=LearningRateSchedule(args.schedule, args.decay, args.power), exact_l2=args.exact_l2,
-                      early_stopping=args.early_stopping, patience=args.patience, unseen=args.unseen)
-    print(f"model {model.model_name()} on {described}: {train.n_rows:,} training rows, "
-          f"{train.n_features:,} features; backend {trainer.backend} on {trainer.device}; {plan.describe()}; "
-          f"lr {args.lr}, {optimizer.describe()}, schedule {trainer.executor.schedule.describe()}", flush=True)
+                      early_stopping=early_stopping, patience=args.patience, unseen=args.unseen)
+    print(f"model {model.model_name()} on {data.described}: {data.train.n_rows:,} training rows, "
+          f"{data.train.n_features:,} features; backend {trainer.backend} on {trainer.device}; {plan.describe()}; "
+          f"lr {args.lr:g}, {optimizer.describe()}, schedule {trainer.executor.schedule.describe()}"
+          + (f"; early stopping ({early_stopping}) on the validation loss" if early_stopping else ""), flush=True)
     diverged = None
     try:
-        trainer.fit(train, valid, report=test)
+        trainer.fit(data.train, data.valid, report=data.test)
     except TrainingDiverged as error:
         diverged = error
         print(f"alac: {error}", file=sys.stderr)
     if trainer.stopped_because and not diverged:
-        print(f"stopped after epoch {trainer.epoch}: {trainer.stopped_because}; the best epoch's model is kept")
-    final = trainer.evaluate(test if test is not None else (valid if valid is not None else train))
+        print(f"stopped after epoch {trainer.epoch}: {trainer.stopped_because}; the best epoch's "
+              f"({trainer.best_epoch}) model is kept")
+    evaluated = next(d for d in (data.test, data.valid, data.train) if d is not None)
+    final = trainer.evaluate(evaluated)
     if args.l1:
         zeros = trainer.zero_share()
         print(f"exactly-zero weights: {100 * zeros:.2f}% of {trainer.n_features:,} features' parameters")
@@ -252,39 +331,45 @@ def _run(args, module, model_reference):
         final["unseen_entries"] = trainer.unseen_entries
     print(json.dumps({k: round(v, 6) for k, v in final.items()}))
     if args.out:
-        _write_outputs(args, module, model_reference, trainer, final, train)
+        _write_outputs(args, module, model_reference, trainer, final, data.options)
     return 3 if diverged else 0
 
 
-def _data_options(args, train):
-    base = dict(train.source.options).get("base")
-    return {"format": train.source.format if train.source.format in ("libsvm", "libffm", "criteo") else args.format,
-            "n_features": args.n_features, "normalize": args.normalize,
-            "zero_based": None if base is None else base == 0}
+def checkpoint_spec(module, args, model_reference):
+    """How a checkpoint names its model: a zoo name, or the user's model file (never run from a
+    checkpoint: predict and export need it on their command line again)."""
+    spec = {"arguments": model_arguments(module, args)}
+    if is_model_file(model_reference):
+        spec["model_file"] = str(model_reference)
+    else:
+        spec["model"] = str(model_reference)
+    return spec
 
 
-def _write_outputs(args, module, model_reference, trainer, final, train):
+def _write_outputs(args, module, model_reference, trainer, final, data_options):
     import csv
+    import io
 
     from alac import checkpoint
 
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    spec = {"model": str(model_reference), "arguments": model_arguments(module, args)}
-    checkpoint.save(trainer, out / CHECKPOINT_NAME, spec, _data_options(args, train))
-    (out / "metrics.json").write_text(json.dumps(final, indent=2) + "\n")
+    checkpoint.save(trainer, out / CHECKPOINT_NAME, checkpoint_spec(module, args, model_reference), data_options)
+    write_text_atomically(out / "metrics.json", json.dumps(final, indent=2) + "\n")
     keys = sorted({k for record in trainer.history for k in record}, key=lambda k: (k != "epoch", k))
-    with open(out / "history.csv", "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=keys)
-        writer.writeheader()
-        writer.writerows(trainer.history)
+    text = io.StringIO()
+    writer = csv.DictWriter(text, fieldnames=keys)
+    writer.writeheader()
+    writer.writerows(trainer.history)
+    write_text_atomically(out / "history.csv", text.getvalue())
     if args.plot:
-        plot_history(trainer.history, out / "loss.png", f"{trainer.executor.ir.name}: loss per split")
+        figure = plot_history(trainer.history, None, f"{trainer.executor.ir.name}: loss per split")
+        write_atomically(out / "loss.png", lambda handle: figure.savefig(handle, format="png", dpi=110))
     print(f"wrote {out}/metrics.json, history.csv, {CHECKPOINT_NAME}" + (", loss.png" if args.plot else ""))
 
 
 def plot_history(history, path, title):
-    """Train and validation loss against epoch and against training wall time: one curve per split."""
+    """Train and validation loss against epoch and against training wall time: one curve per split
+    (saved to path when given; the figure is returned)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -309,26 +394,7 @@ def plot_history(history, path, title):
         axis.legend()
     figure.suptitle(title)
     figure.tight_layout()
-    figure.savefig(path, dpi=110)
+    if path is not None:
+        figure.savefig(path, dpi=110)
     plt.close(figure)
     return figure
-
-
-def load_model_file(name_or_path):
-    """The module of a zoo model: a name in models/ (lr, fm, ...) or a path to a .py file."""
-    path = Path(name_or_path)
-    if not path.suffix:
-        path = MODELS_DIR / f"{name_or_path}.py"
-    if not path.is_file():
-        known = ", ".join(sorted(p.stem for p in MODELS_DIR.glob("*.py") if not p.stem.startswith("_")))
-        raise AlacError(f"unknown model {name_or_path!r}: give a file path or one of {known}")
-    name = f"alac_zoo_{path.stem}"
-    loaded = sys.modules.get(name)
-    if loaded is not None and Path(getattr(loaded, "__file__", "")).resolve() == path.resolve():
-        return loaded
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    # registered, so that its model classes pickle by reference (as a fitted estimator holding one does)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module

@@ -20,7 +20,6 @@ import os
 import sys
 from pathlib import Path
 
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.report import cuda_milliseconds, environment, table, write  # noqa: E402
@@ -89,18 +88,18 @@ def main():
     import torch
 
     from alac.data.synthetic import criteo_like
+    from alac.models import zoo_model
     from alac.plan import Plan
     from alac.runtime.planner import hot_size_for_data
     from alac.runtime.schedule import async_programs
     from alac.train import Trainer
-    from alac.zoo import build_model, load_model_file
 
     data = criteo_like(args.rows, device="cuda")
     plan = Plan(semantics="async", batch_size=1024, chunk_size=32)
     hot_plan = dataclasses.replace(plan, hot_size=hot_size_for_data(data, plan))
     rows = []
     for kernel_plan, variants in ((plan, VARIANTS), (hot_plan, HOT_VARIANTS)):
-        trainer = Trainer(build_model(load_model_file("lr")), lr=2.0, plan=kernel_plan, backend="triton", device="cuda")
+        trainer = Trainer(zoo_model("lr"), lr=2.0, plan=kernel_plan, backend="triton", device="cuda")
         layout, labels = trainer.prepare(data)
         programs = async_programs(kernel_plan, layout)
         for name, cuts in variants.items():

@@ -21,8 +21,8 @@ training loss.
 from __future__ import annotations
 
 import argparse
-import math
 import dataclasses
+import math
 import os
 import sys
 from pathlib import Path
@@ -81,10 +81,10 @@ def main():
     import torch
 
     from alac.data.synthetic import criteo_like
+    from alac.models import zoo_model
     from alac.plan import Plan
     from alac.runtime.planner import hot_size_for_data
     from alac.train import Trainer
-    from alac.zoo import build_model, load_model_file
 
     results = []
     for rows in [int(r) for r in args.rows.split(",")]:
@@ -98,7 +98,7 @@ def main():
             trainer = pad = None
             torch.cuda.empty_cache()
             pad = torch.empty(placement * PLACEMENT_STEP_BYTES, dtype=torch.uint8, device="cuda")
-            trainer = Trainer(build_model(load_model_file("lr")), lr=2.0, plan=plan, backend="triton",
+            trainer = Trainer(zoo_model("lr"), lr=2.0, plan=plan, backend="triton",
                               device="cuda", callbacks=callbacks)
             trainer.fit(data, epochs=3)  # compiles, and measures an epoch for the group size
             epochs = max(args.epochs, math.ceil(args.seconds / trainer.history[-1]["seconds"]))

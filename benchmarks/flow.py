@@ -188,11 +188,11 @@ def alac_arm(train, valid, epochs, lr, k, seed, plan, optimizer="sgd"):
 
 
 def _model(k):
-    from alac.zoo import build_model, load_model_file
+    from alac.models import zoo_model
 
     if k:
-        return load_model_file("fm").FactorizationMachine(k=k)
-    return build_model(load_model_file("lr"))
+        return zoo_model("fm", k=k)
+    return zoo_model("lr")
 
 
 def _tuned_plan(train, k, seed, base, lr):

@@ -16,7 +16,6 @@ import statistics
 import sys
 from pathlib import Path
 
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.flow import _model, _seconds, synthetic_train_valid  # noqa: E402

@@ -21,7 +21,6 @@ import statistics
 import sys
 from pathlib import Path
 
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.flow import alac_arm, synthetic_train_valid  # noqa: E402

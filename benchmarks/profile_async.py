@@ -14,12 +14,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 def main():
     from alac.data.synthetic import criteo_like
+    from alac.models import zoo_model
     from alac.plan import Plan
     from alac.train import Trainer
-    from alac.zoo import build_model, load_model_file
 
     data = criteo_like(4_000_000, device="cuda")
-    trainer = Trainer(build_model(load_model_file("lr")), lr=2.0,
+    trainer = Trainer(zoo_model("lr"), lr=2.0,
                       plan=Plan(semantics="async", chunk_size=32), backend="triton", device="cuda")
     layout, labels = trainer.prepare(data)
     for epoch in range(2):

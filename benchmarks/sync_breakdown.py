@@ -148,10 +148,10 @@ def _milliseconds(function, repeats=4):
 
 
 def _trainer(model_name, k, lr, plan, train, optimizer="sgd"):
+    from alac.models import zoo_model
     from alac.train import Trainer
-    from alac.zoo import build_model, load_model_file
 
-    model = load_model_file("fm").FactorizationMachine(k=k) if k else build_model(load_model_file(model_name))
+    model = zoo_model("fm", k=k) if k else zoo_model(model_name)
     trainer = Trainer(model, lr=lr, plan=plan, backend="triton", device="cuda", seed=0, optimizer=optimizer)
     layout, labels = trainer.prepare(train)
     return trainer, layout, labels

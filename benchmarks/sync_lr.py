@@ -74,11 +74,11 @@ def pytorch_embeddingbag(train, valid, epochs, lr, batch_size, seed):
 
 
 def alac_arm(train, valid, epochs, lr, batch_size, seed, backend, kernels):
+    from alac.models import zoo_model
     from alac.plan import Plan
     from alac.train import Trainer
-    from alac.zoo import build_model, load_model_file
 
-    model = build_model(load_model_file("lr"))
+    model = zoo_model("lr")
     plan = Plan(batch_size=batch_size, kernels=kernels)
     # compile the kernels off the clock, on a few batches
     warm = Trainer(model, lr=lr, epochs=1, plan=plan, backend=backend, device=train.device, seed=seed)

@@ -36,9 +36,9 @@ def main():
     args = parser.parse_args()
 
     from alac.data import load_libsvm_files
+    from alac.models import zoo_model
     from alac.plan import Plan
     from alac.train import Trainer
-    from alac.zoo import build_model, load_model_file
 
     results = []
     for name, train_file, test_file, options in SETS:
@@ -46,7 +46,7 @@ def main():
         if options["normalize"]:
             train, test = train.normalize_rows(), test.normalize_rows()
         for model_name in ("lr", "fm"):
-            model = build_model(load_model_file(model_name))
+            model = zoo_model(model_name)
             trainer = Trainer(model, lr=options["lr"][model_name], epochs=args.epochs,
                               plan=Plan(batch_size=options["batch_size"]), backend=args.backend)
             started = time.perf_counter()

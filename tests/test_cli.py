@@ -52,13 +52,13 @@ def test_inspect_shows_gradients_plan_and_source(capsys, tmp_path):
 def test_inspect_prints_the_source_that_runs(capsys):
     from alac.codegen.kernels import generate_kernels
     from alac.ir.pipeline import lower
+    from alac.models import zoo_model
     from alac.plan import Plan
-    from alac.zoo import build_model, load_model_file
 
     assert main(["inspect", "--model", "lr", "--kernels", "stage", "--chunk-size", "64"]) == 0
     out = capsys.readouterr().out
     plan = Plan(chunk_size=64, batch_size=1024, kernels="stage")
-    generated = generate_kernels(lower(build_model(load_model_file("lr"))), plan)
+    generated = generate_kernels(lower(zoo_model("lr")), plan)
     assert generated.source in out
     assert [spec.stages for spec in generated.train] == [("aggregate",), ("loss",), ("apply",), ("update",)]
 

@@ -3,15 +3,23 @@ import warnings
 
 import numpy as np
 import pytest
-import torch
 import scipy.sparse
+import torch
 from sklearn.model_selection import GridSearchCV
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import MaxAbsScaler
 from sklearn.utils.estimator_checks import check_estimator
 
-from alac.sklearn import (FMClassifier, FMRegressor, LinearSVC, LogisticRegression, Ridge, WideClassifier,
-                          WideRegressor, _zoo)
+from alac.sklearn import (
+    FMClassifier,
+    FMRegressor,
+    LinearSVC,
+    LogisticRegression,
+    Ridge,
+    WideClassifier,
+    WideRegressor,
+    _zoo,
+)
 
 ESTIMATORS = [LogisticRegression(), LinearSVC(), Ridge(), FMClassifier(), FMRegressor(),
               WideClassifier(model=_zoo("lr")()), WideRegressor(model=_zoo("lsr")())]

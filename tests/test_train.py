@@ -13,15 +13,15 @@ from alac import DataError, checkpoint
 from alac.checkpoint import CheckpointError
 from alac.data.arrays import from_csr_arrays
 from alac.data.synthetic import criteo_like
+from alac.models import zoo_model, zoo_module
 from alac.plan import Plan
 from alac.train import Trainer, TrainingDiverged
-from alac.zoo import build_model, load_model_file
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _lr():
-    return build_model(load_model_file("lr"))
+    return zoo_model("lr")
 
 
 def _data(rows=3000, seed=0):
@@ -65,8 +65,8 @@ def test_a_killed_checkpoint_write_leaves_the_previous_one(tmp_path):
         from alac.data.synthetic import criteo_like
         from alac.plan import Plan
         from alac.train import Trainer
-        from alac.zoo import build_model, load_model_file
-        trainer = Trainer(build_model(load_model_file("lr")), lr=1.0, plan=Plan(chunk_size=16, batch_size=256),
+        from alac.models import zoo_model
+        trainer = Trainer(zoo_model("lr"), lr=1.0, plan=Plan(chunk_size=16, batch_size=256),
                           backend="reference")
         data = criteo_like(2000, device="cpu")
         trainer.fit(data, epochs=1)
@@ -106,7 +106,7 @@ def test_bad_checkpoints_are_clear_errors(tmp_path):
     with pytest.raises(CheckpointError, match="version 99 is not supported"):
         checkpoint.read(tmp_path / "future.alac")
     with pytest.raises(CheckpointError, match="compiles differently"):
-        checkpoint.load(tmp_path / "model.alac", load_model_file("lsvm").MODEL(), backend="reference")
+        checkpoint.load(tmp_path / "model.alac", zoo_module("lsvm").MODEL(), backend="reference")
 
 
 def test_patience_restores_the_best_epoch():
@@ -181,7 +181,7 @@ def test_a_divergence_inside_a_queued_group_restores_the_group_start(monkeypatch
     of epoch 2, where the group started, come back."""
     monkeypatch.setattr(Trainer, "_group_size", staticmethod(lambda grouped, remaining, seconds: remaining))
     data = _data(2000)
-    trainer = Trainer(load_model_file("lsr").MODEL(), lr=0.01, plan=Plan(chunk_size=16, batch_size=256),
+    trainer = Trainer(zoo_module("lsr").MODEL(), lr=0.01, plan=Plan(chunk_size=16, batch_size=256),
                       backend="reference")
     trainer.fit(data, epochs=2)
     start = trainer.executor.state.clone()
@@ -196,7 +196,7 @@ def test_a_divergence_inside_a_queued_group_restores_the_group_start(monkeypatch
 
 def test_divergence_restores_the_last_good_parameters():
     data = _data(2000)
-    trainer = Trainer(load_model_file("lsr").MODEL(), lr=1e6, plan=Plan(chunk_size=16, batch_size=256),
+    trainer = Trainer(zoo_module("lsr").MODEL(), lr=1e6, plan=Plan(chunk_size=16, batch_size=256),
                       backend="reference")
     with pytest.raises(TrainingDiverged, match="diverged in epoch"):
         trainer.fit(data, epochs=5)

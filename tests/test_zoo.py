@@ -1,4 +1,4 @@
-"""The zoo scripts end to end: the a9a acceptance figures, FM on real data, errors."""
+"""alac train end to end: the a9a acceptance figures, FM on real data, errors."""
 
 import json
 import os
@@ -12,10 +12,10 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def run_model(script, *args, env=None, check=True):
+def run_model(model, *args, env=None, check=True):
     environment = dict(os.environ, **(env or {}))
     environment.pop("TRITON_INTERPRET", None)
-    result = subprocess.run([sys.executable, str(ROOT / "models" / script), *args], capture_output=True,
+    result = subprocess.run([sys.executable, "-m", "alac", "train", "--model", model, *args], capture_output=True,
                             text=True, env=environment, cwd=ROOT)
     if check:
         assert result.returncode == 0, result.stderr
@@ -34,7 +34,7 @@ BACKENDS = ["reference"] + (["triton"] if torch.cuda.is_available() else ["inter
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_lr_on_a9a_reaches_the_target(shared_data, backend):
-    result = run_model("lr.py", "--train", str(shared_data / "a9a/a9a"), "--test", str(shared_data / "a9a/a9a.t"),
+    result = run_model("lr", "--train", str(shared_data / "a9a/a9a"), "--test", str(shared_data / "a9a/a9a.t"),
                        "--backend", backend)
     metrics = final_metrics(result)
     assert metrics["auc"] >= 0.900 and metrics["accuracy"] >= 0.845, result.stdout
@@ -47,19 +47,19 @@ def test_lr_on_a9a_reaches_the_target(shared_data, backend):
 ])
 def test_fm_trains_on_real_data_without_diverging(shared_data, data, options):
     train, test = (str(shared_data / data.format(split)) for split in ("train", "test"))
-    metrics = final_metrics(run_model("fm.py", "--train", train, "--test", test, "--backend", "reference", *options))
+    metrics = final_metrics(run_model("fm", "--train", train, "--test", test, "--backend", "reference", *options))
     assert all(torch.isfinite(torch.tensor(v)) for v in metrics.values())
     assert metrics["logloss"] < 0.7
 
 
-@pytest.mark.parametrize("script", ["lsvm.py", "lsr.py", "poisson.py"])
-def test_other_models_run_on_synthetic_data(script):
-    metrics = final_metrics(run_model(script, "--synthetic", "3000", "--epochs", "2", "--backend", "reference"))
+@pytest.mark.parametrize("model", ["lsvm", "lsr", "poisson"])
+def test_other_models_run_on_synthetic_data(model):
+    metrics = final_metrics(run_model(model, "--synthetic", "3000", "--epochs", "2", "--backend", "reference"))
     assert all(torch.isfinite(torch.tensor(v)) for v in metrics.values())
 
 
 def test_lr_learns_the_synthetic_planted_model():
-    metrics = final_metrics(run_model("lr.py", "--synthetic", "20000", "--epochs", "3", "--backend", "reference"))
+    metrics = final_metrics(run_model("lr", "--synthetic", "20000", "--epochs", "3", "--backend", "reference"))
     # the planted model's Bayes AUC is above 0.8; 16k rows and 3 epochs reach about 0.70
     assert metrics["auc"] > 0.65
 
@@ -67,19 +67,19 @@ def test_lr_learns_the_synthetic_planted_model():
 def test_bad_file_is_a_clear_error(tmp_path):
     bad = tmp_path / "bad.svm"
     bad.write_text("1 1:1\n-1 2:x\n")
-    result = run_model("lr.py", "--train", str(bad), "--backend", "reference", check=False)
+    result = run_model("lr", "--train", str(bad), "--backend", "reference", check=False)
     assert result.returncode == 2 and "line 2" in result.stderr and "Traceback" not in result.stderr
 
 
 def test_multiclass_labels_are_a_clear_error(tmp_path):
     data = tmp_path / "three.svm"
     data.write_text("1 1:1\n2 2:1\n3 1:1\n")
-    result = run_model("lr.py", "--train", str(data), "--backend", "reference", check=False)
+    result = run_model("lr", "--train", str(data), "--backend", "reference", check=False)
     assert result.returncode == 2 and "two label values" in result.stderr
 
 
 def test_async_mode_on_a9a(shared_data):
-    result = run_model("lr.py", "--train", str(shared_data / "a9a/a9a"), "--test", str(shared_data / "a9a/a9a.t"),
+    result = run_model("lr", "--train", str(shared_data / "a9a/a9a"), "--test", str(shared_data / "a9a/a9a.t"),
                        "--backend", "reference", "--mode", "async", "--chunk-size", "128")
     metrics = final_metrics(result)
     assert metrics["auc"] >= 0.900 and metrics["accuracy"] >= 0.845, result.stdout
@@ -87,7 +87,7 @@ def test_async_mode_on_a9a(shared_data):
 
 def test_async_hot_segment_options():
     """--hot-size and --flush-every reach the plan, and the async hot-segment kernels train."""
-    result = run_model("lr.py", "--synthetic", "3000", "--epochs", "3", "--mode", "async", "--hot-size", "20",
+    result = run_model("lr", "--synthetic", "3000", "--epochs", "3", "--mode", "async", "--hot-size", "20",
                        "--flush-every", "2", "--chunk-size", "32", "--backend", BACKENDS[-1])
     assert "hot_size=20" in result.stdout and "flush_every=2" in result.stdout, result.stdout
     losses = [float(line.split("train loss")[1].split()[0]) for line in result.stdout.splitlines()
@@ -97,7 +97,7 @@ def test_async_hot_segment_options():
 
 def test_ftrl_with_l1_on_a9a_is_sparse_and_accurate(shared_data):
     # the data README's reference: test AUC 0.9022
-    result = run_model("lr.py", "--train", str(shared_data / "a9a/a9a"), "--test", str(shared_data / "a9a/a9a.t"),
+    result = run_model("lr", "--train", str(shared_data / "a9a/a9a"), "--test", str(shared_data / "a9a/a9a.t"),
                        "--backend", "reference", "--optimizer", "ftrl", "--lr", "1", "--l1", "0.02",
                        "--beta", "1")
     metrics = final_metrics(result)
@@ -107,7 +107,7 @@ def test_ftrl_with_l1_on_a9a_is_sparse_and_accurate(shared_data):
 
 def test_ftrl_with_l1_on_20news_is_sparse_and_accurate(shared_data):
     # the data README's reference (rows L2-normalised): test AUC 0.9678
-    result = run_model("lr.py", "--train", str(shared_data / "20news/20news.binary.train.svm"),
+    result = run_model("lr", "--train", str(shared_data / "20news/20news.binary.train.svm"),
                        "--test", str(shared_data / "20news/20news.binary.test.svm"), "--normalize",
                        "--backend", "reference", "--optimizer", "ftrl", "--lr", "30", "--l1", "0.003", "--beta", "1",
                        "--batch-size", "32", "--epochs", "20")

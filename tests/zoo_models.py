@@ -1,12 +1,12 @@
-"""The zoo's models, loaded from models/*.py, for tests that run every model."""
+"""The zoo's models (alac.models) with explicit options, for tests that run every model."""
 
-from alac.zoo import build_model, load_model_file
+from alac.models import zoo_model
 
 ZOO = {
-    "lr": lambda: build_model(load_model_file("lr")),
-    "lsvm": lambda: build_model(load_model_file("lsvm")),
-    "lsr": lambda: build_model(load_model_file("lsr")),
-    "fm": lambda: load_model_file("fm").FactorizationMachine(k=4, init_std=0.1),
-    "fm_squared": lambda: load_model_file("fm").FactorizationMachine(k=3, loss="squared", init_std=0.1),
-    "poisson": lambda: build_model(load_model_file("poisson")),
+    "lr": lambda: zoo_model("lr", l2=0.0),
+    "lsvm": lambda: zoo_model("lsvm", l2=0.0),
+    "lsr": lambda: zoo_model("lsr", l2=0.0),
+    "fm": lambda: zoo_model("fm", k=4, init_std=0.1, l2=0.0),
+    "fm_squared": lambda: zoo_model("fm", k=3, loss="squared", init_std=0.1, l2=0.0),
+    "poisson": lambda: zoo_model("poisson", l2=0.0),
 }

@@ -1,7 +1,8 @@
 """Generated kernel source on disk, keyed by its content hash, imported as a Python module.
 
-Triton compiles a kernel from its function's source file, so generated kernels must live in a real
-file: `<cache>/kernels/<kernel prefix>_<source hash>.py`.
+Triton compiles a kernel from its function's source text, found through the function's file name, so
+generated kernels live in a real file: `<cache>/kernels/<kernel prefix>_<source hash>.py`. What runs
+is always the source generated in this process; a cache file that differs from it is replaced.
 
 Triton decides at import time whether @triton.jit compiles for the GPU or builds interpreted
 functions (TRITON_INTERPRET=1), for its own standard library too, so one process runs kernels
@@ -12,10 +13,11 @@ the other.
 from __future__ import annotations
 
 import hashlib
-import importlib.util
+import linecache
 import os
 import sys
 import threading
+import types
 from pathlib import Path
 
 from alac.cache import default_cache_dir
@@ -35,9 +37,14 @@ def source_path(generated, folder=None):
 
 
 def write_source(generated, folder=None):
-    """Write the source file (atomically) unless an identical one is there; return its path."""
+    """Write the source file (atomically) unless one with exactly this content is there (a file
+    whose content no longer matches the hash in its name is replaced); return its path."""
     path = source_path(generated, folder)
-    if not path.exists():
+    try:
+        current = path.read_text() if path.is_file() else None
+    except (OSError, UnicodeDecodeError):
+        current = None
+    if current != generated.source:
         path.parent.mkdir(parents=True, exist_ok=True)
         temporary = path.with_suffix(f".{os.getpid()}.tmp")
         temporary.write_text(generated.source)
@@ -64,15 +71,20 @@ def ensure_mode(interpret):
 
 
 def load_module(generated, interpret=False):
-    """The imported module of a generated source (cached per process)."""
+    """The imported module of a generated source (cached per process). It runs the source held in
+    memory, never what the cache file holds: the file (checked and rewritten by write_source) is
+    only where Triton finds the kernels' text, and linecache serves it the same verified text."""
     ensure_mode(interpret)
     path = write_source(generated)
     with _LOCK:
         if path in _MODULES:
             return _MODULES[path]
-        spec = importlib.util.spec_from_file_location(path.stem, path)
-        module = importlib.util.module_from_spec(spec)
+        source = generated.source
+        # an entry without a modification time is never re-read from disk (linecache.checkcache)
+        linecache.cache[str(path)] = (len(source), None, source.splitlines(True), str(path))
+        module = types.ModuleType(path.stem)
+        module.__file__ = str(path)
         sys.modules[path.stem] = module
-        spec.loader.exec_module(module)
+        exec(compile(source, str(path), "exec"), module.__dict__)
         _MODULES[path] = module
         return module

@@ -1,8 +1,16 @@
 """Loaders, the SparseDataset they return, and the synthetic Criteo-shaped generator."""
 
 from alac.data.dataset import DataSource, SparseDataset
-from alac.data.libsvm import (iter_blocks, load_libffm, load_libffm_files, load_libsvm,
-                              load_libsvm_files, parse_bytes, write_libffm, write_libsvm)
+from alac.data.libsvm import (
+                              iter_blocks,
+                              load_libffm,
+                              load_libffm_files,
+                              load_libsvm,
+                              load_libsvm_files,
+                              parse_bytes,
+                              write_libffm,
+                              write_libsvm,
+)
 
 __all__ = ["DataSource", "SparseDataset", "iter_blocks", "load_libffm", "load_libffm_files",
            "load_libsvm", "load_libsvm_files", "parse_bytes", "write_libffm", "write_libsvm"]

@@ -20,7 +20,7 @@ import torch
 
 from alac.data import files, text_scan
 from alac.data.dataset import DataSource, SparseDataset
-from alac.errors import DataError
+from alac.errors import DataError, OptionError
 
 N_INTEGER = text_scan.CRITEO_INTEGER_COLUMNS
 N_CATEGORICAL = text_scan.CRITEO_CATEGORICAL_COLUMNS
@@ -124,12 +124,34 @@ def bucketize_integers(integers):
     return np.where(integers > 2, squashed, integers)
 
 
+# Feature ids are int32: every id must be below 2**31.
+MAX_ID = 2**31 - 1
+
+
+def feature_count(hash_bits, integer_mode="bucketize"):
+    """The ids the features take: 39 fields of 2**bits buckets, or 13 valued columns and 26 fields."""
+    if integer_mode == "bucketize":
+        return N_FIELDS * (1 << hash_bits)
+    return N_INTEGER + N_CATEGORICAL * (1 << hash_bits)
+
+
+def max_hash_bits(integer_mode="bucketize"):
+    """The most hash bits whose ids all fit an int32 (25 when bucketized, 26 with raw integers)."""
+    bits = 1
+    while feature_count(bits + 1, integer_mode) <= MAX_ID + 1:
+        bits += 1
+    return bits
+
+
 def featurize(columns, hash_bits=20, integer_mode="bucketize"):
     """Sparse features with per-entry field ids from raw Criteo columns (module docstring)."""
-    if not 1 <= hash_bits <= 26:
-        raise ValueError(f"hash_bits must be in 1..26 (39 fields x 2**hash_bits ids fit int32), got {hash_bits}")
     if integer_mode not in INTEGER_MODES:
-        raise ValueError(f"integer_mode must be one of {INTEGER_MODES}, got {integer_mode!r}")
+        raise OptionError(f"integer_mode must be one of {INTEGER_MODES}, got {integer_mode!r}")
+    limit = max_hash_bits(integer_mode)
+    if not 1 <= hash_bits <= limit:
+        raise OptionError(f"hash_bits must be in 1..{limit} for integer_mode={integer_mode!r}: "
+                          f"{feature_count(limit + 1, integer_mode):,} ids at {limit + 1} bits exceed the "
+                          f"{MAX_ID + 1:,} a 32-bit id holds; got {hash_bits}")
     n = columns.n_rows
     buckets_per_field = 1 << hash_bits
     categorical_buckets = _hashed_buckets(columns.categoricals, columns.categorical_present,
@@ -144,7 +166,7 @@ def featurize(columns, hash_bits=20, integer_mode="bucketize"):
         fields = np.broadcast_to(np.arange(N_FIELDS, dtype=np.int32), (n, N_FIELDS)).ravel()
         indptr = np.arange(n + 1, dtype=np.int64) * N_FIELDS
         values = None
-        n_features = N_FIELDS * buckets_per_field
+        n_features = feature_count(hash_bits, integer_mode)
     else:
         categorical_ids = N_INTEGER + (categorical_fields - N_INTEGER)[None, :] * buckets_per_field \
             + categorical_buckets
@@ -158,7 +180,7 @@ def featurize(columns, hash_bits=20, integer_mode="bucketize"):
         values = torch.from_numpy(np.ascontiguousarray(raw_values[present]))
         indptr = np.zeros(n + 1, dtype=np.int64)
         np.cumsum(present.sum(axis=1), out=indptr[1:])
-        n_features = N_INTEGER + N_CATEGORICAL * buckets_per_field
+        n_features = feature_count(hash_bits, integer_mode)
     source = DataSource(path=columns.path, format="criteo",
                         options=(("hash_bits", hash_bits), ("integer_mode", integer_mode)),
                         row_lines=torch.from_numpy(columns.row_lines))

@@ -86,6 +86,8 @@ def line_text(path, line):
 
 
 def file_size(path):
+    if os.path.isdir(path):
+        raise DataError("is a directory, not a data file", path=path)
     try:
         return os.path.getsize(path)
     except OSError:

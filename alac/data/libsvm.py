@@ -21,7 +21,7 @@ import torch
 
 from alac.data import files, text_scan
 from alac.data.dataset import DataSource, SparseDataset
-from alac.errors import DataError
+from alac.errors import DataError, OptionError
 
 # Numbers longer than this are converted one by one with float(): no real data set has them, and
 # the vectorized conversion pads every slow token to the longest one.
@@ -178,7 +178,7 @@ def _resolve_base(zero_based, blocks):
     if zero_based == "auto":
         return 0 if any(bool((b.ids == 0).any()) for b in blocks) else 1
     if zero_based not in (True, False):
-        raise ValueError(f"zero_based must be True, False or 'auto', got {zero_based!r}")
+        raise OptionError(f"zero_based must be True, False or 'auto', got {zero_based!r}")
     return 0 if zero_based else 1
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import torch
 
+from alac.errors import OptionError
+
 
 def split_rows(n_rows, fractions=(0.8, 0.1, 0.1), seed=0):
     """Disjoint row-index tensors covering all rows, sized by `fractions` (which must sum to 1).
@@ -11,7 +13,7 @@ def split_rows(n_rows, fractions=(0.8, 0.1, 0.1), seed=0):
     The permutation comes from a CPU generator, so a seed gives the same split on any machine.
     """
     if any(f < 0 for f in fractions) or abs(sum(fractions) - 1.0) > 1e-9:
-        raise ValueError(f"split fractions must be non-negative and sum to 1, got {fractions}")
+        raise OptionError(f"split fractions must be non-negative and sum to 1, got {fractions}")
     permutation = torch.randperm(n_rows, generator=torch.Generator().manual_seed(seed))
     bounds = [round(n_rows * sum(fractions[:i])) for i in range(len(fractions) + 1)]
     bounds[-1] = n_rows

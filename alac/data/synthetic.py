@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import torch
 
 from alac.data.dataset import DataSource, SparseDataset
+from alac.errors import OptionError
 
 _GOLDEN = 0x9E3779B97F4A7C15 - 2**64
 _MIX1 = 0xBF58476D1CE4E5B9 - 2**64
@@ -85,7 +86,7 @@ def planted_model(n_fields=39, seed=0, model="lr", k=8, weight_std=0.3, bias=-1.
                   log10_cardinality=(1.0, 5.6), device=None):
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     if model not in ("lr", "fm"):
-        raise ValueError(f"model must be 'lr' or 'fm', got {model!r}")
+        raise OptionError(f"model must be 'lr' or 'fm', got {model!r}")
     low, high = log10_cardinality
     fields = torch.arange(n_fields, dtype=torch.int64, device=device)
     cardinalities = torch.floor(10.0 ** (low + (high - low) * uniform(seed, _CARDINALITY, fields))).long()

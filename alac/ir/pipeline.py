@@ -4,8 +4,8 @@ import dataclasses
 
 from alac.ir.derive import check_explicit_apply, derive_gradients, eliminate_common_subexpressions
 from alac.ir.optimizer_ir import lower_optimizer
-from alac.optimizers import get_optimizer
 from alac.ir.trace import trace
+from alac.optimizers import get_optimizer
 
 # The lowering pipeline, in order. Every pass is a pure function ModelIR -> ModelIR.
 PASSES = (

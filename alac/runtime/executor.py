@@ -18,14 +18,15 @@ from dataclasses import dataclass
 
 import torch
 
-from alac.errors import DataError
+from alac.errors import DataError, OptionError
 from alac.ir.pipeline import lower
+from alac.optimizers import get_optimizer
 from alac.plan import Plan
 from alac.runtime.layout import default_device
+from alac.runtime.memory import check_feature_tables
 from alac.runtime.reference import ReferenceBackend
-from alac.runtime.state import ModelState
-from alac.optimizers import get_optimizer
 from alac.runtime.schedule import LearningRateSchedule, batch_scales
+from alac.runtime.state import ModelState
 
 BACKENDS = ("triton", "interpret", "reference")
 _NOTICED = set()
@@ -40,7 +41,7 @@ def _notice(message):
 def resolve_backend(backend, device=None):
     """(backend, device) actually used: triton without a GPU falls back to reference, with a notice."""
     if backend not in BACKENDS:
-        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+        raise OptionError(f"backend must be one of {BACKENDS}, got {backend!r}")
     if backend == "interpret":
         return backend, torch.device("cpu")
     if backend == "triton" and not torch.cuda.is_available():
@@ -99,7 +100,7 @@ class Executor:
         self.model = model
         self.exact_l2 = exact_l2
         if exact_l2 and plan.semantics != "sync":
-            raise ValueError("exact L2 decays every row after every batch: it needs sync semantics")
+            raise OptionError("exact L2 decays every row after every batch: it needs sync semantics")
         self.optimizer = get_optimizer(optimizer)
         self.ir = lower(model, self.optimizer)
         self.plan = plan
@@ -114,9 +115,14 @@ class Executor:
 
             self.backend = TritonBackend(self.ir, plan, interpret=self.backend_name == "interpret")
         self.state = None
+        self._reference = None      # a reference backend for sample_loss, made when first needed
         self.loss_sum = torch.zeros(1, device=self.device)
 
     def initialize(self, layout):
+        declared, _ = self.model.declarations()
+        values = sum(param.size for param in declared.values())
+        check_feature_tables(layout.n_features, 4 * values * (1 + len(self.ir.optimizer.states)),
+                             "the model's parameters and optimizer state", self.device)
         self.state = ModelState.initial(self.model, layout.new_to_old, self.device, self.seed, self.ir.optimizer)
         self.batches_done = 0
 
@@ -187,6 +193,17 @@ class Executor:
             self.backend.train_batch(self.state, layout, labels, order[offset:offset + count], rate, scale,
                                      settings, self.loss_sum)
             self.state.decay(settings.decay_l2, rate)
+
+    def sample_loss(self, layout, labels, max_rows=4096):
+        """The mean loss of the first chunks of the epoch-0 order (up to max_rows samples) at the
+        current params, computed without changing anything (the divergence guard's yardstick)."""
+        if self.state is None:
+            self.initialize(layout)
+        if self._reference is None:
+            self._reference = self.backend if self.backend_name == "reference" else ReferenceBackend(self.ir)
+        chunks = layout.chunk_order(0, self.seed)[:max(1, max_rows // layout.chunk_size)]
+        rows = int((layout.row_of_slot.view(layout.n_chunks, -1)[chunks] >= 0).sum())
+        return self._reference.loss(self.state, layout, labels, chunks) / max(rows, 1)
 
     def train_batch(self, layout, labels, order, offset, count, lr, scale, l2=None):
         """One sync batch: chunks order[offset:offset + count]; the gradient sum times scale is the

@@ -25,6 +25,8 @@ import numpy as np
 import torch
 
 from alac.data.dataset import SparseDataset
+from alac.errors import OptionError
+from alac.runtime.memory import LAYOUT_BYTES_PER_FEATURE, check_feature_tables
 from alac.runtime.permutation import chunk_order
 
 # Shares of the most frequent features whose access share the statistics report.
@@ -46,7 +48,7 @@ class LayoutOptions:
 
     def __post_init__(self):
         if self.chunk_size < 1 or self.hot_size < 0 or self.bin_window_chunks < 1:
-            raise ValueError(f"invalid layout options {self}")
+            raise OptionError(f"invalid layout options {self}")
 
 
 @dataclass(frozen=True)
@@ -252,6 +254,8 @@ def build_layout(dataset, options=LayoutOptions(), device=None, feature_order=No
     validation or test set shares its feature ids; by default features are ordered by frequency here.
     """
     device = torch.device(device) if device is not None else default_device()
+    check_feature_tables(dataset.n_features, LAYOUT_BYTES_PER_FEATURE, "the layout's feature tables", device,
+                         dataset)
     _synchronize(device)
     started = time.perf_counter()
     data = dataset.to(device)
@@ -266,7 +270,7 @@ def build_layout(dataset, options=LayoutOptions(), device=None, feature_order=No
         frequency, new_to_old, old_to_new = reindex_by_frequency(data.indices, data.n_features)
     else:
         if feature_order.numel() != data.n_features:
-            raise ValueError(f"feature_order has {feature_order.numel()} ids for {data.n_features} features")
+            raise OptionError(f"feature_order has {feature_order.numel()} ids for {data.n_features} features")
         new_to_old = feature_order.to(device=device, dtype=torch.int32)
         old_to_new = torch.empty_like(new_to_old)
         old_to_new[new_to_old.long()] = torch.arange(data.n_features, device=device, dtype=torch.int32)

@@ -41,9 +41,8 @@ class ReferenceBackend:
             accums[accum.name] = torch.zeros(shape, device=x.device).index_add_(0, row, value)
         return accums, gathered
 
-    def train_batch(self, state, layout, labels, chunks, lr, scale, settings, loss_sum):
-        """One sync batch: every touched row gets the optimizer's rule once, on its summed
-        gradient times scale; globals take plain SGD."""
+    def _forward(self, state, layout, labels, chunks):
+        """The chunks' edges, gathered params, valid-slot mask and per-sample outputs (loss, deltas)."""
         C = layout.chunk_size
         rows = chunks.numel() * C
         feature, x, row = self._batch_edges(layout, chunks)
@@ -51,7 +50,18 @@ class ReferenceBackend:
         slots = (chunks[:, None] * C + torch.arange(C, device=chunks.device)).reshape(-1)
         valid = layout.row_of_slot[slots] >= 0
         globals_ = {name: value[0] for name, value in state.globals.items()}
-        out = self.programs.sample(**accums, **globals_, y=labels[slots])
+        return feature, x, row, gathered, valid, self.programs.sample(**accums, **globals_, y=labels[slots])
+
+    def loss(self, state, layout, labels, chunks):
+        """The summed loss of the chunks' samples at the current params (nothing changes)."""
+        *_, valid, out = self._forward(state, layout, labels, chunks)
+        return float(torch.where(valid, _full(out[LOSS], valid.shape, valid), 0.0).sum())
+
+    def train_batch(self, state, layout, labels, chunks, lr, scale, settings, loss_sum):
+        """One sync batch: every touched row gets the optimizer's rule once, on its summed
+        gradient times scale; globals take plain SGD."""
+        rows = chunks.numel() * layout.chunk_size
+        feature, x, row, gathered, valid, out = self._forward(state, layout, labels, chunks)
 
         def masked(name):
             vector = self.programs.output_rank(name) == "lane"

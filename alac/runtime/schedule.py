@@ -6,8 +6,8 @@ import math
 
 import torch
 
+from alac.errors import OptionError
 from alac.plan import next_power_of_two
-
 
 # Edges one program holds per step of its edge loop (S x C, times the factor block for vector
 # params). 4096 keeps a tile at 32 values per thread of 4 warps; the planner tunes it per GPU.
@@ -103,9 +103,9 @@ class LearningRateSchedule:
 
     def __init__(self, kind="constant", decay=0.0, power=0.5):
         if kind not in SCHEDULES:
-            raise ValueError(f"learning-rate schedule must be one of {SCHEDULES}, got {kind!r}")
+            raise OptionError(f"learning-rate schedule must be one of {SCHEDULES}, got {kind!r}")
         if kind == "epoch_decay" and not 0 < decay <= 1:
-            raise ValueError(f"epoch_decay needs 0 < decay <= 1, got {decay}")
+            raise OptionError(f"epoch_decay needs 0 < decay <= 1, got {decay}")
         self.kind, self.decay, self.power = kind, decay, power
 
     def rates(self, lr, epoch, first_batch, n_batches, device):

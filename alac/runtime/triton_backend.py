@@ -17,8 +17,7 @@ from alac.codegen.kernels import generate_kernels
 from alac.codegen.module_cache import load_module
 from alac.codegen.torch_programs import TorchPrograms
 from alac.runtime.deterministic import plan_epoch, reduce_batch
-from alac.runtime.schedule import (async_programs, resident_programs, slots_per_step, sync_programs,
-                                   warps_for_tile)
+from alac.runtime.schedule import async_programs, resident_programs, slots_per_step, sync_programs, warps_for_tile
 
 # Values of one param from which feature offsets need 64 bits (the kernels' WIDE_IDS).
 WIDE_ID_LIMIT = 2 ** 31

@@ -5,9 +5,9 @@ import pytest
 import torch
 
 from alac.data.synthetic import criteo_like
+from alac.models import zoo_model
 from alac.plan import Plan
 from alac.train import Trainer
-from alac.zoo import build_model, load_model_file
 from benchmarks.async_breakdown import HOT_VARIANTS, VARIANTS, bound_kernel, cut
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -17,7 +17,7 @@ HOT_SIZE = 64
 
 def _trainer(hot_size):
     plan = Plan(semantics="async", batch_size=64, chunk_size=16, hot_size=hot_size, programs=2)
-    trainer = Trainer(build_model(load_model_file("lr")), lr=0.5, plan=plan, backend=BACKEND, device=DEVICE)
+    trainer = Trainer(zoo_model("lr"), lr=0.5, plan=plan, backend=BACKEND, device=DEVICE)
     layout, labels = trainer.prepare(criteo_like(256, seed=3, device=DEVICE))
     return trainer, layout, labels
 

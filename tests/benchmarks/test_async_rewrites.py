@@ -6,10 +6,10 @@ import pytest
 import torch
 
 from alac.data.synthetic import criteo_like
+from alac.models import zoo_model
 from alac.plan import Plan
 from alac.train import Trainer
-from alac.zoo import build_model, load_model_file
-from benchmarks.async_rewrites import HOT_PAD, REWRITES, SHARED_OFFSET, hot_tile, prefetch, rows_once, rewritten
+from benchmarks.async_rewrites import HOT_PAD, REWRITES, SHARED_OFFSET, hot_tile, prefetch, rewritten, rows_once
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 BACKEND = "triton" if torch.cuda.is_available() else "interpret"
@@ -17,7 +17,7 @@ PLAN = Plan(semantics="async", batch_size=64, chunk_size=16, hot_size=64, progra
 
 
 def _generated_source():
-    trainer = Trainer(build_model(load_model_file("lr")), lr=0.5, plan=PLAN, backend=BACKEND, device=DEVICE)
+    trainer = Trainer(zoo_model("lr"), lr=0.5, plan=PLAN, backend=BACKEND, device=DEVICE)
     return trainer.executor.backend.generated.source
 
 
@@ -41,7 +41,7 @@ def _losses(patch, monkeypatch):
     monkeypatch.setattr(backend, "HOT_ROW_ALIGNMENT", HOT_PAD)
     data = criteo_like(1024, seed=5, device=DEVICE)
     with rewritten(patch, {}):
-        trainer = Trainer(build_model(load_model_file("lr")), lr=0.5, plan=PLAN, backend=BACKEND, device=DEVICE)
+        trainer = Trainer(zoo_model("lr"), lr=0.5, plan=PLAN, backend=BACKEND, device=DEVICE)
         layout, labels = trainer.prepare(data)
         trainer.executor.initialize(layout)
         losses = [trainer.executor.train_epoch(layout, labels, epoch, 0.5) for epoch in range(2)]

@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from alac.data.synthetic import criteo_like
+from alac.models import zoo_model
 from alac.plan import Plan
 from alac.train import Trainer
-from alac.zoo import build_model, load_model_file
 from benchmarks.sync_breakdown import BARRIER, PATCHES, epoch_launch, patched
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -18,7 +18,7 @@ BACKEND = "triton" if torch.cuda.is_available() else "interpret"
 def _trainer(edge_updates):
     # one batch of 64 rows: an epoch is one batch
     plan = Plan(batch_size=64, chunk_size=16, edge_updates=edge_updates)
-    trainer = Trainer(build_model(load_model_file("lr")), lr=0.5, plan=plan, backend=BACKEND, device=DEVICE)
+    trainer = Trainer(zoo_model("lr"), lr=0.5, plan=plan, backend=BACKEND, device=DEVICE)
     layout, labels = trainer.prepare(criteo_like(64, seed=3, device=DEVICE))
     trainer.executor.train_epoch(layout, labels, 0, 0.5)
     return trainer, layout

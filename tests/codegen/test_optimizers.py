@@ -1,9 +1,9 @@
 """Optimizers inside the generated kernels: k sync steps equal the reference executor and an
 independent NumPy implementation of the published update equations."""
 
-import numpy as np
 import re
 
+import numpy as np
 import pytest
 import torch
 

@@ -2,8 +2,15 @@ import numpy as np
 import pytest
 
 from alac import DataError
-from alac.data.criteo import (N_FIELDS, bucketize_integers, featurize, load_criteo, parse_criteo_bytes,
-                              read_criteo_columns, write_criteo)
+from alac.data.criteo import (
+    N_FIELDS,
+    bucketize_integers,
+    featurize,
+    load_criteo,
+    parse_criteo_bytes,
+    read_criteo_columns,
+    write_criteo,
+)
 
 LINE = "1\t5\t\t-1\t0\t3\t100\t\t\t\t\t\t\t7\t68fd1e64\t\tFB936136" + "\t" * 23 + "\n"
 

@@ -3,8 +3,7 @@ import pytest
 import torch
 
 from alac import DataError
-from alac.data import (iter_blocks, load_libffm, load_libsvm, load_libsvm_files, parse_bytes,
-                       write_libffm, write_libsvm)
+from alac.data import iter_blocks, load_libffm, load_libsvm, load_libsvm_files, parse_bytes, write_libffm, write_libsvm
 from alac.data.arrays import from_csr_arrays
 
 

@@ -1,7 +1,6 @@
 import math
 
 import pytest
-
 import torch
 
 from alac.data.synthetic import criteo_like, planted_model

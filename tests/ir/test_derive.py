@@ -158,10 +158,9 @@ def test_listing_and_hash():
     text = str(ir)
     assert "grad    grad_v[k] =" in text and "dloss   d_vx[k] =" in text and "accum   v2x2[k]" in text
     assert lower(ZOO["fm"]()).hash == ir.hash
-    from alac.zoo import load_model_file
-    assert load_model_file("fm").FactorizationMachine(k=5).__class__  # builds
-    assert lower(load_model_file("fm").FactorizationMachine(k=5)).hash != lower(
-        load_model_file("fm").FactorizationMachine(k=6)).hash
+    from alac.models import zoo_model
+
+    assert lower(zoo_model("fm", k=5)).hash != lower(zoo_model("fm", k=6)).hash
 
 
 def test_stage_graph_fuses_chunk_local_stages():

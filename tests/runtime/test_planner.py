@@ -5,10 +5,22 @@ import torch
 from alac.data.arrays import from_csr_arrays
 from alac.plan import Plan
 from alac.runtime.layout import LayoutOptions, build_layout
-from alac.runtime.planner import (AccessCosts, autotune, hot_size_for_data, hot_size_from_costs,
-                                  replicas_from_costs, rows_per_flush)
-from alac.runtime.schedule import (LearningRateSchedule, async_programs, batch_scales, resident_programs,
-                                   slots_per_step, warps_for_tile)
+from alac.runtime.planner import (
+    AccessCosts,
+    autotune,
+    hot_size_for_data,
+    hot_size_from_costs,
+    replicas_from_costs,
+    rows_per_flush,
+)
+from alac.runtime.schedule import (
+    LearningRateSchedule,
+    async_programs,
+    batch_scales,
+    resident_programs,
+    slots_per_step,
+    warps_for_tile,
+)
 
 
 def _layout(chunk_size=4):
@@ -127,13 +139,13 @@ def test_the_default_sync_hot_segment_of_a_data_set_matches_the_planners(monkeyp
     import alac.runtime.planner as planner
     from alac.data.synthetic import criteo_like
     from alac.ir.pipeline import lower
-    from alac.zoo import build_model, load_model_file
+    from alac.models import zoo_model
 
     monkeypatch.setattr(planner, "measure_access_costs", lambda device: AccessCosts("gpu", 0.008, 0.018, 2700.0))
     data = criteo_like(4000, seed=0, device="cpu")
     base = Plan(chunk_size=16, batch_size=1024)
     layout = build_layout(data, LayoutOptions(chunk_size=16), device="cpu")
-    chosen = planner.plan_for(layout, lower(build_model(load_model_file("lr"))), "sync", 1024, base, device="cuda")
+    chosen = planner.plan_for(layout, lower(zoo_model("lr")), "sync", 1024, base, device="cuda")
     plan = planner.hot_segment_for_data(data, base, device="cuda")
     assert plan.hot_size == chosen.plan.hot_size > 0
     assert plan.replicas == chosen.plan.replicas > 1
@@ -154,12 +166,12 @@ def test_plan_for_leaves_the_async_hot_segment_off_for_wide_factors(monkeypatch)
     import alac.runtime.planner as planner
     from alac.data.synthetic import criteo_like
     from alac.ir.pipeline import lower
+    from alac.models import zoo_module
     from alac.runtime.layout import LayoutOptions, build_layout
-    from alac.zoo import load_model_file
 
     monkeypatch.setattr(planner, "measure_access_costs", lambda device: AccessCosts("gpu", 0.008, 0.018, 2700.0))
     layout = build_layout(criteo_like(4000, seed=0, device="cpu"), LayoutOptions(chunk_size=32), device="cpu")
-    fm = load_model_file("fm")
+    fm = zoo_module("fm")
     wide = planner.plan_for(layout, lower(fm.FactorizationMachine(k=64)), "async", 1024, device="cuda")
     narrow = planner.plan_for(layout, lower(fm.FactorizationMachine(k=16)), "async", 1024, device="cuda")
     assert narrow.plan.hot_size > 0

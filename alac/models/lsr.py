@@ -18,9 +18,3 @@ class LeastSquares(LinearModel):
 MODEL = LeastSquares
 # the squared loss's gradient grows with the residual: 0.05 is stable on a9a and the synthetic set
 DEFAULT_LR = 0.05
-
-
-if __name__ == "__main__":
-    from alac.zoo import main
-
-    main(__name__)

@@ -18,9 +18,3 @@ class LogisticRegression(LinearModel):
 MODEL = LogisticRegression
 # tried 0.5 / 1 / 2 on a9a (10 epochs, batch 1024): 1 gives the best test AUC without the swings of 2
 DEFAULT_LR = 1.0
-
-
-if __name__ == "__main__":
-    from alac.zoo import main
-
-    main(__name__)

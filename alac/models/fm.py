@@ -2,12 +2,13 @@
 z = b + sum_j w_j x_j + 1/2 sum_f ((sum_j v_jf x_j)**2 - sum_j v_jf**2 x_j**2)."""
 
 from alac.dsl import LinearModel, Normal, Param, ops
+from alac.errors import OptionError
 
 
 class FactorizationMachine(LinearModel):
     def __init__(self, k=8, loss="logistic", l2=0.0, l1=0.0, init_std=0.01):
         if loss not in ("logistic", "squared"):
-            raise ValueError(f"loss must be 'logistic' or 'squared', got {loss!r}")
+            raise OptionError(f"loss must be 'logistic' or 'squared', got {loss!r}")
         self.name = "fm" if loss == "logistic" else "fm_squared"
         self.labels = "binary" if loss == "logistic" else "real"
         self.prediction = "probability" if loss == "logistic" else "value"
@@ -42,10 +43,3 @@ ARGUMENTS = [
 def DEFAULT_LR(args):
     # the squared loss's gradient grows with the score, so it takes a smaller step
     return 0.5 if args.loss == "logistic" else 0.05
-
-
-
-if __name__ == "__main__":
-    from alac.zoo import main
-
-    main(__name__)

@@ -19,9 +19,3 @@ class PoissonRegression(LinearModel):
 MODEL = PoissonRegression
 # exp(z) grows fast: 0.05 keeps the first epochs stable on the synthetic set
 DEFAULT_LR = 0.05
-
-
-if __name__ == "__main__":
-    from alac.zoo import main
-
-    main(__name__)
