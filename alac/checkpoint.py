@@ -26,7 +26,7 @@ VERSION = 2
 REQUIRED = (("spec", dict), ("ir_hash", str), ("model_name", str), ("plan", dict), ("lr", float),
             ("optimizer", dict), ("schedule", dict), ("exact_l2", bool), ("seed", int), ("epoch", int),
             ("batches_done", int), ("history", list), ("params", dict), ("globals", dict), ("states", dict),
-            ("feature_order", torch.Tensor), ("labels", dict), ("data_options", dict))
+            ("feature_order", torch.Tensor), ("labels", dict), ("data_options", dict), ("value_scale", float))
 
 
 class CheckpointError(AlacError):
@@ -45,6 +45,7 @@ def save(trainer, path, spec, data_options=None):
         "model_name": executor.ir.name, "plan": dataclasses.asdict(trainer.plan), "lr": float(trainer.lr),
         "optimizer": {"name": executor.optimizer.name, "hyper": executor.optimizer.values},
         "schedule": vars(executor.schedule), "exact_l2": executor.exact_l2, "seed": executor.seed,
+        "value_scale": executor.value_scale,
         "epoch": trainer.epoch, "batches_done": executor.batches_done, "history": trainer.history,
         "params": {k: v.cpu() for k, v in state.params.items()},
         "globals": {k: v.cpu() for k, v in state.globals.items()},
@@ -65,7 +66,9 @@ def read(path):
         raise CheckpointError(f"{path}: no checkpoint there")
     try:
         payload = torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError:
+    except pickle.UnpicklingError as error:
+        if "global" not in str(error).lower():   # what weights_only refuses: a reference to code
+            raise CheckpointError(f"{path}: not a readable checkpoint (UnpicklingError)") from None
         raise CheckpointError(f"{path}: refused: it holds objects other than tensors and plain data, which "
                               "loading would run (not a checkpoint alac wrote)") from None
     except Exception as error:  # torch raises several types for a damaged zip
@@ -121,6 +124,7 @@ def restore(payload, model, backend="triton", device=None, log=None):
                                         {k: v.to(to) for k, v in payload["globals"].items()},
                                         {k: v.to(to) for k, v in payload["states"].items()})
     trainer.executor.batches_done = payload["batches_done"]
+    trainer.executor.value_scale = payload["value_scale"]
     trainer.feature_order = payload["feature_order"]
     trainer.labels = labels
     trainer.epoch = payload["epoch"]

@@ -139,7 +139,7 @@ def _train(argv):
     from alac.models import model_module
     from alac.zoo import parser_for, run_parsed
 
-    first = Parser(add_help=False)
+    first = Parser(add_help=False, allow_abbrev=False)
     first.add_argument("--model", default=None)
     known, _ = first.parse_known_args(argv)
     parser = Parser(prog="alac train", description="Train a model (a zoo name or a model file).")

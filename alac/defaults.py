@@ -9,8 +9,8 @@ optimizers, learning rates, factor sizes and L2 coefficients.
 OPTIMIZER = "adagrad"
 BATCH_SIZE = 1024
 # The most epochs; early stopping on validation data usually ends training sooner.
-EPOCHS = 50
+EPOCHS = 100
 EARLY_STOPPING = "patience"
-PATIENCE = 3
+PATIENCE = 5
 # Without validation data, this share of the training rows is held out for early stopping.
 VALID_SPLIT = 0.1

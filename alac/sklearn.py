@@ -11,14 +11,19 @@ arrays are kept; the compiled kernels are rebuilt on first use).
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import torch
 from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
+from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils.metaestimators import available_if
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
+from alac import defaults
 from alac.data.arrays import from_csr_arrays
+from alac.data.split import split
 
 
 def _zoo(name):
@@ -37,6 +42,17 @@ def _dataset(X, y=None):
     return from_csr_arrays(csr.indptr, csr.indices, csr.data, labels, csr.shape[1])
 
 
+def _fit_warning_on_divergence(trainer, train, valid=None, epochs=None):
+    """trainer.fit; a divergence (the last good parameters are restored) becomes a ConvergenceWarning,
+    as scikit-learn's solvers report training that did not converge."""
+    from alac.train import TrainingDiverged
+
+    try:
+        trainer.fit(train, valid, epochs=epochs)
+    except TrainingDiverged as error:
+        warnings.warn(str(error), ConvergenceWarning, stacklevel=3)
+
+
 class _WideEstimator(BaseEstimator):
     """Shared machinery: the Trainer behind fit / partial_fit / predict, kept as arrays when pickled."""
 
@@ -52,10 +68,18 @@ class _WideEstimator(BaseEstimator):
         return Plan(chunk_size=16, batch_size=batch, semantics=self.mode)
 
     def _new_trainer(self):
+        from alac.optimizers import get_optimizer
         from alac.train import Trainer
 
-        return Trainer(self._build_model(), lr=self.learning_rate, epochs=self.epochs, plan=self._plan(),
-                       backend=self.backend, seed=self.random_state or 0, optimizer=self.optimizer)
+        optimizer = get_optimizer(self.optimizer)
+        lr = self.learning_rate
+        if lr is None:
+            if optimizer.default_lr is None:
+                raise ValueError(f"optimizer {optimizer.name!r} has no default learning rate: give learning_rate")
+            lr = optimizer.default_lr
+        return Trainer(self._build_model(), lr=lr, epochs=self.epochs, plan=self._plan(), backend=self.backend,
+                       seed=self.random_state or 0, optimizer=optimizer,
+                       early_stopping="patience" if self.early_stopping else None, patience=self.n_iter_no_change)
 
     def _trainer_for_use(self):
         trainer = getattr(self, "_trainer", None)
@@ -66,13 +90,14 @@ class _WideEstimator(BaseEstimator):
             trainer = self._new_trainer()
             saved = self._fitted
             device = trainer.device
-            trainer.executor.state = ModelState({k: torch.from_numpy(v).to(device) for k, v in saved["params"].items()},
-                                                {k: torch.from_numpy(v).to(device) for k, v in saved["globals"].items()},
-                                                {k: torch.from_numpy(v).to(device) for k, v in saved["states"].items()})
+            tensors = {part: {k: torch.from_numpy(v).to(device) for k, v in saved[part].items()}
+                       for part in ("params", "globals", "states")}
+            trainer.executor.state = ModelState(tensors["params"], tensors["globals"], tensors["states"])
             trainer.feature_order = torch.from_numpy(saved["feature_order"])
             trainer.labels = LabelMap(saved["label_kind"], saved["positive"])
             trainer.epoch = saved["epoch"]
             trainer.executor.batches_done = saved["batches_done"]
+            trainer.executor.value_scale = saved["value_scale"]
             self._trainer = trainer
         return trainer
 
@@ -84,10 +109,11 @@ class _WideEstimator(BaseEstimator):
             "states": {k: v.cpu().numpy() for k, v in state.states.items()},
             "feature_order": trainer.feature_order.cpu().numpy(), "label_kind": trainer.labels.kind,
             "positive": trainer.labels.positive, "epoch": trainer.epoch,
-            "batches_done": trainer.executor.batches_done}
+            "batches_done": trainer.executor.batches_done, "value_scale": trainer.executor.value_scale}
         params, globals_ = trainer.parameters()
         weights = params["w"]
-        self.coef_ = weights.reshape(1, -1).astype(np.float64) if self._kind == "classifier" else weights.astype(np.float64)
+        weights = weights.astype(np.float64)
+        self.coef_ = weights.reshape(1, -1) if self._kind == "classifier" else weights
         self.intercept_ = np.array([globals_["b"]])
         if "v" in params:
             self.factors_ = params["v"]
@@ -101,7 +127,8 @@ class _WideEstimator(BaseEstimator):
         if self._kind == "classifier":
             if first:
                 check_classification_targets(y)
-                self.classes_ = np.unique(y) if getattr(self, "_partial_classes", None) is None else self._partial_classes
+                given = getattr(self, "_partial_classes", None)
+                self.classes_ = np.unique(y) if given is None else given
                 if len(self.classes_) > 2:
                     raise ValueError(f"Only binary classification is supported: {type(self).__name__} is a wide "
                                      f"binary model and y has {len(self.classes_)} classes")
@@ -118,7 +145,13 @@ class _WideEstimator(BaseEstimator):
                              y_numeric=self._kind == "regressor")
         targets = self._targets(y, first=True)
         trainer = self._new_trainer()
-        trainer.fit(_dataset(X, targets))
+        train, valid = _dataset(X, targets), None
+        held_out = round(train.n_rows * self.validation_fraction)
+        if self.early_stopping and 1 <= held_out < train.n_rows:
+            # like SGDClassifier(early_stopping=True): a random validation_fraction of the rows
+            train, valid = split(train, (1 - self.validation_fraction, self.validation_fraction),
+                                 seed=self.random_state or 0)
+        _fit_warning_on_divergence(trainer, train, valid)
         self._trainer = trainer
         self._snapshot(trainer)
         return self
@@ -135,7 +168,8 @@ class _WideEstimator(BaseEstimator):
             self._partial_classes = np.asarray(classes)
         targets = self._targets(y, first)
         trainer = self._new_trainer() if first else self._trainer_for_use()
-        trainer.fit(_dataset(X, targets), epochs=1)
+        trainer.early_stopping = None   # one epoch on the data given, as scikit-learn's partial_fit
+        _fit_warning_on_divergence(trainer, _dataset(X, targets), epochs=1)
         self._trainer = trainer
         self._snapshot(trainer)
         return self
@@ -157,10 +191,15 @@ class _WideEstimator(BaseEstimator):
 
 _COMMON_DOC = """
 
-    learning_rate: the step on the batch-mean gradient; epochs; batch_size; optimizer (sgd, adagrad,
-    ftrl, momentum, adam); alpha: the L2 coefficient; l1: the L1 coefficient (with ftrl or sgd); mode:
-    sync or async; backend: triton on a GPU (the PyTorch reference without one); random_state.
+    learning_rate: the step on the batch-mean gradient (None: the optimizer's default); epochs: the
+    most epochs; batch_size; optimizer (adagrad, the default of alac.defaults, or sgd, ftrl, momentum,
+    adam); alpha: the L2 coefficient; l1: the L1 coefficient (with ftrl or sgd); early_stopping: hold
+    out validation_fraction of the rows (random, random_state) and stop after n_iter_no_change epochs
+    without a better validation loss, keeping the best epoch's model; mode: sync or async; backend:
+    triton on a GPU (the PyTorch reference without one); random_state.
 """
+# the FM default L2, as the command line's (alac.models.fm.DEFAULT_L2)
+from alac.models.fm import DEFAULT_L2 as _FM_L2  # noqa: E402
 
 
 class _BinaryClassifier(ClassifierMixin, _WideEstimator):
@@ -198,99 +237,92 @@ class _Regressor(RegressorMixin, _WideEstimator):
         return self._raw(X)
 
 
-class LogisticRegression(_BinaryClassifier):
+class _Linear:
+    """The linear estimators' parameters (scikit-learn reads them from this __init__)."""
+
+    def __init__(self, learning_rate=None, epochs=defaults.EPOCHS, batch_size=defaults.BATCH_SIZE,
+                 optimizer=defaults.OPTIMIZER, alpha=0.0, l1=0.0, early_stopping=True,
+                 validation_fraction=defaults.VALID_SPLIT, n_iter_no_change=defaults.PATIENCE, mode="sync",
+                 backend="triton", random_state=None):
+        self.learning_rate, self.epochs, self.batch_size, self.optimizer = learning_rate, epochs, batch_size, optimizer
+        self.alpha, self.l1, self.early_stopping = alpha, l1, early_stopping
+        self.validation_fraction, self.n_iter_no_change = validation_fraction, n_iter_no_change
+        self.mode, self.backend, self.random_state = mode, backend, random_state
+
+    def _build_model(self):
+        return _zoo(self._zoo_name)(l2=self.alpha, l1=self.l1)
+
+
+class LogisticRegression(_Linear, _BinaryClassifier):
     __doc__ = "L2/L1-regularised logistic regression trained by alac's kernels." + _COMMON_DOC
     _probabilistic = True
-
-    def __init__(self, learning_rate=0.1, epochs=20, batch_size=32, optimizer="adagrad", alpha=0.0, l1=0.0,
-                 mode="sync", backend="triton", random_state=None):
-        self.learning_rate, self.epochs, self.batch_size, self.optimizer = learning_rate, epochs, batch_size, optimizer
-        self.alpha, self.l1, self.mode, self.backend, self.random_state = alpha, l1, mode, backend, random_state
-
-    def _build_model(self):
-        return _zoo("lr")(l2=self.alpha, l1=self.l1)
+    _zoo_name = "lr"
 
 
-class LinearSVC(_BinaryClassifier):
+class LinearSVC(_Linear, _BinaryClassifier):
     __doc__ = "Linear SVM (hinge loss) trained by alac's kernels." + _COMMON_DOC
     _probabilistic = False
-
-    def __init__(self, learning_rate=0.1, epochs=20, batch_size=32, optimizer="adagrad", alpha=0.0, l1=0.0,
-                 mode="sync", backend="triton", random_state=None):
-        self.learning_rate, self.epochs, self.batch_size, self.optimizer = learning_rate, epochs, batch_size, optimizer
-        self.alpha, self.l1, self.mode, self.backend, self.random_state = alpha, l1, mode, backend, random_state
-
-    def _build_model(self):
-        return _zoo("lsvm")(l2=self.alpha, l1=self.l1)
+    _zoo_name = "lsvm"
 
 
-class Ridge(_Regressor):
+class Ridge(_Linear, _Regressor):
     __doc__ = "Least squares with L2 (alpha) trained by alac's kernels." + _COMMON_DOC
+    _zoo_name = "lsr"
 
-    def __init__(self, learning_rate=0.1, epochs=30, batch_size=32, optimizer="adagrad", alpha=0.0, l1=0.0,
+
+class _FactorizationMachine:
+    """The FM estimators' parameters."""
+
+    def __init__(self, n_factors=8, init_std=0.01, learning_rate=None, epochs=defaults.EPOCHS,
+                 batch_size=defaults.BATCH_SIZE, optimizer=defaults.OPTIMIZER, alpha=_FM_L2, l1=0.0,
+                 early_stopping=True, validation_fraction=defaults.VALID_SPLIT, n_iter_no_change=defaults.PATIENCE,
                  mode="sync", backend="triton", random_state=None):
+        self.n_factors, self.init_std = n_factors, init_std
         self.learning_rate, self.epochs, self.batch_size, self.optimizer = learning_rate, epochs, batch_size, optimizer
-        self.alpha, self.l1, self.mode, self.backend, self.random_state = alpha, l1, mode, backend, random_state
+        self.alpha, self.l1, self.early_stopping = alpha, l1, early_stopping
+        self.validation_fraction, self.n_iter_no_change = validation_fraction, n_iter_no_change
+        self.mode, self.backend, self.random_state = mode, backend, random_state
 
     def _build_model(self):
-        return _zoo("lsr")(l2=self.alpha, l1=self.l1)
+        return _zoo("fm")(k=self.n_factors, loss=self._loss, l2=self.alpha, l1=self.l1, init_std=self.init_std)
 
 
-class FMClassifier(_BinaryClassifier):
+class FMClassifier(_FactorizationMachine, _BinaryClassifier):
     __doc__ = "Factorization machine (k factors, logistic loss). factors_ holds V." + _COMMON_DOC
     _probabilistic = True
-
-    def __init__(self, n_factors=8, init_std=0.01, learning_rate=0.05, epochs=20, batch_size=32, optimizer="adagrad",
-                 alpha=0.0, l1=0.0, mode="sync", backend="triton", random_state=None):
-        self.n_factors, self.init_std = n_factors, init_std
-        self.learning_rate, self.epochs, self.batch_size, self.optimizer = learning_rate, epochs, batch_size, optimizer
-        self.alpha, self.l1, self.mode, self.backend, self.random_state = alpha, l1, mode, backend, random_state
-
-    def _build_model(self):
-        return _zoo("fm")(k=self.n_factors, loss="logistic", l2=self.alpha, l1=self.l1, init_std=self.init_std)
+    _loss = "logistic"
 
 
-class FMRegressor(_Regressor):
+class FMRegressor(_FactorizationMachine, _Regressor):
     __doc__ = "Factorization machine (k factors, squared loss). factors_ holds V." + _COMMON_DOC
+    _loss = "squared"
 
-    def __init__(self, n_factors=8, init_std=0.01, learning_rate=0.05, epochs=30, batch_size=32, optimizer="adagrad",
-                 alpha=0.0, l1=0.0, mode="sync", backend="triton", random_state=None):
-        self.n_factors, self.init_std = n_factors, init_std
-        self.learning_rate, self.epochs, self.batch_size, self.optimizer = learning_rate, epochs, batch_size, optimizer
-        self.alpha, self.l1, self.mode, self.backend, self.random_state = alpha, l1, mode, backend, random_state
+
+class _Wide:
+    """The parameters of estimators over any DSL model."""
+
+    def __init__(self, model=None, learning_rate=None, epochs=defaults.EPOCHS, batch_size=defaults.BATCH_SIZE,
+                 optimizer=defaults.OPTIMIZER, early_stopping=True, validation_fraction=defaults.VALID_SPLIT,
+                 n_iter_no_change=defaults.PATIENCE, mode="sync", backend="triton", random_state=None):
+        self.model, self.learning_rate, self.epochs, self.batch_size = model, learning_rate, epochs, batch_size
+        self.optimizer, self.early_stopping = optimizer, early_stopping
+        self.validation_fraction, self.n_iter_no_change = validation_fraction, n_iter_no_change
+        self.mode, self.backend, self.random_state = mode, backend, random_state
 
     def _build_model(self):
-        return _zoo("fm")(k=self.n_factors, loss="squared", l2=self.alpha, l1=self.l1, init_std=self.init_std)
+        if self.model is None:
+            raise ValueError(f"{type(self).__name__} needs model=<an alac.dsl.Model>")
+        return self.model
 
 
-class WideClassifier(_BinaryClassifier):
+class WideClassifier(_Wide, _BinaryClassifier):
     """Any binary DSL model (an alac.dsl.Model instance with labels = "binary") as a classifier.
     The model must have a scalar param `w` (coef_) and a global `b` (intercept_)."""
-
-    def __init__(self, model=None, learning_rate=0.1, epochs=20, batch_size=32, optimizer="adagrad", mode="sync",
-                 backend="triton", random_state=None):
-        self.model, self.learning_rate, self.epochs, self.batch_size = model, learning_rate, epochs, batch_size
-        self.optimizer, self.mode, self.backend, self.random_state = optimizer, mode, backend, random_state
 
     @property
     def _probabilistic(self):
         return self.model.prediction == "probability"
 
-    def _build_model(self):
-        if self.model is None:
-            raise ValueError("WideClassifier needs model=<an alac.dsl.Model>")
-        return self.model
 
-
-class WideRegressor(_Regressor):
+class WideRegressor(_Wide, _Regressor):
     """Any real-valued DSL model as a regressor (see WideClassifier)."""
-
-    def __init__(self, model=None, learning_rate=0.1, epochs=30, batch_size=32, optimizer="adagrad", mode="sync",
-                 backend="triton", random_state=None):
-        self.model, self.learning_rate, self.epochs, self.batch_size = model, learning_rate, epochs, batch_size
-        self.optimizer, self.mode, self.backend, self.random_state = optimizer, mode, backend, random_state
-
-    def _build_model(self):
-        if self.model is None:
-            raise ValueError("WideRegressor needs model=<an alac.dsl.Model>")
-        return self.model

@@ -30,9 +30,11 @@ QUEUE_SECONDS = 0.5
 MAX_QUEUED_EPOCHS = 100
 
 
-# An epoch's mean training loss diverged when it is NaN or infinite, above BLOW_UP times the loss
-# at the parameters training started from, or above that start and BLOW_UP times the lowest epoch
-# loss so far (alac train --lr 1e6 on a9a: 210,319 from a start of 0.693).
+# An epoch's mean training loss diverged when it is NaN or infinite, above FAR_ABOVE_START times the
+# loss at the parameters training started from (alac train --lr 1e6 on a9a: 210,319 from 0.693), or
+# above that start and BLOW_UP times the lowest epoch loss so far (a run that had learned, then blew
+# up). A first epoch's overshoot on unscaled data (logistic loss 18 from 0.69) is not a divergence.
+FAR_ABOVE_START = 100.0
 BLOW_UP = 10.0
 # A start below this counts as this (a model resumed at a loss of about 0 cannot blow up by ratio)
 LOSS_FLOOR = 1e-3
@@ -43,8 +45,10 @@ class TrainingDiverged(AlacError):
 
 
 def diverged(loss, start, lowest):
+    """lowest: the lowest epoch loss of this fit so far (None before its first epoch)."""
     start = max(start, LOSS_FLOOR)
-    return not math.isfinite(loss) or loss > BLOW_UP * start or (loss > start and loss > BLOW_UP * lowest)
+    return (not math.isfinite(loss) or loss > FAR_ABOVE_START * start
+            or (lowest is not None and loss > start and loss > BLOW_UP * max(lowest, LOSS_FLOOR)))
 
 
 class Trainer:
@@ -160,7 +164,7 @@ class Trainer:
         start = self.executor.sample_loss(self.train_layout, layout_labels)
         good = self._checkpoint_in_memory()
         losses, best, best_state = [], None, None
-        lowest = start
+        lowest = None
         self.stopped_because = None
         # with nothing to evaluate or decide between epochs, epochs are queued on the GPU with one
         # loss read per group (Executor.train_epochs), each group about QUEUE_SECONDS of training
@@ -190,7 +194,7 @@ class Trainer:
                     f"{start:.6g}); {restored} restored. Try a smaller learning rate (now {self.lr:g}), a "
                     "per-coordinate optimizer (--optimizer adagrad or ftrl), a smaller batch, or scaled features "
                     "(--normalize).")
-            lowest = min(lowest, loss)
+            lowest = loss if lowest is None else min(lowest, loss)
             if valid_layout is not None:
                 record.update({f"valid_{k}": v for k, v in self.evaluate_layout(valid_layout, valid).items()})
             if report_layout is not None:

@@ -205,12 +205,23 @@ def load_data(args):
     train = loaded.pop(0)
     valid = loaded.pop(0) if args.valid else None
     test = loaded.pop(0) if args.test else None
-    described = f"{args.train} ({format}{', rows L2-normalized' if args.normalize else ''})"
-    if valid is None and args.valid_split > 0 and args.early_stopping != "none":
-        train, valid = split(train, (1 - args.valid_split, args.valid_split), seed=args.seed)
-        described += f", {100 * args.valid_split:g} % of its rows held out for validation"
     options.update(format=format, normalize=args.normalize)
-    return TrainingData(train, valid, test, described, options)
+    described = f"{args.train} ({format}{', rows L2-normalized' if args.normalize else ''})"
+    data = TrainingData(train, valid, test, described, options)
+    return with_validation_split(data, args)
+
+
+def with_validation_split(data, args):
+    """Without validation data (and with early stopping), a random args.valid_split share of the
+    training rows (seed args.seed) becomes the validation set."""
+    from alac.data.split import split
+
+    held_out = round(data.train.n_rows * args.valid_split)
+    if data.valid is not None or args.early_stopping == "none" or not 1 <= held_out < data.train.n_rows:
+        return data
+    train, valid = split(data.train, (1 - args.valid_split, args.valid_split), seed=args.seed)
+    return TrainingData(train, valid, data.test, data.described + f", {100 * args.valid_split:g} % of its rows "
+                        "held out for validation", data.options)
 
 
 def _format_record(record):
@@ -245,6 +256,14 @@ def default_lr(module, args):
         return optimizer.default_lr
     default = module.DEFAULT_LR
     return (default(args) if callable(default) else default) * optimizer.lr_factor
+
+
+def parse_arguments(module, argv):
+    """`alac train`'s options for module's model (no --model), with the default learning rate filled in."""
+    args = parser_for(argparse.ArgumentParser(prog="alac train"), module).parse_args(argv)
+    if args.lr is None:
+        args.lr = default_lr(module, args)
+    return args
 
 
 def run_parsed(module, args, model_reference):
@@ -286,6 +305,17 @@ def _plan(args):
 
 
 def _run(args, module, model_reference):
+    data = load_data(args)
+    trainer, final, diverged = train_model(args, module, data, _Progress(args.epochs))
+    print(json.dumps({k: round(v, 6) for k, v in final.items()}))
+    if args.out:
+        _write_outputs(args, module, model_reference, trainer, final, data.options)
+    return 3 if diverged else 0
+
+
+def train_model(args, module, data, log=None):
+    """Train module's model on data as args say (what `alac train` does between reading the files
+    and writing the outputs); returns (trainer, final metrics, the divergence error or None)."""
     from alac.ir.trace import trace
     from alac.optimizers import get_optimizer
     from alac.runtime.executor import resolve_backend
@@ -297,7 +327,6 @@ def _run(args, module, model_reference):
     optimizer_class = get_optimizer(args.optimizer).__class__
     optimizer = optimizer_class(**{h: getattr(args, h) for h in optimizer_class.hyper if getattr(args, h) is not None})
     plan = _plan(args)
-    data = load_data(args)
     if args.hot_size is None:
         backend, device = resolve_backend(args.backend)
         if backend == "triton":
@@ -305,13 +334,14 @@ def _run(args, module, model_reference):
             plan = hot_segment_for_data(data.train, plan, device, trace(model).factor_size)
     early_stopping = None if args.early_stopping == "none" or data.valid is None else args.early_stopping
     trainer = Trainer(model, lr=args.lr, epochs=args.epochs, plan=plan, backend=args.backend, seed=args.seed,
-                      log=_Progress(args.epochs), optimizer=optimizer,
+                      log=log, optimizer=optimizer,
                       schedule=LearningRateSchedule(args.schedule, args.decay, args.power), exact_l2=args.exact_l2,
                       early_stopping=early_stopping, patience=args.patience, unseen=args.unseen)
-    print(f"model {model.model_name()} on {data.described}: {data.train.n_rows:,} training rows, "
-          f"{data.train.n_features:,} features; backend {trainer.backend} on {trainer.device}; {plan.describe()}; "
-          f"lr {args.lr:g}, {optimizer.describe()}, schedule {trainer.executor.schedule.describe()}"
-          + (f"; early stopping ({early_stopping}) on the validation loss" if early_stopping else ""), flush=True)
+    say = print if log is not None else (lambda *a, **k: None)
+    say(f"model {model.model_name()} on {data.described}: {data.train.n_rows:,} training rows, "
+        f"{data.train.n_features:,} features; backend {trainer.backend} on {trainer.device}; {plan.describe()}; "
+        f"lr {args.lr:g}, {optimizer.describe()}, schedule {trainer.executor.schedule.describe()}"
+        + (f"; early stopping ({early_stopping}) on the validation loss" if early_stopping else ""), flush=True)
     diverged = None
     try:
         trainer.fit(data.train, data.valid, report=data.test)
@@ -319,20 +349,17 @@ def _run(args, module, model_reference):
         diverged = error
         print(f"alac: {error}", file=sys.stderr)
     if trainer.stopped_because and not diverged:
-        print(f"stopped after epoch {trainer.epoch}: {trainer.stopped_because}; the best epoch's "
-              f"({trainer.best_epoch}) model is kept")
+        say(f"stopped after epoch {trainer.history[-1]['epoch']}: {trainer.stopped_because}; the best epoch's "
+            f"({trainer.best_epoch}) model is kept")
     evaluated = next(d for d in (data.test, data.valid, data.train) if d is not None)
     final = trainer.evaluate(evaluated)
     if args.l1:
         zeros = trainer.zero_share()
-        print(f"exactly-zero weights: {100 * zeros:.2f}% of {trainer.n_features:,} features' parameters")
+        say(f"exactly-zero weights: {100 * zeros:.2f}% of {trainer.n_features:,} features' parameters")
         final["zero_share"] = zeros
     if trainer.unseen_entries:
         final["unseen_entries"] = trainer.unseen_entries
-    print(json.dumps({k: round(v, 6) for k, v in final.items()}))
-    if args.out:
-        _write_outputs(args, module, model_reference, trainer, final, data.options)
-    return 3 if diverged else 0
+    return trainer, final, diverged
 
 
 def checkpoint_spec(module, args, model_reference):

@@ -29,7 +29,8 @@ import triton.language as tl
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.report import cuda_milliseconds, environment, table, write  # noqa: E402
+from alac.runtime.timing import gpu_milliseconds  # noqa: E402
+from benchmarks.report import environment, table, write  # noqa: E402
 
 # Param values (edges x K) per flat program. Chosen on H100 (4M x 39 set, scratch probes): LR at
 # 512 and 2048 edges within 3 % (gather 0.35 / 0.38 ms, gather + the hot split 4.00 / 4.01 ms);
@@ -135,8 +136,8 @@ def measure_traffic(train, plan, model, factor, hot_size):
         if (traffic.factor == 1) != (model == "lr"):
             continue
         traffic = dataclasses.replace(traffic, factor=factor)
-        milliseconds = cuda_milliseconds(lambda: run_traffic(traffic, layout.edge_feature, params, hot_sums, hot_size, copies),
-                                         REPEATS)
+        milliseconds, _ = gpu_milliseconds(
+            lambda: run_traffic(traffic, layout.edge_feature, params, hot_sums, hot_size, copies), REPEATS)
         rows.append({"model": model, "traffic": traffic.name, "factor": factor, "hot_size": hot_size, "copies": copies,
                      "ms": milliseconds, "gaccesses_per_s": layout.edge_feature.numel() / milliseconds / 1e6})
         print(f"{milliseconds:8.3f} ms  {model}: {traffic.name}", flush=True)

@@ -31,13 +31,13 @@ import dataclasses
 import os
 import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from alac.runtime.timing import gpu_milliseconds  # noqa: E402
 from benchmarks.report import environment, result_folders, table, write  # noqa: E402
 
 
@@ -49,17 +49,9 @@ def synthetic_train_valid(rows, valid_rows, device, seed=0):
     return data.take(torch.arange(rows, device=device)), data.take(torch.arange(rows, rows + valid_rows, device=device))
 
 
-def _synchronize():
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
-
-
 def _seconds(function):
-    _synchronize()
-    started = time.perf_counter()
-    function()
-    _synchronize()
-    return time.perf_counter() - started
+    """One call's wall time (CUDA events, host work included; the call moves training on)."""
+    return gpu_milliseconds(function, repeats=1, warmup=0)[0] / 1000
 
 
 def _logloss(logits, labels):

@@ -49,8 +49,8 @@ def main():
         if device == "cuda":  # warm-up: CUDA context and kernels, off the clock
             build_layout(criteo_like(10_000, device=device), options, device=device)
         generate_s, data = _timed(lambda: criteo_like(args.rows, device=device), device)
-        build_s, layout = _timed(lambda: build_layout(data, options, device=device), device)
-        again_s, _ = _timed(lambda: build_layout(data, options, device=device), device)
+        build_s, layout = _timed(lambda: build_layout(data, options, device=device), device)  # noqa: F821
+        again_s, _ = _timed(lambda: build_layout(data, options, device=device), device)  # noqa: F821
         results[device] = {"generate_s": generate_s, "build_s": build_s, "build_again_s": again_s}
         datasets[device], layouts[device] = data.to("cpu"), layout.to("cpu")
         del data, layout

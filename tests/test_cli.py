@@ -96,7 +96,8 @@ def test_train_then_predict_on_a9a_without_a_gpu(shared_data, tmp_path):
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["auc"] >= 0.900
     history = (out / "history.csv").read_text().splitlines()
-    assert history[0].startswith("epoch,") and len(history) == 11
+    # early stopping on 10 % of the training rows ends well before the 100 epochs at most
+    assert history[0].startswith("epoch,") and "valid_logloss" in history[0] and 5 < len(history) < 100
     assert (out / "loss.png").stat().st_size > 10_000 and (out / "model.alac").is_file()
     predictions_path = tmp_path / "predictions.txt"
     result = _run_alac("predict", "--model-dir", str(out), "--data", str(shared_data / "a9a/a9a.t"),

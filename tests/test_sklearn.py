@@ -54,7 +54,7 @@ def _blobs(seed=0, n=400, d=20):
 
 def test_sparse_classifier_attributes_and_methods():
     X, y, weights = _blobs()
-    model = LogisticRegression(epochs=30).fit(X, y)
+    model = LogisticRegression(batch_size=32).fit(X, y)
     assert list(model.classes_) == ["no", "yes"] and model.n_features_in_ == 20
     assert model.coef_.shape == (1, 20) and model.intercept_.shape == (1,)
     assert np.corrcoef(model.coef_[0], weights)[0, 1] > 0.9
@@ -67,7 +67,7 @@ def test_sparse_classifier_attributes_and_methods():
 
 def test_partial_fit_continues_and_pickles():
     X, y, _ = _blobs(1)
-    model = LogisticRegression()
+    model = LogisticRegression(batch_size=32)
     for _ in range(10):
         model.partial_fit(X, y, classes=["no", "yes"])
     assert model.score(X, y) > 0.85
@@ -79,10 +79,10 @@ def test_partial_fit_continues_and_pickles():
 
 def test_fm_factors_and_regressors():
     X, y, _ = _blobs(2)
-    fm = FMClassifier(n_factors=4).fit(X, y)
+    fm = FMClassifier(n_factors=4, batch_size=32).fit(X, y)
     assert fm.factors_.shape == (20, 4) and fm.score(X, y) > 0.85
     target = X @ np.arange(20.0)
-    assert Ridge(epochs=100, learning_rate=1.0).fit(X, target).score(X, target) > 0.99
+    assert Ridge(batch_size=32, learning_rate=1.0).fit(X, target).score(X, target) > 0.99
 
 
 def test_multiclass_is_a_clear_error():

@@ -117,8 +117,10 @@ def test_patience_restores_the_best_epoch():
     snapshots = []
     trainer.callbacks.append(lambda t, record: snapshots.append(t.executor.state.clone()))
     trainer.fit(train, valid, epochs=5)
-    assert trainer.epoch == 4 and trainer.stopped_because == "early stopping (patience)"
-    assert trainer.best_epoch == 2 and _states_equal(trainer.executor.state, snapshots[1])
+    assert len(trainer.history) == 4 and trainer.stopped_because == "early stopping (patience)"
+    # the best epoch's parameters come back with its counters: a resumed run continues from there
+    assert trainer.best_epoch == trainer.epoch == 2 and _states_equal(trainer.executor.state, snapshots[1])
+    assert trainer.executor.batches_done == 2 * -(-2000 // 256)
 
 
 def test_cuwide_rule_stops_above_the_window_mean():

@@ -38,12 +38,13 @@ def test_lr_on_a9a_reaches_the_target(shared_data, backend):
                        "--backend", backend)
     metrics = final_metrics(result)
     assert metrics["auc"] >= 0.900 and metrics["accuracy"] >= 0.845, result.stdout
-    assert len([line for line in result.stdout.splitlines() if line.startswith("epoch")]) == 10
+    epochs = [line for line in result.stdout.splitlines() if line.startswith("epoch")]
+    assert 5 < len(epochs) < 100 and "early stopping (patience)" in result.stdout
 
 
 @pytest.mark.parametrize("data, options", [
     ("ipinyou/{}.fm.txt", []),
-    ("20news/20news.binary.{}.svm", ["--normalize", "--lr", "2", "--batch-size", "128"]),
+    ("20news/20news.binary.{}.svm", ["--normalize"]),
 ])
 def test_fm_trains_on_real_data_without_diverging(shared_data, data, options):
     train, test = (str(shared_data / data.format(split)) for split in ("train", "test"))
@@ -110,6 +111,6 @@ def test_ftrl_with_l1_on_20news_is_sparse_and_accurate(shared_data):
     result = run_model("lr", "--train", str(shared_data / "20news/20news.binary.train.svm"),
                        "--test", str(shared_data / "20news/20news.binary.test.svm"), "--normalize",
                        "--backend", "reference", "--optimizer", "ftrl", "--lr", "30", "--l1", "0.003", "--beta", "1",
-                       "--batch-size", "32", "--epochs", "20")
+                       "--batch-size", "32", "--epochs", "20", "--early-stopping", "none")
     metrics = final_metrics(result)
     assert metrics["auc"] >= 0.9678 - 0.003 and metrics["zero_share"] > 0.2, result.stdout

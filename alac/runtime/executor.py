@@ -38,15 +38,26 @@ def _notice(message):
         print(f"alac: {message}", file=sys.stderr)
 
 
+def _triton_installed():
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def resolve_backend(backend, device=None):
     """(backend, device) actually used: triton without a GPU falls back to reference, with a notice."""
     if backend not in BACKENDS:
         raise OptionError(f"backend must be one of {BACKENDS}, got {backend!r}")
-    if backend == "interpret":
-        return backend, torch.device("cpu")
     if backend == "triton" and not torch.cuda.is_available():
         _notice("no CUDA GPU here: backend 'triton' falls back to 'reference' (PyTorch on the CPU)")
         return "reference", torch.device("cpu")
+    if backend in ("interpret", "triton") and not _triton_installed():
+        raise OptionError(f"backend {backend!r} runs Triton kernels and Triton is not installed: pip install triton "
+                          "(Linux), or use backend 'reference'")
+    if backend == "interpret":
+        return backend, torch.device("cpu")
     if backend == "triton":
         return backend, torch.device(device or "cuda")
     return backend, torch.device(device) if device is not None else default_device()
@@ -92,6 +103,15 @@ class StepSettings:
     decay_l2: dict = None  # exact L2: param -> l2 of a decay p *= 1 - lr l2 of every row after each batch
 
 
+def value_scale(layout):
+    """The mean magnitude of the layout's feature values (1 for one-hot data): the scale of one
+    occurrence's gradient, which batch-dependent optimizer defaults (AdaGrad's eps, FTRL's beta) use."""
+    if layout.edge_value is None:
+        return 1.0
+    real = layout.edge_feature >= 0
+    return float(layout.edge_value[real].abs().mean()) if bool(real.any()) else 1.0
+
+
 class Executor:
     def __init__(self, model, plan=Plan(), backend="triton", device=None, seed=0, optimizer="sgd",
                  schedule=None, exact_l2=False):
@@ -115,10 +135,12 @@ class Executor:
 
             self.backend = TritonBackend(self.ir, plan, interpret=self.backend_name == "interpret")
         self.state = None
+        self.value_scale = 1.0      # mean |x| of the training data's values (value_scale), set by initialize
         self._reference = None      # a reference backend for sample_loss, made when first needed
         self.loss_sum = torch.zeros(1, device=self.device)
 
     def initialize(self, layout):
+        self.value_scale = value_scale(layout)
         declared, _ = self.model.declarations()
         values = sum(param.size for param in declared.values())
         check_feature_tables(layout.n_features, 4 * values * (1 + len(self.ir.optimizer.states)),
@@ -136,7 +158,7 @@ class Executor:
         return StepSettings(
             gradient_l2={name: (l2.get(name, 0.0) if in_gradient else 0.0) for name in params},
             update_l1=l1, update_l2={name: (l2.get(name, 0.0) if in_update else 0.0) for name in params},
-            hypers=self.optimizer.hyper_values(self.plan.batch_size),
+            hypers=self.optimizer.hyper_values(self.plan.batch_size, self.value_scale),
             decay_l2={name: l2.get(name, 0.0) for name in params} if self.exact_l2 else None)
 
     def _epoch_rates(self, layout, order, epoch, lr):

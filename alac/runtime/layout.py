@@ -242,6 +242,15 @@ def _chunk_starts(chunk_width, chunk_size):
     return starts
 
 
+def _scatter_edges(values, fill, destination, edges):
+    """values placed at their edge slots, fill elsewhere (None stays None)."""
+    if values is None:
+        return None
+    out = torch.full((edges,), fill, dtype=values.dtype, device=values.device)
+    out[destination] = values
+    return out
+
+
 def _synchronize(device):
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -277,13 +286,6 @@ def build_layout(dataset, options=LayoutOptions(), device=None, feature_order=No
         frequency = torch.bincount(data.indices.long(), minlength=data.n_features)[new_to_old.long()]
     features = old_to_new[data.indices.long()]
 
-    def scatter_edges(values, fill):
-        if values is None:
-            return None
-        out = torch.full((edges,), fill, dtype=values.dtype, device=device)
-        out[destination] = values
-        return out
-
     if fixed_width is not None:
         order = torch.arange(n, device=device)
         chunk_width = torch.full((n_chunks,), fixed_width, dtype=torch.int32, device=device)
@@ -307,9 +309,10 @@ def build_layout(dataset, options=LayoutOptions(), device=None, feature_order=No
         destination = _chunk_starts(chunk_width, C)[slot // C] + k * C + slot % C
         del k, slot
     chunk_start = _chunk_starts(chunk_width, C)
-    edge_feature = scatter_edges(features.int(), -1)
-    edge_value = scatter_edges(data.values, 0.0)
-    edge_field = scatter_edges(data.fields, -1)
+
+    edge_feature = _scatter_edges(features.int(), -1, destination, edges)
+    edge_value = _scatter_edges(data.values, 0.0, destination, edges)
+    edge_field = _scatter_edges(data.fields, -1, destination, edges)
     del destination
 
     row_of_slot = torch.full((slots,), -1, dtype=torch.int64, device=device)

@@ -14,15 +14,13 @@ one Triton launch on a GPU. The CPU computes it with torch integer arithmetic: t
 from __future__ import annotations
 
 import torch
-import triton
-import triton.language as tl
 
 ROUNDS = 4
-# Odd multipliers below 2**31 (so that a 32-bit value times one fits int64 in torch; the Triton side
-# multiplies uint32 modulo 2**32, the same numbers): the two of Wellons' lowbias32 hash that fit,
-# the second one's top bit cleared. Constexprs, so that the Triton functions read the same values.
-FIRST_MULTIPLIER = tl.constexpr(0x7FEB352D)
-SECOND_MULTIPLIER = tl.constexpr(0x046CA68B)
+# Odd multipliers below 2**31 (so that a 32-bit value times one fits int64 in torch; the Triton side,
+# alac.runtime.permutation_kernel, multiplies uint32 modulo 2**32, the same numbers): the two of
+# Wellons' lowbias32 hash that fit, the second one's top bit cleared.
+FIRST_MULTIPLIER = 0x7FEB352D
+SECOND_MULTIPLIER = 0x046CA68B
 _MASK32 = (1 << 32) - 1
 # positions per program of the order kernel: 1,024 keeps a program's walk loop short (it runs until
 # its slowest position lands) and a 4M-row epoch's 125,000 chunks in 123 programs
@@ -53,9 +51,9 @@ def half_bits(n):
 
 def _mix_torch(right, key):
     x = right ^ key
-    x = (x * FIRST_MULTIPLIER.value) & _MASK32
+    x = (x * FIRST_MULTIPLIER) & _MASK32
     x = x ^ (x >> 15)
-    x = (x * SECOND_MULTIPLIER.value) & _MASK32
+    x = (x * SECOND_MULTIPLIER) & _MASK32
     return x ^ (x >> 16)
 
 
@@ -78,47 +76,6 @@ def permute_torch(positions, n, keys):
     return x
 
 
-@triton.jit
-def _mix(right, key):
-    x = right ^ key
-    x = x * FIRST_MULTIPLIER
-    x = x ^ (x >> 15)
-    x = x * SECOND_MULTIPLIER
-    return x ^ (x >> 16)
-
-
-@triton.jit
-def feistel(x, bits, mask, key0, key1, key2, key3):
-    """One pass of the 4-round Feistel network over uint32 values x (see the module docstring)."""
-    left = x >> bits
-    right = x & mask
-    left, right = right, left ^ (_mix(right, key0) & mask)
-    left, right = right, left ^ (_mix(right, key1) & mask)
-    left, right = right, left ^ (_mix(right, key2) & mask)
-    left, right = right, left ^ (_mix(right, key3) & mask)
-    return (left << bits) | right
-
-
-# no argument is specialized on its value: Triton would turn an n, bits or key of 1 into a constant
-@triton.jit(do_not_specialize=["n", "bits", "key0", "key1", "key2", "key3"])
-def _chunk_order_kernel(order_ptr, n, bits, key0, key1, key2, key3, BLOCK: tl.constexpr):
-    position = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    inside = position < n
-    limit = n.to(tl.uint32)
-    bits = bits.to(tl.uint32)
-    mask = (tl.full([], 1, tl.uint32) << bits) - 1
-    key0 = key0.to(tl.uint32)
-    key1 = key1.to(tl.uint32)
-    key2 = key2.to(tl.uint32)
-    key3 = key3.to(tl.uint32)
-    x = feistel(tl.where(inside, position, 0).to(tl.uint32), bits, mask, key0, key1, key2, key3)
-    walking = inside & (x >= limit)
-    while tl.max(walking.to(tl.int32), axis=0) > 0:
-        x = tl.where(walking, feistel(x, bits, mask, key0, key1, key2, key3), x)
-        walking = inside & (x >= limit)
-    tl.store(order_ptr + position, x.to(tl.int64), mask=inside)
-
-
 def chunk_order(n, seed, epoch, device, use_triton=None):
     """The order of epoch under seed: an int64 permutation of [0, n) on device. A CUDA device draws
     it with one Triton launch (use_triton=True forces that path, e.g. under TRITON_INTERPRET=1)."""
@@ -129,6 +86,8 @@ def chunk_order(n, seed, epoch, device, use_triton=None):
         use_triton = device.type == "cuda"
     if not use_triton:
         return permute_torch(torch.arange(n, dtype=torch.int64, device=device), n, keys)
+    from alac.runtime.permutation_kernel import chunk_order_kernel
+
     order = torch.empty(n, dtype=torch.int64, device=device)
-    _chunk_order_kernel[(triton.cdiv(n, ORDER_BLOCK),)](order, n, bits, *keys, BLOCK=ORDER_BLOCK)
+    chunk_order_kernel[(-(-n // ORDER_BLOCK),)](order, n, bits, *keys, BLOCK=ORDER_BLOCK)
     return order

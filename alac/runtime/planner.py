@@ -28,6 +28,7 @@ import torch
 
 from alac.cache import default_cache_dir
 from alac.plan import Plan
+from alac.runtime.timing import gpu_milliseconds
 
 # Sizes of the access-cost microbenchmark: 64M int32 (256 MB) streamed, gathered from a table of
 # 16M floats (64 MB, past the 50 MB L2 of an H100) at random positions, so both read device memory.
@@ -48,18 +49,8 @@ class AccessCosts:
         return 2 * self.coalesced_ns / self.random_ns
 
 
-def _time(function, repeats=5):
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(repeats):
-        start = torch.cuda.Event(enable_timing=True)
-        end = torch.cuda.Event(enable_timing=True)
-        start.record()
-        function()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / 1000)
-    return sorted(times)[len(times) // 2]
+def _seconds(function):
+    return gpu_milliseconds(function, repeats=5, warmup=0)[0] / 1000
 
 
 def measure_access_costs(device="cuda"):
@@ -76,10 +67,10 @@ def measure_access_costs(device="cuda"):
     table = torch.rand(_TABLE_ELEMENTS, device=device)
     index = torch.randint(0, _TABLE_ELEMENTS, (_STREAM_ELEMENTS,), device=device)
     gathered = torch.empty(_STREAM_ELEMENTS, device=device)
-    coalesced = _time(lambda: torch.sum(stream, dtype=torch.int64)) / _STREAM_ELEMENTS
+    coalesced = _seconds(lambda: torch.sum(stream, dtype=torch.int64)) / _STREAM_ELEMENTS
     # the gather also streams its index: subtract that coalesced read
-    random = _time(lambda: torch.index_select(table, 0, index, out=gathered)) / _STREAM_ELEMENTS - coalesced
-    seconds = _time(lambda: copy.copy_(stream))
+    random = _seconds(lambda: torch.index_select(table, 0, index, out=gathered)) / _STREAM_ELEMENTS - coalesced
+    seconds = _seconds(lambda: copy.copy_(stream))
     costs = AccessCosts(name, coalesced * 1e9, max(random, coalesced) * 1e9,
                         2 * stream.numel() * 4 / seconds / 1e9)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -90,8 +90,10 @@ def test_one_sync_step_equals_the_reference(model_name, kernels, binary, chunk_s
     labels = LabelMap.fit(model.labels, dataset.labels).model_labels(layout.labels)
     executors = _executors(model_name, plan, layout)
     order = layout.chunk_order(0, seed=1)
+    # Poisson's exp: at lr 0.3 on the summed gradient the long row's rate overflows float32 (exp(141))
+    lr = 0.02 if model_name == "poisson" else 0.3
     for executor in executors.values():
-        executor.train_batch(layout, labels, order, 0, 2, lr=0.3, scale=1.0, l2={"w": 0.01, "v": 0.02})
+        executor.train_batch(layout, labels, order, 0, 2, lr=lr, scale=1.0, l2={"w": 0.01, "v": 0.02})
     reference, kernel = executors["reference"], executors[KERNEL_BACKEND]
     _assert_states_close(reference.state, kernel.state)
     torch.testing.assert_close(kernel.loss_sum.cpu(), reference.loss_sum.cpu(), rtol=RTOL, atol=ATOL)

@@ -297,7 +297,8 @@ def test_exact_l2_decays_every_row(name):
     lr, l2, steps = 0.3, 0.1, 3
 
     def started(backend):
-        executor = Executor(_LR(l2=l2, init=Normal(0.5)), plan, backend=backend, device=device, optimizer=name,
+        optimizer = get_optimizer(name, **({"eps": 1e-8} if name == "adagrad" else {}))  # as the NumPy steps
+        executor = Executor(_LR(l2=l2, init=Normal(0.5)), plan, backend=backend, device=device, optimizer=optimizer,
                             exact_l2=True)
         executor.initialize(layout)
         return executor
@@ -343,13 +344,20 @@ def test_an_optimizer_using_an_unknown_state_is_a_clear_error():
         Executor(_LR(), Plan(), backend="reference", optimizer=Broken())
 
 
-def test_ftrl_beta_defaults_to_one_over_the_batch():
-    """McMahan's beta = 1 is per sample; on the batch-mean scale the default is 1 / B."""
+def test_ftrl_beta_and_adagrad_eps_default_to_one_occurrence_of_a_typical_value():
+    """McMahan's beta = 1 is per sample; on the batch-mean scale the default is mean |x| / B (one
+    occurrence's gradient); AdaGrad's eps four such gradients."""
     assert get_optimizer("ftrl").hyper_values(1024) == {"beta": 1 / 1024}
     assert get_optimizer("ftrl", beta=1).hyper_values(1024) == {"beta": 1.0}
     assert get_optimizer("ftrl", beta=None).describe() == "ftrl(beta=default)"
-    executor = Executor(_LR(), Plan(chunk_size=8, batch_size=64), backend="reference", optimizer="ftrl")
-    assert executor.settings().hypers == {"beta": 1 / 64}
+    dataset = awkward_dataset(31)       # real values
+    _, layout, _ = laid_out(dataset, "binary")
+    scale = float(dataset.values.abs().mean())
+    assert scale != pytest.approx(1.0)
+    for name, hyper, occurrences in (("ftrl", "beta", 1), ("adagrad", "eps", 4)):
+        executor = Executor(_LR(), Plan(chunk_size=8, batch_size=64), backend="reference", optimizer=name)
+        executor.initialize(layout)
+        assert executor.settings().hypers[hyper] == pytest.approx(occurrences * scale / 64, rel=1e-6)
 
 
 def test_async_derivations_read_their_states_by_atomic_operations():

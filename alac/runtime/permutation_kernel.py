@@ -1,0 +1,51 @@
+"""The chunk order's Triton kernel (alac.runtime.permutation has the algorithm and its torch twin);
+a module of its own so that the CPU path does not need Triton."""
+
+import triton
+import triton.language as tl
+
+from alac.runtime import permutation
+
+FIRST_MULTIPLIER = tl.constexpr(permutation.FIRST_MULTIPLIER)
+SECOND_MULTIPLIER = tl.constexpr(permutation.SECOND_MULTIPLIER)
+
+
+@triton.jit
+def _mix(right, key):
+    x = right ^ key
+    x = x * FIRST_MULTIPLIER
+    x = x ^ (x >> 15)
+    x = x * SECOND_MULTIPLIER
+    return x ^ (x >> 16)
+
+
+@triton.jit
+def feistel(x, bits, mask, key0, key1, key2, key3):
+    """One pass of the 4-round Feistel network over uint32 values x (see the module docstring)."""
+    left = x >> bits
+    right = x & mask
+    left, right = right, left ^ (_mix(right, key0) & mask)
+    left, right = right, left ^ (_mix(right, key1) & mask)
+    left, right = right, left ^ (_mix(right, key2) & mask)
+    left, right = right, left ^ (_mix(right, key3) & mask)
+    return (left << bits) | right
+
+
+# no argument is specialized on its value: Triton would turn an n, bits or key of 1 into a constant
+@triton.jit(do_not_specialize=["n", "bits", "key0", "key1", "key2", "key3"])
+def chunk_order_kernel(order_ptr, n, bits, key0, key1, key2, key3, BLOCK: tl.constexpr):
+    position = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    inside = position < n
+    limit = n.to(tl.uint32)
+    bits = bits.to(tl.uint32)
+    mask = (tl.full([], 1, tl.uint32) << bits) - 1
+    key0 = key0.to(tl.uint32)
+    key1 = key1.to(tl.uint32)
+    key2 = key2.to(tl.uint32)
+    key3 = key3.to(tl.uint32)
+    x = feistel(tl.where(inside, position, 0).to(tl.uint32), bits, mask, key0, key1, key2, key3)
+    walking = inside & (x >= limit)
+    while tl.max(walking.to(tl.int32), axis=0) > 0:
+        x = tl.where(walking, feistel(x, bits, mask, key0, key1, key2, key3), x)
+        walking = inside & (x >= limit)
+    tl.store(order_ptr + position, x.to(tl.int64), mask=inside)

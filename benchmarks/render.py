@@ -1,0 +1,235 @@
+"""BENCHMARKS.md, generated from benchmarks/results/*.json and benchmarks/not_kept.json, so that the
+document shows exactly what the last runs measured.
+
+    PYTHONPATH=. python benchmarks/render.py          (or: alac bench render)
+
+A section per benchmark: what it measures, its command, the device, versions and date of the run,
+and one short table. tests/benchmarks/test_render.py checks that BENCHMARKS.md is this output.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+NOT_KEPT = ROOT / "benchmarks" / "not_kept.json"
+
+
+def table(header, rows):
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def _last(value):
+    return value[-1] if isinstance(value, list) else value
+
+
+def run_line(result):
+    env = result.get("environment", {})
+    parts = [env.get("device") or result.get("device", "device not recorded")]
+    if env.get("triton"):
+        parts.append(f"triton {env['triton']}")
+    if env.get("torch"):
+        parts.append(f"torch {env['torch']}")
+    if env.get("date"):
+        parts.append(env["date"][:10])
+    return "Run: " + ", ".join(parts) + "."
+
+
+def defaults_table(result):
+    rows = []
+    for r in result["results"]:
+        metric = r["metric"]
+        tuned = r.get("tuned")
+        rows.append([r["data"], r["model"], metric, f"{r['defaults'][metric]:.4f}",
+                     f"{tuned[metric]:.4f}" if tuned else "-",
+                     " ".join(f"{k}={v}" for k, v in tuned["config"].items()) if tuned else "-",
+                     "yes" if r.get("within_target") else "no"])
+    text = table(["data", "model", "metric", "defaults", "tuned", "tuned config", "within target"], rows)
+    for r in result["results"]:
+        if "ridge" in r:
+            text += (f"\n\n{r['data']}: FM with defaults RMSE {r['defaults']['rmse']:.4f}, scikit-learn Ridge on the "
+                     f"one-hot ids {r['ridge']['rmse']:.4f} (alpha {r['ridge']['alpha']:g}).")
+    return text
+
+
+def flow_table(result):
+    arms = result["arms"]
+    baseline = next((a["ms_per_epoch"] for a in arms if a["name"] == "pytorch_embeddingbag_b1024"), None)
+    rows = [[a["name"], f"{a['ms_per_epoch']:.2f}",
+             f"{baseline / a['ms_per_epoch']:,.0f}×" if baseline else "-",
+             f"{_last(a['val_logloss']):.4f}", f"{a['gnnz_per_s']:.2f}"] for a in arms]
+    return table(["arm", "ms / epoch", "vs PyTorch b1024", "val logloss", "G nnz/s"], rows)
+
+
+def scaling_table(result):
+    rows = [[f"{r['rows']:,}", "queue" if r["chunk_queue"] else "fixed shares", f"{r['ms_per_epoch']:.2f}",
+             f"{r['ns_per_nnz']:.4f}", f"{r['ms_per_epoch_queued']:.2f}", f"{r['ns_per_nnz_queued']:.4f}"]
+            for r in result["scaling"]]
+    return table(["rows", "chunks", "ms / epoch", "ns / nnz", "ms / epoch (queued)", "ns / nnz (queued)"], rows)
+
+
+def real_data_table(result):
+    rows = [[r["data"], r["lr"], r["batch_size"], f"{r['sync_auc']:.4f}", f"{r['async_auc']:.4f}"]
+            for r in result["real_data"]]
+    return table(["data", "lr", "batch", "sync test AUC", "async test AUC"], rows)
+
+
+def sweep_table(result):
+    rows = []
+    for model in dict.fromkeys(r["model"] for r in result["results"]):
+        for semantics in ("sync", "async"):
+            runs = [r for r in result["results"] if r["model"] == model and r["semantics"] == semantics]
+            if not runs:
+                continue
+            for label, run in (("fastest", min(runs, key=lambda r: r["ms_per_epoch"])),
+                               ("best logloss", min(runs, key=lambda r: r["val_logloss"]))):
+                rows.append([model, semantics, label, run["chunk_size"], run["hot_size"], run["flush_every"] or "-",
+                             run["programs"], f"{run['ms_per_epoch']:.2f}", f"{run['val_logloss']:.4f}"])
+    return table(["model", "semantics", "run", "C", "H", "K", "programs", "ms / epoch", "val logloss"], rows)
+
+
+def optimizers_table(result):
+    rows = [[r["model"], r["semantics"], r["optimizer"], r["lr"], f"{r['ms_per_epoch']:.2f}",
+             f"{r['cost_vs_sgd']:.2f}×", f"{_last(r['val_logloss']):.4f}"] for r in result["results"]]
+    return table(["model", "semantics", "optimizer", "lr", "ms / epoch", "vs SGD", "val logloss"], rows)
+
+
+def sync_table(result):
+    barriers = ", ".join(f"{b['us_per_barrier']:.2f} µs at {b['programs']} programs" for b in result["barriers"])
+    rows = [[c["model"], c["config"], f"{c['ms']:.2f}", f"{c['val_logloss']:.4f}"] for c in result["configs"]
+            if "H = " not in c["config"]]
+    return f"A grid barrier alone: {barriers}.\n\n" + table(["model", "configuration", "ms / epoch", "val logloss"],
+                                                             rows)
+
+
+def floor_table(result):
+    kernels = ", ".join(f"{model} {k['ms_per_epoch']:.2f} ms (H = {k['hot_size']:,})"
+                        for model, k in result["kernels"].items())
+    rows = [[r["model"], r["traffic"], f"{r['ms']:.2f}", f"{r['gaccesses_per_s']:.0f}"] for r in result["traffic"]]
+    return (f"The generated async epochs, same process: {kernels}.\n\n"
+            + table(["model", "traffic alone", "ms", "G accesses/s"], rows))
+
+
+def fit_queue_table(result):
+    rows = [[f"{r['rows']:,}", r["mode"], r["measurements"], f"{r['ms_per_epoch_median']:.3f}",
+             f"{r['ns_per_nnz_median']:.4f}", "–".join(f"{v:.4f}" for v in r["ns_per_nnz_range"])]
+            for r in result["summary"]]
+    return table(["rows", "epochs", "measurements", "ms / epoch (median)", "ns / nnz (median)", "ns / nnz (range)"],
+                 rows)
+
+
+def layout_table(result):
+    rows = [[device, f"{r['generate_s']:.3f}", f"{r['build_s']:.3f}", f"{r['build_again_s']:.3f}"]
+            for device, r in result["results"].items()]
+    return table(["device", "generate (s)", "layout build (s)", "again (s)"], rows)
+
+
+def parse_table(result):
+    threads = next(k for k in result["results"][0] if k.startswith("alac_") and k != "alac_1_threads_s")
+    rows = [[f"{r['input']} ×{r['copies']} ({r['megabytes']:.0f} MB)", f"{r['megabytes'] / r['sklearn_s']:.0f}",
+             f"{r['megabytes'] / r['alac_1_threads_s']:.0f}", f"{r['megabytes'] / r[threads]:.0f}",
+             f"{r['first_load_layout_s']:.2f} / {r['cached_load_layout_s']:.3f}"] for r in result["results"]]
+    n = threads.split("_")[1]
+    return table(["input", "scikit-learn MB/s", "alac 1 thread MB/s", f"alac {n} threads MB/s",
+                  "load_layout first / cached (s)"], rows)
+
+
+# (result file, title, what it measures, command, table)
+SECTIONS = [
+    ("defaults", "Defaults that learn",
+     "`alac train` with no options against the best of a sweep (optimizers sgd, adagrad, ftrl, adam × 3 learning "
+     "rates; FM also k 8/16 × L2 0/0.01; chosen on validation), test metric, on the shared real data sets.",
+     "PYTHONPATH=. python benchmarks/defaults.py", defaults_table),
+    ("flow_lr", "LR, 4M × 39 synthetic rows: alac against PyTorch",
+     "Epoch time and validation logloss after 10 epochs of every execution arm, side by side in one process "
+     "(PyTorch: idiomatic nn.EmbeddingBag(sparse=True) + SGD).",
+     "PYTHONPATH=. python benchmarks/flow.py --model lr --baseline-epochs 2", flow_table),
+    ("flow_fm", "FM k = 16, 4M × 39 synthetic rows", "As above, factorization machine with 16 factors.",
+     "PYTHONPATH=. python benchmarks/flow.py --model fm --k 16 --lr 0.5 --baseline-epochs 2", flow_table),
+    ("flow_fm_k32", "FM k = 32", "The sync and async arms at 32 factors.",
+     "PYTHONPATH=. python benchmarks/flow.py --model fm --k 32 --lr 0.5 --arms alac_fused_sync_b1024,alac_async,"
+     "alac_async_hot", flow_table),
+    ("flow_fm_k64", "FM k = 64", "At 64 factors the planner leaves the async hot segment off (one program per SM).",
+     "PYTHONPATH=. python benchmarks/flow.py --model fm --k 64 --lr 0.5 --baseline-epochs 1 --arms "
+     "pytorch_embeddingbag_b1024,alac_fused_sync_b1024,alac_async,alac_async_hot", flow_table),
+    ("async_floor", "What the async kernels could reach: flat per-edge traffic",
+     "Flat kernels that make only an async epoch's per-edge accesses (gathers, atomic additions), beside the "
+     "generated kernels: the access floor of per-edge SGD.",
+     "PYTHONPATH=. python benchmarks/async_floor.py", floor_table),
+    ("sync_breakdown", "Sync epochs at batch 1024",
+     "Launch and update modes of exact mini-batch SGD (LR and FM k = 16), the same steps in every row.",
+     "PYTHONPATH=. python benchmarks/sync_breakdown.py", sync_table),
+    ("optimizers", "Optimizers inside the kernels",
+     "Epoch cost and validation logloss of every optimizer, sync and async, at its default learning rate "
+     "(SGD at the tuned one).", "PYTHONPATH=. python benchmarks/optimizers.py", optimizers_table),
+    ("flow_sweep", "Plan sweep",
+     "Chunk size, hot segment and flush period swept for LR and FM; the fastest run and the best-logloss run.",
+     "PYTHONPATH=. python benchmarks/flow_sweep.py", sweep_table),
+    ("flow_lr_scaling", "Async LR from 1M to 64M rows", "Per-non-zero time of one async epoch, alone and queued.",
+     "PYTHONPATH=. python benchmarks/flow.py --model lr --scaling 1000000,4000000,16000000,64000000",
+     scaling_table),
+    ("fit_queue", "Trainer.fit's steady state from 1M to 64M rows",
+     "Queued epochs of a long fit (at least 2 s per measurement), 3 placements of the data per size.",
+     "PYTHONPATH=. python benchmarks/fit_queue.py --placements 3", fit_queue_table),
+    ("flow_lr_real_data", "Sync and async LR on real data", "Test AUC of the two semantics at the same learning rate.",
+     "PYTHONPATH=. python benchmarks/flow.py --model lr --real-data ../shared/data", real_data_table),
+    ("layout_build", "Layout build, 4M × 39 synthetic rows", "Generating and laying out the data on the CPU and GPU.",
+     "PYTHONPATH=. python benchmarks/layout_build.py", layout_table),
+    ("parse_speed", "Parsing LIBSVM text",
+     "The shared a9a and 20news files repeated to ≥ 200 MB, parsed by scikit-learn's load_svmlight_file and by "
+     "alac (results checked equal); then load_layout first and from its disk cache.",
+     "PYTHONPATH=. python benchmarks/parse_speed.py --repeats 2", parse_table),
+]
+
+
+def headline_table():
+    """The README's table: PyTorch against alac's default sync and async plans (flow.py's arms)."""
+    rows = []
+    for name, model, sync_arm in (("flow_lr", "LR", "alac_fused_sync_hot_replicas_b1024"),
+                                  ("flow_fm", "FM, k = 16", "alac_fused_sync_b1024")):
+        arms = {a["name"]: a for a in json.loads((RESULTS / f"{name}.json").read_text())["arms"]}
+        baseline = arms["pytorch_embeddingbag_b1024"]
+
+        def cell(arm, ratio=True):
+            text = f"{arm['ms_per_epoch']:,.{0 if arm is baseline else 1}f} ms"
+            if ratio:
+                text += f" ({baseline['ms_per_epoch'] / arm['ms_per_epoch']:,.0f}×)"
+            return f"{text}, {_last(arm['val_logloss']):.4f}"
+
+        rows.append([model, cell(baseline, False), cell(arms[sync_arm]), cell(arms["alac_async_hot"])])
+    return table(["model", "PyTorch `nn.EmbeddingBag` + SGD, batch 1024",
+                  "alac sync (exact mini-batch SGD, batch 1024)", "alac async (lock-free, hot segment)"], rows)
+
+
+def render():
+    lines = ["# Benchmarks", "",
+             "Generated by `benchmarks/render.py` from `benchmarks/results/*.json` (what the last run of each "
+             "benchmark measured, every arm side by side in one process); do not edit by hand. Each benchmark "
+             "writes its JSON (device, versions, every figure) with `--out DIR` or `$OUT` into DIR, else into "
+             "`benchmarks/results/`.", ""]
+    for name, title, what, command, render_table in SECTIONS:
+        path = RESULTS / f"{name}.json"
+        if not path.is_file():
+            continue
+        result = json.loads(path.read_text())
+        lines += [f"## {title}", "", what, "", f"`{command}`. {run_line(result)}", "", render_table(result), ""]
+    not_kept = json.loads(NOT_KEPT.read_text())
+    lines += ["## Tried and not kept", "",
+              "Measured, then left out of the code (the code is in the repository's history).", "",
+              table(["what", "figure", "why not"], [[n["what"], n["figure"], n["why"]] for n in not_kept]), ""]
+    return "\n".join(lines)
+
+
+def main():
+    target = ROOT / "BENCHMARKS.md"
+    target.write_text(render())
+    print(f"wrote {target}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
