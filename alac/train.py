@@ -108,7 +108,8 @@ class Trainer:
         indptr = torch.zeros_like(dataset.indptr)
         torch.cumsum(torch.bincount(rows[keep], minlength=dataset.n_rows), 0, out=indptr[1:])
         self.unseen_entries += dropped
-        print(f"alac: {dropped:,} entries of {dataset.source.path or 'the data'} ({int(rows[~keep].unique().numel()):,} "
+        dropped_rows = int(rows[~keep].unique().numel())
+        print(f"alac: {dropped:,} entries of {dataset.source.path or 'the data'} ({dropped_rows:,} "
               f"rows) have features the model never trained; they are ignored", file=sys.stderr)
         return dataclasses.replace(
             dataset, indptr=indptr, indices=dataset.indices[keep],

@@ -29,8 +29,8 @@ import triton.language as tl
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from alac.runtime.timing import gpu_milliseconds  # noqa: E402
-from benchmarks.report import environment, table, write  # noqa: E402
+from alac.runtime.timing import gpu_milliseconds
+from benchmarks.report import environment, table, write
 
 # Param values (edges x K) per flat program. Chosen on H100 (4M x 39 set, scratch probes): LR at
 # 512 and 2048 edges within 3 % (gather 0.35 / 0.38 ms, gather + the hot split 4.00 / 4.01 ms);
@@ -148,7 +148,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rows", type=int, default=4_000_000)
     parser.add_argument("--k", type=int, default=16, help="FM factors (the v rows' width)")
-    parser.add_argument("--epochs", type=int, default=5, help="epochs of each generated kernel (median after the first)")
+    parser.add_argument("--epochs", type=int, default=5,
+                        help="epochs of each generated kernel (median after the first)")
     parser.add_argument("--out", default=os.environ.get("OUT"))
     args = parser.parse_args()
 
@@ -173,7 +174,8 @@ def main():
         torch.cuda.empty_cache()
     env = environment()
     lines = [f"Flat per-edge traffic against the generated async kernels, {args.rows:,} × 39 synthetic rows "
-             f"(C = {base.chunk_size}); {env['device']}, triton {env['triton']}, torch {env['torch']}, {env['date']}.", ""]
+             f"(C = {base.chunk_size}); {env['device']}, triton {env['triton']}, torch {env['torch']}, "
+             f"{env['date']}.", ""]
     lines.append(table(["kernel", "H", "ms / epoch"],
                        [[f"generated async {m.upper()}" + (f" (k = {args.k})" if m == "fm" else ""), v["hot_size"],
                          f"{v['ms_per_epoch']:.2f}"] for m, v in kernels.items()]))

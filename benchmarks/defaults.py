@@ -29,7 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.report import environment, table, write  # noqa: E402
+from benchmarks.report import environment, table, write
 
 SWEEP = {"sgd": (0.1, 0.5, 2.0), "adagrad": (0.02, 0.1, 0.5), "ftrl": (0.02, 0.1, 0.5), "adam": (0.001, 0.01, 0.1)}
 FM_FACTORS = (8, 16)
@@ -161,7 +161,8 @@ def main():
         row = {"data": name, "model": model + (" (squared)" if metric == "rmse" else ""), "metric": metric,
                "seeds": seeds, "defaults": dict(final, epochs=epochs, seconds=seconds, diverged=diverged,
                                                 per_seed=[run[metric] for run in per_seed]), "sweep": []}
-        print(f"{name} {model} defaults: {metric} {final[metric]:.4f} ({epochs:.0f} epochs, {seconds:.1f} s)", flush=True)
+        print(f"{name} {model} defaults: {metric} {final[metric]:.4f} ({epochs:.0f} epochs, {seconds:.1f} s)",
+              flush=True)
         if not args.no_sweep:
             for config in sweep_configs(model):
                 final, valid, epochs, seconds, diverged, per_seed = train_seeds(

@@ -29,7 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.report import environment, table, write  # noqa: E402
+from benchmarks.report import environment, table, write
 
 MODES = ("one at a time", "queued")
 # The pad between placements (a separate allocation, so each step moves where the trainer's next
@@ -47,9 +47,11 @@ def summarize(results, modes):
         for mode in modes:
             figures = [r for r in results if r["rows"] == rows and r["mode"] == mode]
             per_nnz = [r["ns_per_nnz"] for r in figures]
-            summary.append({"rows": rows, "mode": mode, "measurements": len(figures), "epochs": min(r["epochs"] for r in figures),
+            summary.append({"rows": rows, "mode": mode, "measurements": len(figures),
+                            "epochs": min(r["epochs"] for r in figures),
                             "ms_per_epoch_median": statistics.median(r["ms_per_epoch"] for r in figures),
-                            "ns_per_nnz_median": statistics.median(per_nnz), "ns_per_nnz_range": [min(per_nnz), max(per_nnz)],
+                            "ns_per_nnz_median": statistics.median(per_nnz),
+                            "ns_per_nnz_range": [min(per_nnz), max(per_nnz)],
                             "last_train_loss": figures[-1]["last_train_loss"]})
     largest = max(r["rows"] for r in summary)
     for mode in modes:
@@ -114,14 +116,16 @@ def main():
     markdown = "\n".join([
         f"Trainer.fit, async LR (default plan), at least {args.epochs} epochs and {args.seconds:g} s per "
         f"measurement, {args.placements} placement(s) x 2 rounds per size and mode; medians, the range of "
-        f"ns / non-zero over the measurements, the ratio to the median at {max(r['rows'] for r in summary):,} rows; {env['device']}, "
+        f"ns / non-zero over the measurements, the ratio to the median at {max(r['rows'] for r in summary):,} rows; "
+        f"{env['device']}, "
         f"torch {env['torch']}, triton {env['triton']}, {env['date']}.", "",
         table(["rows", "mode", "measurements", "ms / epoch", "ns / non-zero", "range", "ratio", "last training loss"],
               [[f"{r['rows']:,}", f"{r['mode']} (>= {r['epochs']} epochs)", r["measurements"],
                 f"{r['ms_per_epoch_median']:.3f}", f"{r['ns_per_nnz_median']:.4f}",
                 f"{r['ns_per_nnz_range'][0]:.4f}-{r['ns_per_nnz_range'][1]:.4f}", f"{r['vs_largest']:.3f}",
                 f"{r['last_train_loss']:.5f}"] for r in summary]), "",
-        "Largest over smallest median ns / non-zero: " + ", ".join(f"{mode} {value:.3f}" for mode, value in spread.items())
+        "Largest over smallest median ns / non-zero: "
+        + ", ".join(f"{mode} {value:.3f}" for mode, value in spread.items())
         + "."])
     write("fit_queue", {"device": env["device"], "environment": env, "arguments": vars(args), "results": results,
                            "summary": summary, "spread": spread},

@@ -37,8 +37,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from alac.runtime.timing import gpu_milliseconds  # noqa: E402
-from benchmarks.report import environment, result_folders, table, write  # noqa: E402
+from alac.runtime.timing import gpu_milliseconds
+from benchmarks.report import environment, result_folders, table, write
 
 
 def synthetic_train_valid(rows, valid_rows, device, seed=0):
@@ -229,8 +229,10 @@ def run_arms(args, train, valid, k):
                            use_hot_segment=True)
     del layout
     arms = [
-        ("pytorch_embeddingbag_b1024", lambda: pytorch_idiomatic(train, valid, args.baseline_epochs, args.lr, 1024, k, args.seed)),
-        ("pytorch_embeddingbag_b16384", lambda: pytorch_idiomatic(train, valid, args.epochs, args.lr, 16384, k, args.seed)),
+        ("pytorch_embeddingbag_b1024",
+         lambda: pytorch_idiomatic(train, valid, args.baseline_epochs, args.lr, 1024, k, args.seed)),
+        ("pytorch_embeddingbag_b16384",
+         lambda: pytorch_idiomatic(train, valid, args.epochs, args.lr, 16384, k, args.seed)),
         ("pytorch_stage_b1024", lambda: pytorch_stage(train, valid, args.baseline_epochs, args.lr, 1024, k, args.seed)),
         ("alac_stage_sync_b1024", lambda: alac_arm(train, valid, args.epochs, args.lr, k, args.seed,
                                                    dataclasses.replace(b1024, kernels="stage"))),
@@ -295,7 +297,8 @@ def _finish(results, copy_gb_per_s, train):
     target = reference["val_logloss"][-1] + 0.002 if reference else None
     must_read = train.nnz * 4 + train.n_rows * 4       # feature ids and labels, once
     for r in results:
-        r["bandwidth_fraction"] = must_read / (copy_gb_per_s * 1e9) / (r["ms_per_epoch"] / 1000) if copy_gb_per_s else None
+        seconds = r["ms_per_epoch"] / 1000
+        r["bandwidth_fraction"] = must_read / (copy_gb_per_s * 1e9) / seconds if copy_gb_per_s else None
         r["time_to_target_s"] = next((w for w, v in zip(r["wall_s"], r["val_logloss"]) if target and v <= target), None)
     return target
 

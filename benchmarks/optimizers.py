@@ -23,8 +23,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.flow import alac_arm, synthetic_train_valid  # noqa: E402
-from benchmarks.report import environment, table, write  # noqa: E402
+from benchmarks.flow import alac_arm, synthetic_train_valid
+from benchmarks.report import environment, table, write
 
 
 def default_lr(optimizer, model_default):

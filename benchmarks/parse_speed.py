@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.report import environment, table, write  # noqa: E402
+from benchmarks.report import environment, table, write
 
 
 def _repeat_file(source, target_bytes, folder):

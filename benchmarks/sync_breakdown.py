@@ -23,8 +23,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from alac.runtime.timing import gpu_milliseconds  # noqa: E402
-from benchmarks.report import environment, table, write  # noqa: E402
+from alac.runtime.timing import gpu_milliseconds
+from benchmarks.report import environment, table, write
 
 CONFIGS = {
     "per-batch launches (CUDA graph), touched flags": dict(grid_barrier=False, edge_updates=False),

@@ -3,59 +3,28 @@
 A kernel is a group of stages from the stage graph (`alac.ir.stage_graph.kernel_groups`): the fused
 flow kernel is aggregate + loss + apply in one program per chunk, with accums and deltas in
 registers; the stage-based plan makes each stage a kernel and passes accums and deltas through
-global memory. Both come from the same stage blocks below: a stage whose input was produced in
-another kernel loads it, a stage whose output is consumed in another kernel stores it. The update
-kernel applies the optimizer to the batch's accumulated gradients of every touched feature (the
+global memory. The update kernel applies the optimizer to a batch's accumulated gradients (the
 mini-batch barrier); the predict kernel is aggregate + predict.
 
-Async semantics (`plan.semantics == "async"`) make one persistent kernel: a grid of P programs walks
-the epoch's chunk queue (program p takes chunks p, p + P, ...), each chunk fused as above, and applies
-its gradients to the parameters at once through the optimizer's rule (lock-free: additive changes are
-atomic additions, self-dependent values are stored), so P * C samples are in flight. A program sums
-its loss in registers (one addition at its end). Global gradients are applied at once, before the
-chunk's param changes: applied after them, at the end of the chunk, the bias of async LR lagged
-enough to cost validation logloss (0.556 against 0.511 after 4 epochs on H100).
+- Async (`plan.semantics == "async"`): one persistent kernel; program p takes chunks p, p + P, ...
+  and applies its gradients at once, lock-free (additive changes are atomic additions, others are
+  stored). Globals are applied before the chunk's param changes (after them the bias lagged: H100,
+  val logloss 0.556 against 0.511 after 4 epochs).
+- Hot segment (`plan.hot_size` H): features below H are the most frequent. Async: every program sums
+  its hot gradients in its own [H] buffer and applies them every `flush_every` K chunks at
+  lr / (B K) (at lr / B async LR diverged; benchmarks/flow_sweep.py). Sync: per edge slot the C
+  (feature, gradient) pairs are sorted and reduced, into R replicas (`plan.replicas`).
+- Derived params (`plan.derive_params`, async): a param that is its optimizer's function of its
+  state (FTRL's weight) is computed where a cold edge reads it, from states read by atomic
+  operations (a load may return an older value; benchmarks/not_kept.json).
+- Deterministic plans: no floating-point atomics; each edge's gradient is stored at its slot and
+  summed in a fixed order by alac.runtime.deterministic.
+- Sync epochs (`plan.grid_barrier`): one persistent kernel runs every batch's kernel groups,
+  meeting at grid-wide barriers (`triton_helpers.grid_barrier`); edge updates (`plan.edge_updates`)
+  add every cold edge's change instead of flagging touched features (benchmarks/sync_breakdown.py).
 
-The hot segment (`plan.hot_size` H > 0): edges whose re-indexed feature is below H are the most
-frequent features, and atomic additions from every program to one of them serialize (measured on
-H100: 156 M atomic additions of the synthetic Criteo set's edges take 14 of an epoch's 18 ms, the rest
-of the kernel 3.4 ms). In async semantics every program adds its hot gradients into its own [H]
-sums (no other program adds there) and applies them through the optimizer every `flush_every` = K
-chunks, so a hot feature sees one addition per program and flush instead of one per edge. A flushed
-sum carries K chunks of gradients (fewer at a program's last flush: then K is that count); it is
-applied with step lr / (B K), which keeps a hot feature's
-gradient mass in flight (P programs x K chunks) where the per-chunk path has it. At the plain lr / B
-async LR diverged (validation logloss 1.1-5.4 after 10 epochs for K = 2..16 on H100); with the rule
-it reaches 0.5026 at K = 8, against 0.5035 without a hot segment and 0.5036 for sync SGD. In sync
-semantics, per edge slot the C (feature, gradient) pairs are sorted by feature and reduced with a
-segmented scan, and the sums go to R replicas of an [H] accumulator (`plan.replicas`; replica =
-program id mod R) that the update kernel reduces densely; cold edges accumulate one atomic each,
-and the update kernel finds their features through the batch's edges.
-
-Derived params (`plan.derive_params`, async): a param that is its optimizer's function of its state
-(FTRL's weight, `Optimizer.param_from_state`) is computed from the state where a cold edge reads it,
-and its cold updates change only the state; hot features keep a stored value, written by their
-flushes (derived there too, the first epoch on a small, heavily concurrent set trained worse still).
-
-Deterministic plans (`plan.deterministic`, sync) make no floating-point atomics: the train kernels
-store every edge's gradient at the edge's own slot and every chunk's loss and global gradients at
-the chunk's slot; the runtime sums them per feature in a fixed order (alac.runtime.deterministic)
-before the update kernel, so a run gives the same bits every time.
-
-Sync epochs (`plan.grid_barrier`): besides the per-batch kernels (single batches, per-batch decays),
-one persistent epoch kernel runs every batch's kernel groups in order on P resident programs, which
-meet at a grid-wide barrier (`triton_helpers.grid_barrier`) wherever the per-batch launches have a
-kernel boundary. Edge updates (`plan.edge_updates`, sync with an additive optimizer such as SGD): the
-apply stage stores each cold edge's gradient at its slot of a per-batch edge buffer and the update
-adds each edge's change to its param, with no touched flags (H100, LR: 42.6 against 82.1 ms per
-epoch for per-batch launches with touched flags).
-
-Every atomic is relaxed: gradient sums need atomicity, not ordering (kernel boundaries or grid
-barriers order the sync steps, and async updates are lock-free by design); Triton's default,
-acq_rel, would fence every one of them. The grid barrier's counter is the exception: its arrival
-releases and its polls acquire.
-
-Kernel names are `alac_<model>_<ir hash[:8]>_<role>`, stable for a given IR.
+Every atomic is relaxed (sums need atomicity, not ordering; kernel boundaries and barriers order
+the steps), except the grid barrier's counter. Kernel names are `alac_<model>_<ir hash[:8]>_<role>`.
 """
 
 from __future__ import annotations
@@ -382,7 +351,8 @@ class KernelGenerator:
         if not self.hot:
             return
         if self.asynchronous:
-            w.comment("hot edges: into this program's own sums (no other program adds there), applied at its next flush")
+            w.comment("hot edges: into this program's own sums (no other program adds there), "
+                      "applied at its next flush")
             self._add_at(w, p, f"hot_{grad_name(p.name)}_ptr", "(hot_base + feature)", value, "hot")
             return
         self._segment_sums(w, p, value, "hot_feature")
@@ -435,7 +405,8 @@ class KernelGenerator:
         ranks = {"p": full_rank, "g": full_rank, "lr": "uniform", "l1": "uniform", "l2": "uniform", "K": "uniform"}
         ranks.update({f"h_{h}": "uniform" for h in self.optimizer.hypers})
         names = {"p": f"{prefix}value", "g": f"{prefix}g",
-                 "l1": w.arg(f"reg_l1_{p.name}") if self.optimizer.has_l1 else "0.0", "l2": f"reg_l2_{p.name}", "lr": "lr"}
+                 "l1": w.arg(f"reg_l1_{p.name}") if self.optimizer.has_l1 else "0.0", "l2": f"reg_l2_{p.name}",
+                 "lr": "lr"}
         full_offsets = self._vector_offsets(ids, edge) if p.vector else ids
         full_mask = self._lane_mask(mask, edge) if p.vector else mask
         targets = {}
@@ -726,7 +697,8 @@ class KernelGenerator:
             shape = "[HOT_BLOCK, BLOCK_K]" if p.vector else "[HOT_BLOCK]"
             w.comment("read and zero the sums at once (an exchange of their bits: Triton's interpreter exchanges")
             w.comment("no floats), so an addition that lands late waits for the next flush")
-            w.line(f"summed_bits = tl.atomic_xchg({w.arg(f'hot_{grad_name(p.name)}_ptr')}.to(tl.pointer_type(tl.int32)) "
+            hot_sums = w.arg(f"hot_{grad_name(p.name)}_ptr")
+            w.line(f"summed_bits = tl.atomic_xchg({hot_sums}.to(tl.pointer_type(tl.int32)) "
                    f"+ {offsets}, tl.zeros({shape}, tl.int32), mask={mask}, sem=\"relaxed\")")
             w.line(f"summed = tl.where({mask}, summed_bits.to(tl.float32, bitcast=True), 0.0)")
             w.comment("a hot feature this program did not touch since its last flush is left alone")

@@ -146,5 +146,6 @@ def eliminate_common_subexpressions(ir):
     sample = [(LOSS, ir.loss)] + [(d.name, d.expr) for d in ir.accum_deltas + ir.global_grads]
     edge = [(d.name, d.expr) for d in ir.param_grads]
     return dataclasses.replace(
-        ir, sample_program=_program(sample, lanes, "ts"), predict_program=_program([(PREDICTION, ir.predict)], lanes, "tp"),
+        ir, sample_program=_program(sample, lanes, "ts"),
+        predict_program=_program([(PREDICTION, ir.predict)], lanes, "tp"),
         edge_program=_program(edge, lanes, "te"))

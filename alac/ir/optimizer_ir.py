@@ -125,7 +125,8 @@ def _trace_update(optimizer, vector, has_l1):
         derived = lift(derived)
         if derived.vector != vector:
             raise ModelError(f"optimizer {optimizer.name}: param_from_state returns a "
-                             f"{'vector' if derived.vector else 'scalar'} for a {'vector' if vector else 'scalar'} param")
+                             f"{'vector' if derived.vector else 'scalar'} for a "
+                             f"{'vector' if vector else 'scalar'} param")
         derived_program = _program([("derived_p", derived.sym)], lanes, "tv")
     return UpdateIR(vector, _program(outputs, lanes, "tu"), _program(changes, lanes, "td"), lanes, derived_program)
 

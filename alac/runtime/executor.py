@@ -209,8 +209,7 @@ class Executor:
         else:
             per_batch = self.plan.chunks_per_batch
         settings = self.settings()
-        for batch, (offset, rate, scale) in enumerate(zip(range(0, layout.n_chunks, per_batch), rates.tolist(),
-                                                          scales.tolist())):
+        for offset, rate, scale in zip(range(0, layout.n_chunks, per_batch), rates.tolist(), scales.tolist()):
             count = min(per_batch, layout.n_chunks - offset)
             self.backend.train_batch(self.state, layout, labels, order[offset:offset + count], rate, scale,
                                      settings, self.loss_sum)

@@ -143,24 +143,10 @@ class PlanChoice:
 
 
 # Where the planner turns the hot segment on by default: binary features, and vector params (FM's
-# factors) of at most HOT_SEGMENT_MAX_FACTOR[semantics] values (0: models with scalar params only).
-# Sync, grid barriers, H100, 4M x 39 synthetic rows, batch 1024 (benchmarks/results/sync_breakdown.md,
-# session 7): LR with SGD (edge updates) 48.2 ms/epoch without it, 42.5 with the cost model's H and R
-# (H = 4,3xx-4,5xx with the batch as flush period, R = 8-9), 39.5-39.8 at H = 1,024-4,096 with R = 4;
-# LR with Adagrad (touched flags) 84.7 without, 65.7 with the cost model's (a probe: 72.8 at R = 4);
-# the same validation logloss to 1e-6. FM k = 16 gains nothing at R = 1 and loses 7-31 % at R = 4, 42 %
-# with the cost model's R = 8 (flow_fm.md): off for vector params. (With per-batch launches on H200 in
-# session 2 it never paid.) Async with
-# per-program sums flushed every K chunks, measured on H100 (benchmarks/results/flow_sweep.md): LR
-# 3.4x faster at a lower validation logloss, and ipinyou's test AUC within 0.002 of sync. FM: with it
-# k = 16 ran 14.1 against 35.0 ms per epoch, k = 32 26.3 against 46.5, but k = 64 74.1 against 49.7
-# (benchmarks/flow.py --model fm, one process per k): its kernel there fits one program per
-# multiprocessor (132 resident), the plain one two (264), and that halving costs more than the hot
-# sums save. On real-valued data it is left off: on 20news (tf-idf rows, L2-normalised) async with it
-# reached test AUC 0.838-0.849 against 0.860-0.863 without it and 0.862-0.863 for sync (two seeds
-# each, H100); a hot feature's flushed steps (lr / (B K)) learn K times slower in total, which a set
-# of 11k rows may not make up, though the loss was there at K = 1 too and its cause is not pinned
-# down. plan_for reports the H the cost model gives either way; use_hot_segment=True applies it.
+# factors) of at most HOT_SEGMENT_MAX_FACTOR[semantics] values (0: scalar params only). H100, 4M x 39
+# rows (sync_breakdown, flow_sweep, flow): sync LR 42.5 against 48.2 ms per epoch, FM loses 7-42 %;
+# async LR 3.4x faster, FM k = 16 and 32 2.5x and 1.8x, k = 64 1.5x slower (one program per SM
+# instead of two). Off on real-valued data (20news async: test AUC 0.84-0.85 against 0.86 without).
 HOT_SEGMENT_MAX_FACTOR = {"sync": 0, "async": 32}
 
 

@@ -100,7 +100,8 @@ class TritonBackend:
             buffers["lr_ptr"] = torch.zeros(max(n_batches, 1), device=device)
             buffers["scale_ptr"] = torch.zeros(max(n_batches, 1), device=device)
             buffers["arrivals_ptr"] = torch.zeros(1, dtype=torch.int32, device=device)
-            buffers.update({"hot_size": hot, "hot_stride": hot_stride, "replicas": self.plan.replicas, "n_chunks": layout.n_chunks,
+            buffers.update({"hot_size": hot, "hot_stride": hot_stride, "replicas": self.plan.replicas,
+                            "n_chunks": layout.n_chunks,
                             "flush_every": self.plan.flush_every, "chunks_per_batch": self.plan.chunks_per_batch})
             self._buffers = (owners, buffers)
             self._bound_key = None

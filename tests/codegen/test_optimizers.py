@@ -211,7 +211,8 @@ def test_async_optimizers_train(name, hot_size):
     lr = {"momentum": 0.05, "adagrad": 0.05, "ftrl": 0.5, "adam": 0.01}[name]
     losses = [executor.train_epoch(layout, labels, epoch, lr) for epoch in range(6)]
     assert losses[-1] < losses[0] - 0.01, losses
-    assert all(torch.isfinite(v).all() for v in list(executor.state.params.values()) + list(executor.state.states.values()))
+    state = executor.state
+    assert all(torch.isfinite(v).all() for v in list(state.params.values()) + list(state.states.values()))
 
 
 def _distinct_ids_dataset(seed, n_rows=40, n_features=12):

@@ -108,7 +108,10 @@ def _random_dataset(seed, n_rows=40, n_features=30, binary=False, with_fields=Fa
     lengths[0] = 0
     indptr = np.concatenate([[0], np.cumsum(lengths)])
     ids = generator.integers(0, n_features, indptr[-1])
-    values = None if binary else generator.standard_normal(indptr[-1]).astype(np.float32) * 10.0 ** generator.integers(-8, 8, indptr[-1])
+    values = None
+    if not binary:
+        normal = generator.standard_normal(indptr[-1]).astype(np.float32)
+        values = normal * 10.0 ** generator.integers(-8, 8, indptr[-1])
     labels = generator.choice([-1.0, 1.0], n_rows)
     dataset = from_csr_arrays(indptr, ids, values, labels, n_features)
     if with_fields:
