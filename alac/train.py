@@ -163,7 +163,9 @@ class Trainer:
         if self.executor.state is None:
             self.executor.initialize(self.train_layout)
         start = self.executor.sample_loss(self.train_layout, layout_labels)
-        good = self._checkpoint_in_memory()
+        # the fit's start and the last two group ends: an epoch's loss is measured on the parameters
+        # the epoch before left, so those may already be the diverged ones
+        snapshots = [self._checkpoint_in_memory()]
         losses, best, best_state = [], None, None
         lowest = None
         self.stopped_because = None
@@ -187,7 +189,7 @@ class Trainer:
             record = {"epoch": self.epoch, "train_loss": loss, "seconds": seconds,
                       "rows_per_s": self.train_layout.n_rows / max(seconds, 1e-9)}
             if diverged(loss, start, lowest) or (not pending and not finite_state):
-                self._restore(good)
+                self._restore_sound(snapshots, start, lowest, layout_labels)
                 self.stopped_because = "diverged"
                 restored = f"epoch {self.epoch}'s parameters are" if self.epoch else "the initial parameters are"
                 raise TrainingDiverged(
@@ -205,9 +207,9 @@ class Trainer:
                 self.log(record)
             losses.append(self._monitor(record))
             if not pending:
-                good = self._checkpoint_in_memory()
+                snapshots = snapshots[:1] + snapshots[-1:] + [self._checkpoint_in_memory()]
             if best is None or losses[-1] < losses[best]:
-                best, best_state = len(losses) - 1, good
+                best, best_state = len(losses) - 1, snapshots[-1]
             stop = any(callback(self, record) for callback in self.callbacks)
             if self.early_stopping and self._should_stop(losses, best):
                 self.stopped_because = f"early stopping ({self.early_stopping})"
@@ -224,6 +226,15 @@ class Trainer:
     def _checkpoint_in_memory(self):
         """What a divergence restores: the state and the counters that go with it."""
         return self.executor.state.clone(), self.epoch, self.executor.batches_done, len(self.history)
+
+    def _restore_sound(self, snapshots, start, lowest, labels):
+        """Restore the newest snapshot whose parameters' sample loss has not diverged (the fit's
+        start is taken as it is)."""
+        for saved in reversed(snapshots[1:]):
+            self._restore(saved)
+            if not diverged(self.executor.sample_loss(self.train_layout, labels), start, lowest):
+                return
+        self._restore(snapshots[0])
 
     def _restore(self, saved):
         state, self.epoch, self.executor.batches_done, records = saved

@@ -1,8 +1,10 @@
 import json
+import re
 import subprocess
 import sys
 
 import pytest
+import torch
 
 from alac.cli import main
 
@@ -139,3 +141,91 @@ def test_cli_errors_are_clear(tmp_path):
     assert result.returncode == 2 and "no checkpoint there" in result.stderr
     result = _run_alac("train", "--model", "lr", "--optimizer", "lbfgs")
     assert result.returncode == 2 and "invalid choice: 'lbfgs'" in result.stderr
+
+
+def _small_svm(tmp_path):
+    path = tmp_path / "small.svm"
+    path.write_text("".join(f"{1 if i % 3 else -1} {1 + i % 7}:1 {8 + i % 5}:1\n" for i in range(200)))
+    return path
+
+
+def _criteo(tmp_path):
+    path = tmp_path / "criteo.txt"
+    path.write_text("1\t5\t\t-1\t0\t3\t100\t\t\t\t\t\t\t7\t68fd1e64\t\tFB936136" + "\t" * 23 + "\n")
+    return path
+
+
+@pytest.mark.parametrize("options, message", [
+    (["--train", "{folder}"], "is a directory, not a data file"),
+    (["--train", "{svm}", "--batch-size", "0"], "argument --batch-size: must be at least 1, got 0"),
+    (["--train", "{svm}", "--chunk-size", "7"], "chunk_size must be a power of two"),
+    (["--train", "{criteo}", "--hash-bits", "40"], "hash_bits must be in 1..25"),
+    (["--train", "{svm}", "--epochs", "0"], "argument --epochs: must be at least 1, got 0"),
+    (["--train", "{svm}", "--epochs", "-1"], "argument --epochs: must be at least 1, got -1"),
+    (["--train", "{svm}", "--out", "{file}"], "exists and is not a folder"),
+    (["--train", "{svm}", "--out", "{file}/below"], "cannot make this folder"),
+    (["--train", "{svm}", "--out", "/proc/alac-out"], "cannot make this folder"),
+    (["--train", "{svm}", "--out", "{folder}/run"], "run/model.alac: is a folder"),
+])
+def test_bad_options_are_one_line_before_any_training(tmp_path, options, message):
+    (tmp_path / "run" / "model.alac").mkdir(parents=True)
+    (tmp_path / "a_file").write_text("")
+    places = {"folder": tmp_path, "svm": _small_svm(tmp_path), "criteo": _criteo(tmp_path), "file": tmp_path / "a_file"}
+    result = _run_alac("train", "--model", "lr", "--backend", "reference", *[o.format(**places) for o in options])
+    assert result.returncode == 2 and message in result.stderr, result.stderr
+    assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
+    assert "epoch" not in result.stdout
+
+
+def test_predict_checks_its_output_before_loading_anything(tmp_path):
+    for output, message in ((tmp_path / "missing" / "p.txt", "does not exist"), (tmp_path, "is a folder")):
+        result = _run_alac("predict", "--model-dir", str(tmp_path / "no-model"), "--data", "x", "--output", str(output))
+        assert result.returncode == 2 and message in result.stderr and result.stderr.count("\n") == 1
+
+
+def test_a_blow_up_stops_restores_and_saves_a_consistent_checkpoint(tmp_path):
+    """--lr 1e6 on squared loss: the loss explodes; training stops with exit status 3, the last good
+    parameters and their epoch count come back, and the checkpoint holds exactly those."""
+    from alac import checkpoint
+    from alac.models import zoo_model
+
+    out = tmp_path / "run"
+    result = _run_alac("train", "--model", "lsr", "--train", str(_small_svm(tmp_path)), "--lr", "1e6",
+                       "--optimizer", "sgd", "--early-stopping", "none", "--backend", "reference", "--out", str(out))
+    assert result.returncode == 3, result.stderr
+    assert result.stderr.count("\n") == 1 and "training diverged in epoch" in result.stderr
+    restored = re.search(r"(epoch (\d+)'s|the initial) parameters are restored", result.stderr)
+    trainer = checkpoint.load(out / "model.alac", zoo_model("lsr"), backend="reference")
+    # 200 rows, batches of 1,024: one batch per epoch
+    assert restored and trainer.epoch == int(restored.group(2) or 0) == trainer.executor.batches_done
+    assert [record["epoch"] for record in trainer.history] == list(range(1, trainer.epoch + 1))
+    assert all(torch.isfinite(v).all() and float(v.abs().max()) < 1e4 for v in trainer.executor.state.params.values())
+
+
+def test_a_table_trains_and_predicts_with_its_training_encoding(tmp_path):
+    import numpy as np
+
+    rows = ["user,item,rating"] + [f"u{i % 9},i{i % 13},{1 + (i % 9 + i % 13) % 5}" for i in range(400)]
+    (tmp_path / "train.csv").write_text("\n".join(rows) + "\n")
+    (tmp_path / "test.csv").write_text("item,user,rating\ni3,u4,3\nnew,u1,2\n")
+    out = tmp_path / "run"
+    result = _run_alac("train", "--model", "fm", "--loss", "squared", "--format", "table", "--train",
+                       str(tmp_path / "train.csv"), "--label", "rating", "--fields", "user,item", "--backend",
+                       "reference", "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    result = _run_alac("predict", "--model-dir", str(out), "--data", str(tmp_path / "test.csv"), "--output",
+                       str(tmp_path / "p.txt"), "--backend", "reference")
+    assert result.returncode == 0, result.stderr
+    predictions = np.loadtxt(tmp_path / "p.txt")
+    assert predictions.shape == (2,) and np.isfinite(predictions).all() and 1 < predictions[0] < 5
+
+
+def test_training_runs_without_triton(tmp_path):
+    """The reference backend needs no Triton (it is optional off Linux); the Triton backends say so."""
+    code = ("import sys; sys.modules['triton'] = None\nfrom alac.cli import main\n"
+            f"sys.exit(main(['train', '--model', 'lr', '--train', {str(_small_svm(tmp_path))!r}, '--epochs', '2', "
+            "'--backend', sys.argv[1]]))")
+    result = subprocess.run([sys.executable, "-c", code, "reference"], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    result = subprocess.run([sys.executable, "-c", code, "interpret"], capture_output=True, text=True)
+    assert result.returncode == 2 and "Triton is not installed" in result.stderr

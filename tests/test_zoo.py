@@ -114,3 +114,16 @@ def test_ftrl_with_l1_on_20news_is_sparse_and_accurate(shared_data):
                        "--batch-size", "32", "--epochs", "20", "--early-stopping", "none")
     metrics = final_metrics(result)
     assert metrics["auc"] >= 0.9678 - 0.003 and metrics["zero_share"] > 0.2, result.stdout
+
+
+def test_fm_with_defaults_beats_ridge_on_movielens(shared_data):
+    """FM regression on user and movie ids with `alac train`'s defaults against scikit-learn's Ridge on
+    the same one-hot ids (alpha chosen on validation rows, as benchmarks/defaults.py does): the
+    interactions must pay. A random 90/10 split, seed 0."""
+    from alac.models import zoo_module
+    from benchmarks.defaults import load_sets, ridge_baseline, train_once
+
+    train, test = load_sets(shared_data, ["ml-latest-small"])["ml-latest-small"]
+    final, _, epochs, _, diverged = train_once(zoo_module("fm"), ["--loss", "squared"], train, test, "reference")
+    ridge = ridge_baseline(train, test)
+    assert not diverged and final["rmse"] < ridge["rmse"] - 0.005, (final, ridge, epochs)

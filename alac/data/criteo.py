@@ -143,8 +143,8 @@ def max_hash_bits(integer_mode="bucketize"):
     return bits
 
 
-def featurize(columns, hash_bits=20, integer_mode="bucketize"):
-    """Sparse features with per-entry field ids from raw Criteo columns (module docstring)."""
+def check_options(hash_bits, integer_mode):
+    """OptionError unless every id of these options fits an int32 (checked before any reading)."""
     if integer_mode not in INTEGER_MODES:
         raise OptionError(f"integer_mode must be one of {INTEGER_MODES}, got {integer_mode!r}")
     limit = max_hash_bits(integer_mode)
@@ -152,6 +152,11 @@ def featurize(columns, hash_bits=20, integer_mode="bucketize"):
         raise OptionError(f"hash_bits must be in 1..{limit} for integer_mode={integer_mode!r}: "
                           f"{feature_count(limit + 1, integer_mode):,} ids at {limit + 1} bits exceed the "
                           f"{MAX_ID + 1:,} a 32-bit id holds; got {hash_bits}")
+
+
+def featurize(columns, hash_bits=20, integer_mode="bucketize"):
+    """Sparse features with per-entry field ids from raw Criteo columns (module docstring)."""
+    check_options(hash_bits, integer_mode)
     n = columns.n_rows
     buckets_per_field = 1 << hash_bits
     categorical_buckets = _hashed_buckets(columns.categoricals, columns.categorical_present,
@@ -192,11 +197,13 @@ def featurize(columns, hash_bits=20, integer_mode="bucketize"):
 
 def load_criteo(path, hash_bits=20, integer_mode="bucketize"):
     """Load a Criteo Kaggle TSV file as one-hot (or valued, see integer_mode) features with fields."""
+    check_options(hash_bits, integer_mode)
     return featurize(read_criteo_columns(path), hash_bits, integer_mode)
 
 
 def iter_criteo_blocks(path, hash_bits=20, integer_mode="bucketize", block_bytes=files.DEFAULT_BLOCK_BYTES):
     """Featurized blocks of a Criteo file too large for memory, in file order."""
+    check_options(hash_bits, integer_mode)
     any_rows = False
     for buf, first_line in files.iter_line_blocks(path, block_bytes):
         columns = _scan(buf, str(path), first_line)

@@ -2,6 +2,7 @@ import numpy as np
 import pytest
 
 from alac import DataError
+from alac.errors import OptionError
 from alac.data.criteo import (
     N_FIELDS,
     bucketize_integers,
@@ -89,3 +90,17 @@ def test_criteo_tiny(shared_data, tmp_path):
     again = read_criteo_columns(tmp_path / "copy.tsv")
     assert again.same_as(columns)
     assert featurize(again).same_as(dataset)
+
+
+def test_ids_never_wrap_an_int32():
+    """39 fields x 2**26 buckets pass 2**31: refused with the exact limit; the widest allowed fits."""
+    columns = parse_criteo_bytes((LINE * 2).encode())
+    with pytest.raises(OptionError, match=r"hash_bits must be in 1\.\.25 for integer_mode='bucketize': "
+                                        r"2,617,245,696 ids at 26 bits exceed"):
+        featurize(columns, hash_bits=26)
+    widest = featurize(columns, hash_bits=25)
+    assert widest.n_features == 39 * 2**25 and int(widest.indices.min()) >= 0
+    np.testing.assert_array_equal(widest.indices.numpy().astype(np.int64) >> 25, widest.fields.numpy())
+    assert featurize(columns, hash_bits=26, integer_mode="value").n_features == 13 + 26 * 2**26
+    with pytest.raises(OptionError, match=r"1\.\.26 for integer_mode='value'"):
+        featurize(columns, hash_bits=27, integer_mode="value")

@@ -209,3 +209,13 @@ def test_real_files_round_trip(shared_data, tmp_path):
         first = load_libsvm(shared_data / name)
         write_libsvm(first, tmp_path / "copy.svm")
         assert load_libsvm(tmp_path / "copy.svm", n_features=first.n_features).same_as(first)
+
+
+def test_a_huge_bad_token_is_cut_in_the_message(tmp_path):
+    path = tmp_path / "long.svm"
+    path.write_text("1 1:" + "x" * 10_000_000 + "\n")
+    with pytest.raises(DataError) as error:
+        load_libsvm(path)
+    message = str(error.value)
+    assert len(message) < 200 and message.endswith("(token '1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx'... "
+                                                   "(10,000,002 characters))")
