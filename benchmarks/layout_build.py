@@ -22,6 +22,8 @@ from benchmarks.report import environment, table, write
 
 
 def _timed(function, device):
+    """(wall seconds, result): the CPU and the GPU build timed alike, by the host clock (the GPU's
+    kernel-only timer, alac.runtime.timing, would leave the CPU side out)."""
     if device == "cuda":
         torch.cuda.synchronize()
     started = time.perf_counter()
