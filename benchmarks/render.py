@@ -45,7 +45,8 @@ def defaults_table(result):
     for r in result["results"]:
         metric = r["metric"]
         tuned = r.get("tuned")
-        rows.append([r["data"], r["model"], metric, f"{r['defaults'][metric]:.4f}",
+        data = r["data"] + (f" (mean of {r['seeds']} seeds)" if r.get("seeds", 1) > 1 else "")
+        rows.append([data, r["model"], metric, f"{r['defaults'][metric]:.4f}",
                      f"{tuned[metric]:.4f}" if tuned else "-",
                      " ".join(f"{k}={v}" for k, v in tuned["config"].items()) if tuned else "-",
                      "yes" if r.get("within_target") else "no"])

@@ -6,8 +6,7 @@ import sys
 
 import pytest
 
-from alac.outputs import (OutputError, check_output_file, check_output_folder, write_atomically,
-                          write_text_atomically)
+from alac.outputs import OutputError, check_output_file, check_output_folder, write_atomically, write_text_atomically
 
 
 def _dead_pid():

@@ -89,7 +89,7 @@ def test_async_mode_on_a9a(shared_data):
 def test_async_hot_segment_options():
     """--hot-size and --flush-every reach the plan, and the async hot-segment kernels train."""
     result = run_model("lr", "--synthetic", "3000", "--epochs", "3", "--mode", "async", "--hot-size", "20",
-                       "--flush-every", "2", "--chunk-size", "32", "--backend", BACKENDS[-1])
+                       "--flush-every", "2", "--chunk-size", "32", "--backend", BACKENDS[-1], "--optimizer", "sgd")
     assert "hot_size=20" in result.stdout and "flush_every=2" in result.stdout, result.stdout
     losses = [float(line.split("train loss")[1].split()[0]) for line in result.stdout.splitlines()
               if line.startswith("epoch")]

@@ -52,6 +52,15 @@ def write_source(generated, folder=None):
     return path
 
 
+def triton_installed():
+    """Whether Triton can be imported (it ships for Linux only; the reference backend needs none)."""
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def interpreter_active():
     """True when this process imported Triton in interpreter mode."""
     if "triton" not in sys.modules:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
+from alac.codegen.module_cache import triton_installed
 from alac.errors import DataError, OptionError
 from alac.ir.pipeline import lower
 from alac.optimizers import get_optimizer
@@ -38,14 +39,6 @@ def _notice(message):
         print(f"alac: {message}", file=sys.stderr)
 
 
-def _triton_installed():
-    try:
-        import triton  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
 def resolve_backend(backend, device=None):
     """(backend, device) actually used: triton without a GPU falls back to reference, with a notice."""
     if backend not in BACKENDS:
@@ -53,7 +46,7 @@ def resolve_backend(backend, device=None):
     if backend == "triton" and not torch.cuda.is_available():
         _notice("no CUDA GPU here: backend 'triton' falls back to 'reference' (PyTorch on the CPU)")
         return "reference", torch.device("cpu")
-    if backend in ("interpret", "triton") and not _triton_installed():
+    if backend in ("interpret", "triton") and not triton_installed():
         raise OptionError(f"backend {backend!r} runs Triton kernels and Triton is not installed: pip install triton "
                           "(Linux), or use backend 'reference'")
     if backend == "interpret":

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import torch
 
+from alac.codegen.module_cache import triton_installed
+
 ROUNDS = 4
 # Odd multipliers below 2**31 (so that a 32-bit value times one fits int64 in torch; the Triton side,
 # alac.runtime.permutation_kernel, multiplies uint32 modulo 2**32, the same numbers): the two of
@@ -83,7 +85,7 @@ def chunk_order(n, seed, epoch, device, use_triton=None):
     keys = round_keys(seed, epoch)
     device = torch.device(device)
     if use_triton is None:
-        use_triton = device.type == "cuda"
+        use_triton = device.type == "cuda" and triton_installed()
     if not use_triton:
         return permute_torch(torch.arange(n, dtype=torch.int64, device=device), n, keys)
     from alac.runtime.permutation_kernel import chunk_order_kernel

@@ -2,7 +2,6 @@ import numpy as np
 import pytest
 
 from alac import DataError
-from alac.errors import OptionError
 from alac.data.criteo import (
     N_FIELDS,
     bucketize_integers,
@@ -12,6 +11,7 @@ from alac.data.criteo import (
     read_criteo_columns,
     write_criteo,
 )
+from alac.errors import OptionError
 
 LINE = "1\t5\t\t-1\t0\t3\t100\t\t\t\t\t\t\t7\t68fd1e64\t\tFB936136" + "\t" * 23 + "\n"
 
