@@ -108,7 +108,8 @@ def test_train_then_predict_on_a9a_without_a_gpu(shared_data, tmp_path):
     predictions = np.loadtxt(predictions_path)
     labels = load_libsvm(shared_data / "a9a/a9a.t", n_features=123).labels.numpy() > 0
     assert predictions.shape == (16281,)
-    assert abs(roc_auc_score(labels, predictions) - metrics["auc"]) < 1e-6
+    # the file holds 9 significant digits: rounding may tie or untie a few pairs of predictions
+    assert abs(roc_auc_score(labels, predictions) - metrics["auc"]) < 1e-5
     result = _run_alac("export", "--model-dir", str(out), "--readable", str(tmp_path / "model.txt"),
                        "--numpy", str(tmp_path / "model.npz"))
     assert result.returncode == 0, result.stderr
