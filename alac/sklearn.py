@@ -23,7 +23,8 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from alac import defaults
 from alac.data.arrays import from_csr_arrays
-from alac.data.split import split
+from alac.data.split import hold_out
+from alac.models.fm import DEFAULT_L2 as _FM_L2
 
 
 def _zoo(name):
@@ -146,11 +147,9 @@ class _WideEstimator(BaseEstimator):
         targets = self._targets(y, first=True)
         trainer = self._new_trainer()
         train, valid = _dataset(X, targets), None
-        held_out = round(train.n_rows * self.validation_fraction)
-        if self.early_stopping and 1 <= held_out < train.n_rows:
+        if self.early_stopping:
             # like SGDClassifier(early_stopping=True): a random validation_fraction of the rows
-            train, valid = split(train, (1 - self.validation_fraction, self.validation_fraction),
-                                 seed=self.random_state or 0)
+            train, valid = hold_out(train, self.validation_fraction, self.random_state or 0)
         _fit_warning_on_divergence(trainer, train, valid)
         self._trainer = trainer
         self._snapshot(trainer)
@@ -198,8 +197,6 @@ _COMMON_DOC = """
     without a better validation loss, keeping the best epoch's model; mode: sync or async; backend:
     triton on a GPU (the PyTorch reference without one); random_state.
 """
-# the FM default L2, as the command line's (alac.models.fm.DEFAULT_L2)
-from alac.models.fm import DEFAULT_L2 as _FM_L2  # noqa: E402
 
 
 class _BinaryClassifier(ClassifierMixin, _WideEstimator):

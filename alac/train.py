@@ -207,7 +207,7 @@ class Trainer:
                 self.log(record)
             losses.append(self._monitor(record))
             if not pending:
-                snapshots = snapshots[:1] + snapshots[-1:] + [self._checkpoint_in_memory()]
+                snapshots = [snapshots[0], *snapshots[1:][-1:], self._checkpoint_in_memory()]
             if best is None or losses[-1] < losses[best]:
                 best, best_state = len(losses) - 1, snapshots[-1]
             stop = any(callback(self, record) for callback in self.callbacks)

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from alac import defaults
 from alac.errors import AlacError
-from alac.models import build_model, is_model_file
+from alac.models import build_model, default_l2, is_model_file
 from alac.outputs import check_output_folder, write_atomically, write_text_atomically
 
 CHECKPOINT_NAME = "model.alac"
@@ -119,9 +119,9 @@ def parser_for(parser, module=None):
     parser.add_argument("--out", metavar="DIR", help="write metrics.json, history.csv and the checkpoint here")
     parser.add_argument("--plot", action="store_true", help="with --out: also DIR/loss.png")
     if module is not None:
-        parser.add_argument("--l2", type=float, default=getattr(module, "DEFAULT_L2", 0.0),
-                            help="L2 coefficient (in the gradient, per occurrence; FTRL: in its closed form)"
-                                 + (f" (default {module.DEFAULT_L2:g})" if getattr(module, "DEFAULT_L2", 0) else ""))
+        parser.add_argument("--l2", type=float, default=default_l2(module),
+                            help="L2 coefficient (in the gradient, per occurrence; FTRL: in its closed form; "
+                                 f"default {default_l2(module):g})")
         parser.add_argument("--l1", type=float, default=0.0, help="L1 coefficient (optimizers ftrl and sgd)")
         parser.add_argument("--exact-l2", action="store_true",
                             help="apply --l2 as a decay of every row after every batch (sync), not lazily")
@@ -184,9 +184,8 @@ def load_data(args):
         options["table"] = encoding.to_dict()
         format = "table"
     else:
-        for path in paths:
-            formats.resolve_format(path, args.format)   # every file exists and is a file, before any parse
-        format = formats.resolve_format(args.train, args.format)
+        # every file exists and is a file before any is parsed; the training file's format is the one
+        format = [formats.resolve_format(path, args.format) for path in paths][0]
         loader, options = _file_options(args, format)
         if format == "libsvm":
             from alac.data import load_libsvm_files
@@ -214,12 +213,13 @@ def load_data(args):
 def with_validation_split(data, args):
     """Without validation data (and with early stopping), a random args.valid_split share of the
     training rows (seed args.seed) becomes the validation set."""
-    from alac.data.split import split
+    from alac.data.split import hold_out
 
-    held_out = round(data.train.n_rows * args.valid_split)
-    if data.valid is not None or args.early_stopping == "none" or not 1 <= held_out < data.train.n_rows:
+    if data.valid is not None or args.early_stopping == "none":
         return data
-    train, valid = split(data.train, (1 - args.valid_split, args.valid_split), seed=args.seed)
+    train, valid = hold_out(data.train, args.valid_split, args.seed)
+    if valid is None:
+        return data
     return TrainingData(train, valid, data.test, data.described + f", {100 * args.valid_split:g} % of its rows "
                         "held out for validation", data.options)
 

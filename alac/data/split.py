@@ -23,3 +23,13 @@ def split_rows(n_rows, fractions=(0.8, 0.1, 0.1), seed=0):
 def split(dataset, fractions=(0.8, 0.1, 0.1), seed=0):
     """Data sets for the row splits of `split_rows` (rows keep their file order inside a split)."""
     return [dataset.take(rows) for rows in split_rows(dataset.n_rows, fractions, seed)]
+
+
+def hold_out(dataset, fraction, seed=0):
+    """(the rest, a random `fraction` of the rows), or (dataset, None) when that share would leave
+    either side without rows: the validation split of `alac train` and the estimators."""
+    held = round(dataset.n_rows * fraction)
+    if not 1 <= held < dataset.n_rows:
+        return dataset, None
+    rest, valid = split(dataset, (1 - fraction, fraction), seed)
+    return rest, valid

@@ -78,25 +78,24 @@ def model_module(name_or_path):
     return file_module(name_or_path) if is_model_file(name_or_path) else zoo_module(name_or_path)
 
 
-def build_model(module, args=None):
-    """The model of a model module (its MODEL class), with its ARGUMENTS, --l2 and --l1 from args or
-    the defaults."""
-    options = {"l2": getattr(args, "l2", default_l2(module)), "l1": getattr(args, "l1", 0.0)}
-    for flag, spec in getattr(module, "ARGUMENTS", ()):
-        name = flag.lstrip("-").replace("-", "_")
-        options[name] = getattr(args, name, spec.get("default"))
-    return module.MODEL(**options)
-
-
 def default_l2(module):
     return getattr(module, "DEFAULT_L2", 0.0)
+
+
+def default_options(module):
+    """The module's model options at their defaults: l2, l1 and its ARGUMENTS."""
+    options = {"l2": default_l2(module), "l1": 0.0}
+    options.update({flag.lstrip("-").replace("-", "_"): spec.get("default")
+                    for flag, spec in getattr(module, "ARGUMENTS", ())})
+    return options
+
+
+def build_model(module, args=None):
+    """The model of a model module (its MODEL class), its options from args where they are set there."""
+    return module.MODEL(**{name: getattr(args, name, value) for name, value in default_options(module).items()})
 
 
 def zoo_model(name, **options):
     """A zoo model by name with its defaults, options overriding them: zoo_model("fm", k=16)."""
     module = zoo_module(name)
-    model_options = {"l2": default_l2(module), "l1": 0.0}
-    model_options.update({flag.lstrip("-").replace("-", "_"): spec.get("default")
-                          for flag, spec in getattr(module, "ARGUMENTS", ())})
-    model_options.update(options)
-    return module.MODEL(**model_options)
+    return module.MODEL(**{**default_options(module), **options})

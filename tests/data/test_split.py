@@ -34,3 +34,19 @@ def test_split_datasets_hold_the_right_rows():
 def test_bad_fractions():
     with pytest.raises(ValueError):
         split_rows(10, (0.5, 0.6))
+
+
+def test_hold_out_keeps_every_row_once_and_declines_empty_sides():
+    from alac.data.split import hold_out
+    from alac.data.synthetic import criteo_like
+
+    data = criteo_like(200, seed=1, device="cpu")
+    rest, valid = hold_out(data, 0.1, seed=3)
+    assert (rest.n_rows, valid.n_rows) == (180, 20)
+    assert sorted(rest.labels.tolist() + valid.labels.tolist()) == sorted(data.labels.tolist())
+    tiny = data.take(torch.arange(3))
+    assert hold_out(tiny, 0.1) == (tiny, None)         # 0.3 rows would be held out
+    one = data.take(torch.arange(1))
+    assert hold_out(one, 0.9) == (one, None)           # nothing would be left to train on
+    rest, valid = hold_out(tiny, 0.5)
+    assert (rest.n_rows, valid.n_rows) == (2, 1)          # split_rows rounds the first bound
