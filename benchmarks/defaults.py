@@ -39,9 +39,9 @@ RUNS = [("a9a", "lr", []), ("a9a", "fm", []), ("w8a", "lr", []), ("w8a", "fm", [
         ("ipinyou", "lr", []), ("ipinyou", "fm", []), ("20news", "lr", ["--normalize"]),
         ("20news", "fm", ["--normalize"]), ("ml-latest-small", "fm", ["--loss", "squared"])]
 TARGET = {"auc": 0.005, "rmse": 0.01}
-# ipinyou has 255 clicks in training and 50 in test: one run's AUC moves by a few hundredths with the
-# seed (the validation rows, initial values and order), so its runs are means over 3 seeds
-SEEDS = {"ipinyou": 3}
+# ipinyou has 255 clicks in training and 50 in test: one run's AUC moves by up to 0.04 with the seed
+# (the validation rows, initial values and order), so its runs are means over 10 seeds
+SEEDS = {"ipinyou": 10}
 
 
 def load_sets(folder, names):
