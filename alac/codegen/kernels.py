@@ -200,8 +200,9 @@ class KernelGenerator:
                 hot, cold = f"present & ~cold_{name}", f"cold_{name}"
                 if p.vector:
                     hot, cold = self._lane_mask(f"({hot})", True), self._lane_mask(cold, True)
+                # past L1: other programs' flushes store it, and an SM's L1 keeps its old lines
                 w.line(f"{name} = tl.where({cold}, derived_{name}, tl.load({w.arg(f'{name}_ptr')} + {offsets}, "
-                       f"mask={hot}, other=0.0))")
+                       f"mask={hot}, other=0.0, cache_modifier=\".cg\"))")
             return
         pointer = w.arg(f"{name}_ptr")
         if self.param_vector[name]:
@@ -457,13 +458,14 @@ class KernelGenerator:
         reuses them instead of a second gather). prefix: for the variables it defines, where a
         loop would otherwise re-assign a chunk's tile-shaped ones with block-shaped values.
         A derived param (async, `Plan.derive_params`) is computed from its state, and only its
-        state's changes are applied."""
+        state's changes are applied; the hot flush (not edge) derives its old value too but stores the
+        new one, which hot edges read (see _load_param)."""
         update = self.optimizer.for_param(p)
         program = update.deltas if mode == "delta" else update.program
-        # the hot flush (not edge) stores a derived param like any other: see _load_param
-        derived = mode == "delta" and edge and p.name in w.derived
+        derived = mode == "delta" and p.name in w.derived
+        stored = not (derived and edge)
         ranks, names, targets, (full_offsets, full_mask) = self._update_symbols(w, p, ids, mask, edge, prefix)
-        if derived:
+        if not stored:
             program = _live(program, [d.name for d in program if d.name.startswith(("delta_s_", "new_s_"))])
         for d in program:
             ranks[d.name] = rank_of(d.expr, ranks)
@@ -473,7 +475,7 @@ class KernelGenerator:
         used = self._use_arguments(w, p, program)
         w.comment(f"{self.optimizer.name} on {p.name}" + (" (the change, added atomically)" if mode == "delta" else ""))
         w.line(f"{names['g']} = {gradient}")
-        pointer = None if derived else w.arg(f"{p.name}_ptr")
+        pointer = w.arg(f"{p.name}_ptr") if stored else None
         for target, _, _ in targets.values():
             w.arg(target)
         defined = {d.name for d in program}
@@ -487,6 +489,10 @@ class KernelGenerator:
                     names[f"s_{state}"] = _state_variable(f"{p.name}_", state)
                     loaded.add(state)
         elif derived:
+            # The flush's old value too: a stored copy may be older than the state (another
+            # program's flush stored it from an earlier one), and z then grew past its weight
+            # (H100, async FTRL LR, 8 processes sharing the GPU: 5 of 24 runs ended at training loss
+            # 0.437-0.477 against 0.430; 0 of 24 derived here).
             self._derive(w, p, ranks, names, targets, names["p"], loaded, prefix)
         elif "p" in used or "new_p" in defined:
             w.line(f"{names['p']} = {p.name}" if param_loaded else
@@ -505,7 +511,7 @@ class KernelGenerator:
                 names[f"s_{state}"] = _state_variable(prefix, state)
         fetched = self._emit_update_program(w, program, printer, ranks, names, targets, used,
                                             added if mode == "delta" else [], loaded)
-        stores = [] if derived else [(pointer, "p", full_offsets, full_mask)]
+        stores = [(pointer, "p", full_offsets, full_mask)] if stored else []
         stores += [(target, f"s_{st}", offsets, target_mask) for st, (target, offsets, target_mask) in targets.items()
                    if st not in fetched]
         for target, source, offsets, target_mask in stores:
