@@ -127,6 +127,10 @@ def _inspect(args):
     else:
         print("# kernels per batch: " + " ; ".join(" + ".join(g) for g in kernel_groups(graph, plan.kernels)))
     print(f"# kernel names: {', '.join(spec.name for spec in generated.train + (generated.predict,))}")
+    print("# arguments (manifest): name  role  of  dtype  shape  lifetime")
+    for a in generated.manifest:
+        shape = "[" + ", ".join(map(str, a.shape)) + "]" if a.shape else "scalar"
+        print(f"#   {a.name}  {a.role}  {a.of or '-'}  {a.dtype}  {shape}  {a.lifetime}")
     if args.dump:
         path = write_source(generated, args.dump)
         print(f"# wrote {path}")

@@ -33,6 +33,7 @@ import inspect
 import textwrap
 from dataclasses import dataclass, field
 
+from alac.codegen import manifest as m
 from alac.codegen import triton_helpers
 from alac.codegen.printer import TRITON, ExpressionPrinter, rank_of
 from alac.ir.model_ir import LOSS, PREDICTION, grad_name, l2_name
@@ -40,8 +41,7 @@ from alac.ir.stage_graph import build_stage_graph, kernel_groups
 from alac.plan import next_power_of_two
 
 # Arguments every chunk kernel takes: the layout and which chunks this launch covers.
-_LAYOUT_ARGS = ("edge_feature_ptr", "edge_value_ptr", "chunk_start_ptr", "chunk_width_ptr",
-                "row_of_slot_ptr", "label_ptr", "chunk_order_ptr", "chunk_offset")
+_LAYOUT_ARGS = (*m.LAYOUT, m.LABELS, m.CHUNK_ORDER, m.CHUNK_OFFSET)
 # WIDE_IDS: feature offsets in 64 bits, needed only when a param has 2**31 values or more; edge
 # offsets are always 32-bit within a chunk (the chunk's 64-bit start moves the pointers once),
 # which halves the registers an [S, C] tile of offsets takes (Triton 3.6 spilled at C = 32 with
@@ -59,7 +59,7 @@ class KernelSpec:
     name: str
     role: str          # "train" (one per group, in launch order), "update", "async" or "predict"
     stages: tuple
-    args: tuple        # run-time arguments, in order; CONSTEXPRS follow as keywords
+    args: tuple        # manifest.Arguments, in order; CONSTEXPRS follow as keywords
 
 
 @dataclass(frozen=True)
@@ -71,7 +71,7 @@ class GeneratedKernels:
     train: tuple       # sync: KernelSpecs launched per batch, in order (the last is the update);
                        # async: the one persistent kernel, launched once per epoch
     predict: KernelSpec
-    buffers: tuple = field(default=())   # chunk-local data that goes through global memory: (name, vector)
+    manifest: tuple = field(default=())  # every manifest.Argument of the module's kernels, once
     derived_params: tuple = ()           # params the kernels compute from their state, never store
     epoch: KernelSpec | None = None      # sync with grid barriers: the whole epoch in one launch
 
@@ -91,10 +91,12 @@ class _Writer:
         # persistent kernels sum the loss per row in registers and add it to the total once, at the end
         self.loss_rows = False
 
-    def arg(self, name):
-        if name not in self.args:
-            self.args.append(name)
-        return name
+    def arg(self, argument):
+        """Declare a manifest.Argument of the kernel; returns its name in the source."""
+        if argument not in self.args:
+            assert all(a.name != argument.name for a in self.args), f"two descriptions of {argument.name}"
+            self.args.append(argument)
+        return argument.name
 
     def line(self, text=""):
         self.lines.append(("    " * self.depth + text) if text else "")
@@ -110,6 +112,11 @@ def _is_zero(program, name):
 def _state_variable(prefix, state):
     """The variable holding an optimizer state's values in generated code."""
     return f"{prefix}state_{state}"
+
+
+def _manifest(specs):
+    """Every argument of the specs' kernels once, in order of first use."""
+    return tuple(dict.fromkeys(a for spec in specs if spec for a in spec.args))
 
 
 def _live(program, outputs):
@@ -143,6 +150,7 @@ class KernelGenerator:
         self.block_k = next_power_of_two(self.k) if self.k else 0
         self.ranks = self._ranks()
         self.printer = ExpressionPrinter(TRITON, {}, self.ranks)
+        self.params = {p.name: p for p in ir.params}
         self.param_vector = {p.name: p.vector for p in ir.params}
         # params computed from their optimizer state where read (async only: sync update kernels
         # store every param they update)
@@ -189,7 +197,7 @@ class KernelGenerator:
             if self.hot:
                 w.comment(f"{name}: stored for hot features (their flushes store it), {self.optimizer.name}'s function")
                 w.comment("of its state for cold ones (computed here, never stored)")
-                w.line(f"cold_{name} = present & (feature >= {w.arg('hot_size')})")
+                w.line(f"cold_{name} = present & (feature >= {w.arg(m.size('hot_size'))})")
                 edges, variable = f"cold_{name}", f"derived_{name}"
             else:
                 w.comment(f"{name} is {self.optimizer.name}'s function of its state: computed here, never stored")
@@ -201,10 +209,11 @@ class KernelGenerator:
                 if p.vector:
                     hot, cold = self._lane_mask(f"({hot})", True), self._lane_mask(cold, True)
                 # past L1: other programs' flushes store it, and an SM's L1 keeps its old lines
-                w.line(f"{name} = tl.where({cold}, derived_{name}, tl.load({w.arg(f'{name}_ptr')} + {offsets}, "
+                stored = w.arg(m.param(p))
+                w.line(f"{name} = tl.where({cold}, derived_{name}, tl.load({stored} + {offsets}, "
                        f"mask={hot}, other=0.0, cache_modifier=\".cg\"))")
             return
-        pointer = w.arg(f"{name}_ptr")
+        pointer = w.arg(m.param(self.params[name]))
         if self.param_vector[name]:
             w.line(f"{name} = tl.load({pointer} + {self._vector_offsets('feature', True)}, "
                    f"mask={self._lane_mask('present', True)}, other=0.0)")
@@ -246,14 +255,14 @@ class KernelGenerator:
         return [p.name for p in self.ir.params if p.name in names]
 
     def _store_rows(self, w, name, vector):
-        pointer = w.arg(f"{name}_buffer_ptr")
+        pointer = w.arg(m.stage_rows(name, vector))
         if vector:
             w.line(f"tl.store({pointer} + {self._vector_offsets('slots')}, {name}, mask=lane_valid[None, :])")
         else:
             w.line(f"tl.store({pointer} + slots, {name})")
 
     def _load_rows(self, w, name, vector):
-        pointer = w.arg(f"{name}_buffer_ptr")
+        pointer = w.arg(m.stage_rows(name, vector))
         if vector:
             w.line(f"{name} = tl.load({pointer} + {self._vector_offsets('slots')}, "
                    f"mask=lane_valid[None, :], other=0.0)")
@@ -281,27 +290,28 @@ class KernelGenerator:
 
     def _loss(self, w):
         w.comment("loss: per-sample loss and dLoss/dAccum, computed in place; padding rows give 0")
-        w.line(f"y = tl.load({w.arg('label_ptr')} + slots)")
+        w.line(f"y = tl.load({w.arg(m.LABELS)} + slots)")
         for g in self.ir.globals:
-            w.line(f"{g} = tl.load({w.arg(f'{g}_ptr')})")
+            w.line(f"{g} = tl.load({w.arg(m.global_(g))})")
         self._program(w, self.ir.sample_program, mask_outputs=True)
         if self.deterministic:
             w.comment("deterministic: the chunk's sums go to its own slots; the runtime adds them in order")
-            w.line(f"tl.store({w.arg('chunk_loss_ptr')} + chunk, tl.sum({LOSS}, axis=0))")
+            w.line(f"tl.store({w.arg(m.CHUNK_LOSS)} + chunk, tl.sum({LOSS}, axis=0))")
             for d in self.ir.global_grads:
-                w.line(f"tl.store({w.arg(f'chunk_grad_{d.name[3:]}_ptr')} + chunk, tl.sum({d.name}, axis=0))")
+                w.line(f"tl.store({w.arg(m.chunk_grad(d.name[3:]))} + chunk, tl.sum({d.name}, axis=0))")
             return
         if w.loss_rows:
             w.line(f"loss_rows += {LOSS}")
         else:
-            w.line(f"tl.atomic_add({w.arg('loss_sum_ptr')}, tl.sum({LOSS}, axis=0), sem=\"relaxed\")")
+            w.line(f"tl.atomic_add({w.arg(m.LOSS_SUM)}, tl.sum({LOSS}, axis=0), sem=\"relaxed\")")
         if self.asynchronous:
             for d in self.ir.global_grads:
-                w.line(f"tl.atomic_add({w.arg(f'{d.name[3:]}_ptr')}, -lr * scale * tl.sum({d.name}, axis=0), "
+                w.line(f"tl.atomic_add({w.arg(m.global_(d.name[3:]))}, -lr * scale * tl.sum({d.name}, axis=0), "
                        "sem=\"relaxed\")")
             return
         for d in self.ir.global_grads:
-            w.line(f"tl.atomic_add({w.arg(f'grad_{d.name[3:]}_ptr')}, tl.sum({d.name}, axis=0), sem=\"relaxed\")")
+            accumulator = w.arg(m.grad(d.name[3:], is_global=True))
+            w.line(f"tl.atomic_add({accumulator}, tl.sum({d.name}, axis=0), sem=\"relaxed\")")
 
     def _apply(self, w):
         if self.asynchronous:
@@ -315,16 +325,16 @@ class KernelGenerator:
         for name in self._used_params(exprs):
             self._load_param(w, name)
         for p in self.ir.params:
-            w.arg(l2_name(p.name))
+            w.arg(m.regularizer("gradient_l2", p.name))
         self._program(w, self.ir.edge_program)
         if not self.asynchronous and not self.edge_updates:
-            w.line(f"tl.store({w.arg('touched_ptr')} + feature, tl.full([S, C], 1, tl.int32), mask=present)")
+            w.line(f"tl.store({w.arg(m.TOUCHED)} + feature, tl.full([S, C], 1, tl.int32), mask=present)")
         if self.hot:
-            w.line(f"hot = present & (feature < {w.arg('hot_size')})")
+            w.line(f"hot = present & (feature < {w.arg(m.size('hot_size'))})")
             w.line("cold = present & ~hot")
         if self.hot and not self.asynchronous:
             w.comment("hot edges: sort the slot's (feature, row) pairs so that equal features are adjacent")
-            self._sort_slots(w, "hot", w.arg("hot_size"), "hot_feature")
+            self._sort_slots(w, "hot", w.arg(m.size("hot_size")), "hot_feature")
         for p in self.ir.params:
             self._scatter(w, p)
         if looped:
@@ -342,22 +352,22 @@ class KernelGenerator:
         elif self.deterministic:
             offsets = "edge_base * K + edge[:, :, None] * K + lanes" if p.vector else "edge_base + edge"
             mask = self._lane_mask("present", True) if p.vector else "present"
-            w.line(f"tl.store({w.arg(f'edge_{grad_name(p.name)}_ptr')} + {offsets}, {value}, mask={mask})")
+            w.line(f"tl.store({w.arg(m.edge_grad(p))} + {offsets}, {value}, mask={mask})")
             return
         elif self.edge_updates:
             offsets, mask = self._batch_edge_offsets(p, edges)
-            w.line(f"tl.store({w.arg(f'batch_edge_{grad_name(p.name)}_ptr')} + {offsets}, {value}, mask={mask})")
+            w.line(f"tl.store({w.arg(m.batch_edge_grad(p))} + {offsets}, {value}, mask={mask})")
         else:
-            self._add_at(w, p, f"{grad_name(p.name)}_ptr", "feature", value, edges)
+            self._add_at(w, p, m.grad(p.name, p.vector), "feature", value, edges)
         if not self.hot:
             return
         if self.asynchronous:
             w.comment("hot edges: into this program's own sums (no other program adds there), "
                       "applied at its next flush")
-            self._add_at(w, p, f"hot_{grad_name(p.name)}_ptr", "(hot_base + feature)", value, "hot")
+            self._add_at(w, p, m.hot_sums(p), "(hot_base + feature)", value, "hot")
             return
         self._segment_sums(w, p, value, "hot_feature")
-        self._add_at(w, p, f"hot_{grad_name(p.name)}_ptr", f"(replica * {w.arg('hot_stride')} + hot_feature)", "summed",
+        self._add_at(w, p, m.hot_sums(p), f"(replica * {w.arg(m.size('hot_stride'))} + hot_feature)", "summed",
                      "segment_end")
 
     @staticmethod
@@ -406,7 +416,8 @@ class KernelGenerator:
         ranks = {"p": full_rank, "g": full_rank, "lr": "uniform", "l1": "uniform", "l2": "uniform", "K": "uniform"}
         ranks.update({f"h_{h}": "uniform" for h in self.optimizer.hypers})
         names = {"p": f"{prefix}value", "g": f"{prefix}g",
-                 "l1": w.arg(f"reg_l1_{p.name}") if self.optimizer.has_l1 else "0.0", "l2": f"reg_l2_{p.name}",
+                 "l1": w.arg(m.regularizer("update_l1", p.name)) if self.optimizer.has_l1 else "0.0",
+                 "l2": m.regularizer("update_l2", p.name).name,
                  "lr": "lr"}
         full_offsets = self._vector_offsets(ids, edge) if p.vector else ids
         full_mask = self._lane_mask(mask, edge) if p.vector else mask
@@ -415,7 +426,7 @@ class KernelGenerator:
             per_row = row and p.vector
             ranks[f"s_{state}"] = row_rank if (row or not p.vector) else lane_rank
             names[f"s_{state}"] = _state_variable(prefix, state)
-            targets[state] = (f"state_{p.name}_{state}_ptr", ids if per_row else full_offsets,
+            targets[state] = (m.state(p, state, row), ids if per_row else full_offsets,
                               mask if per_row else full_mask)
         return ranks, names, targets, (full_offsets, full_mask)
 
@@ -445,10 +456,10 @@ class KernelGenerator:
     def _use_arguments(self, w, p, program):
         used = {symbol.name for d in program for symbol in d.expr.free_symbols}
         if "l2" in used:
-            w.arg(f"reg_l2_{p.name}")
+            w.arg(m.regularizer("update_l2", p.name))
         for h in self.optimizer.hypers:
             if f"h_{h}" in used:
-                w.arg(f"h_{h}")
+                w.arg(m.hyper(h))
         return used
 
     def _optimizer_step(self, w, p, ids, mask, edge, gradient, mode, param_loaded=False, prefix=""):
@@ -475,7 +486,7 @@ class KernelGenerator:
         used = self._use_arguments(w, p, program)
         w.comment(f"{self.optimizer.name} on {p.name}" + (" (the change, added atomically)" if mode == "delta" else ""))
         w.line(f"{names['g']} = {gradient}")
-        pointer = w.arg(f"{p.name}_ptr") if stored else None
+        pointer = w.arg(m.param(p)) if stored else None
         for target, _, _ in targets.values():
             w.arg(target)
         defined = {d.name for d in program}
@@ -512,8 +523,8 @@ class KernelGenerator:
         fetched = self._emit_update_program(w, program, printer, ranks, names, targets, used,
                                             added if mode == "delta" else [], loaded)
         stores = [(pointer, "p", full_offsets, full_mask)] if stored else []
-        stores += [(target, f"s_{st}", offsets, target_mask) for st, (target, offsets, target_mask) in targets.items()
-                   if st not in fetched]
+        stores += [(target.name, f"s_{st}", offsets, target_mask)
+                   for st, (target, offsets, target_mask) in targets.items() if st not in fetched]
         for target, source, offsets, target_mask in stores:
             if f"new_{source}" in defined:
                 w.line(f"tl.store({target} + {offsets}, {names[f'new_{source}']}, mask={target_mask})")
@@ -534,7 +545,7 @@ class KernelGenerator:
 
         def load(state):
             target, offsets, target_mask = targets[state]
-            w.line(f"{names[f's_{state}']} = tl.load({target} + {offsets}, mask={target_mask}, other=0.0)")
+            w.line(f"{names[f's_{state}']} = tl.load({target.name} + {offsets}, mask={target_mask}, other=0.0)")
             known.add(f"s_{state}")
 
         if not fetchable:
@@ -551,7 +562,7 @@ class KernelGenerator:
             for state in fetch:
                 target, offsets, target_mask = targets[state]
                 # masked-off lanes of an atomic return garbage: zero them before any math reads them
-                w.line(f"{names[f's_{state}']} = tl.where({target_mask}, tl.atomic_add({target} + {offsets}, "
+                w.line(f"{names[f's_{state}']} = tl.where({target_mask}, tl.atomic_add({target.name} + {offsets}, "
                        f"{names[f'delta_s_{state}']}, mask={target_mask}, sem=\"relaxed\"), 0.0)")
                 known.add(f"s_{state}")
                 fetched.append(state)
@@ -562,9 +573,9 @@ class KernelGenerator:
     def _predict(self, w):
         w.comment("predict")
         for g in self.ir.globals:
-            w.line(f"{g} = tl.load({w.arg(f'{g}_ptr')})")
+            w.line(f"{g} = tl.load({w.arg(m.global_(g))})")
         self._program(w, self.ir.predict_program)
-        w.line(f"tl.store({w.arg('prediction_ptr')} + slots, {PREDICTION})")
+        w.line(f"tl.store({w.arg(m.PREDICTION)} + slots, {PREDICTION})")
 
     # --- kernels -------------------------------------------------------------------------------
 
@@ -577,7 +588,7 @@ class KernelGenerator:
         if hot_sums or (self.summed_edge_updates and "update" in stages):
             w.line("next_row = tl.minimum(rows + 1, C - 1)[None, :] + tl.zeros([S, C], tl.int32)")
         if hot_sums:
-            w.line(f"replica = tl.program_id(0) % {w.arg('replicas')}")
+            w.line(f"replica = tl.program_id(0) % {w.arg(m.size('replicas'))}")
 
     def _chunk_prologue(self, w, chunk):
         w.line(f"chunk = tl.load(chunk_order_ptr + {chunk}).to(tl.int64)")
@@ -618,10 +629,10 @@ class KernelGenerator:
         if self.asynchronous and role == "train":
             w.derived = frozenset(self.derived)
             w.loss_rows = True
-            w.arg("n_chunks")
+            w.arg(m.size("n_chunks"))
             w.comment("the epoch's learning rate, and 1 / B: a sample's gradient counts as in a batch of B")
-            w.line(f"lr = tl.load({w.arg('lr_ptr')})")
-            w.line(f"scale = tl.load({w.arg('scale_ptr')})")
+            w.line(f"lr = tl.load({w.arg(m.LR)})")
+            w.line(f"scale = tl.load({w.arg(m.SCALE)})")
         self._program_constants(w, stages)
         if self.asynchronous and role == "train":
             self._persistent_loop(w, stages, local_inputs, local_outputs)
@@ -638,7 +649,7 @@ class KernelGenerator:
         out (or, without the queue, chunks pid, pid + P, ...); with a hot segment, every flush_every
         chunks (and after its last) a program applies its hot-gradient sums."""
         if self.chunk_queue:
-            queue = w.arg("queue_ptr")
+            queue = w.arg(m.QUEUE)
             claim = f"chunk_offset + tl.atomic_add({queue}, 1, sem=\"relaxed\")"
             w.comment("persistent: each program claims the next position of the epoch's chunk order until none")
             w.comment("is left, so the programs finish within about a chunk of each other")
@@ -649,7 +660,7 @@ class KernelGenerator:
             w.line("my_chunks = tl.cdiv(tl.maximum(n_chunks - first, 0), tl.num_programs(0))")
         if self.hot:
             w.comment("this program's own [H] sums of hot gradients")
-            w.line(f"hot_base = tl.program_id(0).to(tl.int64) * {w.arg('hot_stride')}")
+            w.line(f"hot_base = tl.program_id(0).to(tl.int64) * {w.arg(m.size('hot_stride'))}")
         w.comment("the loss, summed per row; added to the epoch's total once, at the end")
         w.line("loss_rows = tl.zeros([C], tl.float32)")
         if self.chunk_queue:
@@ -668,7 +679,7 @@ class KernelGenerator:
         self._stages(w, stages, local_inputs, local_outputs)
         if self.hot:
             w.comment("flush the hot sums every flush_every chunks, and after the program's last")
-            w.line(f"if ((step + 1) % {w.arg('flush_every')} == 0) | ({last}):")
+            w.line(f"if ((step + 1) % {w.arg(m.size('flush_every'))} == 0) | ({last}):")
             w.depth += 1
             self._flush(w)
             w.depth -= 1
@@ -676,7 +687,7 @@ class KernelGenerator:
             w.line("step += 1")
             w.line("position = next_position")
         w.depth -= 1
-        w.line(f"tl.atomic_add({w.arg('loss_sum_ptr')}, tl.sum(loss_rows, axis=0), sem=\"relaxed\")")
+        w.line(f"tl.atomic_add({w.arg(m.LOSS_SUM)}, tl.sum(loss_rows, axis=0), sem=\"relaxed\")")
         if self.chunk_queue:
             w.comment("the last program out resets the queue for the next launch (acq_rel: every program's last")
             w.comment("claim is in before the reset)")
@@ -689,7 +700,7 @@ class KernelGenerator:
 
     def _flush(self, w):
         w.comment("the chunks since the last flush: flush_every, or fewer at a program's last flush")
-        w.line(f"chunks_summed = step % {w.arg('flush_every')} + 1")
+        w.line(f"chunks_summed = step % {w.arg(m.size('flush_every'))} + 1")
         w.comment("every thread's hot sums have landed before any is read back")
         w.line("tl.debug_barrier()")
         w.line("for hot_start in range(0, hot_size, HOT_BLOCK):")
@@ -703,7 +714,7 @@ class KernelGenerator:
             shape = "[HOT_BLOCK, BLOCK_K]" if p.vector else "[HOT_BLOCK]"
             w.comment("read and zero the sums at once (an exchange of their bits: Triton's interpreter exchanges")
             w.comment("no floats), so an addition that lands late waits for the next flush")
-            hot_sums = w.arg(f"hot_{grad_name(p.name)}_ptr")
+            hot_sums = w.arg(m.hot_sums(p))
             w.line(f"summed_bits = tl.atomic_xchg({hot_sums}.to(tl.pointer_type(tl.int32)) "
                    f"+ {offsets}, tl.zeros({shape}, tl.int32), mask={mask}, sem=\"relaxed\")")
             w.line(f"summed = tl.where({mask}, summed_bits.to(tl.float32, bitcast=True), 0.0)")
@@ -718,9 +729,10 @@ class KernelGenerator:
 
     def _update_kernel(self):
         w = _Writer()
-        for name in ("edge_feature_ptr", "chunk_start_ptr", "chunk_width_ptr", "chunk_order_ptr", "chunk_offset"):
-            w.arg(name)
-        w.arg("batch")
+        layout = {a.of: a for a in m.LAYOUT}
+        for argument in (layout["edge_feature"], layout["chunk_start"], layout["chunk_width"], m.CHUNK_ORDER,
+                         m.CHUNK_OFFSET, m.BATCH):
+            w.arg(argument)
         self._program_constants(w, ("update",))
         self._update(w, persistent=False)
         name = f"{self.prefix}_update"
@@ -733,39 +745,39 @@ class KernelGenerator:
         if not persistent:
             if self.edge_updates:
                 w.line("batch_chunk = tl.program_id(0)")
-                w.arg("chunk_edges")
+                w.arg(m.size("chunk_edges"))
             return "chunk_offset + tl.program_id(0)"
         w.line("for position in range(batch_start + tl.program_id(0), batch_end, tl.num_programs(0)):")
         w.depth += 1
         if self.edge_updates:
             w.line("batch_chunk = position - batch_start")
-            w.arg("chunk_edges")
+            w.arg(m.size("chunk_edges"))
         return "position"
 
     def _update(self, w, persistent):
         """The update stage of batch `batch`: the optimizer on every touched feature's summed gradient
         (edge updates: every cold edge's change, added)."""
         w.comment("the batch's learning rate, and 1 / its real samples (the gradient sums become means)")
-        w.line(f"lr = tl.load({w.arg('lr_ptr')} + batch)")
-        w.line(f"scale = tl.load({w.arg('scale_ptr')} + batch)")
+        w.line(f"lr = tl.load({w.arg(m.LR)} + batch)")
+        w.line(f"scale = tl.load({w.arg(m.SCALE)} + batch)")
         if self.ir.globals:
             w.comment("globals: plain SGD on the batch-mean gradient")
             w.line("if tl.program_id(0) == 0:")
             w.depth += 1
             for g in self.ir.globals:
-                grad = w.arg(f"grad_{g}_ptr")
-                pointer = w.arg(f"{g}_ptr")
+                grad = w.arg(m.grad(g, is_global=True))
+                pointer = w.arg(m.global_(g))
                 w.line(f"g = tl.load({grad})")
                 w.line(f"tl.store({grad}, 0.0)")
                 w.line(f"tl.store({pointer}, tl.load({pointer}) - lr * scale * g)")
             w.depth -= 1
-        touched = None if self.edge_updates else w.arg("touched_ptr")
+        touched = None if self.edge_updates else w.arg(m.TOUCHED)
         if self.hot:
             w.comment("hot segment: every program owns blocks of hot features, sums their replicas and")
             w.comment("updates the ones the batch touched" if touched else
                       "updates them all (an additive change of a zero sum is zero)")
-            hot_size = w.arg("hot_size")
-            replicas = w.arg("replicas")
+            hot_size = w.arg(m.size("hot_size"))
+            replicas = w.arg(m.size("replicas"))
             w.line(f"for hot_start in range(tl.program_id(0) * HOT_BLOCK, {hot_size}, tl.num_programs(0) * HOT_BLOCK):")
             w.depth += 1
             w.line("hot_feature = hot_start + tl.arange(0, HOT_BLOCK)")
@@ -776,12 +788,12 @@ class KernelGenerator:
             else:
                 w.line("use = in_hot")
             for p in self.ir.params:
-                buffer = w.arg(f"hot_{grad_name(p.name)}_ptr")
+                buffer = w.arg(m.hot_sums(p))
                 mask = "in_hot[:, None] & lane_valid[None, :]" if p.vector else "in_hot"
                 w.line(f"summed = tl.zeros({'[HOT_BLOCK, BLOCK_K]' if p.vector else '[HOT_BLOCK]'}, tl.float32)")
                 w.line(f"for replica in range(0, {replicas}):")
                 w.depth += 1
-                stride = w.arg("hot_stride")
+                stride = w.arg(m.size("hot_stride"))
                 replica_offsets = (f"(replica * {stride} + hot_feature)[:, None] * K + lanes[None, :]"
                                    if p.vector else f"replica * {stride} + hot_feature")
                 w.line(f"summed += tl.load({buffer} + {replica_offsets}, mask={mask}, other=0.0)")
@@ -802,17 +814,17 @@ class KernelGenerator:
         w.line("width = tl.load(chunk_width_ptr + chunk)")
         w.line("chunk_features = edge_feature_ptr + edge_base")
         self._edge_loop_header(w, load_values=False)
-        w.line(f"present = feature >= {w.arg('hot_size')}" if self.hot else "present = feature >= 0")
+        w.line(f"present = feature >= {w.arg(m.size('hot_size'))}" if self.hot else "present = feature >= 0")
         w.line("feature = tl.where(present, feature, 0)")
         w.line("if WIDE_IDS:")
         w.line("    feature = feature.to(tl.int64)")
         if self.edge_updates:
             if self.summed_edge_updates:
                 w.comment("equal features of a slot summed first: one addition per run of them, not per edge")
-                self._sort_slots(w, "present", w.arg("feature_bound"), "sorted_feature")
+                self._sort_slots(w, "present", w.arg(m.size("n_features", "feature_bound")), "sorted_feature")
             for p in self.ir.params:
                 offsets, mask = self._batch_edge_offsets(p, "present")
-                w.line(f"edge_gradient = tl.load({w.arg(f'batch_edge_{grad_name(p.name)}_ptr')} + {offsets}, "
+                w.line(f"edge_gradient = tl.load({w.arg(m.batch_edge_grad(p))} + {offsets}, "
                        f"mask={mask}, other=0.0)")
                 if self.summed_edge_updates:
                     self._segment_sums(w, p, "edge_gradient", "sorted_feature")
@@ -823,7 +835,7 @@ class KernelGenerator:
             return
         w.line(f"first = present & (tl.atomic_xchg({touched} + feature, 0, mask=present, sem=\"relaxed\") == 1)")
         for p in self.ir.params:
-            grad = w.arg(f"{grad_name(p.name)}_ptr")
+            grad = w.arg(m.grad(p.name, p.vector))
             offsets = self._vector_offsets("feature", True) if p.vector else "feature"
             mask = self._lane_mask("first", True) if p.vector else "first"
             w.line(f"summed = tl.load({grad} + {offsets}, mask={mask}, other=0.0)")
@@ -838,9 +850,9 @@ class KernelGenerator:
         w = _Writer()
         for name in _LAYOUT_ARGS:
             w.arg(name)
-        w.arg("n_chunks")
-        w.arg("chunks_per_batch")
-        arrivals = w.arg("arrivals_ptr")
+        w.arg(m.size("n_chunks"))
+        w.arg(m.size("chunks_per_batch"))
+        arrivals = w.arg(m.ARRIVALS)
         w.loss_rows = True
         self._program_constants(w, [stage for group in groups for stage in group])
         w.comment("the loss, summed per row; added to the epoch's total once, at the end")
@@ -863,12 +875,13 @@ class KernelGenerator:
             w.line("barriers += 1")
             w.line(f"grid_barrier({arrivals}, barriers * tl.num_programs(0))")
         w.depth -= 1
-        w.line(f"tl.atomic_add({w.arg('loss_sum_ptr')}, tl.sum(loss_rows, axis=0), sem=\"relaxed\")")
+        w.line(f"tl.atomic_add({w.arg(m.LOSS_SUM)}, tl.sum(loss_rows, axis=0), sem=\"relaxed\")")
         name = f"{self.prefix}_epoch"
         return self._function(name, w), KernelSpec(name, "epoch", tuple(s for g in groups for s in g), tuple(w.args))
 
     def _function(self, name, w):
-        signature = ",\n".join(f"    {a}" for a in w.args + [f"{c}: tl.constexpr" for c in CONSTEXPRS])
+        declared = [a.name for a in w.args] + [f"{c}: tl.constexpr" for c in CONSTEXPRS]
+        signature = ",\n".join(f"    {a}" for a in declared)
         body = "\n".join(w.lines)
         return f"@triton.jit\ndef {name}(\n{signature},\n):\n{body}\n"
 
@@ -881,7 +894,7 @@ class KernelGenerator:
             groups = [[stage for stage in groups[0] if stage != "update"]]
         group_of = {stage: i for i, group in enumerate(groups) for stage in group}
         # chunk-local data crossing a kernel boundary goes through global memory
-        local_inputs, local_outputs, buffers = {}, {}, []
+        local_inputs, local_outputs = {}, {}
         ranks = self.ranks
         for producer, consumer, data in graph.edges(data=True):
             if not data["local"] or graph.nodes[consumer]["role"] != "train":
@@ -892,7 +905,6 @@ class KernelGenerator:
                 vector = ranks[name] == "lane"
                 local_outputs.setdefault(producer, []).append((name, vector))
                 local_inputs.setdefault(consumer, []).append((name, vector))
-                buffers.append((name, vector))
         functions, train = [], []
         for group in groups:
             if group == ["update"]:
@@ -922,7 +934,8 @@ class KernelGenerator:
         text = (header + "\nimport triton\nimport triton.language as tl\n\n" + block_k
                 + helpers + "\n\n\n" + "\n\n".join(functions))
         return GeneratedKernels(self.ir.name, self.ir.hash, plan_text, text, tuple(train), predict,
-                                tuple(buffers), tuple(p.name for p in self.ir.params if p.name in self.derived),
+                                _manifest([*train, predict, epoch]),
+                                tuple(p.name for p in self.ir.params if p.name in self.derived),
                                 epoch)
 
     def _header(self, plan_text):

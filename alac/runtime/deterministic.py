@@ -46,17 +46,18 @@ def plan_epoch(layout, chunks, chunks_per_batch):
                           [0] + bounds[0], [0] + bounds[1])
 
 
-def reduce_batch(reduction, batch, buffers, params, globals_, loss_sum):
-    """Sum batch `batch`'s stored edge gradients per feature (fixed order) into the accumulators."""
+def reduce_batch(reduction, batch, find, params, globals_, loss_sum):
+    """Sum batch `batch`'s stored edge gradients per feature (fixed order) into the accumulators;
+    find(role, of) gives the kernels' buffer of that manifest role."""
     e0, e1 = reduction.edge_bounds[batch], reduction.edge_bounds[batch + 1]
     r0, r1 = reduction.run_bounds[batch], reduction.run_bounds[batch + 1]
     edges, lengths, touched = reduction.edges[e0:e1], reduction.lengths[r0:r1], reduction.features[r0:r1]
     for name, value in params.items():
-        stored = buffers[f"edge_grad_{name}_ptr"]
+        stored = find("edge_grad", name)
         per_edge = stored.view(-1, value.shape[1])[edges] if value.dim() > 1 else stored[edges]
-        buffers[f"grad_{name}_ptr"][touched] = torch.segment_reduce(per_edge, "sum", lengths=lengths, axis=0)
+        find("grad", name)[touched] = torch.segment_reduce(per_edge, "sum", lengths=lengths, axis=0)
     step = reduction.chunks_per_batch
     chunks = reduction.chunks[batch * step:(batch + 1) * step]
     for name in globals_:
-        buffers[f"grad_{name}_ptr"][0] = buffers[f"chunk_grad_{name}_ptr"][chunks].sum()
-    loss_sum += buffers["chunk_loss_ptr"][chunks].sum()
+        find("grad", name)[0] = find("chunk_grad", name)[chunks].sum()
+    loss_sum += find("chunk_loss")[chunks].sum()

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
-from alac.codegen.module_cache import triton_installed
+from alac.codegen import triton_installed
 from alac.errors import DataError, OptionError
 from alac.ir.pipeline import lower
 from alac.optimizers import get_optimizer

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from alac.codegen.module_cache import triton_installed
+from alac.codegen import triton_installed
 
 ROUNDS = 4
 # Odd multipliers below 2**31 (so that a 32-bit value times one fits int64 in torch; the Triton side,

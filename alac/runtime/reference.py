@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from alac.codegen.torch_programs import TorchPrograms
+from alac.codegen import TorchPrograms
 from alac.ir.model_ir import LOSS, PREDICTION, delta_name, global_grad_name, grad_name, l2_name
 
 

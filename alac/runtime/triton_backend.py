@@ -13,9 +13,7 @@ import math
 
 import torch
 
-from alac.codegen.kernels import generate_kernels
-from alac.codegen.module_cache import load_module
-from alac.codegen.torch_programs import TorchPrograms
+from alac.codegen import ALLOCATED_ROLES, Sizes, TorchPrograms, generate_kernels, load_module
 from alac.runtime.deterministic import plan_epoch, reduce_batch
 from alac.runtime.schedule import async_programs, resident_programs, slots_per_step, sync_programs, warps_for_tile
 
@@ -54,59 +52,43 @@ class TritonBackend:
         self.async_programs = None
         self._last_async_launch = None
 
+    def _sizes(self, layout):
+        """The sizes the manifest's shapes and size arguments name, for this layout and plan."""
+        hot = min(self.plan.hot_size, layout.n_features)
+        hot_stride = -(-hot // HOT_ROW_ALIGNMENT) * HOT_ROW_ALIGNMENT
+        # sync: R replicas of the hot sums; async: one [H] row per persistent program
+        copies = self.plan.replicas if self.plan.semantics == "sync" else async_programs(self.plan, layout)
+        chunk_edges = layout.chunk_size * (int(layout.chunk_width.max()) if layout.n_chunks else 0)
+        return Sizes(n_features=layout.n_features, K=max(self.ir.factor_size, 1), n_chunks=layout.n_chunks,
+                     chunk_bounds=layout.n_chunks + 1, slots=layout.n_chunks * layout.chunk_size,
+                     edges=int(layout.chunk_start[-1]),
+                     n_batches=max(math.ceil(layout.n_chunks / self.plan.chunks_per_batch), 1),
+                     hot_size=hot, hot_stride=hot_stride, hot_rows=max(copies * hot_stride, 1),
+                     chunk_edges=chunk_edges, batch_edges=self.plan.chunks_per_batch * max(chunk_edges, 1),
+                     replicas=self.plan.replicas, flush_every=self.plan.flush_every,
+                     chunks_per_batch=self.plan.chunks_per_batch)
+
     def _buffers_for(self, state, layout):
-        """Gradient accumulators (zero between batches), the epoch's order and step buffers and,
-        for stage kernels, per-row buffers."""
+        """The manifest's allocated buffers for this layout (zeroed; kept between epochs), keyed by
+        their manifest.Argument, and the sizes they were made with."""
         owners = (layout, *state.params.values(), *state.globals.values())
         if not _same_objects(self._buffers[0], owners):
-            device = layout.device
-            buffers = {f"grad_{name}_ptr": torch.zeros_like(value) for name, value in state.params.items()}
-            buffers.update({f"grad_{name}_ptr": torch.zeros_like(value) for name, value in state.globals.items()})
-            arguments = {a for spec in (*self.generated.train, self.generated.epoch) if spec for a in spec.args}
-            if "touched_ptr" in arguments:
-                buffers["touched_ptr"] = torch.zeros(layout.n_features, dtype=torch.int32, device=device)
-            if "queue_ptr" in arguments:
-                # async chunk queue: positions claimed, programs finished (the kernel leaves both zero)
-                buffers["queue_ptr"] = torch.zeros(2, dtype=torch.int64, device=device)
-            hot = min(self.plan.hot_size, layout.n_features)
-            hot_stride = -(-hot // HOT_ROW_ALIGNMENT) * HOT_ROW_ALIGNMENT
-            if hot:
-                # sync: R replicas; async: one [H] sum per persistent program
-                copies = self.plan.replicas if self.plan.semantics == "sync" else async_programs(self.plan, layout)
-                for name, value in state.params.items():
-                    shape = (copies * hot_stride,) + tuple(value.shape[1:])
-                    buffers[f"hot_grad_{name}_ptr"] = torch.zeros(shape, device=device)
-            if self.plan.deterministic:
-                edges = int(layout.chunk_start[-1])
-                for name, value in state.params.items():
-                    buffers[f"edge_grad_{name}_ptr"] = torch.zeros((edges,) + tuple(value.shape[1:]), device=device)
-                for name in state.globals:
-                    buffers[f"chunk_grad_{name}_ptr"] = torch.zeros(layout.n_chunks, device=device)
-                buffers["chunk_loss_ptr"] = torch.zeros(layout.n_chunks, device=device)
-            if "chunk_edges" in arguments:
-                # one batch's edges per param, chunk_edges slots per chunk
-                chunk_edges = layout.chunk_size * (int(layout.chunk_width.max()) if layout.n_chunks else 0)
-                for name, value in state.params.items():
-                    shape = (self.plan.chunks_per_batch * max(chunk_edges, 1),) + tuple(value.shape[1:])
-                    buffers[f"batch_edge_grad_{name}_ptr"] = torch.zeros(shape, device=device)
-                buffers["chunk_edges"] = chunk_edges
-            buffers["feature_bound"] = layout.n_features
-            slots = layout.n_chunks * layout.chunk_size
-            for name, vector in self.generated.buffers:
-                shape = (slots, self.ir.factor_size) if vector else (slots,)
-                buffers[f"{name}_buffer_ptr"] = torch.zeros(shape, device=device)
-            n_batches = math.ceil(layout.n_chunks / self.plan.chunks_per_batch)
-            buffers["chunk_order_ptr"] = torch.zeros(layout.n_chunks, dtype=torch.int64, device=device)
-            buffers["lr_ptr"] = torch.zeros(max(n_batches, 1), device=device)
-            buffers["scale_ptr"] = torch.zeros(max(n_batches, 1), device=device)
-            buffers["arrivals_ptr"] = torch.zeros(1, dtype=torch.int32, device=device)
-            buffers.update({"hot_size": hot, "hot_stride": hot_stride, "replicas": self.plan.replicas,
-                            "n_chunks": layout.n_chunks,
-                            "flush_every": self.plan.flush_every, "chunks_per_batch": self.plan.chunks_per_batch})
-            self._buffers = (owners, buffers)
+            sizes = self._sizes(layout)
+            buffers = {a: torch.zeros(sizes.shape(a), dtype=getattr(torch, a.dtype), device=layout.device)
+                       for a in self.generated.manifest if a.role in ALLOCATED_ROLES}
+            self._buffers = (owners, (buffers, sizes))
             self._bound_key = None
             self._graph = None
         return self._buffers[1]
+
+    def _find(self, role, of=""):
+        """The allocated buffer of that role (and param, global or schedule entry)."""
+        buffers, _ = self._buffers[1]
+        return next(value for a, value in buffers.items() if a.role == role and a.of == of)
+
+    def _schedule(self, entry):
+        """The epoch's chunk order, learning rates or scales, as the kernels read them."""
+        return self._find("schedule", entry)
 
     def _constants(self, layout):
         slots = slots_per_step(self.plan, layout, self.ir.factor_size)
@@ -116,49 +98,55 @@ class TritonBackend:
                 "num_warps": warps_for_tile(self.plan, slots, self.ir.factor_size),
                 "WIDE_IDS": layout.n_features * max(self.ir.factor_size, 1) >= WIDE_ID_LIMIT}
 
-    def _values(self, state, layout, labels, extra):
-        values = {
-            "edge_feature_ptr": layout.edge_feature,
+    def _value(self, argument, state, layout, labels, settings, allocated, outputs):
+        """What a manifest.Argument is bound to: found by its role, never by its name."""
+        role, of = argument.role, argument.of
+        buffers, sizes = allocated
+        if role == "param":
+            return state.params[of]
+        if role == "global":
+            return state.globals[of]
+        if role == "state":
+            return state.states[of]
+        if role == "layout":
+            value = getattr(layout, of)
             # never read when HAS_VALUES is False; any tensor serves as the pointer
-            "edge_value_ptr": layout.edge_value if layout.edge_value is not None else layout.edge_feature,
-            "chunk_start_ptr": layout.chunk_start, "chunk_width_ptr": layout.chunk_width,
-            "row_of_slot_ptr": layout.row_of_slot, "label_ptr": labels, "chunk_offset": 0, "batch": 0,
-        }
-        for name, value in state.params.items():
-            values[f"{name}_ptr"] = value
-        for name, value in state.globals.items():
-            values[f"{name}_ptr"] = value
-        for name, value in state.states.items():
-            values[f"state_{name}_ptr"] = value
-        values.update(extra)
-        return values
+            return layout.edge_feature if value is None else value
+        if role == "labels":
+            return labels
+        if role == "output":
+            return outputs[of]
+        if role in ALLOCATED_ROLES:
+            return outputs.get(of, buffers[argument])
+        if role == "size":
+            return sizes.dim(of)
+        if role == "launch":
+            return 0
+        if role == "hyper":
+            return float(settings.hypers[of])
+        return float(getattr(settings, role).get(of, 0.0))   # gradient_l2, update_l1, update_l2
 
     def _bind(self, state, layout, labels, settings, loss_sum):
         """The train kernels with their argument lists, bound once per (state, layout, labels,
         settings): per launch only the chunk offset and the batch index change."""
-        buffers = self._buffers_for(state, layout)
+        allocated = self._buffers_for(state, layout)
         key = (state, layout, labels, loss_sum, repr(settings))
         if not _same_objects(self._bound_key, key):
-            values = self._values(state, layout, labels, dict(buffers, loss_sum_ptr=loss_sum))
-            for p in self.ir.params:
-                values[f"l2_{p.name}"] = float(settings.gradient_l2.get(p.name, 0.0))
-                values[f"reg_l1_{p.name}"] = float(settings.update_l1.get(p.name, 0.0))
-                values[f"reg_l2_{p.name}"] = float(settings.update_l2.get(p.name, 0.0))
-            values.update({f"h_{name}": float(value) for name, value in settings.hypers.items()})
+            def bound(spec):
+                return [self._value(a, state, layout, labels, settings, allocated, {"loss_sum": loss_sum})
+                        for a in spec.args]
+
+            def position(spec, of):
+                return next((i for i, a in enumerate(spec.args) if a.role == "launch" and a.of == of), None)
+
             constants = self._constants(layout)
-            self._bound = []
-            for spec in self.generated.train:
-                arguments = [values[name] for name in spec.args]
-                offset_at = spec.args.index("chunk_offset") if "chunk_offset" in spec.args else None
-                batch_at = spec.args.index("batch") if "batch" in spec.args else None
-                self._bound.append((getattr(self.module, spec.name), arguments, constants, offset_at, batch_at))
+            self._bound = [(getattr(self.module, spec.name), bound(spec), constants, position(spec, "chunk_offset"),
+                            position(spec, "batch")) for spec in self.generated.train]
             epoch = self.generated.epoch
-            self._bound_epoch = epoch and (getattr(self.module, epoch.name), [values[name] for name in epoch.args],
-                                           constants)
+            self._bound_epoch = epoch and (getattr(self.module, epoch.name), bound(epoch), constants)
             self._bound_key = key
             self._graph = None
             self._settings, self._state, self._layout, self._loss_sum = settings, state, layout, loss_sum
-        return buffers
 
     def _launch_batch(self, offset, count, batch):
         for index, (kernel, arguments, constants, offset_at, batch_at) in enumerate(self._bound):
@@ -168,11 +156,11 @@ class TritonBackend:
                 arguments[batch_at] = batch
             if self.plan.deterministic and index == len(self._bound) - 1:
                 # before the update kernel: the batch's gradient sums, in a fixed order
-                reduce_batch(self._reduction, batch, self._buffers[1], self._state.params, self._state.globals,
+                reduce_batch(self._reduction, batch, self._find, self._state.params, self._state.globals,
                              self._loss_sum)
             kernel[(count,)](*arguments, **constants)
         if self._settings.decay_l2:
-            self._state.decay(self._settings.decay_l2, self._buffers[1]["lr_ptr"][batch])
+            self._state.decay(self._settings.decay_l2, self._schedule("lr")[batch])
 
     def _launch_epoch(self, layout):
         per_batch = self.plan.chunks_per_batch
@@ -182,10 +170,10 @@ class TritonBackend:
     def train_batch(self, state, layout, labels, chunk_order, offset, count, lr, scale, settings, loss_sum):
         """One sync batch (chunks chunk_order[offset:offset + count]): gradient sums times scale go
         to the optimizer with learning rate lr."""
-        buffers = self._bind(state, layout, labels, settings, loss_sum)
-        buffers["chunk_order_ptr"].copy_(chunk_order)
-        buffers["lr_ptr"][0] = lr
-        buffers["scale_ptr"][0] = scale
+        self._bind(state, layout, labels, settings, loss_sum)
+        self._schedule("chunk_order").copy_(chunk_order)
+        self._schedule("lr")[0] = lr
+        self._schedule("scale")[0] = scale
         if self.plan.deterministic:
             self._reduction = plan_epoch(layout, chunk_order[offset:offset + count], count)
         self._launch_batch(offset, count, 0)
@@ -193,10 +181,10 @@ class TritonBackend:
     def train_epoch(self, state, layout, labels, order, rates, scales, settings, loss_sum):
         """An epoch: rates and scales hold one learning rate and one 1 / samples per batch (async:
         one of each, the scale being 1 / B: a sample's gradient counts as in a batch of B)."""
-        buffers = self._bind(state, layout, labels, settings, loss_sum)
-        buffers["chunk_order_ptr"].copy_(order)
-        buffers["lr_ptr"][:rates.numel()] = rates
-        buffers["scale_ptr"][:scales.numel()] = scales
+        self._bind(state, layout, labels, settings, loss_sum)
+        self._schedule("chunk_order").copy_(order)
+        self._schedule("lr")[:rates.numel()] = rates
+        self._schedule("scale")[:scales.numel()] = scales
         if self.plan.semantics == "async":
             kernel, arguments, constants, _, _ = self._bound[0]
             self.async_programs = async_programs(self.plan, layout)
@@ -209,7 +197,7 @@ class TritonBackend:
             self._launch_epoch(layout)
         elif self._bound_epoch and not settings.decay_l2:
             kernel, arguments, constants = self._bound_epoch
-            buffers["arrivals_ptr"].zero_()
+            self._find("arrivals").zero_()
             kernel[(sync_programs(self.plan, layout, self.interpret),)](*arguments, **constants)
         elif not (self.plan.cuda_graph and layout.device.type == "cuda"):
             self._launch_epoch(layout)
@@ -250,8 +238,9 @@ class TritonBackend:
     def predict(self, state, layout, labels):
         prediction = torch.empty(layout.n_chunks * layout.chunk_size, device=layout.device)
         order = torch.arange(layout.n_chunks, device=layout.device)
-        values = self._values(state, layout, labels, {"chunk_order_ptr": order, "prediction_ptr": prediction})
         spec = self.generated.predict
-        getattr(self.module, spec.name)[(layout.n_chunks,)](*[values[n] for n in spec.args],
-                                                            **self._constants(layout))
+        allocated = self._buffers_for(state, layout)
+        outputs = {"chunk_order": order, "prediction": prediction}
+        arguments = [self._value(a, state, layout, labels, None, allocated, outputs) for a in spec.args]
+        getattr(self.module, spec.name)[(layout.n_chunks,)](*arguments, **self._constants(layout))
         return prediction

@@ -297,7 +297,7 @@ def test_the_chunk_queue_hands_out_every_chunk_once_per_epoch(model_name, progra
         losses = {name: executor.train_epoch(layout, labels, epoch=epoch, lr=0.0)
                   for name, executor in executors.items()}
         assert losses[KERNEL_BACKEND] == pytest.approx(losses["reference"], rel=1e-5)
-        assert executors[KERNEL_BACKEND].backend._buffers[1]["queue_ptr"].tolist() == [0, 0]
+        assert executors[KERNEL_BACKEND].backend._find("queue").tolist() == [0, 0]
     resident = executors[KERNEL_BACKEND].backend.resident_async_programs()
     if KERNEL_BACKEND == "triton":
         # every multiprocessor holds the same number of programs (at least one)

@@ -1,0 +1,22 @@
+"""Code generation: ModelIR + plan -> a module of Triton kernels and its typed manifest.
+
+This is the API the runtime uses; the rest of the package is codegen's own. The runtime allocates
+and binds from the manifest (alac.codegen.manifest) and launches the kernels the specs name.
+"""
+
+from alac.codegen.manifest import ALLOCATED_ROLES, Argument, Sizes
+from alac.codegen.module_cache import load_module, triton_installed
+from alac.codegen.torch_programs import TorchPrograms
+
+__all__ = ["ALLOCATED_ROLES", "Argument", "GeneratedKernels", "KernelSpec", "Sizes", "TorchPrograms",
+           "generate_kernels", "load_module", "triton_installed"]
+
+
+def __getattr__(name):
+    # the generator imports Triton (its device helpers are Triton functions): loaded on first use, so
+    # that the reference backend runs where Triton is not installed
+    if name in ("GeneratedKernels", "KernelSpec", "generate_kernels"):
+        from alac.codegen import kernels
+
+        return getattr(kernels, name)
+    raise AttributeError(name)
