@@ -25,18 +25,25 @@ mini-batch barrier); the predict kernel is aggregate + predict.
 
 Every atomic is relaxed (sums need atomicity, not ordering; kernel boundaries and barriers order
 the steps), except the grid barrier's counter. Kernel names are `alac_<model>_<ir hash[:8]>_<role>`.
+
+The generator is split by concern: kernels (this module: which kernels, their loops and launches),
+stages (aggregate, loss, apply, predict), param_access (every read and update of a param and its
+optimizer state), writer (lines and arguments), manifest (the typed arguments the runtime binds).
 """
 
 from __future__ import annotations
 
 import inspect
 import textwrap
-from dataclasses import dataclass, field
 
 from alac.codegen import manifest as m
 from alac.codegen import triton_helpers
+from alac.codegen.manifest import GeneratedKernels, KernelSpec
+from alac.codegen.param_access import ParamAccess
 from alac.codegen.printer import TRITON, ExpressionPrinter, rank_of
-from alac.ir.model_ir import LOSS, PREDICTION, grad_name, l2_name
+from alac.codegen.stages import StageEmitter
+from alac.codegen.writer import Writer
+from alac.ir.model_ir import l2_name
 from alac.ir.stage_graph import build_stage_graph, kernel_groups
 from alac.plan import next_power_of_two
 
@@ -54,83 +61,12 @@ CONSTEXPRS = ("HAS_VALUES", "C", "S", "ONE_TILE", "WIDE_IDS")
 HOT_BLOCK = 256
 
 
-@dataclass(frozen=True)
-class KernelSpec:
-    name: str
-    role: str          # "train" (one per group, in launch order), "update", "async" or "predict"
-    stages: tuple
-    args: tuple        # manifest.Arguments, in order; CONSTEXPRS follow as keywords
-
-
-@dataclass(frozen=True)
-class GeneratedKernels:
-    model: str
-    ir_hash: str
-    plan_text: str
-    source: str
-    train: tuple       # sync: KernelSpecs launched per batch, in order (the last is the update);
-                       # async: the one persistent kernel, launched once per epoch
-    predict: KernelSpec
-    manifest: tuple = field(default=())  # every manifest.Argument of the module's kernels, once
-    derived_params: tuple = ()           # params the kernels compute from their state, never store
-    epoch: KernelSpec | None = None      # sync with grid barriers: the whole epoch in one launch
-
-
-class _Writer:
-    def __init__(self):
-        self.lines = []
-        self.args = []
-        self.depth = 1
-        # params this kernel computes from their optimizer state (async train kernel only: the
-        # predict kernel reads the params the runtime wrote after the epoch)
-        self.derived = frozenset()
-        # one-tile code: the chunk's edges are loaded once, with the params already gathered
-        self.one_tile = False
-        self.tile_loaded = False
-        self.loaded_params = set()
-        # persistent kernels sum the loss per row in registers and add it to the total once, at the end
-        self.loss_rows = False
-
-    def arg(self, argument):
-        """Declare a manifest.Argument of the kernel; returns its name in the source."""
-        if argument not in self.args:
-            assert all(a.name != argument.name for a in self.args), f"two descriptions of {argument.name}"
-            self.args.append(argument)
-        return argument.name
-
-    def line(self, text=""):
-        self.lines.append(("    " * self.depth + text) if text else "")
-
-    def comment(self, text):
-        self.line(f"# {text}")
-
-
-def _is_zero(program, name):
-    return next(d.expr for d in program if d.name == name) == 0
-
-
-def _state_variable(prefix, state):
-    """The variable holding an optimizer state's values in generated code."""
-    return f"{prefix}state_{state}"
-
-
 def _manifest(specs):
     """Every argument of the specs' kernels once, in order of first use."""
     return tuple(dict.fromkeys(a for spec in specs if spec for a in spec.args))
 
 
-def _live(program, outputs):
-    """The definitions of program that outputs need, in order."""
-    needed = set(outputs)
-    kept = []
-    for d in reversed(program):
-        if d.name in needed:
-            kept.append(d)
-            needed |= {s.name for s in d.expr.free_symbols}
-    return tuple(reversed(kept))
-
-
-class KernelGenerator:
+class KernelGenerator(StageEmitter, ParamAccess):
     def __init__(self, ir, plan):
         self.ir = ir
         self.optimizer = ir.optimizer
@@ -174,408 +110,6 @@ class KernelGenerator:
                 is_output = not d.name.startswith("t")
                 ranks[d.name] = "row" if is_output and rank == "uniform" else rank
         return ranks
-
-    # --- pieces of code ---------------------------------------------------------------------
-
-    @staticmethod
-    def _vector_offsets(ids, edge=False):
-        """Offsets of the K factors of every id: ids is a [C] block, or an [S, C] tile when edge."""
-        return f"{ids}[:, :, None] * K + lanes" if edge else f"{ids}[:, None] * K + lanes[None, :]"
-
-    @staticmethod
-    def _lane_mask(mask, edge=False):
-        return f"{mask}[:, :, None] & lane_valid" if edge else f"{mask}[:, None] & lane_valid[None, :]"
-
-    def _load_param(self, w, name):
-        if name in w.loaded_params:
-            return
-        if w.one_tile:
-            w.loaded_params.add(name)
-        if name in w.derived:
-            p = next(p for p in self.ir.params if p.name == name)
-            edges, variable = "present", name
-            if self.hot:
-                w.comment(f"{name}: stored for hot features (their flushes store it), {self.optimizer.name}'s function")
-                w.comment("of its state for cold ones (computed here, never stored)")
-                w.line(f"cold_{name} = present & (feature >= {w.arg(m.size('hot_size'))})")
-                edges, variable = f"cold_{name}", f"derived_{name}"
-            else:
-                w.comment(f"{name} is {self.optimizer.name}'s function of its state: computed here, never stored")
-            ranks, names, targets, _ = self._update_symbols(w, p, "feature", edges, True, f"{name}_")
-            self._derive(w, p, ranks, names, targets, variable, set(), f"{name}_")
-            if self.hot:
-                offsets = self._vector_offsets("feature", True) if p.vector else "feature"
-                hot, cold = f"present & ~cold_{name}", f"cold_{name}"
-                if p.vector:
-                    hot, cold = self._lane_mask(f"({hot})", True), self._lane_mask(cold, True)
-                # past L1: other programs' flushes store it, and an SM's L1 keeps its old lines
-                stored = w.arg(m.param(p))
-                w.line(f"{name} = tl.where({cold}, derived_{name}, tl.load({stored} + {offsets}, "
-                       f"mask={hot}, other=0.0, cache_modifier=\".cg\"))")
-            return
-        pointer = w.arg(m.param(self.params[name]))
-        if self.param_vector[name]:
-            w.line(f"{name} = tl.load({pointer} + {self._vector_offsets('feature', True)}, "
-                   f"mask={self._lane_mask('present', True)}, other=0.0)")
-        else:
-            w.line(f"{name} = tl.load({pointer} + feature, mask=present, other=0.0)")
-
-    def _edge_loop_header(self, w, load_values=True):
-        """Open the loop over the chunk's [S, C] edge tiles; in one-tile code, load the one tile
-        (once per kernel). Returns whether a loop was opened."""
-        if w.one_tile:
-            if w.tile_loaded:
-                return False
-            w.comment("every row fits one [S, C] tile of edges: load it once for all stages")
-            w.line("slot = tl.arange(0, S)")
-        else:
-            w.comment("S edge slots of the chunk's C rows at a time: an [S, C] tile of edges")
-            w.line("for slot_start in range(0, width, S):")
-            w.depth += 1
-            w.line("slot = slot_start + tl.arange(0, S)")
-        w.line("edge = slot[:, None] * C + rows[None, :]")
-        if load_values:
-            w.line("feature, present, x = load_edges(chunk_features, chunk_values, edge, slot[:, None] < width, "
-                   "HAS_VALUES, WIDE_IDS)")
-        else:
-            w.line("feature = tl.load(chunk_features + edge, mask=slot[:, None] < width, other=-1)")
-        w.tile_loaded = w.one_tile
-        return not w.one_tile
-
-    def _program(self, w, program, mask_outputs=False):
-        for d in program:
-            rank = self.ranks[d.name]
-            text = self.printer(d.expr, rank)
-            if mask_outputs and not d.name.startswith("t"):
-                text = f"tl.where(valid{'[:, None]' if rank == 'lane' else ''}, {text}, 0.0)"
-            w.line(f"{d.name} = {text}")
-
-    def _used_params(self, exprs):
-        names = {s.name for e in exprs for s in e.free_symbols}
-        return [p.name for p in self.ir.params if p.name in names]
-
-    def _store_rows(self, w, name, vector):
-        pointer = w.arg(m.stage_rows(name, vector))
-        if vector:
-            w.line(f"tl.store({pointer} + {self._vector_offsets('slots')}, {name}, mask=lane_valid[None, :])")
-        else:
-            w.line(f"tl.store({pointer} + slots, {name})")
-
-    def _load_rows(self, w, name, vector):
-        pointer = w.arg(m.stage_rows(name, vector))
-        if vector:
-            w.line(f"{name} = tl.load({pointer} + {self._vector_offsets('slots')}, "
-                   f"mask=lane_valid[None, :], other=0.0)")
-        else:
-            w.line(f"{name} = tl.load({pointer} + slots)")
-
-    # --- stages --------------------------------------------------------------------------------
-
-    def _aggregate(self, w):
-        w.comment("aggregate: every edge adds its contribution to its sample's accums (registers)")
-        if not w.one_tile:
-            for a in self.ir.accums:
-                shape = "[C, BLOCK_K]" if a.vector else "[C]"
-                w.line(f"{a.name} = tl.zeros({shape}, tl.float32)")
-        looped = self._edge_loop_header(w)
-        for name in self._used_params([a.contribution for a in self.ir.accums]):
-            self._load_param(w, name)
-        for a in self.ir.accums:
-            rank = "edge_lane" if a.vector else "edge"
-            mask = "present[:, :, None]" if a.vector else "present"
-            total = f"tl.sum(tl.where({mask}, {self.printer(a.contribution, rank)}, 0.0), axis=0)"
-            w.line(f"{a.name} += {total}" if looped else f"{a.name} = {total}")
-        if looped:
-            w.depth -= 1
-
-    def _loss(self, w):
-        w.comment("loss: per-sample loss and dLoss/dAccum, computed in place; padding rows give 0")
-        w.line(f"y = tl.load({w.arg(m.LABELS)} + slots)")
-        for g in self.ir.globals:
-            w.line(f"{g} = tl.load({w.arg(m.global_(g))})")
-        self._program(w, self.ir.sample_program, mask_outputs=True)
-        if self.deterministic:
-            w.comment("deterministic: the chunk's sums go to its own slots; the runtime adds them in order")
-            w.line(f"tl.store({w.arg(m.CHUNK_LOSS)} + chunk, tl.sum({LOSS}, axis=0))")
-            for d in self.ir.global_grads:
-                w.line(f"tl.store({w.arg(m.chunk_grad(d.name[3:]))} + chunk, tl.sum({d.name}, axis=0))")
-            return
-        if w.loss_rows:
-            w.line(f"loss_rows += {LOSS}")
-        else:
-            w.line(f"tl.atomic_add({w.arg(m.LOSS_SUM)}, tl.sum({LOSS}, axis=0), sem=\"relaxed\")")
-        if self.asynchronous:
-            for d in self.ir.global_grads:
-                w.line(f"tl.atomic_add({w.arg(m.global_(d.name[3:]))}, -lr * scale * tl.sum({d.name}, axis=0), "
-                       "sem=\"relaxed\")")
-            return
-        for d in self.ir.global_grads:
-            accumulator = w.arg(m.grad(d.name[3:], is_global=True))
-            w.line(f"tl.atomic_add({accumulator}, tl.sum({d.name}, axis=0), sem=\"relaxed\")")
-
-    def _apply(self, w):
-        if self.asynchronous:
-            w.comment("apply: every edge's gradient (x 1/B) through the optimizer, straight into the parameters")
-        elif self.edge_updates:
-            w.comment("apply: per-edge gradients, kept at the edge's slot of the batch's edge buffer for the update")
-        else:
-            w.comment("apply: per-edge gradients, added into the batch's gradient accumulators")
-        looped = self._edge_loop_header(w)
-        exprs = [d.expr for d in self.ir.edge_program]
-        for name in self._used_params(exprs):
-            self._load_param(w, name)
-        for p in self.ir.params:
-            w.arg(m.regularizer("gradient_l2", p.name))
-        self._program(w, self.ir.edge_program)
-        if not self.asynchronous and not self.edge_updates:
-            w.line(f"tl.store({w.arg(m.TOUCHED)} + feature, tl.full([S, C], 1, tl.int32), mask=present)")
-        if self.hot:
-            w.line(f"hot = present & (feature < {w.arg(m.size('hot_size'))})")
-            w.line("cold = present & ~hot")
-        if self.hot and not self.asynchronous:
-            w.comment("hot edges: sort the slot's (feature, row) pairs so that equal features are adjacent")
-            self._sort_slots(w, "hot", w.arg(m.size("hot_size")), "hot_feature")
-        for p in self.ir.params:
-            self._scatter(w, p)
-        if looped:
-            w.depth -= 1
-
-    def _scatter(self, w, p):
-        """Route one param's per-edge gradients (module docstring): sync adds them into the batch's
-        accumulators, async applies the optimizer's change at once."""
-        value = grad_name(p.name)
-        edges = "cold" if self.hot else "present"
-        if self.asynchronous:
-            self._optimizer_step(w, p, "feature", edges, True, f"{value} * scale", "delta",
-                                 param_loaded=p.name in self._used_params([d.expr for d in self.ir.edge_program])
-                                 or p.name in w.loaded_params)
-        elif self.deterministic:
-            offsets = "edge_base * K + edge[:, :, None] * K + lanes" if p.vector else "edge_base + edge"
-            mask = self._lane_mask("present", True) if p.vector else "present"
-            w.line(f"tl.store({w.arg(m.edge_grad(p))} + {offsets}, {value}, mask={mask})")
-            return
-        elif self.edge_updates:
-            offsets, mask = self._batch_edge_offsets(p, edges)
-            w.line(f"tl.store({w.arg(m.batch_edge_grad(p))} + {offsets}, {value}, mask={mask})")
-        else:
-            self._add_at(w, p, m.grad(p.name, p.vector), "feature", value, edges)
-        if not self.hot:
-            return
-        if self.asynchronous:
-            w.comment("hot edges: into this program's own sums (no other program adds there), "
-                      "applied at its next flush")
-            self._add_at(w, p, m.hot_sums(p), "(hot_base + feature)", value, "hot")
-            return
-        self._segment_sums(w, p, value, "hot_feature")
-        self._add_at(w, p, m.hot_sums(p), f"(replica * {w.arg(m.size('hot_stride'))} + hot_feature)", "summed",
-                     "segment_end")
-
-    @staticmethod
-    def _sort_slots(w, selected, bound, sorted_feature):
-        """Sort every slot's C (feature, row) pairs by feature, edges outside selected last (as
-        bound, which exceeds every selected feature): sorted_feature, the permutation that sorts
-        the slot's rows, and segment_end, the last edge of every run of one selected feature."""
-        w.line(f"order = tl.sort(tl.where({selected}, feature.to(tl.int64), {bound}) * C + rows, 1)")
-        w.line(f"{sorted_feature} = order // C")
-        w.line("permutation = (order % C).to(tl.int32)")
-        w.line(f"segment_end = ({sorted_feature} != tl.gather({sorted_feature}, next_row, 1)) | (rows == C - 1)")
-        w.line(f"segment_end = segment_end & ({sorted_feature} < {bound})")
-
-    @staticmethod
-    def _segment_sums(w, p, value, sorted_feature):
-        """summed: value (an edge tile of p) summed over every run of one feature that _sort_slots
-        found, the run's sum at its last edge."""
-        if p.vector:
-            w.line("spread = tl.zeros([S, C, BLOCK_K], tl.int32)")
-            w.line(f"sorted_value = tl.gather({value}, permutation[:, :, None] + spread, 1)")
-            w.line(f"key = {sorted_feature}[:, :, None] + spread")
-        else:
-            w.line(f"sorted_value = tl.gather({value}, permutation, 1)")
-            w.line(f"key = {sorted_feature}")
-        w.line("key, summed = tl.associative_scan((key, sorted_value), 1, segment_sum)")
-
-    def _batch_edge_offsets(self, p, mask):
-        """Offsets and mask of the current [S, C] edge tile in a per-batch edge buffer (chunk
-        batch_chunk of the batch, chunk_edges slots per chunk)."""
-        slot = "(batch_chunk * chunk_edges + edge)"
-        return ((self._vector_offsets(slot, True), self._lane_mask(mask, True)) if p.vector else (slot, mask))
-
-    def _add_at(self, w, p, pointer, rows, value, mask):
-        """Atomically add an [S, C] tile of p's values (times its K lanes for a vector param) at the
-        given rows of the buffer behind pointer."""
-        offsets = self._vector_offsets(rows, True) if p.vector else rows
-        mask = self._lane_mask(mask, True) if p.vector else mask
-        w.line(f"tl.atomic_add({w.arg(pointer)} + {offsets}, {value}, mask={mask}, sem=\"relaxed\")")
-
-    def _update_symbols(self, w, p, ids, mask, edge, prefix):
-        """Ranks and variable names of the optimizer's symbols for param p at feature ids (an [S, C]
-        tile when edge, else a block), (pointer argument, offsets, mask) of each of its states (the
-        caller declares the arguments it uses), and (offsets, mask) of p's own values there."""
-        lane_rank, row_rank = ("edge_lane", "edge") if edge else ("lane", "row")
-        full_rank = lane_rank if p.vector else row_rank
-        ranks = {"p": full_rank, "g": full_rank, "lr": "uniform", "l1": "uniform", "l2": "uniform", "K": "uniform"}
-        ranks.update({f"h_{h}": "uniform" for h in self.optimizer.hypers})
-        names = {"p": f"{prefix}value", "g": f"{prefix}g",
-                 "l1": w.arg(m.regularizer("update_l1", p.name)) if self.optimizer.has_l1 else "0.0",
-                 "l2": m.regularizer("update_l2", p.name).name,
-                 "lr": "lr"}
-        full_offsets = self._vector_offsets(ids, edge) if p.vector else ids
-        full_mask = self._lane_mask(mask, edge) if p.vector else mask
-        targets = {}
-        for state, _, row in self.optimizer.states:
-            per_row = row and p.vector
-            ranks[f"s_{state}"] = row_rank if (row or not p.vector) else lane_rank
-            names[f"s_{state}"] = _state_variable(prefix, state)
-            targets[state] = (m.state(p, state, row), ids if per_row else full_offsets,
-                              mask if per_row else full_mask)
-        return ranks, names, targets, (full_offsets, full_mask)
-
-    def _derive(self, w, p, ranks, names, targets, variable, loaded, prefix):
-        """Load the states p's derivation reads (those not in loaded, which it extends) and compute p
-        into variable; its temps are named with prefix."""
-        program = self.optimizer.for_param(p).derived
-        self._use_arguments(w, p, program)
-        reads = {s.name for d in program for s in d.expr.free_symbols}
-        # The states are read by atomic additions of 0, not loads: an atomic operation sees the
-        # latest value of its address, a load (even past L1, .cg or volatile) may see an older one,
-        # and a stale z beside a fresh n derives a weight no update produced. H100, async FTRL LR,
-        # 200k rows with 7 other processes on the GPU: first-epoch loss 0.60-0.71 with .cg loads,
-        # 0.562 with atomic reads (stored weights 0.56-0.63); 4M rows: 9.1 against 8.7 ms per epoch.
-        for state, (target, offsets, target_mask) in targets.items():
-            if f"s_{state}" in reads and state not in loaded:
-                w.line(f"{names[f's_{state}']} = tl.where({target_mask}, tl.atomic_add({w.arg(target)} + {offsets}, "
-                       f"0.0, mask={target_mask}, sem=\"relaxed\"), 0.0)")
-                loaded.add(state)
-        for d in program:
-            ranks[d.name] = rank_of(d.expr, ranks)
-            names[d.name] = variable if d.name == "derived_p" else f"{prefix}{d.name}"
-        printer = ExpressionPrinter(TRITON, names, ranks)
-        for d in program:
-            w.line(f"{names[d.name]} = {printer(d.expr, ranks[d.name])}")
-
-    def _use_arguments(self, w, p, program):
-        used = {symbol.name for d in program for symbol in d.expr.free_symbols}
-        if "l2" in used:
-            w.arg(m.regularizer("update_l2", p.name))
-        for h in self.optimizer.hypers:
-            if f"h_{h}" in used:
-                w.arg(m.hyper(h))
-        return used
-
-    def _optimizer_step(self, w, p, ids, mask, edge, gradient, mode, param_loaded=False, prefix=""):
-        """The optimizer's rule for param p at feature ids (an [S, C] tile when edge, else a block):
-        mode "new" stores the new values (sync update), "delta" adds new - old atomically (async).
-        param_loaded: the tile's values of p are already in a variable named after p (async apply
-        reuses them instead of a second gather). prefix: for the variables it defines, where a
-        loop would otherwise re-assign a chunk's tile-shaped ones with block-shaped values.
-        A derived param (async, `Plan.derive_params`) is computed from its state, and only its
-        state's changes are applied; the hot flush (not edge) derives its old value too but stores the
-        new one, which hot edges read (see _load_param)."""
-        update = self.optimizer.for_param(p)
-        program = update.deltas if mode == "delta" else update.program
-        derived = mode == "delta" and p.name in w.derived
-        stored = not (derived and edge)
-        ranks, names, targets, (full_offsets, full_mask) = self._update_symbols(w, p, ids, mask, edge, prefix)
-        if not stored:
-            program = _live(program, [d.name for d in program if d.name.startswith(("delta_s_", "new_s_"))])
-        for d in program:
-            ranks[d.name] = rank_of(d.expr, ranks)
-            names[d.name] = prefix + d.name
-        # the printer reads names as they are when it prints: the renames below take effect
-        printer = ExpressionPrinter(TRITON, names, ranks)
-        used = self._use_arguments(w, p, program)
-        w.comment(f"{self.optimizer.name} on {p.name}" + (" (the change, added atomically)" if mode == "delta" else ""))
-        w.line(f"{names['g']} = {gradient}")
-        pointer = w.arg(m.param(p)) if stored else None
-        for target, _, _ in targets.values():
-            w.arg(target)
-        defined = {d.name for d in program}
-        loaded = set()
-        if derived and param_loaded:
-            # _load_param derived p with prefix "<p>_": its states are in those variables
-            names["p"] = p.name
-            reads = {s.name for d in update.derived for s in d.expr.free_symbols}
-            for state in targets:
-                if f"s_{state}" in reads:
-                    names[f"s_{state}"] = _state_variable(f"{p.name}_", state)
-                    loaded.add(state)
-        elif derived:
-            # The flush's old value too: a stored copy may be older than the state (another
-            # program's flush stored it from an earlier one), and z then grew past its weight
-            # (H100, async FTRL LR, 8 processes sharing the GPU: 5 of 24 runs ended at training loss
-            # 0.437-0.477 against 0.430; 0 of 24 derived here).
-            self._derive(w, p, ranks, names, targets, names["p"], loaded, prefix)
-        elif "p" in used or "new_p" in defined:
-            w.line(f"{names['p']} = {p.name}" if param_loaded else
-                   f"{names['p']} = tl.load({pointer} + {full_offsets}, mask={full_mask}, other=0.0)")
-        added = [st for st in targets if f"new_s_{st}" not in defined and not _is_zero(program, f"delta_s_{st}")]
-        if derived:
-            # A state the changes read is fetched by its own addition even though the derivation
-            # loaded it: the value returned is the one this addition follows, so concurrent changes
-            # chain like sequential ones. With the loaded value FTRL's sigma terms of P concurrent
-            # updates sum sqrt(n + g_i^2) - sqrt(n) over i instead of telescoping to the true change
-            # of sqrt(n), z outgrows beta + sqrt(n), and async LR diverged (validation logloss 6.9
-            # on H100). The other states' changes go out as additions nobody waits for.
-            refetch = [st for st in added if f"s_{st}" in used]
-            loaded -= set(refetch)
-            for state in refetch:
-                names[f"s_{state}"] = _state_variable(prefix, state)
-        fetched = self._emit_update_program(w, program, printer, ranks, names, targets, used,
-                                            added if mode == "delta" else [], loaded)
-        stores = [(pointer, "p", full_offsets, full_mask)] if stored else []
-        stores += [(target.name, f"s_{st}", offsets, target_mask)
-                   for st, (target, offsets, target_mask) in targets.items() if st not in fetched]
-        for target, source, offsets, target_mask in stores:
-            if f"new_{source}" in defined:
-                w.line(f"tl.store({target} + {offsets}, {names[f'new_{source}']}, mask={target_mask})")
-            elif not _is_zero(program, f"delta_{source}"):
-                w.line(f"tl.atomic_add({target} + {offsets}, {names[f'delta_{source}']}, mask={target_mask}, "
-                       "sem=\"relaxed\")")
-
-    def _emit_update_program(self, w, program, printer, ranks, names, targets, used, fetchable, loaded=()):
-        """Print an update program, reading each state it uses either by a load or, for a state whose
-        change is added (fetchable) and computable without it, as the value its atomic addition
-        returns: one fetch-and-add instead of a load and an addition (async FTRL reads z and n this
-        way), and the freshest value as well. States in loaded are already in their variables.
-        Returns the states read by fetch-and-add."""
-        known = {"p", "g", "lr", "l1", "l2", "K"} | {f"h_{h}" for h in self.optimizer.hypers}
-        known |= {f"s_{st}" for st in loaded}
-        needed = [st for st in targets if f"s_{st}" in used and st not in loaded]
-        fetched, remaining = [], list(program)
-
-        def load(state):
-            target, offsets, target_mask = targets[state]
-            w.line(f"{names[f's_{state}']} = tl.load({target.name} + {offsets}, mask={target_mask}, other=0.0)")
-            known.add(f"s_{state}")
-
-        if not fetchable:
-            for state in needed:
-                load(state)
-        while remaining:
-            ready = [d for d in remaining if {s.name for s in d.expr.free_symbols} <= known]
-            for d in ready:
-                w.line(f"{names[d.name]} = {printer(d.expr, ranks[d.name])}")
-                known.add(d.name)
-                remaining.remove(d)
-            fetch = [st for st in fetchable if st in needed and st not in fetched
-                     and f"s_{st}" not in known and f"delta_s_{st}" in known]
-            for state in fetch:
-                target, offsets, target_mask = targets[state]
-                # masked-off lanes of an atomic return garbage: zero them before any math reads them
-                w.line(f"{names[f's_{state}']} = tl.where({target_mask}, tl.atomic_add({target.name} + {offsets}, "
-                       f"{names[f'delta_s_{state}']}, mask={target_mask}, sem=\"relaxed\"), 0.0)")
-                known.add(f"s_{state}")
-                fetched.append(state)
-            if remaining and not ready and not fetch:
-                load(next(st for st in needed if f"s_{st}" not in known))
-        return fetched
-
-    def _predict(self, w):
-        w.comment("predict")
-        for g in self.ir.globals:
-            w.line(f"{g} = tl.load({w.arg(m.global_(g))})")
-        self._program(w, self.ir.predict_program)
-        w.line(f"tl.store({w.arg(m.PREDICTION)} + slots, {PREDICTION})")
 
     # --- kernels -------------------------------------------------------------------------------
 
@@ -623,7 +157,7 @@ class KernelGenerator:
                 self._store_rows(w, name, vector)
 
     def _chunk_kernel(self, role, stages, local_inputs, local_outputs):
-        w = _Writer()
+        w = Writer()
         for name in _LAYOUT_ARGS:
             w.arg(name)
         if self.asynchronous and role == "train":
@@ -728,7 +262,7 @@ class KernelGenerator:
         w.line("tl.debug_barrier()")
 
     def _update_kernel(self):
-        w = _Writer()
+        w = Writer()
         layout = {a.of: a for a in m.LAYOUT}
         for argument in (layout["edge_feature"], layout["chunk_start"], layout["chunk_width"], m.CHUNK_ORDER,
                          m.CHUNK_OFFSET, m.BATCH):
@@ -847,7 +381,7 @@ class KernelGenerator:
         """Sync, one launch per epoch: P resident programs run every batch's kernel groups in order,
         each on chunks pid, pid + P, ... of the batch, and meet at a grid-wide barrier after each
         group, where the per-batch launches had a kernel boundary."""
-        w = _Writer()
+        w = Writer()
         for name in _LAYOUT_ARGS:
             w.arg(name)
         w.arg(m.size("n_chunks"))

@@ -162,3 +162,27 @@ def regularizer(kind, param_name):
 
 def hyper(name):
     return Argument(f"h_{name}", "hyper", name, "float", lifetime="call")
+
+
+# --- what a generated module holds --------------------------------------------------------
+
+@dataclass(frozen=True)
+class KernelSpec:
+    name: str
+    role: str          # "train" (one per group, in launch order), "update", "async" or "predict"
+    stages: tuple
+    args: tuple        # Arguments, in order; the generator's constexprs follow as keywords
+
+
+@dataclass(frozen=True)
+class GeneratedKernels:
+    model: str
+    ir_hash: str
+    plan_text: str
+    source: str
+    train: tuple       # sync: KernelSpecs launched per batch, in order (the last is the update);
+                       # async: the one persistent kernel, launched once per epoch
+    predict: KernelSpec
+    manifest: tuple = field(default=())  # every Argument of the module's kernels, once
+    derived_params: tuple = ()           # params the kernels compute from their state, never store
+    epoch: KernelSpec | None = None      # sync with grid barriers: the whole epoch in one launch
