@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from alac.codegen.variants import KernelVariant
 from alac.errors import OptionError
-
-SEMANTICS = ("sync", "async")
 
 
 def _power_of_two(n):
@@ -15,7 +14,6 @@ def _power_of_two(n):
 
 def next_power_of_two(n):
     return 1 << max(0, (n - 1).bit_length())
-KERNEL_FAMILIES = ("fused", "stage")
 
 
 @dataclass(frozen=True)
@@ -67,18 +65,11 @@ class Plan:
     slots_per_step: int | None = None
 
     def __post_init__(self):
-        if self.kernels not in KERNEL_FAMILIES:
-            raise OptionError(f"plan kernels must be one of {KERNEL_FAMILIES}, got {self.kernels!r}")
-        if self.semantics not in SEMANTICS:
-            raise OptionError(f"plan semantics must be one of {SEMANTICS}, got {self.semantics!r}")
+        self.variant  # noqa: B018 (the variant's rules check the codegen options)
         if self.chunk_size < 1 or self.chunk_size & (self.chunk_size - 1):
             raise OptionError(f"chunk_size must be a power of two (a Triton block), got {self.chunk_size}")
         if self.batch_size < self.chunk_size or self.batch_size % self.chunk_size:
             raise OptionError(f"batch_size ({self.batch_size}) must be a multiple of chunk_size ({self.chunk_size})")
-        if self.deterministic and (self.semantics != "sync" or self.hot_size):
-            raise OptionError("deterministic plans are sync plans without a hot segment")
-        if self.semantics == "async" and self.kernels != "fused":
-            raise OptionError("async semantics run the fused kernel only (kernels='fused')")
         if self.slots_per_step is not None and not _power_of_two(self.slots_per_step):
             raise OptionError(f"slots_per_step must be a power of two, got {self.slots_per_step}")
         if self.num_warps is not None and not (self.num_warps <= 32 and _power_of_two(self.num_warps)):
@@ -92,19 +83,33 @@ class Plan:
     def chunks_per_batch(self):
         return self.batch_size // self.chunk_size
 
+    @classmethod
+    def for_variant(cls, variant, hot_size=64, **launch):
+        """A plan whose variant is variant (hot_size is used when the variant has a hot segment)."""
+        return cls(semantics=variant.semantics, kernels=variant.kernels, hot_size=hot_size if variant.hot else 0,
+                   deterministic=variant.deterministic, grid_barrier=variant.grid_barrier,
+                   edge_updates=variant.edge_updates, sum_equal_edges=variant.sum_equal_edges,
+                   derive_params=variant.derive_params, chunk_queue=variant.chunk_queue, **launch)
+
+    @property
+    def variant(self):
+        """What of the plan the generated source depends on (alac.codegen.variants)."""
+        return KernelVariant.of(self.semantics, self.kernels, self.hot_size > 0, self.deterministic, self.grid_barrier,
+                                self.edge_updates, self.sum_equal_edges, self.derive_params, self.chunk_queue)
+
     @property
     def uses_grid_barrier(self):
         """Sync epochs run as one grid-barrier launch (deterministic plans launch per batch)."""
-        return self.semantics == "sync" and self.grid_barrier and not self.deterministic
+        return self.variant.grid_barrier
 
     @property
     def uses_edge_updates(self):
         """Sync updates add every edge's change, where the optimizer is additive."""
-        return self.semantics == "sync" and self.edge_updates and not self.deterministic
+        return self.variant.edge_updates
 
     @property
     def sums_equal_edges(self):
-        return self.uses_edge_updates and self.sum_equal_edges
+        return self.variant.sum_equal_edges
 
     def _sync_options(self):
         launches = " per_batch_launches"
@@ -123,13 +128,3 @@ class Plan:
         return text + (f" programs={self.programs or 'auto'} max_in_flight={self.max_in_flight} "
                        f"flush_every={self.flush_every}" + ("" if self.derive_params else " stored_params")
                        + (" chunk_queue" if self.chunk_queue else ""))
-
-    def kernel_description(self):
-        """What of the plan the generated source depends on (the rest are launch arguments)."""
-        return (f"semantics={self.semantics} kernels={self.kernels} hot segment={'on' if self.hot_size else 'off'}"
-                + (" deterministic" if self.deterministic else "")
-                + (" grid_barrier" if self.uses_grid_barrier else "")
-                + (" edge_updates" if self.uses_edge_updates else "") + (" summed" if self.sums_equal_edges else "")
-                + (" stored_params" if self.semantics == "async" and not self.derive_params else "")
-                + (" chunk_queue" if self.semantics == "async" and self.chunk_queue else "") +
-                " (chunk size, slots per step, H, R, warps and programs are launch arguments)")

@@ -71,17 +71,19 @@ class KernelGenerator(StageEmitter, ParamAccess):
         self.ir = ir
         self.optimizer = ir.optimizer
         self.plan = plan
-        self.kernels = plan.kernels
-        self.hot = plan.hot_size > 0
-        self.asynchronous = plan.semantics == "async"
-        self.deterministic = plan.deterministic
+        # the mechanisms this module is built with: the plan's variant, as this optimizer runs it
+        self.variant = variant = plan.variant.for_optimizer(self.optimizer)
+        self.kernels = variant.kernels
+        self.hot = variant.hot
+        self.asynchronous = variant.asynchronous
+        self.deterministic = variant.deterministic
         # sync with an additive optimizer (SGD): the apply stage keeps every cold edge's gradient in
         # a per-batch edge buffer and the update stage adds each edge's change to its param, instead
-        # of flagging touched features and updating each once (`Plan.edge_updates`)
-        self.edge_updates = plan.uses_edge_updates and self.optimizer.additive
-        # ... summing a chunk's equal features per slot first (`Plan.sum_equal_edges`)
-        self.summed_edge_updates = plan.sums_equal_edges and self.optimizer.additive
-        self.prefix = f"alac_{ir.name}_{ir.hash[:8]}"
+        # of flagging touched features and updating each once
+        self.edge_updates = variant.edge_updates
+        # ... summing a chunk's equal features per slot first
+        self.summed_edge_updates = variant.sum_equal_edges
+        self.prefix = f"alac_{ir.name}_{ir.hash[:8]}_{variant.name}"
         self.k = ir.factor_size
         self.block_k = next_power_of_two(self.k) if self.k else 0
         self.ranks = self._ranks()
@@ -90,9 +92,9 @@ class KernelGenerator(StageEmitter, ParamAccess):
         self.param_vector = {p.name: p.vector for p in ir.params}
         # params computed from their optimizer state where read (async only: sync update kernels
         # store every param they update)
-        self.derived = set(self.optimizer.derivable) if self.asynchronous and plan.derive_params else set()
-        # async programs claim chunks from a shared queue (`Plan.chunk_queue`)
-        self.chunk_queue = self.asynchronous and plan.chunk_queue
+        self.derived = set(self.optimizer.derivable) if variant.derive_params else set()
+        # async programs claim chunks from a shared queue
+        self.chunk_queue = variant.chunk_queue
 
     def _ranks(self):
         # edge values are [S, C] tiles (S slots of the chunk's C rows) in every edge loop
@@ -420,7 +422,8 @@ class KernelGenerator(StageEmitter, ParamAccess):
         return f"@triton.jit\ndef {name}(\n{signature},\n):\n{body}\n"
 
     def generate(self):
-        plan_text = self.plan.kernel_description()
+        plan_text = (self.variant.describe() +
+                     " (chunk size, slots per step, H, R, warps and programs are launch arguments)")
         graph = build_stage_graph(self.ir)
         groups = kernel_groups(graph, self.kernels, "train")
         if self.asynchronous:
@@ -448,7 +451,7 @@ class KernelGenerator(StageEmitter, ParamAccess):
             functions.append(source)
             train.append(spec)
         epoch = None
-        if self.plan.uses_grid_barrier:
+        if self.variant.grid_barrier:
             # besides the per-batch kernels (single batches, per-batch decays)
             source, epoch = self._epoch_kernel(groups, local_inputs, local_outputs)
             functions.append(source)
@@ -458,7 +461,7 @@ class KernelGenerator(StageEmitter, ParamAccess):
         helpers = "\n\n".join(textwrap.dedent(inspect.getsource(h.fn)) for h in triton_helpers.HELPERS)
         if (self.hot and not self.asynchronous) or self.summed_edge_updates:
             helpers += "\n\n" + textwrap.dedent(inspect.getsource(triton_helpers.segment_sum.fn))
-        if self.plan.uses_grid_barrier:
+        if self.variant.grid_barrier:
             helpers += "\n\n" + textwrap.dedent(inspect.getsource(triton_helpers.grid_barrier.fn))
         block_k = (f"# factors per vector param, and the power-of-two block that holds them\n"
                    f"K = tl.constexpr({self.k})\nBLOCK_K = tl.constexpr({self.block_k})\n\n\n") if self.k else ""

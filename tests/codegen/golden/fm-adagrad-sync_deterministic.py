@@ -98,7 +98,7 @@ def load_edges(edge_feature_ptr, edge_value_ptr, edge, in_chunk, HAS_VALUES: tl.
 
 
 @triton.jit
-def alac_fm_2eb1d6eb_aggregate_loss_apply(
+def alac_fm_2eb1d6eb_sync_det_aggregate_loss_apply(
     edge_feature_ptr,
     edge_value_ptr,
     chunk_start_ptr,
@@ -209,7 +209,7 @@ def alac_fm_2eb1d6eb_aggregate_loss_apply(
 
 
 @triton.jit
-def alac_fm_2eb1d6eb_update(
+def alac_fm_2eb1d6eb_sync_det_update(
     edge_feature_ptr,
     chunk_start_ptr,
     chunk_width_ptr,
@@ -287,7 +287,7 @@ def alac_fm_2eb1d6eb_update(
 
 
 @triton.jit
-def alac_fm_2eb1d6eb_predict(
+def alac_fm_2eb1d6eb_sync_det_predict(
     edge_feature_ptr,
     edge_value_ptr,
     chunk_start_ptr,

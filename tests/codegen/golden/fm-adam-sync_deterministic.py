@@ -122,7 +122,7 @@ def load_edges(edge_feature_ptr, edge_value_ptr, edge, in_chunk, HAS_VALUES: tl.
 
 
 @triton.jit
-def alac_fm_26ce3a09_aggregate_loss_apply(
+def alac_fm_26ce3a09_sync_det_aggregate_loss_apply(
     edge_feature_ptr,
     edge_value_ptr,
     chunk_start_ptr,
@@ -233,7 +233,7 @@ def alac_fm_26ce3a09_aggregate_loss_apply(
 
 
 @triton.jit
-def alac_fm_26ce3a09_update(
+def alac_fm_26ce3a09_sync_det_update(
     edge_feature_ptr,
     chunk_start_ptr,
     chunk_width_ptr,
@@ -342,7 +342,7 @@ def alac_fm_26ce3a09_update(
 
 
 @triton.jit
-def alac_fm_26ce3a09_predict(
+def alac_fm_26ce3a09_sync_det_predict(
     edge_feature_ptr,
     edge_value_ptr,
     chunk_start_ptr,

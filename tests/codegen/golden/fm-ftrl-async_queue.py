@@ -120,7 +120,7 @@ def load_edges(edge_feature_ptr, edge_value_ptr, edge, in_chunk, HAS_VALUES: tl.
 
 
 @triton.jit
-def alac_fm_40a8c4de_async(
+def alac_fm_40a8c4de_async_derived_queue_async(
     edge_feature_ptr,
     edge_value_ptr,
     chunk_start_ptr,
@@ -307,7 +307,7 @@ def alac_fm_40a8c4de_async(
 
 
 @triton.jit
-def alac_fm_40a8c4de_predict(
+def alac_fm_40a8c4de_async_derived_queue_predict(
     edge_feature_ptr,
     edge_value_ptr,
     chunk_start_ptr,

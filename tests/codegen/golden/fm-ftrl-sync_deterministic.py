@@ -120,7 +120,7 @@ def load_edges(edge_feature_ptr, edge_value_ptr, edge, in_chunk, HAS_VALUES: tl.
 
 
 @triton.jit
-def alac_fm_40a8c4de_aggregate_loss_apply(
+def alac_fm_40a8c4de_sync_det_aggregate_loss_apply(
     edge_feature_ptr,
     edge_value_ptr,
     chunk_start_ptr,
@@ -231,7 +231,7 @@ def alac_fm_40a8c4de_aggregate_loss_apply(
 
 
 @triton.jit
-def alac_fm_40a8c4de_update(
+def alac_fm_40a8c4de_sync_det_update(
     edge_feature_ptr,
     chunk_start_ptr,
     chunk_width_ptr,
@@ -324,7 +324,7 @@ def alac_fm_40a8c4de_update(
 
 
 @triton.jit
-def alac_fm_40a8c4de_predict(
+def alac_fm_40a8c4de_sync_det_predict(
     edge_feature_ptr,
     edge_value_ptr,
     chunk_start_ptr,

@@ -94,7 +94,7 @@ def load_edges(edge_feature_ptr, edge_value_ptr, edge, in_chunk, HAS_VALUES: tl.
 
 
 @triton.jit
-def alac_fm_bbe43039_async(
+def alac_fm_bbe43039_async_hot_async(
     edge_feature_ptr,
     edge_value_ptr,
     chunk_start_ptr,
@@ -273,7 +273,7 @@ def alac_fm_bbe43039_async(
 
 
 @triton.jit
-def alac_fm_bbe43039_predict(
+def alac_fm_bbe43039_async_hot_predict(
     edge_feature_ptr,
     edge_value_ptr,
     chunk_start_ptr,

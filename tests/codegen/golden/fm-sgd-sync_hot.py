@@ -115,7 +115,7 @@ def grid_barrier(arrivals_ptr, expected):
 
 
 @triton.jit
-def alac_fm_bbe43039_aggregate_loss_apply(
+def alac_fm_bbe43039_sync_hot_grid_edges_aggregate_loss_apply(
     edge_feature_ptr,
     edge_value_ptr,
     chunk_start_ptr,
@@ -264,7 +264,7 @@ def alac_fm_bbe43039_aggregate_loss_apply(
 
 
 @triton.jit
-def alac_fm_bbe43039_update(
+def alac_fm_bbe43039_sync_hot_grid_edges_update(
     edge_feature_ptr,
     chunk_start_ptr,
     chunk_width_ptr,
@@ -355,7 +355,7 @@ def alac_fm_bbe43039_update(
 
 
 @triton.jit
-def alac_fm_bbe43039_epoch(
+def alac_fm_bbe43039_sync_hot_grid_edges_epoch(
     edge_feature_ptr,
     edge_value_ptr,
     chunk_start_ptr,
@@ -583,7 +583,7 @@ def alac_fm_bbe43039_epoch(
 
 
 @triton.jit
-def alac_fm_bbe43039_predict(
+def alac_fm_bbe43039_sync_hot_grid_edges_predict(
     edge_feature_ptr,
     edge_value_ptr,
     chunk_start_ptr,

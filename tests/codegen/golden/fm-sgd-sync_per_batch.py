@@ -90,7 +90,7 @@ def load_edges(edge_feature_ptr, edge_value_ptr, edge, in_chunk, HAS_VALUES: tl.
 
 
 @triton.jit
-def alac_fm_bbe43039_aggregate_loss_apply(
+def alac_fm_bbe43039_sync_edges_aggregate_loss_apply(
     edge_feature_ptr,
     edge_value_ptr,
     chunk_start_ptr,
@@ -198,7 +198,7 @@ def alac_fm_bbe43039_aggregate_loss_apply(
 
 
 @triton.jit
-def alac_fm_bbe43039_update(
+def alac_fm_bbe43039_sync_edges_update(
     edge_feature_ptr,
     chunk_start_ptr,
     chunk_width_ptr,
@@ -260,7 +260,7 @@ def alac_fm_bbe43039_update(
 
 
 @triton.jit
-def alac_fm_bbe43039_predict(
+def alac_fm_bbe43039_sync_edges_predict(
     edge_feature_ptr,
     edge_value_ptr,
     chunk_start_ptr,

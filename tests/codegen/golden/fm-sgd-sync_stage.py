@@ -104,7 +104,7 @@ def grid_barrier(arrivals_ptr, expected):
 
 
 @triton.jit
-def alac_fm_bbe43039_aggregate(
+def alac_fm_bbe43039_sync_stage_grid_edges_aggregate(
     edge_feature_ptr,
     edge_value_ptr,
     chunk_start_ptr,
@@ -171,7 +171,7 @@ def alac_fm_bbe43039_aggregate(
 
 
 @triton.jit
-def alac_fm_bbe43039_loss(
+def alac_fm_bbe43039_sync_stage_grid_edges_loss(
     edge_feature_ptr,
     edge_value_ptr,
     chunk_start_ptr,
@@ -250,7 +250,7 @@ def alac_fm_bbe43039_loss(
 
 
 @triton.jit
-def alac_fm_bbe43039_apply(
+def alac_fm_bbe43039_sync_stage_grid_edges_apply(
     edge_feature_ptr,
     edge_value_ptr,
     chunk_start_ptr,
@@ -320,7 +320,7 @@ def alac_fm_bbe43039_apply(
 
 
 @triton.jit
-def alac_fm_bbe43039_update(
+def alac_fm_bbe43039_sync_stage_grid_edges_update(
     edge_feature_ptr,
     chunk_start_ptr,
     chunk_width_ptr,
@@ -382,7 +382,7 @@ def alac_fm_bbe43039_update(
 
 
 @triton.jit
-def alac_fm_bbe43039_epoch(
+def alac_fm_bbe43039_sync_stage_grid_edges_epoch(
     edge_feature_ptr,
     edge_value_ptr,
     chunk_start_ptr,
@@ -609,7 +609,7 @@ def alac_fm_bbe43039_epoch(
 
 
 @triton.jit
-def alac_fm_bbe43039_predict(
+def alac_fm_bbe43039_sync_stage_grid_edges_predict(
     edge_feature_ptr,
     edge_value_ptr,
     chunk_start_ptr,

@@ -111,7 +111,7 @@ def grid_barrier(arrivals_ptr, expected):
 
 
 @triton.jit
-def alac_fm_bbe43039_aggregate_loss_apply(
+def alac_fm_bbe43039_sync_grid_edges_summed_aggregate_loss_apply(
     edge_feature_ptr,
     edge_value_ptr,
     chunk_start_ptr,
@@ -219,7 +219,7 @@ def alac_fm_bbe43039_aggregate_loss_apply(
 
 
 @triton.jit
-def alac_fm_bbe43039_update(
+def alac_fm_bbe43039_sync_grid_edges_summed_update(
     edge_feature_ptr,
     chunk_start_ptr,
     chunk_width_ptr,
@@ -296,7 +296,7 @@ def alac_fm_bbe43039_update(
 
 
 @triton.jit
-def alac_fm_bbe43039_epoch(
+def alac_fm_bbe43039_sync_grid_edges_summed_epoch(
     edge_feature_ptr,
     edge_value_ptr,
     chunk_start_ptr,
@@ -474,7 +474,7 @@ def alac_fm_bbe43039_epoch(
 
 
 @triton.jit
-def alac_fm_bbe43039_predict(
+def alac_fm_bbe43039_sync_grid_edges_summed_predict(
     edge_feature_ptr,
     edge_value_ptr,
     chunk_start_ptr,

@@ -104,7 +104,7 @@ def grid_barrier(arrivals_ptr, expected):
 
 
 @triton.jit
-def alac_fm_squared_faee518c_aggregate(
+def alac_fm_squared_faee518c_sync_stage_grid_edges_aggregate(
     edge_feature_ptr,
     edge_value_ptr,
     chunk_start_ptr,
@@ -171,7 +171,7 @@ def alac_fm_squared_faee518c_aggregate(
 
 
 @triton.jit
-def alac_fm_squared_faee518c_loss(
+def alac_fm_squared_faee518c_sync_stage_grid_edges_loss(
     edge_feature_ptr,
     edge_value_ptr,
     chunk_start_ptr,
@@ -250,7 +250,7 @@ def alac_fm_squared_faee518c_loss(
 
 
 @triton.jit
-def alac_fm_squared_faee518c_apply(
+def alac_fm_squared_faee518c_sync_stage_grid_edges_apply(
     edge_feature_ptr,
     edge_value_ptr,
     chunk_start_ptr,
@@ -320,7 +320,7 @@ def alac_fm_squared_faee518c_apply(
 
 
 @triton.jit
-def alac_fm_squared_faee518c_update(
+def alac_fm_squared_faee518c_sync_stage_grid_edges_update(
     edge_feature_ptr,
     chunk_start_ptr,
     chunk_width_ptr,
@@ -382,7 +382,7 @@ def alac_fm_squared_faee518c_update(
 
 
 @triton.jit
-def alac_fm_squared_faee518c_epoch(
+def alac_fm_squared_faee518c_sync_stage_grid_edges_epoch(
     edge_feature_ptr,
     edge_value_ptr,
     chunk_start_ptr,
@@ -609,7 +609,7 @@ def alac_fm_squared_faee518c_epoch(
 
 
 @triton.jit
-def alac_fm_squared_faee518c_predict(
+def alac_fm_squared_faee518c_sync_stage_grid_edges_predict(
     edge_feature_ptr,
     edge_value_ptr,
     chunk_start_ptr,

@@ -75,7 +75,7 @@ def load_edges(edge_feature_ptr, edge_value_ptr, edge, in_chunk, HAS_VALUES: tl.
 
 
 @triton.jit
-def alac_lr_dbb6fee5_aggregate_loss_apply(
+def alac_lr_dbb6fee5_sync_det_aggregate_loss_apply(
     edge_feature_ptr,
     edge_value_ptr,
     chunk_start_ptr,
@@ -162,7 +162,7 @@ def alac_lr_dbb6fee5_aggregate_loss_apply(
 
 
 @triton.jit
-def alac_lr_dbb6fee5_update(
+def alac_lr_dbb6fee5_sync_det_update(
     edge_feature_ptr,
     chunk_start_ptr,
     chunk_width_ptr,
@@ -224,7 +224,7 @@ def alac_lr_dbb6fee5_update(
 
 
 @triton.jit
-def alac_lr_dbb6fee5_predict(
+def alac_lr_dbb6fee5_sync_det_predict(
     edge_feature_ptr,
     edge_value_ptr,
     chunk_start_ptr,

@@ -87,7 +87,7 @@ def load_edges(edge_feature_ptr, edge_value_ptr, edge, in_chunk, HAS_VALUES: tl.
 
 
 @triton.jit
-def alac_lr_31d03538_aggregate_loss_apply(
+def alac_lr_31d03538_sync_det_aggregate_loss_apply(
     edge_feature_ptr,
     edge_value_ptr,
     chunk_start_ptr,
@@ -174,7 +174,7 @@ def alac_lr_31d03538_aggregate_loss_apply(
 
 
 @triton.jit
-def alac_lr_31d03538_update(
+def alac_lr_31d03538_sync_det_update(
     edge_feature_ptr,
     chunk_start_ptr,
     chunk_width_ptr,
@@ -252,7 +252,7 @@ def alac_lr_31d03538_update(
 
 
 @triton.jit
-def alac_lr_31d03538_predict(
+def alac_lr_31d03538_sync_det_predict(
     edge_feature_ptr,
     edge_value_ptr,
     chunk_start_ptr,

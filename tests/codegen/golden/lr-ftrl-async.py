@@ -86,7 +86,7 @@ def load_edges(edge_feature_ptr, edge_value_ptr, edge, in_chunk, HAS_VALUES: tl.
 
 
 @triton.jit
-def alac_lr_4b51745b_async(
+def alac_lr_4b51745b_async_derived_async(
     edge_feature_ptr,
     edge_value_ptr,
     chunk_start_ptr,
@@ -210,7 +210,7 @@ def alac_lr_4b51745b_async(
 
 
 @triton.jit
-def alac_lr_4b51745b_predict(
+def alac_lr_4b51745b_async_derived_predict(
     edge_feature_ptr,
     edge_value_ptr,
     chunk_start_ptr,

@@ -90,7 +90,7 @@ def load_edges(edge_feature_ptr, edge_value_ptr, edge, in_chunk, HAS_VALUES: tl.
 
 
 @triton.jit
-def alac_lr_4b51745b_async(
+def alac_lr_4b51745b_async_hot_async(
     edge_feature_ptr,
     edge_value_ptr,
     chunk_start_ptr,
@@ -259,7 +259,7 @@ def alac_lr_4b51745b_async(
 
 
 @triton.jit
-def alac_lr_4b51745b_predict(
+def alac_lr_4b51745b_async_hot_predict(
     edge_feature_ptr,
     edge_value_ptr,
     chunk_start_ptr,

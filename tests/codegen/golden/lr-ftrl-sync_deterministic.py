@@ -86,7 +86,7 @@ def load_edges(edge_feature_ptr, edge_value_ptr, edge, in_chunk, HAS_VALUES: tl.
 
 
 @triton.jit
-def alac_lr_4b51745b_aggregate_loss_apply(
+def alac_lr_4b51745b_sync_det_aggregate_loss_apply(
     edge_feature_ptr,
     edge_value_ptr,
     chunk_start_ptr,
@@ -173,7 +173,7 @@ def alac_lr_4b51745b_aggregate_loss_apply(
 
 
 @triton.jit
-def alac_lr_4b51745b_update(
+def alac_lr_4b51745b_sync_det_update(
     edge_feature_ptr,
     chunk_start_ptr,
     chunk_width_ptr,
@@ -242,7 +242,7 @@ def alac_lr_4b51745b_update(
 
 
 @triton.jit
-def alac_lr_4b51745b_predict(
+def alac_lr_4b51745b_sync_det_predict(
     edge_feature_ptr,
     edge_value_ptr,
     chunk_start_ptr,

@@ -75,7 +75,7 @@ def load_edges(edge_feature_ptr, edge_value_ptr, edge, in_chunk, HAS_VALUES: tl.
 
 
 @triton.jit
-def alac_lr_a263a83e_async(
+def alac_lr_a263a83e_async_hot_async(
     edge_feature_ptr,
     edge_value_ptr,
     chunk_start_ptr,
@@ -210,7 +210,7 @@ def alac_lr_a263a83e_async(
 
 
 @triton.jit
-def alac_lr_a263a83e_predict(
+def alac_lr_a263a83e_async_hot_predict(
     edge_feature_ptr,
     edge_value_ptr,
     chunk_start_ptr,

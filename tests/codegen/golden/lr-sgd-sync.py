@@ -85,7 +85,7 @@ def grid_barrier(arrivals_ptr, expected):
 
 
 @triton.jit
-def alac_lr_a263a83e_aggregate_loss_apply(
+def alac_lr_a263a83e_sync_grid_edges_aggregate_loss_apply(
     edge_feature_ptr,
     edge_value_ptr,
     chunk_start_ptr,
@@ -169,7 +169,7 @@ def alac_lr_a263a83e_aggregate_loss_apply(
 
 
 @triton.jit
-def alac_lr_a263a83e_update(
+def alac_lr_a263a83e_sync_grid_edges_update(
     edge_feature_ptr,
     chunk_start_ptr,
     chunk_width_ptr,
@@ -222,7 +222,7 @@ def alac_lr_a263a83e_update(
 
 
 @triton.jit
-def alac_lr_a263a83e_epoch(
+def alac_lr_a263a83e_sync_grid_edges_epoch(
     edge_feature_ptr,
     edge_value_ptr,
     chunk_start_ptr,
@@ -356,7 +356,7 @@ def alac_lr_a263a83e_epoch(
 
 
 @triton.jit
-def alac_lr_a263a83e_predict(
+def alac_lr_a263a83e_sync_grid_edges_predict(
     edge_feature_ptr,
     edge_value_ptr,
     chunk_start_ptr,

@@ -71,7 +71,7 @@ def load_edges(edge_feature_ptr, edge_value_ptr, edge, in_chunk, HAS_VALUES: tl.
 
 
 @triton.jit
-def alac_lr_a263a83e_aggregate_loss_apply(
+def alac_lr_a263a83e_sync_det_aggregate_loss_apply(
     edge_feature_ptr,
     edge_value_ptr,
     chunk_start_ptr,
@@ -158,7 +158,7 @@ def alac_lr_a263a83e_aggregate_loss_apply(
 
 
 @triton.jit
-def alac_lr_a263a83e_update(
+def alac_lr_a263a83e_sync_det_update(
     edge_feature_ptr,
     chunk_start_ptr,
     chunk_width_ptr,
@@ -213,7 +213,7 @@ def alac_lr_a263a83e_update(
 
 
 @triton.jit
-def alac_lr_a263a83e_predict(
+def alac_lr_a263a83e_sync_det_predict(
     edge_feature_ptr,
     edge_value_ptr,
     chunk_start_ptr,

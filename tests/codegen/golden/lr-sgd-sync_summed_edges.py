@@ -92,7 +92,7 @@ def grid_barrier(arrivals_ptr, expected):
 
 
 @triton.jit
-def alac_lr_a263a83e_aggregate_loss_apply(
+def alac_lr_a263a83e_sync_grid_edges_summed_aggregate_loss_apply(
     edge_feature_ptr,
     edge_value_ptr,
     chunk_start_ptr,
@@ -176,7 +176,7 @@ def alac_lr_a263a83e_aggregate_loss_apply(
 
 
 @triton.jit
-def alac_lr_a263a83e_update(
+def alac_lr_a263a83e_sync_grid_edges_summed_update(
     edge_feature_ptr,
     chunk_start_ptr,
     chunk_width_ptr,
@@ -240,7 +240,7 @@ def alac_lr_a263a83e_update(
 
 
 @triton.jit
-def alac_lr_a263a83e_epoch(
+def alac_lr_a263a83e_sync_grid_edges_summed_epoch(
     edge_feature_ptr,
     edge_value_ptr,
     chunk_start_ptr,
@@ -385,7 +385,7 @@ def alac_lr_a263a83e_epoch(
 
 
 @triton.jit
-def alac_lr_a263a83e_predict(
+def alac_lr_a263a83e_sync_grid_edges_summed_predict(
     edge_feature_ptr,
     edge_value_ptr,
     chunk_start_ptr,

@@ -84,7 +84,7 @@ def grid_barrier(arrivals_ptr, expected):
 
 
 @triton.jit
-def alac_lsr_973631dd_aggregate_loss_apply(
+def alac_lsr_973631dd_sync_grid_edges_aggregate_loss_apply(
     edge_feature_ptr,
     edge_value_ptr,
     chunk_start_ptr,
@@ -166,7 +166,7 @@ def alac_lsr_973631dd_aggregate_loss_apply(
 
 
 @triton.jit
-def alac_lsr_973631dd_update(
+def alac_lsr_973631dd_sync_grid_edges_update(
     edge_feature_ptr,
     chunk_start_ptr,
     chunk_width_ptr,
@@ -219,7 +219,7 @@ def alac_lsr_973631dd_update(
 
 
 @triton.jit
-def alac_lsr_973631dd_epoch(
+def alac_lsr_973631dd_sync_grid_edges_epoch(
     edge_feature_ptr,
     edge_value_ptr,
     chunk_start_ptr,
@@ -351,7 +351,7 @@ def alac_lsr_973631dd_epoch(
 
 
 @triton.jit
-def alac_lsr_973631dd_predict(
+def alac_lsr_973631dd_sync_grid_edges_predict(
     edge_feature_ptr,
     edge_value_ptr,
     chunk_start_ptr,

@@ -70,7 +70,7 @@ def load_edges(edge_feature_ptr, edge_value_ptr, edge, in_chunk, HAS_VALUES: tl.
 
 
 @triton.jit
-def alac_lsr_973631dd_aggregate_loss_apply(
+def alac_lsr_973631dd_sync_det_aggregate_loss_apply(
     edge_feature_ptr,
     edge_value_ptr,
     chunk_start_ptr,
@@ -155,7 +155,7 @@ def alac_lsr_973631dd_aggregate_loss_apply(
 
 
 @triton.jit
-def alac_lsr_973631dd_update(
+def alac_lsr_973631dd_sync_det_update(
     edge_feature_ptr,
     chunk_start_ptr,
     chunk_width_ptr,
@@ -210,7 +210,7 @@ def alac_lsr_973631dd_update(
 
 
 @triton.jit
-def alac_lsr_973631dd_predict(
+def alac_lsr_973631dd_sync_det_predict(
     edge_feature_ptr,
     edge_value_ptr,
     chunk_start_ptr,

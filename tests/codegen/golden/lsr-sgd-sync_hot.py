@@ -95,7 +95,7 @@ def grid_barrier(arrivals_ptr, expected):
 
 
 @triton.jit
-def alac_lsr_973631dd_aggregate_loss_apply(
+def alac_lsr_973631dd_sync_hot_grid_edges_aggregate_loss_apply(
     edge_feature_ptr,
     edge_value_ptr,
     chunk_start_ptr,
@@ -207,7 +207,7 @@ def alac_lsr_973631dd_aggregate_loss_apply(
 
 
 @triton.jit
-def alac_lsr_973631dd_update(
+def alac_lsr_973631dd_sync_hot_grid_edges_update(
     edge_feature_ptr,
     chunk_start_ptr,
     chunk_width_ptr,
@@ -279,7 +279,7 @@ def alac_lsr_973631dd_update(
 
 
 @triton.jit
-def alac_lsr_973631dd_epoch(
+def alac_lsr_973631dd_sync_hot_grid_edges_epoch(
     edge_feature_ptr,
     edge_value_ptr,
     chunk_start_ptr,
@@ -456,7 +456,7 @@ def alac_lsr_973631dd_epoch(
 
 
 @triton.jit
-def alac_lsr_973631dd_predict(
+def alac_lsr_973631dd_sync_hot_grid_edges_predict(
     edge_feature_ptr,
     edge_value_ptr,
     chunk_start_ptr,

@@ -84,7 +84,7 @@ def grid_barrier(arrivals_ptr, expected):
 
 
 @triton.jit
-def alac_lsr_973631dd_aggregate(
+def alac_lsr_973631dd_sync_stage_grid_edges_aggregate(
     edge_feature_ptr,
     edge_value_ptr,
     chunk_start_ptr,
@@ -134,7 +134,7 @@ def alac_lsr_973631dd_aggregate(
 
 
 @triton.jit
-def alac_lsr_973631dd_loss(
+def alac_lsr_973631dd_sync_stage_grid_edges_loss(
     edge_feature_ptr,
     edge_value_ptr,
     chunk_start_ptr,
@@ -191,7 +191,7 @@ def alac_lsr_973631dd_loss(
 
 
 @triton.jit
-def alac_lsr_973631dd_apply(
+def alac_lsr_973631dd_sync_stage_grid_edges_apply(
     edge_feature_ptr,
     edge_value_ptr,
     chunk_start_ptr,
@@ -244,7 +244,7 @@ def alac_lsr_973631dd_apply(
 
 
 @triton.jit
-def alac_lsr_973631dd_update(
+def alac_lsr_973631dd_sync_stage_grid_edges_update(
     edge_feature_ptr,
     chunk_start_ptr,
     chunk_width_ptr,
@@ -297,7 +297,7 @@ def alac_lsr_973631dd_update(
 
 
 @triton.jit
-def alac_lsr_973631dd_epoch(
+def alac_lsr_973631dd_sync_stage_grid_edges_epoch(
     edge_feature_ptr,
     edge_value_ptr,
     chunk_start_ptr,
@@ -472,7 +472,7 @@ def alac_lsr_973631dd_epoch(
 
 
 @triton.jit
-def alac_lsr_973631dd_predict(
+def alac_lsr_973631dd_sync_stage_grid_edges_predict(
     edge_feature_ptr,
     edge_value_ptr,
     chunk_start_ptr,

@@ -85,7 +85,7 @@ def grid_barrier(arrivals_ptr, expected):
 
 
 @triton.jit
-def alac_lsvm_234f4fb2_aggregate_loss_apply(
+def alac_lsvm_234f4fb2_sync_grid_edges_aggregate_loss_apply(
     edge_feature_ptr,
     edge_value_ptr,
     chunk_start_ptr,
@@ -169,7 +169,7 @@ def alac_lsvm_234f4fb2_aggregate_loss_apply(
 
 
 @triton.jit
-def alac_lsvm_234f4fb2_update(
+def alac_lsvm_234f4fb2_sync_grid_edges_update(
     edge_feature_ptr,
     chunk_start_ptr,
     chunk_width_ptr,
@@ -222,7 +222,7 @@ def alac_lsvm_234f4fb2_update(
 
 
 @triton.jit
-def alac_lsvm_234f4fb2_epoch(
+def alac_lsvm_234f4fb2_sync_grid_edges_epoch(
     edge_feature_ptr,
     edge_value_ptr,
     chunk_start_ptr,
@@ -356,7 +356,7 @@ def alac_lsvm_234f4fb2_epoch(
 
 
 @triton.jit
-def alac_lsvm_234f4fb2_predict(
+def alac_lsvm_234f4fb2_sync_grid_edges_predict(
     edge_feature_ptr,
     edge_value_ptr,
     chunk_start_ptr,

@@ -85,7 +85,7 @@ def grid_barrier(arrivals_ptr, expected):
 
 
 @triton.jit
-def alac_lsvm_234f4fb2_aggregate(
+def alac_lsvm_234f4fb2_sync_stage_grid_edges_aggregate(
     edge_feature_ptr,
     edge_value_ptr,
     chunk_start_ptr,
@@ -135,7 +135,7 @@ def alac_lsvm_234f4fb2_aggregate(
 
 
 @triton.jit
-def alac_lsvm_234f4fb2_loss(
+def alac_lsvm_234f4fb2_sync_stage_grid_edges_loss(
     edge_feature_ptr,
     edge_value_ptr,
     chunk_start_ptr,
@@ -194,7 +194,7 @@ def alac_lsvm_234f4fb2_loss(
 
 
 @triton.jit
-def alac_lsvm_234f4fb2_apply(
+def alac_lsvm_234f4fb2_sync_stage_grid_edges_apply(
     edge_feature_ptr,
     edge_value_ptr,
     chunk_start_ptr,
@@ -247,7 +247,7 @@ def alac_lsvm_234f4fb2_apply(
 
 
 @triton.jit
-def alac_lsvm_234f4fb2_update(
+def alac_lsvm_234f4fb2_sync_stage_grid_edges_update(
     edge_feature_ptr,
     chunk_start_ptr,
     chunk_width_ptr,
@@ -300,7 +300,7 @@ def alac_lsvm_234f4fb2_update(
 
 
 @triton.jit
-def alac_lsvm_234f4fb2_epoch(
+def alac_lsvm_234f4fb2_sync_stage_grid_edges_epoch(
     edge_feature_ptr,
     edge_value_ptr,
     chunk_start_ptr,
@@ -477,7 +477,7 @@ def alac_lsvm_234f4fb2_epoch(
 
 
 @triton.jit
-def alac_lsvm_234f4fb2_predict(
+def alac_lsvm_234f4fb2_sync_stage_grid_edges_predict(
     edge_feature_ptr,
     edge_value_ptr,
     chunk_start_ptr,

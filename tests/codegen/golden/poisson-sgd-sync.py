@@ -86,7 +86,7 @@ def grid_barrier(arrivals_ptr, expected):
 
 
 @triton.jit
-def alac_poisson_9579a6d9_aggregate_loss_apply(
+def alac_poisson_9579a6d9_sync_grid_edges_aggregate_loss_apply(
     edge_feature_ptr,
     edge_value_ptr,
     chunk_start_ptr,
@@ -172,7 +172,7 @@ def alac_poisson_9579a6d9_aggregate_loss_apply(
 
 
 @triton.jit
-def alac_poisson_9579a6d9_update(
+def alac_poisson_9579a6d9_sync_grid_edges_update(
     edge_feature_ptr,
     chunk_start_ptr,
     chunk_width_ptr,
@@ -225,7 +225,7 @@ def alac_poisson_9579a6d9_update(
 
 
 @triton.jit
-def alac_poisson_9579a6d9_epoch(
+def alac_poisson_9579a6d9_sync_grid_edges_epoch(
     edge_feature_ptr,
     edge_value_ptr,
     chunk_start_ptr,
@@ -361,7 +361,7 @@ def alac_poisson_9579a6d9_epoch(
 
 
 @triton.jit
-def alac_poisson_9579a6d9_predict(
+def alac_poisson_9579a6d9_sync_grid_edges_predict(
     edge_feature_ptr,
     edge_value_ptr,
     chunk_start_ptr,

@@ -72,7 +72,7 @@ def load_edges(edge_feature_ptr, edge_value_ptr, edge, in_chunk, HAS_VALUES: tl.
 
 
 @triton.jit
-def alac_poisson_9579a6d9_aggregate_loss_apply(
+def alac_poisson_9579a6d9_sync_det_aggregate_loss_apply(
     edge_feature_ptr,
     edge_value_ptr,
     chunk_start_ptr,
@@ -161,7 +161,7 @@ def alac_poisson_9579a6d9_aggregate_loss_apply(
 
 
 @triton.jit
-def alac_poisson_9579a6d9_update(
+def alac_poisson_9579a6d9_sync_det_update(
     edge_feature_ptr,
     chunk_start_ptr,
     chunk_width_ptr,
@@ -216,7 +216,7 @@ def alac_poisson_9579a6d9_update(
 
 
 @triton.jit
-def alac_poisson_9579a6d9_predict(
+def alac_poisson_9579a6d9_sync_det_predict(
     edge_feature_ptr,
     edge_value_ptr,
     chunk_start_ptr,

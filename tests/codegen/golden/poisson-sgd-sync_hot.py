@@ -97,7 +97,7 @@ def grid_barrier(arrivals_ptr, expected):
 
 
 @triton.jit
-def alac_poisson_9579a6d9_aggregate_loss_apply(
+def alac_poisson_9579a6d9_sync_hot_grid_edges_aggregate_loss_apply(
     edge_feature_ptr,
     edge_value_ptr,
     chunk_start_ptr,
@@ -213,7 +213,7 @@ def alac_poisson_9579a6d9_aggregate_loss_apply(
 
 
 @triton.jit
-def alac_poisson_9579a6d9_update(
+def alac_poisson_9579a6d9_sync_hot_grid_edges_update(
     edge_feature_ptr,
     chunk_start_ptr,
     chunk_width_ptr,
@@ -285,7 +285,7 @@ def alac_poisson_9579a6d9_update(
 
 
 @triton.jit
-def alac_poisson_9579a6d9_epoch(
+def alac_poisson_9579a6d9_sync_hot_grid_edges_epoch(
     edge_feature_ptr,
     edge_value_ptr,
     chunk_start_ptr,
@@ -466,7 +466,7 @@ def alac_poisson_9579a6d9_epoch(
 
 
 @triton.jit
-def alac_poisson_9579a6d9_predict(
+def alac_poisson_9579a6d9_sync_hot_grid_edges_predict(
     edge_feature_ptr,
     edge_value_ptr,
     chunk_start_ptr,

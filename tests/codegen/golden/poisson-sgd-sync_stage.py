@@ -86,7 +86,7 @@ def grid_barrier(arrivals_ptr, expected):
 
 
 @triton.jit
-def alac_poisson_9579a6d9_aggregate(
+def alac_poisson_9579a6d9_sync_stage_grid_edges_aggregate(
     edge_feature_ptr,
     edge_value_ptr,
     chunk_start_ptr,
@@ -136,7 +136,7 @@ def alac_poisson_9579a6d9_aggregate(
 
 
 @triton.jit
-def alac_poisson_9579a6d9_loss(
+def alac_poisson_9579a6d9_sync_stage_grid_edges_loss(
     edge_feature_ptr,
     edge_value_ptr,
     chunk_start_ptr,
@@ -197,7 +197,7 @@ def alac_poisson_9579a6d9_loss(
 
 
 @triton.jit
-def alac_poisson_9579a6d9_apply(
+def alac_poisson_9579a6d9_sync_stage_grid_edges_apply(
     edge_feature_ptr,
     edge_value_ptr,
     chunk_start_ptr,
@@ -250,7 +250,7 @@ def alac_poisson_9579a6d9_apply(
 
 
 @triton.jit
-def alac_poisson_9579a6d9_update(
+def alac_poisson_9579a6d9_sync_stage_grid_edges_update(
     edge_feature_ptr,
     chunk_start_ptr,
     chunk_width_ptr,
@@ -303,7 +303,7 @@ def alac_poisson_9579a6d9_update(
 
 
 @triton.jit
-def alac_poisson_9579a6d9_epoch(
+def alac_poisson_9579a6d9_sync_stage_grid_edges_epoch(
     edge_feature_ptr,
     edge_value_ptr,
     chunk_start_ptr,
@@ -482,7 +482,7 @@ def alac_poisson_9579a6d9_epoch(
 
 
 @triton.jit
-def alac_poisson_9579a6d9_predict(
+def alac_poisson_9579a6d9_sync_stage_grid_edges_predict(
     edge_feature_ptr,
     edge_value_ptr,
     chunk_start_ptr,

@@ -1,0 +1,96 @@
+"""Kernel variants: what of a plan the generated source depends on, as one frozen value.
+
+A `KernelVariant` holds the mechanisms a generated module is built with, normalised (a flag that
+cannot apply to the variant's semantics is off), validated by the rules below, and named: kernel
+names carry the variant's name. Launch settings (chunk size, batch size, warps, programs, hot size,
+replicas, flush interval) stay on `alac.plan.Plan`; `Plan.variant` is its variant and the generator
+reads nothing else of the plan. `enumerate_variants` lists every valid variant, for tests.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from dataclasses import dataclass
+
+from alac.errors import OptionError
+
+SEMANTICS = ("sync", "async")
+KERNEL_FAMILIES = ("fused", "stage")
+
+
+@dataclass(frozen=True)
+class KernelVariant:
+    semantics: str = "sync"        # sync: exact mini-batch steps; async: lock-free persistent programs
+    kernels: str = "fused"         # fused: the stages of a chunk in one kernel; stage: a kernel per stage
+    hot: bool = False              # the most frequent features' gradients summed before memory
+    deterministic: bool = False    # sync: no floating-point atomics, fixed summation order
+    grid_barrier: bool = False     # sync: one persistent launch per epoch, grid-wide barriers
+    edge_updates: bool = False     # sync: every cold edge adds its own change (additive optimizers)
+    sum_equal_edges: bool = False  # edge updates: a chunk's equal features summed first
+    derive_params: bool = False    # async: params that are a function of their state computed where read
+    chunk_queue: bool = False      # async: programs claim chunks from a shared counter
+
+    def __post_init__(self):
+        if self.semantics not in SEMANTICS:
+            raise OptionError(f"plan semantics must be one of {SEMANTICS}, got {self.semantics!r}")
+        if self.kernels not in KERNEL_FAMILIES:
+            raise OptionError(f"plan kernels must be one of {KERNEL_FAMILIES}, got {self.kernels!r}")
+        if self.deterministic and (self.semantics != "sync" or self.hot):
+            raise OptionError("deterministic plans are sync plans without a hot segment")
+        if self.semantics == "async" and self.kernels != "fused":
+            raise OptionError("async semantics run the fused kernel only (kernels='fused')")
+
+    @classmethod
+    def of(cls, semantics="sync", kernels="fused", hot=False, deterministic=False, grid_barrier=False,
+           edge_updates=False, sum_equal_edges=False, derive_params=False, chunk_queue=False):
+        """The variant with the flags that apply to it: sync mechanisms off in async variants and in
+        deterministic ones (they launch per batch and store every gradient), async ones off in sync."""
+        sync, async_ = semantics == "sync", semantics == "async"
+        atomic_sync = sync and not deterministic
+        edge_updates = atomic_sync and edge_updates
+        return cls(semantics, kernels, hot, deterministic, atomic_sync and grid_barrier, edge_updates,
+                   edge_updates and sum_equal_edges, async_ and derive_params, async_ and chunk_queue)
+
+    def for_optimizer(self, optimizer):
+        """The variant an optimizer runs: edge updates need an additive rule; derived params a
+        derivable one."""
+        additive = self.edge_updates and optimizer.additive
+        return dataclasses.replace(self, edge_updates=additive, sum_equal_edges=additive and self.sum_equal_edges,
+                                   derive_params=self.derive_params and bool(optimizer.derivable))
+
+    @property
+    def asynchronous(self):
+        return self.semantics == "async"
+
+    @property
+    def name(self):
+        """A short name of the mechanisms, as kernel names carry it: e.g. sync_grid_edges, async_hot_derived."""
+        tokens = [self.semantics] + (["stage"] if self.kernels == "stage" else [])
+        flags = ("hot", "deterministic", "grid_barrier", "edge_updates", "sum_equal_edges", "derive_params",
+                 "chunk_queue")
+        short = {"deterministic": "det", "grid_barrier": "grid", "edge_updates": "edges", "sum_equal_edges": "summed",
+                 "derive_params": "derived", "chunk_queue": "queue"}
+        return "_".join(tokens + [short.get(flag, flag) for flag in flags if getattr(self, flag)])
+
+    def describe(self):
+        """The variant in words, for a generated module's header."""
+        return (f"semantics={self.semantics} kernels={self.kernels} hot segment={'on' if self.hot else 'off'}"
+                + "".join(f" {flag}" for flag in ("deterministic", "grid_barrier", "edge_updates", "chunk_queue")
+                          if getattr(self, flag))
+                + (" summed" if self.sum_equal_edges else "")
+                + (" stored_params" if self.asynchronous and not self.derive_params else ""))
+
+
+def enumerate_variants():
+    """Every valid variant once (normalised), in a fixed order."""
+    fields = [f.name for f in dataclasses.fields(KernelVariant)]
+    choices = {"semantics": SEMANTICS, "kernels": KERNEL_FAMILIES}
+    seen = {}
+    for values in itertools.product(*(choices.get(name, (False, True)) for name in fields)):
+        try:
+            variant = KernelVariant.of(**dict(zip(fields, values)))
+        except OptionError:
+            continue
+        seen.setdefault(variant, None)
+    return list(seen)
