@@ -120,9 +120,8 @@ def restore(payload, model, backend="triton", device=None, log=None):
         raise CheckpointError(f"{path}: the model {payload['model_name']!r} compiles differently now than when "
                               "the checkpoint was written (IR hash differs): its parameters may not fit")
     to = trainer.device
-    trainer.executor.state = ModelState({k: v.to(to) for k, v in payload["params"].items()},
-                                        {k: v.to(to) for k, v in payload["globals"].items()},
-                                        {k: v.to(to) for k, v in payload["states"].items()})
+    trainer.executor.state = ModelState.placed(payload["params"], payload["globals"], payload["states"], to,
+                                               plan.host_params)
     trainer.executor.batches_done = payload["batches_done"]
     trainer.executor.value_scale = payload["value_scale"]
     trainer.feature_order = payload["feature_order"]

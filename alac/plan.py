@@ -63,8 +63,16 @@ class Plan:
     deterministic: bool = False
     # Edge slots per step of a program's edge loop (the S of its [S, C] tiles); None: the schedule's.
     slots_per_step: int | None = None
+    # Params whose rows (and optimizer state) live in pinned host memory, read and updated by the
+    # kernels through mapped memory: (name, "host") pairs; every other param is on the device.
+    placement: tuple = ()
 
     def __post_init__(self):
+        for entry in self.placement:
+            if not (isinstance(entry, (tuple, list)) and len(entry) == 2 and entry[1] in ("device", "host")):
+                raise OptionError(f"placement entries are (param, 'device' or 'host'), got {entry!r}")
+        # a plan read back from JSON (the autotune cache) has lists where it had tuples
+        object.__setattr__(self, "placement", tuple(tuple(entry) for entry in self.placement))
         self.variant  # noqa: B018 (the variant's rules check the codegen options)
         if self.chunk_size < 1 or self.chunk_size & (self.chunk_size - 1):
             raise OptionError(f"chunk_size must be a power of two (a Triton block), got {self.chunk_size}")
@@ -89,13 +97,19 @@ class Plan:
         return cls(semantics=variant.semantics, kernels=variant.kernels, hot_size=hot_size if variant.hot else 0,
                    deterministic=variant.deterministic, grid_barrier=variant.grid_barrier,
                    edge_updates=variant.edge_updates, sum_equal_edges=variant.sum_equal_edges,
-                   derive_params=variant.derive_params, chunk_queue=variant.chunk_queue, **launch)
+                   derive_params=variant.derive_params, chunk_queue=variant.chunk_queue,
+                   placement=tuple((name, "host") for name in variant.host_params), **launch)
 
     @property
     def variant(self):
         """What of the plan the generated source depends on (alac.codegen.variants)."""
         return KernelVariant.of(self.semantics, self.kernels, self.hot_size > 0, self.deterministic, self.grid_barrier,
-                                self.edge_updates, self.sum_equal_edges, self.derive_params, self.chunk_queue)
+                                self.edge_updates, self.sum_equal_edges, self.derive_params, self.chunk_queue,
+                                self.host_params)
+
+    @property
+    def host_params(self):
+        return tuple(sorted(name for name, where in self.placement if where == "host"))
 
     @property
     def uses_grid_barrier(self):

@@ -91,9 +91,10 @@ class _WideEstimator(BaseEstimator):
             trainer = self._new_trainer()
             saved = self._fitted
             device = trainer.device
-            tensors = {part: {k: torch.from_numpy(v).to(device) for k, v in saved[part].items()}
+            tensors = {part: {k: torch.from_numpy(v) for k, v in saved[part].items()}
                        for part in ("params", "globals", "states")}
-            trainer.executor.state = ModelState(tensors["params"], tensors["globals"], tensors["states"])
+            trainer.executor.state = ModelState.placed(tensors["params"], tensors["globals"], tensors["states"], device,
+                                                       trainer.executor.plan.host_params)
             trainer.feature_order = torch.from_numpy(saved["feature_order"])
             trainer.labels = LabelMap(saved["label_kind"], saved["positive"])
             trainer.epoch = saved["epoch"]

@@ -90,6 +90,9 @@ def parser_for(parser, module=None):
     parser.add_argument("--hot-size", type=int, default=None, metavar="H",
                         help="hot segment: the H most frequent features are summed inside a program before "
                              "they reach memory (default: the planner's on a GPU, else 0)")
+    parser.add_argument("--host-params", default="", metavar="NAMES",
+                        help="params (comma-separated, e.g. w,v) whose rows and optimizer state live in pinned host "
+                             "memory, read and updated by the kernels through mapped memory (sync mode)")
     parser.add_argument("--flush-every", type=positive_int, default=8, metavar="K",
                         help="async hot segment: chunks between a program's flushes of its hot sums")
     parser.add_argument("--backend", default="triton", choices=["triton", "interpret", "reference"],
@@ -289,6 +292,8 @@ def _plan(args):
                "flush_every": args.flush_every}
     if args.hot_size is not None:
         options["hot_size"] = args.hot_size
+    if args.host_params:
+        options["placement"] = tuple((name.strip(), "host") for name in args.host_params.split(",") if name.strip())
     if args.chunk_size:
         options["chunk_size"] = args.chunk_size
     elif args.mode == "async" and args.backend == "triton":

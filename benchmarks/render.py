@@ -140,6 +140,14 @@ def parse_table(result):
                   "load_layout first / cached (s)"], rows)
 
 
+def placement_table(result):
+    rows = [[a["op"], a["pattern"], a["row_floats"], a["placement"], f"{a['ms']:.2f}", f"{a['g_accesses_per_s']:.3f}",
+             f"{a['gb_per_s']:.1f}"] for a in result["arms"]]
+    return (table(["op", "ids", "floats per row", "placement", "ms", "G accesses/s", "GB/s of rows"], rows)
+            + f"\n\nPinned host → device copy: {result['copy_gb_per_s']:.1f} GB/s. Host / device time: "
+            + ", ".join(f"{name} {ratio:.1f}×" for name, ratio in result["host_over_device"].items()) + ".")
+
+
 # (result file, title, what it measures, command, table)
 SECTIONS = [
     ("defaults", "Defaults that learn",
@@ -179,6 +187,10 @@ SECTIONS = [
      "PYTHONPATH=. python benchmarks/fit_queue.py --placements 3", fit_queue_table),
     ("flow_lr_real_data", "Sync and async LR on real data", "Test AUC of the two semantics at the same learning rate.",
      "PYTHONPATH=. python benchmarks/flow.py --model lr --real-data ../shared/data", real_data_table),
+    ("placement_access", "Rows in host memory against rows on the device",
+     "Gathers and atomic additions of Triton kernels on a table in pinned host memory (mapped pointers) and on the "
+     "device: 16M accesses to 16M rows, random and sequential ids, 1 and 16 floats per row.",
+     "PYTHONPATH=. python benchmarks/placement_access.py", placement_table),
     ("layout_build", "Layout build, 4M × 39 synthetic rows", "Generating and laying out the data on the CPU and GPU.",
      "PYTHONPATH=. python benchmarks/layout_build.py", layout_table),
     ("parse_speed", "Parsing LIBSVM text",

@@ -167,6 +167,8 @@ def _criteo(tmp_path):
     (["--train", "{svm}", "--out", "{file}/below"], "cannot make this folder"),
     (["--train", "{svm}", "--out", "/proc/alac-out"], "cannot make this folder"),
     (["--train", "{svm}", "--out", "{folder}/run"], "run/model.alac: is a folder"),
+    (["--train", "{svm}", "--host-params", "v"], "placement names ['v'], not params of model 'lr'"),
+    (["--train", "{svm}", "--host-params", "w", "--mode", "async"], "params in host memory (w) run sync plans only"),
 ])
 def test_bad_options_are_one_line_before_any_training(tmp_path, options, message):
     (tmp_path / "run" / "model.alac").mkdir(parents=True)
@@ -230,3 +232,22 @@ def test_training_runs_without_triton(tmp_path):
     assert result.returncode == 0, result.stderr
     result = subprocess.run([sys.executable, "-c", code, "interpret"], capture_output=True, text=True)
     assert result.returncode == 2 and "Triton is not installed" in result.stderr
+
+
+def test_params_in_host_memory_train_and_predict(tmp_path):
+    """--host-params w: the checkpoint keeps the placement, and predictions equal the device run's."""
+    out = {}
+    for name, flags in (("device", []), ("host", ["--host-params", "w"])):
+        out[name] = tmp_path / name
+        result = _run_alac("train", "--model", "lr", "--train", str(_small_svm(tmp_path)), "--epochs", "3",
+                           "--early-stopping", "none", "--mode", "sync", "--optimizer", "sgd", *flags,
+                           "--out", str(out[name]))
+        assert result.returncode == 0, result.stderr
+    from alac import checkpoint
+    from alac.models import zoo_model
+
+    host = checkpoint.load(out["host"] / "model.alac", zoo_model("lr"), backend="reference")
+    device = checkpoint.load(out["device"] / "model.alac", zoo_model("lr"), backend="reference")
+    assert host.plan.host_params == ("w",) and device.plan.host_params == ()
+    torch.testing.assert_close(host.executor.state.params["w"].cpu(), device.executor.state.params["w"].cpu(),
+                               rtol=1e-5, atol=1e-6)

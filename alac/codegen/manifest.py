@@ -16,14 +16,16 @@ from alac.ir.model_ir import grad_name, l2_name
 
 # The model's own tensors (alac.runtime.state.ModelState), bound, never allocated.
 MODEL_ROLES = ("param", "global", "state")
-# Buffers the runtime allocates (zeroed) for a layout from their shape, and keeps between epochs.
+# Buffers the runtime allocates (zeroed) for a layout from their shape, and keeps between epochs;
+# in this order (benchmarks/flow.py's epoch times were measured with it).
 ALLOCATED_ROLES = ("grad", "touched", "queue", "hot_sums", "edge_grad", "chunk_grad", "chunk_loss",
-                   "batch_edge_grad", "stage_rows", "arrivals", "schedule")
+                   "batch_edge_grad", "stage_rows", "schedule", "arrivals")
 # Scalars: a layout's or plan's size, a launch's position, a regulariser's coefficient, a hyper.
 SCALAR_ROLES = ("size", "launch", "gradient_l2", "update_l1", "update_l2", "hyper")
 ROLES = MODEL_ROLES + ALLOCATED_ROLES + SCALAR_ROLES + ("layout", "labels", "output")
 LIFETIMES = ("model", "layout", "epoch", "launch", "call")
-PLACEMENTS = ("device",)
+# device: GPU memory; host: pinned host memory the kernels reach through mapped (UVA) pointers
+PLACEMENTS = ("device", "host")
 TENSOR_DTYPES = ("float32", "int32", "int64")
 
 
@@ -103,18 +105,19 @@ def size(symbol, name=None):
     return Argument(name or symbol, "size", symbol, "int", lifetime="layout")
 
 
-def param(p):
-    return Argument(f"{p.name}_ptr", "param", p.name, shape=_rows("n_features", p.vector))
+def param(p, placement="device"):
+    return Argument(f"{p.name}_ptr", "param", p.name, shape=_rows("n_features", p.vector), placement=placement)
 
 
 def global_(name):
     return Argument(f"{name}_ptr", "global", name, shape=(1,))
 
 
-def state(p, state_name, per_row):
-    """Optimizer state state_name of param p: one value per row (per_row) or per value."""
+def state(p, state_name, per_row, placement="device"):
+    """Optimizer state state_name of param p: one value per row (per_row) or per value; it lives
+    where its param's rows live."""
     return Argument(f"state_{p.name}_{state_name}_ptr", "state", f"{p.name}_{state_name}",
-                    shape=_rows("n_features", p.vector and not per_row))
+                    shape=_rows("n_features", p.vector and not per_row), placement=placement)
 
 
 def grad(name, vector=False, is_global=False):

@@ -33,6 +33,10 @@ class ParamAccess:
     """KernelGenerator's access to params and optimizer state (a mixin: it reads the generator's
     ir, optimizer, params and plan-derived flags)."""
 
+    def _param_argument(self, p):
+        """The argument of param p's rows, placed where the variant puts them."""
+        return m.param(p, self.variant.placement(p.name))
+
     @staticmethod
     def _vector_offsets(ids, edge=False):
         """Offsets of the K factors of every id: ids is a [C] block, or an [S, C] tile when edge."""
@@ -65,11 +69,11 @@ class ParamAccess:
                 if p.vector:
                     hot, cold = self._lane_mask(f"({hot})", True), self._lane_mask(cold, True)
                 # past L1: other programs' flushes store it, and an SM's L1 keeps its old lines
-                stored = w.arg(m.param(p))
+                stored = w.arg(self._param_argument(p))
                 w.line(f"{name} = tl.where({cold}, derived_{name}, tl.load({stored} + {offsets}, "
                        f"mask={hot}, other=0.0, cache_modifier=\".cg\"))")
             return
-        pointer = w.arg(m.param(self.params[name]))
+        pointer = w.arg(self._param_argument(self.params[name]))
         if self.param_vector[name]:
             w.line(f"{name} = tl.load({pointer} + {self._vector_offsets('feature', True)}, "
                    f"mask={self._lane_mask('present', True)}, other=0.0)")
@@ -108,7 +112,7 @@ class ParamAccess:
             per_row = row and p.vector
             ranks[f"s_{state}"] = row_rank if (row or not p.vector) else lane_rank
             names[f"s_{state}"] = _state_variable(prefix, state)
-            targets[state] = (m.state(p, state, row), ids if per_row else full_offsets,
+            targets[state] = (m.state(p, state, row, self.variant.placement(p.name)), ids if per_row else full_offsets,
                               mask if per_row else full_mask)
         return ranks, names, targets, (full_offsets, full_mask)
 
@@ -168,7 +172,7 @@ class ParamAccess:
         used = self._use_arguments(w, p, program)
         w.comment(f"{self.optimizer.name} on {p.name}" + (" (the change, added atomically)" if mode == "delta" else ""))
         w.line(f"{names['g']} = {gradient}")
-        pointer = w.arg(m.param(p)) if stored else None
+        pointer = w.arg(self._param_argument(p)) if stored else None
         for target, _, _ in targets.values():
             w.arg(target)
         defined = {d.name for d in program}

@@ -30,6 +30,7 @@ class KernelVariant:
     sum_equal_edges: bool = False  # edge updates: a chunk's equal features summed first
     derive_params: bool = False    # async: params that are a function of their state computed where read
     chunk_queue: bool = False      # async: programs claim chunks from a shared counter
+    host_params: tuple = ()        # params (and their optimizer state) in pinned host memory, sorted
 
     def __post_init__(self):
         if self.semantics not in SEMANTICS:
@@ -40,17 +41,28 @@ class KernelVariant:
             raise OptionError("deterministic plans are sync plans without a hot segment")
         if self.semantics == "async" and self.kernels != "fused":
             raise OptionError("async semantics run the fused kernel only (kernels='fused')")
+        if self.host_params and self.semantics != "sync":
+            # async programs add their changes into the params atomically, across PCIe for host rows
+            raise OptionError(f"params in host memory ({', '.join(self.host_params)}) run sync plans only")
+        if self.host_params and self.edge_updates:
+            raise OptionError("edge updates add into params atomically: not with params in host memory")
 
     @classmethod
     def of(cls, semantics="sync", kernels="fused", hot=False, deterministic=False, grid_barrier=False,
-           edge_updates=False, sum_equal_edges=False, derive_params=False, chunk_queue=False):
+           edge_updates=False, sum_equal_edges=False, derive_params=False, chunk_queue=False, host_params=()):
         """The variant with the flags that apply to it: sync mechanisms off in async variants and in
-        deterministic ones (they launch per batch and store every gradient), async ones off in sync."""
+        deterministic ones (they launch per batch and store every gradient), async ones off in sync;
+        edge updates off where params live in host memory (the update finds each touched row once)."""
         sync, async_ = semantics == "sync", semantics == "async"
         atomic_sync = sync and not deterministic
-        edge_updates = atomic_sync and edge_updates
+        edge_updates = atomic_sync and edge_updates and not host_params
         return cls(semantics, kernels, hot, deterministic, atomic_sync and grid_barrier, edge_updates,
-                   edge_updates and sum_equal_edges, async_ and derive_params, async_ and chunk_queue)
+                   edge_updates and sum_equal_edges, async_ and derive_params, async_ and chunk_queue,
+                   tuple(sorted(host_params)))
+
+    def placement(self, param):
+        """Where a param's rows (and its optimizer state) live: "device" or "host"."""
+        return "host" if param in self.host_params else "device"
 
     def for_optimizer(self, optimizer):
         """The variant an optimizer runs: edge updates need an additive rule; derived params a
@@ -71,7 +83,8 @@ class KernelVariant:
                  "chunk_queue")
         short = {"deterministic": "det", "grid_barrier": "grid", "edge_updates": "edges", "sum_equal_edges": "summed",
                  "derive_params": "derived", "chunk_queue": "queue"}
-        return "_".join(tokens + [short.get(flag, flag) for flag in flags if getattr(self, flag)])
+        host = [f"host_{'_'.join(self.host_params)}"] if self.host_params else []
+        return "_".join(tokens + [short.get(flag, flag) for flag in flags if getattr(self, flag)] + host)
 
     def describe(self):
         """The variant in words, for a generated module's header."""
@@ -79,17 +92,19 @@ class KernelVariant:
                 + "".join(f" {flag}" for flag in ("deterministic", "grid_barrier", "edge_updates", "chunk_queue")
                           if getattr(self, flag))
                 + (" summed" if self.sum_equal_edges else "")
-                + (" stored_params" if self.asynchronous and not self.derive_params else ""))
+                + (" stored_params" if self.asynchronous and not self.derive_params else "")
+                + (f" host={','.join(self.host_params)}" if self.host_params else ""))
 
 
-def enumerate_variants():
-    """Every valid variant once (normalised), in a fixed order."""
-    fields = [f.name for f in dataclasses.fields(KernelVariant)]
+def enumerate_variants(host_params=()):
+    """Every valid variant once (normalised), in a fixed order; host_params: the variants with those
+    params in host memory instead."""
+    fields = [f.name for f in dataclasses.fields(KernelVariant) if f.name != "host_params"]
     choices = {"semantics": SEMANTICS, "kernels": KERNEL_FAMILIES}
     seen = {}
     for values in itertools.product(*(choices.get(name, (False, True)) for name in fields)):
         try:
-            variant = KernelVariant.of(**dict(zip(fields, values)))
+            variant = KernelVariant.of(**dict(zip(fields, values)), host_params=host_params)
         except OptionError:
             continue
         seen.setdefault(variant, None)

@@ -116,6 +116,13 @@ class Executor:
             raise OptionError("exact L2 decays every row after every batch: it needs sync semantics")
         self.optimizer = get_optimizer(optimizer)
         self.ir = lower(model, self.optimizer)
+        unknown = set(plan.host_params) - {p.name for p in self.ir.params}
+        if unknown:
+            raise OptionError(f"placement names {sorted(unknown)}, not params of model {self.ir.name!r} "
+                              f"(its params: {', '.join(p.name for p in self.ir.params)})")
+        if plan.host_params and exact_l2:
+            raise OptionError("exact L2 decays every row on the device after every batch: "
+                              "not with params in host memory")
         self.plan = plan
         self.seed = seed
         self.schedule = schedule or LearningRateSchedule()
@@ -138,7 +145,8 @@ class Executor:
         values = sum(param.size for param in declared.values())
         check_feature_tables(layout.n_features, 4 * values * (1 + len(self.ir.optimizer.states)),
                              "the model's parameters and optimizer state", self.device)
-        self.state = ModelState.initial(self.model, layout.new_to_old, self.device, self.seed, self.ir.optimizer)
+        self.state = ModelState.initial(self.model, layout.new_to_old, self.device, self.seed, self.ir.optimizer,
+                                        host=self.plan.host_params)
         self.batches_done = 0
 
     def settings(self, l2=None):

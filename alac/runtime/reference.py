@@ -32,7 +32,8 @@ class ReferenceBackend:
         return feature, x, row
 
     def _accums(self, state, feature, x, row, rows):
-        gathered = {name: value[feature] for name, value in state.params.items()}
+        # params in host memory are gathered there and the rows moved to the edges' device
+        gathered = {name: value[feature.to(value.device)].to(feature.device) for name, value in state.params.items()}
         contributions = self.programs.contributions(x, **gathered)
         accums = {}
         for accum in self.ir.accums:

@@ -19,6 +19,14 @@ def _initial_values(init, shape, generator):
     raise TypeError(f"unknown initializer {init!r}")
 
 
+def _placed(values, device, host):
+    """values on the device, or (host) in pinned host memory when the device is a GPU."""
+    device = torch.device(device)
+    if host and device.type == "cuda":
+        return values.pin_memory()
+    return values.to(device)
+
+
 @dataclass
 class ModelState:
     params: dict      # name -> float32 [n_features] or [n_features, k], by re-indexed feature id
@@ -26,9 +34,11 @@ class ModelState:
     states: dict = field(default_factory=dict)   # "<param>_<state>" -> the optimizer's state
 
     @classmethod
-    def initial(cls, model, new_to_old, device, seed=0, optimizer=None):
+    def initial(cls, model, new_to_old, device, seed=0, optimizer=None, host=()):
         """Initial values drawn in the user's feature order (a CPU generator, so the same on any
-        device and under any re-indexing), then permuted to the layout's ids."""
+        device and under any re-indexing), then permuted to the layout's ids. Params named in host
+        (and their optimizer state) live in pinned host memory, which kernels reach through mapped
+        pointers; without CUDA, host memory is where every tensor is."""
         declared_params, declared_globals = model.declarations()
         generator = torch.Generator().manual_seed(seed)
         order = new_to_old.long().cpu()
@@ -36,20 +46,32 @@ class ModelState:
         for name, param in declared_params.items():
             shape = (order.numel(),) if param.size == 1 else (order.numel(), param.size)
             values = _initial_values(param.init, shape, generator)[order]
-            params[name] = values.to(device=device, dtype=torch.float32).contiguous()
+            params[name] = _placed(values.to(dtype=torch.float32).contiguous(), device, name in host)
         globals_ = {name: _initial_values(g.init, (1,), generator).to(device=device, dtype=torch.float32)
                     for name, g in declared_globals.items()}
         states = {}
         for name, value in params.items():
             for state, initial, per_row in (optimizer.states if optimizer is not None else ()):
                 shape = value.shape[:1] if per_row else value.shape
-                states[f"{name}_{state}"] = torch.full(shape, initial, dtype=torch.float32, device=device)
+                initial_values = torch.full(shape, initial, dtype=torch.float32)
+                states[f"{name}_{state}"] = _placed(initial_values, device, name in host)
         return cls(params, globals_, states)
+
+    @classmethod
+    def placed(cls, params, globals_, states, device, host=()):
+        """A state of these tensors (from a checkpoint, say) on the device, the params named in host
+        and their optimizer state in pinned host memory."""
+        def owner(state_name):
+            return next((p for p in params if state_name.startswith(f"{p}_")), None)
+
+        return cls({k: _placed(v, device, k in host) for k, v in params.items()},
+                   {k: _placed(v, device, False) for k, v in globals_.items()},
+                   {k: _placed(v, device, owner(k) in host) for k, v in states.items()})
 
     def in_original_order(self, old_to_new):
         """Parameters indexed by the user's original feature ids."""
-        index = old_to_new.long().to(next(iter(self.params.values())).device)
-        return {name: value[index] for name, value in self.params.items()}
+        index = old_to_new.long()
+        return {name: value[index.to(value.device)] for name, value in self.params.items()}
 
     def decay(self, coefficients, lr):
         """Exact (decoupled) L2: every row of the params decays by 1 - lr * l2, touched or not.

@@ -74,8 +74,11 @@ class TritonBackend:
         owners = (layout, *state.params.values(), *state.globals.values())
         if not _same_objects(self._buffers[0], owners):
             sizes = self._sizes(layout)
+            allocated = sorted((a for a in self.generated.manifest if a.role in ALLOCATED_ROLES),
+                               key=lambda a: ALLOCATED_ROLES.index(a.role))
             buffers = {a: torch.zeros(sizes.shape(a), dtype=getattr(torch, a.dtype), device=layout.device)
-                       for a in self.generated.manifest if a.role in ALLOCATED_ROLES}
+                       for a in allocated}
+            self._by_role = {(a.role, a.of): value for a, value in buffers.items()}
             self._buffers = (owners, (buffers, sizes))
             self._bound_key = None
             self._graph = None
@@ -83,8 +86,7 @@ class TritonBackend:
 
     def _find(self, role, of=""):
         """The allocated buffer of that role (and param, global or schedule entry)."""
-        buffers, _ = self._buffers[1]
-        return next(value for a, value in buffers.items() if a.role == role and a.of == of)
+        return self._by_role[(role, of)]
 
     def _schedule(self, entry):
         """The epoch's chunk order, learning rates or scales, as the kernels read them."""
@@ -117,7 +119,7 @@ class TritonBackend:
         if role == "output":
             return outputs[of]
         if role in ALLOCATED_ROLES:
-            return outputs.get(of, buffers[argument])
+            return outputs[of] if of in outputs else buffers[argument]
         if role == "size":
             return sizes.dim(of)
         if role == "launch":
@@ -239,7 +241,9 @@ class TritonBackend:
         prediction = torch.empty(layout.n_chunks * layout.chunk_size, device=layout.device)
         order = torch.arange(layout.n_chunks, device=layout.device)
         spec = self.generated.predict
-        allocated = self._buffers_for(state, layout)
+        # the predict kernel reads no training buffer: binding it leaves the training buffers (and the
+        # epoch's CUDA graph, bound to them) alone
+        allocated = ({}, self._sizes(layout))
         outputs = {"chunk_order": order, "prediction": prediction}
         arguments = [self._value(a, state, layout, labels, None, allocated, outputs) for a in spec.args]
         getattr(self.module, spec.name)[(layout.n_chunks,)](*arguments, **self._constants(layout))
