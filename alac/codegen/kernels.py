@@ -40,10 +40,10 @@ from alac.codegen import manifest as m
 from alac.codegen import triton_helpers
 from alac.codegen.manifest import GeneratedKernels, KernelSpec
 from alac.codegen.param_access import ParamAccess
-from alac.codegen.printer import TRITON, ExpressionPrinter, rank_of
+from alac.codegen.printer import TRITON, ExpressionPrinter
 from alac.codegen.stages import StageEmitter
 from alac.codegen.writer import Writer
-from alac.ir.model_ir import l2_name
+from alac.ir.ranks import binder_ranks
 from alac.ir.stage_graph import build_stage_graph, kernel_groups
 from alac.plan import next_power_of_two
 
@@ -98,22 +98,7 @@ class KernelGenerator(StageEmitter, ParamAccess):
 
     def _ranks(self):
         # edge values are [S, C] tiles (S slots of the chunk's C rows) in every edge loop
-        ranks = {"x": "edge", "y": "row"}
-        for p in self.ir.params:
-            ranks[p.name] = "edge_lane" if p.vector else "edge"
-            ranks[l2_name(p.name)] = "uniform"
-        for a in self.ir.accums:
-            ranks[a.name] = "lane" if a.vector else "row"
-        for g in self.ir.globals:
-            ranks[g] = "uniform"
-        for program in (self.ir.sample_program, self.ir.predict_program, self.ir.edge_program):
-            for d in program:
-                rank = rank_of(d.expr, ranks)
-                is_output = not d.name.startswith("t")
-                ranks[d.name] = "row" if is_output and rank == "uniform" else rank
-        return ranks
-
-    # --- kernels -------------------------------------------------------------------------------
+        return binder_ranks(self.ir)
 
     def _program_constants(self, w, stages):
         w.line("rows = tl.arange(0, C)")

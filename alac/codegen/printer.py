@@ -15,15 +15,7 @@ from dataclasses import dataclass
 import sympy as sp
 
 from alac.ir.functions import FactorSum
-
-RANK_AXES = {"uniform": (), "row": ("row",), "lane": ("row", "lane"), "edge": ("slot", "row"),
-             "edge_lane": ("slot", "row", "lane")}
-RANKS = tuple(RANK_AXES)
-
-
-def rank_with_axes(axes):
-    axes = set(axes)
-    return next(rank for rank, own in RANK_AXES.items() if set(own) == axes)
+from alac.ir.ranks import RANK_AXES, _axes, rank_of, rank_with_axes  # noqa: F401 (the printer's API)
 
 
 @dataclass(frozen=True)
@@ -70,25 +62,6 @@ def _enclosed(text):
         if depth == 0 and i < len(text) - 1:
             return False
     return True
-
-
-def _axes(expr, ranks):
-    axes = set()
-    stack = [expr]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, FactorSum):
-            axes |= _axes(node.args[0], ranks) - {"lane"}
-        elif isinstance(node, sp.Symbol):
-            axes |= set(RANK_AXES[ranks[node.name]])
-        else:
-            stack.extend(node.args)
-    return axes
-
-
-def rank_of(expr, ranks):
-    """The rank of expr: the union of its symbols' axes (a FactorSum drops the lane axis)."""
-    return rank_with_axes(_axes(expr, ranks))
 
 
 class ExpressionPrinter:

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import torch
 
-from alac.codegen.printer import TORCH, ExpressionPrinter, rank_of
+from alac.codegen.printer import TORCH, ExpressionPrinter
 from alac.ir.model_ir import l2_name
+from alac.ir.ranks import binder_ranks, flat_rank, rank_of
 
 
 def _softplus(z):
@@ -34,17 +35,8 @@ def _minimum(a, b):
 class TorchPrograms:
     def __init__(self, ir):
         self.ir = ir
-        ranks = {"x": "row", "y": "row"}
-        for p in ir.params:
-            ranks[p.name] = "lane" if p.vector else "row"
-            ranks[l2_name(p.name)] = "uniform"
-        for a in ir.accums:
-            ranks[a.name] = "lane" if a.vector else "row"
-        for g in ir.globals:
-            ranks[g] = "uniform"
-        for program in (ir.sample_program, ir.predict_program, ir.edge_program):
-            for d in program:
-                ranks[d.name] = rank_of(d.expr, ranks)
+        # the binders' ranks (alac.ir.ranks), with edges as the rows of flat tensors
+        ranks = {name: flat_rank(rank) for name, rank in binder_ranks(ir).items()}
         self.ranks = ranks
         self.printer = ExpressionPrinter(TORCH, {}, ranks)
         updates = [(kind, update) for kind, update in (("scalar", ir.optimizer.scalar), ("vector", ir.optimizer.vector))

@@ -4,8 +4,9 @@ Symbols (all real): `x` the edge's feature value, `y` the label, a param's name 
 the edge's feature (one lane f of it when the param is a vector), an accum's name for the sample's
 sum (one lane of it when vector), a global's name, `d_<accum>` for dLoss/dAccum, `l2_<param>` for
 the param's L2 coefficient (a run-time argument, so changing it does not change the kernels).
-`str(ir)` prints one line per definition, like a jaxpr; `ir.hash` is a content hash of that text
-plus the exact sympy forms.
+`str(ir)` prints one line per definition, like a jaxpr, every binder with its dtype and rank;
+`ir.hash` is a content hash of that listing (without the ranks, which follow from it) plus the exact
+sympy forms.
 """
 
 from __future__ import annotations
@@ -107,7 +108,17 @@ class ModelIR:
     def param(self, name):
         return next(p for p in self.params if p.name == name)
 
-    def lines(self):
+    def lines(self, ranked=True):
+        """The listing; ranked: every binder of the programs with its dtype and rank (alac.ir.ranks)."""
+        if ranked:
+            from alac.ir.ranks import LISTED, binder_ranks
+
+            ranks = binder_ranks(self)
+
+            def binder(d):
+                return f"{d.name}: f32[{LISTED[ranks[d.name]]}] = {d.expr}"
+        else:
+            binder = str
         out = [f"model {self.name}  labels={self.labels}  prediction={self.prediction_kind}"
                + (f"  k={self.factor_size}" if self.factor_size else "")]
         for p in self.params:
@@ -127,7 +138,7 @@ class ModelIR:
                                ("edge", self.edge_program)):
             if program:
                 out.append(f"  {title} program:")
-                out.extend(f"    {d}" for d in program)
+                out.extend(f"    {binder(d)}" for d in program)
         if self.optimizer is not None:
             out.extend(f"  {line}" for line in self.optimizer.lines())
         return out
@@ -144,7 +155,8 @@ class ModelIR:
             for update in (self.optimizer.scalar, self.optimizer.vector):
                 if update is not None:
                     exprs += [d.expr for d in update.program + update.deltas + update.derived]
-        text = str(self) + "\n" + "\n".join(sp.srepr(e) for e in exprs)
+        # the ranks follow from the expressions: the unranked listing keeps the hash of every release
+        text = "\n".join(self.lines(ranked=False)) + "\n" + "\n".join(sp.srepr(e) for e in exprs)
         return hashlib.sha256(text.encode()).hexdigest()
 
 

@@ -17,19 +17,19 @@
 #   grad    grad_w = d_wx*x + l2_w*w
 #   grad    grad_v[k] = 2*d_v2x2*v*x**2 + d_vx*x + l2_v*v
 #   sample program:
-#     ts0 = -y*(b + wx + FactorSum(-v2x2 + vx**2)/2)
-#     ts1 = y*Sigmoid(ts0)
-#     ts2 = -ts1
-#     loss = Softplus(ts0)
-#     d_wx = ts2
-#     d_vx[k] = -ts1*vx
-#     d_v2x2 = ts1/2
-#     dg_b = ts2
+#     ts0: f32[sample] = -y*(b + wx + FactorSum(-v2x2 + vx**2)/2)
+#     ts1: f32[sample] = y*Sigmoid(ts0)
+#     ts2: f32[sample] = -ts1
+#     loss: f32[sample] = Softplus(ts0)
+#     d_wx: f32[sample] = ts2
+#     d_vx: f32[sample,k] = -ts1*vx
+#     d_v2x2: f32[sample] = ts1/2
+#     dg_b: f32[sample] = ts2
 #   predict program:
-#     prediction = Sigmoid(b + wx + FactorSum(-v2x2 + vx**2)/2)
+#     prediction: f32[sample] = Sigmoid(b + wx + FactorSum(-v2x2 + vx**2)/2)
 #   edge program:
-#     grad_w = d_wx*x + l2_w*w
-#     grad_v[k] = 2*d_v2x2*v*x**2 + d_vx*x + l2_v*v
+#     grad_w: f32[edge] = d_wx*x + l2_w*w
+#     grad_v: f32[edge,k] = 2*d_v2x2*v*x**2 + d_vx*x + l2_v*v
 #   optimizer adagrad  states: accumulator[row]=0  hypers: eps, initial_accumulator
 #     scalar update:
 #       tu0 = g**2 + s_accumulator

@@ -17,19 +17,19 @@
 #   grad    grad_w = d_wx*x + l2_w*w
 #   grad    grad_v[k] = 2*d_v2x2*v*x**2 + d_vx*x + l2_v*v
 #   sample program:
-#     ts0 = FactorSum(-v2x2 + vx**2)
-#     ts1 = b + ts0/2 + wx - y
-#     ts2 = 2*b + ts0 + 2*wx - 2*y
-#     loss = ts1**2/2
-#     d_wx = ts1
-#     d_vx[k] = ts2*vx/2
-#     d_v2x2 = -ts2/4
-#     dg_b = ts1
+#     ts0: f32[sample] = FactorSum(-v2x2 + vx**2)
+#     ts1: f32[sample] = b + ts0/2 + wx - y
+#     ts2: f32[sample] = 2*b + ts0 + 2*wx - 2*y
+#     loss: f32[sample] = ts1**2/2
+#     d_wx: f32[sample] = ts1
+#     d_vx: f32[sample,k] = ts2*vx/2
+#     d_v2x2: f32[sample] = -ts2/4
+#     dg_b: f32[sample] = ts1
 #   predict program:
-#     prediction = b + wx + FactorSum(-v2x2 + vx**2)/2
+#     prediction: f32[sample] = b + wx + FactorSum(-v2x2 + vx**2)/2
 #   edge program:
-#     grad_w = d_wx*x + l2_w*w
-#     grad_v[k] = 2*d_v2x2*v*x**2 + d_vx*x + l2_v*v
+#     grad_w: f32[edge] = d_wx*x + l2_w*w
+#     grad_v: f32[edge,k] = 2*d_v2x2*v*x**2 + d_vx*x + l2_v*v
 #   optimizer sgd  states: none  hypers: none  additive
 #     scalar update:
 #       new_p = -g*lr + p

@@ -11,15 +11,15 @@
 #   dglobal dg_b = -y*Sigmoid(-y*(b + wx))
 #   grad    grad_w = d_wx*x + l2_w*w
 #   sample program:
-#     ts0 = -y*(b + wx)
-#     ts1 = -y*Sigmoid(ts0)
-#     loss = Softplus(ts0)
-#     d_wx = ts1
-#     dg_b = ts1
+#     ts0: f32[sample] = -y*(b + wx)
+#     ts1: f32[sample] = -y*Sigmoid(ts0)
+#     loss: f32[sample] = Softplus(ts0)
+#     d_wx: f32[sample] = ts1
+#     dg_b: f32[sample] = ts1
 #   predict program:
-#     prediction = Sigmoid(b + wx)
+#     prediction: f32[sample] = Sigmoid(b + wx)
 #   edge program:
-#     grad_w = d_wx*x + l2_w*w
+#     grad_w: f32[edge] = d_wx*x + l2_w*w
 #   optimizer adam  states: m=0, v=0, correction1[row]=0, correction2[row]=0  hypers: beta1, beta2, eps
 #     scalar update:
 #       tu0 = -g*(h_beta1 - 1) + h_beta1*s_m

@@ -11,14 +11,14 @@
 #   dglobal dg_b = b + wx - y
 #   grad    grad_w = d_wx*x + l2_w*w
 #   sample program:
-#     ts0 = b + wx - y
-#     loss = ts0**2/2
-#     d_wx = ts0
-#     dg_b = ts0
+#     ts0: f32[sample] = b + wx - y
+#     loss: f32[sample] = ts0**2/2
+#     d_wx: f32[sample] = ts0
+#     dg_b: f32[sample] = ts0
 #   predict program:
-#     prediction = b + wx
+#     prediction: f32[sample] = b + wx
 #   edge program:
-#     grad_w = d_wx*x + l2_w*w
+#     grad_w: f32[edge] = d_wx*x + l2_w*w
 #   optimizer sgd  states: none  hypers: none  additive
 #     scalar update:
 #       new_p = -g*lr + p

@@ -11,15 +11,15 @@
 #   dglobal dg_b = -y*Heaviside(-y*(b + wx) + 1)
 #   grad    grad_w = d_wx*x + l2_w*w
 #   sample program:
-#     ts0 = -y*(b + wx) + 1
-#     ts1 = -y*Heaviside(ts0)
-#     loss = Max(0, ts0)
-#     d_wx = ts1
-#     dg_b = ts1
+#     ts0: f32[sample] = -y*(b + wx) + 1
+#     ts1: f32[sample] = -y*Heaviside(ts0)
+#     loss: f32[sample] = Max(0, ts0)
+#     d_wx: f32[sample] = ts1
+#     dg_b: f32[sample] = ts1
 #   predict program:
-#     prediction = b + wx
+#     prediction: f32[sample] = b + wx
 #   edge program:
-#     grad_w = d_wx*x + l2_w*w
+#     grad_w: f32[edge] = d_wx*x + l2_w*w
 #   optimizer sgd  states: none  hypers: none  additive
 #     scalar update:
 #       new_p = -g*lr + p

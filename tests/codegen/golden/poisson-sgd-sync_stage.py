@@ -11,16 +11,16 @@
 #   dglobal dg_b = -y + exp(b + wx)
 #   grad    grad_w = d_wx*x + l2_w*w
 #   sample program:
-#     ts0 = b + wx
-#     ts1 = -exp(ts0)
-#     ts2 = -ts1 - y
-#     loss = -ts0*y - ts1
-#     d_wx = ts2
-#     dg_b = ts2
+#     ts0: f32[sample] = b + wx
+#     ts1: f32[sample] = -exp(ts0)
+#     ts2: f32[sample] = -ts1 - y
+#     loss: f32[sample] = -ts0*y - ts1
+#     d_wx: f32[sample] = ts2
+#     dg_b: f32[sample] = ts2
 #   predict program:
-#     prediction = exp(b + wx)
+#     prediction: f32[sample] = exp(b + wx)
 #   edge program:
-#     grad_w = d_wx*x + l2_w*w
+#     grad_w: f32[edge] = d_wx*x + l2_w*w
 #   optimizer sgd  states: none  hypers: none  additive
 #     scalar update:
 #       new_p = -g*lr + p
