@@ -24,7 +24,8 @@ mini-batch barrier); the predict kernel is aggregate + predict.
   add every cold edge's change instead of flagging touched features (benchmarks/sync_breakdown.py).
 
 Every atomic is relaxed (sums need atomicity, not ordering; kernel boundaries and barriers order
-the steps), except the grid barrier's counter. Kernel names are `alac_<model>_<ir hash[:8]>_<role>`.
+the steps), except the grid barrier's counter. Kernel names are
+`alac_<model>_<ir hash[:8]>_<variant name>_<role>`.
 
 The generator is split by concern: kernels (this module: which kernels, their loops and launches),
 stages (aggregate, loss, apply, predict), param_access (every read and update of a param and its
@@ -70,7 +71,6 @@ class KernelGenerator(StageEmitter, ParamAccess):
     def __init__(self, ir, plan):
         self.ir = ir
         self.optimizer = ir.optimizer
-        self.plan = plan
         # the mechanisms this module is built with: the plan's variant, as this optimizer runs it
         self.variant = variant = plan.variant.for_optimizer(self.optimizer)
         self.kernels = variant.kernels
@@ -86,19 +86,15 @@ class KernelGenerator(StageEmitter, ParamAccess):
         self.prefix = f"alac_{ir.name}_{ir.hash[:8]}_{variant.name}"
         self.k = ir.factor_size
         self.block_k = next_power_of_two(self.k) if self.k else 0
-        self.ranks = self._ranks()
+        # edge values are [S, C] tiles (S slots of the chunk's C rows) in every edge loop
+        self.ranks = binder_ranks(ir)
         self.printer = ExpressionPrinter(TRITON, {}, self.ranks)
         self.params = {p.name: p for p in ir.params}
-        self.param_vector = {p.name: p.vector for p in ir.params}
         # params computed from their optimizer state where read (async only: sync update kernels
         # store every param they update)
         self.derived = set(self.optimizer.derivable) if variant.derive_params else set()
         # async programs claim chunks from a shared queue
         self.chunk_queue = variant.chunk_queue
-
-    def _ranks(self):
-        # edge values are [S, C] tiles (S slots of the chunk's C rows) in every edge loop
-        return binder_ranks(self.ir)
 
     def _program_constants(self, w, stages):
         w.line("rows = tl.arange(0, C)")

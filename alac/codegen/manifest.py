@@ -66,7 +66,6 @@ class Sizes:
     replicas: int
     flush_every: int
     chunks_per_batch: int
-    extra: dict = field(default_factory=dict)
 
     def dim(self, symbol):
         return symbol if isinstance(symbol, int) else getattr(self, symbol)

@@ -6,7 +6,8 @@ through these methods of the generator."""
 from __future__ import annotations
 
 from alac.codegen import manifest as m
-from alac.codegen.printer import TRITON, ExpressionPrinter, rank_of
+from alac.codegen.printer import TRITON, ExpressionPrinter
+from alac.ir.ranks import rank_of
 
 
 def _is_zero(program, name):
@@ -52,7 +53,7 @@ class ParamAccess:
         if w.one_tile:
             w.loaded_params.add(name)
         if name in w.derived:
-            p = next(p for p in self.ir.params if p.name == name)
+            p = self.params[name]
             edges, variable = "present", name
             if self.hot:
                 w.comment(f"{name}: stored for hot features (their flushes store it), {self.optimizer.name}'s function")
@@ -74,7 +75,7 @@ class ParamAccess:
                        f"mask={hot}, other=0.0, cache_modifier=\".cg\"))")
             return
         pointer = w.arg(self._param_argument(self.params[name]))
-        if self.param_vector[name]:
+        if self.params[name].vector:
             w.line(f"{name} = tl.load({pointer} + {self._vector_offsets('feature', True)}, "
                    f"mask={self._lane_mask('present', True)}, other=0.0)")
         else:

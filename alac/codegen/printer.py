@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import sympy as sp
 
 from alac.ir.functions import FactorSum
-from alac.ir.ranks import RANK_AXES, _axes, rank_of, rank_with_axes  # noqa: F401 (the printer's API)
+from alac.ir.ranks import RANK_AXES, axes_of, rank_with_axes
 
 
 @dataclass(frozen=True)
@@ -87,7 +87,7 @@ class ExpressionPrinter:
         if e is sp.true or e is sp.false:
             raise ValueError(f"a constant condition {e} cannot be printed as a tensor")
         if isinstance(e, FactorSum):
-            inner = _axes(e.args[0], self.ranks) | {"lane"}
+            inner = axes_of(e.args[0], self.ranks) | {"lane"}
             axis = len(inner) - 1
             summed = d.lane_sum.format(expr=self._print(e.args[0], rank_with_axes(inner)), axis=axis)
             return self._broadcast(summed, RANK_AXES[rank_with_axes(inner - {"lane"})], context)

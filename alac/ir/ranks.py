@@ -15,21 +15,20 @@ from alac.ir.model_ir import l2_name
 
 RANK_AXES = {"uniform": (), "row": ("row",), "lane": ("row", "lane"), "edge": ("slot", "row"),
              "edge_lane": ("slot", "row", "lane")}
-RANKS = tuple(RANK_AXES)
-
 
 def rank_with_axes(axes):
     axes = set(axes)
     return next(rank for rank, own in RANK_AXES.items() if set(own) == axes)
 
 
-def _axes(expr, ranks):
+def axes_of(expr, ranks):
+    """The axes expr varies over: its symbols' axes (a FactorSum drops the lane axis)."""
     axes = set()
     stack = [expr]
     while stack:
         node = stack.pop()
         if isinstance(node, FactorSum):
-            axes |= _axes(node.args[0], ranks) - {"lane"}
+            axes |= axes_of(node.args[0], ranks) - {"lane"}
         elif isinstance(node, sp.Symbol):
             axes |= set(RANK_AXES[ranks[node.name]])
         else:
@@ -39,7 +38,7 @@ def _axes(expr, ranks):
 
 def rank_of(expr, ranks):
     """The rank of expr: the union of its symbols' axes (a FactorSum drops the lane axis)."""
-    return rank_with_axes(_axes(expr, ranks))
+    return rank_with_axes(axes_of(expr, ranks))
 
 
 def binder_ranks(ir):

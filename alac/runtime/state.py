@@ -62,7 +62,8 @@ class ModelState:
         """A state of these tensors (from a checkpoint, say) on the device, the params named in host
         and their optimizer state in pinned host memory."""
         def owner(state_name):
-            return next((p for p in params if state_name.startswith(f"{p}_")), None)
+            # states are named "<param>_<state>"; the longest matching param, should one name prefix another
+            return max((p for p in params if state_name.startswith(f"{p}_")), key=len, default=None)
 
         return cls({k: _placed(v, device, k in host) for k, v in params.items()},
                    {k: _placed(v, device, False) for k, v in globals_.items()},

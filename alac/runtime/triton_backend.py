@@ -43,8 +43,10 @@ class TritonBackend:
         self.generated = generate_kernels(ir, plan)
         self.module = load_module(self.generated, interpret=interpret)
         self._programs = TorchPrograms(ir) if self.generated.derived_params else None
-        # (layout and state tensors they were made for, buffers); held, so identities stay unique
+        # (layout and state tensors they were made for, sizes); held, so identities stay unique
         self._buffers = (None, None)
+        # the allocated buffers by (role, of) of their manifest Argument
+        self._by_role = {}
         self._bound_key = None
         self._graph = None
         # the last async launch: its program count, and (kernel, arguments, constants, device) for
@@ -69,17 +71,16 @@ class TritonBackend:
                      chunks_per_batch=self.plan.chunks_per_batch)
 
     def _buffers_for(self, state, layout):
-        """The manifest's allocated buffers for this layout (zeroed; kept between epochs), keyed by
-        their manifest.Argument, and the sizes they were made with."""
+        """Allocate the manifest's buffers for this layout (zeroed; kept between epochs) into
+        _by_role; returns the sizes they were made with."""
         owners = (layout, *state.params.values(), *state.globals.values())
         if not _same_objects(self._buffers[0], owners):
             sizes = self._sizes(layout)
             allocated = sorted((a for a in self.generated.manifest if a.role in ALLOCATED_ROLES),
                                key=lambda a: ALLOCATED_ROLES.index(a.role))
-            buffers = {a: torch.zeros(sizes.shape(a), dtype=getattr(torch, a.dtype), device=layout.device)
-                       for a in allocated}
-            self._by_role = {(a.role, a.of): value for a, value in buffers.items()}
-            self._buffers = (owners, (buffers, sizes))
+            self._by_role = {(a.role, a.of): torch.zeros(sizes.shape(a), dtype=getattr(torch, a.dtype),
+                                                         device=layout.device) for a in allocated}
+            self._buffers = (owners, sizes)
             self._bound_key = None
             self._graph = None
         return self._buffers[1]
@@ -100,10 +101,10 @@ class TritonBackend:
                 "num_warps": warps_for_tile(self.plan, slots, self.ir.factor_size),
                 "WIDE_IDS": layout.n_features * max(self.ir.factor_size, 1) >= WIDE_ID_LIMIT}
 
-    def _value(self, argument, state, layout, labels, settings, allocated, outputs):
-        """What a manifest.Argument is bound to: found by its role, never by its name."""
+    def _value(self, argument, state, layout, labels, settings, sizes, outputs):
+        """What a manifest.Argument is bound to: found by its role, never by its name (outputs
+        replace the allocated buffer of the same `of`)."""
         role, of = argument.role, argument.of
-        buffers, sizes = allocated
         if role == "param":
             return state.params[of]
         if role == "global":
@@ -119,7 +120,7 @@ class TritonBackend:
         if role == "output":
             return outputs[of]
         if role in ALLOCATED_ROLES:
-            return outputs[of] if of in outputs else buffers[argument]
+            return outputs[of] if of in outputs else self._by_role[(role, of)]
         if role == "size":
             return sizes.dim(of)
         if role == "launch":
@@ -131,11 +132,11 @@ class TritonBackend:
     def _bind(self, state, layout, labels, settings, loss_sum):
         """The train kernels with their argument lists, bound once per (state, layout, labels,
         settings): per launch only the chunk offset and the batch index change."""
-        allocated = self._buffers_for(state, layout)
+        sizes = self._buffers_for(state, layout)
         key = (state, layout, labels, loss_sum, repr(settings))
         if not _same_objects(self._bound_key, key):
             def bound(spec):
-                return [self._value(a, state, layout, labels, settings, allocated, {"loss_sum": loss_sum})
+                return [self._value(a, state, layout, labels, settings, sizes, {"loss_sum": loss_sum})
                         for a in spec.args]
 
             def position(spec, of):
@@ -243,8 +244,7 @@ class TritonBackend:
         spec = self.generated.predict
         # the predict kernel reads no training buffer: binding it leaves the training buffers (and the
         # epoch's CUDA graph, bound to them) alone
-        allocated = ({}, self._sizes(layout))
-        outputs = {"chunk_order": order, "prediction": prediction}
-        arguments = [self._value(a, state, layout, labels, None, allocated, outputs) for a in spec.args]
+        outputs, sizes = {"chunk_order": order, "prediction": prediction}, self._sizes(layout)
+        arguments = [self._value(a, state, layout, labels, None, sizes, outputs) for a in spec.args]
         getattr(self.module, spec.name)[(layout.n_chunks,)](*arguments, **self._constants(layout))
         return prediction

@@ -5,9 +5,10 @@ import pytest
 import sympy as sp
 import torch
 
-from alac.codegen.printer import TORCH, ExpressionPrinter, rank_of
+from alac.codegen.printer import TORCH, ExpressionPrinter
 from alac.codegen.torch_programs import _maximum, _minimum, _softplus
 from alac.ir.functions import FactorSum, Log1p, Sigmoid, Softplus
+from alac.ir.ranks import rank_of
 
 x, y, w, v, b = (sp.Symbol(n, real=True) for n in ("x", "y", "w", "v", "b"))
 RANKS = {"x": "row", "y": "row", "w": "row", "v": "lane", "b": "uniform"}

@@ -19,8 +19,8 @@ def test_predicting_another_layout_keeps_the_training_buffers(plan):
     _, other, _ = laid_out(awkward_dataset(2, n_rows=30), "binary")
     executor = Executor(ZOO["lr"](), plan, backend=KERNEL_BACKEND, device=device)
     executor.train_epoch(layout, labels, 0, 0.1)
-    buffers, bound, graph = executor.backend._buffers[1][0], executor.backend._bound, executor.backend._graph
+    buffers, bound, graph = executor.backend._by_role, executor.backend._bound, executor.backend._graph
     executor.predict(other)
     executor.train_epoch(layout, labels, 1, 0.1)
-    assert executor.backend._buffers[1][0] is buffers and executor.backend._bound is bound
+    assert executor.backend._by_role is buffers and executor.backend._bound is bound
     assert executor.backend._graph is graph
