@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import time
+from pathlib import Path
 
 from alac.errors import AlacError
 
@@ -89,7 +91,6 @@ def _data_stats(args):
 
 def _inspect(args):
     from alac.codegen.kernels import generate_kernels
-    from alac.codegen.module_cache import write_source
     from alac.ir.pipeline import PASSES, lower
     from alac.ir.stage_graph import build_stage_graph, kernel_groups
     from alac.models import build_model, model_module
@@ -132,10 +133,24 @@ def _inspect(args):
         shape = "[" + ", ".join(map(str, a.shape)) + "]" if a.shape else "scalar"
         print(f"#   {a.name}  {a.role}  {a.of or '-'}  {a.dtype}  {shape}  {a.lifetime}")
     if args.dump:
-        path = write_source(generated, args.dump)
-        print(f"# wrote {path}")
+        path = Path(args.dump) / f"{generated.predict.name.removesuffix('_predict')}.py"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(generated.source + _runner(args, ir, plan))
+        print(f"# wrote {path}: python {path} trains and times these kernels (edits included) on synthetic data")
     print("\n" + generated.source)
     return 0
+
+
+def _runner(args, ir, plan):
+    """The __main__ block of a dumped module: it runs the module's kernels (alac.runtime.standalone)."""
+    from alac.models import is_model_file
+
+    model = str(Path(args.model).resolve()) if is_model_file(args.model) else args.model
+    fields = {f.name: getattr(plan, f.name) for f in dataclasses.fields(plan) if getattr(plan, f.name) != f.default}
+    return (f"\n\nif __name__ == \"__main__\":\n"
+            f"    # train and time these kernels (edits included) on synthetic data; --help for options\n"
+            f"    import sys\n\n    from alac.runtime.standalone import main\n\n"
+            f"    sys.exit(main(__file__, {model!r}, {ir.optimizer.name!r}, {fields!r}))\n")
 
 
 def _train(argv):

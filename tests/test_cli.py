@@ -1,12 +1,16 @@
 import json
+import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
 
 from alac.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_data_stats_prints_the_statistics(shared_data, capsys):
@@ -46,9 +50,34 @@ def test_inspect_shows_gradients_plan_and_source(capsys, tmp_path):
     assert "grad    grad_v[k] = 2*d_v2x2*v*x**2 + d_vx*x + l2_v*v" in out
     assert "# plan: semantics=sync kernels=fused" in out and "aggregate + loss + apply ; update" in out
     assert "@triton.jit" in out and "def alac_fm_" in out
-    dumped = list(tmp_path.glob("alac_fm_*.py"))
-    assert len(dumped) == 1 and dumped[0].read_text() in out
+    dumped = list(tmp_path.glob("alac_fm_*_sync_grid_edges.py"))
+    assert len(dumped) == 1
+    source, runner = dumped[0].read_text().split('\n\nif __name__ == "__main__":')
+    assert source in out and "alac.runtime.standalone import main" in runner
     compile(dumped[0].read_text(), str(dumped[0]), "exec")
+
+
+def test_a_dumped_module_runs_and_times_its_own_kernels_edits_included(tmp_path, capsys):
+    """`alac inspect --dump` writes a module that trains with its own kernels when run (on the GPU, or
+    under the interpreter): an edit to it (the loss doubled where it is summed) shows in what it prints."""
+    pytest.importorskip("triton")
+    interpret = {} if torch.cuda.is_available() else {"TRITON_INTERPRET": "1"}
+    assert main(["inspect", "--model", "lr", "--dump", str(tmp_path)]) == 0
+    capsys.readouterr()
+    path = next(tmp_path.glob("alac_lr_*.py"))
+
+    def losses():
+        result = subprocess.run([sys.executable, str(path), "--rows", "600", "--epochs", "2"], capture_output=True,
+                                text=True, env={**os.environ, **interpret, "PYTHONPATH": str(ROOT)})
+        assert result.returncode == 0, result.stderr
+        return [float(x) for x in re.findall(r"epoch \d: +[\d.]+ ms  training loss ([\d.]+)", result.stdout)]
+
+    first = losses()
+    assert len(first) == 2 and first[1] < first[0] < 0.7
+    total = "tl.atomic_add(loss_sum_ptr, tl.sum(loss_rows, axis=0)"
+    assert total in path.read_text()
+    path.write_text(path.read_text().replace(total, "tl.atomic_add(loss_sum_ptr, 2.0 * tl.sum(loss_rows, axis=0)"))
+    assert losses() == pytest.approx([2 * loss for loss in first], rel=1e-6)
 
 
 def test_inspect_prints_the_source_that_runs(capsys):
@@ -62,7 +91,10 @@ def test_inspect_prints_the_source_that_runs(capsys):
     plan = Plan(chunk_size=64, batch_size=1024, kernels="stage")
     generated = generate_kernels(lower(zoo_model("lr")), plan)
     assert generated.source in out
-    assert [spec.stages for spec in generated.train] == [("aggregate",), ("loss",), ("apply",), ("update",)]
+    # the default sync plan: one epoch kernel runs every stage kernel's body, batch after batch
+    assert [(spec.role, spec.stages) for spec in generated.train] == [("epoch", ("aggregate", "loss", "apply",
+                                                                                 "update"))]
+    assert "def aggregate_chunk(" in out and "def loss_chunk(" in out and "def apply_chunk(" in out
 
 
 def test_inspect_unknown_model(capsys):

@@ -5,11 +5,11 @@ and binds from the manifest (alac.codegen.manifest) and launches the kernels the
 """
 
 from alac.codegen.manifest import ALLOCATED_ROLES, Argument, Sizes
-from alac.codegen.module_cache import load_module, triton_installed
+from alac.codegen.module_cache import interpreter_active, load_module, triton_installed
 from alac.codegen.torch_programs import TorchPrograms
 
 __all__ = ["ALLOCATED_ROLES", "Argument", "GeneratedKernels", "KernelSpec", "Sizes", "TorchPrograms",
-           "generate_kernels", "load_module", "triton_installed"]
+           "generate_kernels", "interpreter_active", "load_module", "triton_installed"]
 
 
 def __getattr__(name):

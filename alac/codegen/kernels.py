@@ -29,19 +29,23 @@ the steps), except the grid barrier's counter. Kernel names are
 
 The generator is split by concern: kernels (this module: which kernels, their loops and launches),
 stages (aggregate, loss, apply, predict), param_access (every read and update of a param and its
-optimizer state), writer (lines and arguments), manifest (the typed arguments the runtime binds).
+optimizer state), functions (stage bodies as device functions, written once and called from every
+kernel that runs them), writer (lines and arguments), manifest (the typed arguments the runtime
+binds).
 """
 
 from __future__ import annotations
 
 import inspect
+import re
 import textwrap
 
 from alac.codegen import manifest as m
 from alac.codegen import triton_helpers
+from alac.codegen.functions import device_function, kernel_source
 from alac.codegen.manifest import GeneratedKernels, KernelSpec
 from alac.codegen.param_access import ParamAccess
-from alac.codegen.printer import TRITON, ExpressionPrinter
+from alac.codegen.printer import TRITON, TRITON_FULL_LANES, ExpressionPrinter
 from alac.codegen.stages import StageEmitter
 from alac.codegen.writer import Writer
 from alac.ir.ranks import binder_ranks
@@ -50,11 +54,6 @@ from alac.plan import next_power_of_two
 
 # Arguments every chunk kernel takes: the layout and which chunks this launch covers.
 _LAYOUT_ARGS = (*m.LAYOUT, m.LABELS, m.CHUNK_ORDER, m.CHUNK_OFFSET)
-# WIDE_IDS: feature offsets in 64 bits, needed only when a param has 2**31 values or more; edge
-# offsets are always 32-bit within a chunk (the chunk's 64-bit start moves the pointers once),
-# which halves the registers an [S, C] tile of offsets takes (Triton 3.6 spilled at C = 32 with
-# 64-bit ones: 248 registers against 198, compiled for sm_90a).
-CONSTEXPRS = ("HAS_VALUES", "C", "S", "ONE_TILE", "WIDE_IDS")
 
 
 # Hot features per step of the update kernel's dense pass over the hot segment: a block of 256
@@ -88,27 +87,26 @@ class KernelGenerator(StageEmitter, ParamAccess):
         self.block_k = next_power_of_two(self.k) if self.k else 0
         # edge values are [S, C] tiles (S slots of the chunk's C rows) in every edge loop
         self.ranks = binder_ranks(ir)
-        self.printer = ExpressionPrinter(TRITON, {}, self.ranks)
+        # lanes past K (up to the power of two BLOCK_K) are masked out only where they exist
+        self.lane_masks = self.k != self.block_k
+        self.dialect = TRITON if self.lane_masks else TRITON_FULL_LANES
+        self.printer = ExpressionPrinter(self.dialect, {}, self.ranks)
         self.params = {p.name: p for p in ir.params}
         # params computed from their optimizer state where read (async only: sync update kernels
         # store every param they update)
         self.derived = set(self.optimizer.derivable) if variant.derive_params else set()
         # async programs claim chunks from a shared queue
         self.chunk_queue = variant.chunk_queue
+        # the module's device functions by name, in order of definition
+        self.functions = {}
 
-    def _program_constants(self, w, stages):
-        w.line("rows = tl.arange(0, C)")
-        if self.k:
-            w.line("lanes = tl.arange(0, BLOCK_K)")
-            w.line("lane_valid = lanes < K")
-        hot_sums = self.hot and not self.asynchronous and "apply" in stages
-        if hot_sums or (self.summed_edge_updates and "update" in stages):
-            w.line("next_row = tl.minimum(rows + 1, C - 1)[None, :] + tl.zeros([S, C], tl.int32)")
-        if hot_sums:
-            w.line(f"replica = tl.program_id(0) % {w.arg(m.size('replicas'))}")
+    def _define(self, name, doc, writer, returns=()):
+        """A device function of the module (defined once; a second definition must be the same)."""
+        function = device_function(name, doc, writer, returns)
+        assert self.functions.setdefault(name, function) == function, f"two bodies for {name}"
+        return function
 
-    def _chunk_prologue(self, w, chunk):
-        w.line(f"chunk = tl.load(chunk_order_ptr + {chunk}).to(tl.int64)")
+    def _chunk_prologue(self, w):
         w.line("slots = chunk * C + rows")
         w.line("valid = tl.load(row_of_slot_ptr + slots) >= 0")
         w.line("edge_base = tl.load(chunk_start_ptr + chunk)")
@@ -116,28 +114,59 @@ class KernelGenerator(StageEmitter, ParamAccess):
         w.line("chunk_features = edge_feature_ptr + edge_base")
         w.line("chunk_values = edge_value_ptr + edge_base")
 
-    def _stages(self, w, stages, local_inputs, local_outputs):
-        """The stages twice: for launches where every chunk fits one edge tile (ONE_TILE, the
-        fixed-width fast path: edges and params are read once for all stages), and in tile loops."""
-        w.line("if ONE_TILE:")
-        w.depth += 1
-        w.one_tile, w.tile_loaded, w.loaded_params = True, False, set()
-        self._stage_sequence(w, stages, local_inputs, local_outputs)
-        w.one_tile, w.tile_loaded, w.loaded_params = False, False, set()
-        w.depth -= 1
-        w.line("else:")
-        w.depth += 1
-        self._stage_sequence(w, stages, local_inputs, local_outputs)
-        w.depth -= 1
-
-    def _stage_sequence(self, w, stages, local_inputs, local_outputs):
+    def _chunk_body(self, w, stages, local_inputs, local_outputs):
+        """A chunk's stages, from `chunk`: the tile stages through device functions, in one tile
+        (ONE_TILE, the fixed-width fast path: edges and params are read once for all stages) or in
+        a loop over tiles."""
+        for argument in m.LAYOUT:
+            w.arg(argument)
+        self._chunk_prologue(w)
+        tile_stages = [s for s in stages if s in ("aggregate", "apply")]
+        params = self._tile_params(tile_stages)
+        tile = self._edge_tile_function(params, w.derived)
+        bodies = {"aggregate": self._aggregate_function} if "aggregate" in stages else {}
+        if "apply" in stages:
+            bodies["apply"] = lambda: self._apply_function(w.derived, params)
+        bodies = {stage: make() for stage, make in bodies.items()}
+        tile_loaded = False
         for stage in stages:
             for name, vector in local_inputs.get(stage, ()):
                 self._load_rows(w, name, vector)
-            {"aggregate": self._aggregate, "loss": self._loss, "apply": self._apply,
-             "predict": self._predict}[stage](w)
+            if stage in bodies:
+                self._tile_stage(w, stage, tile, bodies[stage], tile_loaded)
+                tile_loaded = True
+            else:
+                {"loss": self._loss, "predict": self._predict}[stage](w)
             for name, vector in local_outputs.get(stage, ()):
                 self._store_rows(w, name, vector)
+
+    def _tile_stage(self, w, stage, tile, body, tile_loaded):
+        if stage == "aggregate":
+            for a in self.ir.accums:
+                w.line(f"{a.name} = tl.zeros({'[C, BLOCK_K]' if a.vector else '[C]'}, tl.float32)")
+        w.line("if ONE_TILE:")
+        w.depth += 1
+        if not tile_loaded:
+            w.comment("every row fits one [S, C] tile of edges: read it once for all stages")
+            w.call(tile, slot_start="0")
+        w.call(body)
+        w.depth -= 1
+        w.line("else:")
+        w.depth += 1
+        w.line("for slot_start in range(0, width, S):")
+        w.depth += 1
+        w.call(tile)
+        w.call(body)
+        w.depth -= 2
+
+    def _chunk_function(self, stages, local_inputs, local_outputs):
+        """Sync: a group's stages on one chunk as a device function, shared by the per-batch kernel
+        and the epoch kernel; returns the chunk's per-row loss."""
+        w = Writer()
+        self._chunk_body(w, stages, local_inputs, local_outputs)
+        returns = ("loss",) if "loss" in stages and not self.deterministic else ()
+        doc = f"{' + '.join(stages)} of one chunk" + ("; returns its rows' losses" if returns else "")
+        return self._define(f"{'_'.join(stages)}_chunk", doc, w, returns)
 
     def _chunk_kernel(self, role, stages, local_inputs, local_outputs):
         w = Writer()
@@ -145,26 +174,30 @@ class KernelGenerator(StageEmitter, ParamAccess):
             w.arg(name)
         if self.asynchronous and role == "train":
             w.derived = frozenset(self.derived)
-            w.loss_rows = True
-            w.arg(m.size("n_chunks"))
-            w.comment("the epoch's learning rate, and 1 / B: a sample's gradient counts as in a batch of B")
-            w.line(f"lr = tl.load({w.arg(m.LR)})")
-            w.line(f"scale = tl.load({w.arg(m.SCALE)})")
-        self._program_constants(w, stages)
-        if self.asynchronous and role == "train":
             self._persistent_loop(w, stages, local_inputs, local_outputs)
             role = "async"
+        elif role == "train":
+            if self.edge_updates:
+                w.line("batch_chunk = tl.program_id(0)")
+            w.line("chunk = tl.load(chunk_order_ptr + chunk_offset + tl.program_id(0)).to(tl.int64)")
+            function = self._chunk_function(stages, local_inputs, local_outputs)
+            w.call(function)
+            if function.returns:
+                w.line(f"tl.atomic_add({w.arg(m.LOSS_SUM)}, tl.sum(loss, axis=0), sem=\"relaxed\")")
         else:
-            self._chunk_prologue(w, self._batch_chunks(w, persistent=False) if role == "train"
-                                 else "chunk_offset + tl.program_id(0)")
-            self._stages(w, stages, local_inputs, local_outputs)
+            w.line("chunk = tl.load(chunk_order_ptr + chunk_offset + tl.program_id(0)).to(tl.int64)")
+            self._chunk_body(w, stages, local_inputs, local_outputs)
         name = f"{self.prefix}_{'_'.join(stages) if role == 'train' else role}"
-        return self._function(name, w), KernelSpec(name, role, tuple(stages), tuple(w.args))
+        return kernel_source(name, w), KernelSpec(name, role, tuple(stages), tuple(w.args))
 
     def _persistent_loop(self, w, stages, local_inputs, local_outputs):
         """Async: programs take the epoch's chunk-order positions from a shared queue until it runs
         out (or, without the queue, chunks pid, pid + P, ...); with a hot segment, every flush_every
         chunks (and after its last) a program applies its hot-gradient sums."""
+        w.arg(m.size("n_chunks"))
+        w.comment("the epoch's learning rate, and 1 / B: a sample's gradient counts as in a batch of B")
+        w.line(f"lr = tl.load({w.arg(m.LR)})")
+        w.line(f"scale = tl.load({w.arg(m.SCALE)})")
         if self.chunk_queue:
             queue = w.arg(m.QUEUE)
             claim = f"chunk_offset + tl.atomic_add({queue}, 1, sem=\"relaxed\")"
@@ -192,8 +225,9 @@ class KernelGenerator(StageEmitter, ParamAccess):
             w.depth += 1
             w.line("position = first + step * tl.num_programs(0)")
             last = "step + 1 == my_chunks"
-        self._chunk_prologue(w, "position")
-        self._stages(w, stages, local_inputs, local_outputs)
+        w.line("chunk = tl.load(chunk_order_ptr + position).to(tl.int64)")
+        self._chunk_body(w, stages, local_inputs, local_outputs)
+        w.line("loss_rows += loss")
         if self.hot:
             w.comment("flush the hot sums every flush_every chunks, and after the program's last")
             w.line(f"if ((step + 1) % {w.arg(m.size('flush_every'))} == 0) | ({last}):")
@@ -220,7 +254,7 @@ class KernelGenerator(StageEmitter, ParamAccess):
         w.line(f"chunks_summed = step % {w.arg(m.size('flush_every'))} + 1")
         w.comment("every thread's hot sums have landed before any is read back")
         w.line("tl.debug_barrier()")
-        w.line("for hot_start in range(0, hot_size, HOT_BLOCK):")
+        w.line(f"for hot_start in range(0, {w.arg(m.size('hot_size'))}, HOT_BLOCK):")
         w.depth += 1
         w.line("hot_feature = hot_start + tl.arange(0, HOT_BLOCK)")
         w.line("in_hot = hot_feature < hot_size")
@@ -244,37 +278,35 @@ class KernelGenerator(StageEmitter, ParamAccess):
         w.comment("the sums are zero before any thread adds to them again")
         w.line("tl.debug_barrier()")
 
+    def _update_functions(self):
+        """Sync update as two device functions: the batch's step (learning rate, scale, globals and
+        the hot segment) and one chunk's cold edges."""
+        w = Writer()
+        self._update_start(w)
+        start = self._define("update_start", "The batch's learning rate and 1 / its real samples; globals and the "
+                             "hot segment updated", w, ("lr", "scale"))
+        w = Writer()
+        self._update_chunk(w)
+        doc = ("Every cold edge of a chunk adds its own change" if self.edge_updates else
+               "Every touched cold feature of a chunk updated once")
+        return start, self._define("update_chunk", doc, w)
+
     def _update_kernel(self):
         w = Writer()
         layout = {a.of: a for a in m.LAYOUT}
         for argument in (layout["edge_feature"], layout["chunk_start"], layout["chunk_width"], m.CHUNK_ORDER,
                          m.CHUNK_OFFSET, m.BATCH):
             w.arg(argument)
-        self._program_constants(w, ("update",))
-        self._update(w, persistent=False)
-        name = f"{self.prefix}_update"
-        return self._function(name, w), KernelSpec(name, "update", ("update",), tuple(w.args))
-
-    def _batch_chunks(self, w, persistent):
-        """The chunk-order position of a chunk this program takes in the batch: the one chunk of a
-        per-batch launch, or (persistent) chunks batch_start + pid, + P, ... in a loop it opens.
-        With edge updates, batch_chunk is the chunk's index within the batch."""
-        if not persistent:
-            if self.edge_updates:
-                w.line("batch_chunk = tl.program_id(0)")
-                w.arg(m.size("chunk_edges"))
-            return "chunk_offset + tl.program_id(0)"
-        w.line("for position in range(batch_start + tl.program_id(0), batch_end, tl.num_programs(0)):")
-        w.depth += 1
+        start, chunk = self._update_functions()
+        w.call(start)
         if self.edge_updates:
-            w.line("batch_chunk = position - batch_start")
-            w.arg(m.size("chunk_edges"))
-        return "position"
+            w.line("batch_chunk = tl.program_id(0)")
+        w.line("chunk = tl.load(chunk_order_ptr + chunk_offset + tl.program_id(0)).to(tl.int64)")
+        w.call(chunk)
+        name = f"{self.prefix}_update"
+        return kernel_source(name, w), KernelSpec(name, "update", ("update",), tuple(w.args))
 
-    def _update(self, w, persistent):
-        """The update stage of batch `batch`: the optimizer on every touched feature's summed gradient
-        (edge updates: every cold edge's change, added)."""
-        w.comment("the batch's learning rate, and 1 / its real samples (the gradient sums become means)")
+    def _update_start(self, w):
         w.line(f"lr = tl.load({w.arg(m.LR)} + batch)")
         w.line(f"scale = tl.load({w.arg(m.SCALE)} + batch)")
         if self.ir.globals:
@@ -288,59 +320,57 @@ class KernelGenerator(StageEmitter, ParamAccess):
                 w.line(f"tl.store({grad}, 0.0)")
                 w.line(f"tl.store({pointer}, tl.load({pointer}) - lr * scale * g)")
             w.depth -= 1
+        if not self.hot:
+            return
         touched = None if self.edge_updates else w.arg(m.TOUCHED)
-        if self.hot:
-            w.comment("hot segment: every program owns blocks of hot features, sums their replicas and")
-            w.comment("updates the ones the batch touched" if touched else
-                      "updates them all (an additive change of a zero sum is zero)")
-            hot_size = w.arg(m.size("hot_size"))
-            replicas = w.arg(m.size("replicas"))
-            w.line(f"for hot_start in range(tl.program_id(0) * HOT_BLOCK, {hot_size}, tl.num_programs(0) * HOT_BLOCK):")
-            w.depth += 1
-            w.line("hot_feature = hot_start + tl.arange(0, HOT_BLOCK)")
-            w.line("in_hot = hot_feature < hot_size")
-            if touched:
-                w.line(f"use = in_hot & (tl.load({touched} + hot_feature, mask=in_hot, other=0) == 1)")
-                w.line(f"tl.store({touched} + hot_feature, tl.zeros_like(hot_feature), mask=in_hot)")
-            else:
-                w.line("use = in_hot")
-            for p in self.ir.params:
-                buffer = w.arg(m.hot_sums(p))
-                mask = "in_hot[:, None] & lane_valid[None, :]" if p.vector else "in_hot"
-                w.line(f"summed = tl.zeros({'[HOT_BLOCK, BLOCK_K]' if p.vector else '[HOT_BLOCK]'}, tl.float32)")
-                w.line(f"for replica in range(0, {replicas}):")
-                w.depth += 1
-                stride = w.arg(m.size("hot_stride"))
-                replica_offsets = (f"(replica * {stride} + hot_feature)[:, None] * K + lanes[None, :]"
-                                   if p.vector else f"replica * {stride} + hot_feature")
-                w.line(f"summed += tl.load({buffer} + {replica_offsets}, mask={mask}, other=0.0)")
-                w.line(f"tl.store({buffer} + {replica_offsets}, tl.zeros_like(summed), mask={mask})")
-                w.depth -= 1
-                self._optimizer_step(w, p, "hot_feature", "use", False, "summed * scale", "new")
-            w.depth -= 1
-        if self.edge_updates:
-            w.comment("every cold edge of the batch adds its own change (the optimizer's change is linear in")
-            w.comment("the gradient: the changes sum to the change of the batch's summed gradient)")
+        w.comment("hot segment: every program owns blocks of hot features, sums their replicas and")
+        w.comment("updates the ones the batch touched" if touched else
+                  "updates them all (an additive change of a zero sum is zero)")
+        hot_size = w.arg(m.size("hot_size"))
+        replicas = w.arg(m.size("replicas"))
+        w.line(f"for hot_start in range(tl.program_id(0) * HOT_BLOCK, {hot_size}, tl.num_programs(0) * HOT_BLOCK):")
+        w.depth += 1
+        w.line("hot_feature = hot_start + tl.arange(0, HOT_BLOCK)")
+        w.line("in_hot = hot_feature < hot_size")
+        if touched:
+            w.line(f"use = in_hot & (tl.load({touched} + hot_feature, mask=in_hot, other=0) == 1)")
+            w.line(f"tl.store({touched} + hot_feature, tl.zeros_like(hot_feature), mask=in_hot)")
         else:
-            w.comment("every touched cold feature once: the first of its edges to swap its touched flag out")
-            w.comment("(atomic exchange with 0) applies the optimizer to the batch's summed gradient")
-        depth = w.depth
-        position = self._batch_chunks(w, persistent)
-        w.line(f"chunk = tl.load(chunk_order_ptr + {position}).to(tl.int64)")
+            w.line("use = in_hot")
+        for p in self.ir.params:
+            buffer = w.arg(m.hot_sums(p))
+            mask = self._lane_mask("in_hot") if p.vector else "in_hot"
+            w.line(f"summed = tl.zeros({'[HOT_BLOCK, BLOCK_K]' if p.vector else '[HOT_BLOCK]'}, tl.float32)")
+            w.line(f"for replica in range(0, {replicas}):")
+            w.depth += 1
+            stride = w.arg(m.size("hot_stride"))
+            replica_offsets = (f"(replica * {stride} + hot_feature)[:, None] * K + lanes[None, :]"
+                               if p.vector else f"replica * {stride} + hot_feature")
+            w.line(f"summed += tl.load({buffer} + {replica_offsets}, mask={mask}, other=0.0)")
+            w.line(f"tl.store({buffer} + {replica_offsets}, tl.zeros_like(summed), mask={mask})")
+            w.depth -= 1
+            self._optimizer_step(w, p, "hot_feature", "use", False, "summed * scale", "new")
+        w.depth -= 1
+
+    def _update_chunk(self, w):
+        """The update of one chunk's cold edges: the optimizer on every touched feature's summed
+        gradient, or (edge updates) every cold edge's change, added."""
+        for name in (m.LAYOUT[0], m.LAYOUT[2], m.LAYOUT[3]):
+            w.arg(name)
         w.line("edge_base = tl.load(chunk_start_ptr + chunk)")
         w.line("width = tl.load(chunk_width_ptr + chunk)")
         w.line("chunk_features = edge_feature_ptr + edge_base")
-        self._edge_loop_header(w, load_values=False)
-        w.line(f"present = feature >= {w.arg(m.size('hot_size'))}" if self.hot else "present = feature >= 0")
-        w.line("feature = tl.where(present, feature, 0)")
-        w.line("if WIDE_IDS:")
-        w.line("    feature = feature.to(tl.int64)")
+        w.comment("S edge slots of the chunk's C rows at a time: an [S, C] tile of edges")
+        w.line("for slot_start in range(0, width, S):")
+        w.depth += 1
+        self._tile_features(w, f"present = feature >= {w.arg(m.size('hot_size'))}" if self.hot
+                            else "present = feature >= 0")
         if self.edge_updates:
             if self.summed_edge_updates:
                 w.comment("equal features of a slot summed first: one addition per run of them, not per edge")
                 self._sort_slots(w, "present", w.arg(m.size("n_features", "feature_bound")), "sorted_feature")
             for p in self.ir.params:
-                offsets, mask = self._batch_edge_offsets(p, "present")
+                offsets, mask = self._batch_edge_offsets(w, p, "present")
                 w.line(f"edge_gradient = tl.load({w.arg(m.batch_edge_grad(p))} + {offsets}, "
                        f"mask={mask}, other=0.0)")
                 if self.summed_edge_updates:
@@ -348,8 +378,9 @@ class KernelGenerator(StageEmitter, ParamAccess):
                     self._optimizer_step(w, p, "sorted_feature", "segment_end", True, "summed * scale", "delta")
                 else:
                     self._optimizer_step(w, p, "feature", "present", True, "edge_gradient * scale", "delta")
-            w.depth = depth
             return
+        touched = w.arg(m.TOUCHED)
+        w.comment("the first of a feature's edges to swap its touched flag out (atomic exchange with 0)")
         w.line(f"first = present & (tl.atomic_xchg({touched} + feature, 0, mask=present, sem=\"relaxed\") == 1)")
         for p in self.ir.params:
             grad = w.arg(m.grad(p.name, p.vector))
@@ -358,49 +389,47 @@ class KernelGenerator(StageEmitter, ParamAccess):
             w.line(f"summed = tl.load({grad} + {offsets}, mask={mask}, other=0.0)")
             w.line(f"tl.store({grad} + {offsets}, tl.zeros_like(summed), mask={mask})")
             self._optimizer_step(w, p, "feature", "first", True, "summed * scale", "new")
-        w.depth = depth
 
     def _epoch_kernel(self, groups, local_inputs, local_outputs):
-        """Sync, one launch per epoch: P resident programs run every batch's kernel groups in order,
-        each on chunks pid, pid + P, ... of the batch, and meet at a grid-wide barrier after each
-        group, where the per-batch launches had a kernel boundary."""
+        """Sync with grid barriers: P resident programs run the batches of chunk-order positions
+        chunk_offset .. chunk_end (an epoch, or one batch) in order, every kernel group of a batch on
+        chunks pid, pid + P, ... of it, and meet at a grid-wide barrier after each group, where
+        per-batch launches have a kernel boundary."""
         w = Writer()
-        for name in _LAYOUT_ARGS:
+        for name in (*_LAYOUT_ARGS, m.CHUNK_END, m.FIRST_BATCH, m.size("chunks_per_batch")):
             w.arg(name)
-        w.arg(m.size("n_chunks"))
-        w.arg(m.size("chunks_per_batch"))
         arrivals = w.arg(m.ARRIVALS)
-        w.loss_rows = True
-        self._program_constants(w, [stage for group in groups for stage in group])
-        w.comment("the loss, summed per row; added to the epoch's total once, at the end")
+        w.comment("the loss, summed per row; added to the total once, at the end")
         w.line("loss_rows = tl.zeros([C], tl.float32)")
         w.comment("barriers passed so far: the arrival count grows by P at each")
         w.line("barriers = 0")
-        w.line("for batch in range(0, tl.cdiv(n_chunks - chunk_offset, chunks_per_batch)):")
+        w.line("for step in range(0, tl.cdiv(chunk_end - chunk_offset, chunks_per_batch)):")
         w.depth += 1
-        w.line("batch_start = chunk_offset + batch * chunks_per_batch")
-        w.line("batch_end = tl.minimum(batch_start + chunks_per_batch, n_chunks)")
+        w.line("batch = first_batch + step")
+        w.line("batch_start = chunk_offset + step * chunks_per_batch")
+        w.line("batch_end = tl.minimum(batch_start + chunks_per_batch, chunk_end)")
         for group in groups:
             if group == ["update"]:
-                self._update(w, persistent=True)
+                start, function = self._update_functions()
+                w.call(start)
             else:
-                depth = w.depth
-                self._chunk_prologue(w, self._batch_chunks(w, persistent=True))
-                self._stages(w, group, local_inputs, local_outputs)
-                w.depth = depth
+                function = self._chunk_function(group, local_inputs, local_outputs)
+            w.line("for position in range(batch_start + tl.program_id(0), batch_end, tl.num_programs(0)):")
+            w.depth += 1
+            if self.edge_updates:
+                w.line("batch_chunk = position - batch_start")
+            w.line("chunk = tl.load(chunk_order_ptr + position).to(tl.int64)")
+            w.call(function)
+            if function.returns:
+                w.line("loss_rows += loss")
+            w.depth -= 1
             w.comment(f"every program's {' + '.join(group)} of this batch has landed before any program goes on")
             w.line("barriers += 1")
             w.line(f"grid_barrier({arrivals}, barriers * tl.num_programs(0))")
         w.depth -= 1
         w.line(f"tl.atomic_add({w.arg(m.LOSS_SUM)}, tl.sum(loss_rows, axis=0), sem=\"relaxed\")")
         name = f"{self.prefix}_epoch"
-        return self._function(name, w), KernelSpec(name, "epoch", tuple(s for g in groups for s in g), tuple(w.args))
-
-    def _function(self, name, w):
-        declared = [a.name for a in w.args] + [f"{c}: tl.constexpr" for c in CONSTEXPRS]
-        signature = ",\n".join(f"    {a}" for a in declared)
-        body = "\n".join(w.lines)
-        return f"@triton.jit\ndef {name}(\n{signature},\n):\n{body}\n"
+        return kernel_source(name, w), KernelSpec(name, "epoch", tuple(s for g in groups for s in g), tuple(w.args))
 
     def generate(self):
         plan_text = (self.variant.describe() +
@@ -413,55 +442,60 @@ class KernelGenerator(StageEmitter, ParamAccess):
         group_of = {stage: i for i, group in enumerate(groups) for stage in group}
         # chunk-local data crossing a kernel boundary goes through global memory
         local_inputs, local_outputs = {}, {}
-        ranks = self.ranks
         for producer, consumer, data in graph.edges(data=True):
             if not data["local"] or graph.nodes[consumer]["role"] != "train":
                 continue
             if group_of[producer] == group_of[consumer]:
                 continue
             for name in data["data"]:
-                vector = ranks[name] == "lane"
+                vector = self.ranks[name] == "lane"
                 local_outputs.setdefault(producer, []).append((name, vector))
                 local_inputs.setdefault(consumer, []).append((name, vector))
-        functions, train = [], []
-        for group in groups:
+        kernels, train = [], []
+        for group in groups if not self.variant.grid_barrier else ():
             if group == ["update"]:
                 source, spec = self._update_kernel()
             else:
                 source, spec = self._chunk_kernel("train", group, local_inputs, local_outputs)
-            functions.append(source)
+            kernels.append(source)
             train.append(spec)
-        epoch = None
         if self.variant.grid_barrier:
-            # besides the per-batch kernels (single batches, per-batch decays)
-            source, epoch = self._epoch_kernel(groups, local_inputs, local_outputs)
-            functions.append(source)
+            source, spec = self._epoch_kernel(groups, local_inputs, local_outputs)
+            kernels.append(source)
+            train.append(spec)
         source, predict = self._chunk_kernel("predict", ["aggregate", "predict"], {}, {})
-        functions.append(source)
-        header = self._header(plan_text)
-        helpers = "\n\n".join(textwrap.dedent(inspect.getsource(h.fn)) for h in triton_helpers.HELPERS)
-        if (self.hot and not self.asynchronous) or self.summed_edge_updates:
-            helpers += "\n\n" + textwrap.dedent(inspect.getsource(triton_helpers.segment_sum.fn))
-        if self.variant.grid_barrier:
-            helpers += "\n\n" + textwrap.dedent(inspect.getsource(triton_helpers.grid_barrier.fn))
-        block_k = (f"# factors per vector param, and the power-of-two block that holds them\n"
-                   f"K = tl.constexpr({self.k})\nBLOCK_K = tl.constexpr({self.block_k})\n\n\n") if self.k else ""
+        kernels.append(source)
+        functions = [f.source for f in self.functions.values()]
+        constants = (f"# factors per vector param, and the power-of-two block that holds them\n"
+                     f"K = tl.constexpr({self.k})\nBLOCK_K = tl.constexpr({self.block_k})\n\n\n") if self.k else ""
         if self.hot:
-            block_k += ("# hot features one program of the update kernel reduces at a time\n"
-                        f"HOT_BLOCK = tl.constexpr({HOT_BLOCK})\n\n\n")
-        text = (header + "\nimport triton\nimport triton.language as tl\n\n" + block_k
-                + helpers + "\n\n\n" + "\n\n".join(functions))
+            constants += ("# hot features one program of the update kernel reduces at a time\n"
+                          f"HOT_BLOCK = tl.constexpr({HOT_BLOCK})\n\n\n")
+        text = (self._header(plan_text) + "\nimport triton\nimport triton.language as tl\n\n" + constants
+                + "\n\n".join([*_helpers_used([*functions, *kernels]), *functions, *kernels]))
         return GeneratedKernels(self.ir.name, self.ir.hash, plan_text, text, tuple(train), predict,
-                                _manifest([*train, predict, epoch]),
-                                tuple(p.name for p in self.ir.params if p.name in self.derived),
-                                epoch)
+                                _manifest([*train, predict]),
+                                tuple(p.name for p in self.ir.params if p.name in self.derived))
 
     def _header(self, plan_text):
+        """The model, its IR hash, the variant and the plan; the model's declaration (`alac inspect`
+        prints the lowered programs)."""
         lines = [f"# Generated by alac from model '{self.ir.name}' (IR {self.ir.hash[:16]}); do not edit.",
-                 f"# plan: {plan_text}",
-                 "#"]
-        lines += [f"# {line}" for line in self.ir.lines()]
+                 f"# plan: {plan_text}"]
+        lines += [f"# {line}" for line in self.ir.declaration_lines(derivatives=False)]
         return "\n".join(lines) + "\n"
+
+
+def _helpers_used(sources):
+    """The sources of the triton_helpers the given sources call, and of the helpers those call."""
+    text = "\n".join(sources)
+    used = []
+    for helper in reversed(triton_helpers.HELPERS):
+        source = textwrap.dedent(inspect.getsource(helper.fn))
+        if re.search(rf"\b{helper.fn.__name__}\b", text):
+            used.append(source)
+            text += source
+    return list(reversed(used))
 
 
 def generate_kernels(ir, plan):

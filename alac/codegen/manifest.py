@@ -90,6 +90,10 @@ LR = Argument("lr_ptr", "schedule", "lr", "float32", ("n_batches",), True, "epoc
 SCALE = Argument("scale_ptr", "schedule", "scale", "float32", ("n_batches",), True, "epoch")
 CHUNK_OFFSET = Argument("chunk_offset", "launch", "chunk_offset", "int", lifetime="launch")
 BATCH = Argument("batch", "launch", "batch", "int", lifetime="launch")
+# the epoch kernel: the chunk-order positions and the first batch one launch runs (a whole epoch, or
+# one batch)
+CHUNK_END = Argument("chunk_end", "launch", "chunk_end", "int", lifetime="launch")
+FIRST_BATCH = Argument("first_batch", "launch", "batch", "int", lifetime="launch")
 LOSS_SUM = Argument("loss_sum_ptr", "output", "loss_sum", "float32", (1,), lifetime="call")
 PREDICTION = Argument("prediction_ptr", "output", "prediction", "float32", ("slots",), lifetime="call")
 TOUCHED = Argument("touched_ptr", "touched", "", "int32", ("n_features",), True, "layout")
@@ -171,7 +175,7 @@ def hyper(name):
 @dataclass(frozen=True)
 class KernelSpec:
     name: str
-    role: str          # "train" (one per group, in launch order), "update", "async" or "predict"
+    role: str          # "train" (one per group, in launch order), "update", "epoch", "async" or "predict"
     stages: tuple
     args: tuple        # Arguments, in order; the generator's constexprs follow as keywords
 
@@ -182,9 +186,9 @@ class GeneratedKernels:
     ir_hash: str
     plan_text: str
     source: str
-    train: tuple       # sync: KernelSpecs launched per batch, in order (the last is the update);
+    train: tuple       # sync: KernelSpecs launched per batch, in order (the last is the update), or
+                       # with grid barriers the epoch kernel (a launch runs an epoch or one batch);
                        # async: the one persistent kernel, launched once per epoch
     predict: KernelSpec
     manifest: tuple = field(default=())  # every Argument of the module's kernels, once
     derived_params: tuple = ()           # params the kernels compute from their state, never store
-    epoch: KernelSpec | None = None      # sync with grid barriers: the whole epoch in one launch

@@ -6,7 +6,7 @@ through these methods of the generator."""
 from __future__ import annotations
 
 from alac.codegen import manifest as m
-from alac.codegen.printer import TRITON, ExpressionPrinter
+from alac.codegen.printer import ExpressionPrinter
 from alac.ir.ranks import rank_of
 
 
@@ -43,15 +43,13 @@ class ParamAccess:
         """Offsets of the K factors of every id: ids is a [C] block, or an [S, C] tile when edge."""
         return f"{ids}[:, :, None] * K + lanes" if edge else f"{ids}[:, None] * K + lanes[None, :]"
 
-    @staticmethod
-    def _lane_mask(mask, edge=False):
+    def _lane_mask(self, mask, edge=False):
+        """mask over a vector param's lanes: and the lanes below K where K is not a power of two."""
+        if not self.lane_masks:
+            return f"{mask}[:, :, None]" if edge else f"{mask}[:, None]"
         return f"{mask}[:, :, None] & lane_valid" if edge else f"{mask}[:, None] & lane_valid[None, :]"
 
     def _load_param(self, w, name):
-        if name in w.loaded_params:
-            return
-        if w.one_tile:
-            w.loaded_params.add(name)
         if name in w.derived:
             p = self.params[name]
             edges, variable = "present", name
@@ -81,10 +79,10 @@ class ParamAccess:
         else:
             w.line(f"{name} = tl.load({pointer} + feature, mask=present, other=0.0)")
 
-    def _batch_edge_offsets(self, p, mask):
+    def _batch_edge_offsets(self, w, p, mask):
         """Offsets and mask of the current [S, C] edge tile in a per-batch edge buffer (chunk
         batch_chunk of the batch, chunk_edges slots per chunk)."""
-        slot = "(batch_chunk * chunk_edges + edge)"
+        slot = f"(batch_chunk * {w.arg(m.size('chunk_edges'))} + edge)"
         return ((self._vector_offsets(slot, True), self._lane_mask(mask, True)) if p.vector else (slot, mask))
 
     def _add_at(self, w, p, pointer, rows, value, mask):
@@ -136,7 +134,7 @@ class ParamAccess:
         for d in program:
             ranks[d.name] = rank_of(d.expr, ranks)
             names[d.name] = variable if d.name == "derived_p" else f"{prefix}{d.name}"
-        printer = ExpressionPrinter(TRITON, names, ranks)
+        printer = ExpressionPrinter(self.dialect, names, ranks)
         for d in program:
             w.line(f"{names[d.name]} = {printer(d.expr, ranks[d.name])}")
 
@@ -169,7 +167,7 @@ class ParamAccess:
             ranks[d.name] = rank_of(d.expr, ranks)
             names[d.name] = prefix + d.name
         # the printer reads names as they are when it prints: the renames below take effect
-        printer = ExpressionPrinter(TRITON, names, ranks)
+        printer = ExpressionPrinter(self.dialect, names, ranks)
         used = self._use_arguments(w, p, program)
         w.comment(f"{self.optimizer.name} on {p.name}" + (" (the change, added atomically)" if mode == "delta" else ""))
         w.line(f"{names['g']} = {gradient}")

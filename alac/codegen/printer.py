@@ -10,6 +10,7 @@ FactorSum prints as a masked sum over the lane axis.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import sympy as sp
@@ -37,6 +38,9 @@ TRITON = Dialect(
     lane_sum="tl.sum(tl.where(lane_valid, {expr}, 0.0), axis={axis})",
     general_pow="tl.exp(({exponent}) * tl.log({base}))",
 )
+
+# Generated code where K is a power of two (K == BLOCK_K): no padding lanes to mask out of lane sums.
+TRITON_FULL_LANES = dataclasses.replace(TRITON, lane_sum="tl.sum({expr}, axis={axis})")
 
 TORCH = Dialect(
     name="torch",

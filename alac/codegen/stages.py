@@ -5,33 +5,62 @@ per-row buffers that carry chunk-local data between stage kernels."""
 from __future__ import annotations
 
 from alac.codegen import manifest as m
+from alac.codegen.functions import assigned_names
+from alac.codegen.writer import Writer
 from alac.ir.model_ir import LOSS, PREDICTION, grad_name
 
 
 class StageEmitter:
     """KernelGenerator's stages (a mixin: it reads the generator's ir, printer, ranks and flags)."""
 
-    def _edge_loop_header(self, w, load_values=True):
-        """Open the loop over the chunk's [S, C] edge tiles; in one-tile code, load the one tile
-        (once per kernel). Returns whether a loop was opened."""
-        if w.one_tile:
-            if w.tile_loaded:
-                return False
-            w.comment("every row fits one [S, C] tile of edges: load it once for all stages")
-            w.line("slot = tl.arange(0, S)")
-        else:
-            w.comment("S edge slots of the chunk's C rows at a time: an [S, C] tile of edges")
-            w.line("for slot_start in range(0, width, S):")
-            w.depth += 1
-            w.line("slot = slot_start + tl.arange(0, S)")
+    def _tile_params(self, tile_stages):
+        """The params a chunk's tile stages read, gathered once per tile."""
+        exprs = [a.contribution for a in self.ir.accums] if "aggregate" in tile_stages else []
+        exprs += [d.expr for d in self.ir.edge_program] if "apply" in tile_stages else []
+        return self._used_params(exprs)
+
+    def _edge_tile_function(self, params, derived):
+        """An [S, C] tile of a chunk's edges from slot slot_start on and the params they read (with
+        the states a derived param was computed from, which its update reuses)."""
+        w = Writer()
+        w.derived = derived
+        self._tile_features(w, "present = feature >= 0")
+        w.line("if HAS_VALUES:")
+        w.line("    x = tl.load(chunk_values + edge, mask=present, other=0.0)")
+        w.line("else:")
+        w.line("    x = tl.where(present, 1.0, 0.0)")
+        for name in params:
+            self._load_param(w, name)
+        states = tuple(f"{p}_state_" for p in params)
+        returns = [n for n in assigned_names(w.lines)
+                   if n in ("edge", "feature", "present", "x", *params) or n.startswith(states)]
+        name = "edge_tile" + ("_derived" if derived & set(params) else "")
+        if set(params) != set(self.params):
+            name += "_" + "_".join(params)
+        return self._define(name, "An [S, C] edge tile from slot slot_start on and the params it reads; absent "
+                            "edges get id 0 and x 0", w, returns)
+
+    @staticmethod
+    def _tile_features(w, present):
+        """The features of the [S, C] edge tile from slot_start on: padding edges (feature -1) and
+        slots past the chunk's width are not present and get the safe id 0 that masked accesses
+        ignore. Ids stay 32-bit unless WIDE_IDS (a param with 2**31 values or more)."""
+        w.line("slot = slot_start + tl.arange(0, S)")
         w.line("edge = slot[:, None] * C + rows[None, :]")
-        if load_values:
-            w.line("feature, present, x = load_edges(chunk_features, chunk_values, edge, slot[:, None] < width, "
-                   "HAS_VALUES, WIDE_IDS)")
-        else:
-            w.line("feature = tl.load(chunk_features + edge, mask=slot[:, None] < width, other=-1)")
-        w.tile_loaded = w.one_tile
-        return not w.one_tile
+        w.line("feature = tl.load(chunk_features + edge, mask=slot[:, None] < width, other=-1)")
+        w.line(present)
+        w.line("feature = tl.where(present, feature, 0)")
+        w.line("if WIDE_IDS:")
+        w.line("    feature = feature.to(tl.int64)")
+
+    def _aggregate_function(self):
+        w = Writer()
+        for a in self.ir.accums:
+            rank = "edge_lane" if a.vector else "edge"
+            mask = "present[:, :, None]" if a.vector else "present"
+            w.line(f"{a.name} += tl.sum(tl.where({mask}, {self.printer(a.contribution, rank)}, 0.0), axis=0)")
+        return self._define("aggregate", "Every edge of a tile adds its contribution to its row's accums", w,
+                            [a.name for a in self.ir.accums])
 
     def _program(self, w, program, mask_outputs=False):
         for d in program:
@@ -48,34 +77,18 @@ class StageEmitter:
     def _store_rows(self, w, name, vector):
         pointer = w.arg(m.stage_rows(name, vector))
         if vector:
-            w.line(f"tl.store({pointer} + {self._vector_offsets('slots')}, {name}, mask=lane_valid[None, :])")
+            mask = ", mask=lane_valid[None, :]" if self.lane_masks else ""
+            w.line(f"tl.store({pointer} + {self._vector_offsets('slots')}, {name}{mask})")
         else:
             w.line(f"tl.store({pointer} + slots, {name})")
 
     def _load_rows(self, w, name, vector):
         pointer = w.arg(m.stage_rows(name, vector))
         if vector:
-            w.line(f"{name} = tl.load({pointer} + {self._vector_offsets('slots')}, "
-                   f"mask=lane_valid[None, :], other=0.0)")
+            mask = ", mask=lane_valid[None, :], other=0.0" if self.lane_masks else ""
+            w.line(f"{name} = tl.load({pointer} + {self._vector_offsets('slots')}{mask})")
         else:
             w.line(f"{name} = tl.load({pointer} + slots)")
-
-    def _aggregate(self, w):
-        w.comment("aggregate: every edge adds its contribution to its sample's accums (registers)")
-        if not w.one_tile:
-            for a in self.ir.accums:
-                shape = "[C, BLOCK_K]" if a.vector else "[C]"
-                w.line(f"{a.name} = tl.zeros({shape}, tl.float32)")
-        looped = self._edge_loop_header(w)
-        for name in self._used_params([a.contribution for a in self.ir.accums]):
-            self._load_param(w, name)
-        for a in self.ir.accums:
-            rank = "edge_lane" if a.vector else "edge"
-            mask = "present[:, :, None]" if a.vector else "present"
-            total = f"tl.sum(tl.where({mask}, {self.printer(a.contribution, rank)}, 0.0), axis=0)"
-            w.line(f"{a.name} += {total}" if looped else f"{a.name} = {total}")
-        if looped:
-            w.depth -= 1
 
     def _loss(self, w):
         w.comment("loss: per-sample loss and dLoss/dAccum, computed in place; padding rows give 0")
@@ -89,10 +102,6 @@ class StageEmitter:
             for d in self.ir.global_grads:
                 w.line(f"tl.store({w.arg(m.chunk_grad(d.name[3:]))} + chunk, tl.sum({d.name}, axis=0))")
             return
-        if w.loss_rows:
-            w.line(f"loss_rows += {LOSS}")
-        else:
-            w.line(f"tl.atomic_add({w.arg(m.LOSS_SUM)}, tl.sum({LOSS}, axis=0), sem=\"relaxed\")")
         if self.asynchronous:
             for d in self.ir.global_grads:
                 w.line(f"tl.atomic_add({w.arg(m.global_(d.name[3:]))}, -lr * scale * tl.sum({d.name}, axis=0), "
@@ -102,17 +111,15 @@ class StageEmitter:
             accumulator = w.arg(m.grad(d.name[3:], is_global=True))
             w.line(f"tl.atomic_add({accumulator}, tl.sum({d.name}, axis=0), sem=\"relaxed\")")
 
-    def _apply(self, w):
+    def _apply_function(self, derived, tile_params):
         if self.asynchronous:
-            w.comment("apply: every edge's gradient (x 1/B) through the optimizer, straight into the parameters")
+            doc = "Every edge's gradient (x 1/B) through the optimizer, straight into the parameters"
         elif self.edge_updates:
-            w.comment("apply: per-edge gradients, kept at the edge's slot of the batch's edge buffer for the update")
+            doc = "Per-edge gradients, kept at the edge's slot of the batch's edge buffer for the update"
         else:
-            w.comment("apply: per-edge gradients, added into the batch's gradient accumulators")
-        looped = self._edge_loop_header(w)
-        exprs = [d.expr for d in self.ir.edge_program]
-        for name in self._used_params(exprs):
-            self._load_param(w, name)
+            doc = "Per-edge gradients, added into the batch's gradient accumulators"
+        w = Writer()
+        w.derived = derived
         for p in self.ir.params:
             w.arg(m.regularizer("gradient_l2", p.name))
         self._program(w, self.ir.edge_program)
@@ -125,26 +132,24 @@ class StageEmitter:
             w.comment("hot edges: sort the slot's (feature, row) pairs so that equal features are adjacent")
             self._sort_slots(w, "hot", w.arg(m.size("hot_size")), "hot_feature")
         for p in self.ir.params:
-            self._scatter(w, p)
-        if looped:
-            w.depth -= 1
+            self._scatter(w, p, p.name in tile_params)
+        return self._define("apply", doc, w)
 
-    def _scatter(self, w, p):
+    def _scatter(self, w, p, param_loaded):
         """Route one param's per-edge gradients (module docstring): sync adds them into the batch's
         accumulators, async applies the optimizer's change at once."""
         value = grad_name(p.name)
         edges = "cold" if self.hot else "present"
         if self.asynchronous:
             self._optimizer_step(w, p, "feature", edges, True, f"{value} * scale", "delta",
-                                 param_loaded=p.name in self._used_params([d.expr for d in self.ir.edge_program])
-                                 or p.name in w.loaded_params)
+                                 param_loaded=param_loaded)
         elif self.deterministic:
             offsets = "edge_base * K + edge[:, :, None] * K + lanes" if p.vector else "edge_base + edge"
             mask = self._lane_mask("present", True) if p.vector else "present"
             w.line(f"tl.store({w.arg(m.edge_grad(p))} + {offsets}, {value}, mask={mask})")
             return
         elif self.edge_updates:
-            offsets, mask = self._batch_edge_offsets(p, edges)
+            offsets, mask = self._batch_edge_offsets(w, p, edges)
             w.line(f"tl.store({w.arg(m.batch_edge_grad(p))} + {offsets}, {value}, mask={mask})")
         else:
             self._add_at(w, p, m.grad(p.name, p.vector), "feature", value, edges)
@@ -156,6 +161,7 @@ class StageEmitter:
             self._add_at(w, p, m.hot_sums(p), "(hot_base + feature)", value, "hot")
             return
         self._segment_sums(w, p, value, "hot_feature")
+        w.arg(m.size("replicas"))
         self._add_at(w, p, m.hot_sums(p), f"(replica * {w.arg(m.size('hot_stride'))} + hot_feature)", "summed",
                      "segment_end")
 

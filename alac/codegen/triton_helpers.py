@@ -33,23 +33,6 @@ def tanh(z):
 
 
 @triton.jit
-def load_edges(edge_feature_ptr, edge_value_ptr, edge, in_chunk, HAS_VALUES: tl.constexpr, WIDE_IDS: tl.constexpr):
-    """(feature, present, x) of a tile of edges: padding edges (feature -1) and slots past the
-    chunk's width (in_chunk False) get x = 0 and a safe feature id 0 that masked accesses ignore.
-    Feature ids stay 32-bit unless WIDE_IDS (a param with 2**31 values or more)."""
-    feature = tl.load(edge_feature_ptr + edge, mask=in_chunk, other=-1)
-    present = feature >= 0
-    feature = tl.where(present, feature, 0)
-    if WIDE_IDS:
-        feature = feature.to(tl.int64)
-    if HAS_VALUES:
-        x = tl.load(edge_value_ptr + edge, mask=present, other=0.0)
-    else:
-        x = tl.where(present, 1.0, 0.0)
-    return feature, present, x
-
-
-@triton.jit
 def segment_sum(key_a, value_a, key_b, value_b):
     """Combine of a segmented sum over key-sorted pairs (for tl.associative_scan): the running sum
     restarts wherever the key changes."""
@@ -58,11 +41,9 @@ def segment_sum(key_a, value_a, key_b, value_b):
 
 @triton.jit
 def grid_barrier(arrivals_ptr, expected):
-    """Wait until the arrival counter reaches expected: every program of a persistent grid adds one
-    and waits for the others (the counter only grows within a launch; the n-th barrier waits for
-    n * P). The CTA barriers around the counter make every thread's earlier writes part of the
-    release and hold every thread until the acquire: the pattern of CUDA's cooperative-groups grid
-    sync. All P programs must be resident at once: the launcher keeps P within the multiprocessors."""
+    """Every program of a persistent grid adds one to the arrival counter and waits until it reaches
+    expected (the n-th barrier waits for n * P; all P programs resident). The CTA barriers make every
+    thread's earlier writes part of the release, as CUDA's cooperative-groups grid sync does."""
     tl.debug_barrier()
     arrived = tl.atomic_add(arrivals_ptr, 1, sem="acq_rel", scope="gpu") + 1
     while arrived < expected:
@@ -70,4 +51,5 @@ def grid_barrier(arrivals_ptr, expected):
     tl.debug_barrier()
 
 
-HELPERS = (log1p, softplus, tanh, load_edges)
+# in dependency order: a generated module copies the ones it calls (and the ones they call)
+HELPERS = (log1p, softplus, tanh, segment_sum, grid_barrier)

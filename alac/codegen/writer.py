@@ -1,25 +1,21 @@
-"""Writing a generated kernel: its lines at their indentation, and the manifest arguments it declares."""
+"""Writing a generated kernel or device function: its lines at their indentation, the manifest
+arguments it declares and the device functions it calls."""
 
 
 class Writer:
-    """The lines and arguments of one generated kernel as it is written."""
+    """The lines and arguments of one generated function as it is written."""
 
     def __init__(self):
         self.lines = []
         self.args = []
+        self.callees = set()
         self.depth = 1
         # params this kernel computes from their optimizer state (async train kernel only: the
         # predict kernel reads the params the runtime wrote after the epoch)
         self.derived = frozenset()
-        # one-tile code: the chunk's edges are loaded once, with the params already gathered
-        self.one_tile = False
-        self.tile_loaded = False
-        self.loaded_params = set()
-        # persistent kernels sum the loss per row in registers and add it to the total once, at the end
-        self.loss_rows = False
 
     def arg(self, argument):
-        """Declare a manifest.Argument of the kernel; returns its name in the source."""
+        """Declare a manifest.Argument of the function; returns its name in the source."""
         if argument not in self.args:
             assert all(a.name != argument.name for a in self.args), f"two descriptions of {argument.name}"
             self.args.append(argument)
@@ -30,3 +26,11 @@ class Writer:
 
     def comment(self, text):
         self.line(f"# {text}")
+
+    def call(self, function, **values):
+        """Call a functions.DeviceFunction with the caller's variables of its parameters' names (or
+        the values given by name); its manifest arguments become this function's own."""
+        for argument in function.args:
+            self.arg(argument)
+        self.callees.add(function.name)
+        self.lines += function.call_lines("    " * self.depth, values)

@@ -108,17 +108,9 @@ class ModelIR:
     def param(self, name):
         return next(p for p in self.params if p.name == name)
 
-    def lines(self, ranked=True):
-        """The listing; ranked: every binder of the programs with its dtype and rank (alac.ir.ranks)."""
-        if ranked:
-            from alac.ir.ranks import LISTED, binder_ranks
-
-            ranks = binder_ranks(self)
-
-            def binder(d):
-                return f"{d.name}: f32[{LISTED[ranks[d.name]]}] = {d.expr}"
-        else:
-            binder = str
+    def declaration_lines(self, derivatives=True):
+        """The model as declared: params, globals, accums, loss, prediction, (derivatives) its
+        derived gradients, and the optimizer's name."""
         out = [f"model {self.name}  labels={self.labels}  prediction={self.prediction_kind}"
                + (f"  k={self.factor_size}" if self.factor_size else "")]
         for p in self.params:
@@ -131,9 +123,25 @@ class ModelIR:
         out.append(f"  predict = {self.predict}")
         for title, definitions in (("dloss", self.accum_deltas), ("dglobal", self.global_grads),
                                    ("grad", self.param_grads)):
-            out.extend(f"  {title:<7} {d}" for d in definitions)
+            out.extend(f"  {title:<7} {d}" for d in definitions if derivatives)
         for name, expr in self.explicit_apply:
             out.append(f"  apply   {name} = {expr}  (explicit, checked)")
+        if self.optimizer is not None:
+            out.append(f"  {self.optimizer.lines()[0]}")
+        return out
+
+    def lines(self, ranked=True):
+        """The listing; ranked: every binder of the programs with its dtype and rank (alac.ir.ranks)."""
+        if ranked:
+            from alac.ir.ranks import LISTED, binder_ranks
+
+            ranks = binder_ranks(self)
+
+            def binder(d):
+                return f"{d.name}: f32[{LISTED[ranks[d.name]]}] = {d.expr}"
+        else:
+            binder = str
+        out = self.declaration_lines()[:-1 if self.optimizer is not None else None]
         for title, program in (("sample", self.sample_program), ("predict", self.predict_program),
                                ("edge", self.edge_program)):
             if program:

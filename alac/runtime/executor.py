@@ -234,6 +234,8 @@ class Executor:
         if self.backend_name == "reference":
             self.backend.train_batch(self.state, layout, labels, order[offset:offset + count], lr, scale,
                                      settings, self.loss_sum)
+            # exact L2: the decay after the batch, as the kernel backend's batches end
+            self.state.decay(settings.decay_l2, lr)
         else:
             self.backend.train_batch(self.state, layout, labels, order, offset, count, lr, scale, settings,
                                      self.loss_sum)

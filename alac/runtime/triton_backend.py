@@ -4,7 +4,8 @@ Sync epochs launch the train kernels once per batch (chunk offset and batch inde
 else is bound once); on a GPU the epoch is captured once as a CUDA graph and replayed, with the
 epoch's chunk order and per-batch steps copied into the buffers the graph reads. Async epochs are one
 launch of the persistent kernel; so are sync epochs of plans with a grid barrier (the epoch kernel's
-programs meet at a grid-wide barrier where the per-batch launches had kernel boundaries).
+programs meet at a grid-wide barrier where per-batch launches have kernel boundaries), which launch
+it once per batch only where a batch must end on the host (per-batch L2 decays, single batches).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import math
 import torch
 
 from alac.codegen import ALLOCATED_ROLES, Sizes, TorchPrograms, generate_kernels, load_module
+from alac.errors import OptionError
 from alac.runtime.deterministic import plan_epoch, reduce_batch
 from alac.runtime.schedule import async_programs, resident_programs, slots_per_step, sync_programs, warps_for_tile
 
@@ -53,6 +55,18 @@ class TritonBackend:
         # resident_async_programs
         self.async_programs = None
         self._last_async_launch = None
+
+    def use_module(self, module):
+        """Run the kernels of module (a dumped one, edits included) in place of the generated ones:
+        it must define every kernel of the manifest, by name."""
+        specs = (*self.generated.train, self.generated.predict)
+        missing = [spec.name for spec in specs if not hasattr(module, spec.name)]
+        if missing:
+            raise OptionError(f"the module defines no kernel {', '.join(missing)}: it was generated for another "
+                              "model, optimizer or plan")
+        self.module = module
+        self._bound_key = None
+        self._graph = None
 
     def _sizes(self, layout):
         """The sizes the manifest's shapes and size arguments name, for this layout and plan."""
@@ -124,7 +138,7 @@ class TritonBackend:
         if role == "size":
             return sizes.dim(of)
         if role == "launch":
-            return 0
+            return sizes.n_chunks if of == "chunk_end" else 0
         if role == "hyper":
             return float(settings.hypers[of])
         return float(getattr(settings, role).get(of, 0.0))   # gradient_l2, update_l1, update_l2
@@ -143,32 +157,36 @@ class TritonBackend:
                 return next((i for i, a in enumerate(spec.args) if a.role == "launch" and a.of == of), None)
 
             constants = self._constants(layout)
-            self._bound = [(getattr(self.module, spec.name), bound(spec), constants, position(spec, "chunk_offset"),
-                            position(spec, "batch")) for spec in self.generated.train]
-            epoch = self.generated.epoch
-            self._bound_epoch = epoch and (getattr(self.module, epoch.name), bound(epoch), constants)
+            self._bound = [(getattr(self.module, spec.name), bound(spec), constants, spec.role,
+                            {of: position(spec, of) for of in ("chunk_offset", "chunk_end", "batch")})
+                           for spec in self.generated.train]
             self._bound_key = key
             self._graph = None
             self._settings, self._state, self._layout, self._loss_sum = settings, state, layout, loss_sum
 
-    def _launch_batch(self, offset, count, batch):
-        for index, (kernel, arguments, constants, offset_at, batch_at) in enumerate(self._bound):
-            if offset_at is not None:
-                arguments[offset_at] = offset
-            if batch_at is not None:
-                arguments[batch_at] = batch
+    def _launch_batch(self, offset, count, batch, layout):
+        """The batch of chunk-order positions offset .. offset + count (the epoch kernel: every batch
+        from there on that fits, from batch `batch` on)."""
+        for index, (kernel, arguments, constants, role, at) in enumerate(self._bound):
+            for of, value in (("chunk_offset", offset), ("chunk_end", offset + count), ("batch", batch)):
+                if at[of] is not None:
+                    arguments[at[of]] = value
             if self.plan.deterministic and index == len(self._bound) - 1:
                 # before the update kernel: the batch's gradient sums, in a fixed order
                 reduce_batch(self._reduction, batch, self._find, self._state.params, self._state.globals,
                              self._loss_sum)
-            kernel[(count,)](*arguments, **constants)
+            if role == "epoch":
+                self._find("arrivals").zero_()
+                kernel[(sync_programs(self.plan, layout, self.interpret),)](*arguments, **constants)
+            else:
+                kernel[(count,)](*arguments, **constants)
         if self._settings.decay_l2:
             self._state.decay(self._settings.decay_l2, self._schedule("lr")[batch])
 
     def _launch_epoch(self, layout):
         per_batch = self.plan.chunks_per_batch
         for batch, offset in enumerate(range(0, layout.n_chunks, per_batch)):
-            self._launch_batch(offset, min(per_batch, layout.n_chunks - offset), batch)
+            self._launch_batch(offset, min(per_batch, layout.n_chunks - offset), batch, layout)
 
     def train_batch(self, state, layout, labels, chunk_order, offset, count, lr, scale, settings, loss_sum):
         """One sync batch (chunks chunk_order[offset:offset + count]): gradient sums times scale go
@@ -179,7 +197,7 @@ class TritonBackend:
         self._schedule("scale")[0] = scale
         if self.plan.deterministic:
             self._reduction = plan_epoch(layout, chunk_order[offset:offset + count], count)
-        self._launch_batch(offset, count, 0)
+        self._launch_batch(offset, count, 0, layout)
 
     def train_epoch(self, state, layout, labels, order, rates, scales, settings, loss_sum):
         """An epoch: rates and scales hold one learning rate and one 1 / samples per batch (async:
@@ -198,10 +216,8 @@ class TritonBackend:
         if self.plan.deterministic:
             self._reduction = plan_epoch(layout, order, self.plan.chunks_per_batch)
             self._launch_epoch(layout)
-        elif self._bound_epoch and not settings.decay_l2:
-            kernel, arguments, constants = self._bound_epoch
-            self._find("arrivals").zero_()
-            kernel[(sync_programs(self.plan, layout, self.interpret),)](*arguments, **constants)
+        elif self.generated.train[0].role == "epoch" and not settings.decay_l2:
+            self._launch_batch(0, layout.n_chunks, 0, layout)
         elif not (self.plan.cuda_graph and layout.device.type == "cuda"):
             self._launch_epoch(layout)
         elif self._graph is None:

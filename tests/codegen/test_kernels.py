@@ -10,6 +10,7 @@ import torch
 from alac.codegen.module_cache import interpreter_active
 from alac.data.arrays import from_csr_arrays
 from alac.dsl import Global, Model, Normal, Param, ops
+from alac.models import zoo_model
 from alac.optimizers import get_optimizer
 from alac.plan import Plan
 from alac.runtime.executor import Executor, LabelMap
@@ -400,7 +401,30 @@ def test_grid_barrier_epoch_with_a_partial_last_batch(model_name):
     executors = _executors(model_name, plan, layout)
     for executor in executors.values():
         executor.train_epoch(layout, labels, epoch=0, lr=0.2)
-    assert executors[KERNEL_BACKEND].backend.generated.epoch is not None
+    assert [spec.role for spec in executors[KERNEL_BACKEND].backend.generated.train] == ["epoch"]
+    _assert_states_close(executors["reference"].state, executors[KERNEL_BACKEND].state)
+    torch.testing.assert_close(executors[KERNEL_BACKEND].loss_sum.cpu(), executors["reference"].loss_sum.cpu(),
+                               rtol=RTOL, atol=ATOL)
+
+
+@pytest.mark.parametrize("model_name", ["lr", "fm"])
+def test_grid_barrier_plans_launch_the_epoch_kernel_per_batch_where_batches_end_on_the_host(model_name):
+    """Exact L2 decays every row after each batch on the host: the epoch kernel runs one batch per
+    launch (its chunk range and batch index set per launch), and single batches (train_batch) too."""
+    dataset = awkward_dataset(29, n_rows=60)
+    device, layout, labels = laid_out(dataset, "binary")
+    plan = Plan(chunk_size=8, batch_size=24, hot_size=4)
+    executors = {}
+    for backend in ("reference", KERNEL_BACKEND):
+        model = zoo_model(model_name, l2=0.05, **({"k": 4, "init_std": 0.1} if model_name == "fm" else {}))
+        executor = Executor(model, plan, backend=backend, device=device, seed=5, exact_l2=True)
+        executor.initialize(layout)
+        for epoch in range(2):
+            executor.train_epoch(layout, labels, epoch, lr=0.3)
+        order = layout.chunk_order(7, 0)
+        executor.train_batch(layout, labels, order, 2, 3, lr=0.2, scale=1 / 24)
+        executors[backend] = executor
+    assert [spec.role for spec in executors[KERNEL_BACKEND].backend.generated.train] == ["epoch"]
     _assert_states_close(executors["reference"].state, executors[KERNEL_BACKEND].state)
     torch.testing.assert_close(executors[KERNEL_BACKEND].loss_sum.cpu(), executors["reference"].loss_sum.cpu(),
                                rtol=RTOL, atol=ATOL)

@@ -3,7 +3,6 @@ runtime binding by role, never by name, and importing only codegen's package API
 
 import ast
 import functools
-import re
 from pathlib import Path
 
 import pytest
@@ -26,11 +25,14 @@ def test_every_argument_is_described_and_matches_the_kernel_signature():
     for case, generated in manifests():
         names = [a.name for a in generated.manifest]
         assert len(names) == len(set(names)), f"{case}: one name, two descriptions"
-        for spec in (*generated.train, generated.predict, *([generated.epoch] if generated.epoch else [])):
-            signature = re.search(rf"def {spec.name}\(\n(.*?)\n\):", generated.source, re.S).group(1)
-            declared = [line.strip().rstrip(",") for line in signature.splitlines()]
-            assert declared[:len(spec.args)] == [a.name for a in spec.args], f"{case}: {spec.name}"
-            assert all(": tl.constexpr" in d for d in declared[len(spec.args):])
+        kernels = {node.name: node for node in ast.parse(generated.source).body if isinstance(node, ast.FunctionDef)}
+        for spec in (*generated.train, generated.predict):
+            declared = kernels[spec.name].args.args
+            assert [a.arg for a in declared[:len(spec.args)]] == [a.name for a in spec.args], f"{case}: {spec.name}"
+            # the signature says every argument's Triton type; the constexprs follow
+            types = [ast.unparse(a.annotation) if a.annotation else None for a in declared]
+            assert types[:len(spec.args)] == [_triton_type(a) for a in spec.args], f"{case}: {spec.name}"
+            assert all(t == "tl.constexpr" for t in types[len(spec.args):])
             for argument in spec.args:
                 assert argument in generated.manifest
                 assert argument.role in ROLES and argument.lifetime in LIFETIMES, argument
@@ -38,6 +40,14 @@ def test_every_argument_is_described_and_matches_the_kernel_signature():
                 assert argument.is_tensor or argument.dtype in ("int", "float"), argument
                 if argument.role in ALLOCATED_ROLES:
                     assert argument.dtype in TENSOR_DTYPES and argument.zero_init, argument
+
+
+def _triton_type(argument):
+    """Triton's name of a manifest type, as the generated signature annotates it (ints are left to
+    Triton's specialisation by value)."""
+    if argument.is_tensor:
+        return repr("*" + {"float32": "fp32", "int32": "i32", "int64": "i64"}[argument.dtype])
+    return repr("fp32") if argument.dtype == "float" else None
 
 
 def test_shapes_name_sizes():
