@@ -20,8 +20,9 @@ mini-batch barrier); the predict kernel is aggregate + predict.
 - Deterministic plans: no floating-point atomics; each edge's gradient is stored at its slot and
   summed in a fixed order by alac.runtime.deterministic.
 - Sync epochs (`plan.grid_barrier`): one persistent kernel runs every batch's kernel groups,
-  meeting at grid-wide barriers (`triton_helpers.grid_barrier`); edge updates (`plan.edge_updates`)
-  add every cold edge's change instead of flagging touched features (benchmarks/sync_breakdown.py).
+  meeting at grid-wide barriers (`triton_helpers.grid_barrier`), an epoch per launch (one batch
+  where a batch must end on the host); edge updates (`plan.edge_updates`) add every cold edge's
+  change instead of flagging touched features (benchmarks/sync_breakdown.py).
 
 Every atomic is relaxed (sums need atomicity, not ordering; kernel boundaries and barriers order
 the steps), except the grid barrier's counter. Kernel names are

@@ -1,12 +1,16 @@
 """The param access layer: how generated code reads a param (stored, or derived from its optimizer
-state), adds to buffers indexed by feature, and applies the optimizer's rule to a param and its
-state (stored, or added atomically). Every emitted access to params and optimizer state goes
-through these methods of the generator."""
+state), where gradients go (the batch's accumulators, per-edge slots of a deterministic or an
+edge-update plan, hot sums, or async straight through the optimizer), and how the optimizer's rule
+updates a param and its state (stored, or added atomically). Every emitted access to params,
+optimizer state and gradient buffers goes through these methods of the generator: the variant's
+mechanisms (placement, deterministic, derived params, edge updates, hot segment) are choices made
+here, not in the stages."""
 
 from __future__ import annotations
 
 from alac.codegen import manifest as m
 from alac.codegen.printer import ExpressionPrinter
+from alac.ir.model_ir import LOSS, grad_name
 from alac.ir.ranks import rank_of
 
 
@@ -91,6 +95,70 @@ class ParamAccess:
         offsets = self._vector_offsets(rows, True) if p.vector else rows
         mask = self._lane_mask(mask, True) if p.vector else mask
         w.line(f"tl.atomic_add({w.arg(pointer)} + {offsets}, {value}, mask={mask}, sem=\"relaxed\")")
+
+    def _send_global_gradients(self, w):
+        """The chunk's loss and global gradients (summed over its rows): deterministic plans store
+        them at the chunk's slots; async applies the globals' SGD step at once; sync adds them into
+        the batch's accumulators."""
+        if self.deterministic:
+            w.comment("deterministic: the chunk's sums go to its own slots; the runtime adds them in order")
+            w.line(f"tl.store({w.arg(m.CHUNK_LOSS)} + chunk, tl.sum({LOSS}, axis=0))")
+            for d in self.ir.global_grads:
+                w.line(f"tl.store({w.arg(m.chunk_grad(d.name[3:]))} + chunk, tl.sum({d.name}, axis=0))")
+            return
+        if self.asynchronous:
+            for d in self.ir.global_grads:
+                w.line(f"tl.atomic_add({w.arg(m.global_(d.name[3:]))}, -lr * scale * tl.sum({d.name}, axis=0), "
+                       "sem=\"relaxed\")")
+            return
+        for d in self.ir.global_grads:
+            accumulator = w.arg(m.grad(d.name[3:], is_global=True))
+            w.line(f"tl.atomic_add({accumulator}, tl.sum({d.name}, axis=0), sem=\"relaxed\")")
+
+    def _send_edge_gradients(self, w, tile_params):
+        """Every edge's param gradients (grad_<p> of the edge program) to where the variant sends
+        them; tile_params: params whose tile values are in variables already."""
+        if not self.asynchronous and not self.edge_updates:
+            w.line(f"tl.store({w.arg(m.TOUCHED)} + feature, tl.full([S, C], 1, tl.int32), mask=present)")
+        if self.hot:
+            w.line(f"hot = present & (feature < {w.arg(m.size('hot_size'))})")
+            w.line("cold = present & ~hot")
+        if self.hot and not self.asynchronous:
+            w.comment("hot edges: sort the slot's (feature, row) pairs so that equal features are adjacent")
+            self._sort_slots(w, "hot", w.arg(m.size("hot_size")), "hot_feature")
+        for p in self.ir.params:
+            self._send_edge_gradient(w, p, p.name in tile_params)
+
+    def _send_edge_gradient(self, w, p, param_loaded):
+        """One param's per-edge gradients: sync adds them into the batch's accumulators (or keeps
+        them at the edge's slot), async applies the optimizer's change at once; hot edges go to
+        hot sums."""
+        value = grad_name(p.name)
+        edges = "cold" if self.hot else "present"
+        if self.asynchronous:
+            self._optimizer_step(w, p, "feature", edges, True, f"{value} * scale", "delta",
+                                 param_loaded=param_loaded)
+        elif self.deterministic:
+            offsets = "edge_base * K + edge[:, :, None] * K + lanes" if p.vector else "edge_base + edge"
+            mask = self._lane_mask("present", True) if p.vector else "present"
+            w.line(f"tl.store({w.arg(m.edge_grad(p))} + {offsets}, {value}, mask={mask})")
+            return
+        elif self.edge_updates:
+            offsets, mask = self._batch_edge_offsets(w, p, edges)
+            w.line(f"tl.store({w.arg(m.batch_edge_grad(p))} + {offsets}, {value}, mask={mask})")
+        else:
+            self._add_at(w, p, m.grad(p.name, p.vector), "feature", value, edges)
+        if not self.hot:
+            return
+        if self.asynchronous:
+            w.comment("hot edges: into this program's own sums (no other program adds there), "
+                      "applied at its next flush")
+            self._add_at(w, p, m.hot_sums(p), "(hot_base + feature)", value, "hot")
+            return
+        self._segment_sums(w, p, value, "hot_feature")
+        w.arg(m.size("replicas"))
+        self._add_at(w, p, m.hot_sums(p), f"(replica * {w.arg(m.size('hot_stride'))} + hot_feature)", "summed",
+                     "segment_end")
 
     def _update_symbols(self, w, p, ids, mask, edge, prefix):
         """Ranks and variable names of the optimizer's symbols for param p at feature ids (an [S, C]

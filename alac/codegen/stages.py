@@ -7,7 +7,7 @@ from __future__ import annotations
 from alac.codegen import manifest as m
 from alac.codegen.functions import assigned_names
 from alac.codegen.writer import Writer
-from alac.ir.model_ir import LOSS, PREDICTION, grad_name
+from alac.ir.model_ir import PREDICTION
 
 
 class StageEmitter:
@@ -96,20 +96,7 @@ class StageEmitter:
         for g in self.ir.globals:
             w.line(f"{g} = tl.load({w.arg(m.global_(g))})")
         self._program(w, self.ir.sample_program, mask_outputs=True)
-        if self.deterministic:
-            w.comment("deterministic: the chunk's sums go to its own slots; the runtime adds them in order")
-            w.line(f"tl.store({w.arg(m.CHUNK_LOSS)} + chunk, tl.sum({LOSS}, axis=0))")
-            for d in self.ir.global_grads:
-                w.line(f"tl.store({w.arg(m.chunk_grad(d.name[3:]))} + chunk, tl.sum({d.name}, axis=0))")
-            return
-        if self.asynchronous:
-            for d in self.ir.global_grads:
-                w.line(f"tl.atomic_add({w.arg(m.global_(d.name[3:]))}, -lr * scale * tl.sum({d.name}, axis=0), "
-                       "sem=\"relaxed\")")
-            return
-        for d in self.ir.global_grads:
-            accumulator = w.arg(m.grad(d.name[3:], is_global=True))
-            w.line(f"tl.atomic_add({accumulator}, tl.sum({d.name}, axis=0), sem=\"relaxed\")")
+        self._send_global_gradients(w)
 
     def _apply_function(self, derived, tile_params):
         if self.asynchronous:
@@ -123,47 +110,8 @@ class StageEmitter:
         for p in self.ir.params:
             w.arg(m.regularizer("gradient_l2", p.name))
         self._program(w, self.ir.edge_program)
-        if not self.asynchronous and not self.edge_updates:
-            w.line(f"tl.store({w.arg(m.TOUCHED)} + feature, tl.full([S, C], 1, tl.int32), mask=present)")
-        if self.hot:
-            w.line(f"hot = present & (feature < {w.arg(m.size('hot_size'))})")
-            w.line("cold = present & ~hot")
-        if self.hot and not self.asynchronous:
-            w.comment("hot edges: sort the slot's (feature, row) pairs so that equal features are adjacent")
-            self._sort_slots(w, "hot", w.arg(m.size("hot_size")), "hot_feature")
-        for p in self.ir.params:
-            self._scatter(w, p, p.name in tile_params)
+        self._send_edge_gradients(w, tile_params)
         return self._define("apply", doc, w)
-
-    def _scatter(self, w, p, param_loaded):
-        """Route one param's per-edge gradients (module docstring): sync adds them into the batch's
-        accumulators, async applies the optimizer's change at once."""
-        value = grad_name(p.name)
-        edges = "cold" if self.hot else "present"
-        if self.asynchronous:
-            self._optimizer_step(w, p, "feature", edges, True, f"{value} * scale", "delta",
-                                 param_loaded=param_loaded)
-        elif self.deterministic:
-            offsets = "edge_base * K + edge[:, :, None] * K + lanes" if p.vector else "edge_base + edge"
-            mask = self._lane_mask("present", True) if p.vector else "present"
-            w.line(f"tl.store({w.arg(m.edge_grad(p))} + {offsets}, {value}, mask={mask})")
-            return
-        elif self.edge_updates:
-            offsets, mask = self._batch_edge_offsets(w, p, edges)
-            w.line(f"tl.store({w.arg(m.batch_edge_grad(p))} + {offsets}, {value}, mask={mask})")
-        else:
-            self._add_at(w, p, m.grad(p.name, p.vector), "feature", value, edges)
-        if not self.hot:
-            return
-        if self.asynchronous:
-            w.comment("hot edges: into this program's own sums (no other program adds there), "
-                      "applied at its next flush")
-            self._add_at(w, p, m.hot_sums(p), "(hot_base + feature)", value, "hot")
-            return
-        self._segment_sums(w, p, value, "hot_feature")
-        w.arg(m.size("replicas"))
-        self._add_at(w, p, m.hot_sums(p), f"(replica * {w.arg(m.size('hot_stride'))} + hot_feature)", "summed",
-                     "segment_end")
 
     @staticmethod
     def _sort_slots(w, selected, bound, sorted_feature):
