@@ -111,26 +111,13 @@ class Plan:
     def host_params(self):
         return tuple(sorted(name for name, where in self.placement if where == "host"))
 
-    @property
-    def uses_grid_barrier(self):
-        """Sync epochs run as one grid-barrier launch (deterministic plans launch per batch)."""
-        return self.variant.grid_barrier
-
-    @property
-    def uses_edge_updates(self):
-        """Sync updates add every edge's change, where the optimizer is additive."""
-        return self.variant.edge_updates
-
-    @property
-    def sums_equal_edges(self):
-        return self.variant.sum_equal_edges
-
     def _sync_options(self):
+        variant = self.variant
         launches = " per_batch_launches"
-        if self.uses_grid_barrier:
+        if variant.grid_barrier:
             launches = f" grid_barrier programs={self.programs or 'auto'}"
-        return (launches
-                + (" edge_updates" if self.uses_edge_updates else "") + (" summed" if self.sums_equal_edges else ""))
+        return (launches + (" edge_updates" if variant.edge_updates else "")
+                + (" summed" if variant.sum_equal_edges else ""))
 
     def describe(self):
         text = (f"semantics={self.semantics} kernels={self.kernels} chunk_size={self.chunk_size} "

@@ -88,16 +88,15 @@ def assigned_names(lines):
     return list(_read_back(lines).assigned)
 
 
-def with_constants(lines, depth=1):
-    """The body preceded by the definitions of the program constants it reads."""
+def with_constants(lines):
+    """The body (at depth 1) preceded by the definitions of the program constants it reads."""
     needed = [n for n in free_names(lines) if n in PROGRAM_CONSTANTS]
     while True:
         more = [n for n in free_names([PROGRAM_CONSTANTS[c] for c in needed]) if n in PROGRAM_CONSTANTS]
         if set(more) <= set(needed):
             break
         needed += [n for n in more if n not in needed]
-    indent = "    " * depth
-    return [indent + PROGRAM_CONSTANTS[c] for c in PROGRAM_CONSTANTS if c in needed] + list(lines)
+    return ["    " + PROGRAM_CONSTANTS[c] for c in PROGRAM_CONSTANTS if c in needed] + list(lines)
 
 
 def wrapped(head, items, tail, indent):

@@ -64,7 +64,7 @@ HOT_BLOCK = 256
 
 def _manifest(specs):
     """Every argument of the specs' kernels once, in order of first use."""
-    return tuple(dict.fromkeys(a for spec in specs if spec for a in spec.args))
+    return tuple(dict.fromkeys(a for spec in specs for a in spec.args))
 
 
 class KernelGenerator(StageEmitter, ParamAccess):
@@ -107,9 +107,12 @@ class KernelGenerator(StageEmitter, ParamAccess):
         assert self.functions.setdefault(name, function) == function, f"two bodies for {name}"
         return function
 
-    def _chunk_prologue(self, w):
+    def _chunk_prologue(self, w, edges):
+        """The chunk's rows; and its edges where a stage reads them (edges)."""
         w.line("slots = chunk * C + rows")
         w.line("valid = tl.load(row_of_slot_ptr + slots) >= 0")
+        if not edges:
+            return
         w.line("edge_base = tl.load(chunk_start_ptr + chunk)")
         w.line("width = tl.load(chunk_width_ptr + chunk)")
         w.line("chunk_features = edge_feature_ptr + edge_base")
@@ -121,14 +124,12 @@ class KernelGenerator(StageEmitter, ParamAccess):
         a loop over tiles."""
         for argument in m.LAYOUT:
             w.arg(argument)
-        self._chunk_prologue(w)
-        tile_stages = [s for s in stages if s in ("aggregate", "apply")]
-        params = self._tile_params(tile_stages)
-        tile = self._edge_tile_function(params, w.derived)
-        bodies = {"aggregate": self._aggregate_function} if "aggregate" in stages else {}
-        if "apply" in stages:
-            bodies["apply"] = lambda: self._apply_function(w.derived, params)
-        bodies = {stage: make() for stage, make in bodies.items()}
+        tile_stages = [stage for stage in stages if stage in ("aggregate", "apply")]
+        self._chunk_prologue(w, bool(tile_stages))
+        params = self._tile_params(stages)
+        tile = self._edge_tile_function(params, w.derived) if tile_stages else None
+        bodies = {stage: self._aggregate_function() if stage == "aggregate" else self._apply_function(w.derived, params)
+                  for stage in tile_stages}
         tile_loaded = False
         for stage in stages:
             for name, vector in local_inputs.get(stage, ()):
@@ -452,18 +453,12 @@ class KernelGenerator(StageEmitter, ParamAccess):
                 vector = self.ranks[name] == "lane"
                 local_outputs.setdefault(producer, []).append((name, vector))
                 local_inputs.setdefault(consumer, []).append((name, vector))
-        kernels, train = [], []
-        for group in groups if not self.variant.grid_barrier else ():
-            if group == ["update"]:
-                source, spec = self._update_kernel()
-            else:
-                source, spec = self._chunk_kernel("train", group, local_inputs, local_outputs)
-            kernels.append(source)
-            train.append(spec)
         if self.variant.grid_barrier:
-            source, spec = self._epoch_kernel(groups, local_inputs, local_outputs)
-            kernels.append(source)
-            train.append(spec)
+            built = [self._epoch_kernel(groups, local_inputs, local_outputs)]
+        else:
+            built = [self._update_kernel() if group == ["update"] else
+                     self._chunk_kernel("train", group, local_inputs, local_outputs) for group in groups]
+        kernels, train = [source for source, _ in built], [spec for _, spec in built]
         source, predict = self._chunk_kernel("predict", ["aggregate", "predict"], {}, {})
         kernels.append(source)
         functions = [f.source for f in self.functions.values()]

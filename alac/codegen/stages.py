@@ -13,10 +13,10 @@ from alac.ir.model_ir import PREDICTION
 class StageEmitter:
     """KernelGenerator's stages (a mixin: it reads the generator's ir, printer, ranks and flags)."""
 
-    def _tile_params(self, tile_stages):
-        """The params a chunk's tile stages read, gathered once per tile."""
-        exprs = [a.contribution for a in self.ir.accums] if "aggregate" in tile_stages else []
-        exprs += [d.expr for d in self.ir.edge_program] if "apply" in tile_stages else []
+    def _tile_params(self, stages):
+        """The params a chunk's tile stages (aggregate, apply) read, gathered once per tile."""
+        exprs = [a.contribution for a in self.ir.accums] if "aggregate" in stages else []
+        exprs += [d.expr for d in self.ir.edge_program] if "apply" in stages else []
         return self._used_params(exprs)
 
     def _edge_tile_function(self, params, derived):

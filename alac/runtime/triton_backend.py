@@ -157,17 +157,20 @@ class TritonBackend:
                 return next((i for i, a in enumerate(spec.args) if a.role == "launch" and a.of == of), None)
 
             constants = self._constants(layout)
-            self._bound = [(getattr(self.module, spec.name), bound(spec), constants, spec.role,
+            # the epoch kernel's persistent grid; per-batch kernels take one program per chunk
+            epoch_grid = sync_programs(self.plan, layout, self.interpret)
+            self._bound = [(getattr(self.module, spec.name), bound(spec), constants,
+                            epoch_grid if spec.role == "epoch" else None,
                             {of: position(spec, of) for of in ("chunk_offset", "chunk_end", "batch")})
                            for spec in self.generated.train]
             self._bound_key = key
             self._graph = None
             self._settings, self._state, self._layout, self._loss_sum = settings, state, layout, loss_sum
 
-    def _launch_batch(self, offset, count, batch, layout):
+    def _launch_batch(self, offset, count, batch):
         """The batch of chunk-order positions offset .. offset + count (the epoch kernel: every batch
         from there on that fits, from batch `batch` on)."""
-        for index, (kernel, arguments, constants, role, at) in enumerate(self._bound):
+        for index, (kernel, arguments, constants, epoch_grid, at) in enumerate(self._bound):
             for of, value in (("chunk_offset", offset), ("chunk_end", offset + count), ("batch", batch)):
                 if at[of] is not None:
                     arguments[at[of]] = value
@@ -175,9 +178,9 @@ class TritonBackend:
                 # before the update kernel: the batch's gradient sums, in a fixed order
                 reduce_batch(self._reduction, batch, self._find, self._state.params, self._state.globals,
                              self._loss_sum)
-            if role == "epoch":
+            if epoch_grid:
                 self._find("arrivals").zero_()
-                kernel[(sync_programs(self.plan, layout, self.interpret),)](*arguments, **constants)
+                kernel[(epoch_grid,)](*arguments, **constants)
             else:
                 kernel[(count,)](*arguments, **constants)
         if self._settings.decay_l2:
@@ -186,7 +189,7 @@ class TritonBackend:
     def _launch_epoch(self, layout):
         per_batch = self.plan.chunks_per_batch
         for batch, offset in enumerate(range(0, layout.n_chunks, per_batch)):
-            self._launch_batch(offset, min(per_batch, layout.n_chunks - offset), batch, layout)
+            self._launch_batch(offset, min(per_batch, layout.n_chunks - offset), batch)
 
     def train_batch(self, state, layout, labels, chunk_order, offset, count, lr, scale, settings, loss_sum):
         """One sync batch (chunks chunk_order[offset:offset + count]): gradient sums times scale go
@@ -197,7 +200,7 @@ class TritonBackend:
         self._schedule("scale")[0] = scale
         if self.plan.deterministic:
             self._reduction = plan_epoch(layout, chunk_order[offset:offset + count], count)
-        self._launch_batch(offset, count, 0, layout)
+        self._launch_batch(offset, count, 0)
 
     def train_epoch(self, state, layout, labels, order, rates, scales, settings, loss_sum):
         """An epoch: rates and scales hold one learning rate and one 1 / samples per batch (async:
@@ -217,7 +220,7 @@ class TritonBackend:
             self._reduction = plan_epoch(layout, order, self.plan.chunks_per_batch)
             self._launch_epoch(layout)
         elif self.generated.train[0].role == "epoch" and not settings.decay_l2:
-            self._launch_batch(0, layout.n_chunks, 0, layout)
+            self._launch_batch(0, layout.n_chunks, 0)
         elif not (self.plan.cuda_graph and layout.device.type == "cuda"):
             self._launch_epoch(layout)
         elif self._graph is None:

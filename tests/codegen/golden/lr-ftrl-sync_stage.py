@@ -91,35 +91,11 @@ def aggregate_chunk(chunk, row_of_slot_ptr, chunk_start_ptr, chunk_width_ptr, ed
 
 
 @triton.jit
-def edge_tile_(slot_start, chunk_features, width, chunk_values, HAS_VALUES: tl.constexpr, C: tl.constexpr,
-        S: tl.constexpr, WIDE_IDS: tl.constexpr):
-    """An [S, C] edge tile from slot slot_start on and the params it reads; absent edges get id 0 and x 0."""
-    rows = tl.arange(0, C)
-    slot = slot_start + tl.arange(0, S)
-    edge = slot[:, None] * C + rows[None, :]
-    feature = tl.load(chunk_features + edge, mask=slot[:, None] < width, other=-1)
-    present = feature >= 0
-    feature = tl.where(present, feature, 0)
-    if WIDE_IDS:
-        feature = feature.to(tl.int64)
-    if HAS_VALUES:
-        x = tl.load(chunk_values + edge, mask=present, other=0.0)
-    else:
-        x = tl.where(present, 1.0, 0.0)
-    return edge, feature, present, x
-
-
-@triton.jit
-def loss_chunk(chunk, row_of_slot_ptr, chunk_start_ptr, chunk_width_ptr, edge_feature_ptr, edge_value_ptr,
-        wx_buffer_ptr, label_ptr, b_ptr, grad_b_ptr, d_wx_buffer_ptr, C: tl.constexpr):
+def loss_chunk(chunk, row_of_slot_ptr, wx_buffer_ptr, label_ptr, b_ptr, grad_b_ptr, d_wx_buffer_ptr, C: tl.constexpr):
     """loss of one chunk; returns its rows' losses."""
     rows = tl.arange(0, C)
     slots = chunk * C + rows
     valid = tl.load(row_of_slot_ptr + slots) >= 0
-    edge_base = tl.load(chunk_start_ptr + chunk)
-    width = tl.load(chunk_width_ptr + chunk)
-    chunk_features = edge_feature_ptr + edge_base
-    chunk_values = edge_value_ptr + edge_base
     wx = tl.load(wx_buffer_ptr + slots)
     # loss: per-sample loss and dLoss/dAccum, computed in place; padding rows give 0
     y = tl.load(label_ptr + slots)
@@ -243,8 +219,7 @@ def alac_lr_4b51745b_sync_stage_grid_epoch(edge_feature_ptr: "*i32", edge_value_
         grid_barrier(arrivals_ptr, barriers * tl.num_programs(0))
         for position in range(batch_start + tl.program_id(0), batch_end, tl.num_programs(0)):
             chunk = tl.load(chunk_order_ptr + position).to(tl.int64)
-            loss = loss_chunk(chunk, row_of_slot_ptr, chunk_start_ptr, chunk_width_ptr, edge_feature_ptr,
-                    edge_value_ptr, wx_buffer_ptr, label_ptr, b_ptr, grad_b_ptr, d_wx_buffer_ptr, C)
+            loss = loss_chunk(chunk, row_of_slot_ptr, wx_buffer_ptr, label_ptr, b_ptr, grad_b_ptr, d_wx_buffer_ptr, C)
             loss_rows += loss
         # every program's loss of this batch has landed before any program goes on
         barriers += 1
