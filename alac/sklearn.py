@@ -2,15 +2,18 @@
 classifiers and regressors (fit, predict, predict_proba, decision_function, score, partial_fit,
 coef_, intercept_, classes_, n_features_in_), usable in Pipeline and GridSearchCV.
 
-Inputs are scipy.sparse matrices or dense arrays. The estimators default to AdaGrad: its step does not
-depend on the features' scale, so unscaled dense data (scikit-learn's own checks use it) trains
-without tuning; optimizer="sgd" and the rest are one parameter away. Binary classifiers only (as the wide models are):
+Inputs are scipy.sparse matrices or dense arrays. The estimators default to optimizer="auto", as
+`alac train` does (alac.race): AdaGrad, whose step does not depend on the features' scale, and plain
+SGD train on the validation rows' early stopping and the better is kept (optimizer_, learning_rate_
+and alpha_ say which); without validation rows or with a learning_rate, AdaGrad trains alone.
+optimizer="sgd" and the rest are one parameter away. Binary classifiers only (as the wide models are):
 y must have two classes; classes_[1] is the positive one. Fitted estimators pickle (the trained
 arrays are kept; the compiled kernels are rebuilt on first use).
 """
 
 from __future__ import annotations
 
+import argparse
 import warnings
 
 import numpy as np
@@ -25,6 +28,7 @@ from alac import defaults
 from alac.data.arrays import from_csr_arrays
 from alac.data.split import hold_out
 from alac.models.fm import DEFAULT_L2 as _FM_L2
+from alac.race import ADAPTIVE, AUTO, Arm, race
 
 
 def _zoo(name):
@@ -43,15 +47,22 @@ def _dataset(X, y=None):
     return from_csr_arrays(csr.indptr, csr.indices, csr.data, labels, csr.shape[1])
 
 
-def _fit_warning_on_divergence(trainer, train, valid=None, epochs=None):
-    """trainer.fit; a divergence (the last good parameters are restored) becomes a ConvergenceWarning,
-    as scikit-learn's solvers report training that did not converge."""
+def _fit(trainer, train, valid=None, epochs=None):
+    """trainer.fit; returns the divergence (the last good parameters are restored) or None."""
     from alac.train import TrainingDiverged
 
     try:
         trainer.fit(train, valid, epochs=epochs)
     except TrainingDiverged as error:
-        warnings.warn(str(error), ConvergenceWarning, stacklevel=3)
+        return error
+    return None
+
+
+def _warn_on_divergence(diverged):
+    """A divergence becomes a ConvergenceWarning, as scikit-learn's solvers report training that did not
+    converge."""
+    if diverged is not None:
+        warnings.warn(str(diverged), ConvergenceWarning, stacklevel=3)
 
 
 class _WideEstimator(BaseEstimator):
@@ -59,8 +70,39 @@ class _WideEstimator(BaseEstimator):
 
     _kind = None  # "classifier" or "regressor"
 
-    def _build_model(self):
+    def _build_model(self, l2):
         raise NotImplementedError
+
+    def _model_options(self):
+        """The zoo module and its options (for the model's SGD rate), or None for a user's DSL model."""
+        return None
+
+    def _l2(self, optimizer):
+        return self.alpha
+
+    def _arm(self, optimizer, lr=None):
+        """The optimizer with the learning rate given (or its default) and the L2 for it."""
+        from alac.optimizers import get_optimizer
+
+        lr = self.learning_rate if lr is None else lr
+        if lr is None:
+            lr = get_optimizer(optimizer).default_lr
+            if lr is None:
+                raise ValueError(f"optimizer {optimizer!r} has no default learning rate: give learning_rate")
+        return Arm(optimizer, lr, self._l2(optimizer))
+
+    def _contestants(self):
+        """The auto race's arms, or None: an optimizer named, a learning rate given or a user's model."""
+        options = self._model_options()
+        if self.optimizer != AUTO or self.learning_rate is not None or options is None:
+            return None
+        from alac.zoo import default_lr
+
+        module, arguments = options
+        return (self._arm(ADAPTIVE), self._arm("sgd", default_lr(module, arguments, "sgd")))
+
+    def _fitted_arm(self):
+        return Arm(self.optimizer_, self.learning_rate_, self.alpha_)
 
     def _plan(self):
         from alac.plan import Plan
@@ -68,18 +110,12 @@ class _WideEstimator(BaseEstimator):
         batch = max(16, int(self.batch_size) // 16 * 16)
         return Plan(chunk_size=16, batch_size=batch, semantics=self.mode)
 
-    def _new_trainer(self):
+    def _new_trainer(self, arm):
         from alac.optimizers import get_optimizer
         from alac.train import Trainer
 
-        optimizer = get_optimizer(self.optimizer)
-        lr = self.learning_rate
-        if lr is None:
-            if optimizer.default_lr is None:
-                raise ValueError(f"optimizer {optimizer.name!r} has no default learning rate: give learning_rate")
-            lr = optimizer.default_lr
-        return Trainer(self._build_model(), lr=lr, epochs=self.epochs, plan=self._plan(), backend=self.backend,
-                       seed=self.random_state or 0, optimizer=optimizer,
+        return Trainer(self._build_model(arm.l2), lr=arm.lr, epochs=self.epochs, plan=self._plan(),
+                       backend=self.backend, seed=self.random_state or 0, optimizer=get_optimizer(arm.optimizer),
                        early_stopping="patience" if self.early_stopping else None, patience=self.n_iter_no_change)
 
     def _trainer_for_use(self):
@@ -88,7 +124,7 @@ class _WideEstimator(BaseEstimator):
             from alac.runtime.executor import LabelMap
             from alac.runtime.state import ModelState
 
-            trainer = self._new_trainer()
+            trainer = self._new_trainer(self._fitted_arm())
             saved = self._fitted
             device = trainer.device
             tensors = {part: {k: torch.from_numpy(v) for k, v in saved[part].items()}
@@ -146,12 +182,27 @@ class _WideEstimator(BaseEstimator):
         X, y = validate_data(self, X, y, accept_sparse="csr", dtype=[np.float64, np.float32],
                              y_numeric=self._kind == "regressor")
         targets = self._targets(y, first=True)
-        trainer = self._new_trainer()
         train, valid = _dataset(X, targets), None
         if self.early_stopping:
             # like SGDClassifier(early_stopping=True): a random validation_fraction of the rows
             train, valid = hold_out(train, self.validation_fraction, self.random_state or 0)
-        _fit_warning_on_divergence(trainer, train, valid)
+        contestants = self._contestants() if valid is not None else None
+        if contestants:
+            runs = []
+
+            def train_arm(arm):
+                runs.append((self._new_trainer(arm), None))
+                runs[-1] = (runs[-1][0], _fit(runs[-1][0], train, valid))
+                return runs[-1]
+
+            winner = race(contestants, train_arm)
+            (trainer, diverged), arm = runs[winner], contestants[winner]
+        else:
+            arm = self._arm(ADAPTIVE if self.optimizer == AUTO else self.optimizer)
+            trainer = self._new_trainer(arm)
+            diverged = _fit(trainer, train, valid)
+        _warn_on_divergence(diverged)
+        self.optimizer_, self.learning_rate_, self.alpha_ = arm.optimizer, arm.lr, arm.l2
         self._trainer = trainer
         self._snapshot(trainer)
         return self
@@ -167,9 +218,14 @@ class _WideEstimator(BaseEstimator):
                 raise ValueError("the first partial_fit of a classifier needs classes=[negative, positive]")
             self._partial_classes = np.asarray(classes)
         targets = self._targets(y, first)
-        trainer = self._new_trainer() if first else self._trainer_for_use()
+        if first:
+            arm = self._arm(ADAPTIVE if self.optimizer == AUTO else self.optimizer)
+            self.optimizer_, self.learning_rate_, self.alpha_ = arm.optimizer, arm.lr, arm.l2
+            trainer = self._new_trainer(arm)
+        else:
+            trainer = self._trainer_for_use()
         trainer.early_stopping = None   # one epoch on the data given, as scikit-learn's partial_fit
-        _fit_warning_on_divergence(trainer, _dataset(X, targets), epochs=1)
+        _warn_on_divergence(_fit(trainer, _dataset(X, targets), epochs=1))
         self._trainer = trainer
         self._snapshot(trainer)
         return self
@@ -192,11 +248,13 @@ class _WideEstimator(BaseEstimator):
 _COMMON_DOC = """
 
     learning_rate: the step on the batch-mean gradient (None: the optimizer's default); epochs: the
-    most epochs; batch_size; optimizer (adagrad, the default of alac.defaults, or sgd, ftrl, momentum,
-    adam); alpha: the L2 coefficient; l1: the L1 coefficient (with ftrl or sgd); early_stopping: hold
-    out validation_fraction of the rows (random, random_state) and stop after n_iter_no_change epochs
-    without a better validation loss, keeping the best epoch's model; mode: sync or async; backend:
-    triton on a GPU (the PyTorch reference without one); random_state.
+    most epochs; batch_size; optimizer (auto, the default of alac.defaults: AdaGrad and SGD raced on
+    the validation rows; or adagrad, sgd, ftrl, momentum, adam); alpha: the L2 coefficient (FM: None
+    is 0.01, and none for SGD in the auto race); l1: the L1 coefficient (with ftrl or sgd);
+    early_stopping: hold out validation_fraction of the rows (random, random_state) and stop after
+    n_iter_no_change epochs without a better validation loss, keeping the best epoch's model; mode:
+    sync or async; backend: triton on a GPU (the PyTorch reference without one); random_state.
+    Fitted: optimizer_, learning_rate_ and alpha_ (what trained the model, the auto race's winner).
 """
 
 
@@ -247,8 +305,13 @@ class _Linear:
         self.validation_fraction, self.n_iter_no_change = validation_fraction, n_iter_no_change
         self.mode, self.backend, self.random_state = mode, backend, random_state
 
-    def _build_model(self):
-        return _zoo(self._zoo_name)(l2=self.alpha, l1=self.l1)
+    def _build_model(self, l2):
+        return _zoo(self._zoo_name)(l2=l2, l1=self.l1)
+
+    def _model_options(self):
+        from alac.models import zoo_module
+
+        return zoo_module(self._zoo_name), argparse.Namespace()
 
 
 class LogisticRegression(_Linear, _BinaryClassifier):
@@ -272,7 +335,7 @@ class _FactorizationMachine:
     """The FM estimators' parameters."""
 
     def __init__(self, n_factors=8, init_std=0.01, learning_rate=None, epochs=defaults.EPOCHS,
-                 batch_size=defaults.BATCH_SIZE, optimizer=defaults.OPTIMIZER, alpha=_FM_L2, l1=0.0,
+                 batch_size=defaults.BATCH_SIZE, optimizer=defaults.OPTIMIZER, alpha=None, l1=0.0,
                  early_stopping=True, validation_fraction=defaults.VALID_SPLIT, n_iter_no_change=defaults.PATIENCE,
                  mode="sync", backend="triton", random_state=None):
         self.n_factors, self.init_std = n_factors, init_std
@@ -281,8 +344,19 @@ class _FactorizationMachine:
         self.validation_fraction, self.n_iter_no_change = validation_fraction, n_iter_no_change
         self.mode, self.backend, self.random_state = mode, backend, random_state
 
-    def _build_model(self):
-        return _zoo("fm")(k=self.n_factors, loss=self._loss, l2=self.alpha, l1=self.l1, init_std=self.init_std)
+    def _build_model(self, l2):
+        return _zoo("fm")(k=self.n_factors, loss=self._loss, l2=l2, l1=self.l1, init_std=self.init_std)
+
+    def _model_options(self):
+        from alac.models import zoo_module
+
+        return zoo_module("fm"), argparse.Namespace(loss=self._loss)
+
+    def _l2(self, optimizer):
+        # alpha=None: the model's L2 for AdaGrad and the rest; SGD stops early instead (alac.race)
+        if self.alpha is not None:
+            return self.alpha
+        return 0.0 if optimizer == "sgd" and self.optimizer == AUTO else _FM_L2
 
 
 class FMClassifier(_FactorizationMachine, _BinaryClassifier):
@@ -307,7 +381,10 @@ class _Wide:
         self.validation_fraction, self.n_iter_no_change = validation_fraction, n_iter_no_change
         self.mode, self.backend, self.random_state = mode, backend, random_state
 
-    def _build_model(self):
+    def _l2(self, optimizer):
+        return 0.0   # the model given carries its own L2
+
+    def _build_model(self, l2):
         if self.model is None:
             raise ValueError(f"{type(self).__name__} needs model=<an alac.dsl.Model>")
         return self.model

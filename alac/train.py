@@ -140,7 +140,9 @@ class Trainer:
             self.feature_order = self.train_layout.new_to_old.cpu()
         return self.train_layout, self.labels.model_labels(self.train_layout.labels)
 
-    def _monitor(self, record):
+    @staticmethod
+    def monitored(record):
+        """What early stopping watches in an epoch's record: the validation loss, else the training loss."""
         for key in ("valid_logloss", "valid_rmse"):
             if key in record:
                 return record[key]
@@ -205,7 +207,7 @@ class Trainer:
             self.history.append(record)
             if self.log:
                 self.log(record)
-            losses.append(self._monitor(record))
+            losses.append(self.monitored(record))
             if not pending:
                 snapshots = [snapshots[0], *snapshots[1:][-1:], self._checkpoint_in_memory()]
             if best is None or losses[-1] < losses[best]:

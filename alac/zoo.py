@@ -22,6 +22,8 @@ from alac import defaults
 from alac.errors import AlacError
 from alac.models import build_model, default_l2, is_model_file
 from alac.outputs import check_output_folder, write_atomically, write_text_atomically
+from alac.race import ADAPTIVE, AUTO, race
+from alac.race import arms as race_arms
 
 CHECKPOINT_NAME = "model.alac"
 OUTPUT_FILES = (CHECKPOINT_NAME, "metrics.json", "history.csv", "loss.png")
@@ -102,8 +104,9 @@ def parser_for(parser, module=None):
     from alac.optimizers import OPTIMIZERS
     from alac.runtime.schedule import SCHEDULES
 
-    parser.add_argument("--optimizer", default=defaults.OPTIMIZER, choices=sorted(OPTIMIZERS),
-                        help=f"default {defaults.OPTIMIZER}")
+    parser.add_argument("--optimizer", default=defaults.OPTIMIZER, choices=[AUTO, *sorted(OPTIMIZERS)],
+                        help=f"default {defaults.OPTIMIZER}: AdaGrad and SGD raced on the validation data, the "
+                             "better kept (two trainings; with --lr, AdaGrad only)")
     for name in sorted({h for o in OPTIMIZERS.values() for h in o.hyper}):
         parser.add_argument(f"--{name.replace('_', '-')}", type=float, default=None,
                             help="optimizer hyper-parameter of " + ", ".join(
@@ -122,9 +125,9 @@ def parser_for(parser, module=None):
     parser.add_argument("--out", metavar="DIR", help="write metrics.json, history.csv and the checkpoint here")
     parser.add_argument("--plot", action="store_true", help="with --out: also DIR/loss.png")
     if module is not None:
-        parser.add_argument("--l2", type=float, default=default_l2(module),
+        parser.add_argument("--l2", type=float, default=None,
                             help="L2 coefficient (in the gradient, per occurrence; FTRL: in its closed form; "
-                                 f"default {default_l2(module):g})")
+                                 f"default {default_l2(module):g}, none for SGD in the auto race)")
         parser.add_argument("--l1", type=float, default=0.0, help="L1 coefficient (optimizers ftrl and sgd)")
         parser.add_argument("--exact-l2", action="store_true",
                             help="apply --l2 as a decay of every row after every batch (sync), not lazily")
@@ -251,28 +254,41 @@ class _Progress:
         print(_format_record(record), flush=True)
 
 
-def default_lr(module, args):
+def default_lr(module, args, optimizer_name=None):
     from alac.optimizers import OPTIMIZERS
 
-    optimizer = OPTIMIZERS[args.optimizer]
+    optimizer = OPTIMIZERS[optimizer_name or args.optimizer]
     if optimizer.default_lr is not None:
         return optimizer.default_lr
     default = module.DEFAULT_LR
     return (default(args) if callable(default) else default) * optimizer.lr_factor
 
 
-def parse_arguments(module, argv):
-    """`alac train`'s options for module's model (no --model), with the default learning rate filled in."""
-    args = parser_for(argparse.ArgumentParser(prog="alac train"), module).parse_args(argv)
+def complete_arguments(module, args):
+    """Fill in the defaults that depend on the model and the optimizer: the learning rate and L2, and
+    for --optimizer auto the race's arms (args.race; None when an optimizer is named or --lr given)."""
+    l2_given = args.l2 is not None
+    if not l2_given:
+        args.l2 = default_l2(module)
+    args.race = None
+    if args.optimizer == AUTO:
+        if args.lr is None:
+            args.race = race_arms(default_lr(module, args, ADAPTIVE), default_lr(module, args, "sgd"), args.l2,
+                                  l2_given)
+        args.optimizer = ADAPTIVE
     if args.lr is None:
         args.lr = default_lr(module, args)
     return args
 
 
+def parse_arguments(module, argv):
+    """`alac train`'s options for module's model (no --model), with its defaults filled in."""
+    return complete_arguments(module, parser_for(argparse.ArgumentParser(prog="alac train"), module).parse_args(argv))
+
+
 def run_parsed(module, args, model_reference):
     """Train module's model as args say; returns the exit status (0, 2 bad input, 3 diverged)."""
-    if args.lr is None:
-        args.lr = default_lr(module, args)
+    complete_arguments(module, args)
     if args.backend == "interpret":
         # Triton picks the interpreter when it is first imported, which has not happened yet.
         os.environ["TRITON_INTERPRET"] = "1"
@@ -320,7 +336,30 @@ def _run(args, module, model_reference):
 
 def train_model(args, module, data, log=None):
     """Train module's model on data as args say (what `alac train` does between reading the files
-    and writing the outputs); returns (trainer, final metrics, the divergence error or None)."""
+    and writing the outputs); returns (trainer, final metrics, the divergence error or None). With
+    args.race (--optimizer auto) and validation data, each arm trains and the better is returned,
+    its optimizer, lr and l2 written back to args (the checkpoint's and the outputs' record)."""
+    say = print if log is not None else (lambda *a, **k: None)
+    contestants = getattr(args, "race", None)
+    if contestants and data.valid is None:
+        say("optimizer auto: no validation data to race on; AdaGrad trains alone")
+    elif contestants:
+        runs = []
+
+        def train_arm(arm):
+            arm_args = argparse.Namespace(**{**vars(args), "optimizer": arm.optimizer, "lr": arm.lr, "l2": arm.l2,
+                                             "race": None})
+            runs.append(train_model(arm_args, module, data, log))
+            return runs[-1][0], runs[-1][2]
+
+        winner = race(contestants, train_arm, lambda line: say(line, flush=True))
+        arm = contestants[winner]
+        args.optimizer, args.lr, args.l2 = arm.optimizer, arm.lr, arm.l2
+        return runs[winner]
+    return _train_one(args, module, data, log)
+
+
+def _train_one(args, module, data, log):
     from alac.ir.trace import trace
     from alac.optimizers import get_optimizer
     from alac.runtime.executor import resolve_backend

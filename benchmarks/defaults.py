@@ -4,7 +4,8 @@
 
 Every run trains as `alac train` does (alac.zoo.train_model): at most --epochs epochs, early stopping
 (patience) on a validation split of the training rows (10 %, seed 0), the best epoch kept, then the
-test set scored. "defaults" passes nothing but the model (and --loss squared for ratings). The sweep
+test set scored. "defaults" passes nothing but the model (and --loss squared for ratings): optimizer
+auto, AdaGrad and SGD raced on the validation split (alac.race), the winner of each seed recorded. The sweep
 (the "tuned" arm) crosses the optimizers sgd, adagrad, ftrl and adam with three learning rates each
 (SWEEP below) and, for FM, factor sizes 8 and 16 and L2 coefficients 0 and 0.01; "tuned" is the run
 with the best validation metric (AUC, or RMSE for ratings), scored on the test set. Its "oracle" is
@@ -29,6 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.render import kept
 from benchmarks.report import environment, table, write
 
 SWEEP = {"sgd": (0.1, 0.5, 2.0), "adagrad": (0.02, 0.1, 0.5), "ftrl": (0.02, 0.1, 0.5), "adam": (0.001, 0.01, 0.1)}
@@ -72,7 +74,8 @@ def load_sets(folder, names):
 
 
 def train_once(module, argv, train, test, backend, seed=0):
-    """One `alac train` run: (test metrics, validation metrics, epochs, seconds, diverged)."""
+    """One `alac train` run: (test metrics, validation metrics, epochs, seconds, diverged, the optimizer
+    that trained the model kept)."""
     from alac.zoo import TrainingData, parse_arguments, train_model, with_validation_split
 
     args = parse_arguments(module, [*argv, "--backend", backend, "--seed", str(seed)])
@@ -82,19 +85,19 @@ def train_once(module, argv, train, test, backend, seed=0):
     started = time.perf_counter()
     trainer, final, diverged = train_model(args, module, data)
     seconds = time.perf_counter() - started
-    return final, trainer.evaluate(data.valid), len(trainer.history), seconds, diverged is not None
+    return final, trainer.evaluate(data.valid), len(trainer.history), seconds, diverged is not None, args.optimizer
 
 
 def train_seeds(module, argv, train, test, backend, seeds):
     """train_once for seeds 0 .. seeds - 1 (validation split, initial values, order), metrics averaged:
-    (test, valid, epochs, seconds, any diverged, every seed's test metrics)."""
+    (test, valid, epochs, seconds, any diverged, every seed's test metrics, every seed's optimizer)."""
     runs = [train_once(module, argv, train, test, backend, seed) for seed in range(seeds)]
 
     def mean(dicts):
         return {k: sum(d[k] for d in dicts) / len(dicts) for k in dicts[0]}
 
     return (mean([r[0] for r in runs]), mean([r[1] for r in runs]), sum(r[2] for r in runs) / seeds,
-            sum(r[3] for r in runs), any(r[4] for r in runs), [r[0] for r in runs])
+            sum(r[3] for r in runs), any(r[4] for r in runs), [r[0] for r in runs], [r[5] for r in runs])
 
 
 def sweep_configs(model):
@@ -157,15 +160,17 @@ def main():
         metric = "rmse" if "squared" in extra else "auc"
         better = min if metric == "rmse" else max
         seeds = SEEDS.get(name, 1)
-        final, valid, epochs, seconds, diverged, per_seed = train_seeds(module, extra, train, test, args.backend, seeds)
+        final, valid, epochs, seconds, diverged, per_seed, optimizers = train_seeds(module, extra, train, test,
+                                                                                   args.backend, seeds)
         row = {"data": name, "model": model + (" (squared)" if metric == "rmse" else ""), "metric": metric,
                "seeds": seeds, "defaults": dict(final, epochs=epochs, seconds=seconds, diverged=diverged,
-                                                per_seed=[run[metric] for run in per_seed]), "sweep": []}
+                                                per_seed=[run[metric] for run in per_seed], optimizers=optimizers),
+               "sweep": []}
         print(f"{name} {model} defaults: {metric} {final[metric]:.4f} ({epochs:.0f} epochs, {seconds:.1f} s)",
               flush=True)
         if not args.no_sweep:
             for config in sweep_configs(model):
-                final, valid, epochs, seconds, diverged, per_seed = train_seeds(
+                final, valid, epochs, seconds, diverged, per_seed, _ = train_seeds(
                     module, [*extra, *flags(config)], train, test, args.backend, seeds)
                 row["sweep"].append({"config": config, "test": final, "valid": valid, "epochs": epochs,
                                      "seconds": seconds, "diverged": diverged,
@@ -183,21 +188,23 @@ def main():
         results.append(row)
 
     header = ["data", "model", "metric", "defaults", "tuned (sweep, chosen on validation)", "tuned config", "oracle",
-              "within target", "epochs (defaults)"]
+              "auto kept", "within target", "epochs (defaults)"]
     rows = []
     for r in results:
         metric = r["metric"]
         rows.append([r["data"], r["model"], metric, f"{r['defaults'][metric]:.4f}",
                      f"{r['tuned'][metric]:.4f}" if "tuned" in r else "-",
                      " ".join(f"{k}={v}" for k, v in r["tuned"]["config"].items()) if "tuned" in r else "-",
-                     f"{r['oracle']:.4f}" if "oracle" in r else "-", r.get("within_target", "-"),
+                     f"{r['oracle']:.4f}" if "oracle" in r else "-", kept(r["defaults"]["optimizers"]),
+                     r.get("within_target", "-"),
                      f"{r['defaults']['epochs']:.0f}" + (f" (mean of {r['seeds']} seeds)" if r["seeds"] > 1 else "")])
     from alac import defaults
 
     env = environment()
     lines = [f"Defaults against a sweep ({env['device']}, {env['date']}, backend {args.backend}; "
              f"`PYTHONPATH=. python benchmarks/defaults.py --backend {args.backend}`). Defaults: optimizer "
-             f"{defaults.OPTIMIZER} at its default learning rate, batch {defaults.BATCH_SIZE}, at most "
+             f"{defaults.OPTIMIZER} (AdaGrad and SGD at their default rates raced on the validation rows), "
+             f"batch {defaults.BATCH_SIZE}, at most "
              f"{defaults.EPOCHS} epochs with early stopping ({defaults.EARLY_STOPPING}, {defaults.PATIENCE} epochs) "
              f"on {100 * defaults.VALID_SPLIT:g} % of the training rows; targets: within "
              f"{TARGET['auc']} AUC or {TARGET['rmse']} RMSE of the tuned run.", "", table(header, rows)]

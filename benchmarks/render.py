@@ -40,6 +40,12 @@ def run_line(result):
     return "Run: " + ", ".join(parts) + "."
 
 
+def kept(optimizers):
+    """The optimizers the auto race kept over the seeds: "sgd 8/10, adagrad 2/10"."""
+    counts = {name: optimizers.count(name) for name in dict.fromkeys(optimizers)}
+    return ", ".join(f"{name} {count}/{len(optimizers)}" for name, count in counts.items()) or "-"
+
+
 def defaults_table(result):
     rows = []
     for r in result["results"]:
@@ -49,8 +55,8 @@ def defaults_table(result):
         rows.append([data, r["model"], metric, f"{r['defaults'][metric]:.4f}",
                      f"{tuned[metric]:.4f}" if tuned else "-",
                      " ".join(f"{k}={v}" for k, v in tuned["config"].items()) if tuned else "-",
-                     "yes" if r.get("within_target") else "no"])
-    text = table(["data", "model", "metric", "defaults", "tuned", "tuned config", "within target"], rows)
+                     kept(r["defaults"].get("optimizers", [])), "yes" if r.get("within_target") else "no"])
+    text = table(["data", "model", "metric", "defaults", "tuned", "tuned config", "auto kept", "within target"], rows)
     for r in result["results"]:
         if "ridge" in r:
             text += (f"\n\n{r['data']}: FM with defaults RMSE {r['defaults']['rmse']:.4f}, scikit-learn Ridge on the "

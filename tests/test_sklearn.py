@@ -21,8 +21,10 @@ from alac.sklearn import (
     _zoo,
 )
 
-ESTIMATORS = [LogisticRegression(), LinearSVC(), Ridge(), FMClassifier(), FMRegressor(),
-              WideClassifier(model=_zoo("lr")()), WideRegressor(model=_zoo("lsr")())]
+# two with the default optimizer (the auto race, two trainings per fit), the rest with one optimizer
+# named to keep the checks' hundreds of fits inside CI's time
+ESTIMATORS = [LogisticRegression(), LinearSVC(optimizer="adagrad"), Ridge(optimizer="adagrad"), FMClassifier(),
+              FMRegressor(optimizer="adagrad"), WideClassifier(model=_zoo("lr")()), WideRegressor(model=_zoo("lsr")())]
 
 
 @pytest.mark.parametrize("estimator", ESTIMATORS, ids=lambda e: type(e).__name__)

@@ -113,7 +113,7 @@ def test_patience_restores_the_best_epoch():
     train, valid = _data(2000, 0), _data(2000, 0).take(torch.arange(1000))
     trainer = _trainer(early_stopping="patience", patience=2)
     losses = iter([0.5, 0.4, 0.45, 0.46, 0.3])
-    trainer._monitor = lambda record: next(losses)
+    trainer.monitored = lambda record: next(losses)
     snapshots = []
     trainer.callbacks.append(lambda t, record: snapshots.append(t.executor.state.clone()))
     trainer.fit(train, valid, epochs=5)
