@@ -4,7 +4,6 @@ import math
 
 import numpy as np
 import pytest
-import torch
 
 from alac.models import zoo_module
 from alac.race import Arm, race
@@ -71,7 +70,8 @@ def test_the_kept_model_is_the_winning_arm_trained_alone(shared_data):
     best = {name: min(r["valid_logloss"] for r in t.history) for name, t in alone.items()}
     assert best["sgd"] < best["adagrad"]
     kept, sgd = trainer.parameters()[0]["w"], alone["sgd"].parameters()[0]["w"]
-    np.testing.assert_array_equal(kept, sgd)
+    # bit for bit on a CPU; the reference's scatter-adds on a GPU sum in another order every run
+    np.testing.assert_allclose(kept, sgd, rtol=1e-4, atol=1e-6)
 
 
 def test_estimator_race_records_the_winner_and_refits_to_the_same_model():
@@ -85,5 +85,5 @@ def test_estimator_race_records_the_winner_and_refits_to_the_same_model():
     assert auto.alpha_ == (0.0 if auto.optimizer_ == "sgd" else 0.01)
     named = FMClassifier(backend="reference", epochs=20, random_state=0, optimizer=auto.optimizer_,
                          learning_rate=auto.learning_rate_, alpha=auto.alpha_).fit(X, y)
-    np.testing.assert_array_equal(auto.coef_, named.coef_)
-    assert torch.equal(torch.from_numpy(auto.predict_proba(X)), torch.from_numpy(named.predict_proba(X)))
+    np.testing.assert_allclose(auto.coef_, named.coef_, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(auto.predict_proba(X), named.predict_proba(X), rtol=1e-4, atol=1e-6)
