@@ -52,7 +52,8 @@ def reduce_batch(reduction, batch, find, params, globals_, loss_sum):
     e0, e1 = reduction.edge_bounds[batch], reduction.edge_bounds[batch + 1]
     r0, r1 = reduction.run_bounds[batch], reduction.run_bounds[batch + 1]
     edges, lengths, touched = reduction.edges[e0:e1], reduction.lengths[r0:r1], reduction.features[r0:r1]
-    for name, value in params.items():
+    # a batch of empty rows touches no feature (segment_reduce refuses empty input)
+    for name, value in (params.items() if r1 > r0 else ()):
         stored = find("edge_grad", name)
         per_edge = stored.view(-1, value.shape[1])[edges] if value.dim() > 1 else stored[edges]
         find("grad", name)[touched] = torch.segment_reduce(per_edge, "sum", lengths=lengths, axis=0)

@@ -171,9 +171,10 @@ class Executor:
         scales = batch_scales(layout, order, self.plan.chunks_per_batch)
         return self.schedule.rates(lr, epoch, self.batches_done, scales.numel(), order.device), scales, scales.numel()
 
-    def train_epoch(self, layout, labels, epoch, lr):
-        """One epoch; returns the mean training loss over the epoch."""
-        self._queue_epoch(layout, labels, epoch, lr)
+    def train_epoch(self, layout, labels, epoch, lr, order=None):
+        """One epoch (its chunks in order, by default the layout's order of the epoch); returns the mean
+        training loss over the epoch."""
+        self._queue_epoch(layout, labels, epoch, lr, order)
         return float(self.loss_sum) / max(layout.n_rows, 1)
 
     def train_epochs(self, layout, labels, first_epoch, count, lr):
@@ -188,11 +189,23 @@ class Executor:
             losses[index] = self.loss_sum[0]
         return (losses.double() / max(layout.n_rows, 1)).tolist()
 
-    def _queue_epoch(self, layout, labels, epoch, lr):
-        """Launch an epoch; its loss sum lands in self.loss_sum."""
+    def train_streamed_epoch(self, streamed, labels_of, epoch, lr):
+        """One epoch over a StreamedLayout (alac.runtime.streams), block after block; labels_of(block)
+        gives a block's labels as the model reads them. Returns the mean training loss."""
+        if self.state is None:
+            self.initialize(streamed.host)
+        total = torch.zeros(1, device=self.device)
+        for _, block, order in streamed.blocks_on_device(epoch, self.seed):
+            self._queue_epoch(block, labels_of(block), epoch, lr, order)
+            total += self.loss_sum
+        return float(total) / max(streamed.n_rows, 1)
+
+    def _queue_epoch(self, layout, labels, epoch, lr, order=None):
+        """Launch an epoch (its chunks in order, by default the layout's order of the epoch); its loss
+        sum lands in self.loss_sum."""
         if self.state is None:
             self.initialize(layout)
-        order = layout.chunk_order(epoch, self.seed)
+        order = layout.chunk_order(epoch, self.seed) if order is None else order
         self.loss_sum.zero_()
         rates, scales, n_batches = self._epoch_rates(layout, order, epoch, lr)
         if self.backend_name == "reference":

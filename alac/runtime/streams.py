@@ -1,0 +1,167 @@
+"""Streamed training: a layout cut into blocks of whole batches that visit the GPU one after another.
+
+A block is a contiguous range of the layout's chunks (and so of its edges): its arrays are slices of
+the layout's, copied to the device whole and trained by the same generated kernels as a layout of its
+own (chunk ids and edge offsets rebased to the block). An epoch visits the blocks in a reshuffled
+order and each block's chunks in a reshuffled order of their own: the resident epoch whose chunk
+order is those orders concatenated (`StreamedLayout.epoch_order`) trains the same batches, so sync
+streamed training equals resident training with that order. It is not the resident default order
+(one permutation of all chunks): a batch only mixes chunks of one block.
+
+On a GPU the blocks come from pinned host memory through a copy stream into two device buffers
+that alternate: block i + 1 is copied while the kernels train block i (events order the two).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import torch
+
+from alac.errors import OptionError
+from alac.runtime.permutation import chunk_order
+
+# The per-slot and per-edge arrays a block slices; the per-feature ones stay whole on the device.
+SLOT_ARRAYS = ("row_of_slot", "labels", "row_nnz")
+EDGE_ARRAYS = ("edge_feature", "edge_value", "edge_field")
+CHUNK_ARRAYS = ("chunk_width", "hot_edges", "cold_edges")
+
+
+@dataclass(frozen=True)
+class Block:
+    """Chunks [first_chunk, end_chunk) of a layout: edges [first_edge, end_edge), real rows."""
+
+    first_chunk: int
+    end_chunk: int
+    first_edge: int
+    end_edge: int
+    rows: int
+
+    @property
+    def chunks(self):
+        return self.end_chunk - self.first_chunk
+
+
+def plan_blocks(layout, chunks_per_batch, budget_bytes):
+    """Blocks of whole batches whose slot and edge arrays fit budget_bytes each (at least one batch)."""
+    C = layout.chunk_size
+    edge_bytes = sum(getattr(layout, name).element_size() for name in EDGE_ARRAYS
+                     if getattr(layout, name) is not None)
+    slot_bytes = sum(getattr(layout, name).element_size() for name in SLOT_ARRAYS) * C
+    starts = layout.chunk_start.cpu()
+    real = (layout.row_of_slot.view(layout.n_chunks, C) >= 0).sum(dim=1).cpu()
+    blocks, first = [], 0
+    while first < layout.n_chunks:
+        end = min(first + chunks_per_batch, layout.n_chunks)
+        # grow by whole batches while the block's bytes stay in the budget
+        while end < layout.n_chunks:
+            grown = min(end + chunks_per_batch, layout.n_chunks)
+            size = (int(starts[grown]) - int(starts[first])) * edge_bytes + (grown - first) * slot_bytes
+            if size > budget_bytes:
+                break
+            end = grown
+        blocks.append(Block(first, end, int(starts[first]), int(starts[end]), int(real[first:end].sum())))
+        first = end
+    return tuple(blocks)
+
+
+def block_bytes(layout, block):
+    """Bytes a block moves to the device."""
+    C = layout.chunk_size
+    edges = sum(getattr(layout, name).element_size() for name in EDGE_ARRAYS if getattr(layout, name) is not None)
+    slots = sum(getattr(layout, name).element_size() for name in SLOT_ARRAYS) * C
+    chunk = sum(getattr(layout, name).element_size() for name in CHUNK_ARRAYS) + layout.chunk_start.element_size()
+    return (block.end_edge - block.first_edge) * edges + block.chunks * (slots + chunk)
+
+
+class StreamedLayout:
+    """A layout held in host memory (pinned where there is a GPU) and trained block by block on
+    device; the per-feature arrays (re-index maps, frequencies) are on the device whole."""
+
+    def __init__(self, layout, chunks_per_batch, budget_bytes, device):
+        if budget_bytes <= 0:
+            raise OptionError(f"a streaming budget must be positive, got {budget_bytes} bytes")
+        self.device = torch.device(device)
+        pin = self.device.type == "cuda"
+        host = layout.to("cpu")
+        self.host = dataclasses.replace(host, **{
+            name: (getattr(host, name).pin_memory() if pin else getattr(host, name))
+            for name in (*SLOT_ARRAYS, *EDGE_ARRAYS, *CHUNK_ARRAYS, "chunk_start")
+            if getattr(host, name) is not None})
+        self.features = {name: getattr(layout, name).to(self.device)
+                         for name in ("new_to_old", "old_to_new", "frequency")}
+        self.blocks = plan_blocks(host, chunks_per_batch, budget_bytes)
+        self.chunks_per_batch = chunks_per_batch
+        self.chunk_size = layout.chunk_size
+        self.n_rows, self.n_chunks, self.n_features = layout.n_rows, layout.n_chunks, layout.n_features
+        self.options, self.stats = layout.options, layout.stats
+        self.bytes_per_epoch = sum(block_bytes(host, block) for block in self.blocks)
+        self._copy_stream = torch.cuda.Stream(self.device) if pin else None
+
+    def block_order(self, epoch, seed):
+        return chunk_order(len(self.blocks), seed, epoch, torch.device("cpu")).tolist()
+
+    def chunk_order_in(self, index, epoch, seed):
+        """The chunk order inside block index (block-local ids), its own permutation per epoch."""
+        block = self.blocks[index]
+        return chunk_order(block.chunks, seed * 1_000_003 + index + 1, epoch, self.device)
+
+    def epoch_order(self, epoch, seed):
+        """The resident chunk order whose batches equal this epoch's streamed ones."""
+        return torch.cat([self.blocks[index].first_chunk + self.chunk_order_in(index, epoch, seed)
+                          for index in self.block_order(epoch, seed)])
+
+    def _slice(self, block, non_blocking):
+        """The block's arrays on the device, as a layout of its own (chunk and edge ids rebased)."""
+        host, C = self.host, self.chunk_size
+        slots = slice(block.first_chunk * C, block.end_chunk * C)
+        edges = slice(block.first_edge, block.end_edge)
+        chunks = slice(block.first_chunk, block.end_chunk)
+
+        def moved(name, part):
+            array = getattr(host, name)
+            return None if array is None else array[part].to(self.device, non_blocking=non_blocking)
+
+        arrays = {name: moved(name, slots) for name in SLOT_ARRAYS}
+        arrays.update({name: moved(name, edges) for name in EDGE_ARRAYS})
+        arrays.update({name: moved(name, chunks) for name in CHUNK_ARRAYS})
+        starts = host.chunk_start[block.first_chunk:block.end_chunk + 1].to(self.device, non_blocking=non_blocking)
+        arrays["chunk_start"] = starts - block.first_edge
+        return dataclasses.replace(host, n_rows=block.rows, **arrays, **self.features)
+
+    def blocks_on_device(self, epoch, seed):
+        """(block index, device layout, chunk order) of an epoch's blocks in their order; on a GPU the
+        next block's copy runs on the copy stream while the caller trains the current one."""
+        order = self.block_order(epoch, seed)
+        if self._copy_stream is None:
+            for index in order:
+                yield index, self._slice(self.blocks[index], False), self.chunk_order_in(index, epoch, seed)
+            return
+        compute = torch.cuda.current_stream(self.device)
+
+        def start(index):
+            with torch.cuda.stream(self._copy_stream):
+                # the copy may overwrite memory the kernels of an earlier block still read
+                self._copy_stream.wait_stream(compute)
+                layout = self._slice(self.blocks[index], True)
+                done = torch.cuda.Event()
+                done.record(self._copy_stream)
+            return layout, done
+
+        pending = start(order[0])
+        for position, index in enumerate(order):
+            layout, done = pending
+            compute.wait_event(done)
+            for tensor in _tensors(layout):
+                # the copy stream made these; the compute stream reads them now
+                tensor.record_stream(compute)
+            chunks = self.chunk_order_in(index, epoch, seed)
+            if position + 1 < len(order):
+                pending = start(order[position + 1])
+            yield index, layout, chunks
+
+
+def _tensors(layout):
+    return [value for value in (getattr(layout, f.name) for f in dataclasses.fields(layout))
+            if isinstance(value, torch.Tensor)]

@@ -1,0 +1,80 @@
+"""Streamed training: blocks of whole batches, trained one after another, equal resident training with
+the same chunk order."""
+
+import pytest
+import torch
+
+from alac.plan import Plan
+from alac.runtime.executor import Executor, LabelMap
+from alac.runtime.layout import LayoutOptions, build_layout
+from alac.runtime.streams import StreamedLayout, block_bytes, plan_blocks
+from tests.codegen.test_kernels import awkward_dataset
+from tests.zoo_models import ZOO
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+# the generated kernels: compiled on a GPU, Triton's interpreter without one
+KERNELS = "triton" if torch.cuda.is_available() else "interpret"
+
+
+def _layout(seed=3, rows=301):
+    return build_layout(awkward_dataset(seed, n_rows=rows, n_features=40), LayoutOptions(chunk_size=8), device="cpu")
+
+
+def test_blocks_are_whole_batches_that_cover_the_layout_within_the_budget():
+    layout = _layout()
+    budget = 1500
+    blocks = plan_blocks(layout, 2, budget)
+    assert len(blocks) > 3
+    assert blocks[0].first_chunk == 0 and blocks[-1].end_chunk == layout.n_chunks
+    assert all(a.end_chunk == b.first_chunk and a.end_edge == b.first_edge for a, b in zip(blocks, blocks[1:]))
+    assert all(block.chunks % 2 == 0 for block in blocks[:-1])
+    assert sum(block.rows for block in blocks) == layout.n_rows
+    for block in blocks:
+        assert block.first_edge == int(layout.chunk_start[block.first_chunk])
+        # a block holds more than one batch only where it fits the budget
+        assert block.chunks == 2 or block_bytes(layout, block) <= budget + 2 * 8 * 40
+    assert plan_blocks(layout, 2, 1 << 40) == (plan_blocks(layout, 2, 1 << 40)[0],)
+
+
+@pytest.mark.parametrize("backend", ["reference", KERNELS])
+@pytest.mark.parametrize("model", ["lr", "fm"])
+def test_sync_streamed_training_equals_resident_training_in_the_same_order(backend, model):
+    """A tiny budget (blocks of one or two batches): the same losses and parameters as resident
+    training whose epochs visit StreamedLayout.epoch_order (the kernels with the deterministic plan:
+    float atomics would add in an order that depends on the program count)."""
+    layout = _layout()
+    label_map = LabelMap.fit("binary", layout.labels)
+    plan = Plan(chunk_size=8, batch_size=16, deterministic=backend != "reference")
+    device = DEVICE if backend == "triton" else "cpu"
+    streamed = StreamedLayout(layout, plan.chunks_per_batch, 1500, device)
+    assert len(streamed.blocks) > 3
+    resident_layout = layout.to(device)
+    labels = label_map.model_labels(resident_layout.labels)
+    # bit for bit with the reference; the kernels' streamed steps differ from resident ones by an ulp on
+    # a few features from the second epoch on (not understood yet), so they are compared to 1e-6
+    optimizer = "adagrad"
+    resident = Executor(ZOO[model](), plan, backend=backend, device=device, seed=4, optimizer=optimizer)
+    stream = Executor(ZOO[model](), plan, backend=backend, device=device, seed=4, optimizer=optimizer)
+    for epoch in range(3):
+        order = streamed.epoch_order(epoch, 4)
+        assert sorted(order.tolist()) == list(range(layout.n_chunks))
+        expected = resident.train_epoch(resident_layout, labels, epoch, 0.3, order)
+        got = stream.train_streamed_epoch(streamed, lambda block: label_map.model_labels(block.labels), epoch, 0.3)
+        assert got == pytest.approx(expected, rel=1e-6, abs=1e-7)
+    for name, values in resident.state.params.items():
+        if backend == "reference":
+            assert torch.equal(stream.state.params[name], values), name
+        else:
+            torch.testing.assert_close(stream.state.params[name], values, rtol=1e-6, atol=1e-7)
+    assert stream.batches_done == resident.batches_done
+
+
+def test_streamed_epochs_reshuffle_blocks_and_chunks():
+    streamed = StreamedLayout(_layout(), 2, 1500, "cpu")
+    orders = [streamed.epoch_order(epoch, 0) for epoch in range(3)]
+    assert not torch.equal(orders[0], orders[1]) and not torch.equal(orders[1], orders[2])
+    assert streamed.block_order(0, 0) != streamed.block_order(1, 0)
+    # a batch mixes chunks of one block only: every pair of order positions 2i, 2i + 1 shares a block
+    starts = [block.first_chunk for block in streamed.blocks]
+    block_of = torch.bucketize(orders[0], torch.tensor(starts), right=True)
+    assert torch.equal(block_of[0::2][: len(block_of) // 2], block_of[1::2])
