@@ -79,7 +79,9 @@ class StreamedLayout:
     """A layout held in host memory (pinned where there is a GPU) and trained block by block on
     device; the per-feature arrays (re-index maps, frequencies) are on the device whole."""
 
-    def __init__(self, layout, chunks_per_batch, budget_bytes, device):
+    def __init__(self, layout, chunks_per_batch, budget_bytes, device, overlap=True):
+        """overlap: copy the next block while the current one trains (on a GPU); off, every copy
+        waits for the kernels before it and they for it (the no-pipeline baseline)."""
         if budget_bytes <= 0:
             raise OptionError(f"a streaming budget must be positive, got {budget_bytes} bytes")
         self.device = torch.device(device)
@@ -97,7 +99,7 @@ class StreamedLayout:
         self.n_rows, self.n_chunks, self.n_features = layout.n_rows, layout.n_chunks, layout.n_features
         self.options, self.stats = layout.options, layout.stats
         self.bytes_per_epoch = sum(block_bytes(host, block) for block in self.blocks)
-        self._copy_stream = torch.cuda.Stream(self.device) if pin else None
+        self._copy_stream = torch.cuda.Stream(self.device) if pin and overlap else None
 
     def block_order(self, epoch, seed):
         return chunk_order(len(self.blocks), seed, epoch, torch.device("cpu")).tolist()
@@ -136,7 +138,9 @@ class StreamedLayout:
         order = self.block_order(epoch, seed)
         if self._copy_stream is None:
             for index in order:
-                yield index, self._slice(self.blocks[index], False), self.chunk_order_in(index, epoch, seed)
+                # from pinned memory the copy is asynchronous to the host but in the kernels' stream
+                yield index, self._slice(self.blocks[index], self.device.type == "cuda"), \
+                    self.chunk_order_in(index, epoch, seed)
             return
         compute = torch.cuda.current_stream(self.device)
 

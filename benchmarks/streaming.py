@@ -1,0 +1,122 @@
+"""Streamed training against resident training: blocks from pinned host memory through a copy stream.
+
+    PYTHONPATH=. python benchmarks/streaming.py [--rows 4000000] [--budget-gb 1] [--epochs 4] [--out DIR]
+
+The 4M x 39 synthetic set (benchmarks/flow.py's), async LR and FM k = 16 with the flow's async plan:
+resident (the layout on the GPU), streamed with the copy of block i + 1 overlapping the kernels of
+block i, and streamed without overlap (every copy in the kernels' stream). copy_bound_ms is the bytes an
+epoch moves at the measured pinned host -> device bandwidth. Writes results/streaming.json and .md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from alac.runtime.timing import gpu_milliseconds
+from benchmarks.flow import _model, _seconds, synthetic_train_valid
+from benchmarks.report import environment, table, write
+
+
+def pinned_gb_per_s(megabytes=256):
+    source = torch.empty(megabytes * 2**20 // 4).pin_memory()
+    target = torch.empty_like(source, device="cuda")
+    milliseconds = statistics.median(gpu_milliseconds(lambda: target.copy_(source, non_blocking=True), repeats=10))
+    return source.numel() * 4 / milliseconds / 1e6
+
+
+def run_model(k, train, valid, args, bandwidth):
+    from alac.plan import Plan
+    from alac.runtime.executor import Executor
+    from alac.runtime.planner import hot_size_for_data
+    from alac.runtime.streams import StreamedLayout
+    from alac.train import Trainer
+
+    base = Plan(semantics="async", batch_size=1024, chunk_size=32)
+    plan = Plan(semantics="async", batch_size=1024, chunk_size=32,
+                hot_size=hot_size_for_data(train, base, "cuda", k))
+    lr = args.fm_lr if k else args.lr
+    name = f"fm_k{k}" if k else "lr"
+    trainer = Trainer(_model(k), lr=lr, plan=plan, backend="triton", device="cuda", seed=args.seed)
+    layout, labels = trainer.prepare(train)
+    valid_layout = trainer.layout_of(valid)
+    results = []
+    for overlap in (True, False):
+        streamed = StreamedLayout(layout, plan.chunks_per_batch, int(args.budget_gb * 2**30), "cuda", overlap)
+        executor = Executor(_model(k), plan, backend="triton", device="cuda", seed=args.seed)
+
+        def epoch(e, streamed=streamed, executor=executor):
+            return executor.train_streamed_epoch(streamed, lambda block: trainer.labels.model_labels(block.labels),
+                                                 e, lr)
+
+        epoch(0)  # compiles the kernels off the clock
+        executor.state = None
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        base_bytes = torch.cuda.memory_allocated()
+        seconds, losses = [], []
+        for e in range(args.epochs):
+            seconds.append(_seconds(lambda: epoch(e)))
+            trainer.executor.state = executor.state   # the trainer's evaluation reads these params
+            losses.append(trainer.evaluate_layout(valid_layout, valid)["logloss"])
+        results.append({"name": f"{name}_streamed" + ("" if overlap else "_no_overlap"), "source": "host_pinned",
+                        "blocks": len(streamed.blocks), "bytes_per_epoch": streamed.bytes_per_epoch,
+                        "bytes_per_edge": streamed.bytes_per_epoch / train.nnz,
+                        "ms_per_epoch": 1000 * statistics.median(seconds[1:] or seconds),
+                        "copy_bound_ms": 1000 * streamed.bytes_per_epoch / (bandwidth * 1e9),
+                        "val_logloss": losses,
+                        "peak_gpu_bytes_above_start": torch.cuda.max_memory_allocated() - base_bytes})
+    trainer.executor.state = None
+    seconds, losses = [], []
+    trainer.executor.train_epoch(layout, labels, 0, lr)
+    trainer.executor.state = None
+    for e in range(args.epochs):
+        seconds.append(_seconds(lambda: trainer.executor.train_epoch(layout, labels, e, lr)))
+        losses.append(trainer.evaluate_layout(valid_layout, valid)["logloss"])
+    resident_ms = 1000 * statistics.median(seconds[1:] or seconds)
+    results.append({"name": f"{name}_resident", "source": "device", "ms_per_epoch": resident_ms,
+                    "val_logloss": losses})
+    for r in results:
+        r["resident_ms"] = resident_ms
+    return results
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rows", type=int, default=4_000_000)
+    parser.add_argument("--valid-rows", type=int, default=400_000)
+    parser.add_argument("--budget-gb", type=float, default=1.0)
+    parser.add_argument("--epochs", type=int, default=4)
+    parser.add_argument("--lr", type=float, default=2.0)
+    parser.add_argument("--fm-lr", type=float, default=0.5)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", default=os.environ.get("OUT"))
+    args = parser.parse_args()
+    bandwidth = pinned_gb_per_s()
+    train, valid = synthetic_train_valid(args.rows, args.valid_rows, "cuda", args.seed)
+    arms = [arm for k in (0, 16) for arm in run_model(k, train, valid, args, bandwidth)]
+    env = environment()
+    rows = [[a["name"], a["source"], a.get("blocks", "-"), f"{a['ms_per_epoch']:.2f}",
+             f"{a['copy_bound_ms']:.2f}" if "copy_bound_ms" in a else "-", f"{a['resident_ms']:.2f}",
+             f"{a['ms_per_epoch'] / max(a.get('copy_bound_ms', 0), a['resident_ms']):.2f}",
+             f"{a['bytes_per_edge']:.2f}" if "bytes_per_edge" in a else "-", f"{a['val_logloss'][-1]:.4f}"]
+            for a in arms]
+    markdown = (f"Streamed against resident training ({env['device']}, {env['date']}; `PYTHONPATH=. python "
+                f"benchmarks/streaming.py`): {args.rows:,} x 39 synthetic rows, async plans, budget "
+                f"{args.budget_gb:g} GB per block, pinned host -> device {bandwidth:.1f} GB/s.\n\n"
+                + table(["arm", "source", "blocks", "ms/epoch", "copy bound ms", "resident ms",
+                         "epoch / max(copy, resident)", "bytes/edge", "val logloss"], rows))
+    print(markdown)
+    write("streaming", {"environment": env, "device": env["device"], "pinned_h2d_gb_per_s": bandwidth,
+                        "rows": args.rows, "budget_gb": args.budget_gb, "arms": arms}, markdown, args.out)
+
+
+if __name__ == "__main__":
+    main()
