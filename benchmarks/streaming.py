@@ -48,8 +48,8 @@ def run_model(k, train, valid, args, bandwidth):
     layout, labels = trainer.prepare(train)
     valid_layout = trainer.layout_of(valid)
     results = []
-    for overlap in (True, False):
-        streamed = StreamedLayout(layout, plan.chunks_per_batch, int(args.budget_gb * 2**30), "cuda", overlap)
+    for overlap, depth in ((True, 2), (True, 4), (True, 8), (False, 4)):
+        streamed = StreamedLayout(layout, plan.chunks_per_batch, int(args.budget_gb * 2**30), "cuda", overlap, depth)
         executor = Executor(_model(k), plan, backend="triton", device="cuda", seed=args.seed)
 
         def epoch(e, streamed=streamed, executor=executor):
@@ -66,7 +66,8 @@ def run_model(k, train, valid, args, bandwidth):
             seconds.append(_seconds(lambda: epoch(e)))
             trainer.executor.state = executor.state   # the trainer's evaluation reads these params
             losses.append(trainer.evaluate_layout(valid_layout, valid)["logloss"])
-        results.append({"name": f"{name}_streamed" + ("" if overlap else "_no_overlap"), "source": "host_pinned",
+        results.append({"name": f"{name}_streamed_{depth}_per_budget" + ("" if overlap else "_no_overlap"),
+                        "source": "host_pinned",
                         "blocks": len(streamed.blocks), "bytes_per_epoch": streamed.bytes_per_epoch,
                         "bytes_per_edge": streamed.bytes_per_epoch / train.nnz,
                         "ms_per_epoch": 1000 * statistics.median(seconds[1:] or seconds),

@@ -22,6 +22,9 @@ import torch
 from alac.errors import OptionError
 from alac.runtime.permutation import chunk_order
 
+# Blocks per memory budget: two are on the device at once (one trained, one copied), and smaller
+# blocks shorten the copy of the first that nothing overlaps (benchmarks/streaming.py).
+BLOCKS_IN_BUDGET = 4
 # The per-slot and per-edge arrays a block slices; the per-feature ones stay whole on the device.
 SLOT_ARRAYS = ("row_of_slot", "labels", "row_nnz")
 EDGE_ARRAYS = ("edge_feature", "edge_value", "edge_field")
@@ -79,21 +82,26 @@ class StreamedLayout:
     """A layout held in host memory (pinned where there is a GPU) and trained block by block on
     device; the per-feature arrays (re-index maps, frequencies) are on the device whole."""
 
-    def __init__(self, layout, chunks_per_batch, budget_bytes, device, overlap=True):
-        """overlap: copy the next block while the current one trains (on a GPU); off, every copy
-        waits for the kernels before it and they for it (the no-pipeline baseline)."""
+    def __init__(self, layout, chunks_per_batch, budget_bytes, device, overlap=True,
+                 blocks_in_budget=BLOCKS_IN_BUDGET, fields=False):
+        """budget_bytes: the device memory of the blocks in flight, blocks_in_budget blocks' worth;
+        overlap: copy the next block while the current one trains (on a GPU), off: every copy waits
+        for the kernels before it and they for it (the no-pipeline baseline); fields: move the
+        edges' field ids too (only field-aware kernels read them)."""
         if budget_bytes <= 0:
             raise OptionError(f"a streaming budget must be positive, got {budget_bytes} bytes")
         self.device = torch.device(device)
         pin = self.device.type == "cuda"
         host = layout.to("cpu")
+        if not fields:
+            host = dataclasses.replace(host, edge_field=None)
         self.host = dataclasses.replace(host, **{
             name: (getattr(host, name).pin_memory() if pin else getattr(host, name))
             for name in (*SLOT_ARRAYS, *EDGE_ARRAYS, *CHUNK_ARRAYS, "chunk_start")
             if getattr(host, name) is not None})
         self.features = {name: getattr(layout, name).to(self.device)
                          for name in ("new_to_old", "old_to_new", "frequency")}
-        self.blocks = plan_blocks(host, chunks_per_batch, budget_bytes)
+        self.blocks = plan_blocks(host, chunks_per_batch, budget_bytes // blocks_in_budget)
         self.chunks_per_batch = chunks_per_batch
         self.chunk_size = layout.chunk_size
         self.n_rows, self.n_chunks, self.n_features = layout.n_rows, layout.n_chunks, layout.n_features

@@ -46,7 +46,7 @@ def test_sync_streamed_training_equals_resident_training_in_the_same_order(backe
     label_map = LabelMap.fit("binary", layout.labels)
     plan = Plan(chunk_size=8, batch_size=16, deterministic=backend != "reference")
     device = DEVICE if backend == "triton" else "cpu"
-    streamed = StreamedLayout(layout, plan.chunks_per_batch, 1500, device)
+    streamed = StreamedLayout(layout, plan.chunks_per_batch, 4 * 1500, device)
     assert len(streamed.blocks) > 3
     resident_layout = layout.to(device)
     labels = label_map.model_labels(resident_layout.labels)
@@ -70,7 +70,7 @@ def test_sync_streamed_training_equals_resident_training_in_the_same_order(backe
 
 
 def test_streamed_epochs_reshuffle_blocks_and_chunks():
-    streamed = StreamedLayout(_layout(), 2, 1500, "cpu")
+    streamed = StreamedLayout(_layout(), 2, 4 * 1500, "cpu")
     orders = [streamed.epoch_order(epoch, 0) for epoch in range(3)]
     assert not torch.equal(orders[0], orders[1]) and not torch.equal(orders[1], orders[2])
     assert streamed.block_order(0, 0) != streamed.block_order(1, 0)
