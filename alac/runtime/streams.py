@@ -8,8 +8,9 @@ order is those orders concatenated (`StreamedLayout.epoch_order`) trains the sam
 streamed training equals resident training with that order. It is not the resident default order
 (one permutation of all chunks): a batch only mixes chunks of one block.
 
-On a GPU the blocks come from pinned host memory through a copy stream into two device buffers
-that alternate: block i + 1 is copied while the kernels train block i (events order the two).
+On a GPU the blocks come from pinned host memory through a copy stream: block i + 1 is copied while
+the kernels train block i (events order the two), and the next epoch's first block while they train
+the last.
 """
 
 from __future__ import annotations
@@ -108,6 +109,7 @@ class StreamedLayout:
         self.options, self.stats = layout.options, layout.stats
         self.bytes_per_epoch = sum(block_bytes(host, block) for block in self.blocks)
         self._copy_stream = torch.cuda.Stream(self.device) if pin and overlap else None
+        self._prefetched = None    # ((epoch, seed), (layout, copy done)) of the next epoch's first block
 
     def block_order(self, epoch, seed):
         return chunk_order(len(self.blocks), seed, epoch, torch.device("cpu")).tolist()
@@ -161,7 +163,9 @@ class StreamedLayout:
                 done.record(self._copy_stream)
             return layout, done
 
-        pending = start(order[0])
+        # the first block was copied during the last epoch's last block when that epoch came before
+        prefetched, self._prefetched = self._prefetched, None
+        pending = prefetched[1] if prefetched is not None and prefetched[0] == (epoch, seed) else start(order[0])
         for position, index in enumerate(order):
             layout, done = pending
             compute.wait_event(done)
@@ -171,6 +175,8 @@ class StreamedLayout:
             chunks = self.chunk_order_in(index, epoch, seed)
             if position + 1 < len(order):
                 pending = start(order[position + 1])
+            else:
+                self._prefetched = ((epoch + 1, seed), start(self.block_order(epoch + 1, seed)[0]))
             yield index, layout, chunks
 
 
