@@ -106,6 +106,9 @@ class BigraphLayout:
     hot_edges: torch.Tensor        # int64 [chunks], edges with feature < hot_size
     cold_edges: torch.Tensor       # int64 [chunks]
     stats: LayoutStats
+    # the chunks' mean width where it is not this layout's own: a streamed block takes its whole
+    # layout's, so that its edge tiles (and sums) are the resident ones
+    tile_width: int | None = None
 
     @property
     def chunk_size(self):
@@ -114,6 +117,12 @@ class BigraphLayout:
     @property
     def n_chunks(self):
         return self.chunk_width.numel()
+
+    def mean_width(self):
+        """Edge slots per row of the mean chunk, rounded up (what edge tiles are sized by)."""
+        if self.tile_width is not None:
+            return self.tile_width
+        return int(self.chunk_width.float().mean().ceil()) if self.n_chunks else 1
 
     @property
     def hot_size(self):

@@ -18,7 +18,7 @@ def slots_per_step(plan, layout, factor_size):
     """S of the [S, C] edge tiles: the whole (fixed) row width when it fits the tile budget."""
     if plan.slots_per_step:
         return plan.slots_per_step
-    width = layout.fixed_width or int(layout.chunk_width.float().mean().ceil()) if layout.n_chunks else 1
+    width = layout.fixed_width or layout.mean_width()
     lanes = next_power_of_two(factor_size) if factor_size else 1
     budget = max(1, TILE_EDGES // (layout.chunk_size * lanes))
     return max(1, min(next_power_of_two(max(width, 1)), 1 << (budget.bit_length() - 1)))

@@ -93,7 +93,7 @@ class StreamedLayout:
             raise OptionError(f"a streaming budget must be positive, got {budget_bytes} bytes")
         self.device = torch.device(device)
         pin = self.device.type == "cuda"
-        host = layout.to("cpu")
+        host = dataclasses.replace(layout.to("cpu"), tile_width=layout.mean_width())
         if not fields:
             host = dataclasses.replace(host, edge_field=None)
         self.host = dataclasses.replace(host, **{
