@@ -29,6 +29,7 @@ from alac.data.arrays import from_csr_arrays
 from alac.data.split import hold_out
 from alac.models.fm import DEFAULT_L2 as _FM_L2
 from alac.race import ADAPTIVE, AUTO, Arm, race
+from alac.race import arms as race_arms
 
 
 def _zoo(name):
@@ -73,23 +74,32 @@ class _WideEstimator(BaseEstimator):
     def _build_model(self, l2):
         raise NotImplementedError
 
+    # the L2 coefficient where alpha is None (the model's default)
+    _default_alpha = 0.0
+
     def _model_options(self):
         """The zoo module and its options (for the model's SGD rate), or None for a user's DSL model."""
         return None
 
-    def _l2(self, optimizer):
-        return self.alpha
+    def _alpha(self):
+        """(the L2 coefficient, whether it was given): alpha, or the model's default where it is None."""
+        alpha = getattr(self, "alpha", None)
+        return (self._default_alpha, False) if alpha is None else (alpha, True)
 
-    def _arm(self, optimizer, lr=None):
-        """The optimizer with the learning rate given (or its default) and the L2 for it."""
+    def _lr(self, optimizer):
+        if self.learning_rate is not None:
+            return self.learning_rate
         from alac.optimizers import get_optimizer
 
-        lr = self.learning_rate if lr is None else lr
+        lr = get_optimizer(optimizer).default_lr
         if lr is None:
-            lr = get_optimizer(optimizer).default_lr
-            if lr is None:
-                raise ValueError(f"optimizer {optimizer!r} has no default learning rate: give learning_rate")
-        return Arm(optimizer, lr, self._l2(optimizer))
+            raise ValueError(f"optimizer {optimizer!r} has no default learning rate: give learning_rate")
+        return lr
+
+    def _single_arm(self):
+        """What trains without a race: the optimizer named (AdaGrad for auto), its rate and the L2."""
+        optimizer = ADAPTIVE if self.optimizer == AUTO else self.optimizer
+        return Arm(optimizer, self._lr(optimizer), self._alpha()[0])
 
     def _contestants(self):
         """The auto race's arms, or None: an optimizer named, a learning rate given or a user's model."""
@@ -99,10 +109,10 @@ class _WideEstimator(BaseEstimator):
         from alac.zoo import default_lr
 
         module, arguments = options
-        return (self._arm(ADAPTIVE), self._arm("sgd", default_lr(module, arguments, "sgd")))
+        return race_arms(self._lr(ADAPTIVE), default_lr(module, arguments, "sgd"), *self._alpha())
 
-    def _fitted_arm(self):
-        return Arm(self.optimizer_, self.learning_rate_, self.alpha_)
+    def _keep_arm(self, arm):
+        self.optimizer_, self.learning_rate_, self.alpha_ = arm.optimizer, arm.lr, arm.l2
 
     def _plan(self):
         from alac.plan import Plan
@@ -124,7 +134,7 @@ class _WideEstimator(BaseEstimator):
             from alac.runtime.executor import LabelMap
             from alac.runtime.state import ModelState
 
-            trainer = self._new_trainer(self._fitted_arm())
+            trainer = self._new_trainer(Arm(self.optimizer_, self.learning_rate_, self.alpha_))
             saved = self._fitted
             device = trainer.device
             tensors = {part: {k: torch.from_numpy(v) for k, v in saved[part].items()}
@@ -191,18 +201,18 @@ class _WideEstimator(BaseEstimator):
             runs = []
 
             def train_arm(arm):
-                runs.append((self._new_trainer(arm), None))
-                runs[-1] = (runs[-1][0], _fit(runs[-1][0], train, valid))
+                trainer = self._new_trainer(arm)
+                runs.append((trainer, _fit(trainer, train, valid)))
                 return runs[-1]
 
             winner = race(contestants, train_arm)
             (trainer, diverged), arm = runs[winner], contestants[winner]
         else:
-            arm = self._arm(ADAPTIVE if self.optimizer == AUTO else self.optimizer)
+            arm = self._single_arm()
             trainer = self._new_trainer(arm)
             diverged = _fit(trainer, train, valid)
         _warn_on_divergence(diverged)
-        self.optimizer_, self.learning_rate_, self.alpha_ = arm.optimizer, arm.lr, arm.l2
+        self._keep_arm(arm)
         self._trainer = trainer
         self._snapshot(trainer)
         return self
@@ -219,8 +229,8 @@ class _WideEstimator(BaseEstimator):
             self._partial_classes = np.asarray(classes)
         targets = self._targets(y, first)
         if first:
-            arm = self._arm(ADAPTIVE if self.optimizer == AUTO else self.optimizer)
-            self.optimizer_, self.learning_rate_, self.alpha_ = arm.optimizer, arm.lr, arm.l2
+            arm = self._single_arm()
+            self._keep_arm(arm)
             trainer = self._new_trainer(arm)
         else:
             trainer = self._trainer_for_use()
@@ -352,11 +362,8 @@ class _FactorizationMachine:
 
         return zoo_module("fm"), argparse.Namespace(loss=self._loss)
 
-    def _l2(self, optimizer):
-        # alpha=None: the model's L2 for AdaGrad and the rest; SGD stops early instead (alac.race)
-        if self.alpha is not None:
-            return self.alpha
-        return 0.0 if optimizer == "sgd" and self.optimizer == AUTO else _FM_L2
+    # alpha=None: the model's L2, except for SGD in the auto race (alac.race)
+    _default_alpha = _FM_L2
 
 
 class FMClassifier(_FactorizationMachine, _BinaryClassifier):
@@ -380,9 +387,6 @@ class _Wide:
         self.optimizer, self.early_stopping = optimizer, early_stopping
         self.validation_fraction, self.n_iter_no_change = validation_fraction, n_iter_no_change
         self.mode, self.backend, self.random_state = mode, backend, random_state
-
-    def _l2(self, optimizer):
-        return 0.0   # the model given carries its own L2
 
     def _build_model(self, l2):
         if self.model is None:

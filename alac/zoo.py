@@ -347,9 +347,8 @@ def train_model(args, module, data, log=None):
         runs = []
 
         def train_arm(arm):
-            arm_args = argparse.Namespace(**{**vars(args), "optimizer": arm.optimizer, "lr": arm.lr, "l2": arm.l2,
-                                             "race": None})
-            runs.append(train_model(arm_args, module, data, log))
+            arm_args = argparse.Namespace(**{**vars(args), "optimizer": arm.optimizer, "lr": arm.lr, "l2": arm.l2})
+            runs.append(_train_one(arm_args, module, data, log))
             return runs[-1][0], runs[-1][2]
 
         winner = race(contestants, train_arm, lambda line: say(line, flush=True))

@@ -23,7 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from alac.runtime.timing import gpu_milliseconds
 from benchmarks.flow import _model, _seconds, synthetic_train_valid
-from benchmarks.report import environment, table, write
+from benchmarks.render import streaming_table
+from benchmarks.report import environment, write
 
 
 def pinned_gb_per_s(megabytes=256):
@@ -119,19 +120,13 @@ def main():
     train, valid = synthetic_train_valid(args.rows, args.valid_rows, "cuda", args.seed)
     arms = [arm for k in (0, 16) for arm in run_model(k, train, valid, args, bandwidth)]
     env = environment()
-    rows = [[a["name"], a["source"], a.get("blocks", "-"), f"{a['ms_per_epoch']:.2f}",
-             f"{a['copy_bound_ms']:.2f}" if "copy_bound_ms" in a else "-", f"{a['resident_ms']:.2f}",
-             f"{a['ms_per_epoch'] / max(a.get('copy_bound_ms', 0), a['resident_ms']):.2f}",
-             f"{a['bytes_per_edge']:.2f}" if "bytes_per_edge" in a else "-", f"{a['val_logloss'][-1]:.4f}"]
-            for a in arms]
+    payload = {"environment": env, "device": env["device"], "pinned_h2d_gb_per_s": bandwidth, "rows": args.rows,
+               "budget_gb": args.budget_gb, "arms": arms}
     markdown = (f"Streamed against resident training ({env['device']}, {env['date']}; `PYTHONPATH=. python "
                 f"benchmarks/streaming.py`): {args.rows:,} x 39 synthetic rows, async plans, budget "
-                f"{args.budget_gb:g} GB per block, pinned host -> device {bandwidth:.1f} GB/s.\n\n"
-                + table(["arm", "source", "blocks", "ms/epoch", "copy bound ms", "resident ms",
-                         "epoch / max(copy, resident)", "bytes/edge", "val logloss"], rows))
+                f"{args.budget_gb:g} GB.\n\n" + streaming_table(payload))
     print(markdown)
-    write("streaming", {"environment": env, "device": env["device"], "pinned_h2d_gb_per_s": bandwidth,
-                        "rows": args.rows, "budget_gb": args.budget_gb, "arms": arms}, markdown, args.out)
+    write("streaming", payload, markdown, args.out)
 
 
 if __name__ == "__main__":

@@ -160,10 +160,13 @@ class BigraphLayout:
                                     hot_edge_share=float(hot.sum()) / total)
         return dataclasses.replace(self, options=options, hot_edges=hot, cold_edges=cold, stats=stats)
 
+    def tensors(self):
+        """{field name: tensor} of the layout's arrays (the optional ones only where present)."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+                if isinstance(getattr(self, f.name), torch.Tensor)}
+
     def to(self, device):
-        moved = {f.name: getattr(self, f.name).to(device) for f in dataclasses.fields(self)
-                 if isinstance(getattr(self, f.name), torch.Tensor)}
-        return dataclasses.replace(self, **moved)
+        return dataclasses.replace(self, **{name: array.to(device) for name, array in self.tensors().items()})
 
     def to_csr(self):
         """Rebuild the data set (original row order, original feature ids) from the layout."""
@@ -189,8 +192,7 @@ class BigraphLayout:
                              n_fields=self.n_fields)
 
     def to_numpy_dict(self):
-        arrays = {f.name: getattr(self, f.name).cpu().numpy() for f in dataclasses.fields(self)
-                  if isinstance(getattr(self, f.name), torch.Tensor)}
+        arrays = {name: array.cpu().numpy() for name, array in self.tensors().items()}
         meta = {"options": dataclasses.asdict(self.options), "n_rows": self.n_rows,
                 "n_features": self.n_features, "n_fields": self.n_fields,
                 "fixed_width": self.fixed_width, "stats": dataclasses.asdict(self.stats)}

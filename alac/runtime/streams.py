@@ -47,22 +47,26 @@ class Block:
         return self.end_chunk - self.first_chunk
 
 
+def _bytes_per_edge_and_chunk(layout):
+    """Bytes a block moves per edge (edge arrays) and per chunk (its slots' arrays, its chunk arrays)."""
+    per_edge = sum(getattr(layout, name).element_size() for name in EDGE_ARRAYS if getattr(layout, name) is not None)
+    per_chunk = (sum(getattr(layout, name).element_size() for name in SLOT_ARRAYS) * layout.chunk_size
+                 + sum(getattr(layout, name).element_size() for name in (*CHUNK_ARRAYS, "chunk_start")))
+    return per_edge, per_chunk
+
+
 def plan_blocks(layout, chunks_per_batch, budget_bytes):
-    """Blocks of whole batches whose slot and edge arrays fit budget_bytes each (at least one batch)."""
-    C = layout.chunk_size
-    edge_bytes = sum(getattr(layout, name).element_size() for name in EDGE_ARRAYS
-                     if getattr(layout, name) is not None)
-    slot_bytes = sum(getattr(layout, name).element_size() for name in SLOT_ARRAYS) * C
+    """Blocks of whole batches that move at most budget_bytes each (at least one batch)."""
+    per_edge, per_chunk = _bytes_per_edge_and_chunk(layout)
     starts = layout.chunk_start.cpu()
-    real = (layout.row_of_slot.view(layout.n_chunks, C) >= 0).sum(dim=1).cpu()
+    real = (layout.row_of_slot.view(layout.n_chunks, layout.chunk_size) >= 0).sum(dim=1).cpu()
     blocks, first = [], 0
     while first < layout.n_chunks:
         end = min(first + chunks_per_batch, layout.n_chunks)
         # grow by whole batches while the block's bytes stay in the budget
         while end < layout.n_chunks:
             grown = min(end + chunks_per_batch, layout.n_chunks)
-            size = (int(starts[grown]) - int(starts[first])) * edge_bytes + (grown - first) * slot_bytes
-            if size > budget_bytes:
+            if (int(starts[grown]) - int(starts[first])) * per_edge + (grown - first) * per_chunk > budget_bytes:
                 break
             end = grown
         blocks.append(Block(first, end, int(starts[first]), int(starts[end]), int(real[first:end].sum())))
@@ -72,11 +76,8 @@ def plan_blocks(layout, chunks_per_batch, budget_bytes):
 
 def block_bytes(layout, block):
     """Bytes a block moves to the device."""
-    C = layout.chunk_size
-    edges = sum(getattr(layout, name).element_size() for name in EDGE_ARRAYS if getattr(layout, name) is not None)
-    slots = sum(getattr(layout, name).element_size() for name in SLOT_ARRAYS) * C
-    chunk = sum(getattr(layout, name).element_size() for name in CHUNK_ARRAYS) + layout.chunk_start.element_size()
-    return (block.end_edge - block.first_edge) * edges + block.chunks * (slots + chunk)
+    per_edge, per_chunk = _bytes_per_edge_and_chunk(layout)
+    return (block.end_edge - block.first_edge) * per_edge + block.chunks * per_chunk
 
 
 class StreamedLayout:
@@ -103,10 +104,7 @@ class StreamedLayout:
         self.features = {name: getattr(layout, name).to(self.device)
                          for name in ("new_to_old", "old_to_new", "frequency")}
         self.blocks = plan_blocks(host, chunks_per_batch, budget_bytes // blocks_in_budget)
-        self.chunks_per_batch = chunks_per_batch
-        self.chunk_size = layout.chunk_size
-        self.n_rows, self.n_chunks, self.n_features = layout.n_rows, layout.n_chunks, layout.n_features
-        self.options, self.stats = layout.options, layout.stats
+        self.chunk_size, self.n_rows = layout.chunk_size, layout.n_rows
         self.bytes_per_epoch = sum(block_bytes(host, block) for block in self.blocks)
         self._copy_stream = torch.cuda.Stream(self.device) if pin and overlap else None
         self._prefetched = None    # ((epoch, seed), (layout, copy done)) of the next epoch's first block
@@ -169,7 +167,7 @@ class StreamedLayout:
         for position, index in enumerate(order):
             layout, done = pending
             compute.wait_event(done)
-            for tensor in _tensors(layout):
+            for tensor in layout.tensors().values():
                 # the copy stream made these; the compute stream reads them now
                 tensor.record_stream(compute)
             chunks = self.chunk_order_in(index, epoch, seed)
@@ -179,7 +177,3 @@ class StreamedLayout:
                 self._prefetched = ((epoch + 1, seed), start(self.block_order(epoch + 1, seed)[0]))
             yield index, layout, chunks
 
-
-def _tensors(layout):
-    return [value for value in (getattr(layout, f.name) for f in dataclasses.fields(layout))
-            if isinstance(value, torch.Tensor)]

@@ -32,7 +32,7 @@ def test_blocks_are_whole_batches_that_cover_the_layout_within_the_budget():
     for block in blocks:
         assert block.first_edge == int(layout.chunk_start[block.first_chunk])
         # a block holds more than one batch only where it fits the budget
-        assert block.chunks == 2 or block_bytes(layout, block) <= budget + 2 * 8 * 40
+        assert block.chunks == 2 or block_bytes(layout, block) <= budget
     assert plan_blocks(layout, 2, 1 << 40) == (plan_blocks(layout, 2, 1 << 40)[0],)
 
 
