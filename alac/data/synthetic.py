@@ -107,8 +107,11 @@ def planted_model(n_fields=39, seed=0, model="lr", k=8, weight_std=0.3, bias=-1.
 
 
 def criteo_like(n_rows, n_fields=39, seed=0, model="lr", k=8, weight_std=0.3, bias=-1.0,
-                factor_std=None, device=None):
+                factor_std=None, device=None, first_row=0):
     """`n_rows` one-hot rows of `n_fields` fields with labels from a planted LR or FM model.
+
+    Rows are drawn by counter: rows [first_row, first_row + n_rows) of the set with these arguments,
+    so a set larger than memory can be made piece by piece.
 
     Returns a binary SparseDataset with per-entry field ids, on `device` (the GPU when present).
     `planted_model` with the same arguments gives the model behind the labels.
@@ -121,12 +124,13 @@ def criteo_like(n_rows, n_fields=39, seed=0, model="lr", k=8, weight_std=0.3, bi
     cardinality = planted.cardinalities.double()
     for start in range(0, n_rows, _ROWS_PER_BLOCK):
         stop = min(n_rows, start + _ROWS_PER_BLOCK)
-        counters = torch.arange(start * n_fields, stop * n_fields, dtype=torch.int64, device=device)
+        counters = torch.arange((first_row + start) * n_fields, (first_row + stop) * n_fields, dtype=torch.int64,
+                                device=device)
         u = uniform(seed, _ID, counters).view(-1, n_fields)
         local = (torch.floor(cardinality ** u) - 1).long()
         ids = local + planted.field_offsets[:-1]
         indices[start * n_fields:stop * n_fields] = ids.view(-1).int()
-        rows = torch.arange(start, stop, dtype=torch.int64, device=device)
+        rows = torch.arange(first_row + start, first_row + stop, dtype=torch.int64, device=device)
         probability = torch.sigmoid(planted.logits(ids))
         labels[start:stop] = (uniform(seed, _LABEL, rows) < probability).float()
     options = (("model", model), ("n_fields", n_fields), ("seed", seed), ("k", k),

@@ -96,15 +96,6 @@ class StepSettings:
     decay_l2: dict = None  # exact L2: param -> l2 of a decay p *= 1 - lr l2 of every row after each batch
 
 
-def value_scale(layout):
-    """The mean magnitude of the layout's feature values (1 for one-hot data): the scale of one
-    occurrence's gradient, which batch-dependent optimizer defaults (AdaGrad's eps, FTRL's beta) use."""
-    if layout.edge_value is None:
-        return 1.0
-    real = layout.edge_feature >= 0
-    return float(layout.edge_value[real].abs().mean()) if bool(real.any()) else 1.0
-
-
 class Executor:
     def __init__(self, model, plan=Plan(), backend="triton", device=None, seed=0, optimizer="sgd",
                  schedule=None, exact_l2=False):
@@ -139,8 +130,10 @@ class Executor:
         self._reference = None      # a reference backend for sample_loss, made when first needed
         self.loss_sum = torch.zeros(1, device=self.device)
 
-    def initialize(self, layout):
-        self.value_scale = value_scale(layout)
+    def initialize(self, layout, value_scale=None):
+        """Fresh parameters for the layout's features; value_scale: the data's mean |x| where the
+        layout does not hold the data (a streamed one's meta layout)."""
+        self.value_scale = layout.value_scale() if value_scale is None else value_scale
         declared, _ = self.model.declarations()
         values = sum(param.size for param in declared.values())
         check_feature_tables(layout.n_features, 4 * values * (1 + len(self.ir.optimizer.states)),
@@ -193,7 +186,7 @@ class Executor:
         """One epoch over a StreamedLayout (alac.runtime.streams), block after block; labels_of(block)
         gives a block's labels as the model reads them. Returns the mean training loss."""
         if self.state is None:
-            self.initialize(streamed.host)
+            self.initialize(streamed.host, streamed.value_scale)
         total = torch.zeros(1, device=self.device)
         for _, block, order in streamed.blocks_on_device(epoch, self.seed):
             self._queue_epoch(block, labels_of(block), epoch, lr, order)

@@ -124,6 +124,14 @@ class BigraphLayout:
             return self.tile_width
         return int(self.chunk_width.float().mean().ceil()) if self.n_chunks else 1
 
+    def value_scale(self):
+        """The mean magnitude of the feature values (1 for one-hot data): the scale of one
+        occurrence's gradient, which batch-dependent optimizer defaults (AdaGrad's eps, FTRL's beta) use."""
+        if self.edge_value is None:
+            return 1.0
+        real = self.edge_feature >= 0
+        return float(self.edge_value[real].abs().mean()) if bool(real.any()) else 1.0
+
     @property
     def hot_size(self):
         return self.options.hot_size
@@ -236,15 +244,27 @@ def _hot_cold_counts(edge_feature, chunk_start, hot_size):
 
 def reindex_by_frequency(indices, n_features):
     """(frequency in new order, new_to_old, old_to_new): descending frequency, stable ties."""
-    frequency = torch.bincount(indices.long(), minlength=n_features)
+    return order_by_frequency(torch.bincount(indices.long(), minlength=n_features))
+
+
+def order_by_frequency(frequency):
+    """(frequency in new order, new_to_old, old_to_new) of per-feature counts: descending, stable ties."""
     # Only seen features need sorting (hashed spaces are mostly empty: criteo-tiny sees 8k of 41M
     # ids); unseen ones follow in id order, which is what a stable sort of all ids would give.
     seen = torch.nonzero(frequency).squeeze(1)
     unseen = torch.nonzero(frequency == 0).squeeze(1)
     new_to_old = torch.cat([seen[torch.argsort(frequency[seen], descending=True, stable=True)], unseen])
     old_to_new = torch.empty_like(new_to_old)
-    old_to_new[new_to_old] = torch.arange(n_features, device=indices.device)
+    old_to_new[new_to_old] = torch.arange(frequency.numel(), device=frequency.device)
     return frequency[new_to_old], new_to_old.int(), old_to_new.int()
+
+
+def top_share(frequency, nnz):
+    """((fraction of seen features, share of accesses), ...) for TOP_FEATURE_FRACTIONS."""
+    seen = int((frequency > 0).sum())
+    cumulative = torch.cumsum(torch.sort(frequency, descending=True).values, 0)
+    return tuple((fraction, float(cumulative[max(1, math.ceil(fraction * seen)) - 1]) / nnz if nnz else 0.0)
+                 for fraction in TOP_FEATURE_FRACTIONS)
 
 
 def _chunk_starts(chunk_width, chunk_size):
@@ -334,15 +354,11 @@ def build_layout(dataset, options=LayoutOptions(), device=None, feature_order=No
     slot_row_nnz[:n] = row_nnz[order].int()
     hot, cold = _hot_cold_counts(edge_feature, chunk_start, options.hot_size)
 
-    seen = int((frequency > 0).sum())
-    cumulative = torch.cumsum(torch.sort(frequency, descending=True).values, 0)
-    top_share = tuple(
-        (fraction, float(cumulative[max(1, math.ceil(fraction * seen)) - 1]) / nnz if nnz else 0.0)
-        for fraction in TOP_FEATURE_FRACTIONS)
     _synchronize(device)
     stats = LayoutStats(
         rows=n, nnz=nnz, mean_nnz=nnz / n if n else 0.0, max_nnz=max_nnz, n_features=data.n_features,
-        features_seen=seen, top_share=top_share, padding_overhead=(edges - nnz) / nnz if nnz else 0.0,
+        features_seen=int((frequency > 0).sum()), top_share=top_share(frequency, nnz),
+        padding_overhead=(edges - nnz) / nnz if nnz else 0.0,
         chunks=n_chunks, chunk_size=C, fixed_width=fixed_width, hot_size=options.hot_size,
         hot_edge_share=float(hot.sum()) / nnz if nnz else 0.0,
         build_seconds=time.perf_counter() - started, device=str(device))

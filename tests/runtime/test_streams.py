@@ -1,13 +1,14 @@
-"""Streamed training: blocks of whole batches, trained one after another, equal resident training with
-the same chunk order."""
+"""Streamed training: blocks of whole batches, from pinned host memory or a block store on disk, trained
+one after another, equal resident training with the same chunk order."""
 
 import pytest
 import torch
 
 from alac.plan import Plan
+from alac.runtime.blocks import packed_bytes, plan_blocks
 from alac.runtime.executor import Executor, LabelMap
 from alac.runtime.layout import LayoutOptions, build_layout
-from alac.runtime.streams import StreamedLayout, block_bytes, plan_blocks
+from alac.runtime.streams import StreamedLayout
 from tests.codegen.test_kernels import awkward_dataset
 from tests.zoo_models import ZOO
 
@@ -32,7 +33,7 @@ def test_blocks_are_whole_batches_that_cover_the_layout_within_the_budget():
     for block in blocks:
         assert block.first_edge == int(layout.chunk_start[block.first_chunk])
         # a block holds more than one batch only where it fits the budget
-        assert block.chunks == 2 or block_bytes(layout, block) <= budget
+        assert block.chunks == 2 or packed_bytes(block, 8, frozenset()) <= budget
     assert plan_blocks(layout, 2, 1 << 40) == (plan_blocks(layout, 2, 1 << 40)[0],)
 
 
@@ -47,7 +48,7 @@ def test_sync_streamed_training_equals_resident_training_in_the_same_order(backe
     label_map = LabelMap.fit("binary", layout.labels)
     plan = Plan(chunk_size=8, batch_size=16, deterministic=backend != "reference")
     device = DEVICE if backend == "triton" else "cpu"
-    streamed = StreamedLayout(layout, plan.chunks_per_batch, 4 * 1500, device)
+    streamed = StreamedLayout.from_layout(layout, plan.chunks_per_batch, 4 * 1500, device)
     assert len(streamed.blocks) > 3
     resident_layout = layout.to(device)
     labels = label_map.model_labels(resident_layout.labels)
@@ -67,7 +68,7 @@ def test_sync_streamed_training_equals_resident_training_in_the_same_order(backe
 
 
 def test_streamed_epochs_reshuffle_blocks_and_chunks():
-    streamed = StreamedLayout(_layout(), 2, 4 * 1500, "cpu")
+    streamed = StreamedLayout.from_layout(_layout(), 2, 4 * 1500, "cpu")
     orders = [streamed.epoch_order(epoch, 0) for epoch in range(3)]
     assert not torch.equal(orders[0], orders[1]) and not torch.equal(orders[1], orders[2])
     assert streamed.block_order(0, 0) != streamed.block_order(1, 0)

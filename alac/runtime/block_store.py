@@ -1,0 +1,336 @@
+"""A layout's blocks on disk, for data larger than host memory, and their reader.
+
+Written in two passes over the data's pieces (a file read block by block, or a generator): the first
+counts feature frequencies for the re-index, the second lays out groups of whole batches with that
+re-index and writes each as one packed block file (`alac.runtime.blocks`) with its xxh3 checksum.
+The folder is written under a temporary name and renamed into place, so a reader sees a whole store
+or none. Reading checks every block file's size when the store is opened (a truncated store fails
+before training starts) and every block's checksum as it is read; a damaged store is marked so that
+`cached_block_store` rebuilds it.
+
+Reader threads fill a ring of (pinned) host buffers ahead of the copy stream, each buffer reused
+once the device copy of its last block is done.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import queue
+import shutil
+import time
+import uuid
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import torch
+import xxhash
+
+from alac.data.dataset import DataSource
+from alac.errors import DataError, OptionError
+from alac.runtime.blocks import PACKED_ARRAYS, Block, pack_into, packed_bytes
+from alac.runtime.layout import (
+    BigraphLayout,
+    LayoutOptions,
+    LayoutStats,
+    build_layout,
+    default_device,
+    order_by_frequency,
+    top_share,
+)
+
+STORE_VERSION = 1
+META_FILE = "meta.json"
+FEATURE_ARRAYS = ("new_to_old", "old_to_new", "frequency")
+# Host buffers read ahead of the copy stream and the threads reading them: one buffer being copied,
+# one read, one waiting (benchmarks/streaming.py's disk arm).
+RING_DEPTH = 3
+READERS = 2
+# A block's row count is estimated from the mean row before the rows are laid out: this margin
+# covers the ELL padding of rows of unequal length (20news pads 12 % at C = 128).
+PADDING_MARGIN = 1.25
+
+
+def _block_file(folder, index):
+    return Path(folder) / f"block-{index:06d}.bin"
+
+
+def _count(pieces):
+    """Pass 1: (frequency, rows, nnz, widest row, sum of |values| or None, n_fields, has fields)."""
+    frequency, rows, nnz, widest, value_sum, n_fields, has_fields = None, 0, 0, 0, None, 0, False
+    for piece in pieces():
+        counts = torch.bincount(piece.indices.long(), minlength=piece.n_features).cpu()
+        if frequency is None:
+            frequency = counts
+        else:
+            grown = max(frequency.numel(), counts.numel())
+            frequency = torch.nn.functional.pad(frequency, (0, grown - frequency.numel()))
+            frequency[:counts.numel()] += counts
+        rows, nnz = rows + piece.n_rows, nnz + piece.nnz
+        if piece.n_rows:
+            widest = max(widest, int(piece.row_lengths().max()))
+        if piece.values is not None:
+            value_sum = (value_sum or 0.0) + float(piece.values.double().abs().sum())
+        n_fields, has_fields = max(n_fields, piece.n_fields), has_fields or piece.fields is not None
+    if frequency is None or rows == 0:
+        raise DataError("no rows to write a block store of")
+    return frequency, rows, nnz, widest, value_sum, n_fields, has_fields
+
+
+def _concatenate(pieces):
+    """One data set of several (same feature space)."""
+    if len(pieces) == 1:
+        return pieces[0]
+    first = pieces[0]
+    offsets = torch.cumsum(torch.tensor([0] + [p.nnz for p in pieces[:-1]], device=first.device), 0)
+    indptr = torch.cat([pieces[0].indptr[:1]] + [p.indptr[1:] - p.indptr[0] + o for p, o in zip(pieces, offsets)])
+
+    def joined(name):
+        arrays = [getattr(p, name) for p in pieces]
+        return None if arrays[0] is None else torch.cat(arrays)
+
+    return dataclasses.replace(first, indptr=indptr, indices=joined("indices"), values=joined("values"),
+                               labels=joined("labels"), fields=joined("fields"))
+
+
+def _groups(pieces, n_features, rows_per_block, device):
+    """The pieces' rows regrouped into data sets of rows_per_block rows (the last may be shorter)."""
+    held, count = [], 0
+    for piece in pieces():
+        # the file's line numbers serve parse errors only, which pass 1 has raised
+        piece = dataclasses.replace(piece, n_features=n_features, source=DataSource()).to(device)
+        held.append(piece)
+        count += piece.n_rows
+        while count >= rows_per_block:
+            data = _concatenate(held)
+            yield data.take(torch.arange(rows_per_block, device=device))
+            rest = data.take(torch.arange(rows_per_block, data.n_rows, device=device))
+            held, count = ([rest] if rest.n_rows else []), rest.n_rows
+    if count:
+        yield _concatenate(held)
+
+
+def write_block_store(folder, pieces, options=None, chunks_per_batch=1, block_bytes=256 << 20,
+                      device=None, fields=False, progress=None):
+    """Lay the data out into blocks of whole batches of about block_bytes each, in `folder`.
+
+    pieces: a function returning an iterable of SparseDataset pieces in row order (called twice).
+    progress(rows_done, rows) is called after every block. Returns the opened DiskBlocks.
+    """
+    device = torch.device(device) if device is not None else default_device()
+    options = options if options is not None else LayoutOptions()
+    if block_bytes <= 0:
+        raise OptionError(f"a block budget must be positive, got {block_bytes} bytes")
+    started = time.perf_counter()
+    frequency, n_rows, nnz, widest, value_sum, n_fields, has_fields = _count(pieces)
+    sorted_frequency, new_to_old, old_to_new = order_by_frequency(frequency)
+    optional = frozenset(({"edge_value"} if value_sum is not None else set())
+                         | ({"edge_field"} if fields and has_fields else set()))
+    C = options.chunk_size
+    edge_bytes = sum(dtype.itemsize for name, dtype, extent in PACKED_ARRAYS
+                     if extent == "edges" and (name == "edge_feature" or name in optional))
+    row_bytes = 16 + PADDING_MARGIN * edge_bytes * nnz / n_rows
+    batch_rows = C * chunks_per_batch
+    rows_per_block = max(1, int(block_bytes / row_bytes) // batch_rows) * batch_rows
+    base_options = dataclasses.replace(options, hot_size=0)
+
+    folder = Path(folder)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    temporary = folder.parent / f".{folder.name}.{uuid.uuid4().hex}.tmp"
+    temporary.mkdir()
+    try:
+        entries, first_row, first_chunk, first_edge, width_sum, lengths = [], 0, 0, 0, 0, set()
+        for index, group in enumerate(_groups(pieces, frequency.numel(), rows_per_block, device)):
+            layout = build_layout(group, base_options, device, feature_order=new_to_old)
+            layout.row_of_slot[layout.row_of_slot >= 0] += first_row
+            local = Block(0, layout.n_chunks, 0, int(layout.chunk_start[-1]), group.n_rows)
+            buffer = torch.empty(packed_bytes(local, C, optional), dtype=torch.uint8)
+            pack_into(buffer, layout, local, optional)
+            _block_file(temporary, index).write_bytes(buffer.numpy().tobytes())
+            block = Block(first_chunk, first_chunk + local.chunks, first_edge, first_edge + local.edges, group.n_rows)
+            entries.append({**dataclasses.asdict(block), "bytes": buffer.numel(),
+                            "xxh3": xxhash.xxh3_64_hexdigest(buffer.numpy())})
+            first_row, first_chunk, first_edge = first_row + group.n_rows, block.end_chunk, block.end_edge
+            width_sum += int(layout.chunk_width.long().sum())
+            lengths.add(layout.fixed_width)
+            if progress is not None:
+                progress(first_row, n_rows)
+        fixed_width = widest if lengths == {widest} else None
+        stats = LayoutStats(
+            rows=n_rows, nnz=nnz, mean_nnz=nnz / n_rows, max_nnz=widest, n_features=frequency.numel(),
+            features_seen=int((frequency > 0).sum()), top_share=top_share(frequency, nnz),
+            padding_overhead=(first_edge - nnz) / nnz if nnz else 0.0, chunks=first_chunk, chunk_size=C,
+            fixed_width=fixed_width, hot_size=0, hot_edge_share=0.0,
+            build_seconds=time.perf_counter() - started, device=str(device))
+        meta = {"version": STORE_VERSION, "options": dataclasses.asdict(base_options), "n_rows": n_rows,
+                "n_features": frequency.numel(), "n_fields": n_fields, "fixed_width": fixed_width,
+                "tile_width": math.ceil(width_sum / first_chunk), "optional": sorted(optional),
+                "value_scale": value_sum / nnz if value_sum is not None and nnz else 1.0,
+                "stats": dataclasses.asdict(stats), "blocks": entries}
+        for name, array in zip(FEATURE_ARRAYS, (new_to_old, old_to_new, sorted_frequency)):
+            np.save(temporary / f"{name}.npy", array.cpu().numpy())
+        # meta.json last: a store is whole when it has one
+        (temporary / META_FILE).write_text(json.dumps(meta))
+        if folder.exists():
+            shutil.rmtree(folder)
+        os.rename(temporary, folder)
+    finally:
+        shutil.rmtree(temporary, ignore_errors=True)
+    return DiskBlocks(folder, pin=device.type == "cuda")
+
+
+def synthetic_pieces(n_rows, rows_per_piece=1 << 22, **criteo_like_options):
+    """pieces() of alac.data.synthetic.criteo_like's first n_rows rows, made piece by piece."""
+    from alac.data.synthetic import criteo_like
+
+    def pieces():
+        for first in range(0, n_rows, rows_per_piece):
+            yield criteo_like(min(rows_per_piece, n_rows - first), first_row=first, **criteo_like_options)
+
+    return pieces
+
+
+def file_pieces(path, format="auto", **load_options):
+    """pieces() of a data file read block by block (alac.data.formats.iter_blocks)."""
+    from alac.data import formats
+
+    return lambda: formats.iter_blocks(path, format, **load_options)
+
+
+class DiskBlocks:
+    """A block store opened for reading: its meta layout, blocks and a reader of their buffers."""
+
+    def __init__(self, folder, pin=False, ring_depth=RING_DEPTH, readers=READERS):
+        self.folder = Path(folder)
+        meta_path = self.folder / META_FILE
+        try:
+            meta = json.loads(meta_path.read_text())
+            if meta.get("version") != STORE_VERSION:
+                raise DataError(f"a block store of version {meta.get('version')}, this alac reads "
+                                f"version {STORE_VERSION}: write it again", path=meta_path)
+            features = {name: torch.from_numpy(np.load(self.folder / f"{name}.npy")) for name in FEATURE_ARRAYS}
+            options = LayoutOptions(**meta["options"])
+            stats = dict(meta["stats"], top_share=tuple(tuple(p) for p in meta["stats"]["top_share"]))
+            self.blocks = tuple(Block(**{k: entry[k] for k in ("first_chunk", "end_chunk", "first_edge",
+                                                                "end_edge", "rows")}) for entry in meta["blocks"])
+            self._entries = meta["blocks"]
+            self.optional = frozenset(meta["optional"])
+            self.value_scale = float(meta["value_scale"])
+            empty32, empty64 = torch.empty(0, dtype=torch.int32), torch.empty(0, dtype=torch.int64)
+            self.meta = BigraphLayout(
+                options=options, n_rows=meta["n_rows"], n_features=meta["n_features"], n_fields=meta["n_fields"],
+                fixed_width=meta["fixed_width"], row_of_slot=empty64, labels=torch.empty(0), row_nnz=empty32,
+                chunk_start=torch.zeros(1, dtype=torch.int64), chunk_width=empty32, edge_feature=empty32,
+                edge_value=torch.empty(0) if "edge_value" in self.optional else None,
+                edge_field=empty32.clone() if "edge_field" in self.optional else None,
+                hot_edges=None, cold_edges=None, stats=LayoutStats(**stats), tile_width=meta["tile_width"],
+                **features)
+        except FileNotFoundError as error:
+            raise DataError(f"not a block store (no {Path(error.filename).name})", path=self.folder) from None
+        except (ValueError, KeyError, TypeError) as error:
+            raise DataError(f"a damaged block store ({error})", path=meta_path) from None
+        for index, entry in enumerate(self._entries):
+            path = _block_file(self.folder, index)
+            size = path.stat().st_size if path.exists() else None
+            if size != entry["bytes"]:
+                self.mark_damaged()
+                raise DataError(f"block {index} is {'missing' if size is None else f'truncated: {size:,} bytes'}"
+                                f" of {entry['bytes']:,}", path=path)
+        self.pin, self.ring_depth, self.readers = pin, ring_depth, readers
+        self._pool, self._free = None, None
+
+    def mark_damaged(self):
+        """Take the store's meta file away, so that nothing reads it again and a cached store is rebuilt."""
+        (self.folder / META_FILE).unlink(missing_ok=True)
+
+    def _ring(self):
+        if self._pool is None:
+            size = max(entry["bytes"] for entry in self._entries)
+            self._free = queue.Queue()
+            for _ in range(self.ring_depth):
+                self._free.put((torch.empty(size, dtype=torch.uint8, pin_memory=self.pin), None))
+            self._pool = ThreadPoolExecutor(self.readers, thread_name_prefix="alac-blocks")
+        return self._pool, self._free
+
+    def _read_into(self, index):
+        """A ring buffer holding block index, read and checked (runs on a reader thread)."""
+        buffer, copied = self._free.get()
+        if copied is not None:
+            copied.synchronize()
+        entry, path = self._entries[index], _block_file(self.folder, index)
+        view = buffer[:entry["bytes"]]
+        with open(path, "rb", buffering=0) as handle:
+            read = handle.readinto(memoryview(view.numpy()))
+        if read != entry["bytes"] or xxhash.xxh3_64_hexdigest(view.numpy()) != entry["xxh3"]:
+            self._free.put((buffer, None))
+            self.mark_damaged()
+            raise DataError(f"block {index} is damaged (its bytes do not match the store's checksum); the store "
+                            "is marked for rebuilding", path=path)
+        return buffer, view
+
+    def read(self, order):
+        """(index, host buffer, release) of the blocks in order, read ahead on reader threads;
+        release(event or None) returns the buffer to the ring once the event's copy is done."""
+        pool, free = self._ring()
+        order, pending = list(order), deque()
+        upcoming = iter(order)
+
+        def submit():
+            index = next(upcoming, None)
+            if index is not None:
+                pending.append((index, pool.submit(self._read_into, index)))
+
+        for _ in range(min(self.ring_depth, len(order))):
+            submit()
+        held = []   # the buffer handed out and not yet released
+        try:
+            while pending:
+                index, future = pending.popleft()
+                buffer, view = future.result()
+                held[:] = [buffer]
+
+                def release(event, buffer=buffer):
+                    held.clear()
+                    free.put((buffer, event))
+                    submit()
+
+                yield index, view, release
+        finally:
+            # a reader left early (an error, another epoch's order) gives every buffer back to the ring
+            for buffer in held:
+                free.put((buffer, None))
+            for _, future in pending:
+                if future.exception() is None:
+                    free.put((future.result()[0], None))
+
+    def close(self):
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = self._free = None
+
+
+def cached_block_store(path, format="auto", options=None, chunks_per_batch=1, block_bytes=256 << 20,
+                       cache_dir=None, device=None, progress=None, **load_options):
+    """The block store of a data file under the cache directory, keyed by the file's content and the
+    options; written (two passes over the file) when absent, damaged or truncated."""
+    from alac.cache import DiskCache
+    from alac.data import formats
+
+    format = formats.resolve_format(path, format)
+    options = dataclasses.replace(options if options is not None else LayoutOptions(), hot_size=0)
+    device = torch.device(device) if device is not None else default_device()
+    key = DiskCache.key("blocks", dataset=formats.dataset_cache_key(path, format, load_options),
+                        options=dataclasses.asdict(options), chunks_per_batch=chunks_per_batch,
+                        block_bytes=block_bytes)
+    folder = DiskCache(cache_dir).root / key
+    if (folder / META_FILE).exists():
+        try:
+            return DiskBlocks(folder, pin=device.type == "cuda")
+        except DataError:
+            pass  # damaged: written again below
+    return write_block_store(folder, file_pieces(path, format, **load_options), options, chunks_per_batch,
+                             block_bytes, device, progress=progress)

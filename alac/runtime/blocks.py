@@ -1,0 +1,164 @@
+"""Blocks: a layout cut into ranges of whole batches, each packed into one byte buffer.
+
+A block is a contiguous range of a layout's chunks (and so of its edges). Its per-slot, per-chunk
+and per-edge arrays are packed one after another, 16-byte aligned, into one buffer, so that moving a
+block to the device is one copy and its arrays are typed views of the copy. Chunk starts are stored
+rebased to the block's first edge: a block is a layout of its own for the kernels. The per-feature
+arrays (re-index maps, frequencies) are the whole data set's and live in the `meta` layout, which has
+every other array empty.
+
+`PinnedBlocks` holds a layout's blocks in (pinned) host memory; `alac.runtime.block_store` holds them
+on disk. Both read blocks as (index, host buffer, release): release(event) hands the buffer back once
+the copy recorded in event is done.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import torch
+
+from alac.errors import OptionError
+
+# (name, dtype, extent) of the packed arrays in byte order; extents count slots, chunk bounds, chunks
+# or edges. The per-chunk hot and cold counts are statistics no kernel reads: blocks leave them out.
+PACKED_ARRAYS = (
+    ("row_of_slot", torch.int64, "slots"), ("labels", torch.float32, "slots"), ("row_nnz", torch.int32, "slots"),
+    ("chunk_start", torch.int64, "bounds"), ("chunk_width", torch.int32, "chunks"),
+    ("edge_feature", torch.int32, "edges"), ("edge_value", torch.float32, "edges"),
+    ("edge_field", torch.int32, "edges"))
+OPTIONAL_ARRAYS = ("edge_value", "edge_field")
+# every array starts at a multiple of this (the widest element, and full 16-byte vector loads)
+ALIGNMENT = 16
+
+
+@dataclass(frozen=True)
+class Block:
+    """Chunks [first_chunk, end_chunk) of a layout: edges [first_edge, end_edge), real rows."""
+
+    first_chunk: int
+    end_chunk: int
+    first_edge: int
+    end_edge: int
+    rows: int
+
+    @property
+    def chunks(self):
+        return self.end_chunk - self.first_chunk
+
+    @property
+    def edges(self):
+        return self.end_edge - self.first_edge
+
+
+def packing(block, chunk_size, optional):
+    """((name, dtype, byte offset, count), ...) of a block's packed arrays and the buffer's bytes;
+    optional: the OPTIONAL_ARRAYS the data has."""
+    counts = {"slots": block.chunks * chunk_size, "bounds": block.chunks + 1, "chunks": block.chunks,
+              "edges": block.edges}
+    entries, offset = [], 0
+    for name, dtype, extent in PACKED_ARRAYS:
+        if name in OPTIONAL_ARRAYS and name not in optional:
+            continue
+        entries.append((name, dtype, offset, counts[extent]))
+        offset += -(-counts[extent] * dtype.itemsize // ALIGNMENT) * ALIGNMENT
+    return tuple(entries), offset
+
+
+def packed_bytes(block, chunk_size, optional):
+    return packing(block, chunk_size, optional)[1]
+
+
+def unpack(buffer, block, chunk_size, optional):
+    """{name: typed view of the uint8 buffer} of a packed block."""
+    entries, _ = packing(block, chunk_size, optional)
+    return {name: buffer[offset:offset + count * dtype.itemsize].view(dtype)
+            for name, dtype, offset, count in entries}
+
+
+def pack_into(buffer, layout, block, optional):
+    """Write the block's slices of `layout` (any device) into the uint8 buffer (chunk starts rebased)."""
+    C = layout.chunk_size
+    parts = {"slots": slice(block.first_chunk * C, block.end_chunk * C),
+             "bounds": slice(block.first_chunk, block.end_chunk + 1),
+             "chunks": slice(block.first_chunk, block.end_chunk), "edges": slice(block.first_edge, block.end_edge)}
+    views = unpack(buffer, block, C, optional)
+    for name, _, extent in PACKED_ARRAYS:
+        if name in views:
+            source = getattr(layout, name)[parts[extent]]
+            views[name].copy_(source - block.first_edge if name == "chunk_start" else source)
+
+
+def optional_arrays(layout, fields):
+    """The optional arrays a layout's blocks carry: values where it has them, field ids when asked."""
+    return frozenset(name for name in OPTIONAL_ARRAYS
+                     if getattr(layout, name) is not None and (fields or name != "edge_field"))
+
+
+def plan_blocks(layout, chunks_per_batch, budget_bytes, optional=frozenset()):
+    """Blocks of whole batches whose packed bytes stay within budget_bytes (at least one batch each)."""
+    starts = layout.chunk_start.cpu()
+    real = (layout.row_of_slot.view(layout.n_chunks, layout.chunk_size) >= 0).sum(dim=1).cpu()
+    C = layout.chunk_size
+
+    def block(first, end):
+        return Block(first, end, int(starts[first]), int(starts[end]), int(real[first:end].sum()))
+
+    blocks, first = [], 0
+    while first < layout.n_chunks:
+        end = min(first + chunks_per_batch, layout.n_chunks)
+        # grow by whole batches while the block's bytes stay in the budget
+        while end < layout.n_chunks:
+            grown = min(end + chunks_per_batch, layout.n_chunks)
+            if packed_bytes(block(first, grown), C, optional) > budget_bytes:
+                break
+            end = grown
+        blocks.append(block(first, end))
+        first = end
+    return tuple(blocks)
+
+
+def meta_layout(layout):
+    """The layout's description without its per-slot, per-chunk and per-edge data: what blocks
+    share (sizes, options, statistics, per-feature arrays, the whole layout's tile width)."""
+    def empty(name):
+        array = getattr(layout, name)
+        return None if array is None else array.new_empty(0)
+
+    emptied = {name: empty(name) for name, _, _ in PACKED_ARRAYS}
+    emptied["chunk_start"] = layout.chunk_start.new_zeros(1)
+    return dataclasses.replace(layout, tile_width=layout.mean_width(), hot_edges=None, cold_edges=None, **emptied)
+
+
+class PinnedBlocks:
+    """A layout's blocks packed in host memory, pinned where there is a GPU (copies from pinned
+    memory run asynchronously at the bus's full speed)."""
+
+    def __init__(self, layout, chunks_per_batch, block_bytes, pin, fields=False):
+        if block_bytes <= 0:
+            raise OptionError(f"a block budget must be positive, got {block_bytes} bytes")
+        self.optional = optional_arrays(layout, fields)
+        self.meta = meta_layout(layout)
+        if not fields:
+            self.meta = dataclasses.replace(self.meta, edge_field=None)
+        self.value_scale = layout.value_scale()
+        self.blocks = plan_blocks(layout, chunks_per_batch, block_bytes, self.optional)
+        self.buffers = []
+        for block in self.blocks:
+            buffer = torch.empty(packed_bytes(block, layout.chunk_size, self.optional), dtype=torch.uint8,
+                                 pin_memory=pin)
+            pack_into(buffer, layout, block, self.optional)
+            self.buffers.append(buffer)
+
+    def read(self, order):
+        """(index, host buffer, release) of the blocks in order; the buffers stay (nothing to release)."""
+        for index in order:
+            yield index, self.buffers[index], _keep
+
+    def close(self):
+        pass
+
+
+def _keep(event):
+    """Release of a buffer that is never reused."""
