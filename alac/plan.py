@@ -66,8 +66,13 @@ class Plan:
     # Params whose rows (and optimizer state) live in pinned host memory, read and updated by the
     # kernels through mapped memory: (name, "host") pairs; every other param is on the device.
     placement: tuple = ()
+    # Bytes of GPU memory the training data may take; a layout larger than this (or than the GPU's
+    # free memory when None) is streamed from pinned host memory in blocks (alac.runtime.streams).
+    memory_budget: int | None = None
 
     def __post_init__(self):
+        if self.memory_budget is not None and self.memory_budget <= 0:
+            raise OptionError(f"memory_budget must be a positive number of bytes, got {self.memory_budget}")
         for entry in self.placement:
             if not (isinstance(entry, (tuple, list)) and len(entry) == 2 and entry[1] in ("device", "host")):
                 raise OptionError(f"placement entries are (param, 'device' or 'host'), got {entry!r}")

@@ -20,6 +20,8 @@ from alac.errors import AlacError, OptionError
 from alac.plan import Plan
 from alac.runtime.executor import Executor, LabelMap
 from alac.runtime.layout import LayoutOptions, build_layout
+from alac.runtime.planner import streaming_budget
+from alac.runtime.streams import StreamedLayout
 
 EARLY_STOPPING = (None, "cuwide", "patience")
 # fit queues epochs in groups of about this much training (one loss read, one divergence check and one
@@ -127,18 +129,63 @@ class Trainer:
 
     def prepare(self, train):
         """Fit the label mapping (once) and lay the training data out; returns (layout, model labels).
-        The same data set object again (fit called once more to train on) keeps its layout."""
-        if self.labels is None:
-            self.labels = LabelMap.fit(self.executor.ir.labels, train.labels, train.source.path or "the training data")
+        The same data set object again (fit called once more to train on) keeps its layout. A block
+        source (alac.runtime.blocks / block_store), or a data set whose layout exceeds the plan's
+        memory budget, gives a StreamedLayout and no labels (each block brings its own)."""
         if self.train_layout is None or self._train_dataset is not train:
             # the old layout goes first: at 64M x 39 rows on an 80 GB GPU, two layouts and the build's
             # temporaries do not fit together
             self.train_layout = self._train_dataset = None
-            self.train_layout = self.layout_of(train)
+            self.train_layout = self._laid_out_for_training(train)
             self._train_dataset = train
+        streamed = isinstance(self.train_layout, StreamedLayout)
+        if self.labels is None:
+            if streamed:
+                first = self.train_layout.first_block()
+                labels, where = first.labels[first.row_of_slot >= 0], "the training blocks"
+            else:
+                labels, where = train.labels, train.source.path or "the training data"
+            self.labels = LabelMap.fit(self.executor.ir.labels, labels, where)
         if self.feature_order is None:
-            self.feature_order = self.train_layout.new_to_old.cpu()
+            self.feature_order = self.train_layout.host.new_to_old.cpu() if streamed else \
+                self.train_layout.new_to_old.cpu()
+        if streamed:
+            return self.train_layout, None
         return self.train_layout, self.labels.model_labels(self.train_layout.labels)
+
+    def _laid_out_for_training(self, train):
+        """A resident layout, or a StreamedLayout of a block source or of a layout over the budget."""
+        if hasattr(train, "blocks") and hasattr(train, "read"):
+            return StreamedLayout(train, self.device)
+        budget = streaming_budget(train, self.plan, self.device)
+        if budget is None:
+            return self.layout_of(train)
+        # built in host memory, the order fixed by this data set's own frequencies
+        layout = build_layout(train, LayoutOptions(chunk_size=self.plan.chunk_size), "cpu")
+        return StreamedLayout.from_layout(layout, self.plan.chunks_per_batch, budget, self.device)
+
+    def _block_labels(self, block):
+        return self.labels.model_labels(block.labels)
+
+    def _initialize(self):
+        if isinstance(self.train_layout, StreamedLayout):
+            self.executor.initialize(self.train_layout.host, self.train_layout.value_scale)
+        else:
+            self.executor.initialize(self.train_layout)
+
+    def _train_group(self, labels, count):
+        """count epochs from self.epoch: their mean training losses."""
+        if isinstance(self.train_layout, StreamedLayout):
+            return [self.executor.train_streamed_epoch(self.train_layout, self._block_labels, self.epoch + i, self.lr)
+                    for i in range(count)]
+        return self.executor.train_epochs(self.train_layout, labels, self.epoch, count, self.lr)
+
+    def _sample_loss(self, labels):
+        """The divergence guard's yardstick: the loss of the first rows (of the first block when streamed)."""
+        if isinstance(self.train_layout, StreamedLayout):
+            block = self.train_layout.first_block()
+            return self.executor.sample_loss(block, self._block_labels(block))
+        return self.executor.sample_loss(self.train_layout, labels)
 
     @staticmethod
     def monitored(record):
@@ -163,8 +210,8 @@ class Trainer:
         valid_layout = self.layout_of(valid)
         report_layout = self.layout_of(report)
         if self.executor.state is None:
-            self.executor.initialize(self.train_layout)
-        start = self.executor.sample_loss(self.train_layout, layout_labels)
+            self._initialize()
+        start = self._sample_loss(layout_labels)
         # the fit's start and the last two group ends: an epoch's loss is measured on the parameters
         # the epoch before left, so those may already be the diverged ones
         snapshots = [self._checkpoint_in_memory()]
@@ -180,7 +227,7 @@ class Trainer:
             if not pending:
                 count = self._group_size(grouped, remaining, seconds)
                 started = time.perf_counter()
-                pending = self.executor.train_epochs(self.train_layout, layout_labels, self.epoch, count, self.lr)
+                pending = self._train_group(layout_labels, count)
                 if self.device.type == "cuda":
                     torch.cuda.synchronize()
                 seconds = (time.perf_counter() - started) / count
@@ -234,7 +281,7 @@ class Trainer:
         start is taken as it is)."""
         for saved in reversed(snapshots[1:]):
             self._restore(saved)
-            if not diverged(self.executor.sample_loss(self.train_layout, labels), start, lowest):
+            if not diverged(self._sample_loss(labels), start, lowest):
                 return
         self._restore(snapshots[0])
 

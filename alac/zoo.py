@@ -14,6 +14,7 @@ import argparse
 import json
 import math
 import os
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,6 +38,22 @@ def positive_int(text):
         raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+MEMORY_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12, "kib": 2**10, "mib": 2**20,
+                "gib": 2**30, "tib": 2**40, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
+
+
+def memory_size(text):
+    """Bytes of a size such as 8GB (10^9), 8GiB or 8G (2^30), 512MB or 1000000."""
+    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", text)
+    unit = match and MEMORY_UNITS.get(match.group(2).lower())
+    if not unit:
+        raise argparse.ArgumentTypeError(f"not a memory size (such as 8GB, 512MiB): {text!r}")
+    value = int(float(match.group(1)) * unit)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1 byte, got {text!r}")
     return value
 
 
@@ -95,6 +112,9 @@ def parser_for(parser, module=None):
     parser.add_argument("--host-params", default="", metavar="NAMES",
                         help="params (comma-separated, e.g. w,v) whose rows and optimizer state live in pinned host "
                              "memory, read and updated by the kernels through mapped memory (sync mode)")
+    parser.add_argument("--gpu-memory", type=memory_size, default=None, metavar="SIZE",
+                        help="GPU memory the training data may take (e.g. 8GB); a larger layout is streamed from "
+                             "pinned host memory in blocks (default: a share of the GPU's free memory)")
     parser.add_argument("--flush-every", type=positive_int, default=8, metavar="K",
                         help="async hot segment: chunks between a program's flushes of its hot sums")
     parser.add_argument("--backend", default="triton", choices=["triton", "interpret", "reference"],
@@ -308,6 +328,8 @@ def _plan(args):
                "flush_every": args.flush_every}
     if args.hot_size is not None:
         options["hot_size"] = args.hot_size
+    if args.gpu_memory is not None:
+        options["memory_budget"] = args.gpu_memory
     if args.host_params:
         options["placement"] = tuple((name.strip(), "host") for name in args.host_params.split(",") if name.strip())
     if args.chunk_size:
@@ -385,6 +407,10 @@ def _train_one(args, module, data, log):
         f"{data.train.n_features:,} features; backend {trainer.backend} on {trainer.device}; {plan.describe()}; "
         f"lr {args.lr:g}, {optimizer.describe()}, schedule {trainer.executor.schedule.describe()}"
         + (f"; early stopping ({early_stopping}) on the validation loss" if early_stopping else ""), flush=True)
+    streamed, _ = trainer.prepare(data.train)
+    if hasattr(streamed, "blocks"):
+        say(f"training data streamed from pinned host memory: {len(streamed.blocks)} blocks, "
+            f"{streamed.bytes_per_epoch / 2**30:.2f} GiB per epoch (over the GPU memory budget)", flush=True)
     diverged = None
     try:
         trainer.fit(data.train, data.valid, report=data.test)

@@ -155,14 +155,24 @@ def placement_table(result):
 
 
 def streaming_table(result):
+    def bound(arm):
+        return max(arm.get("copy_bound_ms", 0.0), arm.get("read_bound_ms", 0.0))
+
     rows = [[a["name"], a["source"], a.get("blocks", "-"), f"{a['ms_per_epoch']:.2f}",
-             f"{a['copy_bound_ms']:.2f}" if "copy_bound_ms" in a else "-", f"{a['resident_ms']:.2f}",
-             f"{a['ms_per_epoch'] / max(a.get('copy_bound_ms', 0), a['resident_ms']):.2f}",
+             f"{bound(a):.2f}" if bound(a) else "-", f"{a['resident_ms']:.2f}" if a["resident_ms"] else "-",
+             f"{a['ms_per_epoch'] / max(bound(a), a['resident_ms']):.2f}",
+             f"{a['peak_gpu_bytes'] / 2**30:.2f}" if "peak_gpu_bytes" in a else "-",
              " / ".join(f"{v:.4f}" for v in a["val_logloss"])] for a in result["arms"]]
-    return (table(["arm", "source", "blocks", "ms/epoch", "copy bound ms", "resident ms",
-                   "epoch / max(copy, resident)", "val logloss per epoch"], rows)
+    big = [a for a in result["arms"] if "rows" in a]
+    return (table(["arm", "source", "blocks", "ms/epoch", "bound ms (copy or disk read)", "resident ms",
+                   "epoch / max(bound, resident)", "peak GPU GiB", "val logloss per epoch"], rows)
             + f"\n\nPinned host → device copy: {result['pinned_h2d_gb_per_s']:.1f} GB/s; "
-            f"{result['arms'][0]['bytes_per_edge']:.2f} bytes moved per edge.")
+            + (f"block store read from disk: {result['disk_read_gb_per_s']:.2f} GB/s; "
+               if "disk_read_gb_per_s" in result else "")
+            + f"{result['arms'][0]['bytes_per_edge']:.2f} bytes moved per edge."
+            + "".join(f" {a['name']}: {a['rows']:,} rows, {a['bytes_per_epoch'] / 2**30:.1f} GiB per epoch on a GPU "
+                      f"of {a['gpu_memory_bytes'] / 2**30:.1f} GiB, budget {a['budget_bytes'] / 2**30:.0f} GiB."
+                      for a in big))
 
 
 # (result file, title, what it measures, command, table)

@@ -1,13 +1,18 @@
-"""Streamed training against resident training: blocks from pinned host memory through a copy stream.
+"""Streamed training against resident training: blocks from pinned host memory or from disk.
 
-    PYTHONPATH=. python benchmarks/streaming.py [--rows 4000000] [--budget-gb 1] [--epochs 4] [--out DIR]
+    PYTHONPATH=. python benchmarks/streaming.py [--rows 4000000] [--budget-gb 1] [--epochs 4]
+        [--big-rows 540000000] [--disk-dir DIR] [--out DIR]
 
 The 4M x 39 synthetic set (benchmarks/flow.py's), async LR and FM k = 16 with the flow's async plan:
-resident (the layout on the GPU), streamed with the copy of block i + 1 overlapping the kernels of
-block i, and streamed without overlap (every copy in the kernels' stream). Epoch times are of epochs
-run back to back after a first one; the validation loss per epoch comes from a second run.
-copy_bound_ms is the bytes an epoch moves at the measured pinned host -> device bandwidth.
-Writes results/streaming.json and .md.
+resident (the layout on the GPU), streamed from pinned host memory with the copy of block i + 1
+overlapping the kernels of block i (2, 4 or 8 blocks per budget), the same without overlap (every
+copy in the kernels' stream), and streamed from a block store on disk whose pages are dropped from
+the page cache before every epoch (read at the disk's speed). Epoch times are of epochs run back to
+back after a first one; the validation loss per epoch comes from a second run. copy_bound_ms is the
+bytes an epoch moves at the measured pinned host -> device bandwidth, read_bound_ms at the measured
+read bandwidth of the store's files. The big arm trains async LR on --big-rows rows held as pinned
+blocks (more than the GPU's memory) for 2 epochs. Writes results/streaming.json and .md and a
+timeline of copies and kernels per block (streaming_timeline.png).
 """
 
 from __future__ import annotations
@@ -15,6 +20,8 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import tempfile
+import time
 from pathlib import Path
 
 import torch
@@ -34,6 +41,27 @@ def pinned_gb_per_s(megabytes=256):
     return source.numel() * 4 / milliseconds / 1e6
 
 
+def drop_from_page_cache(folder):
+    """Evict a store's files from the page cache, so that the next read comes from the disk."""
+    os.sync()
+    for path in Path(folder).glob("block-*.bin"):
+        with open(path, "rb") as handle:
+            os.posix_fadvise(handle.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+
+
+def disk_read_gb_per_s(store):
+    """The store's files read through its reader threads, from the disk: bytes per second."""
+    for _, _, release in store.read([0]):
+        release(None)  # the ring's pinned buffers and threads are made off the clock
+    drop_from_page_cache(store.folder)
+    started = time.perf_counter()
+    total = 0
+    for _, buffer, release in store.read(range(len(store.blocks))):
+        total += buffer.numel()
+        release(None)
+    return total / (time.perf_counter() - started) / 1e9
+
+
 def _back_to_back(epoch, epochs):
     """Seconds per epoch of epochs 1 .. epochs run back to back after epoch 0 (each epoch's copies
     counted, the next epoch's first block included), as a fit without validation runs them."""
@@ -51,8 +79,24 @@ def _losses(epoch, executor, trainer, valid_layout, valid, epochs):
     return losses
 
 
-def run_model(k, train, valid, args, bandwidth):
+def _arm(name, source, streamed, executor, epoch, args, trainer, valid_layout, valid, bandwidth):
+    """Time and validation losses of a streamed arm; epoch(e) trains epoch e."""
+    epoch(0)  # compiles the kernels and makes the parameters off the clock
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    base_bytes = torch.cuda.memory_allocated()
+    seconds = _back_to_back(epoch, args.epochs)
+    peak = torch.cuda.max_memory_allocated()
+    losses = _losses(epoch, executor, trainer, valid_layout, valid, args.epochs)
+    return {"name": name, "source": source, "blocks": len(streamed.blocks), "bytes_per_epoch": streamed.bytes_per_epoch,
+            "bytes_per_edge": streamed.bytes_per_epoch / streamed.host.stats.nnz, "ms_per_epoch": 1000 * seconds,
+            "copy_bound_ms": 1000 * streamed.bytes_per_epoch / (bandwidth * 1e9), "val_logloss": losses,
+            "peak_gpu_bytes": peak, "peak_gpu_bytes_above_start": peak - base_bytes}
+
+
+def run_model(k, train, valid, args, bandwidth, disk):
     from alac.plan import Plan
+    from alac.runtime.block_store import DiskBlocks
     from alac.runtime.executor import Executor
     from alac.runtime.planner import hot_size_for_data
     from alac.runtime.streams import StreamedLayout
@@ -66,29 +110,37 @@ def run_model(k, train, valid, args, bandwidth):
     trainer = Trainer(_model(k), lr=lr, plan=plan, backend="triton", device="cuda", seed=args.seed)
     layout, labels = trainer.prepare(train)
     valid_layout = trainer.layout_of(valid)
+    budget = int(args.budget_gb * 2**30)
     results = []
+
+    def model_labels(block):
+        return trainer.labels.model_labels(block.labels)
+
     for overlap, depth in ((True, 2), (True, 4), (True, 8), (False, 4)):
-        streamed = StreamedLayout(layout, plan.chunks_per_batch, int(args.budget_gb * 2**30), "cuda", overlap, depth)
+        streamed = StreamedLayout.from_layout(layout, plan.chunks_per_batch, budget, "cuda", overlap, depth)
         executor = Executor(_model(k), plan, backend="triton", device="cuda", seed=args.seed)
 
         def epoch(e, streamed=streamed, executor=executor):
-            return executor.train_streamed_epoch(streamed, lambda block: trainer.labels.model_labels(block.labels),
-                                                 e, lr)
+            return executor.train_streamed_epoch(streamed, model_labels, e, lr)
 
-        epoch(0)  # compiles the kernels and makes the parameters off the clock
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
-        base_bytes = torch.cuda.memory_allocated()
-        seconds = _back_to_back(epoch, args.epochs)
-        losses = _losses(epoch, executor, trainer, valid_layout, valid, args.epochs)
-        results.append({"name": f"{name}_streamed_{depth}_per_budget" + ("" if overlap else "_no_overlap"),
-                        "source": "host_pinned",
-                        "blocks": len(streamed.blocks), "bytes_per_epoch": streamed.bytes_per_epoch,
-                        "bytes_per_edge": streamed.bytes_per_epoch / train.nnz,
-                        "ms_per_epoch": 1000 * seconds,
-                        "copy_bound_ms": 1000 * streamed.bytes_per_epoch / (bandwidth * 1e9),
-                        "val_logloss": losses,
-                        "peak_gpu_bytes_above_start": torch.cuda.max_memory_allocated() - base_bytes})
+        results.append(_arm(f"{name}_streamed_{depth}_per_budget" + ("" if overlap else "_no_overlap"),
+                            "host_pinned", streamed, executor, epoch, args, trainer, valid_layout, valid, bandwidth))
+    store = DiskBlocks(disk["folder"], pin=True)
+    streamed = StreamedLayout(store, "cuda")
+    executor = Executor(_model(k), plan, backend="triton", device="cuda", seed=args.seed)
+
+    def from_disk(e):
+        drop_from_page_cache(store.folder)
+        return executor.train_streamed_epoch(streamed, model_labels, e, lr)
+
+    arm = _arm(f"{name}_streamed_from_disk", "disk", streamed, executor, from_disk, args, trainer, valid_layout, valid,
+               bandwidth)
+    arm.update(disk_read_gb_per_s=disk["read_gb_per_s"],
+               read_bound_ms=1000 * streamed.bytes_per_epoch / (disk["read_gb_per_s"] * 1e9))
+    results.append(arm)
+    streamed.close()
+    if not k:
+        results[-1]["timeline"] = timeline(layout, plan, budget, lr, model_labels, args)
     trainer.executor.state = None
     executor = trainer.executor
 
@@ -105,6 +157,76 @@ def run_model(k, train, valid, args, bandwidth):
     return results
 
 
+def timeline(layout, plan, budget, lr, model_labels, args):
+    """One streamed LR epoch's copies and kernels per block (ms from the epoch's start), drawn to
+    streaming_timeline.png."""
+    from alac.runtime.executor import Executor
+    from alac.runtime.streams import StreamedLayout
+
+    streamed = StreamedLayout.from_layout(layout, plan.chunks_per_batch, budget, "cuda")
+    executor = Executor(_model(0), plan, backend="triton", device="cuda", seed=args.seed)
+    executor.train_streamed_epoch(streamed, model_labels, 0, lr)
+    streamed.copy_events = []
+    origin = torch.cuda.Event(enable_timing=True)
+    origin.record()
+    kernels = []
+    executor.train_streamed_epoch(streamed, model_labels, 1, lr, kernel_events=kernels)
+    torch.cuda.synchronize()
+    spans = {kind: [(i, origin.elapsed_time(a), origin.elapsed_time(b)) for i, a, b in events]
+             for kind, events in (("copy", streamed.copy_events), ("compute", kernels))}
+    out = Path(args.out or Path(__file__).parent / "results")
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    figure, axes = plt.subplots(figsize=(9, 2.2))
+    for row, (kind, color) in enumerate((("copy", "tab:blue"), ("compute", "tab:orange"))):
+        for index, start, end in spans[kind]:
+            axes.broken_barh([(start, end - start)], (row - 0.4, 0.8), color=color, edgecolor="white")
+            axes.text((start + end) / 2, row, str(index), ha="center", va="center", fontsize=7)
+    axes.set_yticks([0, 1], ["copy stream", "kernels"])
+    axes.set_xlabel("ms from the epoch's start (block index in the bars)")
+    figure.tight_layout()
+    out.mkdir(parents=True, exist_ok=True)
+    figure.savefig(out / "streaming_timeline.png", dpi=120)
+    return spans
+
+
+def big_run(args, bandwidth):
+    """Async LR on more rows than the GPU holds, as pinned blocks made piece by piece: 2 epochs."""
+    from alac.data.synthetic import criteo_like
+    from alac.plan import Plan
+    from alac.runtime.block_store import pinned_blocks, synthetic_pieces
+    from alac.runtime.layout import LayoutOptions
+    from alac.runtime.planner import hot_size_for_data
+    from alac.train import Trainer
+
+    budget = int(args.big_budget_gb * 2**30)
+    sample = criteo_like(4_000_000, seed=args.seed, device="cuda")
+    base = Plan(semantics="async", batch_size=1024, chunk_size=32)
+    plan = Plan(semantics="async", batch_size=1024, chunk_size=32, hot_size=hot_size_for_data(sample, base, "cuda", 0))
+    del sample
+    started = time.perf_counter()
+    source = pinned_blocks(synthetic_pieces(args.big_rows, 1 << 24, seed=args.seed, device="cuda"),
+                           LayoutOptions(chunk_size=32), plan.chunks_per_batch, budget // 4, "cuda",
+                           progress=lambda done, rows: print(f"  made {done:,} of {rows:,} rows", flush=True)
+                           if done % (1 << 27) < (1 << 23) else None)
+    build_seconds = time.perf_counter() - started
+    valid = criteo_like(args.valid_rows, seed=args.seed, device="cuda", first_row=args.big_rows)
+    trainer = Trainer(_model(0), lr=args.lr, epochs=2, plan=plan, backend="triton", device="cuda", seed=args.seed)
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    history = trainer.fit(source, valid)
+    streamed = trainer.train_layout
+    return {"name": "lr_larger_than_gpu", "source": "host_pinned", "rows": args.big_rows,
+            "blocks": len(streamed.blocks), "bytes_per_epoch": streamed.bytes_per_epoch,
+            "bytes_per_edge": streamed.bytes_per_epoch / source.meta.stats.nnz,
+            "gpu_memory_bytes": torch.cuda.get_device_properties(0).total_memory, "budget_bytes": budget,
+            "ms_per_epoch": 1000 * history[-1]["seconds"], "epoch_ms": [1000 * r["seconds"] for r in history],
+            "copy_bound_ms": 1000 * streamed.bytes_per_epoch / (bandwidth * 1e9), "resident_ms": 0.0,
+            "val_logloss": [r["valid_logloss"] for r in history],
+            "peak_gpu_bytes": torch.cuda.max_memory_allocated(), "build_seconds": build_seconds}
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rows", type=int, default=4_000_000)
@@ -114,18 +236,40 @@ def main():
     parser.add_argument("--lr", type=float, default=2.0)
     parser.add_argument("--fm-lr", type=float, default=0.5)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--big-rows", type=int, default=540_000_000, help="0: no larger-than-GPU run")
+    parser.add_argument("--big-budget-gb", type=float, default=4.0)
+    parser.add_argument("--disk-dir", default=None, help="where the block store is written (a temporary folder)")
     parser.add_argument("--out", default=os.environ.get("OUT"))
     args = parser.parse_args()
+    from alac.runtime.block_store import synthetic_pieces, write_block_store
+    from alac.runtime.layout import LayoutOptions
+
     bandwidth = pinned_gb_per_s()
     train, valid = synthetic_train_valid(args.rows, args.valid_rows, "cuda", args.seed)
-    arms = [arm for k in (0, 16) for arm in run_model(k, train, valid, args, bandwidth)]
+    with tempfile.TemporaryDirectory(dir=args.disk_dir) as folder:
+        store = write_block_store(Path(folder) / "store", synthetic_pieces(args.rows, seed=args.seed, device="cuda"),
+                                  LayoutOptions(chunk_size=32), 1024 // 32, int(args.budget_gb * 2**30) // 4, "cuda")
+        disk = {"folder": store.folder, "read_gb_per_s": disk_read_gb_per_s(store)}
+        store.close()
+        arms = [arm for k in (0, 16) for arm in run_model(k, train, valid, args, bandwidth, disk)]
+    del train, valid
+    torch.cuda.empty_cache()
     env = environment()
-    payload = {"environment": env, "device": env["device"], "pinned_h2d_gb_per_s": bandwidth, "rows": args.rows,
-               "budget_gb": args.budget_gb, "arms": arms}
+    payload = {"environment": env, "device": env["device"], "pinned_h2d_gb_per_s": bandwidth,
+               "disk_read_gb_per_s": disk["read_gb_per_s"], "rows": args.rows, "budget_gb": args.budget_gb,
+               "arms": arms}
+    report(payload, args)
+    if args.big_rows:
+        arms.append(big_run(args, bandwidth))
+        report(payload, args)
+
+
+def report(payload, args):
+    env = payload["environment"]
     markdown = (f"Streamed against resident training ({env['device']}, {env['date']}; `PYTHONPATH=. python "
                 f"benchmarks/streaming.py`): {args.rows:,} x 39 synthetic rows, async plans, budget "
                 f"{args.budget_gb:g} GB.\n\n" + streaming_table(payload))
-    print(markdown)
+    print(markdown, flush=True)
     write("streaming", payload, markdown, args.out)
 
 

@@ -283,3 +283,12 @@ def test_params_in_host_memory_train_and_predict(tmp_path):
     assert host.plan.host_params == ("w",) and device.plan.host_params == ()
     torch.testing.assert_close(host.executor.state.params["w"].cpu(), device.executor.state.params["w"].cpu(),
                                rtol=1e-5, atol=1e-6)
+
+
+def test_train_streams_data_over_its_gpu_memory_budget():
+    result = _run_alac("train", "--model", "lr", "--synthetic", "4000", "--backend", "reference", "--epochs", "2",
+                       "--optimizer", "adagrad", "--gpu-memory", "40KB")
+    assert result.returncode == 0, result.stderr
+    assert re.search(r"training data streamed from pinned host memory: \d+ blocks", result.stdout), result.stdout
+    bad = _run_alac("train", "--model", "lr", "--gpu-memory", "8XB")
+    assert bad.returncode == 2 and "not a memory size (such as 8GB, 512MiB): '8XB'" in bad.stderr

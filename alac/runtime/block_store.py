@@ -32,7 +32,7 @@ import xxhash
 
 from alac.data.dataset import DataSource
 from alac.errors import DataError, OptionError
-from alac.runtime.blocks import PACKED_ARRAYS, Block, pack_into, packed_bytes
+from alac.runtime.blocks import PACKED_ARRAYS, Block, PinnedBlocks, pack_into, packed_bytes
 from alac.runtime.layout import (
     BigraphLayout,
     LayoutOptions,
@@ -114,14 +114,10 @@ def _groups(pieces, n_features, rows_per_block, device):
         yield _concatenate(held)
 
 
-def write_block_store(folder, pieces, options=None, chunks_per_batch=1, block_bytes=256 << 20,
-                      device=None, fields=False, progress=None):
-    """Lay the data out into blocks of whole batches of about block_bytes each, in `folder`.
-
-    pieces: a function returning an iterable of SparseDataset pieces in row order (called twice).
-    progress(rows_done, rows) is called after every block. Returns the opened DiskBlocks.
-    """
-    device = torch.device(device) if device is not None else default_device()
+def build_blocks(pieces, options, chunks_per_batch, block_bytes, device, fields, progress, emit):
+    """The two passes: count, then lay out groups of whole batches of about block_bytes each and hand
+    each packed block to emit(index, block, layout of the group, its local Block); returns the meta
+    dict (sizes, statistics, the blocks) and the per-feature arrays."""
     options = options if options is not None else LayoutOptions()
     if block_bytes <= 0:
         raise OptionError(f"a block budget must be positive, got {block_bytes} bytes")
@@ -137,42 +133,56 @@ def write_block_store(folder, pieces, options=None, chunks_per_batch=1, block_by
     batch_rows = C * chunks_per_batch
     rows_per_block = max(1, int(block_bytes / row_bytes) // batch_rows) * batch_rows
     base_options = dataclasses.replace(options, hot_size=0)
+    entries, first_row, first_chunk, first_edge, width_sum, lengths = [], 0, 0, 0, 0, set()
+    for index, group in enumerate(_groups(pieces, frequency.numel(), rows_per_block, device)):
+        layout = build_layout(group, base_options, device, feature_order=new_to_old)
+        layout.row_of_slot[layout.row_of_slot >= 0] += first_row
+        local = Block(0, layout.n_chunks, 0, int(layout.chunk_start[-1]), group.n_rows)
+        block = Block(first_chunk, first_chunk + local.chunks, first_edge, first_edge + local.edges, group.n_rows)
+        entries.append({**dataclasses.asdict(block), **emit(index, layout, local, optional)})
+        first_row, first_chunk, first_edge = first_row + group.n_rows, block.end_chunk, block.end_edge
+        width_sum += int(layout.chunk_width.long().sum())
+        lengths.add(layout.fixed_width)
+        if progress is not None:
+            progress(first_row, n_rows)
+    fixed_width = widest if lengths == {widest} else None
+    stats = LayoutStats(
+        rows=n_rows, nnz=nnz, mean_nnz=nnz / n_rows, max_nnz=widest, n_features=frequency.numel(),
+        features_seen=int((frequency > 0).sum()), top_share=top_share(frequency, nnz),
+        padding_overhead=(first_edge - nnz) / nnz if nnz else 0.0, chunks=first_chunk, chunk_size=C,
+        fixed_width=fixed_width, hot_size=0, hot_edge_share=0.0,
+        build_seconds=time.perf_counter() - started, device=str(device))
+    meta = {"version": STORE_VERSION, "options": dataclasses.asdict(base_options), "n_rows": n_rows,
+            "n_features": frequency.numel(), "n_fields": n_fields, "fixed_width": fixed_width,
+            "tile_width": math.ceil(width_sum / first_chunk), "optional": sorted(optional),
+            "value_scale": value_sum / nnz if value_sum is not None and nnz else 1.0,
+            "stats": dataclasses.asdict(stats), "blocks": entries}
+    return meta, dict(zip(FEATURE_ARRAYS, (new_to_old.cpu(), old_to_new.cpu(), sorted_frequency.cpu())))
 
+
+def write_block_store(folder, pieces, options=None, chunks_per_batch=1, block_bytes=256 << 20,
+                      device=None, fields=False, progress=None):
+    """Lay the data out into blocks of whole batches of about block_bytes each, in `folder`.
+
+    pieces: a function returning an iterable of SparseDataset pieces in row order (called twice).
+    progress(rows_done, rows) is called after every block. Returns the opened DiskBlocks.
+    """
+    device = torch.device(device) if device is not None else default_device()
     folder = Path(folder)
     folder.parent.mkdir(parents=True, exist_ok=True)
     temporary = folder.parent / f".{folder.name}.{uuid.uuid4().hex}.tmp"
     temporary.mkdir()
+
+    def write(index, layout, local, optional):
+        buffer = torch.zeros(packed_bytes(local, layout.chunk_size, optional), dtype=torch.uint8)
+        pack_into(buffer, layout, local, optional)
+        _block_file(temporary, index).write_bytes(buffer.numpy().tobytes())
+        return {"bytes": buffer.numel(), "xxh3": xxhash.xxh3_64_hexdigest(buffer.numpy())}
+
     try:
-        entries, first_row, first_chunk, first_edge, width_sum, lengths = [], 0, 0, 0, 0, set()
-        for index, group in enumerate(_groups(pieces, frequency.numel(), rows_per_block, device)):
-            layout = build_layout(group, base_options, device, feature_order=new_to_old)
-            layout.row_of_slot[layout.row_of_slot >= 0] += first_row
-            local = Block(0, layout.n_chunks, 0, int(layout.chunk_start[-1]), group.n_rows)
-            buffer = torch.empty(packed_bytes(local, C, optional), dtype=torch.uint8)
-            pack_into(buffer, layout, local, optional)
-            _block_file(temporary, index).write_bytes(buffer.numpy().tobytes())
-            block = Block(first_chunk, first_chunk + local.chunks, first_edge, first_edge + local.edges, group.n_rows)
-            entries.append({**dataclasses.asdict(block), "bytes": buffer.numel(),
-                            "xxh3": xxhash.xxh3_64_hexdigest(buffer.numpy())})
-            first_row, first_chunk, first_edge = first_row + group.n_rows, block.end_chunk, block.end_edge
-            width_sum += int(layout.chunk_width.long().sum())
-            lengths.add(layout.fixed_width)
-            if progress is not None:
-                progress(first_row, n_rows)
-        fixed_width = widest if lengths == {widest} else None
-        stats = LayoutStats(
-            rows=n_rows, nnz=nnz, mean_nnz=nnz / n_rows, max_nnz=widest, n_features=frequency.numel(),
-            features_seen=int((frequency > 0).sum()), top_share=top_share(frequency, nnz),
-            padding_overhead=(first_edge - nnz) / nnz if nnz else 0.0, chunks=first_chunk, chunk_size=C,
-            fixed_width=fixed_width, hot_size=0, hot_edge_share=0.0,
-            build_seconds=time.perf_counter() - started, device=str(device))
-        meta = {"version": STORE_VERSION, "options": dataclasses.asdict(base_options), "n_rows": n_rows,
-                "n_features": frequency.numel(), "n_fields": n_fields, "fixed_width": fixed_width,
-                "tile_width": math.ceil(width_sum / first_chunk), "optional": sorted(optional),
-                "value_scale": value_sum / nnz if value_sum is not None and nnz else 1.0,
-                "stats": dataclasses.asdict(stats), "blocks": entries}
-        for name, array in zip(FEATURE_ARRAYS, (new_to_old, old_to_new, sorted_frequency)):
-            np.save(temporary / f"{name}.npy", array.cpu().numpy())
+        meta, features = build_blocks(pieces, options, chunks_per_batch, block_bytes, device, fields, progress, write)
+        for name, array in features.items():
+            np.save(temporary / f"{name}.npy", array.numpy())
         # meta.json last: a store is whole when it has one
         (temporary / META_FILE).write_text(json.dumps(meta))
         if folder.exists():
@@ -181,6 +191,44 @@ def write_block_store(folder, pieces, options=None, chunks_per_batch=1, block_by
     finally:
         shutil.rmtree(temporary, ignore_errors=True)
     return DiskBlocks(folder, pin=device.type == "cuda")
+
+
+def pinned_blocks(pieces, options=None, chunks_per_batch=1, block_bytes=256 << 20, device=None, fields=False,
+                  progress=None):
+    """The same blocks held in (pinned) host memory instead of on disk: data larger than the GPU
+    that fits the host, made without ever holding the whole layout anywhere."""
+    device = torch.device(device) if device is not None else default_device()
+    buffers = []
+
+    def keep(index, layout, local, optional):
+        buffer = torch.zeros(packed_bytes(local, layout.chunk_size, optional), dtype=torch.uint8,
+                             pin_memory=device.type == "cuda")
+        pack_into(buffer, layout, local, optional)
+        buffers.append(buffer)
+        return {"bytes": buffer.numel()}
+
+    meta, features = build_blocks(pieces, options, chunks_per_batch, block_bytes, device, fields, progress, keep)
+    return PinnedBlocks(_meta_layout(meta, features), _blocks_of(meta), buffers, frozenset(meta["optional"]),
+                        float(meta["value_scale"]))
+
+
+def _blocks_of(meta):
+    return tuple(Block(**{k: entry[k] for k in ("first_chunk", "end_chunk", "first_edge", "end_edge", "rows")})
+                 for entry in meta["blocks"])
+
+
+def _meta_layout(meta, features):
+    """The meta layout (alac.runtime.blocks.meta_layout) of a store's meta dict and feature arrays."""
+    optional = meta["optional"]
+    stats = dict(meta["stats"], top_share=tuple(tuple(p) for p in meta["stats"]["top_share"]))
+    empty32, empty64 = torch.empty(0, dtype=torch.int32), torch.empty(0, dtype=torch.int64)
+    return BigraphLayout(
+        options=LayoutOptions(**meta["options"]), n_rows=meta["n_rows"], n_features=meta["n_features"],
+        n_fields=meta["n_fields"], fixed_width=meta["fixed_width"], row_of_slot=empty64, labels=torch.empty(0),
+        row_nnz=empty32, chunk_start=torch.zeros(1, dtype=torch.int64), chunk_width=empty32,
+        edge_feature=empty32, edge_value=torch.empty(0) if "edge_value" in optional else None,
+        edge_field=empty32.clone() if "edge_field" in optional else None, hot_edges=None, cold_edges=None,
+        stats=LayoutStats(**stats), tile_width=meta["tile_width"], **features)
 
 
 def synthetic_pieces(n_rows, rows_per_piece=1 << 22, **criteo_like_options):
@@ -213,22 +261,11 @@ class DiskBlocks:
                 raise DataError(f"a block store of version {meta.get('version')}, this alac reads "
                                 f"version {STORE_VERSION}: write it again", path=meta_path)
             features = {name: torch.from_numpy(np.load(self.folder / f"{name}.npy")) for name in FEATURE_ARRAYS}
-            options = LayoutOptions(**meta["options"])
-            stats = dict(meta["stats"], top_share=tuple(tuple(p) for p in meta["stats"]["top_share"]))
-            self.blocks = tuple(Block(**{k: entry[k] for k in ("first_chunk", "end_chunk", "first_edge",
-                                                                "end_edge", "rows")}) for entry in meta["blocks"])
+            self.meta = _meta_layout(meta, features)
+            self.blocks = _blocks_of(meta)
             self._entries = meta["blocks"]
             self.optional = frozenset(meta["optional"])
             self.value_scale = float(meta["value_scale"])
-            empty32, empty64 = torch.empty(0, dtype=torch.int32), torch.empty(0, dtype=torch.int64)
-            self.meta = BigraphLayout(
-                options=options, n_rows=meta["n_rows"], n_features=meta["n_features"], n_fields=meta["n_fields"],
-                fixed_width=meta["fixed_width"], row_of_slot=empty64, labels=torch.empty(0), row_nnz=empty32,
-                chunk_start=torch.zeros(1, dtype=torch.int64), chunk_width=empty32, edge_feature=empty32,
-                edge_value=torch.empty(0) if "edge_value" in self.optional else None,
-                edge_field=empty32.clone() if "edge_field" in self.optional else None,
-                hot_edges=None, cold_edges=None, stats=LayoutStats(**stats), tile_width=meta["tile_width"],
-                **features)
         except FileNotFoundError as error:
             raise DataError(f"not a block store (no {Path(error.filename).name})", path=self.folder) from None
         except (ValueError, KeyError, TypeError) as error:

@@ -132,24 +132,29 @@ def meta_layout(layout):
 
 
 class PinnedBlocks:
-    """A layout's blocks packed in host memory, pinned where there is a GPU (copies from pinned
-    memory run asynchronously at the bus's full speed)."""
+    """Blocks packed in host memory, pinned where there is a GPU (copies from pinned memory run
+    asynchronously at the bus's full speed)."""
 
-    def __init__(self, layout, chunks_per_batch, block_bytes, pin, fields=False):
+    def __init__(self, meta, blocks, buffers, optional, value_scale):
+        self.meta, self.blocks, self.buffers = meta, tuple(blocks), list(buffers)
+        self.optional, self.value_scale = frozenset(optional), value_scale
+
+    @classmethod
+    def of_layout(cls, layout, chunks_per_batch, block_bytes, pin, fields=False):
+        """A layout's blocks of whole batches, block_bytes at most each (at least one batch)."""
         if block_bytes <= 0:
             raise OptionError(f"a block budget must be positive, got {block_bytes} bytes")
-        self.optional = optional_arrays(layout, fields)
-        self.meta = meta_layout(layout)
+        optional = optional_arrays(layout, fields)
+        meta = meta_layout(layout)
         if not fields:
-            self.meta = dataclasses.replace(self.meta, edge_field=None)
-        self.value_scale = layout.value_scale()
-        self.blocks = plan_blocks(layout, chunks_per_batch, block_bytes, self.optional)
-        self.buffers = []
-        for block in self.blocks:
-            buffer = torch.empty(packed_bytes(block, layout.chunk_size, self.optional), dtype=torch.uint8,
-                                 pin_memory=pin)
-            pack_into(buffer, layout, block, self.optional)
-            self.buffers.append(buffer)
+            meta = dataclasses.replace(meta, edge_field=None)
+        blocks = plan_blocks(layout, chunks_per_batch, block_bytes, optional)
+        buffers = []
+        for block in blocks:
+            buffer = torch.zeros(packed_bytes(block, layout.chunk_size, optional), dtype=torch.uint8, pin_memory=pin)
+            pack_into(buffer, layout, block, optional)
+            buffers.append(buffer)
+        return cls(meta, blocks, buffers, optional, layout.value_scale())
 
     def read(self, order):
         """(index, host buffer, release) of the blocks in order; the buffers stay (nothing to release)."""

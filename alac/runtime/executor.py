@@ -182,14 +182,20 @@ class Executor:
             losses[index] = self.loss_sum[0]
         return (losses.double() / max(layout.n_rows, 1)).tolist()
 
-    def train_streamed_epoch(self, streamed, labels_of, epoch, lr):
+    def train_streamed_epoch(self, streamed, labels_of, epoch, lr, kernel_events=None):
         """One epoch over a StreamedLayout (alac.runtime.streams), block after block; labels_of(block)
-        gives a block's labels as the model reads them. Returns the mean training loss."""
+        gives a block's labels as the model reads them. Returns the mean training loss.
+        kernel_events: a list to collect (block index, started, done) CUDA events in (timelines)."""
         if self.state is None:
             self.initialize(streamed.host, streamed.value_scale)
         total = torch.zeros(1, device=self.device)
-        for _, block, order in streamed.blocks_on_device(epoch, self.seed):
+        for index, block, order in streamed.blocks_on_device(epoch, self.seed):
+            if kernel_events is not None:
+                kernel_events.append((index, *(torch.cuda.Event(enable_timing=True) for _ in range(2))))
+                kernel_events[-1][1].record()
             self._queue_epoch(block, labels_of(block), epoch, lr, order)
+            if kernel_events is not None:
+                kernel_events[-1][2].record()
             total += self.loss_sum
         return float(total) / max(streamed.n_rows, 1)
 

@@ -204,3 +204,29 @@ def autotune(candidates, run_epoch, cache_key=None):
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps({"plan": dataclasses.asdict(best), "timings": timings}))
     return best, timings
+
+
+# Of the GPU's free memory, the share a resident layout may take when no budget is given: the rest is
+# left to parameters, optimizer state, the validation layout and the build's temporaries.
+RESIDENT_SHARE = 0.6
+
+
+def layout_bytes(dataset, chunk_size):
+    """Device bytes of the data set's layout before it is built: its edges (ids, values where there
+    are any), padded as the mean of ELL padding allows, and 16 bytes per row slot."""
+    from alac.runtime.block_store import PADDING_MARGIN
+
+    edge_bytes = 4 + (4 if dataset.values is not None else 0)
+    padding = 1.0 if bool((dataset.row_lengths() == dataset.row_lengths()[:1]).all()) else PADDING_MARGIN
+    return int(dataset.nnz * edge_bytes * padding) + 16 * chunk_size * -(-dataset.n_rows // chunk_size)
+
+
+def streaming_budget(dataset, plan, device):
+    """The device bytes for streamed blocks when the layout does not fit Plan.memory_budget (without
+    one: a share of the GPU's free memory, and on the CPU never); None when it stays resident."""
+    if plan.memory_budget is None and torch.device(device).type != "cuda":
+        return None
+    from alac.runtime.memory import available_bytes
+
+    budget = plan.memory_budget or int(RESIDENT_SHARE * available_bytes(device))
+    return budget if layout_bytes(dataset, plan.chunk_size) > budget else None

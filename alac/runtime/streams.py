@@ -3,10 +3,11 @@
 Blocks come from a source: `PinnedBlocks` (a layout in pinned host memory) or `DiskBlocks` (a block
 store on disk, read ahead by threads into a ring of pinned buffers). Each block is one copy to the
 device and is trained by the same generated kernels as a layout of its own. An epoch visits the
-blocks in a reshuffled order and each block's chunks in a reshuffled order of their own: the
-resident epoch whose chunk order is those orders concatenated (`StreamedLayout.epoch_order`) trains
-the same batches, so sync streamed training equals resident training with that order. It is not the
-resident default order (one permutation of all chunks): a batch only mixes chunks of one block.
+blocks in a reshuffled order (the last, which may end in a partial batch, stays last) and each
+block's chunks in a reshuffled order of their own: the resident epoch whose chunk order is those
+orders concatenated (`StreamedLayout.epoch_order`) trains the same batches, so sync streamed training
+equals resident training with that order. It is not the resident default order (one permutation of
+all chunks): a batch only mixes chunks of one block.
 
 On a GPU the copies run on a copy stream: block i + 1 is copied while the kernels train block i
 (events order the two), and the next epoch's first block while they train the last.
@@ -43,6 +44,17 @@ class StreamedLayout:
         self.bytes_per_epoch = sum(packed_bytes(block, self.chunk_size, source.optional) for block in self.blocks)
         self._copy_stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" and overlap else None
         self._prefetched = None    # ((epoch, seed), reader, (index, layout, copy done)) of the next epoch
+        # a list to collect (block index, copy started, copy done) CUDA events in (timelines), or None
+        self.copy_events = None
+        self._first = None
+
+    def first_block(self):
+        """Block 0 on the device, kept (what the divergence guard samples and labels are fit on)."""
+        if self._first is None:
+            reader = self.source.read([0])
+            self._first = self._to_device(*next(reader))
+            reader.close()
+        return self._first
 
     @classmethod
     def from_layout(cls, layout, chunks_per_batch, budget_bytes, device, overlap=True,
@@ -53,11 +65,14 @@ class StreamedLayout:
         if budget_bytes <= 0:
             raise OptionError(f"a streaming budget must be positive, got {budget_bytes} bytes")
         pin = torch.device(device).type == "cuda"
-        source = PinnedBlocks(layout, chunks_per_batch, budget_bytes // blocks_in_budget, pin, fields)
+        source = PinnedBlocks.of_layout(layout, chunks_per_batch, budget_bytes // blocks_in_budget, pin, fields)
         return cls(source, device, overlap)
 
     def block_order(self, epoch, seed):
-        return chunk_order(len(self.blocks), seed, epoch, torch.device("cpu")).tolist()
+        """The blocks' visiting order of an epoch: the layout's last block (the one that may end in a
+        partial batch) stays last, so that the resident order of epoch_order makes the same batches."""
+        last = len(self.blocks) - 1
+        return (chunk_order(last, seed, epoch, torch.device("cpu")).tolist() if last else []) + [last]
 
     def chunk_order_in(self, index, epoch, seed):
         """The chunk order inside block index (block-local ids), its own permutation per epoch."""
@@ -103,9 +118,14 @@ class StreamedLayout:
             with torch.cuda.stream(self._copy_stream):
                 # the copy may overwrite memory the kernels of an earlier block still read
                 self._copy_stream.wait_stream(compute)
+                started = torch.cuda.Event(enable_timing=True) if self.copy_events is not None else None
+                if started is not None:
+                    started.record()
                 layout = self._to_device(index, buffer, release)
-                done = torch.cuda.Event()
+                done = torch.cuda.Event(enable_timing=started is not None)
                 done.record(self._copy_stream)
+            if started is not None:
+                self.copy_events.append((index, started, done))
             return index, layout, done
 
         # the first block was copied during the last epoch's last block when that epoch came before

@@ -15,6 +15,7 @@ from alac.runtime.block_store import (
     DiskBlocks,
     cached_block_store,
     file_pieces,
+    pinned_blocks,
     synthetic_pieces,
     write_block_store,
 )
@@ -145,3 +146,16 @@ def test_a_corrupted_block_is_a_clear_error_when_read_and_the_cached_store_is_re
 def test_a_folder_that_is_no_block_store_is_a_clear_error(tmp_path):
     with pytest.raises(DataError, match=r"store: not a block store \(no meta.json\)$"):
         DiskBlocks(tmp_path / "store")
+
+
+def test_blocks_made_in_host_memory_are_the_blocks_written_to_disk(tmp_path):
+    pieces = file_pieces(_file(tmp_path), block_bytes=600)
+    store = write_block_store(tmp_path / "store", pieces, OPTIONS, 2, block_bytes=2000, device="cpu")
+    held = pinned_blocks(pieces, OPTIONS, 2, block_bytes=2000, device="cpu")
+    assert held.blocks == store.blocks and held.optional == store.optional
+    for (_, on_disk, release), (_, in_memory, _) in zip(store.read(range(len(store.blocks))),
+                                                        held.read(range(len(held.blocks)))):
+        assert torch.equal(on_disk, in_memory)
+        release(None)
+    for name in ("new_to_old", "frequency"):
+        assert torch.equal(getattr(held.meta, name), getattr(store.meta, name))

@@ -72,6 +72,7 @@ def test_streamed_epochs_reshuffle_blocks_and_chunks():
     orders = [streamed.epoch_order(epoch, 0) for epoch in range(3)]
     assert not torch.equal(orders[0], orders[1]) and not torch.equal(orders[1], orders[2])
     assert streamed.block_order(0, 0) != streamed.block_order(1, 0)
+    assert all(streamed.block_order(epoch, 0)[-1] == len(streamed.blocks) - 1 for epoch in range(3))
     # a batch mixes chunks of one block only: every pair of order positions 2i, 2i + 1 shares a block
     starts = [block.first_chunk for block in streamed.blocks]
     block_of = torch.bucketize(orders[0], torch.tensor(starts), right=True)
