@@ -82,6 +82,8 @@ class Trainer:
         self.feature_order = None      # new_to_old of the training layout: the model's feature space
         self.unseen_entries = 0
         self.stopped_because = None
+        # streamed epochs: block_progress(epoch, blocks queued, blocks) as each block is queued
+        self.block_progress = None
 
     @property
     def backend(self):
@@ -176,8 +178,12 @@ class Trainer:
     def _train_group(self, labels, count):
         """count epochs from self.epoch: their mean training losses."""
         if isinstance(self.train_layout, StreamedLayout):
-            return [self.executor.train_streamed_epoch(self.train_layout, self._block_labels, self.epoch + i, self.lr)
-                    for i in range(count)]
+            def progress(epoch):
+                if self.block_progress is not None:
+                    return lambda queued, blocks: self.block_progress(epoch, queued, blocks)
+
+            return [self.executor.train_streamed_epoch(self.train_layout, self._block_labels, self.epoch + i, self.lr,
+                                                       on_block=progress(self.epoch + i + 1)) for i in range(count)]
         return self.executor.train_epochs(self.train_layout, labels, self.epoch, count, self.lr)
 
     def _sample_loss(self, labels):

@@ -273,6 +273,13 @@ class _Progress:
                 print(file=sys.stderr)
         print(_format_record(record), flush=True)
 
+    def blocks(self, epoch, queued, blocks):
+        """A streamed epoch's blocks, on a terminal."""
+        if self.live:
+            done = int(30 * queued / max(blocks, 1))
+            print(f"\r[{'#' * done}{'.' * (30 - done)}] epoch {epoch}: block {queued}/{blocks}", end="",
+                  file=sys.stderr, flush=True)
+
 
 def default_lr(module, args, optimizer_name=None):
     from alac.optimizers import OPTIMIZERS
@@ -408,6 +415,8 @@ def _train_one(args, module, data, log):
         f"lr {args.lr:g}, {optimizer.describe()}, schedule {trainer.executor.schedule.describe()}"
         + (f"; early stopping ({early_stopping}) on the validation loss" if early_stopping else ""), flush=True)
     streamed, _ = trainer.prepare(data.train)
+    if hasattr(streamed, "blocks") and isinstance(log, _Progress):
+        trainer.block_progress = log.blocks
     if hasattr(streamed, "blocks"):
         say(f"training data streamed from pinned host memory: {len(streamed.blocks)} blocks, "
             f"{streamed.bytes_per_epoch / 2**30:.2f} GiB per epoch (over the GPU memory budget)", flush=True)

@@ -24,9 +24,13 @@ def test_a_layout_over_the_budget_is_streamed_and_trains_as_the_resident_one_in_
     data = criteo_like(3000, n_fields=6, seed=1, device="cpu")
     assert layout_bytes(data, PLAN.chunk_size) > PLAN.memory_budget
     trainer = Trainer(zoo_model("lr"), lr=1.0, epochs=3, plan=PLAN, backend="reference", device="cpu")
+    seen = []
+    trainer.block_progress = lambda *progress: seen.append(progress)
     history = trainer.fit(data)
     streamed = trainer.train_layout
     assert isinstance(streamed, StreamedLayout) and len(streamed.blocks) > 3
+    blocks = len(streamed.blocks)
+    assert seen == [(epoch, queued, blocks) for epoch in (1, 2, 3) for queued in range(1, blocks + 1)]
     assert history[-1]["train_loss"] < history[0]["train_loss"]
     # the same epochs, resident, in the streamed order, by the executor alone
     layout = build_layout(data, LayoutOptions(chunk_size=16), "cpu")

@@ -182,14 +182,15 @@ class Executor:
             losses[index] = self.loss_sum[0]
         return (losses.double() / max(layout.n_rows, 1)).tolist()
 
-    def train_streamed_epoch(self, streamed, labels_of, epoch, lr, kernel_events=None):
+    def train_streamed_epoch(self, streamed, labels_of, epoch, lr, kernel_events=None, on_block=None):
         """One epoch over a StreamedLayout (alac.runtime.streams), block after block; labels_of(block)
         gives a block's labels as the model reads them. Returns the mean training loss.
-        kernel_events: a list to collect (block index, started, done) CUDA events in (timelines)."""
+        kernel_events: a list to collect (block index, started, done) CUDA events in (timelines);
+        on_block(blocks queued, blocks): called as each block's kernels are queued (progress)."""
         if self.state is None:
             self.initialize(streamed.host, streamed.value_scale)
         total = torch.zeros(1, device=self.device)
-        for index, block, order in streamed.blocks_on_device(epoch, self.seed):
+        for queued, (index, block, order) in enumerate(streamed.blocks_on_device(epoch, self.seed), 1):
             if kernel_events is not None:
                 kernel_events.append((index, *(torch.cuda.Event(enable_timing=True) for _ in range(2))))
                 kernel_events[-1][1].record()
@@ -197,6 +198,8 @@ class Executor:
             if kernel_events is not None:
                 kernel_events[-1][2].record()
             total += self.loss_sum
+            if on_block is not None:
+                on_block(queued, len(streamed.blocks))
         return float(total) / max(streamed.n_rows, 1)
 
     def _queue_epoch(self, layout, labels, epoch, lr, order=None):
