@@ -46,15 +46,18 @@ class StreamedLayout:
         self._prefetched = None    # ((epoch, seed), reader, (index, layout, copy done)) of the next epoch
         # a list to collect (block index, copy started, copy done) CUDA events in (timelines), or None
         self.copy_events = None
-        self._first = None
 
     def first_block(self):
-        """Block 0 on the device, kept (what the divergence guard samples and labels are fit on)."""
-        if self._first is None:
-            reader = self.source.read([0])
-            self._first = self._to_device(*next(reader))
-            reader.close()
-        return self._first
+        """Block 0 on the device (what the divergence guard samples and labels are fit on), copied
+        on each call rather than kept: a kept block would take device memory beyond the budget."""
+        if self._prefetched is not None:
+            # the next epoch's read-ahead holds the ring's buffers: it starts again when that epoch does
+            self._prefetched[1].close()
+            self._prefetched = None
+        reader = self.source.read([0])
+        block = self._to_device(*next(reader))
+        reader.close()
+        return block
 
     @classmethod
     def from_layout(cls, layout, chunks_per_batch, budget_bytes, device, overlap=True,

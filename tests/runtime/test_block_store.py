@@ -159,3 +159,20 @@ def test_blocks_made_in_host_memory_are_the_blocks_written_to_disk(tmp_path):
         release(None)
     for name in ("new_to_old", "frequency"):
         assert torch.equal(getattr(held.meta, name), getattr(store.meta, name))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the next epoch is read ahead only with a copy stream")
+def test_reading_a_block_between_epochs_does_not_wait_for_the_read_ahead(tmp_path):
+    """The next epoch's read-ahead holds every ring buffer; the divergence guard's first block, read
+    between epochs, must not wait for one."""
+    plan = Plan(chunk_size=8, batch_size=16)
+    written = write_block_store(tmp_path / "store", file_pieces(_file(tmp_path)), OPTIONS, plan.chunks_per_batch,
+                                block_bytes=1500, device="cuda")
+    streamed = StreamedLayout(DiskBlocks(written.folder, pin=True, ring_depth=2), "cuda")
+    label_map = LabelMap.fit("binary", streamed.first_block().labels)
+    executor = Executor(ZOO["lr"](), plan, backend="triton", device="cuda", optimizer="adagrad")
+    for epoch in range(2):
+        executor.train_streamed_epoch(streamed, lambda block: label_map.model_labels(block.labels), epoch, 0.3)
+        first = streamed.first_block()
+        assert first.n_rows == streamed.blocks[0].rows
+    streamed.close()
