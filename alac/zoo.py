@@ -415,9 +415,9 @@ def _train_one(args, module, data, log):
         f"lr {args.lr:g}, {optimizer.describe()}, schedule {trainer.executor.schedule.describe()}"
         + (f"; early stopping ({early_stopping}) on the validation loss" if early_stopping else ""), flush=True)
     streamed, _ = trainer.prepare(data.train)
-    if hasattr(streamed, "blocks") and isinstance(log, _Progress):
-        trainer.block_progress = log.blocks
     if hasattr(streamed, "blocks"):
+        if isinstance(log, _Progress):
+            trainer.block_progress = log.blocks
         say(f"training data streamed from pinned host memory: {len(streamed.blocks)} blocks, "
             f"{streamed.bytes_per_epoch / 2**30:.2f} GiB per epoch (over the GPU memory budget)", flush=True)
     diverged = None

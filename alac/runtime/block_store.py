@@ -32,7 +32,7 @@ import xxhash
 
 from alac.data.dataset import DataSource
 from alac.errors import DataError, OptionError
-from alac.runtime.blocks import PACKED_ARRAYS, Block, PinnedBlocks, pack_into, packed_bytes
+from alac.runtime.blocks import PACKED_ARRAYS, PADDING_MARGIN, Block, PinnedBlocks, packed
 from alac.runtime.layout import (
     BigraphLayout,
     LayoutOptions,
@@ -50,9 +50,6 @@ FEATURE_ARRAYS = ("new_to_old", "old_to_new", "frequency")
 # one read, one waiting (benchmarks/streaming.py's disk arm).
 RING_DEPTH = 3
 READERS = 2
-# A block's row count is estimated from the mean row before the rows are laid out: this margin
-# covers the ELL padding of rows of unequal length (20news pads 12 % at C = 128).
-PADDING_MARGIN = 1.25
 
 
 def _block_file(folder, index):
@@ -116,8 +113,9 @@ def _groups(pieces, n_features, rows_per_block, device):
 
 def build_blocks(pieces, options, chunks_per_batch, block_bytes, device, fields, progress, emit):
     """The two passes: count, then lay out groups of whole batches of about block_bytes each and hand
-    each packed block to emit(index, block, layout of the group, its local Block); returns the meta
-    dict (sizes, statistics, the blocks) and the per-feature arrays."""
+    each to emit(index, the group's layout, the group as a Block of that layout, the optional arrays),
+    which returns what the meta dict records of it; returns the meta dict (sizes, statistics, the
+    blocks) and the per-feature arrays."""
     options = options if options is not None else LayoutOptions()
     if block_bytes <= 0:
         raise OptionError(f"a block budget must be positive, got {block_bytes} bytes")
@@ -174,8 +172,7 @@ def write_block_store(folder, pieces, options=None, chunks_per_batch=1, block_by
     temporary.mkdir()
 
     def write(index, layout, local, optional):
-        buffer = torch.zeros(packed_bytes(local, layout.chunk_size, optional), dtype=torch.uint8)
-        pack_into(buffer, layout, local, optional)
+        buffer = packed(layout, local, optional)
         _block_file(temporary, index).write_bytes(buffer.numpy().tobytes())
         return {"bytes": buffer.numel(), "xxh3": xxhash.xxh3_64_hexdigest(buffer.numpy())}
 
@@ -201,11 +198,8 @@ def pinned_blocks(pieces, options=None, chunks_per_batch=1, block_bytes=256 << 2
     buffers = []
 
     def keep(index, layout, local, optional):
-        buffer = torch.zeros(packed_bytes(local, layout.chunk_size, optional), dtype=torch.uint8,
-                             pin_memory=device.type == "cuda")
-        pack_into(buffer, layout, local, optional)
-        buffers.append(buffer)
-        return {"bytes": buffer.numel()}
+        buffers.append(packed(layout, local, optional, pin=device.type == "cuda"))
+        return {"bytes": buffers[-1].numel()}
 
     meta, features = build_blocks(pieces, options, chunks_per_batch, block_bytes, device, fields, progress, keep)
     return PinnedBlocks(_meta_layout(meta, features), _blocks_of(meta), buffers, frozenset(meta["optional"]),

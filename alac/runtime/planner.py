@@ -28,6 +28,7 @@ import torch
 
 from alac.cache import default_cache_dir
 from alac.plan import Plan
+from alac.runtime.blocks import PADDING_MARGIN
 from alac.runtime.timing import gpu_milliseconds
 
 # Sizes of the access-cost microbenchmark: 64M int32 (256 MB) streamed, gathered from a table of
@@ -214,10 +215,9 @@ RESIDENT_SHARE = 0.6
 def layout_bytes(dataset, chunk_size):
     """Device bytes of the data set's layout before it is built: its edges (ids, values where there
     are any), padded as the mean of ELL padding allows, and 16 bytes per row slot."""
-    from alac.runtime.block_store import PADDING_MARGIN
-
     edge_bytes = 4 + (4 if dataset.values is not None else 0)
-    padding = 1.0 if bool((dataset.row_lengths() == dataset.row_lengths()[:1]).all()) else PADDING_MARGIN
+    lengths = dataset.row_lengths()
+    padding = 1.0 if bool((lengths == lengths[:1]).all()) else PADDING_MARGIN
     return int(dataset.nnz * edge_bytes * padding) + 16 * chunk_size * -(-dataset.n_rows // chunk_size)
 
 
