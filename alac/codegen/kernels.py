@@ -252,8 +252,6 @@ class KernelGenerator(StageEmitter, ParamAccess):
             w.depth -= 1
 
     def _flush(self, w):
-        w.comment("the chunks since the last flush: flush_every, or fewer at a program's last flush")
-        w.line(f"chunks_summed = step % {w.arg(m.size('flush_every'))} + 1")
         w.comment("every thread's hot sums have landed before any is read back")
         w.line("tl.debug_barrier()")
         w.line(f"for hot_start in range(0, {w.arg(m.size('hot_size'))}, HOT_BLOCK):")
@@ -274,8 +272,11 @@ class KernelGenerator(StageEmitter, ParamAccess):
             w.comment("a hot feature this program did not touch since its last flush is left alone")
             touched = "tl.max(tl.abs(summed), axis=1) > 0.0" if p.vector else "summed != 0.0"
             w.line(f"use = in_hot & ({touched})")
-            self._optimizer_step(w, p, "hot_feature", "use", False, "summed * scale / chunks_summed", "delta",
-                                 prefix="hot_")
+            # a flush steps by the sums over a full period of flush_every chunks, a program's last (partial)
+            # one too: dividing by its own chunks overweighted them and made streamed async FM diverge
+            # (benchmarks/streaming.py, one launch per block)
+            self._optimizer_step(w, p, "hot_feature", "use", False,
+                                 f"summed * scale / {w.arg(m.size('flush_every'))}", "delta", prefix="hot_")
         w.depth -= 1
         w.comment("the sums are zero before any thread adds to them again")
         w.line("tl.debug_barrier()")

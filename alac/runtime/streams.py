@@ -9,13 +9,15 @@ orders concatenated (`StreamedLayout.epoch_order`) trains the same batches, so s
 equals resident training with that order. It is not the resident default order (one permutation of
 all chunks): a batch only mixes chunks of one block.
 
-On a GPU the copies run on a copy stream: block i + 1 is copied while the kernels train block i
-(events order the two), and the next epoch's first block while they train the last.
+On a GPU the copies run on a copy stream: blocks i + 1 .. i + read_ahead are copied while the
+kernels train block i (events order the two), and the next epoch's first blocks while they train the
+last.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections import deque
 
 import torch
 
@@ -23,19 +25,23 @@ from alac.errors import OptionError
 from alac.runtime.blocks import PinnedBlocks, packed_bytes, unpack
 from alac.runtime.permutation import chunk_order
 
-# Blocks per memory budget: two are on the device at once (one trained, one copied), and smaller
-# blocks shorten the copy of the first that nothing overlaps (benchmarks/streaming.py).
+# Blocks per memory budget: up to four are on the device at once (one trained, READ_AHEAD copied or
+# copying, the one before until its kernels end), and smaller blocks shorten the copy of the first
+# that nothing overlaps (benchmarks/streaming.py).
 BLOCKS_IN_BUDGET = 4
+# Blocks copied ahead of the one trained: with one, the copy stream idled while the last block of an
+# epoch trained (async FM k = 16, 3 blocks: 16.1 ms per epoch against 14.9 resident; streaming.py).
+READ_AHEAD = 2
 
 
 class StreamedLayout:
     """Blocks of a source trained one after another on a device; the per-feature arrays (re-index
     maps, frequencies) are on the device whole."""
 
-    def __init__(self, source, device, overlap=True):
-        """source: PinnedBlocks or DiskBlocks; overlap: copy the next block while the current one
-        trains (on a GPU), off: every copy waits for the kernels before it and they for it (the
-        no-pipeline baseline)."""
+    def __init__(self, source, device, overlap=True, read_ahead=READ_AHEAD):
+        """source: PinnedBlocks or DiskBlocks; overlap: copy the next read_ahead blocks while the
+        current one trains (on a GPU), off: every copy waits for the kernels before it and they for it
+        (the no-pipeline baseline)."""
         self.source, self.device = source, torch.device(device)
         self.host, self.blocks, self.value_scale = source.meta, source.blocks, source.value_scale
         self.chunk_size, self.n_rows = self.host.chunk_size, self.host.n_rows
@@ -43,7 +49,9 @@ class StreamedLayout:
                          for name in ("new_to_old", "old_to_new", "frequency")}
         self.bytes_per_epoch = sum(packed_bytes(block, self.chunk_size, source.optional) for block in self.blocks)
         self._copy_stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" and overlap else None
-        self._prefetched = None    # ((epoch, seed), reader, (index, layout, copy done)) of the next epoch
+        self.read_ahead = read_ahead
+        # ((epoch, seed), reader, deque of (index, layout, copy done)) of the next epoch's first blocks
+        self._prefetched = None
         # a list to collect (block index, copy started, copy done) CUDA events in (timelines), or None
         self.copy_events = None
 
@@ -69,7 +77,8 @@ class StreamedLayout:
             raise OptionError(f"a streaming budget must be positive, got {budget_bytes} bytes")
         pin = torch.device(device).type == "cuda"
         source = PinnedBlocks.of_layout(layout, chunks_per_batch, budget_bytes // blocks_in_budget, pin, fields)
-        return cls(source, device, overlap)
+        # the trained block, the one before it until its kernels end, and the blocks read ahead
+        return cls(source, device, overlap, min(READ_AHEAD, max(1, blocks_in_budget - 2)))
 
     def block_order(self, epoch, seed):
         """The blocks' visiting order of an epoch: the layout's last block (the one that may end in a
@@ -131,24 +140,38 @@ class StreamedLayout:
                 self.copy_events.append((index, started, done))
             return index, layout, done
 
-        # the first block was copied during the last epoch's last block when that epoch came before
+        # copies of the next epoch's first blocks start during this epoch's last ones when that epoch came before
         if prefetched is not None:
             _, reader, pending = prefetched
         else:
-            reader = self.source.read(order)
-            pending = start(reader)
+            reader, pending = self.source.read(order), deque()
+        following, ahead, started = None, deque(), len(pending)
+
+        def top_up():
+            """Start copies until read_ahead blocks are copied or copying: this epoch's, then the next's."""
+            nonlocal following, started
+            while len(pending) + len(ahead) < self.read_ahead:
+                if started < len(order):
+                    pending.append(start(reader))
+                    started += 1
+                    continue
+                if following is None:
+                    reader.close()
+                    following = self.source.read(self.block_order(epoch + 1, seed))
+                if len(ahead) == len(self.blocks):
+                    return
+                ahead.append(start(following))
+
+        top_up()
         for position in range(len(order)):
-            index, layout, done = pending
+            index, layout, done = pending.popleft()
             compute.wait_event(done)
             for tensor in layout.tensors().values():
                 # the copy stream made these; the compute stream reads them now
                 tensor.record_stream(compute)
-            if position + 1 < len(order):
-                pending = start(reader)
-            else:
-                reader.close()
-                following = self.source.read(self.block_order(epoch + 1, seed))
-                self._prefetched = ((epoch + 1, seed), following, start(following))
+            top_up()
+            if position + 1 == len(order):
+                self._prefetched = ((epoch + 1, seed), following, ahead)
             yield index, layout, self.chunk_order_in(index, epoch, seed)
 
     def close(self):

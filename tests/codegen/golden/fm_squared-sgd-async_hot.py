@@ -145,8 +145,6 @@ def alac_fm_squared_faee518c_async_hot_async(edge_feature_ptr: "*i32", edge_valu
         loss_rows += loss
         # flush the hot sums every flush_every chunks, and after the program's last
         if ((step + 1) % flush_every == 0) | (step + 1 == my_chunks):
-            # the chunks since the last flush: flush_every, or fewer at a program's last flush
-            chunks_summed = step % flush_every + 1
             # every thread's hot sums have landed before any is read back
             tl.debug_barrier()
             for hot_start in range(0, hot_size, HOT_BLOCK):
@@ -159,7 +157,7 @@ def alac_fm_squared_faee518c_async_hot_async(edge_feature_ptr: "*i32", edge_valu
                 # a hot feature this program did not touch since its last flush is left alone
                 use = in_hot & (summed != 0.0)
                 # sgd on w (the change, added atomically)
-                hot_g = summed * scale / chunks_summed
+                hot_g = summed * scale / flush_every
                 hot_delta_p = -(hot_g * lr)
                 tl.atomic_add(w_ptr + hot_feature, hot_delta_p, mask=use, sem="relaxed")
                 # read and zero the sums at once (an exchange of their bits: Triton's interpreter exchanges
@@ -169,7 +167,7 @@ def alac_fm_squared_faee518c_async_hot_async(edge_feature_ptr: "*i32", edge_valu
                 # a hot feature this program did not touch since its last flush is left alone
                 use = in_hot & (tl.max(tl.abs(summed), axis=1) > 0.0)
                 # sgd on v (the change, added atomically)
-                hot_g = summed * scale / chunks_summed
+                hot_g = summed * scale / flush_every
                 hot_delta_p = -(hot_g * lr)
                 tl.atomic_add(v_ptr + hot_feature[:, None] * K + lanes[None, :], hot_delta_p, mask=use[:, None] & lane_valid[None, :], sem="relaxed")
             # the sums are zero before any thread adds to them again

@@ -133,8 +133,6 @@ def alac_lr_dbb6fee5_async_hot_async(edge_feature_ptr: "*i32", edge_value_ptr: "
         loss_rows += loss
         # flush the hot sums every flush_every chunks, and after the program's last
         if ((step + 1) % flush_every == 0) | (step + 1 == my_chunks):
-            # the chunks since the last flush: flush_every, or fewer at a program's last flush
-            chunks_summed = step % flush_every + 1
             # every thread's hot sums have landed before any is read back
             tl.debug_barrier()
             for hot_start in range(0, hot_size, HOT_BLOCK):
@@ -147,7 +145,7 @@ def alac_lr_dbb6fee5_async_hot_async(edge_feature_ptr: "*i32", edge_value_ptr: "
                 # a hot feature this program did not touch since its last flush is left alone
                 use = in_hot & (summed != 0.0)
                 # adagrad on w (the change, added atomically)
-                hot_g = summed * scale / chunks_summed
+                hot_g = summed * scale / flush_every
                 hot_td0 = (hot_g * hot_g)
                 hot_delta_s_accumulator = hot_td0
                 hot_state_accumulator = tl.where(use, tl.atomic_add(state_w_accumulator_ptr + hot_feature, hot_delta_s_accumulator, mask=use, sem="relaxed"), 0.0)

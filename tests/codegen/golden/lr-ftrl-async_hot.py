@@ -165,8 +165,6 @@ def alac_lr_4b51745b_async_hot_derived_async(edge_feature_ptr: "*i32", edge_valu
         loss_rows += loss
         # flush the hot sums every flush_every chunks, and after the program's last
         if ((step + 1) % flush_every == 0) | (step + 1 == my_chunks):
-            # the chunks since the last flush: flush_every, or fewer at a program's last flush
-            chunks_summed = step % flush_every + 1
             # every thread's hot sums have landed before any is read back
             tl.debug_barrier()
             for hot_start in range(0, hot_size, HOT_BLOCK):
@@ -179,7 +177,7 @@ def alac_lr_4b51745b_async_hot_derived_async(edge_feature_ptr: "*i32", edge_valu
                 # a hot feature this program did not touch since its last flush is left alone
                 use = in_hot & (summed != 0.0)
                 # ftrl on w (the change, added atomically)
-                hot_g = summed * scale / chunks_summed
+                hot_g = summed * scale / flush_every
                 hot_state_z = tl.where(use, tl.atomic_add(state_w_z_ptr + hot_feature, 0.0, mask=use, sem="relaxed"), 0.0)
                 hot_state_n = tl.where(use, tl.atomic_add(state_w_n_ptr + hot_feature, 0.0, mask=use, sem="relaxed"), 0.0)
                 hot_value = tl.where((tl.abs(hot_state_z) > 0.0), -(hot_state_z / (reg_l2_w + (h_beta + tl.sqrt(hot_state_n)) / lr)), 0.0)

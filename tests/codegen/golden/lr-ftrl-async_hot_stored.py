@@ -140,8 +140,6 @@ def alac_lr_4b51745b_async_hot_async(edge_feature_ptr: "*i32", edge_value_ptr: "
         loss_rows += loss
         # flush the hot sums every flush_every chunks, and after the program's last
         if ((step + 1) % flush_every == 0) | (step + 1 == my_chunks):
-            # the chunks since the last flush: flush_every, or fewer at a program's last flush
-            chunks_summed = step % flush_every + 1
             # every thread's hot sums have landed before any is read back
             tl.debug_barrier()
             for hot_start in range(0, hot_size, HOT_BLOCK):
@@ -154,7 +152,7 @@ def alac_lr_4b51745b_async_hot_async(edge_feature_ptr: "*i32", edge_value_ptr: "
                 # a hot feature this program did not touch since its last flush is left alone
                 use = in_hot & (summed != 0.0)
                 # ftrl on w (the change, added atomically)
-                hot_g = summed * scale / chunks_summed
+                hot_g = summed * scale / flush_every
                 hot_value = tl.load(w_ptr + hot_feature, mask=use, other=0.0)
                 hot_td0 = (1.0 / (lr))
                 hot_td1 = (hot_g * hot_g)

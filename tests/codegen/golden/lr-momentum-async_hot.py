@@ -134,8 +134,6 @@ def alac_lr_733ea229_async_hot_async(edge_feature_ptr: "*i32", edge_value_ptr: "
         loss_rows += loss
         # flush the hot sums every flush_every chunks, and after the program's last
         if ((step + 1) % flush_every == 0) | (step + 1 == my_chunks):
-            # the chunks since the last flush: flush_every, or fewer at a program's last flush
-            chunks_summed = step % flush_every + 1
             # every thread's hot sums have landed before any is read back
             tl.debug_barrier()
             for hot_start in range(0, hot_size, HOT_BLOCK):
@@ -148,7 +146,7 @@ def alac_lr_733ea229_async_hot_async(edge_feature_ptr: "*i32", edge_value_ptr: "
                 # a hot feature this program did not touch since its last flush is left alone
                 use = in_hot & (summed != 0.0)
                 # momentum on w (the change, added atomically)
-                hot_g = summed * scale / chunks_summed
+                hot_g = summed * scale / flush_every
                 hot_state_velocity = tl.load(state_w_velocity_ptr + hot_feature, mask=use, other=0.0)
                 hot_td0 = (hot_g + h_momentum * hot_state_velocity)
                 hot_delta_p = -(lr * hot_td0)
