@@ -158,21 +158,28 @@ def streaming_table(result):
     def bound(arm):
         return max(arm.get("copy_bound_ms", 0.0), arm.get("read_bound_ms", 0.0))
 
-    rows = [[a["name"], a["source"], a.get("blocks", "-"), f"{a['ms_per_epoch']:.2f}",
+    arms = result["arms"]
+    rows = [[a["name"], a["source"], a.get("ids", "-"), a.get("blocks", "-"),
+             f"{a['bytes_per_edge']:.2f}" if "bytes_per_edge" in a else "-", f"{a['ms_per_epoch']:.2f}",
              f"{bound(a):.2f}" if bound(a) else "-", f"{a['resident_ms']:.2f}" if a["resident_ms"] else "-",
              f"{a['ms_per_epoch'] / max(bound(a), a['resident_ms']):.2f}",
              f"{a['peak_gpu_bytes'] / 2**30:.2f}" if "peak_gpu_bytes" in a else "-",
-             " / ".join(f"{v:.4f}" for v in a["val_logloss"])] for a in result["arms"]]
-    big = [a for a in result["arms"] if "rows" in a]
-    return (table(["arm", "source", "blocks", "ms/epoch", "bound ms (copy or disk read)", "resident ms",
-                   "epoch / max(bound, resident)", "peak GPU GiB", "val logloss per epoch"], rows)
+             " / ".join(f"{v:.4f}" for v in a["val_logloss"])] for a in arms]
+    by_name = {a["name"]: a for a in arms}
+    narrow = [(name[:-len("_int32")], by_name[name]["ms_per_epoch"] / by_name[name[:-len("int32")] + "narrow"]
+               ["ms_per_epoch"]) for name in by_name if name.endswith("_int32") and name[:-5] + "narrow" in by_name]
+    big = [a for a in arms if "rows" in a]
+    return (table(["arm", "source", "ids", "blocks", "bytes/edge", "ms/epoch", "bound ms (copy or disk read)",
+                   "resident ms", "epoch / max(bound, resident)", "peak GPU GiB", "val logloss per epoch"], rows)
             + f"\n\nPinned host → device copy: {result['pinned_h2d_gb_per_s']:.1f} GB/s; "
-            + (f"block store read from disk: {result['disk_read_gb_per_s']:.2f} GB/s; "
-               if "disk_read_gb_per_s" in result else "")
-            + f"{result['arms'][0]['bytes_per_edge']:.2f} bytes moved per edge."
-            + "".join(f" {a['name']}: {a['rows']:,} rows, {a['bytes_per_epoch'] / 2**30:.1f} GiB per epoch on a GPU "
-                      f"of {a['gpu_memory_bytes'] / 2**30:.1f} GiB, budget {a['budget_bytes'] / 2**30:.0f} GiB."
-                      for a in big))
+            + (f"block store read from disk: {result['disk_read_gb_per_s']:.2f} GB/s"
+               + "".join(f"{'; by (ring depth, readers)' if i == 0 else ','} ({r['ring_depth']}, {r['readers']}) "
+                         f"{r['gb_per_s']:.2f}" for i, r in enumerate(result.get("disk_ring_sweep", ())))
+               + ". " if "disk_read_gb_per_s" in result else "")
+            + "".join(f"Narrow ids against int32 ({name}): {ratio:.2f}x faster. " for name, ratio in narrow)
+            + "".join(f"{a['name']}: {a['rows']:,} rows, {a['bytes_per_epoch'] / 2**30:.1f} GiB per epoch on a GPU "
+                      f"of {a['gpu_memory_bytes'] / 2**30:.1f} GiB, budget {a['budget_bytes'] / 2**30:.0f} GiB. "
+                      for a in big)).rstrip()
 
 
 # (result file, title, what it measures, command, table)

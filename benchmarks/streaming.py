@@ -4,15 +4,17 @@
         [--big-rows 540000000] [--disk-dir DIR] [--out DIR]
 
 The 4M x 39 synthetic set (benchmarks/flow.py's), async LR and FM k = 16 with the flow's async plan:
-resident (the layout on the GPU), streamed from pinned host memory with the copy of block i + 1
-overlapping the kernels of block i (2, 4 or 8 blocks per budget), the same without overlap (every
-copy in the kernels' stream), and streamed from a block store on disk whose pages are dropped from
-the page cache before every epoch (read at the disk's speed). Epoch times are of epochs run back to
-back after a first one; the validation loss per epoch comes from a second run. copy_bound_ms is the
-bytes an epoch moves at the measured pinned host -> device bandwidth, read_bound_ms at the measured
-read bandwidth of the store's files. The big arm trains async LR on --big-rows rows held as pinned
-blocks (more than the GPU's memory) for 2 epochs. Writes results/streaming.json and .md and a
-timeline of copies and kernels per block (streaming_timeline.png).
+resident (the layout on the GPU), streamed from pinned host memory with the copies of the next
+blocks overlapping the kernels of block i (2, 4 or 8 blocks per budget; ids as int32 or in the
+narrow 16-bit form of alac.runtime.wire), the same without overlap (every copy in the kernels'
+stream), and streamed from a block store on disk whose pages are dropped from the page cache before
+every epoch (read at the disk's speed; its read bandwidth also per ring depth and reader threads).
+Epoch times are of epochs run back to back after a first one; the validation loss per epoch comes
+from a second run. copy_bound_ms is the bytes an epoch moves at the measured pinned host -> device
+bandwidth, read_bound_ms at the measured read bandwidth of the store's files. The big arm trains
+async LR on --big-rows rows held as pinned blocks with int32 ids (more bytes than the GPU's memory)
+for 2 epochs. Writes results/streaming.json and .md and a timeline of copies and kernels per block
+(streaming_timeline.png).
 """
 
 from __future__ import annotations
@@ -62,6 +64,18 @@ def disk_read_gb_per_s(store):
     return total / (time.perf_counter() - started) / 1e9
 
 
+def ring_sweep(folder):
+    """The store's read bandwidth from disk (GB/s) per (ring depth, reader threads)."""
+    from alac.runtime.block_store import DiskBlocks
+
+    sweep = []
+    for depth, readers in ((2, 1), (3, 2), (4, 4), (8, 4)):
+        store = DiskBlocks(folder, pin=True, ring_depth=depth, readers=readers)
+        sweep.append({"ring_depth": depth, "readers": readers, "gb_per_s": disk_read_gb_per_s(store)})
+        store.close()
+    return sweep
+
+
 def _back_to_back(epoch, epochs):
     """Seconds per epoch of epochs 1 .. epochs run back to back after epoch 0 (each epoch's copies
     counted, the next epoch's first block included), as a fit without validation runs them."""
@@ -88,7 +102,9 @@ def _arm(name, source, streamed, executor, epoch, args, trainer, valid_layout, v
     seconds = _back_to_back(epoch, args.epochs)
     peak = torch.cuda.max_memory_allocated()
     losses = _losses(epoch, executor, trainer, valid_layout, valid, args.epochs)
-    return {"name": name, "source": source, "blocks": len(streamed.blocks), "bytes_per_epoch": streamed.bytes_per_epoch,
+    ids = "narrow" if "edge_id16" in streamed.source.optional else "int32"
+    return {"name": name, "source": source, "ids": ids, "blocks": len(streamed.blocks),
+            "bytes_per_epoch": streamed.bytes_per_epoch,
             "bytes_per_edge": streamed.bytes_per_epoch / streamed.host.stats.nnz, "ms_per_epoch": 1000 * seconds,
             "copy_bound_ms": 1000 * streamed.bytes_per_epoch / (bandwidth * 1e9), "val_logloss": losses,
             "peak_gpu_bytes": peak, "peak_gpu_bytes_above_start": peak - base_bytes}
@@ -116,15 +132,17 @@ def run_model(k, train, valid, args, bandwidth, disk):
     def model_labels(block):
         return trainer.labels.model_labels(block.labels)
 
-    for overlap, depth in ((True, 2), (True, 4), (True, 8), (False, 4)):
-        streamed = StreamedLayout.from_layout(layout, plan.chunks_per_batch, budget, "cuda", overlap, depth)
+    for overlap, depth, ids in ((True, 4, "int32"), (True, 4, "narrow"), (True, 2, "narrow"), (True, 8, "narrow"),
+                                (False, 4, "narrow")):
+        streamed = StreamedLayout.from_layout(layout, plan.chunks_per_batch, budget, "cuda", overlap, depth, ids=ids)
         executor = Executor(_model(k), plan, backend="triton", device="cuda", seed=args.seed)
 
         def epoch(e, streamed=streamed, executor=executor):
             return executor.train_streamed_epoch(streamed, model_labels, e, lr)
 
-        results.append(_arm(f"{name}_streamed_{depth}_per_budget" + ("" if overlap else "_no_overlap"),
+        results.append(_arm(f"{name}_streamed_{depth}_per_budget_{ids}" + ("" if overlap else "_no_overlap"),
                             "host_pinned", streamed, executor, epoch, args, trainer, valid_layout, valid, bandwidth))
+        streamed.close()
     store = DiskBlocks(disk["folder"], pin=True)
     streamed = StreamedLayout(store, "cuda")
     executor = Executor(_model(k), plan, backend="triton", device="cuda", seed=args.seed)
@@ -207,7 +225,7 @@ def big_run(args, bandwidth):
     del sample
     started = time.perf_counter()
     source = pinned_blocks(synthetic_pieces(args.big_rows, 1 << 24, seed=args.seed, device="cuda"),
-                           LayoutOptions(chunk_size=32), plan.chunks_per_batch, budget // 4, "cuda",
+                           LayoutOptions(chunk_size=32), plan.chunks_per_batch, budget // 4, "cuda", ids="int32",
                            progress=lambda done, rows: print(f"  made {done:,} of {rows:,} rows", flush=True)
                            if done % (1 << 27) < (1 << 23) else None)
     build_seconds = time.perf_counter() - started
@@ -251,12 +269,14 @@ def main():
                                   LayoutOptions(chunk_size=32), 1024 // 32, int(args.budget_gb * 2**30) // 4, "cuda")
         disk = {"folder": store.folder, "read_gb_per_s": disk_read_gb_per_s(store)}
         store.close()
+        sweep = ring_sweep(store.folder)
         arms = [arm for k in (0, 16) for arm in run_model(k, train, valid, args, bandwidth, disk)]
     del train, valid
     torch.cuda.empty_cache()
     env = environment()
     payload = {"environment": env, "device": env["device"], "pinned_h2d_gb_per_s": bandwidth,
-               "disk_read_gb_per_s": disk["read_gb_per_s"], "rows": args.rows, "budget_gb": args.budget_gb,
+               "disk_read_gb_per_s": disk["read_gb_per_s"], "disk_ring_sweep": sweep, "rows": args.rows,
+               "budget_gb": args.budget_gb,
                "arms": arms}
     report(payload, args)
     if args.big_rows:

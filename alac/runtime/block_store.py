@@ -32,18 +32,20 @@ import xxhash
 
 from alac.data.dataset import DataSource
 from alac.errors import DataError, OptionError
-from alac.runtime.blocks import PACKED_ARRAYS, PADDING_MARGIN, Block, PinnedBlocks, packed
+from alac.runtime import wire
+from alac.runtime.blocks import NARROW_IDS, PADDING_MARGIN, Block, PinnedBlocks, packed, wire_arrays
 from alac.runtime.layout import (
     BigraphLayout,
     LayoutOptions,
     LayoutStats,
     build_layout,
     default_device,
+    mean_scale,
     order_by_frequency,
     top_share,
 )
 
-STORE_VERSION = 1
+STORE_VERSION = 2
 META_FILE = "meta.json"
 FEATURE_ARRAYS = ("new_to_old", "old_to_new", "frequency")
 # Host buffers read ahead of the copy stream and the threads reading them: one buffer being copied,
@@ -111,22 +113,26 @@ def _groups(pieces, n_features, rows_per_block, device):
         yield _concatenate(held)
 
 
-def build_blocks(pieces, options, chunks_per_batch, block_bytes, device, fields, progress, emit):
-    """The two passes: count, then lay out groups of whole batches of about block_bytes each and hand
-    each to emit(index, the group's layout, the group as a Block of that layout, the optional arrays),
-    which returns what the meta dict records of it; returns the meta dict (sizes, statistics, the
-    blocks) and the per-feature arrays."""
+def build_blocks(pieces, options, chunks_per_batch, block_bytes, device, fields, progress, emit, ids="auto"):
+    """The two passes: count, then lay out groups of whole batches of about block_bytes of device
+    memory each and hand each to emit(index, the group's layout, the group as a Block of that
+    layout, the optional arrays), which returns what the meta dict records of it; returns the meta
+    dict (sizes, statistics, the blocks) and the per-feature arrays. ids: the ids' wire form
+    (alac.runtime.blocks.wire_arrays)."""
     options = options if options is not None else LayoutOptions()
     if block_bytes <= 0:
         raise OptionError(f"a block budget must be positive, got {block_bytes} bytes")
     started = time.perf_counter()
     frequency, n_rows, nnz, widest, value_sum, n_fields, has_fields = _count(pieces)
     sorted_frequency, new_to_old, old_to_new = order_by_frequency(frequency)
-    optional = frozenset(({"edge_value"} if value_sum is not None else set())
-                         | ({"edge_field"} if fields and has_fields else set()))
+    optional = (frozenset(({"edge_value"} if value_sum is not None else set())
+                          | ({"edge_field"} if fields and has_fields else set()))
+                | wire_arrays(ids, sorted_frequency, nnz))
     C = options.chunk_size
-    edge_bytes = sum(dtype.itemsize for name, dtype, extent in PACKED_ARRAYS
-                     if extent == "edges" and (name == "edge_feature" or name in optional))
+    # an edge's device bytes: its id (narrow: 2 on the wire, 4 decoded, 4 more if escaped), value, field
+    narrow = NARROW_IDS <= optional
+    escaped = float(sorted_frequency[wire.ID16_LIMIT:].sum()) / nnz if narrow and nnz else 0.0
+    edge_bytes = (6 + 4 * escaped if narrow else 4) + 4 * len(optional & {"edge_value", "edge_field"})
     row_bytes = 16 + PADDING_MARGIN * edge_bytes * nnz / n_rows
     batch_rows = C * chunks_per_batch
     rows_per_block = max(1, int(block_bytes / row_bytes) // batch_rows) * batch_rows
@@ -135,8 +141,10 @@ def build_blocks(pieces, options, chunks_per_batch, block_bytes, device, fields,
     for index, group in enumerate(_groups(pieces, frequency.numel(), rows_per_block, device)):
         layout = build_layout(group, base_options, device, feature_order=new_to_old)
         layout.row_of_slot[layout.row_of_slot >= 0] += first_row
-        local = Block(0, layout.n_chunks, 0, int(layout.chunk_start[-1]), group.n_rows)
-        block = Block(first_chunk, first_chunk + local.chunks, first_edge, first_edge + local.edges, group.n_rows)
+        escapes = wire.escape_count(layout.edge_feature) if narrow else 0
+        local = Block(0, layout.n_chunks, 0, int(layout.chunk_start[-1]), group.n_rows, escapes)
+        block = Block(first_chunk, first_chunk + local.chunks, first_edge, first_edge + local.edges, group.n_rows,
+                      escapes)
         entries.append({**dataclasses.asdict(block), **emit(index, layout, local, optional)})
         first_row, first_chunk, first_edge = first_row + group.n_rows, block.end_chunk, block.end_edge
         width_sum += int(layout.chunk_width.long().sum())
@@ -153,17 +161,18 @@ def build_blocks(pieces, options, chunks_per_batch, block_bytes, device, fields,
     meta = {"version": STORE_VERSION, "options": dataclasses.asdict(base_options), "n_rows": n_rows,
             "n_features": frequency.numel(), "n_fields": n_fields, "fixed_width": fixed_width,
             "tile_width": math.ceil(width_sum / first_chunk), "optional": sorted(optional),
-            "value_scale": value_sum / nnz if value_sum is not None and nnz else 1.0,
+            "value_scale": mean_scale(value_sum, nnz) if value_sum is not None else 1.0,
             "stats": dataclasses.asdict(stats), "blocks": entries}
     return meta, dict(zip(FEATURE_ARRAYS, (new_to_old.cpu(), old_to_new.cpu(), sorted_frequency.cpu())))
 
 
 def write_block_store(folder, pieces, options=None, chunks_per_batch=1, block_bytes=256 << 20,
-                      device=None, fields=False, progress=None):
+                      device=None, fields=False, progress=None, ids="auto"):
     """Lay the data out into blocks of whole batches of about block_bytes each, in `folder`.
 
     pieces: a function returning an iterable of SparseDataset pieces in row order (called twice).
-    progress(rows_done, rows) is called after every block. Returns the opened DiskBlocks.
+    progress(rows_done, rows) is called after every block; ids: the ids' wire form. Returns the
+    opened DiskBlocks.
     """
     device = torch.device(device) if device is not None else default_device()
     folder = Path(folder)
@@ -177,7 +186,8 @@ def write_block_store(folder, pieces, options=None, chunks_per_batch=1, block_by
         return {"bytes": buffer.numel(), "xxh3": xxhash.xxh3_64_hexdigest(buffer.numpy())}
 
     try:
-        meta, features = build_blocks(pieces, options, chunks_per_batch, block_bytes, device, fields, progress, write)
+        meta, features = build_blocks(pieces, options, chunks_per_batch, block_bytes, device, fields, progress, write,
+                                      ids)
         for name, array in features.items():
             np.save(temporary / f"{name}.npy", array.numpy())
         # meta.json last: a store is whole when it has one
@@ -191,7 +201,7 @@ def write_block_store(folder, pieces, options=None, chunks_per_batch=1, block_by
 
 
 def pinned_blocks(pieces, options=None, chunks_per_batch=1, block_bytes=256 << 20, device=None, fields=False,
-                  progress=None):
+                  progress=None, ids="auto"):
     """The same blocks held in (pinned) host memory instead of on disk: data larger than the GPU
     that fits the host, made without ever holding the whole layout anywhere."""
     device = torch.device(device) if device is not None else default_device()
@@ -201,13 +211,13 @@ def pinned_blocks(pieces, options=None, chunks_per_batch=1, block_bytes=256 << 2
         buffers.append(packed(layout, local, optional, pin=device.type == "cuda"))
         return {"bytes": buffers[-1].numel()}
 
-    meta, features = build_blocks(pieces, options, chunks_per_batch, block_bytes, device, fields, progress, keep)
+    meta, features = build_blocks(pieces, options, chunks_per_batch, block_bytes, device, fields, progress, keep, ids)
     return PinnedBlocks(_meta_layout(meta, features), _blocks_of(meta), buffers, frozenset(meta["optional"]),
                         float(meta["value_scale"]))
 
 
 def _blocks_of(meta):
-    return tuple(Block(**{k: entry[k] for k in ("first_chunk", "end_chunk", "first_edge", "end_edge", "rows")})
+    return tuple(Block(**{field.name: entry[field.name] for field in dataclasses.fields(Block)})
                  for entry in meta["blocks"])
 
 

@@ -130,7 +130,7 @@ class BigraphLayout:
         if self.edge_value is None:
             return 1.0
         real = self.edge_feature >= 0
-        return float(self.edge_value[real].abs().mean()) if bool(real.any()) else 1.0
+        return mean_scale(self.edge_value[real].double().abs().sum(), int(real.sum()))
 
     @property
     def hot_size(self):
@@ -214,6 +214,12 @@ class BigraphLayout:
                    n_features=meta["n_features"], n_fields=meta["n_fields"],
                    fixed_width=meta["fixed_width"], edge_value=tensors.pop("edge_value", None),
                    edge_field=tensors.pop("edge_field", None), stats=LayoutStats(**stats), **tensors)
+
+
+def mean_scale(total, count):
+    """A mean magnitude total / count (1 without values), rounded to float32: the same whether summed
+    whole (a layout) or piece by piece (a block store), so the optimizer defaults it sets are too."""
+    return float(torch.tensor(float(total) / count, dtype=torch.float32)) if count else 1.0
 
 
 def default_device():

@@ -22,7 +22,7 @@ from collections import deque
 import torch
 
 from alac.errors import OptionError
-from alac.runtime.blocks import PinnedBlocks, packed_bytes, unpack
+from alac.runtime.blocks import PinnedBlocks, decoded, packed_bytes, unpack
 from alac.runtime.permutation import chunk_order
 
 # Blocks per memory budget: up to four are on the device at once (one trained, READ_AHEAD copied or
@@ -69,14 +69,15 @@ class StreamedLayout:
 
     @classmethod
     def from_layout(cls, layout, chunks_per_batch, budget_bytes, device, overlap=True,
-                    blocks_in_budget=BLOCKS_IN_BUDGET, fields=False):
+                    blocks_in_budget=BLOCKS_IN_BUDGET, fields=False, ids="auto"):
         """A layout streamed from pinned host memory; budget_bytes: the device memory of the blocks in
         flight, blocks_in_budget blocks' worth; fields: move the edges' field ids too (only
-        field-aware kernels read them)."""
+        field-aware kernels read them); ids: their wire form ("auto", "int32" or "narrow")."""
         if budget_bytes <= 0:
             raise OptionError(f"a streaming budget must be positive, got {budget_bytes} bytes")
         pin = torch.device(device).type == "cuda"
-        source = PinnedBlocks.of_layout(layout, chunks_per_batch, budget_bytes // blocks_in_budget, pin, fields)
+        source = PinnedBlocks.of_layout(layout, chunks_per_batch, budget_bytes // blocks_in_budget, pin, fields,
+                                        ids)
         # the trained block, the one before it until its kernels end, and the blocks read ahead
         return cls(source, device, overlap, min(READ_AHEAD, max(1, blocks_in_budget - 2)))
 
@@ -108,7 +109,8 @@ class StreamedLayout:
             moved, copied = buffer.clone(), None
         release(copied)
         block = self.blocks[index]
-        arrays = unpack(moved, block, self.chunk_size, self.source.optional)
+        # narrow ids are decoded on the copy's stream: the block is ready for the kernels once it is done
+        arrays = decoded(unpack(moved, block, self.chunk_size, self.source.optional))
         return dataclasses.replace(self.host, n_rows=block.rows, **arrays, **self.features)
 
     def blocks_on_device(self, epoch, seed):

@@ -19,7 +19,7 @@ from alac.runtime.block_store import (
     synthetic_pieces,
     write_block_store,
 )
-from alac.runtime.blocks import unpack
+from alac.runtime.blocks import decoded, unpack
 from alac.runtime.executor import Executor, LabelMap
 from alac.runtime.layout import LayoutOptions
 from alac.runtime.streams import StreamedLayout
@@ -40,8 +40,8 @@ def _resident(store):
     """The store's blocks read back (through the ring) and joined into one layout, in block order."""
     parts = []
     for index, buffer, release in store.read(range(len(store.blocks))):
-        parts.append((store.blocks[index], unpack(buffer.clone(), store.blocks[index], store.meta.chunk_size,
-                                                  store.optional)))
+        parts.append((store.blocks[index], decoded(unpack(buffer.clone(), store.blocks[index],
+                                                          store.meta.chunk_size, store.optional))))
         release(None)
     arrays = {name: torch.cat([part[name] for _, part in parts]) for name in parts[0][1] if name != "chunk_start"}
     starts = [part["chunk_start"][:-1] + block.first_edge for block, part in parts]
@@ -58,13 +58,16 @@ def _same_data(got, expected):
         assert torch.equal(got.values, expected.values)
 
 
-def test_a_block_store_holds_the_file_it_was_written_from(tmp_path):
+@pytest.mark.parametrize("ids", ["int32", "narrow"])
+def test_a_block_store_holds_the_file_it_was_written_from(tmp_path, ids):
     """Pieces of the file (a few hundred bytes each) regrouped into blocks of whole batches: the
-    blocks hold every row once, re-indexed by the frequency of the whole file, rows numbered as in it."""
+    blocks hold every row once, re-indexed by the frequency of the whole file, rows numbered as in it
+    (ids moved in either wire form)."""
     path = _file(tmp_path)
     store = write_block_store(tmp_path / "store", file_pieces(path, block_bytes=600), OPTIONS, chunks_per_batch=2,
-                              block_bytes=2000, device="cpu")
+                              block_bytes=2000, device="cpu", ids=ids)
     store = DiskBlocks(store.folder, ring_depth=2)
+    assert ("edge_id16" in store.optional) == (ids == "narrow")
     assert len(store.blocks) > 4
     assert all(block.chunks % 2 == 0 for block in store.blocks[:-1])
     expected = load_libsvm(path)

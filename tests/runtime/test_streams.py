@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from alac.plan import Plan
-from alac.runtime.blocks import packed_bytes, plan_blocks
+from alac.runtime.blocks import INT32_IDS, NARROW_IDS, device_bytes, plan_blocks
 from alac.runtime.executor import Executor, LabelMap
 from alac.runtime.layout import LayoutOptions, build_layout
 from alac.runtime.streams import StreamedLayout
@@ -21,10 +21,11 @@ def _layout(seed=3, rows=301):
     return build_layout(awkward_dataset(seed, n_rows=rows, n_features=40), LayoutOptions(chunk_size=8), device="cpu")
 
 
-def test_blocks_are_whole_batches_that_cover_the_layout_within_the_budget():
+@pytest.mark.parametrize("ids", [INT32_IDS, NARROW_IDS])
+def test_blocks_are_whole_batches_that_cover_the_layout_within_the_budget(ids):
     layout = _layout()
     budget = 1500
-    blocks = plan_blocks(layout, 2, budget)
+    blocks = plan_blocks(layout, 2, budget, ids)
     assert len(blocks) > 3
     assert blocks[0].first_chunk == 0 and blocks[-1].end_chunk == layout.n_chunks
     assert all(a.end_chunk == b.first_chunk and a.end_edge == b.first_edge for a, b in zip(blocks, blocks[1:]))
@@ -33,13 +34,13 @@ def test_blocks_are_whole_batches_that_cover_the_layout_within_the_budget():
     for block in blocks:
         assert block.first_edge == int(layout.chunk_start[block.first_chunk])
         # a block holds more than one batch only where it fits the budget
-        assert block.chunks == 2 or packed_bytes(block, 8, frozenset()) <= budget
-    assert plan_blocks(layout, 2, 1 << 40) == (plan_blocks(layout, 2, 1 << 40)[0],)
+        assert block.chunks == 2 or device_bytes(block, 8, ids) <= budget
+    assert plan_blocks(layout, 2, 1 << 40, ids) == (plan_blocks(layout, 2, 1 << 40, ids)[0],)
 
 
 @pytest.mark.parametrize("backend", ["reference", KERNELS])
-@pytest.mark.parametrize("model", ["lr", "fm"])
-def test_sync_streamed_training_equals_resident_training_in_the_same_order(backend, model):
+@pytest.mark.parametrize(("model", "ids"), [("lr", "int32"), ("fm", "narrow")])
+def test_sync_streamed_training_equals_resident_training_in_the_same_order(backend, model, ids):
     """A tiny budget (blocks of one or two batches): bit for bit the losses and parameters of resident
     training whose epochs visit StreamedLayout.epoch_order (the kernels with the deterministic plan:
     float atomics would add in an order that depends on the program count; blocks keep the resident
@@ -48,8 +49,8 @@ def test_sync_streamed_training_equals_resident_training_in_the_same_order(backe
     label_map = LabelMap.fit("binary", layout.labels)
     plan = Plan(chunk_size=8, batch_size=16, deterministic=backend != "reference")
     device = DEVICE if backend == "triton" else "cpu"
-    streamed = StreamedLayout.from_layout(layout, plan.chunks_per_batch, 4 * 1500, device)
-    assert len(streamed.blocks) > 3
+    streamed = StreamedLayout.from_layout(layout, plan.chunks_per_batch, 4 * 1500, device, ids=ids)
+    assert len(streamed.blocks) > 3 and ("edge_id16" in streamed.source.optional) == (ids == "narrow")
     resident_layout = layout.to(device)
     labels = label_map.model_labels(resident_layout.labels)
     optimizer = "adagrad"
