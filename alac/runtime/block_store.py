@@ -142,9 +142,10 @@ def build_blocks(pieces, options, chunks_per_batch, block_bytes, device, fields,
         layout = build_layout(group, base_options, device, feature_order=new_to_old)
         layout.row_of_slot[layout.row_of_slot >= 0] += first_row
         escapes = wire.escape_count(layout.edge_feature) if narrow else 0
-        local = Block(0, layout.n_chunks, 0, int(layout.chunk_start[-1]), group.n_rows, escapes)
-        block = Block(first_chunk, first_chunk + local.chunks, first_edge, first_edge + local.edges, group.n_rows,
-                      escapes)
+        widest, edges = layout.extent()
+        local = Block(0, layout.n_chunks, 0, edges, group.n_rows, escapes, widest)
+        block = dataclasses.replace(local, first_chunk=first_chunk, end_chunk=first_chunk + local.chunks,
+                                    first_edge=first_edge, end_edge=first_edge + edges)
         entries.append({**dataclasses.asdict(block), **emit(index, layout, local, optional)})
         first_row, first_chunk, first_edge = first_row + group.n_rows, block.end_chunk, block.end_edge
         width_sum += int(layout.chunk_width.long().sum())

@@ -55,6 +55,7 @@ class Block:
     end_edge: int
     rows: int
     escapes: int = 0    # edges whose id needs 32 bits in the narrow wire form
+    widest: int = 0     # slots per row of the block's widest chunk
 
     @property
     def chunks(self):
@@ -151,7 +152,7 @@ def optional_arrays(layout, fields, ids="auto"):
 
 def plan_blocks(layout, chunks_per_batch, budget_bytes, optional=INT32_IDS):
     """Blocks of whole batches whose device bytes stay within budget_bytes (at least one batch each)."""
-    starts = layout.chunk_start.cpu()
+    starts, widths = layout.chunk_start.cpu(), layout.chunk_width.cpu()
     real = (layout.row_of_slot.view(layout.n_chunks, layout.chunk_size) >= 0).sum(dim=1).cpu()
     escaped = torch.zeros(layout.n_chunks + 1, dtype=torch.int64)
     if NARROW_IDS <= optional:
@@ -160,7 +161,7 @@ def plan_blocks(layout, chunks_per_batch, budget_bytes, optional=INT32_IDS):
 
     def block(first, end):
         return Block(first, end, int(starts[first]), int(starts[end]), int(real[first:end].sum()),
-                     int(escaped[end] - escaped[first]))
+                     int(escaped[end] - escaped[first]), int(widths[first:end].max()))
 
     blocks, first = [], 0
     while first < layout.n_chunks:

@@ -109,6 +109,10 @@ class BigraphLayout:
     # the chunks' mean width where it is not this layout's own: a streamed block takes its whole
     # layout's, so that its edge tiles (and sums) are the resident ones
     tile_width: int | None = None
+    # (widest chunk's slots per row, edge slots) where the host knows them (a streamed block's): its
+    # kernels are then launched without reading anything back from the device, which would wait for
+    # the kernels before them
+    host_extent: tuple | None = None
 
     @property
     def chunk_size(self):
@@ -123,6 +127,12 @@ class BigraphLayout:
         if self.tile_width is not None:
             return self.tile_width
         return int(self.chunk_width.float().mean().ceil()) if self.n_chunks else 1
+
+    def extent(self):
+        """(the widest chunk's slots per row, edge slots): kept on the host or read from the device."""
+        if self.host_extent is not None:
+            return self.host_extent
+        return (int(self.chunk_width.max()) if self.n_chunks else 0), int(self.chunk_start[-1])
 
     def value_scale(self):
         """The mean magnitude of the feature values (1 for one-hot data): the scale of one

@@ -111,7 +111,8 @@ class StreamedLayout:
         block = self.blocks[index]
         # narrow ids are decoded on the copy's stream: the block is ready for the kernels once it is done
         arrays = decoded(unpack(moved, block, self.chunk_size, self.source.optional))
-        return dataclasses.replace(self.host, n_rows=block.rows, **arrays, **self.features)
+        return dataclasses.replace(self.host, n_rows=block.rows, host_extent=(block.widest, block.edges), **arrays,
+                                   **self.features)
 
     def blocks_on_device(self, epoch, seed):
         """(block index, device layout, chunk order) of an epoch's blocks in their order; on a GPU the

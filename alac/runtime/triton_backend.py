@@ -74,10 +74,11 @@ class TritonBackend:
         hot_stride = -(-hot // HOT_ROW_ALIGNMENT) * HOT_ROW_ALIGNMENT
         # sync: R replicas of the hot sums; async: one [H] row per persistent program
         copies = self.plan.replicas if self.plan.semantics == "sync" else async_programs(self.plan, layout)
-        chunk_edges = layout.chunk_size * (int(layout.chunk_width.max()) if layout.n_chunks else 0)
+        widest, edges = layout.extent()
+        chunk_edges = layout.chunk_size * widest
         return Sizes(n_features=layout.n_features, K=max(self.ir.factor_size, 1), n_chunks=layout.n_chunks,
                      chunk_bounds=layout.n_chunks + 1, slots=layout.n_chunks * layout.chunk_size,
-                     edges=int(layout.chunk_start[-1]),
+                     edges=edges,
                      n_batches=max(math.ceil(layout.n_chunks / self.plan.chunks_per_batch), 1),
                      hot_size=hot, hot_stride=hot_stride, hot_rows=max(copies * hot_stride, 1),
                      chunk_edges=chunk_edges, batch_edges=self.plan.chunks_per_batch * max(chunk_edges, 1),

@@ -78,3 +78,25 @@ def test_streamed_epochs_reshuffle_blocks_and_chunks():
     starts = [block.first_chunk for block in streamed.blocks]
     block_of = torch.bucketize(orders[0], torch.tensor(starts), right=True)
     assert torch.equal(block_of[0::2][: len(block_of) // 2], block_of[1::2])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("semantics", ["async", "sync"])
+def test_a_streamed_epoch_queues_its_blocks_without_waiting_for_the_gpu(semantics):
+    """Queuing a block's copy, decode and kernels reads nothing back from the device (torch's sync
+    debug mode raises on any such read): the host queues block i + 1 while block i trains."""
+    layout = _layout(rows=2000)
+    label_map = LabelMap.fit("binary", layout.labels)
+    plan = Plan(chunk_size=8, batch_size=16, semantics=semantics, hot_size=5)
+    streamed = StreamedLayout.from_layout(layout, plan.chunks_per_batch, 4 * 4000, "cuda", ids="narrow")
+    assert len(streamed.blocks) > 3
+    executor = Executor(ZOO["fm"](), plan, backend="triton", device="cuda", optimizer="adagrad")
+    executor.train_streamed_epoch(streamed, lambda block: label_map.model_labels(block.labels), 0, 0.3)
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for _, block, order in streamed.blocks_on_device(1, executor.seed):
+            executor._queue_epoch(block, label_map.model_labels(block.labels), 1, 0.3, order)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    streamed.close()
