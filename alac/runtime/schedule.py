@@ -85,7 +85,8 @@ def batch_scales(layout, order, chunks_per_batch):
     C = layout.chunk_size
     n_batches = math.ceil(layout.n_chunks / chunks_per_batch)
     counts = torch.full((n_batches,), chunks_per_batch * C, dtype=torch.float64, device=order.device)
-    counts[-1] = (layout.n_chunks - (n_batches - 1) * chunks_per_batch) * C
+    # fill_ takes the scalar as a kernel argument; item assignment copies it from the host
+    counts[-1:].fill_((layout.n_chunks - (n_batches - 1) * chunks_per_batch) * C)
     missing = layout.n_chunks * C - layout.n_rows
     if missing:
         position = torch.argmax((order == layout.n_chunks - 1).int())
