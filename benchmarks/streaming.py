@@ -235,7 +235,7 @@ def big_run(args, bandwidth):
     torch.cuda.reset_peak_memory_stats()
     history = trainer.fit(source, valid)
     streamed = trainer.train_layout
-    return {"name": "lr_larger_than_gpu", "source": "host_pinned", "rows": args.big_rows,
+    return {"name": "lr_larger_than_gpu", "source": "host_pinned", "ids": "int32", "rows": args.big_rows,
             "blocks": len(streamed.blocks), "bytes_per_epoch": streamed.bytes_per_epoch,
             "bytes_per_edge": streamed.bytes_per_epoch / source.meta.stats.nnz,
             "gpu_memory_bytes": torch.cuda.get_device_properties(0).total_memory, "budget_bytes": budget,
