@@ -2,7 +2,10 @@
 classifiers and regressors (fit, predict, predict_proba, decision_function, score, partial_fit,
 coef_, intercept_, classes_, n_features_in_), usable in Pipeline and GridSearchCV.
 
-Inputs are scipy.sparse matrices or dense arrays. The estimators default to optimizer="auto", as
+Inputs are scipy.sparse matrices or dense arrays; fit also takes a block store (a folder written by
+alac.runtime.block_store, or an opened DiskBlocks / PinnedBlocks), streamed from disk or host memory
+and never loaded whole: its labels are the targets, and early stopping watches the training loss
+(no rows are held out). The estimators default to optimizer="auto", as
 `alac train` does (alac.race): AdaGrad, whose step does not depend on the features' scale, and plain
 SGD train on the validation rows' early stopping and the better is kept (optimizer_, learning_rate_
 and alpha_ say which); without validation rows or with a learning_rate, AdaGrad trains alone.
@@ -46,6 +49,21 @@ def _dataset(X, y=None):
     csr = scipy.sparse.csr_matrix(X, dtype=np.float32)
     labels = np.zeros(csr.shape[0], np.float32) if y is None else np.asarray(y, np.float32)
     return from_csr_arrays(csr.indptr, csr.indices, csr.data, labels, csr.shape[1])
+
+
+def _block_source(X):
+    """The block source X is (a DiskBlocks or PinnedBlocks, or a block store folder), else None."""
+    import os
+
+    from alac.out_of_core import is_block_source, is_block_store
+
+    if is_block_source(X):
+        return X
+    if isinstance(X, (str, os.PathLike)) and is_block_store(X):
+        from alac.runtime.block_store import DiskBlocks
+
+        return DiskBlocks(X, pin=torch.cuda.is_available())
+    return None
 
 
 def _fit(trainer, train, valid=None, epochs=None):
@@ -188,7 +206,10 @@ class _WideEstimator(BaseEstimator):
             return (y == self.classes_[1]).astype(np.float32)
         return np.asarray(y, dtype=np.float64)
 
-    def fit(self, X, y):
+    def fit(self, X, y=None):
+        source = _block_source(X)
+        if source is not None:
+            return self._fit_blocks(source, y)
         X, y = validate_data(self, X, y, accept_sparse="csr", dtype=[np.float64, np.float32],
                              y_numeric=self._kind == "regressor")
         targets = self._targets(y, first=True)
@@ -212,6 +233,24 @@ class _WideEstimator(BaseEstimator):
             trainer = self._new_trainer(arm)
             diverged = _fit(trainer, train, valid)
         _warn_on_divergence(diverged)
+        self._keep_arm(arm)
+        self._trainer = trainer
+        self._snapshot(trainer)
+        return self
+
+    def _fit_blocks(self, source, y):
+        """fit on a block source: one arm (no validation rows to race on), the targets its labels."""
+        if y is not None:
+            raise ValueError("a block store holds its own labels: fit(store) takes no y")
+        arm = self._single_arm()
+        trainer = self._new_trainer(arm)
+        diverged = _fit(trainer, source)
+        _warn_on_divergence(diverged)
+        self.n_features_in_ = source.meta.n_features
+        if self._kind == "classifier":
+            # the classes the label map was fit on: those of the first block (classes_[1] the positive)
+            first = trainer.train_layout.first_block()
+            self.classes_ = np.unique(first.labels[first.row_of_slot >= 0].cpu().numpy()).astype(np.float64)
         self._keep_arm(arm)
         self._trainer = trainer
         self._snapshot(trainer)

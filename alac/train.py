@@ -82,7 +82,8 @@ class Trainer:
         self.feature_order = None      # new_to_old of the training layout: the model's feature space
         self.unseen_entries = 0
         self.stopped_because = None
-        # streamed epochs: block_progress(epoch, blocks queued, blocks) as each block is queued
+        # streamed epochs: block_progress(epoch, blocks queued, blocks, (block, mean loss) of the latest
+        # block whose loss has reached the host, or None) as each block is queued
         self.block_progress = None
 
     @property
@@ -180,7 +181,7 @@ class Trainer:
         if isinstance(self.train_layout, StreamedLayout):
             def progress(epoch):
                 if self.block_progress is not None:
-                    return lambda queued, blocks: self.block_progress(epoch, queued, blocks)
+                    return lambda queued, blocks, latest: self.block_progress(epoch, queued, blocks, latest)
 
             return [self.executor.train_streamed_epoch(self.train_layout, self._block_labels, self.epoch + i, self.lr,
                                                        on_block=progress(self.epoch + i + 1)) for i in range(count)]
@@ -212,6 +213,14 @@ class Trainer:
         """Train `epochs` (default: the constructor's) more epochs; returns the history. valid is
         monitored (early stopping, best model); report (a test set) is only evaluated and recorded
         every epoch as test_* — it never steers training."""
+        try:
+            return self._fit(train, valid, epochs, report)
+        finally:
+            if isinstance(self.train_layout, StreamedLayout):
+                # a read-ahead left running would hold a disk source's buffers from its next reader
+                self.train_layout.stop_reading()
+
+    def _fit(self, train, valid, epochs, report):
         _, layout_labels = self.prepare(train)
         valid_layout = self.layout_of(valid)
         report_layout = self.layout_of(report)

@@ -16,10 +16,10 @@ import math
 import os
 import re
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from alac import defaults
+from alac.cli_data import load_data
 from alac.errors import AlacError
 from alac.models import build_model, default_l2, is_model_file
 from alac.outputs import check_output_folder, write_atomically, write_text_atomically
@@ -85,7 +85,11 @@ def add_data_options(parser):
 
 def parser_for(parser, module=None):
     """The training options; with a model module, also its model options (--l1, --l2, ARGUMENTS)."""
-    parser.add_argument("--train", help="training file (LIBSVM, libffm, Criteo TSV, or a table: CSV/Parquet)")
+    parser.add_argument("--train", help="training file (LIBSVM, libffm, Criteo TSV, or a table: CSV/Parquet), or "
+                        "a block store folder (alac.runtime.block_store), streamed from disk")
+    parser.add_argument("--out-of-core", action="store_true",
+                        help="never load the training file whole: write it to a cached block store in two passes "
+                             "and stream the blocks from disk (needs --valid or --test)")
     parser.add_argument("--test", help="test file, in the training file's feature space")
     parser.add_argument("--valid", help="validation file, evaluated after every epoch (early stopping)")
     parser.add_argument("--valid-split", type=split_fraction, default=defaults.VALID_SPLIT, metavar="FRACTION",
@@ -162,94 +166,6 @@ def model_arguments(module, args):
     return {name: getattr(args, name) for name in names if hasattr(args, name)}
 
 
-def table_options(args):
-    return {"label": args.label, "fields": args.fields, "numeric": args.numeric, "numeric_mode": args.numeric_mode,
-            "hash_bits": args.hash_bits, "separator": args.separator}
-
-
-@dataclass
-class TrainingData:
-    train: object
-    valid: object = None
-    test: object = None
-    described: str = ""
-    options: dict = field(default_factory=dict)   # how predict reads new files the same way
-
-
-def _file_options(args, format):
-    """(keyword options of the format's loader, what a checkpoint keeps to read files alike)."""
-    if format in ("libsvm", "libffm"):
-        loader = {} if args.n_features is None else {"n_features": args.n_features}
-        return loader, {"n_features": args.n_features}
-    if format == "criteo":
-        loader = {} if args.hash_bits is None else {"hash_bits": args.hash_bits}
-        return loader, dict(loader)
-    return {}, {}
-
-
-def load_data(args):
-    """The training, validation and test sets of the command line, in one feature space."""
-    import torch
-
-    from alac.data import formats
-    from alac.data.split import split
-
-    if args.train is None:
-        from alac.data.synthetic import criteo_like
-
-        rows = args.synthetic or (4_000_000 if torch.cuda.is_available() else 200_000)
-        train, valid, test = split(criteo_like(rows, seed=args.seed), (0.8, 0.1, 0.1), seed=args.seed)
-        return TrainingData(train, valid, test, f"synthetic Criteo-shaped, {rows:,} rows (80/10/10 split)",
-                            {"format": "synthetic"})
-    paths = [p for p in (args.train, args.valid, args.test) if p is not None]
-    options = {}
-    if args.format == "table":
-        from alac.data.table import load_table_files
-
-        loaded, encoding = load_table_files(paths, **table_options(args))
-        options["table"] = encoding.to_dict()
-        format = "table"
-    else:
-        # every file exists and is a file before any is parsed; the training file's format is the one
-        format = [formats.resolve_format(path, args.format) for path in paths][0]
-        loader, options = _file_options(args, format)
-        if format == "libsvm":
-            from alac.data import load_libsvm_files
-
-            loaded = load_libsvm_files(paths, **loader)
-        elif format == "libffm":
-            from alac.data import load_libffm_files
-
-            loaded = load_libffm_files(paths, **loader)
-        else:
-            loaded = [formats.load(p, format, **loader) for p in paths]
-        base = dict(loaded[0].source.options).get("base")
-        options["zero_based"] = None if base is None else base == 0
-    if args.normalize:
-        loaded = [dataset.normalize_rows() for dataset in loaded]
-    train = loaded.pop(0)
-    valid = loaded.pop(0) if args.valid else None
-    test = loaded.pop(0) if args.test else None
-    options.update(format=format, normalize=args.normalize)
-    described = f"{args.train} ({format}{', rows L2-normalized' if args.normalize else ''})"
-    data = TrainingData(train, valid, test, described, options)
-    return with_validation_split(data, args)
-
-
-def with_validation_split(data, args):
-    """Without validation data (and with early stopping), a random args.valid_split share of the
-    training rows (seed args.seed) becomes the validation set."""
-    from alac.data.split import hold_out
-
-    if data.valid is not None or args.early_stopping == "none":
-        return data
-    train, valid = hold_out(data.train, args.valid_split, args.seed)
-    if valid is None:
-        return data
-    return TrainingData(train, valid, data.test, data.described + f", {100 * args.valid_split:g} % of its rows "
-                        "held out for validation", data.options)
-
-
 def _format_record(record):
     parts = [f"epoch {record['epoch']:>3}", f"train loss {record['train_loss']:.5f}"]
     parts += [f"{k.replace('_', ' ', 1)} {v:.5f}" for k, v in record.items() if k.startswith(("valid_", "test_"))]
@@ -273,11 +189,12 @@ class _Progress:
                 print(file=sys.stderr)
         print(_format_record(record), flush=True)
 
-    def blocks(self, epoch, queued, blocks):
-        """A streamed epoch's blocks, on a terminal."""
+    def blocks(self, epoch, queued, blocks, latest):
+        """A streamed epoch's blocks and the latest block loss the GPU has reported, on a terminal."""
         if self.live:
             done = int(30 * queued / max(blocks, 1))
-            print(f"\r[{'#' * done}{'.' * (30 - done)}] epoch {epoch}: block {queued}/{blocks}", end="",
+            loss = "" if latest is None else f"  block {latest[0]} loss {latest[1]:.5f}"
+            print(f"\r[{'#' * done}{'.' * (30 - done)}] epoch {epoch}: block {queued}/{blocks}{loss}", end="",
                   file=sys.stderr, flush=True)
 
 
@@ -355,7 +272,7 @@ def _plan(args):
 
 
 def _run(args, module, model_reference):
-    data = load_data(args)
+    data = load_data(args, _plan(args))
     trainer, final, diverged = train_model(args, module, data, _Progress(args.epochs))
     print(json.dumps({k: round(v, 6) for k, v in final.items()}))
     if args.out:
@@ -388,6 +305,7 @@ def train_model(args, module, data, log=None):
 
 
 def _train_one(args, module, data, log):
+    from alac import out_of_core
     from alac.ir.trace import trace
     from alac.optimizers import get_optimizer
     from alac.runtime.executor import resolve_backend
@@ -410,16 +328,19 @@ def _train_one(args, module, data, log):
                       schedule=LearningRateSchedule(args.schedule, args.decay, args.power), exact_l2=args.exact_l2,
                       early_stopping=early_stopping, patience=args.patience, unseen=args.unseen)
     say = print if log is not None else (lambda *a, **k: None)
-    say(f"model {model.model_name()} on {data.described}: {data.train.n_rows:,} training rows, "
-        f"{data.train.n_features:,} features; backend {trainer.backend} on {trainer.device}; {plan.describe()}; "
+    rows, features = out_of_core.rows_and_features(data.train)
+    say(f"model {model.model_name()} on {data.described}: {rows:,} training rows, "
+        f"{features:,} features; backend {trainer.backend} on {trainer.device}; {plan.describe()}; "
         f"lr {args.lr:g}, {optimizer.describe()}, schedule {trainer.executor.schedule.describe()}"
         + (f"; early stopping ({early_stopping}) on the validation loss" if early_stopping else ""), flush=True)
     streamed, _ = trainer.prepare(data.train)
     if hasattr(streamed, "blocks"):
         if isinstance(log, _Progress):
             trainer.block_progress = log.blocks
-        say(f"training data streamed from pinned host memory: {len(streamed.blocks)} blocks, "
-            f"{streamed.bytes_per_epoch / 2**30:.2f} GiB per epoch (over the GPU memory budget)", flush=True)
+        where = f"a block store on disk ({data.train.folder})" if hasattr(data.train, "folder") else \
+            "pinned host memory"
+        say(f"training data streamed from {where}: {len(streamed.blocks)} blocks, "
+            f"{streamed.bytes_per_epoch / 2**30:.2f} GiB per epoch", flush=True)
     diverged = None
     try:
         trainer.fit(data.train, data.valid, report=data.test)

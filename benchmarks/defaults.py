@@ -76,7 +76,8 @@ def load_sets(folder, names):
 def train_once(module, argv, train, test, backend, seed=0):
     """One `alac train` run: (test metrics, validation metrics, epochs, seconds, diverged, the optimizer
     that trained the model kept)."""
-    from alac.zoo import TrainingData, parse_arguments, train_model, with_validation_split
+    from alac.cli_data import TrainingData, with_validation_split
+    from alac.zoo import parse_arguments, train_model
 
     args = parse_arguments(module, [*argv, "--backend", backend, "--seed", str(seed)])
     if args.normalize:

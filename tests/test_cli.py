@@ -114,6 +114,7 @@ def _run_alac(*args, env_extra=None):
     import os
     environment = dict(os.environ)
     environment.pop("TRITON_INTERPRET", None)
+    environment.update(env_extra or {})
     return subprocess.run([sys.executable, "-m", "alac", *args], capture_output=True, text=True, env=environment)
 
 
@@ -292,3 +293,31 @@ def test_train_streams_data_over_its_gpu_memory_budget():
     assert re.search(r"training data streamed from pinned host memory: \d+ blocks", result.stdout), result.stdout
     bad = _run_alac("train", "--model", "lr", "--gpu-memory", "8XB")
     assert bad.returncode == 2 and "not a memory size (such as 8GB, 512MiB): '8XB'" in bad.stderr
+
+
+def test_train_out_of_core_streams_the_file_from_a_block_store_on_disk(tmp_path):
+    """--out-of-core writes the training file to a cached block store and trains from disk; the store
+    folder given as --train trains the same model; both learn what in-memory training learns."""
+    from alac.data import write_libsvm
+    from alac.data.synthetic import criteo_like
+
+    data = criteo_like(6000, n_fields=8, seed=3, device="cpu")
+    write_libsvm(data.take(torch.arange(5000)), tmp_path / "train.svm")
+    write_libsvm(data.take(torch.arange(5000, 6000)), tmp_path / "valid.svm")
+    common = ("train", "--model", "lr", "--train", str(tmp_path / "train.svm"), "--valid", str(tmp_path / "valid.svm"),
+              "--backend", "reference", "--epochs", "3", "--optimizer", "adagrad", "--lr", "0.1")
+    env = {"ALAC_CACHE_DIR": str(tmp_path / "cache")}
+    streamed = _run_alac(*common, "--out-of-core", env_extra=env)
+    assert streamed.returncode == 0, streamed.stderr
+    store = re.search(r"training data streamed from a block store on disk \((.+)\): \d+ blocks", streamed.stdout)
+    assert store, streamed.stdout
+    again = _run_alac(*[store.group(1) if a == str(tmp_path / "train.svm") else a for a in common], env_extra=env)
+    assert again.returncode == 0, again.stderr
+    in_memory = _run_alac(*common, env_extra=env)
+    final = [json.loads(run.stdout.strip().splitlines()[-1]) for run in (streamed, again, in_memory)]
+    assert final[0] == final[1]
+    assert final[0]["logloss"] == pytest.approx(final[2]["logloss"], abs=0.01)
+    assert final[0]["auc"] == pytest.approx(final[2]["auc"], abs=0.01)
+    no_metrics = _run_alac("train", "--model", "lr", "--train", str(tmp_path / "train.svm"), "--out-of-core",
+                           env_extra=env)
+    assert no_metrics.returncode == 2 and "reports its metrics on --valid or --test" in no_metrics.stderr

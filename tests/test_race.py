@@ -5,9 +5,10 @@ import math
 import numpy as np
 import pytest
 
+from alac.cli_data import TrainingData, with_validation_split
 from alac.models import zoo_module
 from alac.race import Arm, race
-from alac.zoo import TrainingData, parse_arguments, train_model, with_validation_split
+from alac.zoo import parse_arguments, train_model
 
 
 class _History:

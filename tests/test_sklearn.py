@@ -115,3 +115,28 @@ def test_estimators_declare_themselves_non_deterministic_only_on_a_gpu(monkeypat
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     assert LogisticRegression().__sklearn_tags__().non_deterministic
     assert not LogisticRegression(backend="reference").__sklearn_tags__().non_deterministic
+
+
+def test_fit_on_a_block_store_streams_it_and_learns_what_arrays_teach(tmp_path):
+    """A block store folder (several blocks) as X: its labels are the targets; the model predicts
+    arrays of its feature space as the array-fitted one does."""
+    from alac.data import write_libsvm
+    from alac.data.arrays import from_csr_arrays
+    from alac.runtime.block_store import file_pieces, write_block_store
+    from alac.runtime.layout import LayoutOptions
+
+    X, y, weights = _blobs(n=1200)
+    targets = (y == "yes").astype(np.float32)
+    write_libsvm(from_csr_arrays(X.indptr, X.indices, X.data.astype(np.float32), targets, 20), tmp_path / "t.svm")
+    store = write_block_store(tmp_path / "store", file_pieces(tmp_path / "t.svm"), LayoutOptions(chunk_size=16),
+                              chunks_per_batch=2, block_bytes=20_000, device="cpu")
+    assert len(store.blocks) > 3
+    options = {"batch_size": 32, "optimizer": "adagrad", "early_stopping": False, "random_state": 0}
+    streamed = LogisticRegression(**options).fit(str(tmp_path / "store"))
+    in_memory = LogisticRegression(**options).fit(X, targets)
+    assert streamed.n_features_in_ == 20 and list(streamed.classes_) == [0.0, 1.0]
+    assert np.corrcoef(streamed.coef_[0], weights)[0, 1] > 0.9
+    assert np.corrcoef(streamed.coef_[0], in_memory.coef_[0])[0, 1] > 0.98
+    assert streamed.score(X, targets) > 0.9
+    with pytest.raises(ValueError, match="holds its own labels"):
+        LogisticRegression(**options).fit(str(tmp_path / "store"), targets)

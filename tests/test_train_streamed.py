@@ -30,8 +30,15 @@ def test_a_layout_over_the_budget_is_streamed_and_trains_as_the_resident_one_in_
     streamed = trainer.train_layout
     assert isinstance(streamed, StreamedLayout) and len(streamed.blocks) > 3
     blocks = len(streamed.blocks)
-    assert seen == [(epoch, queued, blocks) for epoch in (1, 2, 3) for queued in range(1, blocks + 1)]
+    assert [s[:3] for s in seen] == [(epoch, queued, blocks) for epoch in (1, 2, 3) for queued in range(1, blocks + 1)]
     assert history[-1]["train_loss"] < history[0]["train_loss"]
+    # the last epoch's per-block losses, in its block order (on a CPU each reaches the host at once):
+    # their row-weighted mean is the epoch's loss
+    block_losses = trainer.executor.block_losses
+    assert [index for index, _ in block_losses] == streamed.block_order(2, 0)
+    assert [s[3] for s in seen[-blocks:]] == block_losses
+    weighted = sum(loss * streamed.blocks[index].rows for index, loss in block_losses) / data.n_rows
+    assert weighted == pytest.approx(history[-1]["train_loss"], rel=1e-5)
     # the same epochs, resident, in the streamed order, by the executor alone
     layout = build_layout(data, LayoutOptions(chunk_size=16), "cpu")
     labels = LabelMap.fit("binary", data.labels).model_labels(layout.labels)

@@ -59,9 +59,13 @@ def _block_file(folder, index):
 
 
 def _count(pieces):
-    """Pass 1: (frequency, rows, nnz, widest row, sum of |values| or None, n_fields, has fields)."""
+    """Pass 1: (frequency, rows, nnz, widest row, sum of |values| or None, n_fields, has fields, the
+    first piece's source options)."""
     frequency, rows, nnz, widest, value_sum, n_fields, has_fields = None, 0, 0, 0, None, 0, False
+    source_options = None
     for piece in pieces():
+        if source_options is None:
+            source_options = dict(piece.source.options)
         counts = torch.bincount(piece.indices.long(), minlength=piece.n_features).cpu()
         if frequency is None:
             frequency = counts
@@ -77,7 +81,7 @@ def _count(pieces):
         n_fields, has_fields = max(n_fields, piece.n_fields), has_fields or piece.fields is not None
     if frequency is None or rows == 0:
         raise DataError("no rows to write a block store of")
-    return frequency, rows, nnz, widest, value_sum, n_fields, has_fields
+    return frequency, rows, nnz, widest, value_sum, n_fields, has_fields, source_options
 
 
 def _concatenate(pieces):
@@ -123,7 +127,7 @@ def build_blocks(pieces, options, chunks_per_batch, block_bytes, device, fields,
     if block_bytes <= 0:
         raise OptionError(f"a block budget must be positive, got {block_bytes} bytes")
     started = time.perf_counter()
-    frequency, n_rows, nnz, widest, value_sum, n_fields, has_fields = _count(pieces)
+    frequency, n_rows, nnz, widest, value_sum, n_fields, has_fields, source_options = _count(pieces)
     sorted_frequency, new_to_old, old_to_new = order_by_frequency(frequency)
     optional = (frozenset(({"edge_value"} if value_sum is not None else set())
                           | ({"edge_field"} if fields and has_fields else set()))
@@ -163,6 +167,8 @@ def build_blocks(pieces, options, chunks_per_batch, block_bytes, device, fields,
             "n_features": frequency.numel(), "n_fields": n_fields, "fixed_width": fixed_width,
             "tile_width": math.ceil(width_sum / first_chunk), "optional": sorted(optional),
             "value_scale": mean_scale(value_sum, nnz) if value_sum is not None else 1.0,
+            # a LIBSVM file's id base (0 or 1), so that files read beside the store share its ids
+            "base": source_options.get("base"),
             "stats": dataclasses.asdict(stats), "blocks": entries}
     return meta, dict(zip(FEATURE_ARRAYS, (new_to_old.cpu(), old_to_new.cpu(), sorted_frequency.cpu())))
 
@@ -271,6 +277,7 @@ class DiskBlocks:
             self._entries = meta["blocks"]
             self.optional = frozenset(meta["optional"])
             self.value_scale = float(meta["value_scale"])
+            self.base = meta["base"]
         except FileNotFoundError as error:
             raise DataError(f"not a block store (no {Path(error.filename).name})", path=self.folder) from None
         except (ValueError, KeyError, TypeError) as error:

@@ -28,6 +28,7 @@ from alac.runtime.memory import check_feature_tables
 from alac.runtime.reference import ReferenceBackend
 from alac.runtime.schedule import LearningRateSchedule, batch_scales
 from alac.runtime.state import ModelState
+from alac.runtime.streams import BlockStatistics
 
 BACKENDS = ("triton", "interpret", "reference")
 _NOTICED = set()
@@ -127,6 +128,7 @@ class Executor:
             self.backend = TritonBackend(self.ir, plan, interpret=self.backend_name == "interpret")
         self.state = None
         self.value_scale = 1.0      # mean |x| of the training data's values (value_scale), set by initialize
+        self.block_losses = []      # the last streamed epoch's (block index, mean loss) per block
         self._reference = None      # a reference backend for sample_loss, made when first needed
         self.loss_sum = torch.zeros(1, device=self.device)
 
@@ -184,23 +186,26 @@ class Executor:
 
     def train_streamed_epoch(self, streamed, labels_of, epoch, lr, kernel_events=None, on_block=None):
         """One epoch over a StreamedLayout (alac.runtime.streams), block after block; labels_of(block)
-        gives a block's labels as the model reads them. Returns the mean training loss.
+        gives a block's labels as the model reads them. Returns the mean training loss; the blocks'
+        own mean losses land in self.block_losses ([(block index, mean loss)] in visiting order).
         kernel_events: a list to collect (block index, started, done) CUDA events in (timelines);
-        on_block(blocks queued, blocks): called as each block's kernels are queued (progress)."""
+        on_block(blocks queued, blocks, (block index, mean loss) of the latest block whose loss has
+        reached the host, or None): called as each block's kernels are queued (progress)."""
         if self.state is None:
             self.initialize(streamed.host, streamed.value_scale)
-        total = torch.zeros(1, device=self.device)
-        for queued, (index, block, order) in enumerate(streamed.blocks_on_device(epoch, self.seed), 1):
+        statistics = BlockStatistics(len(streamed.blocks), self.device)
+        for position, (index, block, order) in enumerate(streamed.blocks_on_device(epoch, self.seed)):
             if kernel_events is not None:
                 kernel_events.append((index, *(torch.cuda.Event(enable_timing=True) for _ in range(2))))
                 kernel_events[-1][1].record()
             self._queue_epoch(block, labels_of(block), epoch, lr, order)
             if kernel_events is not None:
                 kernel_events[-1][2].record()
-            total += self.loss_sum
+            statistics.add(position, index, self.loss_sum, block.n_rows)
             if on_block is not None:
-                on_block(queued, len(streamed.blocks))
-        return float(total) / max(streamed.n_rows, 1)
+                on_block(position + 1, len(streamed.blocks), statistics.latest())
+        mean, self.block_losses = statistics.finish()
+        return mean
 
     def _queue_epoch(self, layout, labels, epoch, lr, order=None):
         """Launch an epoch (its chunks in order, by default the layout's order of the epoch); its loss

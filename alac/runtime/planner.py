@@ -94,20 +94,27 @@ def hot_size_for_data(dataset, plan, device="cuda", factor_size=0):
 
 
 def hot_segment_for_data(dataset, plan, device="cuda", factor_size=0):
-    """The plan with the default hot segment for a data set (before any layout): H from the cost
-    model, and for sync R replicas of the hot sums, where the planner turns it on; else H = 0."""
-    if torch.device(device).type != "cuda" or not hot_segment_by_default(plan.semantics, dataset.is_binary,
-                                                                          factor_size):
+    """The plan with the default hot segment for a data set or a block source (before any layout):
+    H from the cost model, and for sync R replicas of the hot sums, where the planner turns it on;
+    else H = 0."""
+    if hasattr(dataset, "blocks"):
+        # a block source: its meta layout holds the whole data's frequencies and sizes
+        binary, n_rows, nnz = "edge_value" not in dataset.optional, dataset.meta.n_rows, dataset.meta.stats.nnz
+    else:
+        binary, n_rows, nnz = dataset.is_binary, dataset.n_rows, dataset.nnz
+    if torch.device(device).type != "cuda" or not hot_segment_by_default(plan.semantics, binary, factor_size):
         return dataclasses.replace(plan, hot_size=0)
-    # counted on the GPU when the data is on the host (and a GPU is there to count on)
-    indices = dataset.indices.to(device) if torch.cuda.is_available() else dataset.indices
-    frequency = torch.bincount(indices.long(), minlength=dataset.n_features)
-    hot = hot_size_from_costs(frequency, dataset.n_rows, measure_access_costs(device), rows_per_flush(plan))
+    if hasattr(dataset, "blocks"):
+        frequency = dataset.meta.frequency.to(device)
+    else:
+        # counted on the GPU when the data is on the host (and a GPU is there to count on)
+        indices = dataset.indices.to(device) if torch.cuda.is_available() else dataset.indices
+        frequency = torch.bincount(indices.long(), minlength=dataset.n_features)
+    hot = hot_size_from_costs(frequency, n_rows, measure_access_costs(device), rows_per_flush(plan))
     plan = dataclasses.replace(plan, hot_size=hot)
     if plan.semantics == "sync":
-        rows = max(dataset.n_rows, 1)
-        plan = dataclasses.replace(plan, replicas=replicas_for(float(frequency.max()) / rows, dataset.nnz / rows,
-                                                               plan, hot))
+        rows = max(n_rows, 1)
+        plan = dataclasses.replace(plan, replicas=replicas_for(float(frequency.max()) / rows, nnz / rows, plan, hot))
     return plan
 
 

@@ -58,10 +58,8 @@ class StreamedLayout:
     def first_block(self):
         """Block 0 on the device (what the divergence guard samples and labels are fit on), copied
         on each call rather than kept: a kept block would take device memory beyond the budget."""
-        if self._prefetched is not None:
-            # the next epoch's read-ahead holds the ring's buffers: it starts again when that epoch does
-            self._prefetched[1].close()
-            self._prefetched = None
+        # the next epoch's read-ahead holds the ring's buffers: it starts again when that epoch does
+        self.stop_reading()
         reader = self.source.read([0])
         block = self._to_device(*next(reader))
         reader.close()
@@ -177,9 +175,60 @@ class StreamedLayout:
                 self._prefetched = ((epoch + 1, seed), following, ahead)
             yield index, layout, self.chunk_order_in(index, epoch, seed)
 
-    def close(self):
-        """Stop reading ahead (a disk source's threads end)."""
+    def stop_reading(self):
+        """Drop the next epoch's read-ahead, giving back the ring buffers it holds (another reader of
+        the same source may start; the next epoch reads from its start)."""
         if self._prefetched is not None:
             self._prefetched[1].close()
             self._prefetched = None
+
+    def close(self):
+        """Stop reading ahead (a disk source's threads end)."""
+        self.stop_reading()
         self.source.close()
+
+
+class BlockStatistics:
+    """Per-block loss sums of a streamed epoch, copied to (pinned) host memory on a small stream of
+    their own as each block's kernels end: progress reads the latest without waiting for the GPU."""
+
+    def __init__(self, blocks, device):
+        cuda = device.type == "cuda"
+        self.sums = torch.zeros(blocks, device=device)
+        self.host = torch.zeros(blocks, pin_memory=cuda)
+        self.rows, self.order = [0] * blocks, [0] * blocks
+        self._stream = torch.cuda.Stream(device) if cuda else None
+        self._copied = []    # (position, event recorded after the copy, None on a CPU)
+
+    def add(self, position, index, loss_sum, rows):
+        """Block index, trained at this position of the epoch, summed loss_sum (a device scalar the
+        next block overwrites) over rows rows."""
+        self.rows[position], self.order[position] = rows, index
+        self.sums[position:position + 1].copy_(loss_sum)
+        if self._stream is None:
+            self.host[position] = self.sums[position]
+            self._copied.append((position, None))
+            return
+        ended = torch.cuda.Event()
+        ended.record()
+        with torch.cuda.stream(self._stream):
+            self._stream.wait_event(ended)
+            self.host[position:position + 1].copy_(self.sums[position:position + 1], non_blocking=True)
+            copied = torch.cuda.Event()
+            copied.record()
+        self._copied.append((position, copied))
+
+    def latest(self):
+        """(block index, its mean loss) of the last block whose sum has reached the host, or None."""
+        for position, copied in reversed(self._copied):
+            if copied is None or copied.query():
+                return self.order[position], float(self.host[position]) / max(self.rows[position], 1)
+        return None
+
+    def finish(self):
+        """The epoch's mean loss and [(block index, mean loss)] in visiting order (waits for the GPU)."""
+        total = float(self.sums.sum()) / max(sum(self.rows), 1)
+        if self._stream is not None:
+            self._stream.synchronize()
+        losses = [(self.order[p], float(self.host[p]) / max(self.rows[p], 1)) for p, _ in self._copied]
+        return total, losses
