@@ -347,6 +347,10 @@ def _train_one(args, module, data, log):
     except TrainingDiverged as error:
         diverged = error
         print(f"alac: {error}", file=sys.stderr)
+    if hasattr(streamed, "blocks") and trainer.device.type == "cuda":
+        import torch
+
+        say(f"peak GPU memory while training: {torch.cuda.max_memory_allocated(trainer.device) / 2**30:.2f} GiB")
     if trainer.stopped_because and not diverged:
         say(f"stopped after epoch {trainer.history[-1]['epoch']}: {trainer.stopped_because}; the best epoch's "
             f"({trainer.best_epoch}) model is kept")
