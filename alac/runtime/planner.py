@@ -97,12 +97,14 @@ def hot_segment_for_data(dataset, plan, device="cuda", factor_size=0):
     """The plan with the default hot segment for a data set or a block source (before any layout):
     H from the cost model, and for sync R replicas of the hot sums, where the planner turns it on;
     else H = 0."""
+    if torch.device(device).type != "cuda":
+        return dataclasses.replace(plan, hot_size=0)
     if hasattr(dataset, "blocks"):
         # a block source: its meta layout holds the whole data's frequencies and sizes
         binary, n_rows, nnz = "edge_value" not in dataset.optional, dataset.meta.n_rows, dataset.meta.stats.nnz
     else:
         binary, n_rows, nnz = dataset.is_binary, dataset.n_rows, dataset.nnz
-    if torch.device(device).type != "cuda" or not hot_segment_by_default(plan.semantics, binary, factor_size):
+    if not hot_segment_by_default(plan.semantics, binary, factor_size):
         return dataclasses.replace(plan, hot_size=0)
     if hasattr(dataset, "blocks"):
         frequency = dataset.meta.frequency.to(device)

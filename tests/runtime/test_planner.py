@@ -178,3 +178,21 @@ def test_plan_for_leaves_the_async_hot_segment_off_for_wide_factors(monkeypatch)
     assert wide.plan.hot_size == 0
     why = {decision: reason for decision, _, reason in wide.reasons}["hot_size"]
     assert "k = 64 > 32" in why and f"the cost model gives {narrow.plan.hot_size}" in why
+
+
+@pytest.mark.gpu
+def test_a_block_store_gets_the_hot_segment_of_its_data(tmp_path):
+    """The store's meta holds the whole data's frequencies: the same H and replicas as the data set."""
+    from alac.data.synthetic import criteo_like
+    from alac.runtime.block_store import synthetic_pieces, write_block_store
+    from alac.runtime.layout import LayoutOptions
+    from alac.runtime.planner import hot_segment_for_data
+
+    store = write_block_store(tmp_path / "store", synthetic_pieces(20_000, 7_000, n_fields=8, seed=2, device="cuda"),
+                              LayoutOptions(chunk_size=32), 2, 200_000, device="cuda")
+    data = criteo_like(20_000, n_fields=8, seed=2, device="cuda")
+    for semantics in ("async", "sync"):
+        plan = Plan(semantics=semantics, chunk_size=32, batch_size=64)
+        from_store = hot_segment_for_data(store, plan, "cuda")
+        assert from_store == hot_segment_for_data(data, plan, "cuda") and from_store.hot_size > 0
+    store.close()
