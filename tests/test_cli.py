@@ -301,11 +301,11 @@ def test_train_out_of_core_streams_the_file_from_a_block_store_on_disk(tmp_path)
     from alac.data import write_libsvm
     from alac.data.synthetic import criteo_like
 
-    data = criteo_like(6000, n_fields=8, seed=3, device="cpu")
-    write_libsvm(data.take(torch.arange(5000)), tmp_path / "train.svm")
-    write_libsvm(data.take(torch.arange(5000, 6000)), tmp_path / "valid.svm")
+    data = criteo_like(4000, n_fields=8, seed=3, device="cpu")
+    write_libsvm(data.take(torch.arange(3000)), tmp_path / "train.svm")
+    write_libsvm(data.take(torch.arange(3000, 4000)), tmp_path / "valid.svm")
     common = ("train", "--model", "lr", "--train", str(tmp_path / "train.svm"), "--valid", str(tmp_path / "valid.svm"),
-              "--backend", "reference", "--epochs", "3", "--optimizer", "adagrad", "--lr", "0.1")
+              "--backend", "reference", "--epochs", "2", "--optimizer", "adagrad", "--lr", "0.1")
     env = {"ALAC_CACHE_DIR": str(tmp_path / "cache")}
     streamed = _run_alac(*common, "--out-of-core", env_extra=env)
     assert streamed.returncode == 0, streamed.stderr

@@ -22,10 +22,12 @@ from alac.sklearn import (
 )
 
 # one with the default optimizer (the auto race, two trainings per fit), the rest with one optimizer
-# named to keep the checks' hundreds of fits inside CI's time (FMClassifier's race took 80 s of them)
-ESTIMATORS = [LogisticRegression(), LinearSVC(optimizer="adagrad"), Ridge(optimizer="adagrad"),
-              FMClassifier(optimizer="adagrad"),
-              FMRegressor(optimizer="adagrad"), WideClassifier(model=_zoo("lr")()), WideRegressor(model=_zoo("lsr")())]
+# named, and at most 20 epochs, to keep the checks' hundreds of fits inside CI's time (FMClassifier's
+# race took 80 s of them, its 100 default epochs 69 s)
+ESTIMATORS = [LogisticRegression(epochs=20), LinearSVC(optimizer="adagrad", epochs=20),
+              Ridge(optimizer="adagrad", epochs=20), FMClassifier(optimizer="adagrad", epochs=20),
+              FMRegressor(optimizer="adagrad", epochs=20), WideClassifier(model=_zoo("lr")(), epochs=20),
+              WideRegressor(model=_zoo("lsr")(), epochs=20)]
 
 
 @pytest.mark.parametrize("estimator", ESTIMATORS, ids=lambda e: type(e).__name__)
@@ -125,13 +127,13 @@ def test_fit_on_a_block_store_streams_it_and_learns_what_arrays_teach(tmp_path):
     from alac.runtime.block_store import file_pieces, write_block_store
     from alac.runtime.layout import LayoutOptions
 
-    X, y, weights = _blobs(n=1200)
+    X, y, weights = _blobs(n=800)
     targets = (y == "yes").astype(np.float32)
     write_libsvm(from_csr_arrays(X.indptr, X.indices, X.data.astype(np.float32), targets, 20), tmp_path / "t.svm")
     store = write_block_store(tmp_path / "store", file_pieces(tmp_path / "t.svm"), LayoutOptions(chunk_size=16),
                               chunks_per_batch=2, block_bytes=20_000, device="cpu")
     assert len(store.blocks) > 3
-    options = {"batch_size": 32, "optimizer": "adagrad", "early_stopping": False, "random_state": 0}
+    options = {"batch_size": 32, "optimizer": "adagrad", "early_stopping": False, "random_state": 0, "epochs": 8}
     streamed = LogisticRegression(**options).fit(str(tmp_path / "store"))
     in_memory = LogisticRegression(**options).fit(X, targets)
     assert streamed.n_features_in_ == 20 and list(streamed.classes_) == [0.0, 1.0]
