@@ -1,92 +1,90 @@
-"""Params in host memory: the kernels read and update rows in pinned host memory through mapped
-pointers, and train exactly as with the rows on the device (sync semantics)."""
+"""FAE's hot and cold tables: pure hot and cold batches trained on two tables kept consistent give the
+parameters of one table training the same batches (the all-GPU run), and the shuffle schedule."""
 
 import pytest
 import torch
 
-from alac import checkpoint
-from alac.errors import OptionError
+from alac.data.synthetic import criteo_like
 from alac.plan import Plan
-from alac.runtime.executor import Executor
-from alac.train import Trainer
-from tests.codegen.test_kernels import KERNEL_BACKEND, awkward_dataset, laid_out
+from alac.runtime.executor import Executor, LabelMap
+from alac.runtime.layout import LayoutOptions, build_layout
+from alac.runtime.placement import FaeTables, ShuffleScheduler, fae_data, swap_segments
+from alac.runtime.profiler import access_counts, classify_inputs
+from alac.runtime.schedule import batch_scales
+from tests.runtime.test_streams import DEVICE, KERNELS
 from tests.zoo_models import ZOO
 
-pytestmark = pytest.mark.skipif(KERNEL_BACKEND is None, reason="needs a GPU or TRITON_INTERPRET=1")
+OPTIONS = LayoutOptions(chunk_size=8)
 
 
-def trained(model, plan, optimizer="sgd", epochs=2):
-    kind = "real" if model == "fm_squared" else "binary"
-    device, layout, labels = laid_out(awkward_dataset(2, n_rows=60, labels=kind), kind)
-    executor = Executor(ZOO[model](), plan, backend=KERNEL_BACKEND, device=device, seed=4, optimizer=optimizer)
-    losses = [executor.train_epoch(layout, labels, epoch, 0.3) for epoch in range(epochs)]
-    return executor, losses, executor.predict_slots(layout)
+def _batches(layout, plan):
+    return -(-layout.n_chunks // plan.chunks_per_batch)
 
 
-@pytest.mark.parametrize("model,host,optimizer", [("lr", ("w",), "sgd"), ("fm", ("w", "v"), "adagrad"),
-                                                  ("fm_squared", ("v",), "sgd")])
-def test_host_rows_train_exactly_as_device_rows(model, host, optimizer):
-    """Deterministic sync plans sum in a fixed order: host and device placement agree bit for bit."""
-    plan = Plan(chunk_size=8, batch_size=16, deterministic=True)
-    on_device, device_losses, device_prediction = trained(model, plan, optimizer)
-    placed = Plan(chunk_size=8, batch_size=16, deterministic=True, placement=tuple((n, "host") for n in host))
-    on_host, host_losses, host_prediction = trained(model, placed, optimizer)
-    assert host_losses == device_losses and device_losses[1] != device_losses[0]
-    assert torch.equal(host_prediction, device_prediction)
-    for name in on_device.state.params:
-        assert torch.equal(on_host.state.params[name].cpu(), on_device.state.params[name].cpu()), name
-    for name in on_device.state.states:
-        assert torch.equal(on_host.state.states[name].cpu(), on_device.state.states[name].cpu()), name
-    if KERNEL_BACKEND == "triton":
-        for name in host:
-            value = on_host.state.params[name]
-            assert value.device.type == "cpu" and value.is_pinned(), name
-        placed = {a.placement for a in on_host.backend.generated.manifest if a.role == "param" and a.of in host}
-        assert placed == {"host"}
+@pytest.mark.parametrize(("model", "backend"), [("lr", "reference"), ("fm", "reference"), ("fm", KERNELS)])
+def test_fae_tables_train_as_one_table_does_on_the_same_batches(model, backend):
+    """Pure hot and cold batches in a fixed order, on FAE's two tables (the cold one's params and
+    AdaGrad state in host memory, reached through mapped pointers on a GPU) and on one table."""
+    device = DEVICE if backend == "triton" else "cpu"
+    # the interpreter launches every batch's kernels slowly: fewer rows and one epoch there
+    rows, epochs = (3000, 2) if backend != "interpret" else (800, 1)
+    data = criteo_like(rows, n_fields=5, seed=4, device="cpu")
+    counts = access_counts(data.indices, data.n_features)
+    hot = counts >= 2
+    split = fae_data(data, hot, OPTIONS, device)
+    assert 0.1 < split.hot_input_share < 0.9 and split.hot.n_features == int(hot.sum())
+    labels = LabelMap.fit("binary", data.labels)
+    # the kernels in their deterministic mode: float atomics would add in a different order per run
+    plan = Plan(chunk_size=8, batch_size=32, deterministic=backend != "reference")
+    in_host = Plan(chunk_size=8, batch_size=32, deterministic=backend != "reference",
+                   placement=tuple((name, "host") for name in ("w", "v") if model == "fm" or name == "w"))
+
+    def executor(placed=plan):
+        return Executor(ZOO[model](), placed, backend=backend, device=device, seed=1, optimizer="adagrad")
+
+    tables = FaeTables(executor(in_host), executor(), split.hot_ids)
+    tables.initialize(split.cold, 1.0)
+    # the all-GPU run: one table of every row, the hot inputs laid out in global ids (the same chunks)
+    one = executor()
+    one.initialize(split.cold, 1.0)
+    hot_rows, _ = classify_inputs(data, hot)
+    hot_global = build_layout(data.take(hot_rows), OPTIONS, device, feature_order=torch.arange(data.n_features))
+    layouts = {"cold": (split.cold, split.cold), "hot": (split.hot, hot_global)}
+    for epoch in range(epochs):
+        orders = {kind: pair[0].chunk_order(epoch, 1) for kind, pair in layouts.items()}
+        segments = swap_segments(_batches(split.cold, plan), _batches(split.hot, plan), 0.3)
+        assert segments[0][0] == "cold" and len(segments) > 4
+        for kind, first, count in segments:
+            fae_layout, global_layout = layouts[kind]
+            tables.train_segment(kind, fae_layout, labels.model_labels(fae_layout.labels), orders[kind], first, count,
+                                 0.3)
+            one_labels = labels.model_labels(global_layout.labels)
+            per_batch = plan.chunks_per_batch
+            scales = batch_scales(global_layout, orders[kind], per_batch).tolist()
+            for batch in range(first, first + count):
+                offset = batch * per_batch
+                one.train_batch(global_layout, one_labels, orders[kind], offset,
+                                min(per_batch, global_layout.n_chunks - offset), 0.3, scales[batch])
+    state = tables.current_state()
+    for part in ("params", "states", "globals"):
+        for name, values in getattr(one.state, part).items():
+            torch.testing.assert_close(getattr(state, part)[name].cpu(), values.cpu(), rtol=1e-5, atol=1e-7)
 
 
-def test_host_rows_in_the_default_sync_plan_train_as_device_rows():
-    """With atomics in the gradient sums the order of additions varies on a GPU: equal to rounding."""
-    _, device_losses, device_prediction = trained("fm", Plan(chunk_size=8, batch_size=16, edge_updates=False))
-    _, host_losses, host_prediction = trained("fm", Plan(chunk_size=8, batch_size=16, placement=(("w", "host"),)))
-    assert host_losses == pytest.approx(device_losses, rel=1e-5)
-    torch.testing.assert_close(host_prediction, device_prediction, rtol=1e-5, atol=1e-6)
+def test_segments_cover_an_epoch_cold_first_at_the_rate():
+    assert swap_segments(10, 4, 1.0) == [("cold", 0, 10), ("hot", 0, 4)]
+    assert swap_segments(10, 4, 0.5) == [("cold", 0, 5), ("hot", 0, 2), ("cold", 5, 5), ("hot", 2, 2)]
+    assert swap_segments(3, 0, 0.01) == [("cold", 0, 1), ("cold", 1, 1), ("cold", 2, 1)]
+    segments = swap_segments(7, 3, 0.01)
+    assert [kind for kind, _, _ in segments[:6]] == ["cold", "hot"] * 3 and len(segments) == 10
 
 
-def test_host_params_are_named_in_the_kernels_and_manifest():
-    executor, _, _ = trained("lr", Plan(chunk_size=8, batch_size=16, placement=(("w", "host"),)), epochs=1)
-    generated = executor.backend.generated
-    assert "_host_w_" in generated.train[0].name and "host=w" in generated.source.splitlines()[1]
-    placements = {(a.role, a.of): a.placement for a in generated.manifest}
-    assert placements[("param", "w")] == "host" and placements[("global", "b")] == "device"
-    assert placements[("grad", "b")] == "device"
-
-
-@pytest.mark.parametrize("plan,message", [
-    (dict(semantics="async", placement=(("w", "host"),)), "sync plans only"),
-    (dict(placement=(("w", "disk"),)), "'device' or 'host'"),
-    (dict(placement=("w",)), "'device' or 'host'"),
-])
-def test_unsupported_placements_are_refused(plan, message):
-    with pytest.raises(OptionError, match=message):
-        Plan(chunk_size=8, batch_size=16, **plan)
-
-
-def test_placements_of_unknown_params_and_with_exact_l2_are_refused():
-    with pytest.raises(OptionError, match="not params of model 'lr'"):
-        Executor(ZOO["lr"](), Plan(placement=(("v", "host"),)), backend="reference", device="cpu")
-    with pytest.raises(OptionError, match="exact L2"):
-        Executor(ZOO["lr"](), Plan(placement=(("w", "host"),)), backend="reference", device="cpu", exact_l2=True)
-
-
-def test_a_checkpoint_keeps_the_placement(tmp_path):
-    dataset = awkward_dataset(3, n_rows=40)
-    plan = Plan(chunk_size=8, batch_size=16, placement=(("w", "host"),))
-    trainer = Trainer(ZOO["lr"](), lr=0.3, plan=plan, backend=KERNEL_BACKEND, seed=1)
-    trainer.fit(dataset, epochs=2)
-    checkpoint.save(trainer, tmp_path / "model.alac", {"model": "lr", "arguments": {"l2": 0.0}})
-    loaded = checkpoint.load(tmp_path / "model.alac", ZOO["lr"](), backend=KERNEL_BACKEND)
-    assert loaded.plan.host_params == ("w",)
-    assert torch.equal(loaded.predict(dataset), trainer.predict(dataset))
-    if KERNEL_BACKEND == "triton":
-        assert loaded.executor.state.params["w"].is_pinned()
+def test_the_rate_halves_on_a_worse_loss_and_doubles_after_four_better():
+    scheduler = ShuffleScheduler()
+    assert scheduler.after_swap(0.60) == 0.5
+    assert scheduler.after_swap(0.61) == 0.25                      # worse: halved (FAE's min/max erratum)
+    rates = [scheduler.after_swap(loss) for loss in (0.59, 0.58, 0.57, 0.56)]
+    assert rates == [0.25, 0.25, 0.25, 0.5]                       # doubled after 4 better in a row
+    for _ in range(12):
+        scheduler.after_swap(1.0)
+    assert scheduler.rate == 0.01                                 # R(1) at least

@@ -1,0 +1,147 @@
+"""Parameters larger than the GPU, FAE's way: hot rows on the GPU, every row in host memory.
+
+FAE (`../shared/papers`, §4) trains pure batches: a hot input (every feature it touches hot,
+`alac.runtime.profiler.classify_inputs`) trains on the GPU against a table of the hot rows only; a
+cold input trains against the whole table, which lives in pinned host memory and which the kernels
+reach through mapped pointers (the access layer's host placement). Both tables are kept consistent
+by copying the hot rows, their optimizer state and the globals at every swap between hot and cold
+batches. The shuffle scheduler sets how many batches of a kind run between swaps: a rate r is the
+share of an epoch's batches of that kind (R(100) = all cold batches, then all hot; R(1) = 1 %), moved
+by the validation loss after each swap (FAE's Eq. 5 with min and max the right way round).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+
+import torch
+
+from alac.runtime.layout import build_layout
+from alac.runtime.profiler import classify_inputs
+from alac.runtime.schedule import batch_scales
+from alac.runtime.state import ModelState
+
+# FAE's rates: R(100), its starting R(50) and the floor R(1), as shares of an epoch's batches
+FULL_RATE, START_RATE, FLOOR_RATE = 1.0, 0.5, 0.01
+# swaps in a row whose validation loss improves before the rate doubles (FAE's u)
+IMPROVING_SWAPS = 4
+
+
+@dataclass(eq=False)
+class FaeData:
+    """A data set split for FAE: the hot inputs laid out in hot-row ids (hot_ids[i] is the global id
+    of hot row i), the cold inputs in global ids; both keep ids in place (no re-index)."""
+
+    hot_ids: torch.Tensor
+    hot: object            # BigraphLayout or None when no input is hot
+    cold: object
+    hot_input_share: float
+
+
+def fae_data(dataset, hot, options, device):
+    """FaeData of a data set under per-feature hot flags (alac.runtime.profiler.hot_features)."""
+    hot = hot.to(dataset.device)
+    hot_rows, cold_rows = classify_inputs(dataset, hot)
+    hot_ids = torch.nonzero(hot).squeeze(1)
+    slot = torch.full((dataset.n_features,), -1, dtype=torch.int32, device=dataset.device)
+    slot[hot_ids] = torch.arange(hot_ids.numel(), dtype=torch.int32, device=dataset.device)
+
+    def laid_out(rows, n_features, remap):
+        if rows.numel() == 0:
+            return None
+        part = dataset.take(rows)
+        if remap:
+            part = dataclasses.replace(part, indices=slot[part.indices.long()], n_features=n_features)
+        return build_layout(part, options, device, feature_order=torch.arange(n_features))
+
+    return FaeData(hot_ids, laid_out(hot_rows, hot_ids.numel(), True), laid_out(cold_rows, dataset.n_features, False),
+                   hot_rows.numel() / max(dataset.n_rows, 1))
+
+
+def swap_segments(cold_batches, hot_batches, rate):
+    """[(kind, first batch, batches)] of an epoch: cold first, then each kind in turn, ceil(rate *
+    its batches) at a time (at least one)."""
+    segments, done = [], {"cold": 0, "hot": 0}
+    totals = {"cold": cold_batches, "hot": hot_batches}
+    kind = "cold"
+    while done["cold"] < cold_batches or done["hot"] < hot_batches:
+        if done[kind] < totals[kind]:
+            count = min(max(1, math.ceil(rate * totals[kind])), totals[kind] - done[kind])
+            segments.append((kind, done[kind], count))
+            done[kind] += count
+        kind = "hot" if kind == "cold" else "cold"
+    return segments
+
+
+class ShuffleScheduler:
+    """FAE's Eq. 5, min and max the right way round: after a swap whose validation loss is no better
+    than the last one's, the rate halves (to FLOOR_RATE at least); after IMPROVING_SWAPS improving
+    swaps in a row it doubles (to FULL_RATE at most)."""
+
+    def __init__(self, rate=START_RATE):
+        self.rate, self._last, self._improving = rate, None, 0
+
+    def after_swap(self, valid_loss):
+        if self._last is not None and valid_loss >= self._last:
+            self.rate, self._improving = max(self.rate / 2, FLOOR_RATE), 0
+        elif self._last is not None:
+            self._improving += 1
+            if self._improving >= IMPROVING_SWAPS:
+                self.rate, self._improving = min(self.rate * 2, FULL_RATE), 0
+        self._last = valid_loss
+        return self.rate
+
+
+class FaeTables:
+    """The two executors of FAE and the copies that keep them consistent: `cold` holds every row (in
+    host memory where the plan places its params there), `hot` the hot rows on the device."""
+
+    def __init__(self, cold, hot, hot_ids):
+        self.cold, self.hot, self.hot_ids = cold, hot, hot_ids
+        self.on = "cold"   # the executor whose hot rows are current
+
+    def initialize(self, layout, value_scale):
+        """Fresh parameters drawn for every row (the cold executor's), the hot rows copied to the GPU."""
+        self.cold.initialize(layout, value_scale)
+        self.hot.value_scale = value_scale
+        rows = self.hot_ids.to(next(iter(self.cold.state.params.values())).device)
+        state = self.cold.state
+        self.hot.state = ModelState.placed({k: v[rows] for k, v in state.params.items()},
+                                           {k: v.clone() for k, v in state.globals.items()},
+                                           {k: v[rows] for k, v in state.states.items()}, self.hot.device)
+        self.on = "cold"
+
+    def use(self, kind):
+        """Make `kind`'s table current: copy the hot rows, their optimizer state and the globals over."""
+        if kind == self.on:
+            return
+        source, target = (self.hot, self.cold) if kind == "cold" else (self.cold, self.hot)
+        for part in ("params", "states"):
+            for name, values in getattr(target.state, part).items():
+                rows = self.hot_ids.to(values.device)
+                moved = getattr(source.state, part)[name]
+                if kind == "cold":
+                    values[rows] = moved.to(values.device)
+                else:
+                    values.copy_(moved[self.hot_ids.to(moved.device)].to(values.device))
+        for name, values in target.state.globals.items():
+            values.copy_(source.state.globals[name].to(values.device))
+        self.on = kind
+
+    def train_segment(self, kind, layout, labels, order, first, batches, lr):
+        """Batches first .. first + batches of `order` over layout, by `kind`'s executor."""
+        self.use(kind)
+        executor = self.hot if kind == "hot" else self.cold
+        per_batch = executor.plan.chunks_per_batch
+        scales = batch_scales(layout, order, per_batch).tolist()
+        for batch in range(first, first + batches):
+            offset = batch * per_batch
+            executor.train_batch(layout, labels, order, offset, min(per_batch, layout.n_chunks - offset), lr,
+                                 scales[batch])
+
+    def current_state(self):
+        """Every row's parameters (the cold table, after the hot rows are copied back)."""
+        self.use("cold")
+        return self.cold.state
