@@ -60,18 +60,24 @@ def fae_data(dataset, hot, options, device):
                    hot_rows.numel() / max(dataset.n_rows, 1))
 
 
+def _next_segment(kind, done, totals, rate):
+    """(kind, first batch, batches) of the next segment from `kind` on (cold and hot in turn), or None
+    when the epoch is done: ceil(rate * its batches) of a kind at a time, at least one."""
+    for turn in (kind, "hot" if kind == "cold" else "cold"):
+        if done[turn] < totals[turn]:
+            return turn, done[turn], min(max(1, math.ceil(rate * totals[turn])), totals[turn] - done[turn])
+    return None
+
+
 def swap_segments(cold_batches, hot_batches, rate):
-    """[(kind, first batch, batches)] of an epoch: cold first, then each kind in turn, ceil(rate *
-    its batches) at a time (at least one)."""
-    segments, done = [], {"cold": 0, "hot": 0}
-    totals = {"cold": cold_batches, "hot": hot_batches}
-    kind = "cold"
-    while done["cold"] < cold_batches or done["hot"] < hot_batches:
-        if done[kind] < totals[kind]:
-            count = min(max(1, math.ceil(rate * totals[kind])), totals[kind] - done[kind])
-            segments.append((kind, done[kind], count))
-            done[kind] += count
-        kind = "hot" if kind == "cold" else "cold"
+    """[(kind, first batch, batches)] of an epoch at a fixed rate, cold first."""
+    segments, done, totals = [], {"cold": 0, "hot": 0}, {"cold": cold_batches, "hot": hot_batches}
+    segment = _next_segment("cold", done, totals, rate)
+    while segment is not None:
+        segments.append(segment)
+        kind, _, count = segment
+        done[kind] += count
+        segment = _next_segment("hot" if kind == "cold" else "cold", done, totals, rate)
     return segments
 
 
@@ -141,7 +147,33 @@ class FaeTables:
             executor.train_batch(layout, labels, order, offset, min(per_batch, layout.n_chunks - offset), lr,
                                  scales[batch])
 
-    def current_state(self):
-        """Every row's parameters (the cold table, after the hot rows are copied back)."""
+    def whole(self):
+        """The executor of every row, current (the hot rows copied back): for predictions, checkpoints."""
         self.use("cold")
-        return self.cold.state
+        return self.cold
+
+    def current_state(self):
+        return self.whole().state
+
+    def train_epoch(self, split, labels_of, epoch, seed, lr, scheduler, validate=None):
+        """An epoch of FAE: the cold and hot inputs of split (FaeData) in their own chunk orders, in
+        segments at scheduler.rate, cold first; after every swap validate() (the validation loss of
+        every row's current parameters, or None: a fixed rate) moves the rate. Returns the segments."""
+        layouts = {"cold": split.cold, "hot": split.hot}
+        orders = {kind: layout.chunk_order(epoch, seed) for kind, layout in layouts.items() if layout is not None}
+        per_batch = self.cold.plan.chunks_per_batch
+        totals = {kind: -(-layouts[kind].n_chunks // per_batch) if kind in orders else 0 for kind in layouts}
+        done, segments = {"cold": 0, "hot": 0}, []
+        segment = _next_segment("cold", done, totals, scheduler.rate)
+        while segment is not None:
+            kind, first, count = segment
+            layout = layouts[kind]
+            self.train_segment(kind, layout, labels_of(layout), orders[kind], first, count, lr)
+            segments.append(segment)
+            done[kind] += count
+            following = "hot" if kind == "cold" else "cold"
+            if validate is not None and done[following] < totals[following]:
+                scheduler.after_swap(validate())
+            segment = _next_segment(following, done, totals, scheduler.rate)
+        return segments
+
