@@ -61,49 +61,73 @@ def normal(seed, streams, counters):
 
 @dataclass(frozen=True)
 class PlantedModel:
-    """The model the labels are drawn from: ids of field f are field_offsets[f] + local id."""
+    """The model the labels are drawn from: ids of field f are field_offsets[f] + local id. Weights
+    and factors are hashes of (seed, feature id), computed for the ids asked: a table of tens of
+    millions of rows is never held."""
 
     cardinalities: torch.Tensor   # int64 [n_fields]
     field_offsets: torch.Tensor   # int64 [n_fields + 1]
-    weights: torch.Tensor         # float64 [n_features]
+    seed: int
+    weight_std: float
     bias: float
-    factors: torch.Tensor | None  # float64 [n_features, k], FM only
+    k: int
+    factor_std: float | None      # FM only
 
     @property
     def n_features(self):
         return int(self.field_offsets[-1])
 
+    def weights_of(self, ids):
+        return self.weight_std * normal(self.seed, (_WEIGHT_U1, _WEIGHT_U2), ids)
+
+    def factors_of(self, ids):
+        """[*ids.shape, k] factors of the ids (FM)."""
+        lanes = torch.arange(self.k, dtype=torch.int64, device=ids.device)
+        return self.factor_std * normal(self.seed, (_FACTOR_U1, _FACTOR_U2), ids.unsqueeze(-1) * self.k + lanes)
+
+    @property
+    def weights(self):
+        """Every feature's weight (float64 [n_features])."""
+        return self.weights_of(torch.arange(self.n_features, dtype=torch.int64, device=self.field_offsets.device))
+
+    @property
+    def factors(self):
+        """Every feature's factors (float64 [n_features, k]; None for LR)."""
+        if self.factor_std is None:
+            return None
+        return self.factors_of(torch.arange(self.n_features, dtype=torch.int64, device=self.field_offsets.device))
+
     def logits(self, ids):
         """Planted logits of rows given as a [rows, n_fields] tensor of feature ids."""
-        logit = self.bias + self.weights[ids].sum(dim=1)
-        if self.factors is not None:
-            v = self.factors[ids]
+        logit = self.bias + self.weights_of(ids).sum(dim=1)
+        if self.factor_std is not None:
+            v = self.factors_of(ids)
             logit = logit + 0.5 * (v.sum(dim=1).pow(2) - v.pow(2).sum(dim=1)).sum(dim=1)
         return logit
 
 
 def planted_model(n_fields=39, seed=0, model="lr", k=8, weight_std=0.3, bias=-1.0, factor_std=None,
-                  log10_cardinality=(1.0, 5.6), device=None):
+                  log10_cardinality=(1.0, 5.6), device=None, cardinalities=None):
+    """The planted model of criteo_like; cardinalities (a list) replace the drawn log-uniform ones."""
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     if model not in ("lr", "fm"):
         raise OptionError(f"model must be 'lr' or 'fm', got {model!r}")
-    low, high = log10_cardinality
-    fields = torch.arange(n_fields, dtype=torch.int64, device=device)
-    cardinalities = torch.floor(10.0 ** (low + (high - low) * uniform(seed, _CARDINALITY, fields))).long()
+    if cardinalities is None:
+        low, high = log10_cardinality
+        fields = torch.arange(n_fields, dtype=torch.int64, device=device)
+        cardinalities = torch.floor(10.0 ** (low + (high - low) * uniform(seed, _CARDINALITY, fields))).long()
+    else:
+        cardinalities = torch.tensor(cardinalities, dtype=torch.int64, device=device)
+        n_fields = cardinalities.numel()
     offsets = torch.zeros(n_fields + 1, dtype=torch.int64, device=device)
     torch.cumsum(cardinalities, 0, out=offsets[1:])
-    n_features = int(offsets[-1])
-    feature_counter = torch.arange(n_features, dtype=torch.int64, device=device)
-    weights = weight_std * normal(seed, (_WEIGHT_U1, _WEIGHT_U2), feature_counter)
-    factors = None
+    std = None
     if model == "fm":
         # Pairwise term sum_{f<g} <v_f, v_g> has variance pairs * k * std**4: scale it to about 1,
         # the size of the linear term's spread, so neither part dominates.
         pairs = n_fields * (n_fields - 1) / 2
         std = factor_std if factor_std is not None else (pairs * k) ** -0.25
-        factor_counter = torch.arange(n_features * k, dtype=torch.int64, device=device)
-        factors = (std * normal(seed, (_FACTOR_U1, _FACTOR_U2), factor_counter)).view(n_features, k)
-    return PlantedModel(cardinalities, offsets, weights, bias, factors)
+    return PlantedModel(cardinalities, offsets, seed, weight_std, bias, k, std)
 
 
 def criteo_like(n_rows, n_fields=39, seed=0, model="lr", k=8, weight_std=0.3, bias=-1.0,
@@ -117,7 +141,41 @@ def criteo_like(n_rows, n_fields=39, seed=0, model="lr", k=8, weight_std=0.3, bi
     `planted_model` with the same arguments gives the model behind the labels.
     """
     planted = planted_model(n_fields, seed, model, k, weight_std, bias, factor_std, device=device)
-    device = planted.weights.device
+    options = (("model", model), ("n_fields", n_fields), ("seed", seed), ("k", k),
+               ("weight_std", weight_std), ("bias", bias), ("factor_std", factor_std))
+    return _planted_rows(planted, n_rows, seed, first_row, lambda u, cardinality: torch.floor(cardinality ** u) - 1,
+                         options)
+
+
+# The Criteo Kaggle set's 26 categorical fields: their cardinalities (33.8M rows in all)
+KAGGLE_CARDINALITIES = (1460, 583, 10131227, 2202608, 305, 24, 12517, 633, 3, 93145, 5683, 8351593, 3194, 27,
+                        14992, 5461306, 10, 5652, 2173, 4, 7046547, 18, 15, 286181, 105, 142572)
+
+
+def kaggle_like(n_rows, zipf=1.1, seed=0, model="fm", k=16, device=None, first_row=0):
+    """`n_rows` one-hot rows of the Criteo Kaggle set's 26 categorical fields (KAGGLE_CARDINALITIES),
+    ids within a field Zipf(zipf)-distributed (the continuous power law's inverse CDF over [1, c + 1),
+    floored: id j has probability about j**-zipf), labels from a planted model as criteo_like's; the
+    set of the placement benchmarks, whose tables exceed small GPU budgets."""
+    if zipf <= 0:
+        raise OptionError(f"the Zipf exponent must be positive, got {zipf}")
+    planted = planted_model(seed=seed, model=model, k=k, device=device, cardinalities=KAGGLE_CARDINALITIES)
+
+    def zipf_local(u, cardinality):
+        if zipf == 1:
+            return torch.floor((cardinality + 1) ** u) - 1
+        power = 1 - zipf
+        return torch.floor((((cardinality + 1) ** power - 1) * u + 1) ** (1 / power)) - 1
+
+    options = (("model", model), ("zipf", zipf), ("seed", seed), ("k", k), ("shape", "kaggle"))
+    return _planted_rows(planted, n_rows, seed, first_row, zipf_local, options)
+
+
+def _planted_rows(planted, n_rows, seed, first_row, draw_local, options):
+    """Rows [first_row, first_row + n_rows) of one id per field, local id draw_local(u, cardinality)
+    of a uniform u per (row, field), labels drawn from the planted model."""
+    device = planted.field_offsets.device
+    n_fields = planted.cardinalities.numel()
     nnz = n_rows * n_fields
     indices = torch.empty(nnz, dtype=torch.int32, device=device)
     labels = torch.empty(n_rows, dtype=torch.float32, device=device)
@@ -127,14 +185,12 @@ def criteo_like(n_rows, n_fields=39, seed=0, model="lr", k=8, weight_std=0.3, bi
         counters = torch.arange((first_row + start) * n_fields, (first_row + stop) * n_fields, dtype=torch.int64,
                                 device=device)
         u = uniform(seed, _ID, counters).view(-1, n_fields)
-        local = (torch.floor(cardinality ** u) - 1).long()
+        local = torch.minimum(draw_local(u, cardinality).long(), planted.cardinalities - 1)
         ids = local + planted.field_offsets[:-1]
         indices[start * n_fields:stop * n_fields] = ids.view(-1).int()
         rows = torch.arange(first_row + start, first_row + stop, dtype=torch.int64, device=device)
         probability = torch.sigmoid(planted.logits(ids))
         labels[start:stop] = (uniform(seed, _LABEL, rows) < probability).float()
-    options = (("model", model), ("n_fields", n_fields), ("seed", seed), ("k", k),
-               ("weight_std", weight_std), ("bias", bias), ("factor_std", factor_std))
     return SparseDataset(
         indptr=torch.arange(0, nnz + 1, n_fields, dtype=torch.int64, device=device), indices=indices,
         values=None, labels=labels, n_features=planted.n_features,

@@ -67,3 +67,26 @@ def test_gpu_generates_the_same_data():
     assert torch.equal(cpu.indices, gpu.indices.cpu())
     # labels compare a float64 sigmoid with a uniform: a last-ulp difference flips ~1e-16 of them
     assert int((cpu.labels != gpu.labels.cpu()).sum()) == 0
+
+
+@pytest.mark.parametrize("zipf", [1.1, 1.2])
+def test_kaggle_shaped_rows_have_its_fields_and_zipf_ids(zipf):
+    """26 fields of the Kaggle cardinalities (33.8M rows in all), every id inside its field, the ids of
+    the largest field falling off as id**-zipf, drawn by counter (pieces are the whole set's rows)."""
+    from alac.data.synthetic import KAGGLE_CARDINALITIES, kaggle_like
+
+    data = kaggle_like(200_000, zipf=zipf, model="lr", device="cpu")
+    assert data.n_fields == 26 and data.n_features == sum(KAGGLE_CARDINALITIES) == 33_762_577
+    ids = data.indices.view(-1, 26).long()
+    offsets = torch.tensor((0, *KAGGLE_CARDINALITIES)).cumsum(0)
+    assert bool(((ids >= offsets[:-1]) & (ids < offsets[1:])).all())
+    local = ids[:, 2] - offsets[2]          # the 10,131,227-row field
+    counts = torch.bincount(local[local < 2000], minlength=2000).double()
+    ranks = torch.arange(20, 2000)
+    slope = torch.linalg.lstsq(torch.stack([torch.log(ranks + 1.5), torch.ones(len(ranks))], 1).double(),
+                               torch.log(counts[20:2000].clamp(min=0.5))[:, None]).solution[0, 0]
+    assert abs(float(slope) + zipf) < 0.1
+    piece = kaggle_like(1000, zipf=zipf, model="lr", device="cpu", first_row=5000)
+    whole = kaggle_like(6000, zipf=zipf, model="lr", device="cpu")
+    assert torch.equal(piece.indices, whole.indices[5000 * 26:]) and torch.equal(piece.labels, whole.labels[5000:])
+    assert 0.05 < float(data.labels.mean()) < 0.95
