@@ -12,6 +12,7 @@ from pathlib import Path
 
 from alac.errors import OptionError
 from alac.runtime.block_store import META_FILE, DiskBlocks, cached_block_store
+from alac.runtime.blocks import is_block_source
 from alac.runtime.layout import LayoutOptions
 from alac.runtime.streams import BLOCKS_IN_BUDGET
 
@@ -22,11 +23,6 @@ DEFAULT_BLOCK_BYTES = 256 << 20
 
 def is_block_store(path):
     return path is not None and (Path(path) / META_FILE).is_file()
-
-
-def is_block_source(data):
-    """A DiskBlocks or PinnedBlocks (what Trainer.fit streams), as opposed to a data set."""
-    return hasattr(data, "blocks") and hasattr(data, "read")
 
 
 def rows_and_features(data):

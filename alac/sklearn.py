@@ -55,7 +55,8 @@ def _block_source(X):
     """The block source X is (a DiskBlocks or PinnedBlocks, or a block store folder), else None."""
     import os
 
-    from alac.out_of_core import is_block_source, is_block_store
+    from alac.out_of_core import is_block_store
+    from alac.runtime.blocks import is_block_source
 
     if is_block_source(X):
         return X
@@ -248,9 +249,8 @@ class _WideEstimator(BaseEstimator):
         _warn_on_divergence(diverged)
         self.n_features_in_ = source.meta.n_features
         if self._kind == "classifier":
-            # the classes the label map was fit on: those of the first block (classes_[1] the positive)
-            first = trainer.train_layout.first_block()
-            self.classes_ = np.unique(first.labels[first.row_of_slot >= 0].cpu().numpy()).astype(np.float64)
+            # the classes the label map was fit on (the first block's; classes_[1] the positive)
+            self.classes_ = np.array(trainer.labels.classes, dtype=np.float64)
         self._keep_arm(arm)
         self._trainer = trainer
         self._snapshot(trainer)

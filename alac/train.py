@@ -18,6 +18,7 @@ import torch
 from alac import metrics
 from alac.errors import AlacError, OptionError
 from alac.plan import Plan
+from alac.runtime.blocks import is_block_source
 from alac.runtime.executor import Executor, LabelMap
 from alac.runtime.layout import LayoutOptions, build_layout
 from alac.runtime.planner import streaming_budget
@@ -158,7 +159,7 @@ class Trainer:
 
     def _laid_out_for_training(self, train):
         """A resident layout, or a StreamedLayout of a block source or of a layout over the budget."""
-        if hasattr(train, "blocks") and hasattr(train, "read"):
+        if is_block_source(train):
             return StreamedLayout(train, self.device)
         budget = streaming_budget(train, self.plan, self.device)
         if budget is None:

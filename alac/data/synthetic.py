@@ -13,6 +13,7 @@ be generated independently.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -30,6 +31,10 @@ _CARDINALITY, _ID, _WEIGHT_U1, _WEIGHT_U2, _FACTOR_U1, _FACTOR_U2, _LABEL = rang
 
 # 2**20 rows per block keeps the int64/float64 temporaries near 1 GB for 39 fields.
 _ROWS_PER_BLOCK = 1 << 20
+# Planted params of at most this many values are made once and gathered when a set draws more ids
+# than that (the Criteo-shaped set's: 13M at k = 8); more (the Kaggle shape's 574M at k = 16) are
+# hashed for the ids of every row block.
+TABLE_VALUES = 1 << 27
 
 
 def _shift_right_logical(x, bits):
@@ -62,8 +67,8 @@ def normal(seed, streams, counters):
 @dataclass(frozen=True)
 class PlantedModel:
     """The model the labels are drawn from: ids of field f are field_offsets[f] + local id. Weights
-    and factors are hashes of (seed, feature id), computed for the ids asked: a table of tens of
-    millions of rows is never held."""
+    and factors are hashes of (seed, feature id): made once as tables where those are small, computed
+    for the ids asked where they are not (tens of millions of rows are never held)."""
 
     cardinalities: torch.Tensor   # int64 [n_fields]
     field_offsets: torch.Tensor   # int64 [n_fields + 1]
@@ -72,18 +77,35 @@ class PlantedModel:
     bias: float
     k: int
     factor_std: float | None      # FM only
+    tables: tuple | None = None   # (weights, factors or None) of every feature, where made (tabulated)
 
     @property
     def n_features(self):
         return int(self.field_offsets[-1])
 
-    def weights_of(self, ids):
+    def _hashed_weights(self, ids):
         return self.weight_std * normal(self.seed, (_WEIGHT_U1, _WEIGHT_U2), ids)
+
+    def _hashed_factors(self, ids):
+        lanes = torch.arange(self.k, dtype=torch.int64, device=ids.device)
+        return self.factor_std * normal(self.seed, (_FACTOR_U1, _FACTOR_U2), ids.unsqueeze(-1) * self.k + lanes)
+
+    def tabulated(self, ids_to_draw):
+        """The model with its weights and factors made once as tables, where drawing ids_to_draw ids
+        would hash more values than the tables hold and they are at most TABLE_VALUES values."""
+        per_feature = 1 + (self.k if self.factor_std is not None else 0)
+        if self.tables is not None or ids_to_draw <= self.n_features or self.n_features * per_feature > TABLE_VALUES:
+            return self
+        ids = torch.arange(self.n_features, dtype=torch.int64, device=self.field_offsets.device)
+        return dataclasses.replace(self, tables=(self._hashed_weights(ids),
+                                                 None if self.factor_std is None else self._hashed_factors(ids)))
+
+    def weights_of(self, ids):
+        return self._hashed_weights(ids) if self.tables is None else self.tables[0][ids]
 
     def factors_of(self, ids):
         """[*ids.shape, k] factors of the ids (FM)."""
-        lanes = torch.arange(self.k, dtype=torch.int64, device=ids.device)
-        return self.factor_std * normal(self.seed, (_FACTOR_U1, _FACTOR_U2), ids.unsqueeze(-1) * self.k + lanes)
+        return self._hashed_factors(ids) if self.tables is None else self.tables[1][ids]
 
     @property
     def weights(self):
@@ -176,6 +198,7 @@ def _planted_rows(planted, n_rows, seed, first_row, draw_local, options):
     of a uniform u per (row, field), labels drawn from the planted model."""
     device = planted.field_offsets.device
     n_fields = planted.cardinalities.numel()
+    planted = planted.tabulated(n_rows * n_fields)
     nnz = n_rows * n_fields
     indices = torch.empty(nnz, dtype=torch.int32, device=device)
     labels = torch.empty(n_rows, dtype=torch.float32, device=device)

@@ -189,6 +189,11 @@ def meta_layout(layout):
     return dataclasses.replace(layout, tile_width=layout.mean_width(), hot_edges=None, cold_edges=None, **emptied)
 
 
+def is_block_source(data):
+    """A PinnedBlocks or DiskBlocks (what a StreamedLayout reads), as opposed to a data set."""
+    return hasattr(data, "blocks") and hasattr(data, "read")
+
+
 class PinnedBlocks:
     """Blocks packed in host memory, pinned where there is a GPU (copies from pinned memory run
     asynchronously at the bus's full speed)."""

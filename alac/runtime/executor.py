@@ -60,9 +60,10 @@ def resolve_backend(backend, device=None):
 class LabelMap:
     """Maps a data set's labels to what the model's loss expects (binary models see -1/+1)."""
 
-    def __init__(self, kind, positive=None):
+    def __init__(self, kind, positive=None, classes=None):
         self.kind = kind
         self.positive = positive
+        self.classes = classes   # the label values it was fit on (binary), where known
 
     @classmethod
     def fit(cls, kind, labels, source="the training data"):
@@ -75,7 +76,7 @@ class LabelMap:
             shown = ", ".join(f"{float(c):g}" for c in classes[:5])
             raise DataError(f"a binary classifier needs two label values; {source} has "
                             f"{classes.numel()} ({shown}{', ...' if classes.numel() > 5 else ''})")
-        return cls(kind, float(classes.max()))
+        return cls(kind, float(classes.max()), tuple(float(c) for c in classes))
 
     def model_labels(self, labels):
         if self.kind != "binary":

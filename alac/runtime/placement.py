@@ -107,12 +107,19 @@ class FaeTables:
     def __init__(self, cold, hot, hot_ids):
         self.cold, self.hot, self.hot_ids = cold, hot, hot_ids
         self.on = "cold"   # the executor whose hot rows are current
+        self._ids_by_device = {}
+
+    def _ids_on(self, device):
+        """hot_ids on a device (moved once: swaps come as often as every batch)."""
+        if device not in self._ids_by_device:
+            self._ids_by_device[device] = self.hot_ids.to(device)
+        return self._ids_by_device[device]
 
     def initialize(self, layout, value_scale):
         """Fresh parameters drawn for every row (the cold executor's), the hot rows copied to the GPU."""
         self.cold.initialize(layout, value_scale)
         self.hot.value_scale = value_scale
-        rows = self.hot_ids.to(next(iter(self.cold.state.params.values())).device)
+        rows = self._ids_on(next(iter(self.cold.state.params.values())).device)
         state = self.cold.state
         self.hot.state = ModelState.placed({k: v[rows] for k, v in state.params.items()},
                                            {k: v.clone() for k, v in state.globals.items()},
@@ -126,22 +133,21 @@ class FaeTables:
         source, target = (self.hot, self.cold) if kind == "cold" else (self.cold, self.hot)
         for part in ("params", "states"):
             for name, values in getattr(target.state, part).items():
-                rows = self.hot_ids.to(values.device)
                 moved = getattr(source.state, part)[name]
                 if kind == "cold":
-                    values[rows] = moved.to(values.device)
+                    values[self._ids_on(values.device)] = moved.to(values.device)
                 else:
-                    values.copy_(moved[self.hot_ids.to(moved.device)].to(values.device))
+                    values.copy_(moved[self._ids_on(moved.device)].to(values.device))
         for name, values in target.state.globals.items():
             values.copy_(source.state.globals[name].to(values.device))
         self.on = kind
 
-    def train_segment(self, kind, layout, labels, order, first, batches, lr):
-        """Batches first .. first + batches of `order` over layout, by `kind`'s executor."""
+    def train_segment(self, kind, layout, labels, order, scales, first, batches, lr):
+        """Batches first .. first + batches of `order` over layout, by `kind`'s executor; scales: the
+        epoch's 1 / samples per batch of that order (a list, schedule.batch_scales)."""
         self.use(kind)
         executor = self.hot if kind == "hot" else self.cold
         per_batch = executor.plan.chunks_per_batch
-        scales = batch_scales(layout, order, per_batch).tolist()
         for batch in range(first, first + batches):
             offset = batch * per_batch
             executor.train_batch(layout, labels, order, offset, min(per_batch, layout.n_chunks - offset), lr,
@@ -159,16 +165,18 @@ class FaeTables:
         """An epoch of FAE: the cold and hot inputs of split (FaeData) in their own chunk orders, in
         segments at scheduler.rate, cold first; after every swap validate() (the validation loss of
         every row's current parameters, or None: a fixed rate) moves the rate. Returns the segments."""
-        layouts = {"cold": split.cold, "hot": split.hot}
-        orders = {kind: layout.chunk_order(epoch, seed) for kind, layout in layouts.items() if layout is not None}
+        layouts = {kind: layout for kind, layout in (("cold", split.cold), ("hot", split.hot)) if layout is not None}
         per_batch = self.cold.plan.chunks_per_batch
-        totals = {kind: -(-layouts[kind].n_chunks // per_batch) if kind in orders else 0 for kind in layouts}
+        # each kind's chunk order, labels and batch scales, made once for the epoch's segments
+        orders = {kind: layout.chunk_order(epoch, seed) for kind, layout in layouts.items()}
+        labels = {kind: labels_of(layout) for kind, layout in layouts.items()}
+        scales = {kind: batch_scales(layout, orders[kind], per_batch).tolist() for kind, layout in layouts.items()}
+        totals = {kind: len(scales.get(kind, ())) for kind in ("cold", "hot")}
         done, segments = {"cold": 0, "hot": 0}, []
         segment = _next_segment("cold", done, totals, scheduler.rate)
         while segment is not None:
             kind, first, count = segment
-            layout = layouts[kind]
-            self.train_segment(kind, layout, labels_of(layout), orders[kind], first, count, lr)
+            self.train_segment(kind, layouts[kind], labels[kind], orders[kind], scales[kind], first, count, lr)
             segments.append(segment)
             done[kind] += count
             following = "hot" if kind == "cold" else "cold"

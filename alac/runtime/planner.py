@@ -28,7 +28,7 @@ import torch
 
 from alac.cache import default_cache_dir
 from alac.plan import Plan
-from alac.runtime.blocks import PADDING_MARGIN
+from alac.runtime.blocks import PADDING_MARGIN, is_block_source
 from alac.runtime.timing import gpu_milliseconds
 
 # Sizes of the access-cost microbenchmark: 64M int32 (256 MB) streamed, gathered from a table of
@@ -99,14 +99,15 @@ def hot_segment_for_data(dataset, plan, device="cuda", factor_size=0):
     else H = 0."""
     if torch.device(device).type != "cuda":
         return dataclasses.replace(plan, hot_size=0)
-    if hasattr(dataset, "blocks"):
-        # a block source: its meta layout holds the whole data's frequencies and sizes
+    # a block source's meta layout holds the whole data's frequencies and sizes
+    source = is_block_source(dataset)
+    if source:
         binary, n_rows, nnz = "edge_value" not in dataset.optional, dataset.meta.n_rows, dataset.meta.stats.nnz
     else:
         binary, n_rows, nnz = dataset.is_binary, dataset.n_rows, dataset.nnz
     if not hot_segment_by_default(plan.semantics, binary, factor_size):
         return dataclasses.replace(plan, hot_size=0)
-    if hasattr(dataset, "blocks"):
+    if source:
         frequency = dataset.meta.frequency.to(device)
     else:
         # counted on the GPU when the data is on the host (and a GPU is there to count on)

@@ -51,28 +51,49 @@ class HotEstimate:
     exact: bool     # counted over every row rather than estimated from chunks
 
 
-def estimate_hot_rows(counts, cutoff, confidence=0.999, chunks=CHUNKS, chunk_rows=CHUNK_ROWS, seed=0):
-    """FAE's Eqs. 2-4 on one table's counts: n random chunks of m rows (drawn without replacement),
-    C_i hot rows in chunk i, mean and deviation over the chunks, the two-sided `confidence` t-interval
-    with the finite-population correction, scaled to the table. A table of at most n·m rows is
-    counted exactly. The bound is relative to the hot share p of the table: about 3.6·sqrt((1 - p) /
-    (n·m·p)) at 99.9 %, so within 10 % of the hot rows where at least ~10 % of the rows are hot; below,
-    its error in rows stays under ~3.6·sqrt(p / (n·m)) of the table."""
+@dataclass(frozen=True)
+class ChunkSample:
+    """A table's counts as the estimator reads them: n random chunks of m rows ([n, m], drawn without
+    replacement), or the whole table ([1, rows], exact) when it has at most n·m rows."""
+
+    counts: torch.Tensor
+    rows: int
+    exact: bool
+
+
+def sample_chunks(counts, chunks=CHUNKS, chunk_rows=CHUNK_ROWS, seed=0):
     counts = torch.as_tensor(counts)
     rows = counts.numel()
-    population = rows // chunk_rows
-    if population <= chunks:
-        hot = int((counts >= cutoff).sum())
-        return HotEstimate(hot, hot, hot, cutoff, True)
+    if rows // chunk_rows <= chunks:
+        return ChunkSample(counts.view(1, -1), rows, True)
     generator = torch.Generator().manual_seed(seed)
     picked = torch.randperm(rows, generator=generator)[:chunks * chunk_rows].to(counts.device)
-    hot_per_chunk = (counts[picked] >= cutoff).view(chunks, chunk_rows).sum(dim=1).double().cpu().numpy()
+    return ChunkSample(counts[picked].view(chunks, chunk_rows), rows, False)
+
+
+def estimate_hot_rows(counts, cutoff, confidence=0.999, chunks=CHUNKS, chunk_rows=CHUNK_ROWS, seed=0):
+    """FAE's Eqs. 2-4 on one table's counts (estimate_from_sample of its sample_chunks)."""
+    return estimate_from_sample(sample_chunks(counts, chunks, chunk_rows, seed), cutoff, confidence)
+
+
+def estimate_from_sample(sample, cutoff, confidence=0.999):
+    """FAE's Eqs. 2-4: C_i hot rows in chunk i of the sample, mean and deviation over the chunks, the
+    two-sided `confidence` t-interval with the finite-population correction, scaled to the table (an
+    exact sample is counted). The bound is relative to the hot share p of the table: about
+    3.6·sqrt((1 - p) / (n·m·p)) at 99.9 %, so within 10 % of the hot rows where at least ~10 % of the
+    rows are hot; below, its error in rows stays under ~3.6·sqrt(p / (n·m)) of the table."""
+    if sample.exact:
+        hot = int((sample.counts >= cutoff).sum())
+        return HotEstimate(hot, hot, hot, cutoff, True)
+    chunks, chunk_rows = sample.counts.shape
+    population = sample.rows // chunk_rows
+    hot_per_chunk = (sample.counts >= cutoff).sum(dim=1).double().cpu().numpy()
     mean, deviation = float(hot_per_chunk.mean()), float(hot_per_chunk.std(ddof=1))
     margin = _t_quantile(0.5 + confidence / 2, chunks - 1) * math.sqrt(
         (population - chunks) / population * deviation**2 / chunks)
-    scale = rows / chunk_rows
+    scale = sample.rows / chunk_rows
     return HotEstimate(round(mean * scale), max(0, math.floor((mean - margin) * scale)),
-                       min(rows, math.ceil((mean + margin) * scale)), cutoff, False)
+                       min(sample.rows, math.ceil((mean + margin) * scale)), cutoff, False)
 
 
 @functools.cache
@@ -107,11 +128,14 @@ def threshold_for_budget(tables, row_bytes, budget_bytes, samples, sample=1.0, c
         raise OptionError(f"a hot-row search needs a positive budget, row size and sample count, got "
                           f"{budget_bytes}, {row_bytes}, {samples}")
     small = [len(counts) * row_bytes < ALWAYS_HOT_BYTES for counts in tables]
+    # each table's chunks drawn once: every step of the search estimates from the same sample
+    drawn = [None if always else sample_chunks(counts, seed=seed + z)
+             for z, (counts, always) in enumerate(zip(tables, small))]
 
     def hot_rows(threshold):
         cutoff = threshold * samples * sample
-        return tuple(len(counts) if always else estimate_hot_rows(counts, cutoff, confidence, seed=seed + z).upper
-                     for z, (counts, always) in enumerate(zip(tables, small)))
+        return tuple(len(counts) if chunked is None else estimate_from_sample(chunked, cutoff, confidence).upper
+                     for counts, chunked in zip(tables, drawn))
 
     def fits(threshold):
         return sum(hot_rows(threshold)) * row_bytes <= budget_bytes

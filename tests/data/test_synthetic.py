@@ -90,3 +90,16 @@ def test_kaggle_shaped_rows_have_its_fields_and_zipf_ids(zipf):
     whole = kaggle_like(6000, zipf=zipf, model="lr", device="cpu")
     assert torch.equal(piece.indices, whole.indices[5000 * 26:]) and torch.equal(piece.labels, whole.labels[5000:])
     assert 0.05 < float(data.labels.mean()) < 0.95
+
+
+@pytest.mark.parametrize("model", ["lr", "fm"])
+def test_tabulated_planted_params_are_the_hashed_ones(model):
+    """Sets that draw more ids than the model has features gather from tables made once: the same
+    weights, factors and logits as hashing every id."""
+    planted = planted_model(n_fields=5, seed=1, model=model, k=4, device="cpu")
+    tabulated = planted.tabulated(10 * planted.n_features)
+    assert planted.tables is None and tabulated.tables is not None
+    assert planted.tabulated(planted.n_features).tables is None
+    ids = torch.randint(0, planted.n_features, (2000, 5), generator=torch.Generator().manual_seed(0))
+    assert torch.equal(tabulated.logits(ids), planted.logits(ids))
+    assert torch.equal(tabulated.weights, planted.weights)

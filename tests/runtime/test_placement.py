@@ -56,10 +56,10 @@ def test_fae_tables_train_as_one_table_does_on_the_same_batches(model, backend):
         assert segments[0][0] == "cold" and len(segments) > 4
         for kind, first, count in segments:
             fae_layout, global_layout = layouts[kind]
-            tables.train_segment(kind, fae_layout, labels.model_labels(fae_layout.labels), orders[kind], first, count,
-                                 0.3)
-            one_labels = labels.model_labels(global_layout.labels)
             per_batch = plan.chunks_per_batch
+            tables.train_segment(kind, fae_layout, labels.model_labels(fae_layout.labels), orders[kind],
+                                 batch_scales(fae_layout, orders[kind], per_batch).tolist(), first, count, 0.3)
+            one_labels = labels.model_labels(global_layout.labels)
             scales = batch_scales(global_layout, orders[kind], per_batch).tolist()
             for batch in range(first, first + count):
                 offset = batch * per_batch
