@@ -196,7 +196,7 @@ class KernelGenerator(StageEmitter, ParamAccess):
         """Async: programs take the epoch's chunk-order positions from a shared queue until it runs
         out (or, without the queue, chunks pid, pid + P, ...); with a hot segment, every flush_every
         chunks (and after its last) a program applies its hot-gradient sums."""
-        w.arg(m.size("n_chunks"))
+        w.arg(m.CHUNK_END)
         w.comment("the epoch's learning rate, and 1 / B: a sample's gradient counts as in a batch of B")
         w.line(f"lr = tl.load({w.arg(m.LR)})")
         w.line(f"scale = tl.load({w.arg(m.SCALE)})")
@@ -209,7 +209,7 @@ class KernelGenerator(StageEmitter, ParamAccess):
         else:
             w.comment("persistent: this program takes chunks pid, pid + P, ... of the epoch's queue")
             w.line("first = chunk_offset + tl.program_id(0)")
-            w.line("my_chunks = tl.cdiv(tl.maximum(n_chunks - first, 0), tl.num_programs(0))")
+            w.line("my_chunks = tl.cdiv(tl.maximum(chunk_end - first, 0), tl.num_programs(0))")
         if self.hot:
             w.comment("this program's own [H] sums of hot gradients")
             w.line(f"hot_base = tl.program_id(0).to(tl.int64) * {w.arg(m.size('hot_stride'))}")
@@ -217,11 +217,11 @@ class KernelGenerator(StageEmitter, ParamAccess):
         w.line("loss_rows = tl.zeros([C], tl.float32)")
         if self.chunk_queue:
             w.line("step = 0")
-            w.line("while position < n_chunks:")
+            w.line("while position < chunk_end:")
             w.depth += 1
             w.comment("claim the next position now: the claim's round trip overlaps this chunk")
             w.line(f"next_position = {claim}")
-            last = "next_position >= n_chunks"
+            last = "next_position >= chunk_end"
         else:
             w.line("for step in range(0, my_chunks):")
             w.depth += 1

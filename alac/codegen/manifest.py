@@ -90,8 +90,8 @@ LR = Argument("lr_ptr", "schedule", "lr", "float32", ("n_batches",), True, "epoc
 SCALE = Argument("scale_ptr", "schedule", "scale", "float32", ("n_batches",), True, "epoch")
 CHUNK_OFFSET = Argument("chunk_offset", "launch", "chunk_offset", "int", lifetime="launch")
 BATCH = Argument("batch", "launch", "batch", "int", lifetime="launch")
-# the epoch kernel: the chunk-order positions and the first batch one launch runs (a whole epoch, or
-# one batch)
+# the epoch and async kernels: the chunk-order positions one launch runs (a whole epoch, one batch or
+# a segment of batches); the epoch kernel's first batch
 CHUNK_END = Argument("chunk_end", "launch", "chunk_end", "int", lifetime="launch")
 FIRST_BATCH = Argument("first_batch", "launch", "batch", "int", lifetime="launch")
 LOSS_SUM = Argument("loss_sum_ptr", "output", "loss_sum", "float32", (1,), lifetime="call")

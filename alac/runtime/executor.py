@@ -162,7 +162,7 @@ class Executor:
         """(learning rates, 1 / samples) per batch of an epoch; async: one of each for the epoch."""
         if self.plan.semantics == "async":
             rates = self.schedule.rates(lr, epoch, self.batches_done, 1, order.device)
-            n_batches = math.ceil(layout.n_rows / self.plan.batch_size)
+            n_batches = math.ceil(order.numel() / self.plan.chunks_per_batch)
             return rates, torch.full((1,), 1.0 / self.plan.batch_size, device=order.device), n_batches
         scales = batch_scales(layout, order, self.plan.chunks_per_batch)
         return self.schedule.rates(lr, epoch, self.batches_done, scales.numel(), order.device), scales, scales.numel()
@@ -209,8 +209,8 @@ class Executor:
         return mean
 
     def _queue_epoch(self, layout, labels, epoch, lr, order=None):
-        """Launch an epoch (its chunks in order, by default the layout's order of the epoch); its loss
-        sum lands in self.loss_sum."""
+        """Launch an epoch (its chunks in order, by default the layout's order of the epoch; an order
+        of fewer chunks trains those, in whole batches); its loss sum lands in self.loss_sum."""
         if self.state is None:
             self.initialize(layout)
         order = layout.chunk_order(epoch, self.seed) if order is None else order
@@ -227,12 +227,12 @@ class Executor:
         sample's gradient counted as 1 / B, which is sync SGD with batches of one chunk."""
         if self.plan.semantics == "async":
             per_batch = 1
-            rates, scales = rates.expand(layout.n_chunks), scales.expand(layout.n_chunks)
+            rates, scales = rates.expand(order.numel()), scales.expand(order.numel())
         else:
             per_batch = self.plan.chunks_per_batch
         settings = self.settings()
-        for offset, rate, scale in zip(range(0, layout.n_chunks, per_batch), rates.tolist(), scales.tolist()):
-            count = min(per_batch, layout.n_chunks - offset)
+        for offset, rate, scale in zip(range(0, order.numel(), per_batch), rates.tolist(), scales.tolist()):
+            count = min(per_batch, order.numel() - offset)
             self.backend.train_batch(self.state, layout, labels, order[offset:offset + count], rate, scale,
                                      settings, self.loss_sum)
             self.state.decay(settings.decay_l2, rate)

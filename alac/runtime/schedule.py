@@ -80,18 +80,21 @@ def sync_programs(plan, layout, interpret):
 
 
 def batch_scales(layout, order, chunks_per_batch):
-    """1 / (real samples) of every batch of an epoch, as a device tensor (no host round trip):
-    only the batch holding the partial last chunk has fewer than B samples."""
+    """1 / (real samples) of every batch of the chunks of order (an epoch's, or a segment of whole
+    batches), as a device tensor (no host round trip): the last batch may hold fewer chunks, and the
+    batch holding the layout's partial last chunk fewer samples."""
     C = layout.chunk_size
-    n_batches = math.ceil(layout.n_chunks / chunks_per_batch)
+    chunks = order.numel()
+    n_batches = math.ceil(chunks / chunks_per_batch)
     counts = torch.full((n_batches,), chunks_per_batch * C, dtype=torch.float64, device=order.device)
     # fill_ takes the scalar as a kernel argument; item assignment copies it from the host
-    counts[-1:].fill_((layout.n_chunks - (n_batches - 1) * chunks_per_batch) * C)
+    counts[-1:].fill_((chunks - (n_batches - 1) * chunks_per_batch) * C)
     missing = layout.n_chunks * C - layout.n_rows
     if missing:
-        position = torch.argmax((order == layout.n_chunks - 1).int())
-        counts.index_add_(0, (position // chunks_per_batch).view(1),
-                          torch.full((1,), -float(missing), dtype=torch.float64, device=order.device))
+        is_last = order == layout.n_chunks - 1
+        position = torch.argmax(is_last.int())
+        # a segment without the partial chunk subtracts nothing (decided on the device)
+        counts.index_add_(0, (position // chunks_per_batch).view(1), -float(missing) * is_last.any().view(1).double())
     return (1.0 / counts).float()
 
 

@@ -187,10 +187,10 @@ class TritonBackend:
         if self._settings.decay_l2:
             self._state.decay(self._settings.decay_l2, self._schedule("lr")[batch])
 
-    def _launch_epoch(self, layout):
+    def _launch_epoch(self, chunks):
         per_batch = self.plan.chunks_per_batch
-        for batch, offset in enumerate(range(0, layout.n_chunks, per_batch)):
-            self._launch_batch(offset, min(per_batch, layout.n_chunks - offset), batch)
+        for batch, offset in enumerate(range(0, chunks, per_batch)):
+            self._launch_batch(offset, min(per_batch, chunks - offset), batch)
 
     def train_batch(self, state, layout, labels, chunk_order, offset, count, lr, scale, settings, loss_sum):
         """One sync batch (chunks chunk_order[offset:offset + count]): gradient sums times scale go
@@ -204,14 +204,17 @@ class TritonBackend:
         self._launch_batch(offset, count, 0)
 
     def train_epoch(self, state, layout, labels, order, rates, scales, settings, loss_sum):
-        """An epoch: rates and scales hold one learning rate and one 1 / samples per batch (async:
-        one of each, the scale being 1 / B: a sample's gradient counts as in a batch of B)."""
+        """An epoch over the chunks of order (every chunk of the layout, or a segment of whole
+        batches of them): rates and scales hold one learning rate and one 1 / samples per batch
+        (async: one of each, the scale being 1 / B: a sample's gradient counts as in a batch of B)."""
         self._bind(state, layout, labels, settings, loss_sum)
-        self._schedule("chunk_order").copy_(order)
+        chunks = order.numel()
+        self._schedule("chunk_order")[:chunks].copy_(order)
         self._schedule("lr")[:rates.numel()] = rates
         self._schedule("scale")[:scales.numel()] = scales
         if self.plan.semantics == "async":
-            kernel, arguments, constants, _, _ = self._bound[0]
+            kernel, arguments, constants, _, at = self._bound[0]
+            arguments[at["chunk_end"]] = chunks
             self.async_programs = async_programs(self.plan, layout)
             self._last_async_launch = (kernel, arguments, constants, layout.device)
             kernel[(self.async_programs,)](*arguments, **constants)
@@ -219,17 +222,17 @@ class TritonBackend:
             return
         if self.plan.deterministic:
             self._reduction = plan_epoch(layout, order, self.plan.chunks_per_batch)
-            self._launch_epoch(layout)
+            self._launch_epoch(chunks)
         elif self.generated.train[0].role == "epoch" and not settings.decay_l2:
-            self._launch_batch(0, layout.n_chunks, 0)
-        elif not (self.plan.cuda_graph and layout.device.type == "cuda"):
-            self._launch_epoch(layout)
+            self._launch_batch(0, chunks, 0)
+        elif not (self.plan.cuda_graph and layout.device.type == "cuda") or chunks != layout.n_chunks:
+            self._launch_epoch(chunks)
         elif self._graph is None:
-            self._launch_epoch(layout)  # compiles every kernel variant before the capture
+            self._launch_epoch(chunks)  # compiles every kernel variant before the capture
             torch.cuda.synchronize()
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph):
-                self._launch_epoch(layout)
+                self._launch_epoch(chunks)
             self._graph = graph
         else:
             self._graph.replay()

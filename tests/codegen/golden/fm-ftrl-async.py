@@ -125,7 +125,7 @@ def edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, v_ptr, HAS
 @triton.jit
 def alac_fm_40a8c4de_async_derived_async(edge_feature_ptr: "*i32", edge_value_ptr: "*fp32", chunk_start_ptr: "*i64",
         chunk_width_ptr: "*i32", row_of_slot_ptr: "*i64", label_ptr: "*fp32", chunk_order_ptr: "*i64", chunk_offset,
-        n_chunks, lr_ptr: "*fp32", scale_ptr: "*fp32", reg_l2_w: "fp32", h_beta: "fp32", state_w_z_ptr: "*fp32",
+        chunk_end, lr_ptr: "*fp32", scale_ptr: "*fp32", reg_l2_w: "fp32", h_beta: "fp32", state_w_z_ptr: "*fp32",
         state_w_n_ptr: "*fp32", v_ptr: "*fp32", b_ptr: "*fp32", l2_w: "fp32", l2_v: "fp32", reg_l2_v: "fp32",
         state_v_z_ptr: "*fp32", state_v_n_ptr: "*fp32", loss_sum_ptr: "*fp32", HAS_VALUES: tl.constexpr,
         C: tl.constexpr, S: tl.constexpr, ONE_TILE: tl.constexpr, WIDE_IDS: tl.constexpr):
@@ -135,7 +135,7 @@ def alac_fm_40a8c4de_async_derived_async(edge_feature_ptr: "*i32", edge_value_pt
     scale = tl.load(scale_ptr)
     # persistent: this program takes chunks pid, pid + P, ... of the epoch's queue
     first = chunk_offset + tl.program_id(0)
-    my_chunks = tl.cdiv(tl.maximum(n_chunks - first, 0), tl.num_programs(0))
+    my_chunks = tl.cdiv(tl.maximum(chunk_end - first, 0), tl.num_programs(0))
     # the loss, summed per row; added to the epoch's total once, at the end
     loss_rows = tl.zeros([C], tl.float32)
     for step in range(0, my_chunks):

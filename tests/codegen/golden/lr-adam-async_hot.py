@@ -90,7 +90,7 @@ def apply(d_wx, x, w, present, feature, scale, lr, hot_base, l2_w, hot_size, sta
 @triton.jit
 def alac_lr_31d03538_async_hot_async(edge_feature_ptr: "*i32", edge_value_ptr: "*fp32", chunk_start_ptr: "*i64",
         chunk_width_ptr: "*i32", row_of_slot_ptr: "*i64", label_ptr: "*fp32", chunk_order_ptr: "*i64", chunk_offset,
-        n_chunks, lr_ptr: "*fp32", scale_ptr: "*fp32", hot_stride, w_ptr: "*fp32", b_ptr: "*fp32", l2_w: "fp32",
+        chunk_end, lr_ptr: "*fp32", scale_ptr: "*fp32", hot_stride, w_ptr: "*fp32", b_ptr: "*fp32", l2_w: "fp32",
         hot_size, h_beta1: "fp32", h_beta2: "fp32", h_eps: "fp32", state_w_m_ptr: "*fp32", state_w_v_ptr: "*fp32",
         state_w_correction1_ptr: "*fp32", state_w_correction2_ptr: "*fp32", hot_grad_w_ptr: "*fp32", flush_every,
         loss_sum_ptr: "*fp32", HAS_VALUES: tl.constexpr, C: tl.constexpr, S: tl.constexpr, ONE_TILE: tl.constexpr,
@@ -101,7 +101,7 @@ def alac_lr_31d03538_async_hot_async(edge_feature_ptr: "*i32", edge_value_ptr: "
     scale = tl.load(scale_ptr)
     # persistent: this program takes chunks pid, pid + P, ... of the epoch's queue
     first = chunk_offset + tl.program_id(0)
-    my_chunks = tl.cdiv(tl.maximum(n_chunks - first, 0), tl.num_programs(0))
+    my_chunks = tl.cdiv(tl.maximum(chunk_end - first, 0), tl.num_programs(0))
     # this program's own [H] sums of hot gradients
     hot_base = tl.program_id(0).to(tl.int64) * hot_stride
     # the loss, summed per row; added to the epoch's total once, at the end

@@ -69,16 +69,16 @@ def apply(d_wx, x, w, scale, feature, present, lr, l2_w, state_w_velocity_ptr, h
 @triton.jit
 def alac_lr_733ea229_async_async(edge_feature_ptr: "*i32", edge_value_ptr: "*fp32", chunk_start_ptr: "*i64",
         chunk_width_ptr: "*i32", row_of_slot_ptr: "*i64", label_ptr: "*fp32", chunk_order_ptr: "*i64", chunk_offset,
-        n_chunks, lr_ptr: "*fp32", scale_ptr: "*fp32", w_ptr: "*fp32", b_ptr: "*fp32", l2_w: "fp32", h_momentum: "fp32",
-        state_w_velocity_ptr: "*fp32", loss_sum_ptr: "*fp32", HAS_VALUES: tl.constexpr, C: tl.constexpr,
-        S: tl.constexpr, ONE_TILE: tl.constexpr, WIDE_IDS: tl.constexpr):
+        chunk_end, lr_ptr: "*fp32", scale_ptr: "*fp32", w_ptr: "*fp32", b_ptr: "*fp32", l2_w: "fp32",
+        h_momentum: "fp32", state_w_velocity_ptr: "*fp32", loss_sum_ptr: "*fp32", HAS_VALUES: tl.constexpr,
+        C: tl.constexpr, S: tl.constexpr, ONE_TILE: tl.constexpr, WIDE_IDS: tl.constexpr):
     rows = tl.arange(0, C)
     # the epoch's learning rate, and 1 / B: a sample's gradient counts as in a batch of B
     lr = tl.load(lr_ptr)
     scale = tl.load(scale_ptr)
     # persistent: this program takes chunks pid, pid + P, ... of the epoch's queue
     first = chunk_offset + tl.program_id(0)
-    my_chunks = tl.cdiv(tl.maximum(n_chunks - first, 0), tl.num_programs(0))
+    my_chunks = tl.cdiv(tl.maximum(chunk_end - first, 0), tl.num_programs(0))
     # the loss, summed per row; added to the epoch's total once, at the end
     loss_rows = tl.zeros([C], tl.float32)
     for step in range(0, my_chunks):

@@ -65,7 +65,7 @@ def apply(d_wx, x, w, scale, lr, feature, present, l2_w, w_ptr):
 @triton.jit
 def alac_lr_a263a83e_async_queue_async(edge_feature_ptr: "*i32", edge_value_ptr: "*fp32", chunk_start_ptr: "*i64",
         chunk_width_ptr: "*i32", row_of_slot_ptr: "*i64", label_ptr: "*fp32", chunk_order_ptr: "*i64", chunk_offset,
-        n_chunks, lr_ptr: "*fp32", scale_ptr: "*fp32", queue_ptr: "*i64", w_ptr: "*fp32", b_ptr: "*fp32", l2_w: "fp32",
+        chunk_end, lr_ptr: "*fp32", scale_ptr: "*fp32", queue_ptr: "*i64", w_ptr: "*fp32", b_ptr: "*fp32", l2_w: "fp32",
         loss_sum_ptr: "*fp32", HAS_VALUES: tl.constexpr, C: tl.constexpr, S: tl.constexpr, ONE_TILE: tl.constexpr,
         WIDE_IDS: tl.constexpr):
     rows = tl.arange(0, C)
@@ -78,7 +78,7 @@ def alac_lr_a263a83e_async_queue_async(edge_feature_ptr: "*i32", edge_value_ptr:
     # the loss, summed per row; added to the epoch's total once, at the end
     loss_rows = tl.zeros([C], tl.float32)
     step = 0
-    while position < n_chunks:
+    while position < chunk_end:
         # claim the next position now: the claim's round trip overlaps this chunk
         next_position = chunk_offset + tl.atomic_add(queue_ptr, 1, sem="relaxed")
         chunk = tl.load(chunk_order_ptr + position).to(tl.int64)

@@ -1,0 +1,101 @@
+"""HybridHash: mixed batches on a GPU cache (hot store and staging) in front of a host table give the
+parameters of one all-GPU table training the same batches, while the cache serves most accesses."""
+
+import pytest
+import torch
+
+from alac.data.synthetic import criteo_like, kaggle_like
+from alac.errors import OptionError
+from alac.plan import Plan
+from alac.runtime.executor import Executor, LabelMap
+from alac.runtime.hybrid_hash import CacheShape, HybridHash
+from alac.runtime.layout import LayoutOptions, build_layout
+from tests.runtime.test_streams import DEVICE, KERNELS
+from tests.zoo_models import ZOO
+
+
+def _cache(model, plan, device, backend, shape, host=True):
+    # the host table only holds rows and predicts: a sync plan (host params run sync plans only)
+    placed = Plan(chunk_size=plan.chunk_size, batch_size=plan.batch_size,
+                  placement=tuple((name, "host") for name in ("w", "v") if host and (model == "fm" or name == "w")))
+
+    def executor(p):
+        return Executor(ZOO[model](), p, backend=backend, device=device, seed=1, optimizer="adagrad")
+
+    return HybridHash(executor(placed), executor(plan), shape), executor(plan)
+
+
+@pytest.mark.parametrize(("model", "backend", "semantics"),
+                         [("lr", "reference", "sync"), ("fm", "reference", "sync"), ("fm", "reference", "async"),
+                          ("fm", KERNELS, "sync")])
+def test_a_cached_table_trains_as_one_table_does_on_the_same_batches(model, backend, semantics):
+    """Params, AdaGrad state and globals after two epochs of a fixed batch order, with a hot store far
+    smaller than the table, re-ranked during the run, and segments cut by a small staging area."""
+    device = DEVICE if backend == "triton" else "cpu"
+    rows, epochs = (3000, 2) if backend != "interpret" else (600, 1)
+    data = criteo_like(rows, n_fields=5, seed=4, device="cpu")
+    layout = build_layout(data, LayoutOptions(chunk_size=8), device)
+    labels = LabelMap.fit("binary", data.labels).model_labels(layout.labels)
+    # the kernels in their deterministic mode: float atomics would add in a different order per run
+    plan = Plan(chunk_size=8, batch_size=32, semantics=semantics,
+                deterministic=backend != "reference" and semantics == "sync")
+    shape = CacheShape(capacity=layout.n_features // 10, staging=600, warmup=5, refresh=7)
+    cache, one = _cache(model, plan, device, backend, shape)
+    cache.initialize(layout, 1.0)
+    one.initialize(layout, 1.0)
+    losses = []
+    for epoch in range(epochs):
+        losses.append((cache.train_epoch(layout, labels, epoch, 0.3), one.train_epoch(layout, labels, epoch, 0.3)))
+    batches = epochs * -(-layout.n_chunks // plan.chunks_per_batch)
+    # segments were cut (warm-up, re-ranks, staging) and the hot store served a share of the edges
+    assert cache.statistics.segments > batches // 7 and len(cache.statistics.hit_ratio) == batches
+    assert sum(cache.statistics.hit_ratio[-10:]) / 10 > 0.3
+    state = cache.current_state()
+    for part in ("params", "states", "globals"):
+        for name, values in getattr(one.state, part).items():
+            torch.testing.assert_close(getattr(state, part)[name].cpu(), values.cpu(), rtol=1e-5, atol=1e-7)
+    for cached, whole in losses:
+        assert cached == pytest.approx(whole, rel=1e-5)
+    torch.testing.assert_close(cache.whole_executor().predict(layout).cpu(), one.predict(layout).cpu())
+
+
+def test_the_hot_store_holds_the_rows_counted_most_and_serves_a_skewed_set():
+    """After warm-up the hot store is the top rows by count; on Zipf ids a store of 2 % of the rows
+    serves most accesses, and rows enter it only at re-ranks."""
+    data = kaggle_like(4000, zipf=1.2, seed=1, device="cpu")
+    layout = build_layout(data, LayoutOptions(chunk_size=16), "cpu")
+    labels = LabelMap.fit("binary", data.labels).model_labels(layout.labels)
+    plan = Plan(chunk_size=16, batch_size=64)
+    capacity = 2000
+    cache, _ = _cache("lr", plan, "cpu", "reference", CacheShape(capacity, staging=4000, warmup=8, refresh=1000),
+                      host=False)
+    cache.initialize(layout, 1.0)
+    ranked_by = []
+    rank = cache.refresh
+
+    def refresh():
+        ranked_by.append(cache.counts.clone())
+        rank()
+
+    cache.refresh = refresh
+    cache.train_epoch(layout, labels, 0, 0.1)
+    # one re-rank, at the end of the warm-up: the store holds the rows counted most by then
+    assert len(ranked_by) == 1 and int(ranked_by[0].sum()) > 0
+    counts = ranked_by[0]
+    hot = cache.cached[cache.cached >= 0]
+    assert hot.numel() == capacity
+    assert int(counts[hot].min()) >= int(torch.topk(counts, capacity).values.min())
+    ratios = cache.statistics.hit_ratio
+    assert ratios[:8] == [0.0] * 8 and sum(ratios[8:]) / len(ratios[8:]) > 0.5
+    assert cache.statistics.rows_in > 0 and cache.statistics.rows_in == cache.statistics.rows_out + capacity
+
+
+def test_a_batch_that_misses_more_rows_than_the_staging_area_holds_is_refused():
+    data = criteo_like(400, n_fields=5, seed=4, device="cpu")
+    layout = build_layout(data, LayoutOptions(chunk_size=8), "cpu")
+    labels = LabelMap.fit("binary", data.labels).model_labels(layout.labels)
+    cache, _ = _cache("lr", Plan(chunk_size=8, batch_size=32), "cpu", "reference", CacheShape(0, staging=10),
+                      host=False)
+    cache.initialize(layout, 1.0)
+    with pytest.raises(OptionError, match="staging rows"):
+        cache.train_epoch(layout, labels, 0, 0.1)
