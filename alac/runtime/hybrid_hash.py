@@ -57,8 +57,13 @@ class HybridHash:
     GPU cache (`working`, an executor on the device whose rows are cache slots)."""
 
     def __init__(self, whole, working, shape):
+        params = sorted(p.name for p in whole.ir.params)
+        if torch.device(working.device).type == "cuda" and sorted(whole.plan.host_params) != params:
+            raise OptionError(f"a HybridHash host table keeps every param ({', '.join(params)}) in host memory: "
+                              f"its plan places {sorted(whole.plan.host_params)} there")
         self.whole, self.working, self.shape = whole, working, shape
         self.statistics = CacheStatistics()
+        self._pinned = None
         self._steps = 0            # batches trained
         self._misses_per_batch = 1.0
 
@@ -87,16 +92,47 @@ class HybridHash:
         return [(whole.params[k], working.params[k]) for k in whole.params] + \
                [(whole.states[k], working.states[k]) for k in whole.states]
 
+    def _buffers(self):
+        """One host buffer per tensor of `staging` rows, pinned where the cache is on a GPU: rows cross
+        PCIe as one sequential copy, gathered and scattered on the host by torch's threaded index ops
+        (benchmarks/placement_access.py: random 64-byte rows through mapped memory move at 8 GB/s,
+        sequential pinned copies at 50)."""
+        if self._pinned is None:
+            pin = torch.device(self.working.device).type == "cuda"
+            self._pinned = [torch.empty((self.shape.staging, *host.shape[1:]), dtype=host.dtype, pin_memory=pin)
+                            for host, _ in self._tensors()]
+        return self._pinned
+
+    def _pieces(self, rows, slots):
+        """(host rows, cache slots) in pieces of at most `staging` rows (a refresh loads up to capacity)."""
+        rows, slots = rows.cpu(), slots.to(self.working.device)
+        for start in range(0, rows.numel(), self.shape.staging):
+            yield rows[start:start + self.shape.staging], slots[start:start + self.shape.staging]
+
+    def _wait(self):
+        if torch.device(self.working.device).type == "cuda":
+            torch.cuda.current_stream(self.working.device).synchronize()
+
     def _load(self, rows, slots):
         """Copy rows of the host table into cache slots."""
-        for host, cache in self._tensors():
-            cache[slots.to(cache.device)] = host[rows.to(host.device)].to(cache.device, non_blocking=True)
+        for piece, at in self._pieces(rows, slots):
+            for (host, cache), buffer in zip(self._tensors(), self._buffers()):
+                staged = buffer[:piece.numel()]
+                torch.index_select(host, 0, piece, out=staged)
+                cache[at] = staged.to(cache.device, non_blocking=True)
+            self._wait()   # the buffers are refilled by the next piece
         self.statistics.rows_in += rows.numel()
 
     def _store(self, rows, slots, traffic=True):
         """Write cache slots back to their rows of the host table (traffic: of training, counted)."""
-        for host, cache in self._tensors():
-            host[rows.to(host.device)] = cache[slots.to(cache.device)].to(host.device)
+        for piece, at in self._pieces(rows, slots):
+            staged = []
+            for (host, cache), buffer in zip(self._tensors(), self._buffers()):
+                staged.append(buffer[:piece.numel()])
+                staged[-1].copy_(cache[at], non_blocking=True)
+            self._wait()
+            for (host, _), values in zip(self._tensors(), staged):
+                host.index_put_((piece,), values)
         if traffic:
             self.statistics.rows_out += rows.numel()
 

@@ -1,0 +1,310 @@
+"""Tables over a GPU budget: HybridHash and FAE against the host-table baseline and the all-GPU run.
+
+    PYTHONPATH=. python benchmarks/placement.py [--rows 10000000] [--valid-rows 1000000]
+        [--budgets-mb 64,128,256,512] [--zipfs 1.1,1.2] [--epochs 2] [--batch-size 4096]
+        [--schedules-at-mb 256] [--baseline-batches 200] [--out DIR]
+
+The Kaggle-shaped synthetic set (alac.data.synthetic.kaggle_like: the 26 categorical fields of the
+Criteo Kaggle set, 33.8M feature rows, Zipf ids per field), FM k = 16 with AdaGrad, sync batches of
+--batch-size, one process on one GPU. Arms:
+- all_gpu: every row (params and AdaGrad state, 136 bytes) on the GPU;
+- hybrid_hash: mixed batches on a GPU cache of --budget-mb (3/4 hot store, 1/4 staging for a
+  segment's misses) in front of the table in pinned host memory (alac.runtime.hybrid_hash);
+- fae: the FAE threshold search fills the budget with hot rows (alac.runtime.profiler), pure hot
+  batches on the GPU, cold ones on the table in pinned host memory through mapped pointers
+  (alac.runtime.placement), at R(50) for every budget and R(100)/R(1)/dynamic at --schedules-at-mb;
+- pytorch_host_table: PyTorch's nn.EmbeddingBag (w) and nn.Embedding (v) in pinned host memory
+  with sparse AdaGrad on the CPU, the FM's interactions on the GPU (FAE's baseline), timed over
+  --baseline-batches batches; its auc and logloss are after those batches only.
+samples_per_s is of the last epoch (the first compiles kernels and, for HybridHash, warms up);
+auc and logloss on the validation rows after --epochs epochs; h2d_bytes of the last epoch (HybridHash:
+rows loaded into the cache; FAE: swap copies plus the rows cold edges read through mapped memory).
+Writes results/placement.json and .md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from alac import metrics
+from alac.data.synthetic import KAGGLE_CARDINALITIES, kaggle_like
+from alac.models import zoo_model
+from alac.plan import Plan
+from alac.runtime.executor import Executor, LabelMap
+from alac.runtime.hybrid_hash import CacheShape, HybridHash
+from alac.runtime.layout import LayoutOptions, build_layout
+from alac.runtime.placement import FULL_RATE, START_RATE, FaeTables, ShuffleScheduler, fae_data
+from alac.runtime.profiler import access_counts, classify_inputs, hot_features, threshold_for_budget
+from benchmarks.flow import PyTorchFM, _fm_logits
+from benchmarks.report import environment, table, write
+
+K, LR, SEED = 16, 0.1, 1
+ROW_BYTES = 2 * 4 * (1 + K)   # w and v, and their AdaGrad sums
+SCHEDULES = {"R(100)": FULL_RATE, "R(50)": START_RATE, "R(1)": 0.01, "dynamic": START_RATE}
+# validation rows that steer the dynamic schedule after every swap (a share of the validation set)
+STEERING_ROWS = 100_000
+
+
+# where the arms run: a GPU and the generated kernels, or (a smoke run) the CPU and the reference executor
+TARGET = {"device": "cuda", "backend": "triton"}
+
+
+def _executor(plan):
+    return Executor(zoo_model("fm", k=K), plan, seed=SEED, optimizer="adagrad", **TARGET)
+
+
+def _in_host(plan):
+    return dataclasses.replace(plan, placement=(("w", "host"), ("v", "host")))
+
+
+def _synchronize():
+    if TARGET["device"] == "cuda":
+        torch.cuda.synchronize()
+
+
+def _scores(probability, valid):
+    positive = valid.labels > 0.5
+    return {"auc": float(metrics.auc(probability, positive)), "logloss": float(metrics.logloss(probability, positive))}
+
+
+def _timed(function):
+    _synchronize()
+    started = time.perf_counter()
+    result = function()
+    _synchronize()
+    return time.perf_counter() - started, result
+
+
+def _arm(name, budget_mb, zipf, seconds, n_rows, scores, **extra):
+    return {"name": name, "budget_mb": budget_mb, "zipf": zipf, "samples_per_s": n_rows / seconds[-1],
+            "epoch_seconds": seconds, **scores, **extra}
+
+
+def all_gpu(data, args):
+    layout, labels, valid_layout, plan = data["layout"], data["labels"], data["valid_layout"], data["plan"]
+    one = _executor(plan)
+    one.initialize(layout)
+    seconds = [_timed(lambda e=e: one.train_epoch(layout, labels, e, LR))[0] for e in range(args.epochs)]
+    scores = _scores(one.predict(valid_layout), data["valid"])
+    return _arm("all_gpu", None, data["zipf"], seconds, layout.n_rows, scores, hot_input_share=1.0, hit_ratio=1.0,
+                h2d_bytes=0)
+
+
+def _cache_breakdown(cache):
+    """Wrap the cache's row copies and kernel launches with synchronised timers (an extra epoch)."""
+    spent = {"load_s": 0.0, "store_s": 0.0, "kernels_s": 0.0}
+
+    def timed(key, function):
+        def run(*a, **k):
+            seconds, result = _timed(lambda: function(*a, **k))
+            spent[key] += seconds
+            return result
+        return run
+
+    cache._load, cache._store = timed("load_s", cache._load), timed("store_s", cache._store)
+    cache.working._queue_epoch = timed("kernels_s", cache.working._queue_epoch)
+    return spent
+
+
+def hybrid_hash(data, budget_mb, args, breakdown=False):
+    layout, labels, plan = data["layout"], data["labels"], data["plan"]
+    rows = budget_mb * 2**20 // ROW_BYTES
+    shape = CacheShape(capacity=rows - rows // 4, staging=rows // 4)
+    cache = HybridHash(_executor(_in_host(plan)), _executor(plan), shape)
+    cache.initialize(layout, 1.0)
+    seconds, before = [], None
+    for epoch in range(args.epochs):
+        before = (cache.statistics.rows_in, cache.statistics.rows_out, len(cache.statistics.hit_ratio))
+        seconds.append(_timed(lambda e=epoch: cache.train_epoch(layout, labels, e, LR))[0])
+    last = cache.statistics.hit_ratio[before[2]:]
+    in_store = torch.zeros(layout.n_features, dtype=torch.bool, device=TARGET["device"])
+    in_store[cache.cached[cache.cached >= 0]] = True
+    hot_inputs, _ = classify_inputs(data["train_reindexed"], in_store)
+    scores = _scores(cache.whole_executor().predict(data["valid_layout"]), data["valid"])
+    extra = {}
+    if breakdown:
+        spent = _cache_breakdown(cache)
+        epoch_s, _ = _timed(lambda: cache.train_epoch(layout, labels, args.epochs, LR))
+        extra["breakdown"] = {"epoch_s": epoch_s, **spent, "segments": cache.statistics.segments}
+    result = _arm("hybrid_hash", budget_mb, data["zipf"], seconds, layout.n_rows, scores,
+                  hot_input_share=hot_inputs.numel() / layout.n_rows, hit_ratio=sum(last) / max(len(last), 1),
+                  h2d_bytes=(cache.statistics.rows_in - before[0]) * ROW_BYTES,
+                  d2h_bytes=(cache.statistics.rows_out - before[1]) * ROW_BYTES,
+                  capacity_rows=shape.capacity, staging_rows=shape.staging,
+                  map_bytes=layout.n_features * 9, **extra)
+    return result
+
+
+def _field_tables(counts):
+    offsets = [0]
+    for cardinality in KAGGLE_CARDINALITIES:
+        offsets.append(offsets[-1] + cardinality)
+    return [counts[a:b] for a, b in zip(offsets[:-1], offsets[1:])]
+
+
+def fae(data, budget_mb, schedule, args):
+    train, plan, label_map = data["train"], data["plan"], data["label_map"]
+    counts = access_counts(train.indices, train.n_features)
+    hot_plan = threshold_for_budget(_field_tables(counts), ROW_BYTES, budget_mb * 2**20, train.n_rows)
+    hot = hot_features(_field_tables(counts), hot_plan)
+    split = fae_data(train, hot, LayoutOptions(chunk_size=plan.chunk_size), TARGET["device"])
+    tables = FaeTables(_executor(_in_host(plan)), _executor(plan), split.hot_ids)
+    # any layout in global ids draws the initial rows (every input may be hot: no cold layout)
+    tables.initialize(split.cold if split.cold is not None else data["valid_layout_global"], 1.0)
+    steer = data["steer_layout_global"]
+    steer_positive = data["steer"].labels > 0.5
+
+    def validate():
+        return float(metrics.logloss(tables.whole().predict(steer), steer_positive))
+
+    scheduler = ShuffleScheduler(SCHEDULES[schedule])
+    seconds, segments = [], []
+    for epoch in range(args.epochs):
+        elapsed, segments = _timed(lambda e=epoch: tables.train_epoch(
+            split, lambda layout: label_map.model_labels(layout.labels), e, SEED, LR, scheduler,
+            validate if schedule == "dynamic" else None))
+        seconds.append(elapsed)
+    # the hot rows cross at every change of kind (the tables start with the cold one current)
+    kinds = ["cold"] + [kind for kind, _, _ in segments]
+    swaps = sum(a != b for a, b in zip(kinds, kinds[1:]))
+    cold_edges = split.cold.stats.nnz if split.cold is not None else 0
+    scores = _scores(tables.whole().predict(data["valid_layout_global"]), data["valid"])
+    result = _arm(f"fae {schedule}", budget_mb, data["zipf"], seconds, train.n_rows, scores,
+                  hot_input_share=split.hot_input_share, hit_ratio=None,
+                  h2d_bytes=swaps * int(split.hot_ids.numel()) * ROW_BYTES + cold_edges * ROW_BYTES,
+                  hot_rows=int(split.hot_ids.numel()), swaps=swaps, final_rate=scheduler.rate)
+    return result
+
+
+def pytorch_host_table(data, args):
+    """FAE's baseline: the embedding tables in pinned host memory, looked up and updated (sparse
+    AdaGrad) on the CPU; the lookups cross to the GPU, the FM's interactions and the loss run there."""
+    train, valid, batch = data["train"], data["valid"], args.batch_size
+    ids = train.indices.long().view(train.n_rows, -1).cpu()
+    torch.manual_seed(SEED)
+    model = PyTorchFM(train.n_features, K)
+    for table_ in (model.w, model.v):
+        if TARGET["device"] == "cuda":
+            table_.weight.data = table_.weight.data.pin_memory()
+    bias = torch.zeros(1, device=TARGET["device"], requires_grad=True)
+    sparse = torch.optim.Adagrad([model.w.weight, model.v.weight], lr=LR)
+    dense = torch.optim.Adagrad([bias], lr=LR)
+    loss_function = torch.nn.BCEWithLogitsLoss()
+    order = torch.randperm(train.n_rows, generator=torch.Generator().manual_seed(SEED))
+    labels = train.labels.cpu()
+
+    def logits(rows_ids):
+        rows, width = rows_ids.shape
+        w_sum = model.w(rows_ids.view(-1), torch.arange(0, rows * width, width)).squeeze(1)
+        device = TARGET["device"]
+        return _fm_logits(w_sum.to(device, non_blocking=True), model.v(rows_ids).to(device, non_blocking=True), bias)
+
+    def step(b):
+        rows = order[b * batch:(b + 1) * batch]
+        loss = loss_function(logits(ids[rows]), labels[rows].to(TARGET["device"], non_blocking=True))
+        sparse.zero_grad()
+        dense.zero_grad()
+        loss.backward()
+        sparse.step()
+        dense.step()
+
+    for b in range(5):
+        step(b)
+    batches = min(args.baseline_batches, train.n_rows // batch - 5)
+    seconds, _ = _timed(lambda: [step(b) for b in range(5, 5 + batches)])
+    with torch.no_grad():
+        valid_ids = valid.indices.long().view(valid.n_rows, -1).cpu()
+        probability = torch.cat([torch.sigmoid(logits(valid_ids[s:s + 65536])) for s in range(0, valid.n_rows, 65536)])
+    return _arm("pytorch_host_table", None, data["zipf"], [seconds], batches * batch, _scores(probability, valid),
+                hot_input_share=0.0, hit_ratio=0.0, h2d_bytes=None, trained_samples=(batches + 5) * batch)
+
+
+def prepare(zipf, args):
+    every = kaggle_like(args.rows + args.valid_rows, zipf=zipf, seed=SEED, device=TARGET["device"])
+    train, valid = every.take(torch.arange(args.rows, device=TARGET["device"])), \
+        every.take(torch.arange(args.rows, args.rows + args.valid_rows, device=TARGET["device"]))
+    del every
+    plan = Plan(batch_size=args.batch_size, chunk_size=math.gcd(Plan.chunk_size, args.batch_size))
+    options = LayoutOptions(chunk_size=plan.chunk_size)
+    layout = build_layout(train, options, TARGET["device"])
+    label_map = LabelMap.fit("binary", train.labels)
+    identity = torch.arange(train.n_features, device=TARGET["device"])
+    steer = valid.take(torch.arange(min(STEERING_ROWS, valid.n_rows), device=TARGET["device"]))
+    old_to_new = torch.empty_like(layout.new_to_old)
+    old_to_new[layout.new_to_old.long()] = torch.arange(layout.n_features, dtype=old_to_new.dtype,
+                                                        device=old_to_new.device)
+    reindexed = dataclasses.replace(train, indices=old_to_new[train.indices.long()].int())
+    return {"zipf": zipf, "train": train, "valid": valid, "steer": steer, "plan": plan, "label_map": label_map,
+            "layout": layout, "labels": label_map.model_labels(layout.labels), "train_reindexed": reindexed,
+            "valid_layout": build_layout(valid, options, TARGET["device"], feature_order=layout.new_to_old),
+            "valid_layout_global": build_layout(valid, options, TARGET["device"], feature_order=identity),
+            "steer_layout_global": build_layout(steer, options, TARGET["device"], feature_order=identity)}
+
+
+def run_zipf(zipf, args):
+    data = prepare(zipf, args)
+    arms = [all_gpu(data, args)]
+    print(arms[-1], flush=True)
+    for budget in args.budgets_mb:
+        arms.append(hybrid_hash(data, budget, args, breakdown=budget == args.budgets_mb[0]))
+        print(arms[-1], flush=True)
+        for schedule in SCHEDULES if budget == args.schedules_at_mb else ("R(50)",):
+            arms.append(fae(data, budget, schedule, args))
+            print(arms[-1], flush=True)
+    arms.append(pytorch_host_table(data, args))
+    print(arms[-1], flush=True)
+    return arms
+
+
+def report(payload):
+    env, args = payload["environment"], payload["arguments"]
+    rows = []
+    for arm in payload["arms"]:
+        reference = next(a for a in payload["arms"] if a["name"] == "all_gpu" and a["zipf"] == arm["zipf"])
+        baseline = next(a for a in payload["arms"] if a["name"] == "pytorch_host_table" and a["zipf"] == arm["zipf"])
+        rows.append([arm["zipf"], arm["name"], arm["budget_mb"] or "-", f"{arm['samples_per_s'] / 1e6:.2f}",
+                     f"{arm['samples_per_s'] / baseline['samples_per_s']:.1f}x",
+                     f"{reference['samples_per_s'] / arm['samples_per_s']:.2f}x",
+                     f"{arm['hot_input_share']:.3f}", "-" if arm["hit_ratio"] is None else f"{arm['hit_ratio']:.3f}",
+                     "-" if arm["h2d_bytes"] is None else f"{arm['h2d_bytes'] / 1e9:.2f}",
+                     f"{arm['auc']:.4f}", f"{arm['auc'] - reference['auc']:+.4f}", f"{arm['logloss']:.4f}"])
+    header = ["zipf", "arm", "budget MB", "M samples/s", "vs host table", "all-GPU / arm", "hot input share",
+              "hit ratio", "H2D GB/epoch", "AUC", "AUC - all-GPU", "logloss"]
+    return (f"Tables over a GPU budget ({env['device']}, {env['date']}; `PYTHONPATH=. python benchmarks/placement.py "
+            f"--rows {args['rows']}`): Kaggle-shaped set, {args['rows']:,} training rows, FM k = {K} with AdaGrad, "
+            f"sync batches of {args['batch_size']}, {args['epochs']} epochs; samples/s of the last epoch "
+            f"(the host-table baseline: {args['baseline_batches']} batches, AUC after them).\n\n" + table(header, rows))
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=10_000_000)
+    parser.add_argument("--valid-rows", type=int, default=1_000_000)
+    parser.add_argument("--budgets-mb", type=lambda s: [int(x) for x in s.split(",")], default=[64, 128, 256, 512])
+    parser.add_argument("--zipfs", type=lambda s: [float(x) for x in s.split(",")], default=[1.1, 1.2])
+    parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--batch-size", type=int, default=4096)
+    parser.add_argument("--schedules-at-mb", type=int, default=256)
+    parser.add_argument("--baseline-batches", type=int, default=200)
+    parser.add_argument("--device", default="cuda", help="cpu: a smoke run on the reference executor")
+    parser.add_argument("--out", default=None)
+    args = parser.parse_args()
+    if args.device != "cuda":
+        TARGET.update(device=args.device, backend="reference")
+    arms = [arm for zipf in args.zipfs for arm in run_zipf(zipf, args)]
+    payload = {"environment": environment(), "arguments": vars(args), "row_bytes": ROW_BYTES, "arms": arms}
+    write("placement", payload, report(payload), args.out)
+    print(report(payload))
+
+
+if __name__ == "__main__":
+    main()
