@@ -52,6 +52,24 @@ class CacheStatistics:
     segments: int = 0
 
 
+class _MappedArray:
+    """A pinned host tensor described as CUDA memory (its UVA address), kept alive with the view."""
+
+    def __init__(self, host):
+        self.host = host
+        self.__cuda_array_interface__ = {"data": (host.data_ptr(), False), "shape": tuple(host.shape),
+                                         "strides": None, "typestr": host.numpy().__array_interface__["typestr"],
+                                         "version": 3}
+
+
+def mapped_view(host, device):
+    """host as a tensor on `device`: a GPU tensor over the same pinned pages when device is a GPU (its
+    kernels gather and scatter rows over PCIe, no host thread or staging copy involved), else host."""
+    if torch.device(device).type != "cuda" or host.device.type == "cuda":
+        return host
+    return torch.as_tensor(_MappedArray(host), device=device)
+
+
 class HybridHash:
     """The host table (`whole`, an executor holding every row, placed in host memory on a GPU) and the
     GPU cache (`working`, an executor on the device whose rows are cache slots)."""
@@ -63,7 +81,6 @@ class HybridHash:
                               f"its plan places {sorted(whole.plan.host_params)} there")
         self.whole, self.working, self.shape = whole, working, shape
         self.statistics = CacheStatistics()
-        self._pinned = None
         self._steps = 0            # batches trained
         self._misses_per_batch = 1.0
 
@@ -92,47 +109,16 @@ class HybridHash:
         return [(whole.params[k], working.params[k]) for k in whole.params] + \
                [(whole.states[k], working.states[k]) for k in whole.states]
 
-    def _buffers(self):
-        """One host buffer per tensor of `staging` rows, pinned where the cache is on a GPU: rows cross
-        PCIe as one sequential copy, gathered and scattered on the host by torch's threaded index ops
-        (benchmarks/placement_access.py: random 64-byte rows through mapped memory move at 8 GB/s,
-        sequential pinned copies at 50)."""
-        if self._pinned is None:
-            pin = torch.device(self.working.device).type == "cuda"
-            self._pinned = [torch.empty((self.shape.staging, *host.shape[1:]), dtype=host.dtype, pin_memory=pin)
-                            for host, _ in self._tensors()]
-        return self._pinned
-
-    def _pieces(self, rows, slots):
-        """(host rows, cache slots) in pieces of at most `staging` rows (a refresh loads up to capacity)."""
-        rows, slots = rows.cpu(), slots.to(self.working.device)
-        for start in range(0, rows.numel(), self.shape.staging):
-            yield rows[start:start + self.shape.staging], slots[start:start + self.shape.staging]
-
-    def _wait(self):
-        if torch.device(self.working.device).type == "cuda":
-            torch.cuda.current_stream(self.working.device).synchronize()
-
     def _load(self, rows, slots):
-        """Copy rows of the host table into cache slots."""
-        for piece, at in self._pieces(rows, slots):
-            for (host, cache), buffer in zip(self._tensors(), self._buffers()):
-                staged = buffer[:piece.numel()]
-                torch.index_select(host, 0, piece, out=staged)
-                cache[at] = staged.to(cache.device, non_blocking=True)
-            self._wait()   # the buffers are refilled by the next piece
+        """Copy rows of the host table into cache slots (a gather on the GPU through mapped memory)."""
+        for host, cache in self._tensors():
+            cache[slots] = mapped_view(host, cache.device)[rows]
         self.statistics.rows_in += rows.numel()
 
     def _store(self, rows, slots, traffic=True):
         """Write cache slots back to their rows of the host table (traffic: of training, counted)."""
-        for piece, at in self._pieces(rows, slots):
-            staged = []
-            for (host, cache), buffer in zip(self._tensors(), self._buffers()):
-                staged.append(buffer[:piece.numel()])
-                staged[-1].copy_(cache[at], non_blocking=True)
-            self._wait()
-            for (host, _), values in zip(self._tensors(), staged):
-                host.index_put_((piece,), values)
+        for host, cache in self._tensors():
+            mapped_view(host, cache.device)[rows] = cache[slots]
         if traffic:
             self.statistics.rows_out += rows.numel()
 
@@ -174,6 +160,16 @@ class HybridHash:
         boundary = warmup - step if step < warmup else self.shape.refresh - (step - warmup) % self.shape.refresh
         return min(batches, first + reach, first + boundary)
 
+    def _served(self, touched, rows, batches, rows_per_batch):
+        """Per batch of a segment, the share of its edges whose rows the hot store holds. Edges come in
+        chunk order, so a batch's edges are a run: prefix sums, not atomics (adding into one counter
+        per batch made every edge of the batch collide on it)."""
+        batch = torch.div(rows, rows_per_batch, rounding_mode="floor")
+        hits = torch.nn.functional.pad(torch.cumsum(self.slot_of[touched] >= 0, 0), (1, 0))
+        ends = torch.searchsorted(batch, torch.arange(1, batches + 1, device=batch.device))
+        starts = torch.nn.functional.pad(ends[:-1], (1, 0))
+        return (hits[ends] - hits[starts]) / (ends - starts).clamp(min=1)
+
     def _train_segment(self, layout, working_layout, labels, order, epoch, lr, first, end, per_batch, loss):
         """Batches first .. end - 1 of order; returns the batch after the last one trained (a segment
         whose misses overflow the staging area is cut in half)."""
@@ -191,9 +187,7 @@ class HybridHash:
                                        first + (end - first) // 2, per_batch, loss)
         self._misses_per_batch = missing.numel() / (end - first)
         slots = torch.arange(self.shape.capacity, self.shape.capacity + missing.numel(), device=missing.device)
-        batch = torch.div(rows, per_batch * layout.chunk_size, rounding_mode="floor")
-        served = torch.zeros(end - first, device=rows.device).index_add_(0, batch, (self.slot_of[touched] >= 0).float())
-        self._hit_ratios.append(served / torch.bincount(batch, minlength=end - first).clamp(min=1))
+        self._hit_ratios.append(self._served(touched, rows, end - first, per_batch * layout.chunk_size))
         self.counts.index_add_(0, touched, torch.ones_like(touched, dtype=torch.int32))
         if missing.numel():
             self._load(missing, slots)
