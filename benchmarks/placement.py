@@ -45,7 +45,8 @@ from alac.runtime.layout import LayoutOptions, build_layout
 from alac.runtime.placement import FULL_RATE, START_RATE, FaeTables, ShuffleScheduler, fae_data
 from alac.runtime.profiler import access_counts, classify_inputs, hot_features, threshold_for_budget
 from benchmarks.flow import PyTorchFM, _fm_logits
-from benchmarks.report import environment, table, write
+from benchmarks.render import tables_over_budget_table
+from benchmarks.report import environment, write
 
 K, LR, SEED = 16, 0.1, 1
 ROW_BYTES = 2 * 4 * (1 + K)   # w and v, and their AdaGrad sums
@@ -267,22 +268,8 @@ def run_zipf(zipf, args):
 
 def report(payload):
     env, args = payload["environment"], payload["arguments"]
-    rows = []
-    for arm in payload["arms"]:
-        reference = next(a for a in payload["arms"] if a["name"] == "all_gpu" and a["zipf"] == arm["zipf"])
-        baseline = next(a for a in payload["arms"] if a["name"] == "pytorch_host_table" and a["zipf"] == arm["zipf"])
-        rows.append([arm["zipf"], arm["name"], arm["budget_mb"] or "-", f"{arm['samples_per_s'] / 1e6:.2f}",
-                     f"{arm['samples_per_s'] / baseline['samples_per_s']:.1f}x",
-                     f"{reference['samples_per_s'] / arm['samples_per_s']:.2f}x",
-                     f"{arm['hot_input_share']:.3f}", "-" if arm["hit_ratio"] is None else f"{arm['hit_ratio']:.3f}",
-                     "-" if arm["h2d_bytes"] is None else f"{arm['h2d_bytes'] / 1e9:.2f}",
-                     f"{arm['auc']:.4f}", f"{arm['auc'] - reference['auc']:+.4f}", f"{arm['logloss']:.4f}"])
-    header = ["zipf", "arm", "budget MB", "M samples/s", "vs host table", "all-GPU / arm", "hot input share",
-              "hit ratio", "H2D GB/epoch", "AUC", "AUC - all-GPU", "logloss"]
     return (f"Tables over a GPU budget ({env['device']}, {env['date']}; `PYTHONPATH=. python benchmarks/placement.py "
-            f"--rows {args['rows']}`): Kaggle-shaped set, {args['rows']:,} training rows, FM k = {K} with AdaGrad, "
-            f"sync batches of {args['batch_size']}, {args['epochs']} epochs; samples/s of the last epoch "
-            f"(the host-table baseline: {args['baseline_batches']} batches, AUC after them).\n\n" + table(header, rows))
+            f"--rows {args['rows']}`)\n\n" + tables_over_budget_table(payload))
 
 
 def main():

@@ -154,6 +154,30 @@ def placement_table(result):
             + ", ".join(f"{name} {ratio:.1f}×" for name, ratio in result["host_over_device"].items()) + ".")
 
 
+def tables_over_budget_table(result):
+    args, rows, notes = result["arguments"], [], []
+    for arm in result["arms"]:
+        reference = next(a for a in result["arms"] if a["name"] == "all_gpu" and a["zipf"] == arm["zipf"])
+        baseline = next(a for a in result["arms"] if a["name"] == "pytorch_host_table" and a["zipf"] == arm["zipf"])
+        rows.append([arm["zipf"], arm["name"], arm["budget_mb"] or "-", f"{arm['samples_per_s'] / 1e6:.2f}",
+                     f"{arm['samples_per_s'] / baseline['samples_per_s']:.1f}×",
+                     f"{reference['samples_per_s'] / arm['samples_per_s']:.2f}×", f"{arm['hot_input_share']:.3f}",
+                     "-" if arm["hit_ratio"] is None else f"{arm['hit_ratio']:.3f}",
+                     "-" if arm["h2d_bytes"] is None else f"{arm['h2d_bytes'] / 1e9:.2f}",
+                     f"{arm['auc']:.4f}", f"{arm['auc'] - reference['auc']:+.4f}", f"{arm['logloss']:.4f}"])
+        if "breakdown" in arm:
+            b = arm["breakdown"]
+            notes.append(f"HybridHash at {arm['budget_mb']} MB, Zipf {arm['zipf']}, one epoch timed in parts: "
+                         f"{b['epoch_s']:.2f} s, of which kernels {b['kernels_s']:.2f} s, loads into the cache "
+                         f"{b['load_s']:.2f} s, write-backs {b['store_s']:.2f} s ({b['segments']} segments so far).")
+    header = ["zipf", "arm", "budget MB", "M samples/s", "vs host table", "all-GPU / arm", "hot input share",
+              "hit ratio", "H2D GB/epoch", "AUC", "AUC − all-GPU", "logloss"]
+    return (f"{args['rows']:,} training rows, FM k = 16 with AdaGrad ({result['row_bytes']} bytes per row), sync "
+            f"batches of {args['batch_size']}, {args['epochs']} epochs; samples/s of the last epoch (the host-table "
+            f"baseline: {args['baseline_batches']} batches, its AUC after them).\n\n" + table(header, rows)
+            + "".join(f"\n\n{note}" for note in notes))
+
+
 def streaming_table(result):
     def bound(arm):
         return max(arm.get("copy_bound_ms", 0.0), arm.get("read_bound_ms", 0.0))
@@ -231,6 +255,16 @@ SECTIONS = [
      "Gathers and atomic additions of Triton kernels on a table in pinned host memory (mapped pointers) and on the "
      "device: 16M accesses to 16M rows, random and sequential ids, 1 and 16 floats per row.",
      "PYTHONPATH=. python benchmarks/placement_access.py", placement_table),
+    ("placement", "Tables over a GPU budget: HybridHash and FAE",
+     "The Kaggle-shaped synthetic set (the Criteo Kaggle set's 26 categorical fields, 33.8M feature rows, Zipf ids "
+     "per field) with the model's rows in pinned host memory and a GPU budget for hot rows: HybridHash (mixed "
+     "batches; a hot store of 3/4 of the budget re-ranked every 256 batches, 1/4 staging for a segment's misses, "
+     "gathered and written back by GPU kernels over the host table's UVA mapping), FAE (pure hot and cold "
+     "batches, the hot rows from the threshold search; cold batches on the host table through mapped pointers; "
+     "shuffle schedules R(100), R(50), R(1) and dynamic), PyTorch's host-table hybrid (FAE's baseline: the "
+     "embeddings in pinned host memory, looked up and updated by sparse AdaGrad on the CPU, the FM on the GPU) "
+     "and all rows on the GPU.",
+     "PYTHONPATH=. python benchmarks/placement.py", tables_over_budget_table),
     ("layout_build", "Layout build, 4M × 39 synthetic rows", "Generating and laying out the data on the CPU and GPU.",
      "PYTHONPATH=. python benchmarks/layout_build.py", layout_table),
     ("parse_speed", "Parsing LIBSVM text",
