@@ -107,10 +107,12 @@ def _inspect(args):
         from alac.runtime.planner import plan_for
 
         format, options = _load_options(args, args.format)
-        _, layout = load_layout(args.data, format, LayoutOptions(chunk_size=plan.chunk_size), **options)
+        dataset, layout = load_layout(args.data, format, LayoutOptions(chunk_size=plan.chunk_size), **options)
         choice = plan_for(layout, ir, plan.semantics, plan.batch_size, plan, device=layout.device.type)
         plan = choice.plan
         planning = [f"# data: {args.data}"] + [f"#   {name}: {value}" for name, value in layout.stats.lines()]
+        if args.gpu_memory is not None:
+            planning += [f"# placement {line}" for line in _placement(args, ir, dataset, layout, plan).lines()]
         if choice.costs:
             planning.append(f"# measured on {choice.costs.device}: coalesced {choice.costs.coalesced_ns:.4f} ns, "
                             f"random {choice.costs.random_ns:.4f} ns per 4-byte access, copy "
@@ -139,6 +141,27 @@ def _inspect(args):
         print(f"# wrote {path}: python {path} trains and times these kernels (edits included) on synthetic data")
     print("\n" + generated.source)
     return 0
+
+
+def _placement(args, ir, dataset, layout, plan):
+    """Where the model's rows go under --gpu-memory (alac.runtime.param_planner), with the numbers."""
+    import torch
+
+    from alac.runtime.param_planner import (
+        batches_of,
+        choose_placement,
+        measure_mapped_costs,
+        params_budget,
+        rows_per_batch_bound,
+    )
+    from alac.runtime.planner import layout_bytes
+
+    row_bytes = 4 * sum(p.size for p in ir.params) * (1 + len(ir.optimizer.states))
+    budget = params_budget(dataclasses.replace(plan, memory_budget=args.gpu_memory),
+                           layout_bytes(dataset, plan.chunk_size))
+    costs = measure_mapped_costs() if torch.cuda.is_available() else None
+    return choose_placement(layout.n_features, row_bytes, budget, layout.frequency, batches_of(layout.n_rows, plan),
+                            rows_per_batch_bound(plan, layout.stats.max_nnz), costs)
 
 
 def _runner(args, ir, plan):
@@ -267,6 +290,7 @@ def _bench(args):
 
 def build_parser():
     from alac.plan import Plan
+    from alac.zoo import memory_size
 
     parser = Parser(prog="alac", description="Train sparse wide models on GPUs.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -292,6 +316,9 @@ def build_parser():
     inspect.add_argument("--batch-size", type=int, default=1024)
     inspect.add_argument("--mode", default="sync", choices=["sync", "async"], help="execution semantics")
     inspect.add_argument("--data", help="a data file: plan for its layout and print the numbers behind it")
+    inspect.add_argument("--gpu-memory", type=memory_size, default=None, metavar="SIZE",
+                         help="with --data: where the model's rows go under this GPU budget (all on the GPU, or a "
+                              "HybridHash cache in front of pinned host memory) and the cost model's numbers")
     _add_load_options(inspect)
     inspect.add_argument("--dump", metavar="DIR", help="also write the generated kernels to DIR")
     inspect.set_defaults(handler=_inspect)

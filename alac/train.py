@@ -19,9 +19,19 @@ from alac import metrics
 from alac.errors import AlacError, OptionError
 from alac.plan import Plan
 from alac.runtime.blocks import is_block_source
+from alac.runtime.cached_executor import CachedExecutor
 from alac.runtime.executor import Executor, LabelMap
 from alac.runtime.layout import LayoutOptions, build_layout
-from alac.runtime.planner import streaming_budget
+from alac.runtime.memory import available_bytes
+from alac.runtime.param_planner import (
+    ParamPlacement,
+    batches_of,
+    choose_placement,
+    measure_mapped_costs,
+    params_budget,
+    rows_per_batch_bound,
+)
+from alac.runtime.planner import layout_bytes, streaming_budget
 from alac.runtime.streams import StreamedLayout
 
 EARLY_STOPPING = (None, "cuwide", "patience")
@@ -70,7 +80,10 @@ class Trainer:
         self.lr = lr
         self.epochs = epochs
         self.plan = plan
-        self.executor = Executor(model, plan, backend, device, seed, optimizer, schedule, exact_l2)
+        self._executor_arguments = (model, plan, backend, device, seed, optimizer, schedule, exact_l2)
+        self.executor = Executor(*self._executor_arguments)
+        self.placement = None          # the planner's ParamPlacement once the training data is laid out
+        self._said_no_snapshots = False
         self.log = log
         self.early_stopping, self.patience, self.window = early_stopping, patience, window
         self.callbacks = list(callbacks)
@@ -153,9 +166,33 @@ class Trainer:
         if self.feature_order is None:
             self.feature_order = self.train_layout.host.new_to_old.cpu() if streamed else \
                 self.train_layout.new_to_old.cpu()
+        self._place_params(train, streamed)
         if streamed:
             return self.train_layout, None
         return self.train_layout, self.labels.model_labels(self.train_layout.labels)
+
+    def _place_params(self, train, streamed):
+        """The planner's placement of the model's rows (alac.runtime.param_planner): over the GPU budget
+        for them, the executor becomes a CachedExecutor (rows in pinned host memory, a HybridHash cache
+        of the budget on the GPU)."""
+        if self.executor.state is not None or isinstance(self.executor, CachedExecutor):
+            return
+        declared, _ = self.model.declarations()
+        row_bytes = 4 * sum(p.size for p in declared.values()) * (1 + len(self.executor.ir.optimizer.states))
+        if streamed:
+            n_features = self.train_layout.host.n_features
+            self.placement = ParamPlacement("device", row_bytes, n_features * row_bytes, None, reasons=(
+                ("placement", "device", "the training data is streamed: the GPU budget goes to its blocks (a "
+                                        "HybridHash cache trains a resident layout)"),))
+            return
+        layout = self.train_layout
+        budget = params_budget(self.plan, layout_bytes(train, self.plan.chunk_size))
+        costs = measure_mapped_costs(self.device) if budget is not None and self.device.type == "cuda" else None
+        self.placement = choose_placement(layout.n_features, row_bytes, budget, layout.frequency,
+                                          batches_of(layout.n_rows, self.plan),
+                                          rows_per_batch_bound(self.plan, layout.stats.max_nnz), costs)
+        if self.placement.mode == "hybrid_hash":
+            self.executor = CachedExecutor(*self._executor_arguments, self.placement)
 
     def _laid_out_for_training(self, train):
         """A resident layout, or a StreamedLayout of a block source or of a layout over the budget."""
@@ -171,11 +208,21 @@ class Trainer:
     def _block_labels(self, block):
         return self.labels.model_labels(block.labels)
 
-    def _initialize(self):
+    def _initialize(self, labels):
         if isinstance(self.train_layout, StreamedLayout):
             self.executor.initialize(self.train_layout.host, self.train_layout.value_scale)
         else:
             self.executor.initialize(self.train_layout)
+        if isinstance(self.executor, CachedExecutor):
+            self.placement = dataclasses.replace(self.placement,
+                                                 forecast=self.executor.calibrate(self.train_layout, labels))
+
+    def initialize_model(self, train):
+        """Lay the data out and draw the initial parameters now (fit does it when not yet done): a
+        cached model's forecast is complete (its kernels timed) after this."""
+        _, labels = self.prepare(train)
+        if self.executor.state is None:
+            self._initialize(labels)
 
     def _train_group(self, labels, count):
         """count epochs from self.epoch: their mean training losses."""
@@ -226,7 +273,7 @@ class Trainer:
         valid_layout = self.layout_of(valid)
         report_layout = self.layout_of(report)
         if self.executor.state is None:
-            self._initialize()
+            self._initialize(layout_labels)
         start = self._sample_loss(layout_labels)
         # the fit's start and the last two group ends: an epoch's loss is measured on the parameters
         # the epoch before left, so those may already be the diverged ones
@@ -253,10 +300,14 @@ class Trainer:
             self.epoch += 1
             record = {"epoch": self.epoch, "train_loss": loss, "seconds": seconds,
                       "rows_per_s": self.train_layout.n_rows / max(seconds, 1e-9)}
+            if isinstance(self.executor, CachedExecutor):
+                record["hit_ratio"] = self.executor.epoch_hit_ratio.get(self.epoch)
             if diverged(loss, start, lowest) or (not pending and not finite_state):
-                self._restore_sound(snapshots, start, lowest, layout_labels)
                 self.stopped_because = "diverged"
-                restored = f"epoch {self.epoch}'s parameters are" if self.epoch else "the initial parameters are"
+                if self._restore_sound(snapshots, start, lowest, layout_labels):
+                    restored = f"epoch {self.epoch}'s parameters are" if self.epoch else "the initial parameters are"
+                else:
+                    restored = "the model is too large to snapshot in host memory: its last parameters are kept, not"
                 raise TrainingDiverged(
                     f"training diverged in epoch {record['epoch']} (training loss {loss:.6g}, at the start "
                     f"{start:.6g}); {restored} restored. Try a smaller learning rate (now {self.lr:g}), a "
@@ -289,17 +340,32 @@ class Trainer:
         return self.history
 
     def _checkpoint_in_memory(self):
-        """What a divergence restores: the state and the counters that go with it."""
-        return self.executor.state.clone(), self.epoch, self.executor.batches_done, len(self.history)
+        """What a divergence restores: the state and the counters that go with it; None for a model
+        whose rows live in host memory and take more than half of what is free there (a copy of a
+        table larger than the GPU would not fit beside it)."""
+        state = self.executor.state
+        if isinstance(self.executor, CachedExecutor):
+            size = sum(v.numel() * v.element_size() for v in [*state.params.values(), *state.states.values()])
+            free = available_bytes("cpu")
+            if free is not None and size > free // 2:
+                if not self._said_no_snapshots:
+                    print(f"alac: the model's {size / 2**30:,.1f} GiB of rows are too large to snapshot in host "
+                          "memory: a diverged or early-stopped run keeps its last parameters", file=sys.stderr)
+                    self._said_no_snapshots = True
+                return None
+        return state.clone(), self.epoch, self.executor.batches_done, len(self.history)
 
     def _restore_sound(self, snapshots, start, lowest, labels):
         """Restore the newest snapshot whose parameters' sample loss has not diverged (the fit's
-        start is taken as it is)."""
+        start is taken as it is); False when there are no snapshots to restore."""
+        if snapshots[0] is None:
+            return False
         for saved in reversed(snapshots[1:]):
             self._restore(saved)
             if not diverged(self._sample_loss(labels), start, lowest):
-                return
+                return True
         self._restore(snapshots[0])
+        return True
 
     def _restore(self, saved):
         state, self.epoch, self.executor.batches_done, records = saved
@@ -315,7 +381,9 @@ class Trainer:
 
     def _finite_state(self):
         state = self.executor.state
-        return all(bool(torch.isfinite(v).all()) for v in list(state.params.values()) + list(state.globals.values()))
+        # a sum in float64 is NaN or infinite when a value is, without a mask the size of the table
+        return all(math.isfinite(float(v.sum(dtype=torch.float64)))
+                   for v in list(state.params.values()) + list(state.globals.values()))
 
     def zero_share(self):
         """The share of exactly-zero values among the per-feature params (L1's sparsity)."""

@@ -309,6 +309,7 @@ def _train_one(args, module, data, log):
     from alac.ir.trace import trace
     from alac.optimizers import get_optimizer
     from alac.runtime.executor import resolve_backend
+    from alac.runtime.param_planner import predicted_line
     from alac.runtime.planner import hot_segment_for_data
     from alac.runtime.schedule import LearningRateSchedule
     from alac.train import Trainer, TrainingDiverged
@@ -334,6 +335,11 @@ def _train_one(args, module, data, log):
         f"lr {args.lr:g}, {optimizer.describe()}, schedule {trainer.executor.schedule.describe()}"
         + (f"; early stopping ({early_stopping}) on the validation loss" if early_stopping else ""), flush=True)
     streamed, _ = trainer.prepare(data.train)
+    if trainer.placement is not None and trainer.placement.mode != "device":
+        trainer.initialize_model(data.train)
+        for line in trainer.placement.lines() + [predicted_line(trainer.placement, rows)]:
+            if line:
+                say(f"placement: {line}", flush=True)
     if hasattr(streamed, "blocks"):
         if isinstance(log, _Progress):
             trainer.block_progress = log.blocks
@@ -391,10 +397,17 @@ def _write_outputs(args, module, model_reference, trainer, final, data_options):
     writer.writeheader()
     writer.writerows(trainer.history)
     write_text_atomically(out / "history.csv", text.getvalue())
+    written = ["metrics.json", "history.csv", CHECKPOINT_NAME]
+    statistics = getattr(trainer.executor, "statistics", None)
+    if statistics is not None:
+        # a cached model's hit ratio of every training batch, in the order trained
+        write_text_atomically(out / "hit_ratio.csv", "batch,hit_ratio\n" + "".join(
+            f"{batch},{ratio:.6f}\n" for batch, ratio in enumerate(statistics.hit_ratio)))
+        written.append("hit_ratio.csv")
     if args.plot:
         figure = plot_history(trainer.history, None, f"{trainer.executor.ir.name}: loss per split")
         write_atomically(out / "loss.png", lambda handle: figure.savefig(handle, format="png", dpi=110))
-    print(f"wrote {out}/metrics.json, history.csv, {CHECKPOINT_NAME}" + (", loss.png" if args.plot else ""))
+    print(f"wrote {out}/{', '.join(written)}" + (", loss.png" if args.plot else ""))
 
 
 def plot_history(history, path, title):

@@ -170,6 +170,19 @@ def tables_over_budget_table(result):
             notes.append(f"HybridHash at {arm['budget_mb']} MB, Zipf {arm['zipf']}, one epoch timed in parts: "
                          f"{b['epoch_s']:.2f} s, of which kernels {b['kernels_s']:.2f} s, loads into the cache "
                          f"{b['load_s']:.2f} s, write-backs {b['store_s']:.2f} s ({b['segments']} segments so far).")
+    if "big" in result:
+        b = result["big"]
+        scale = b.get("arguments", args)["big_scale"]
+        notes.append(f"Larger than the GPU (`--big-scale {scale}`, through the Trainer): {b['feature_rows']:,} rows, "
+                     f"{b['table_bytes'] / 2**30:.1f} GiB of params "
+                     f"and AdaGrad state in pinned host memory against the GPU's "
+                     f"{b['gpu_memory_bytes'] / 2**30:.1f} GiB; {b['training_rows']:,} training rows, a "
+                     f"{b['budget_mb'] / 1024:g} GiB budget; {b['samples_per_s'] / 1e6:.2f} M samples/s in epoch 2 "
+                     f"against the planner's {b['predicted_samples_per_s'] / 1e6:.2f} M predicted "
+                     f"({b['samples_per_s'] / b['predicted_samples_per_s']:.2f}×), hit ratio {b['hit_ratio']:.3f} "
+                     f"(predicted {b['forecast']['hit_ratio']:.3f}), validation AUC {b['auc']:.4f}, logloss "
+                     f"{b['logloss']:.4f}; epochs {' / '.join(f'{s:.1f}' for s in b['epoch_seconds'])} s, set-up "
+                     f"{b['setup_seconds']:.0f} s, peak GPU memory {b['peak_gpu_bytes'] / 2**30:.1f} GiB.")
     header = ["zipf", "arm", "budget MB", "M samples/s", "vs host table", "all-GPU / arm", "hot input share",
               "hit ratio", "H2D GB/epoch", "AUC", "AUC − all-GPU", "logloss"]
     return (f"{args['rows']:,} training rows, FM k = 16 with AdaGrad ({result['row_bytes']} bytes per row), sync "

@@ -295,6 +295,25 @@ def test_train_streams_data_over_its_gpu_memory_budget():
     assert bad.returncode == 2 and "not a memory size (such as 8GB, 512MiB): '8XB'" in bad.stderr
 
 
+def test_train_over_its_gpu_memory_budget_caches_the_rows_and_reports_hit_ratios(tmp_path):
+    """The layout fits --gpu-memory, the FM's 1.46M rows do not: HybridHash, its forecast printed, the
+    hit ratio of every batch written; inspect prints the same choice."""
+    out = tmp_path / "run"
+    result = _run_alac("train", "--model", "fm", "--synthetic", "4000", "--backend", "reference", "--epochs", "2",
+                       "--optimizer", "adagrad", "--batch-size", "256", "--gpu-memory", "5MB", "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    assert re.search(r"placement: placement = hybrid_hash: 1,460,005 rows x 72 bytes", result.stdout), result.stdout
+    assert re.search(r"placement: predicted [\d,]+ samples/s", result.stdout), result.stdout
+    ratios = (out / "hit_ratio.csv").read_text().splitlines()
+    assert ratios[0] == "batch,hit_ratio" and len(ratios) == 1 + 2 * 13    # 3,200 rows in batches of 256
+    data = tmp_path / "many.svm"
+    data.write_text("".join(f"{i % 2} {1 + i}:1 {100000 + i % 50}:1\n" for i in range(3000)))
+    inspected = _run_alac("inspect", "--model", "fm", "--data", str(data), "--gpu-memory", "400KB")
+    assert inspected.returncode == 0, inspected.stderr
+    assert "# placement placement = hybrid_hash: 100,049 rows x 36 bytes" in inspected.stdout, inspected.stdout
+    assert "# placement hit ratio = " in inspected.stdout
+
+
 def test_train_out_of_core_streams_the_file_from_a_block_store_on_disk(tmp_path):
     """--out-of-core writes the training file to a cached block store and trains from disk; the store
     folder given as --train trains the same model; both learn what in-memory training learns."""

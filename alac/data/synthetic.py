@@ -174,14 +174,16 @@ KAGGLE_CARDINALITIES = (1460, 583, 10131227, 2202608, 305, 24, 12517, 633, 3, 93
                         14992, 5461306, 10, 5652, 2173, 4, 7046547, 18, 15, 286181, 105, 142572)
 
 
-def kaggle_like(n_rows, zipf=1.1, seed=0, model="fm", k=16, device=None, first_row=0):
-    """`n_rows` one-hot rows of the Criteo Kaggle set's 26 categorical fields (KAGGLE_CARDINALITIES),
-    ids within a field Zipf(zipf)-distributed (the continuous power law's inverse CDF over [1, c + 1),
-    floored: id j has probability about j**-zipf), labels from a planted model as criteo_like's; the
-    set of the placement benchmarks, whose tables exceed small GPU budgets."""
-    if zipf <= 0:
-        raise OptionError(f"the Zipf exponent must be positive, got {zipf}")
-    planted = planted_model(seed=seed, model=model, k=k, device=device, cardinalities=KAGGLE_CARDINALITIES)
+def kaggle_like(n_rows, zipf=1.1, seed=0, model="fm", k=16, device=None, first_row=0, scale=1):
+    """`n_rows` one-hot rows of the Criteo Kaggle set's 26 categorical fields (KAGGLE_CARDINALITIES,
+    each times `scale`), ids within a field Zipf(zipf)-distributed (the continuous power law's inverse
+    CDF over [1, c + 1), floored: id j has probability about j**-zipf), labels from a planted model as
+    criteo_like's; the set of the placement benchmarks, whose tables exceed small GPU budgets (and,
+    scaled, the GPU)."""
+    if zipf <= 0 or scale < 1:
+        raise OptionError(f"the Zipf exponent must be positive and the scale at least 1, got {zipf} and {scale}")
+    planted = planted_model(seed=seed, model=model, k=k, device=device,
+                            cardinalities=[c * scale for c in KAGGLE_CARDINALITIES])
 
     def zipf_local(u, cardinality):
         if zipf == 1:
@@ -190,6 +192,8 @@ def kaggle_like(n_rows, zipf=1.1, seed=0, model="fm", k=16, device=None, first_r
         return torch.floor((((cardinality + 1) ** power - 1) * u + 1) ** (1 / power)) - 1
 
     options = (("model", model), ("zipf", zipf), ("seed", seed), ("k", k), ("shape", "kaggle"))
+    if scale != 1:
+        options += (("scale", scale),)
     return _planted_rows(planted, n_rows, seed, first_row, zipf_local, options)
 
 

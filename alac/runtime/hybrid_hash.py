@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import torch
 
 from alac.errors import OptionError
+from alac.runtime.memory import mapped_view
 from alac.runtime.state import ModelState
 
 
@@ -52,24 +53,6 @@ class CacheStatistics:
     segments: int = 0
 
 
-class _MappedArray:
-    """A pinned host tensor described as CUDA memory (its UVA address), kept alive with the view."""
-
-    def __init__(self, host):
-        self.host = host
-        self.__cuda_array_interface__ = {"data": (host.data_ptr(), False), "shape": tuple(host.shape),
-                                         "strides": None, "typestr": host.numpy().__array_interface__["typestr"],
-                                         "version": 3}
-
-
-def mapped_view(host, device):
-    """host as a tensor on `device`: a GPU tensor over the same pinned pages when device is a GPU (its
-    kernels gather and scatter rows over PCIe, no host thread or staging copy involved), else host."""
-    if torch.device(device).type != "cuda" or host.device.type == "cuda":
-        return host
-    return torch.as_tensor(_MappedArray(host), device=device)
-
-
 class HybridHash:
     """The host table (`whole`, an executor holding every row, placed in host memory on a GPU) and the
     GPU cache (`working`, an executor on the device whose rows are cache slots)."""
@@ -101,6 +84,13 @@ class HybridHash:
         self._seen = torch.zeros(n, dtype=torch.bool, device=device)
         self._current = True       # the host table's hot rows and globals are current
         self._steps = 0
+
+    def clear(self):
+        """Forget the cached rows (the host table was replaced, e.g. by a restored snapshot): an empty
+        hot store, the counts kept."""
+        self.slot_of.fill_(-1)
+        self.cached.fill_(-1)
+        self._current = True
 
     # -- moving rows ------------------------------------------------------------------------------
 

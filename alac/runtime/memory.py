@@ -1,18 +1,21 @@
-"""Memory checks made before long work: tables sized by the feature space must fit where they go.
+"""Memory for tables: checks made before long work, and host memory the GPU reaches.
 
 A layout and a model hold dense tables of the declared feature space (counts, the re-index maps,
 params and optimizer state), so one stray id of 2,147,483,647 in a LIBSVM file asks for tens of
 GiB. That is found here, before the tables are allocated, with the file, line and token of the
-largest id.
+largest id. Tables in host memory are page-locked so that GPU kernels read and write them through
+their unified (UVA) addresses.
 """
 
 from __future__ import annotations
 
+import math
 import os
+import weakref
 
 import torch
 
-from alac.errors import DataError
+from alac.errors import AlacError, DataError
 
 # Per feature: an int64 count, int32 new-to-old and old-to-new maps, and the sort's int64 temporaries.
 LAYOUT_BYTES_PER_FEATURE = 8 + 4 + 4 + 16
@@ -51,3 +54,51 @@ def check_feature_tables(n_features, bytes_per_feature, what, device, dataset=No
                     f"{_gib(free)} free on {torch.device(device)}"
                     + ("; the largest id is here" if location else "")
                     + ": renumber the features densely or hash them into fewer ids", **location)
+
+
+# torch's pinned-memory allocator rounds every block up to a power of two (a 42 GB table would take
+# 64 GB of page-locked memory): tables from this size on are registered with CUDA in place instead
+REGISTER_FROM_BYTES = 1 << 30
+_HOST_REGISTER_MAPPED_PORTABLE = 3
+
+
+def pinned_empty(shape, dtype=torch.float32):
+    """An uninitialised host tensor in page-locked memory that GPU kernels can map."""
+    nbytes = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
+    if nbytes < REGISTER_FROM_BYTES:
+        return torch.empty(shape, dtype=dtype, pin_memory=True)
+    values = torch.empty(shape, dtype=dtype)
+    runtime = torch.cuda.cudart()
+    error = runtime.cudaHostRegister(values.data_ptr(), nbytes, _HOST_REGISTER_MAPPED_PORTABLE)
+    if int(error) != 0:
+        raise AlacError(f"CUDA could not page-lock {_gib(nbytes)} of host memory (error {int(error)}): too little "
+                        "host memory is free to hold the table there")
+    weakref.finalize(values, runtime.cudaHostUnregister, values.data_ptr())
+    return values
+
+
+def pinned_copy(values):
+    """values copied into page-locked host memory (pinned_empty)."""
+    out = pinned_empty(values.shape, values.dtype)
+    out.copy_(values)
+    return out
+
+
+class _MappedArray:
+    """A pinned host tensor described as CUDA memory (its UVA address), kept alive with the view."""
+
+    def __init__(self, host):
+        self.host = host
+        self.__cuda_array_interface__ = {"data": (host.data_ptr(), False), "shape": tuple(host.shape),
+                                         "strides": None, "typestr": host.numpy().__array_interface__["typestr"],
+                                         "version": 3}
+
+
+def mapped_view(host, device):
+    """host as a tensor on `device`: a GPU tensor over the same pinned pages when device is a GPU (its
+    kernels gather and scatter rows over PCIe, no host thread or staging copy involved), else host."""
+    if torch.device(device).type != "cuda" or host.device.type == "cuda":
+        return host
+    return torch.as_tensor(_MappedArray(host), device=device)
+
+

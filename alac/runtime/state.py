@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 import torch
 
 from alac.dsl import Constant, Normal, Uniform
+from alac.runtime.memory import mapped_view, pinned_copy, pinned_empty
 
 
 def _initial_values(init, shape, generator):
@@ -19,12 +20,42 @@ def _initial_values(init, shape, generator):
     raise TypeError(f"unknown initializer {init!r}")
 
 
+# Tables of more rows are drawn in pieces of this many rows, each piece written where the table lives
+# (a 676M-row FM table drawn at once and then permuted would take three times its 46 GB in host memory)
+DRAW_ROWS = 1 << 26
+
+
+def _in_host(device, host):
+    return host and torch.device(device).type == "cuda"
+
+
 def _placed(values, device, host):
     """values on the device, or (host) in pinned host memory when the device is a GPU."""
-    device = torch.device(device)
-    if host and device.type == "cuda":
-        return values.pin_memory()
+    if _in_host(device, host):
+        return pinned_copy(values)
     return values.to(device)
+
+
+def _empty(shape, device, host):
+    return pinned_empty(shape) if _in_host(device, host) else torch.empty(shape, device=device)
+
+
+def _drawn(init, shape, generator, new_to_old, device, host):
+    """A param's initial values in the layout's row order: row i holds the draw of the user's row
+    new_to_old[i]. Up to DRAW_ROWS rows are drawn at once; a larger table piece by piece in the user's
+    order, each piece written to its rows where the table lives."""
+    rows = shape[0]
+    if rows <= DRAW_ROWS:
+        return _placed(_initial_values(init, shape, generator)[new_to_old].float().contiguous(), device, host)
+    table = _empty(shape, device, host)
+    writable = mapped_view(table, device) if _in_host(device, host) else table
+    old_to_new = torch.empty_like(new_to_old)
+    old_to_new[new_to_old] = torch.arange(rows)
+    for start in range(0, rows, DRAW_ROWS):
+        piece = _initial_values(init, (min(DRAW_ROWS, rows - start), *shape[1:]), generator).float()
+        where = old_to_new[start:start + piece.shape[0]].to(writable.device)
+        writable[where] = piece.to(writable.device)
+    return table
 
 
 @dataclass
@@ -45,16 +76,14 @@ class ModelState:
         params = {}
         for name, param in declared_params.items():
             shape = (order.numel(),) if param.size == 1 else (order.numel(), param.size)
-            values = _initial_values(param.init, shape, generator)[order]
-            params[name] = _placed(values.to(dtype=torch.float32).contiguous(), device, name in host)
+            params[name] = _drawn(param.init, shape, generator, order, device, name in host)
         globals_ = {name: _initial_values(g.init, (1,), generator).to(device=device, dtype=torch.float32)
                     for name, g in declared_globals.items()}
         states = {}
         for name, value in params.items():
             for state, initial, per_row in (optimizer.states if optimizer is not None else ()):
                 shape = value.shape[:1] if per_row else value.shape
-                initial_values = torch.full(shape, initial, dtype=torch.float32)
-                states[f"{name}_{state}"] = _placed(initial_values, device, name in host)
+                states[f"{name}_{state}"] = _empty(shape, device, name in host).fill_(initial)
         return cls(params, globals_, states)
 
     @classmethod

@@ -1,0 +1,133 @@
+"""An executor whose rows live in pinned host memory behind a HybridHash cache on the GPU: what the
+Trainer trains with when the planner finds the model's rows over the GPU budget
+(alac.runtime.param_planner). It answers as an Executor does (initialize, train_epochs, state,
+predict, ...): training goes through the cache, everything else reads the host table, whose rows
+the cache writes back first."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import torch
+
+from alac.runtime.executor import Executor
+from alac.runtime.hybrid_hash import HybridHash
+from alac.runtime.state import ModelState
+
+# batches timed on the cache before training to give the cost model its kernel time
+CALIBRATION_BATCHES = 16
+
+
+class CachedExecutor:
+    def __init__(self, model, plan, backend, device, seed, optimizer, schedule, exact_l2, placement):
+        """placement: the planner's ParamPlacement (mode hybrid_hash, its cache shape)."""
+        params = [name for name in model.declarations()[0]]
+        # the host table predicts and holds rows: sync kernels over mapped rows, every param on the host
+        host_plan = dataclasses.replace(plan, semantics="sync", placement=tuple((name, "host") for name in params))
+        self.whole = Executor(model, host_plan, backend, device, seed, optimizer, schedule, exact_l2)
+        self.working = Executor(model, plan, backend, device, seed, optimizer, schedule, exact_l2)
+        self.cache = HybridHash(self.whole, self.working, placement.shape)
+        self.placement = placement
+        self.forecast = placement.forecast
+        self._initialized = False
+        self.epoch_hit_ratio = {}   # epoch (counted from 1) -> the mean hit ratio of its batches
+
+    # what the Trainer and the writers read, from the executor of every row
+    ir = property(lambda self: self.whole.ir)
+    plan = property(lambda self: self.working.plan)
+    optimizer = property(lambda self: self.whole.optimizer)
+    schedule = property(lambda self: self.working.schedule)
+    exact_l2 = property(lambda self: self.whole.exact_l2)
+    seed = property(lambda self: self.whole.seed)
+    backend_name = property(lambda self: self.working.backend_name)
+    device = property(lambda self: self.working.device)
+    statistics = property(lambda self: self.cache.statistics)
+
+    @property
+    def value_scale(self):
+        return self.whole.value_scale
+
+    @value_scale.setter
+    def value_scale(self, value):
+        self.whole.value_scale = self.working.value_scale = value
+
+    @property
+    def batches_done(self):
+        return self.working.batches_done
+
+    @batches_done.setter
+    def batches_done(self, value):
+        self.working.batches_done = self.whole.batches_done = value
+
+    @property
+    def state(self):
+        """Every row's current state (the cache's rows written back first); None before initialize."""
+        return self.cache.current_state() if self._initialized else self.whole.state
+
+    @state.setter
+    def state(self, value):
+        """A restored state (a snapshot, a checkpoint): the host table takes it, the cache starts empty."""
+        if value is not None:
+            # pinned again: a clone or a loaded checkpoint is pageable, which the GPU cannot map
+            value = ModelState.placed(value.params, value.globals, value.states, self.whole.device,
+                                      host=self.whole.plan.host_params)
+        self.whole.state = value
+        if self._initialized:
+            self.cache.clear()
+
+    def initialize(self, layout, value_scale=None):
+        self.cache.initialize(layout, layout.value_scale() if value_scale is None else value_scale)
+        self._initialized = True
+
+    def calibrate(self, layout, labels):
+        """Time CALIBRATION_BATCHES batches of the cache's kernels on the layout (the working table's
+        rows stand in for the layout's: feature id modulo the cache's rows) and complete the forecast
+        with the epoch's kernel time. The cache's state is put back as it was."""
+        working = self.working
+        saved = working.state.clone()
+        rows = self.cache.shape.rows
+        scratch = dataclasses.replace(layout, edge_feature=torch.where(layout.edge_feature >= 0,
+                                                                       layout.edge_feature % rows, -1),
+                                      n_features=rows)
+        per_batch = working.plan.chunks_per_batch
+        order = layout.chunk_order(0, working.seed)[:CALIBRATION_BATCHES * per_batch]
+        done = working.batches_done
+        working._queue_epoch(scratch, labels, 0, 0.0, order)   # compiles the kernels off the clock
+        if working.device.type == "cuda":
+            torch.cuda.synchronize(working.device)
+        started = time.perf_counter()
+        working._queue_epoch(scratch, labels, 0, 0.0, order)
+        if working.device.type == "cuda":
+            torch.cuda.synchronize(working.device)
+        seconds = (time.perf_counter() - started) * layout.n_chunks / max(order.numel(), 1)
+        working.state, working.batches_done = saved, done
+        self.forecast = dataclasses.replace(self.forecast, kernel_seconds=seconds)
+        return self.forecast
+
+    def train_epoch(self, layout, labels, epoch, lr, order=None):
+        """One epoch through the cache; its mean hit ratio lands in epoch_hit_ratio[epoch + 1]."""
+        before = len(self.cache.statistics.hit_ratio)
+        loss = self.cache.train_epoch(layout, labels, epoch, lr, order)
+        ratios = self.cache.statistics.hit_ratio[before:]
+        self.epoch_hit_ratio[epoch + 1] = sum(ratios) / max(len(ratios), 1)
+        return loss
+
+    def train_epochs(self, layout, labels, first_epoch, count, lr):
+        return [self.train_epoch(layout, labels, first_epoch + index, lr) for index in range(count)]
+
+    def sample_loss(self, layout, labels, max_rows=4096):
+        self.cache.whole_executor()
+        return self.whole.sample_loss(layout, labels, max_rows)
+
+    def predict_slots(self, layout, labels=None):
+        self.cache.whole_executor()
+        return self.whole.predict_slots(layout, labels)
+
+    def predict(self, layout):
+        self.cache.whole_executor()
+        return self.whole.predict(layout)
+
+    def settings(self, l2=None):
+        return self.working.settings(l2)
+

@@ -1,0 +1,183 @@
+"""Where the model's rows live: all on the GPU when they fit its budget, else a HybridHash cache of the
+budget in front of the rows in pinned host memory (alac.runtime.hybrid_hash); and what the cache
+will cost, predicted from the layout's access counts and measured throughputs.
+
+Cost model of a HybridHash epoch (B batches, E edges, rows ranked by their accesses f_r):
+- hit ratio: the accesses of the `capacity` most accessed rows over all accesses;
+- a batch misses m = sum over the other rows of 1 - exp(-f_r / B) distinct rows, so a segment holds
+  L = min(refresh, 0.8 staging / m) batches and an epoch has S = B / L segments;
+- every segment loads and writes back its distinct misses: sum_r S (1 - exp(-f_r / S)) rows each way,
+  at the GPU's measured gather and scatter throughput over the host table's UVA mapping;
+- the kernels: the measured time of the all-GPU kernels on the batches (timed on the cache itself);
+- bookkeeping (re-pointing edges, counting, the miss search) per edge and per segment: constants
+  measured on an H100 (benchmarks/placement.py, Kaggle-shaped set, 64 and 512 MB: 0.8 ns per edge,
+  0.4 ms per segment), the rest of the epoch once kernels and row traffic are taken away.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from dataclasses import dataclass
+
+import torch
+
+from alac.cache import default_cache_dir
+from alac.errors import OptionError
+from alac.runtime.hybrid_hash import CacheShape, mapped_view
+from alac.runtime.timing import gpu_milliseconds
+
+BOOKKEEPING_NS_PER_EDGE = 0.8
+SEGMENT_SECONDS = 4e-4
+# Of a budget, the share the staging area takes (the rest is the hot store): 1/4 beat 1/2 at 64 MB and
+# tied at 512 MB (H100, Kaggle-shaped set, Zipf 1.1; benchmarks/placement.py's shapes)
+STAGING_SHARE = 0.25
+# Sizes of the mapped-access microbenchmark: 1M random rows of 16 floats out of 4M (256 MB pinned)
+_MAPPED_ROWS, _MAPPED_ACCESSES, _MAPPED_WIDTH = 4 << 20, 1 << 20, 16
+
+
+@dataclass(frozen=True)
+class MappedCosts:
+    device: str
+    gather_gb_per_s: float    # random 64-byte rows read from pinned host memory by a GPU gather
+    scatter_gb_per_s: float   # and written back by a GPU scatter
+
+
+def measure_mapped_costs(device="cuda"):
+    """The GPU's gather and scatter throughput over pinned host rows (a second), cached per GPU name."""
+    name = torch.cuda.get_device_name(device)
+    path = default_cache_dir() / "gpu" / f"{name.replace(' ', '_')}-mapped.json"
+    if path.exists():
+        try:
+            return MappedCosts(**json.loads(path.read_text()))
+        except (ValueError, TypeError):
+            pass
+    host = torch.zeros((_MAPPED_ROWS, _MAPPED_WIDTH), pin_memory=True)
+    table = mapped_view(host, device)
+    ids = torch.randint(0, _MAPPED_ROWS, (_MAPPED_ACCESSES,), device=device)
+    values = torch.ones((_MAPPED_ACCESSES, _MAPPED_WIDTH), device=device)
+    moved = _MAPPED_ACCESSES * _MAPPED_WIDTH * 4
+    gather_ms, _ = gpu_milliseconds(lambda: table[ids], repeats=5)
+    scatter_ms, _ = gpu_milliseconds(lambda: table.index_put_((ids,), values), repeats=5)
+    costs = MappedCosts(name, moved / gather_ms / 1e6, moved / scatter_ms / 1e6)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(dataclasses.asdict(costs)))
+    return costs
+
+
+@dataclass(frozen=True)
+class CacheForecast:
+    """A HybridHash epoch as the cost model sees it (seconds per epoch and its parts)."""
+
+    hit_ratio: float
+    segments: float
+    rows_moved: float           # rows loaded per epoch (as many are written back)
+    traffic_seconds: float
+    bookkeeping_seconds: float
+    kernel_seconds: float | None
+
+    @property
+    def epoch_seconds(self):
+        return None if self.kernel_seconds is None else \
+            self.kernel_seconds + self.traffic_seconds + self.bookkeeping_seconds
+
+    def samples_per_s(self, n_rows):
+        return None if self.kernel_seconds is None else n_rows / self.epoch_seconds
+
+
+def forecast_cache(frequency, shape, batches, row_bytes, costs, kernel_seconds=None):
+    """CacheForecast of an epoch of `batches` batches whose rows are accessed `frequency` times (any
+    order), on a cache of `shape`, with MappedCosts `costs` (None: no traffic time)."""
+    counts = torch.sort(torch.as_tensor(frequency, dtype=torch.float64).flatten(), descending=True).values
+    edges = float(counts.sum())
+    cold = counts[shape.capacity:]
+    cold = cold[cold > 0]
+    hit_ratio = 1.0 - float(cold.sum()) / max(edges, 1.0)
+    misses_per_batch = float((1 - torch.exp(-cold / max(batches, 1))).sum())
+    reach = min(shape.refresh, max(1.0, 0.8 * shape.staging / max(misses_per_batch, 1e-9)))
+    segments = max(1.0, batches / reach)
+    rows_moved = float((segments * (1 - torch.exp(-cold / segments))).sum())
+    traffic = 0.0 if costs is None else \
+        rows_moved * row_bytes / 1e9 * (1 / costs.gather_gb_per_s + 1 / costs.scatter_gb_per_s)
+    bookkeeping = edges * BOOKKEEPING_NS_PER_EDGE * 1e-9 + segments * SEGMENT_SECONDS
+    return CacheForecast(hit_ratio, segments, rows_moved, traffic, bookkeeping, kernel_seconds)
+
+
+@dataclass(frozen=True)
+class ParamPlacement:
+    """The planner's answer: mode "device" (every row on the GPU) or "hybrid_hash" with its cache."""
+
+    mode: str
+    row_bytes: int
+    table_bytes: int
+    budget_bytes: int | None
+    shape: CacheShape | None = None
+    forecast: CacheForecast | None = None
+    reasons: tuple = ()
+
+    def lines(self):
+        return [f"{decision} = {value}: {why}" for decision, value, why in self.reasons]
+
+
+def cache_shape_for(budget_bytes, row_bytes, batch_rows_bound):
+    """The cache a budget holds: STAGING_SHARE of its rows for staging (at least one batch's rows), the
+    rest the hot store; OptionError when the budget does not hold one batch's rows."""
+    rows = budget_bytes // row_bytes
+    staging = max(int(rows * STAGING_SHARE), batch_rows_bound)
+    if staging >= rows:
+        raise OptionError(f"a GPU budget of {budget_bytes:,} bytes holds {rows:,} rows of {row_bytes} bytes, not "
+                          f"more than one batch's {batch_rows_bound:,} rows: raise --gpu-memory or lower the batch")
+    return CacheShape(capacity=rows - staging, staging=staging)
+
+
+def choose_placement(n_features, row_bytes, budget_bytes, frequency, batches, batch_rows_bound, costs=None):
+    """ParamPlacement of a model of n_features rows of row_bytes (params and optimizer state) under a
+    budget for them (None: no limit), for a layout whose rows are accessed `frequency` times in
+    `batches` batches, one batch touching at most batch_rows_bound rows."""
+    table = n_features * row_bytes
+    if budget_bytes is None or table <= budget_bytes:
+        why = "no GPU budget for parameters" if budget_bytes is None else f"{table:,} bytes fit the {budget_bytes:,}"
+        return ParamPlacement("device", row_bytes, table, budget_bytes, reasons=(("placement", "device", why),))
+    shape = cache_shape_for(budget_bytes, row_bytes, batch_rows_bound)
+    forecast = forecast_cache(frequency, shape, batches, row_bytes, costs)
+    reasons = (
+        ("placement", "hybrid_hash", f"{n_features:,} rows x {row_bytes} bytes = {table:,} bytes exceed the "
+                                     f"{budget_bytes:,}-byte budget: the rows live in pinned host memory"),
+        ("cache", f"{shape.capacity:,} hot + {shape.staging:,} staging rows",
+         f"the budget's rows, {STAGING_SHARE:.0%} (at least one batch's {batch_rows_bound:,}) for a segment's misses"),
+        ("hit ratio", f"{forecast.hit_ratio:.4f}", "the accesses of the rows the hot store holds, from the counts"),
+        ("rows moved per epoch", f"{forecast.rows_moved:,.0f}",
+         f"each way, in {forecast.segments:,.0f} segments" + ("" if costs is None else
+                                                               f": {forecast.traffic_seconds:.3f} s at the measured "
+                                                               f"{costs.gather_gb_per_s:.1f} GB/s gather, "
+                                                               f"{costs.scatter_gb_per_s:.1f} GB/s scatter")),
+        ("bookkeeping per epoch", f"{forecast.bookkeeping_seconds:.3f} s",
+         f"{BOOKKEEPING_NS_PER_EDGE} ns per edge and {SEGMENT_SECONDS * 1e3:g} ms per segment (measured on H100)"))
+    return ParamPlacement("hybrid_hash", row_bytes, table, budget_bytes, shape, forecast, reasons)
+
+
+def params_budget(plan, layout_bytes):
+    """The GPU bytes for parameters and optimizer state: Plan.memory_budget less the resident layout,
+    a quarter of it at least; None without a budget (every row on the GPU: a table too large for it
+    is refused before allocation, naming its size)."""
+    if plan.memory_budget is None:
+        return None
+    return max(plan.memory_budget - layout_bytes, plan.memory_budget // 4)
+
+
+def rows_per_batch_bound(plan, max_nnz):
+    """The most distinct rows one batch can touch."""
+    return plan.batch_size * max(1, max_nnz)
+
+
+def predicted_line(placement, n_rows):
+    if placement.forecast is None or placement.forecast.kernel_seconds is None:
+        return None
+    f = placement.forecast
+    return (f"predicted {f.samples_per_s(n_rows):,.0f} samples/s: kernels {f.kernel_seconds:.3f} s + row traffic "
+            f"{f.traffic_seconds:.3f} s + bookkeeping {f.bookkeeping_seconds:.3f} s per epoch")
+
+
+def batches_of(n_rows, plan):
+    return max(1, math.ceil(n_rows / plan.batch_size))

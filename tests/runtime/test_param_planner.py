@@ -1,0 +1,104 @@
+"""The placement planner: every row on the GPU when the rows fit the budget, else a HybridHash cache
+whose forecast (hit ratio, rows moved) matches closed forms and what the cache itself counts; and a
+Trainer over its budget training through the cache as one table does."""
+
+import math
+
+import pytest
+import torch
+
+from alac.data.synthetic import criteo_like, kaggle_like
+from alac.errors import OptionError
+from alac.plan import Plan
+from alac.runtime.cached_executor import CachedExecutor
+from alac.runtime.executor import LabelMap
+from alac.runtime.hybrid_hash import CacheShape
+from alac.runtime.layout import LayoutOptions, build_layout
+from alac.runtime.param_planner import cache_shape_for, choose_placement, forecast_cache
+from alac.train import Trainer
+from tests.runtime.test_hybrid_hash import _cache
+from tests.zoo_models import ZOO
+
+
+def test_the_forecast_of_a_toy_table_is_its_closed_form():
+    frequency = torch.tensor([1.0, 10.0, 5.0, 2.0])
+    shape = CacheShape(capacity=2, staging=100, refresh=4)
+    forecast = forecast_cache(frequency, shape, batches=8, row_bytes=8, costs=None)
+    assert forecast.hit_ratio == pytest.approx(15 / 18)
+    # the staging area reaches past the re-rank period: segments of `refresh` batches
+    assert forecast.segments == pytest.approx(2)
+    assert forecast.rows_moved == pytest.approx(sum(2 * (1 - math.exp(-f / 2)) for f in (2.0, 1.0)))
+    assert forecast.epoch_seconds is None
+
+
+def test_rows_fit_the_budget_stay_on_the_device_and_a_batch_must_fit_the_cache():
+    placement = choose_placement(1000, 40, 40_000, torch.ones(1000), 10, 100)
+    assert placement.mode == "device" and placement.shape is None
+    placement = choose_placement(1000, 40, 39_960, torch.ones(1000), 10, 100)
+    assert placement.mode == "hybrid_hash" and placement.shape.rows == 999 and placement.shape.staging == 249
+    assert any("hybrid_hash" in line for line in placement.lines())
+    with pytest.raises(OptionError, match="one batch"):
+        cache_shape_for(4000, 40, 100)
+
+
+def test_the_forecast_matches_what_the_cache_counts_on_zipf_ids():
+    """Rows loaded per epoch and the hit ratio after the warm-up: the forecast against a cache run."""
+    data = kaggle_like(6000, zipf=1.2, seed=3, device="cpu")
+    layout = build_layout(data, LayoutOptions(chunk_size=16), "cpu")
+    labels = LabelMap.fit("binary", data.labels).model_labels(layout.labels)
+    plan = Plan(chunk_size=16, batch_size=64)
+    shape = CacheShape(capacity=3000, staging=3000, warmup=0, refresh=20)
+    cache, _ = _cache("lr", plan, "cpu", "reference", shape, host=False)
+    cache.initialize(layout, 1.0)
+    cache.refresh = lambda: None          # the store is ranked once, from the exact counts below
+    cache.counts.copy_(layout.frequency.int())
+    type(cache).refresh(cache)
+    cache.train_epoch(layout, labels, 0, 0.1)
+    batches = -(-layout.n_chunks // plan.chunks_per_batch)
+    forecast = forecast_cache(layout.frequency, shape, batches, 8, None)
+    loaded = cache.statistics.rows_in - shape.capacity
+    assert loaded == pytest.approx(forecast.rows_moved, rel=0.25)
+    hit = sum(cache.statistics.hit_ratio) / len(cache.statistics.hit_ratio)
+    assert hit == pytest.approx(forecast.hit_ratio, abs=0.02)
+
+
+def test_a_trainer_over_its_gpu_budget_trains_through_a_cache_as_one_table_does():
+    data = criteo_like(3000, n_fields=5, seed=4, device="cpu")
+    train, valid = data.take(torch.arange(2500)), data.take(torch.arange(2500, 3000))
+
+    def trainer(budget):
+        plan = Plan(chunk_size=8, batch_size=32, memory_budget=budget)
+        return Trainer(ZOO["fm"](), lr=0.3, epochs=2, plan=plan, backend="reference", device="cpu", seed=1,
+                       optimizer="adagrad")
+
+    # the layout (about 90 KB) fits; the 36,760 rows of 40 bytes do not fit what it leaves
+    cached, plain = trainer(250_000), trainer(None)
+    cached.fit(train, valid)
+    plain.fit(train, valid)
+    assert isinstance(cached.executor, CachedExecutor) and cached.placement.mode == "hybrid_hash"
+    assert plain.placement.mode == "device"
+    assert cached.placement.forecast.kernel_seconds > 0
+    assert 0 < sum(cached.executor.statistics.hit_ratio) / len(cached.executor.statistics.hit_ratio) < 1
+    for mine, theirs in zip(cached.history, plain.history):
+        assert mine["train_loss"] == pytest.approx(theirs["train_loss"], rel=1e-5)
+        assert mine["valid_logloss"] == pytest.approx(theirs["valid_logloss"], rel=1e-5)
+    (params, globals_), (expected, expected_globals) = cached.parameters(), plain.parameters()
+    for name, values in expected.items():
+        torch.testing.assert_close(torch.from_numpy(params[name]), torch.from_numpy(values), rtol=1e-5, atol=1e-7)
+    assert globals_ == pytest.approx(expected_globals, rel=1e-5)
+    torch.testing.assert_close(cached.predict(valid), plain.predict(valid), rtol=1e-5, atol=1e-7)
+
+
+def test_a_cached_model_too_large_to_snapshot_keeps_its_last_parameters_when_it_diverges(monkeypatch, capsys):
+    import alac.train
+    from alac.train import TrainingDiverged
+
+    monkeypatch.setattr(alac.train, "available_bytes", lambda device: 1000)
+    data = criteo_like(3000, n_fields=5, seed=4, device="cpu")
+    plan = Plan(chunk_size=8, batch_size=32, memory_budget=250_000)
+    trainer = Trainer(ZOO["fm"](), lr=1e6, epochs=3, plan=plan, backend="reference", device="cpu", seed=1,
+                      optimizer="sgd")
+    with pytest.raises(TrainingDiverged, match="too large to snapshot in host memory: its last parameters are kept"):
+        trainer.fit(data)
+    assert "too large to snapshot" in capsys.readouterr().err
+    assert isinstance(trainer.executor, CachedExecutor) and trainer.executor.state is not None
