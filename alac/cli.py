@@ -152,11 +152,12 @@ def _placement(args, ir, dataset, layout, plan):
         choose_placement,
         measure_mapped_costs,
         params_budget,
+        row_bytes_of,
         rows_per_batch_bound,
     )
     from alac.runtime.planner import layout_bytes
 
-    row_bytes = 4 * sum(p.size for p in ir.params) * (1 + len(ir.optimizer.states))
+    row_bytes = row_bytes_of(ir)
     budget = params_budget(dataclasses.replace(plan, memory_budget=args.gpu_memory),
                            layout_bytes(dataset, plan.chunk_size))
     costs = measure_mapped_costs() if torch.cuda.is_available() else None

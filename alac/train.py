@@ -29,6 +29,7 @@ from alac.runtime.param_planner import (
     choose_placement,
     measure_mapped_costs,
     params_budget,
+    row_bytes_of,
     rows_per_batch_bound,
 )
 from alac.runtime.planner import layout_bytes, streaming_budget
@@ -40,6 +41,8 @@ EARLY_STOPPING = (None, "cuwide", "patience")
 # read one at a time, 1.24 ms queued (flow_lr_scaling.md). Half a second keeps progress lines coming
 # and bounds what a divergence found at a group's end throws away.
 QUEUE_SECONDS = 0.5
+# values summed at a time by the finite-parameters check (small enough not to overflow float32)
+FINITE_CHECK_VALUES = 1 << 24
 MAX_QUEUED_EPOCHS = 100
 
 
@@ -177,8 +180,7 @@ class Trainer:
         of the budget on the GPU)."""
         if self.executor.state is not None or isinstance(self.executor, CachedExecutor):
             return
-        declared, _ = self.model.declarations()
-        row_bytes = 4 * sum(p.size for p in declared.values()) * (1 + len(self.executor.ir.optimizer.states))
+        row_bytes = row_bytes_of(self.executor.ir)
         if streamed:
             n_features = self.train_layout.host.n_features
             self.placement = ParamPlacement("device", row_bytes, n_features * row_bytes, None, reasons=(
@@ -381,9 +383,9 @@ class Trainer:
 
     def _finite_state(self):
         state = self.executor.state
-        # a sum in float64 is NaN or infinite when a value is, without a mask the size of the table
-        return all(math.isfinite(float(v.sum(dtype=torch.float64)))
-                   for v in list(state.params.values()) + list(state.globals.values()))
+        # a sum is NaN or infinite when a value is: pieces of FINITE_CHECK_VALUES, no mask the size of the table
+        return all(math.isfinite(float(piece.sum())) for v in [*state.params.values(), *state.globals.values()]
+                   for piece in v.reshape(-1).split(FINITE_CHECK_VALUES))
 
     def zero_share(self):
         """The share of exactly-zero values among the per-feature params (L1's sparsity)."""

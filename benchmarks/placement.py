@@ -50,7 +50,7 @@ from benchmarks.render import tables_over_budget_table
 from benchmarks.report import RESULTS, environment, write
 
 K, LR, SEED = 16, 0.1, 1
-ROW_BYTES = 2 * 4 * (1 + K)   # w and v, and their AdaGrad sums
+ROW_BYTES = 4 * (1 + K + 2)   # w and v, and their AdaGrad sums (one per row of v)
 SCHEDULES = {"R(100)": FULL_RATE, "R(50)": START_RATE, "R(1)": 0.01, "dynamic": START_RATE}
 # validation rows that steer the dynamic schedule after every swap (a share of the validation set)
 STEERING_ROWS = 100_000

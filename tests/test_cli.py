@@ -302,7 +302,7 @@ def test_train_over_its_gpu_memory_budget_caches_the_rows_and_reports_hit_ratios
     result = _run_alac("train", "--model", "fm", "--synthetic", "4000", "--backend", "reference", "--epochs", "2",
                        "--optimizer", "adagrad", "--batch-size", "256", "--gpu-memory", "5MB", "--out", str(out))
     assert result.returncode == 0, result.stderr
-    assert re.search(r"placement: placement = hybrid_hash: 1,460,005 rows x 72 bytes", result.stdout), result.stdout
+    assert re.search(r"placement: placement = hybrid_hash: 1,460,005 rows x 44 bytes", result.stdout), result.stdout
     assert re.search(r"placement: predicted [\d,]+ samples/s", result.stdout), result.stdout
     ratios = (out / "hit_ratio.csv").read_text().splitlines()
     assert ratios[0] == "batch,hit_ratio" and len(ratios) == 1 + 2 * 13    # 3,200 rows in batches of 256

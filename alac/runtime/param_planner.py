@@ -120,6 +120,13 @@ class ParamPlacement:
         return [f"{decision} = {value}: {why}" for decision, value, why in self.reasons]
 
 
+def row_bytes_of(ir):
+    """Bytes of one row of the model: its params' values and their optimizer state (a state kept per
+    row of a vector param, as AdaGrad's accumulator, is one value)."""
+    return 4 * sum(p.size + sum(1 if per_row else p.size for _, _, per_row in ir.optimizer.states)
+                   for p in ir.params)
+
+
 def cache_shape_for(budget_bytes, row_bytes, batch_rows_bound):
     """The cache a budget holds: STAGING_SHARE of its rows for staging (at least one batch's rows), the
     rest the hot store; OptionError when the budget does not hold one batch's rows."""

@@ -71,7 +71,7 @@ def test_a_trainer_over_its_gpu_budget_trains_through_a_cache_as_one_table_does(
         return Trainer(ZOO["fm"](), lr=0.3, epochs=2, plan=plan, backend="reference", device="cpu", seed=1,
                        optimizer="adagrad")
 
-    # the layout (about 90 KB) fits; the 36,760 rows of 40 bytes do not fit what it leaves
+    # the layout (about 90 KB) fits; the 36,760 rows of 28 bytes do not fit what it leaves
     cached, plain = trainer(250_000), trainer(None)
     cached.fit(train, valid)
     plain.fit(train, valid)
