@@ -12,13 +12,14 @@ Criteo Kaggle set, 33.8M feature rows, Zipf ids per field), FM k = 16 with AdaGr
   segment's misses) in front of the table in pinned host memory (alac.runtime.hybrid_hash);
 - fae: the FAE threshold search fills the budget with hot rows (alac.runtime.profiler), pure hot
   batches on the GPU, cold ones on the table in pinned host memory through mapped pointers
-  (alac.runtime.placement), at R(50) for every budget and R(100)/R(1)/dynamic at --schedules-at-mb;
+  (alac.runtime.placement), swaps copying the hot rows changed since the last one, at R(50) for every
+  budget and R(100)/R(1)/dynamic at --schedules-at-mb, where R(1) also copies the whole hot set;
 - pytorch_host_table: PyTorch's nn.EmbeddingBag (w) and nn.Embedding (v) in pinned host memory
   with sparse AdaGrad on the CPU, the FM's interactions on the GPU (FAE's baseline), timed over
   --baseline-batches batches; its auc and logloss are after those batches only.
 samples_per_s is of the last epoch (the first compiles kernels and, for HybridHash, warms up);
 auc and logloss on the validation rows after --epochs epochs; h2d_bytes of the last epoch (HybridHash:
-rows loaded into the cache; FAE: swap copies plus the rows cold edges read through mapped memory).
+rows loaded into the cache; FAE: rows copied at swaps plus the rows cold edges read through mapped memory).
 Writes results/placement.json and .md.
 """
 
@@ -41,8 +42,9 @@ from alac.data.synthetic import KAGGLE_CARDINALITIES, kaggle_like
 from alac.models import zoo_model
 from alac.plan import Plan
 from alac.runtime.executor import Executor, LabelMap
-from alac.runtime.hybrid_hash import CacheShape, HybridHash
+from alac.runtime.hybrid_hash import HybridHash
 from alac.runtime.layout import LayoutOptions, build_layout
+from alac.runtime.param_planner import cache_shape_for
 from alac.runtime.placement import FULL_RATE, START_RATE, FaeTables, ShuffleScheduler, fae_data
 from alac.runtime.profiler import access_counts, classify_inputs, hot_features, threshold_for_budget
 from benchmarks.flow import PyTorchFM, _fm_logits
@@ -119,8 +121,8 @@ def _cache_breakdown(cache):
 
 def hybrid_hash(data, budget_mb, args, breakdown=False):
     layout, labels, plan = data["layout"], data["labels"], data["plan"]
-    rows = budget_mb * 2**20 // ROW_BYTES
-    shape = CacheShape(capacity=rows - rows // 4, staging=rows // 4)
+    # the planner's cache of the budget (alac.runtime.param_planner): a quarter staging, a batch at least
+    shape = cache_shape_for(budget_mb * 2**20, ROW_BYTES, args.batch_size * int(data["train"].row_lengths().max()))
     cache = HybridHash(_executor(_in_host(plan)), _executor(plan), shape)
     cache.initialize(layout, 1.0)
     seconds, before = [], None
@@ -153,13 +155,13 @@ def _field_tables(counts):
     return [counts[a:b] for a, b in zip(offsets[:-1], offsets[1:])]
 
 
-def fae(data, budget_mb, schedule, args):
+def fae(data, budget_mb, schedule, args, dirty_only=True):
     train, plan, label_map = data["train"], data["plan"], data["label_map"]
     counts = access_counts(train.indices, train.n_features)
     hot_plan = threshold_for_budget(_field_tables(counts), ROW_BYTES, budget_mb * 2**20, train.n_rows)
     hot = hot_features(_field_tables(counts), hot_plan)
     split = fae_data(train, hot, LayoutOptions(chunk_size=plan.chunk_size), TARGET["device"])
-    tables = FaeTables(_executor(_in_host(plan)), _executor(plan), split.hot_ids)
+    tables = FaeTables(_executor(_in_host(plan)), _executor(plan), split.hot_ids, dirty_only=dirty_only)
     # any layout in global ids draws the initial rows (every input may be hot: no cold layout)
     tables.initialize(split.cold if split.cold is not None else data["valid_layout_global"], 1.0)
     steer = data["steer_layout_global"]
@@ -171,6 +173,7 @@ def fae(data, budget_mb, schedule, args):
     scheduler = ShuffleScheduler(SCHEDULES[schedule])
     seconds, segments = [], []
     for epoch in range(args.epochs):
+        copied = tables.rows_copied
         elapsed, segments = _timed(lambda e=epoch: tables.train_epoch(
             split, lambda layout: label_map.model_labels(layout.labels), e, SEED, LR, scheduler,
             validate if schedule == "dynamic" else None))
@@ -179,10 +182,12 @@ def fae(data, budget_mb, schedule, args):
     kinds = ["cold"] + [kind for kind, _, _ in segments]
     swaps = sum(a != b for a, b in zip(kinds, kinds[1:]))
     cold_edges = split.cold.stats.nnz if split.cold is not None else 0
+    swapped = tables.rows_copied - copied
     scores = _scores(tables.whole().predict(data["valid_layout_global"]), data["valid"])
-    result = _arm(f"fae {schedule}", budget_mb, data["zipf"], seconds, train.n_rows, scores,
+    name = f"fae {schedule}" + ("" if dirty_only else " whole hot set")
+    result = _arm(name, budget_mb, data["zipf"], seconds, train.n_rows, scores,
                   hot_input_share=split.hot_input_share, hit_ratio=None,
-                  h2d_bytes=swaps * int(split.hot_ids.numel()) * ROW_BYTES + cold_edges * ROW_BYTES,
+                  h2d_bytes=(swapped + cold_edges) * ROW_BYTES, swapped_rows=swapped,
                   hot_rows=int(split.hot_ids.numel()), swaps=swaps, final_rate=scheduler.rate)
     return result
 
@@ -261,6 +266,9 @@ def run_zipf(zipf, args):
         print(arms[-1], flush=True)
         for schedule in SCHEDULES if budget == args.schedules_at_mb else ("R(50)",):
             arms.append(fae(data, budget, schedule, args))
+            print(arms[-1], flush=True)
+        if budget == args.schedules_at_mb:
+            arms.append(fae(data, budget, "R(1)", args, dirty_only=False))
             print(arms[-1], flush=True)
     arms.append(pytorch_host_table(data, args))
     print(arms[-1], flush=True)

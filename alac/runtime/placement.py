@@ -4,10 +4,11 @@ FAE (`../shared/papers`, §4) trains pure batches: a hot input (every feature it
 `alac.runtime.profiler.classify_inputs`) trains on the GPU against a table of the hot rows only; a
 cold input trains against the whole table, which lives in pinned host memory and which the kernels
 reach through mapped pointers (the access layer's host placement). Both tables are kept consistent
-by copying the hot rows, their optimizer state and the globals at every swap between hot and cold
-batches. The shuffle scheduler sets how many batches of a kind run between swaps: a rate r is the
-share of an epoch's batches of that kind (R(100) = all cold batches, then all hot; R(1) = 1 %), moved
-by the validation loss after each swap (FAE's Eq. 5 with min and max the right way round).
+by copying hot rows, their optimizer state and the globals at every swap between hot and cold
+batches: the hot rows either kind of batch changed since the last swap, or (dirty_only off) all.
+The shuffle scheduler sets how many batches of a kind run between swaps: a rate r is the share of an
+epoch's batches of that kind (R(100) = all cold batches, then all hot; R(1) = 1 %), moved by the
+validation loss after each swap (FAE's Eq. 5 with min and max the right way round).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 import torch
 
 from alac.runtime.layout import build_layout
+from alac.runtime.memory import mapped_view
 from alac.runtime.profiler import classify_inputs
 from alac.runtime.schedule import batch_scales
 from alac.runtime.state import ModelState
@@ -102,45 +104,61 @@ class ShuffleScheduler:
 
 class FaeTables:
     """The two executors of FAE and the copies that keep them consistent: `cold` holds every row (in
-    host memory where the plan places its params there), `hot` the hot rows on the device."""
+    host memory where the plan places its params there), `hot` the hot rows on the device. A swap
+    copies the hot rows either table changed since the last one (dirty_only) or every hot row, by GPU
+    gathers and scatters over the host table's mapped address."""
 
-    def __init__(self, cold, hot, hot_ids):
+    def __init__(self, cold, hot, hot_ids, dirty_only=True):
         self.cold, self.hot, self.hot_ids = cold, hot, hot_ids
-        self.on = "cold"   # the executor whose hot rows are current
-        self._ids_by_device = {}
-
-    def _ids_on(self, device):
-        """hot_ids on a device (moved once: swaps come as often as every batch)."""
-        if device not in self._ids_by_device:
-            self._ids_by_device[device] = self.hot_ids.to(device)
-        return self._ids_by_device[device]
+        self.dirty_only = dirty_only
+        self.on = "cold"        # the executor whose hot rows are current
+        self.rows_copied = 0    # hot rows copied at swaps
 
     def initialize(self, layout, value_scale):
         """Fresh parameters drawn for every row (the cold executor's), the hot rows copied to the GPU."""
         self.cold.initialize(layout, value_scale)
         self.hot.value_scale = value_scale
-        rows = self._ids_on(next(iter(self.cold.state.params.values())).device)
+        device = self.hot.device
+        self._ids = self.hot_ids.to(device)
+        # hot row of a global id (-1: cold), to mark what a cold batch changes
+        self._slot = torch.full((layout.n_features,), -1, dtype=torch.int64, device=device)
+        self._slot[self._ids] = torch.arange(self._ids.numel(), device=device)
+        self._dirty = torch.zeros(self._ids.numel(), dtype=torch.bool, device=device)
         state = self.cold.state
-        self.hot.state = ModelState.placed({k: v[rows] for k, v in state.params.items()},
+        self.hot.state = ModelState.placed({k: mapped_view(v, device)[self._ids] for k, v in state.params.items()},
                                            {k: v.clone() for k, v in state.globals.items()},
-                                           {k: v[rows] for k, v in state.states.items()}, self.hot.device)
+                                           {k: mapped_view(v, device)[self._ids] for k, v in state.states.items()},
+                                           device)
         self.on = "cold"
 
     def use(self, kind):
-        """Make `kind`'s table current: copy the hot rows, their optimizer state and the globals over."""
+        """Make `kind`'s table current: copy the (dirty) hot rows, their optimizer state and the globals."""
         if kind == self.on:
             return
-        source, target = (self.hot, self.cold) if kind == "cold" else (self.cold, self.hot)
+        device = self.hot.device
+        rows = torch.nonzero(self._dirty).squeeze(1) if self.dirty_only else \
+            torch.arange(self._ids.numel(), device=device)
+        ids = self._ids[rows]
         for part in ("params", "states"):
-            for name, values in getattr(target.state, part).items():
-                moved = getattr(source.state, part)[name]
+            for name, hot in getattr(self.hot.state, part).items():
+                cold = mapped_view(getattr(self.cold.state, part)[name], device)
                 if kind == "cold":
-                    values[self._ids_on(values.device)] = moved.to(values.device)
+                    cold[ids] = hot[rows]
                 else:
-                    values.copy_(moved[self._ids_on(moved.device)].to(values.device))
+                    hot[rows] = cold[ids]
+        source, target = (self.hot, self.cold) if kind == "cold" else (self.cold, self.hot)
         for name, values in target.state.globals.items():
             values.copy_(source.state.globals[name].to(values.device))
+        self._dirty.zero_()
+        self.rows_copied += rows.numel()
         self.on = kind
+
+    def _mark(self, kind, layout, chunks):
+        """The hot rows the chunks' batches changed: dirty until the next swap."""
+        _, features, _ = layout.edges_of(chunks)
+        features = features.to(self._dirty.device)
+        rows = features if kind == "hot" else self._slot[features]
+        self._dirty[rows[rows >= 0]] = True
 
     def train_segment(self, kind, layout, labels, order, scales, first, batches, lr):
         """Batches first .. first + batches of `order` over layout, by `kind`'s executor; scales: the
@@ -152,6 +170,8 @@ class FaeTables:
             offset = batch * per_batch
             executor.train_batch(layout, labels, order, offset, min(per_batch, layout.n_chunks - offset), lr,
                                  scales[batch])
+        if self.dirty_only:
+            self._mark(kind, layout, order[first * per_batch:(first + batches) * per_batch])
 
     def whole(self):
         """The executor of every row, current (the hot rows copied back): for predictions, checkpoints."""

@@ -21,10 +21,12 @@ def _batches(layout, plan):
     return -(-layout.n_chunks // plan.chunks_per_batch)
 
 
-@pytest.mark.parametrize(("model", "backend"), [("lr", "reference"), ("fm", "reference"), ("fm", KERNELS)])
-def test_fae_tables_train_as_one_table_does_on_the_same_batches(model, backend):
+@pytest.mark.parametrize(("model", "backend", "dirty_only"), [("lr", "reference", True), ("fm", "reference", True),
+                                                              ("fm", "reference", False), ("fm", KERNELS, True)])
+def test_fae_tables_train_as_one_table_does_on_the_same_batches(model, backend, dirty_only):
     """Pure hot and cold batches in a fixed order, on FAE's two tables (the cold one's params and
-    AdaGrad state in host memory, reached through mapped pointers on a GPU) and on one table."""
+    AdaGrad state in host memory, reached through mapped pointers on a GPU) and on one table; swaps
+    copy the hot rows changed since the last one, or every hot row."""
     device = DEVICE if backend == "triton" else "cpu"
     # the interpreter launches every batch's kernels slowly: fewer rows and one epoch there
     rows, epochs = (3000, 2) if backend != "interpret" else (800, 1)
@@ -42,7 +44,7 @@ def test_fae_tables_train_as_one_table_does_on_the_same_batches(model, backend):
     def executor(placed=plan):
         return Executor(ZOO[model](), placed, backend=backend, device=device, seed=1, optimizer="adagrad")
 
-    tables = FaeTables(executor(in_host), executor(), split.hot_ids)
+    tables = FaeTables(executor(in_host), executor(), split.hot_ids, dirty_only=dirty_only)
     tables.initialize(split.cold, 1.0)
     # the all-GPU run: one table of every row, the hot inputs laid out in global ids (the same chunks)
     one = executor()
@@ -66,6 +68,11 @@ def test_fae_tables_train_as_one_table_does_on_the_same_batches(model, backend):
                 one.train_batch(global_layout, one_labels, orders[kind], offset,
                                 min(per_batch, global_layout.n_chunks - offset), 0.3, scales[batch])
     state = tables.current_state()
+    swaps = sum(a[0] != b[0] for a, b in zip(segments, segments[1:])) * epochs + 1
+    if dirty_only:
+        assert 0 < tables.rows_copied < swaps * split.hot_ids.numel()
+    else:
+        assert tables.rows_copied >= (swaps - 1) * split.hot_ids.numel()
     for part in ("params", "states", "globals"):
         for name, values in getattr(one.state, part).items():
             torch.testing.assert_close(getattr(state, part)[name].cpu(), values.cpu(), rtol=1e-5, atol=1e-7)
