@@ -281,18 +281,27 @@ def big_run(args):
     args.big_budget_gb; the planner's forecast (its kernels timed on the cache) against the epochs."""
     from alac.train import Trainer
 
+    memory = {}
+
+    def used(stage):
+        if TARGET["device"] == "cuda":
+            memory[stage] = {"allocated": torch.cuda.memory_allocated(), "peak": torch.cuda.max_memory_allocated()}
+
     every = kaggle_like(args.big_rows + args.valid_rows, zipf=1.1, seed=SEED, device=TARGET["device"],
-                        scale=args.big_scale)
+                        scale=args.big_scale, k=args.big_k)
     train = every.take(torch.arange(args.big_rows, device=TARGET["device"]))
     valid = every.take(torch.arange(args.big_rows, args.big_rows + args.valid_rows, device=TARGET["device"]))
     del every
     plan = Plan(batch_size=args.batch_size, chunk_size=math.gcd(Plan.chunk_size, args.batch_size),
                 memory_budget=int(args.big_budget_gb * 2**30))
-    trainer = Trainer(zoo_model("fm", k=K), lr=LR, epochs=2, plan=plan, seed=SEED, **TARGET,
+    used("data")
+    trainer = Trainer(zoo_model("fm", k=args.big_k), lr=LR, epochs=2, plan=plan, seed=SEED, **TARGET,
                       optimizer="adagrad")
     setup_s, _ = _timed(lambda: trainer.initialize_model(train))
     placement, forecast = trainer.placement, trainer.placement.forecast
+    used("initialized")
     history = trainer.fit(train, valid)
+    used("trained")
     statistics = trainer.executor.statistics
     cuda = TARGET["device"] == "cuda"
     return {"name": "hybrid_hash_larger_than_gpu", "budget_mb": int(args.big_budget_gb * 1024), "zipf": 1.1,
@@ -307,7 +316,8 @@ def big_run(args):
             "feature_rows": trainer.executor.cache.slot_of.numel(), "table_bytes": placement.table_bytes,
             "gpu_memory_bytes": torch.cuda.get_device_properties(0).total_memory if cuda else None,
             "peak_gpu_bytes": torch.cuda.max_memory_allocated() if cuda else None, "setup_seconds": setup_s,
-            "training_rows": train.n_rows, "placement": placement.lines()}
+            "training_rows": train.n_rows, "k": args.big_k, "gpu_bytes_by_stage": memory,
+            "placement": placement.lines()}
 
 
 def report(payload):
@@ -327,9 +337,11 @@ def main():
     parser.add_argument("--schedules-at-mb", type=int, default=256)
     parser.add_argument("--baseline-batches", type=int, default=200)
     parser.add_argument("--big-scale", type=int, default=0,
-                        help="also train the Kaggle-shaped model with every field this many times larger (20: "
-                             "676M rows, 92 GB of params and AdaGrad state) through the Trainer")
+                        help="also train the Kaggle-shaped model with every field this many times larger (10: "
+                             "338M rows) through the Trainer")
     parser.add_argument("--big-rows", type=int, default=20_000_000)
+    parser.add_argument("--big-k", type=int, default=64,
+                        help="factors of the big run's FM (64 with AdaGrad: 268 bytes a row; scale 10 is 90 GB)")
     parser.add_argument("--big-budget-gb", type=float, default=16.0)
     parser.add_argument("--only-big", action="store_true", help="the big run alone, added to results/placement.json")
     parser.add_argument("--device", default="cuda", help="cpu: a smoke run on the reference executor")

@@ -170,11 +170,11 @@ def tables_over_budget_table(result):
             notes.append(f"HybridHash at {arm['budget_mb']} MB, Zipf {arm['zipf']}, one epoch timed in parts: "
                          f"{b['epoch_s']:.2f} s, of which kernels {b['kernels_s']:.2f} s, loads into the cache "
                          f"{b['load_s']:.2f} s, write-backs {b['store_s']:.2f} s ({b['segments']} segments so far).")
-    if "big" in result:
+    if result.get("big", {}).get("gpu_memory_bytes"):
         b = result["big"]
         scale = b.get("arguments", args)["big_scale"]
         notes.append(f"Larger than the GPU (`--big-scale {scale}`, through the Trainer): {b['feature_rows']:,} rows, "
-                     f"{b['table_bytes'] / 2**30:.1f} GiB of params "
+                     f"{b['table_bytes'] / 2**30:.1f} GiB of FM k = {b.get('k', 16)} params "
                      f"and AdaGrad state in pinned host memory against the GPU's "
                      f"{b['gpu_memory_bytes'] / 2**30:.1f} GiB; {b['training_rows']:,} training rows, a "
                      f"{b['budget_mb'] / 1024:g} GiB budget; {b['samples_per_s'] / 1e6:.2f} M samples/s in epoch 2 "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import torch
@@ -20,9 +21,10 @@ def _initial_values(init, shape, generator):
     raise TypeError(f"unknown initializer {init!r}")
 
 
-# Tables of more rows are drawn in pieces of this many rows, each piece written where the table lives
-# (a 676M-row FM table drawn at once and then permuted would take three times its 46 GB in host memory)
-DRAW_ROWS = 1 << 26
+# Tables of more rows are drawn in pieces of at most this many rows and DRAW_VALUES values, each piece
+# written where the table lives (a 676M-row FM table drawn at once and then permuted would take three
+# times its 46 GB in host memory)
+DRAW_ROWS, DRAW_VALUES = 1 << 26, 1 << 28
 
 
 def _in_host(device, host):
@@ -51,8 +53,9 @@ def _drawn(init, shape, generator, new_to_old, device, host):
     writable = mapped_view(table, device) if _in_host(device, host) else table
     old_to_new = torch.empty_like(new_to_old)
     old_to_new[new_to_old] = torch.arange(rows)
-    for start in range(0, rows, DRAW_ROWS):
-        piece = _initial_values(init, (min(DRAW_ROWS, rows - start), *shape[1:]), generator).float()
+    step = max(1, min(DRAW_ROWS, DRAW_VALUES // math.prod(shape[1:])))
+    for start in range(0, rows, step):
+        piece = _initial_values(init, (min(step, rows - start), *shape[1:]), generator).float()
         where = old_to_new[start:start + piece.shape[0]].to(writable.device)
         writable[where] = piece.to(writable.device)
     return table
