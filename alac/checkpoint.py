@@ -114,8 +114,14 @@ def restore(payload, model, backend="triton", device=None, log=None):
         labels = LabelMap(payload["labels"]["kind"], payload["labels"]["positive"])
     except (TypeError, ValueError, KeyError) as error:
         raise CheckpointError(f"{path}: damaged checkpoint ({type(error).__name__}: {error})") from None
-    trainer = Trainer(model, lr=payload["lr"], plan=plan, backend=backend, device=device, seed=payload["seed"],
-                      log=log, optimizer=optimizer, schedule=schedule, exact_l2=payload["exact_l2"])
+    def trainer_of(plan):
+        return Trainer(model, lr=payload["lr"], plan=plan, backend=backend, device=device, seed=payload["seed"],
+                       log=log, optimizer=optimizer, schedule=schedule, exact_l2=payload["exact_l2"])
+
+    trainer = trainer_of(plan)
+    placed = _placed_for_restore(plan, payload, trainer.device)
+    if placed is not plan:
+        plan, trainer = placed, trainer_of(placed)
     if trainer.executor.ir.hash != payload["ir_hash"]:
         raise CheckpointError(f"{path}: the model {payload['model_name']!r} compiles differently now than when "
                               "the checkpoint was written (IR hash differs): its parameters may not fit")
@@ -130,6 +136,23 @@ def restore(payload, model, backend="triton", device=None, log=None):
     trainer.history = list(payload["history"])
     trainer.checkpoint = payload
     return trainer
+
+
+def _placed_for_restore(plan, payload, device):
+    """The plan a checkpoint is restored with: a model whose rows (params and optimizer state) exceed the
+    plan's GPU budget, or the GPU's free memory, keeps every param in pinned host memory, which the
+    sync kernels read through mapped pointers (a model trained through a HybridHash cache)."""
+    import dataclasses
+
+    from alac.runtime.memory import available_bytes
+
+    if device.type != "cuda":
+        return plan
+    table = sum(v.numel() * v.element_size() for v in [*payload["params"].values(), *payload["states"].values()])
+    budget = plan.memory_budget if plan.memory_budget is not None else available_bytes(device)
+    if budget is None or table <= budget:
+        return plan
+    return dataclasses.replace(plan, semantics="sync", placement=tuple((name, "host") for name in payload["params"]))
 
 
 def export_readable(trainer, path, id_offset=0):

@@ -102,3 +102,19 @@ def test_a_cached_model_too_large_to_snapshot_keeps_its_last_parameters_when_it_
         trainer.fit(data)
     assert "too large to snapshot" in capsys.readouterr().err
     assert isinstance(trainer.executor, CachedExecutor) and trainer.executor.state is not None
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_a_checkpoint_of_a_model_over_its_gpu_budget_predicts_from_host_memory(tmp_path):
+    from alac import checkpoint
+
+    data = criteo_like(3000, n_fields=5, seed=4, device="cpu")
+    plan = Plan(chunk_size=8, batch_size=32, memory_budget=250_000)
+    trainer = Trainer(ZOO["fm"](), lr=0.3, epochs=1, plan=plan, seed=1, optimizer="adagrad")
+    trainer.fit(data)
+    assert isinstance(trainer.executor, CachedExecutor)
+    checkpoint.save(trainer, tmp_path / "model.alac", {"model": "fm", "arguments": {}})
+    loaded = checkpoint.load(tmp_path / "model.alac", ZOO["fm"]())
+    assert sorted(loaded.executor.plan.host_params) == ["v", "w"]
+    assert all(not v.is_cuda for v in loaded.executor.state.params.values())
+    torch.testing.assert_close(loaded.predict(data), trainer.predict(data), rtol=1e-5, atol=1e-6)
