@@ -276,7 +276,8 @@ SECTIONS = [
      "batches, the hot rows from the threshold search; cold batches on the host table through mapped pointers; "
      "shuffle schedules R(100), R(50), R(1) and dynamic), PyTorch's host-table hybrid (FAE's baseline: the "
      "embeddings in pinned host memory, looked up and updated by sparse AdaGrad on the CPU, the FM on the GPU) "
-     "and all rows on the GPU.",
+     "and all rows on the GPU. In the run below every FAE swap copied the whole hot set (the benchmark now "
+     "copies the rows changed since the last swap, and the whole hot set in one R(1) arm).",
      "PYTHONPATH=. python benchmarks/placement.py", tables_over_budget_table),
     ("layout_build", "Layout build, 4M × 39 synthetic rows", "Generating and laying out the data on the CPU and GPU.",
      "PYTHONPATH=. python benchmarks/layout_build.py", layout_table),
