@@ -26,6 +26,8 @@ class CachedExecutor:
         # the host table predicts and holds rows: sync kernels over mapped rows, every param on the host
         host_plan = dataclasses.replace(plan, semantics="sync", placement=tuple((name, "host") for name in params))
         self.whole = Executor(model, host_plan, backend, device, seed, optimizer, schedule, exact_l2)
+        # the kernels' hot segment lives in the hot store: at most its rows
+        plan = dataclasses.replace(plan, hot_size=min(plan.hot_size, placement.shape.capacity))
         self.working = Executor(model, plan, backend, device, seed, optimizer, schedule, exact_l2)
         self.cache = HybridHash(self.whole, self.working, placement.shape)
         self.placement = placement

@@ -63,6 +63,12 @@ class HybridHash:
             raise OptionError(f"a HybridHash host table keeps every param ({', '.join(params)}) in host memory: "
                               f"its plan places {sorted(whole.plan.host_params)} there")
         self.whole, self.working, self.shape = whole, working, shape
+        # the plan's hot segment (the layout's H most frequent rows) keeps slots 0 .. H - 1 for good: the
+        # kernels sum the gradients of ids below H per program, and those should stay the hot rows
+        self.hot_segment = working.plan.hot_size
+        if self.hot_segment > shape.capacity:
+            raise OptionError(f"the hot store ({shape.capacity:,} rows) must hold the plan's hot segment "
+                              f"(hot_size {self.hot_segment:,})")
         self.statistics = CacheStatistics()
         self._steps = 0            # batches trained
         self._misses_per_batch = 1.0
@@ -84,6 +90,14 @@ class HybridHash:
         self._seen = torch.zeros(n, dtype=torch.bool, device=device)
         self._current = True       # the host table's hot rows and globals are current
         self._steps = 0
+        self._pin_hot_segment()
+
+    def _pin_hot_segment(self):
+        rows = torch.arange(self.hot_segment, device=self.slot_of.device)
+        if rows.numel():
+            self._load(rows, rows)
+            self.slot_of[rows] = rows.int()
+            self.cached[rows] = rows
 
     def clear(self):
         """Forget the cached rows (the host table was replaced, e.g. by a restored snapshot): an empty
@@ -91,6 +105,7 @@ class HybridHash:
         self.slot_of.fill_(-1)
         self.cached.fill_(-1)
         self._current = True
+        self._pin_hot_segment()
 
     # -- moving rows ------------------------------------------------------------------------------
 
@@ -118,12 +133,15 @@ class HybridHash:
             values.copy_(source.globals[name].to(values.device))
 
     def refresh(self):
-        """Re-rank: the hot store becomes the `capacity` rows counted most; rows leaving it are written
-        back, rows entering it loaded into the freed slots."""
-        if self.shape.capacity == 0:
+        """Re-rank: the hot store becomes the plan's hot segment and the rows counted most after it;
+        rows leaving it are written back, rows entering it loaded into the freed slots."""
+        H = self.hot_segment
+        if self.shape.capacity == H:
             return
-        wanted = torch.topk(self.counts, min(self.shape.capacity, self.counts.numel())).indices
+        ranked = self.counts[H:]
+        wanted = torch.topk(ranked, min(self.shape.capacity - H, ranked.numel())).indices + H
         keep = torch.zeros_like(self._seen)
+        keep[:H] = True
         keep[wanted] = True
         occupied = self.cached >= 0
         leaving = occupied & ~keep[self.cached.clamp(min=0)]

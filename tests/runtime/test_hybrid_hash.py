@@ -25,20 +25,22 @@ def _cache(model, plan, device, backend, shape, host=True):
     return HybridHash(executor(placed), executor(plan), shape), executor(plan)
 
 
-@pytest.mark.parametrize(("model", "backend", "semantics"),
-                         [("lr", "reference", "sync"), ("fm", "reference", "sync"), ("fm", "reference", "async"),
-                          ("fm", KERNELS, "sync")])
-def test_a_cached_table_trains_as_one_table_does_on_the_same_batches(model, backend, semantics):
+@pytest.mark.parametrize(("model", "backend", "semantics", "hot_size"),
+                         [("lr", "reference", "sync", 0), ("fm", "reference", "sync", 0),
+                          ("fm", "reference", "async", 0), ("fm", KERNELS, "sync", 0), ("lr", KERNELS, "sync", 6)])
+def test_a_cached_table_trains_as_one_table_does_on_the_same_batches(model, backend, semantics, hot_size):
     """Params, AdaGrad state and globals after two epochs of a fixed batch order, with a hot store far
-    smaller than the table, re-ranked during the run, and segments cut by a small staging area."""
+    smaller than the table, re-ranked during the run, and segments cut by a small staging area; and
+    with the kernels' hot segment on the cache's slots."""
     device = DEVICE if backend == "triton" else "cpu"
     rows, epochs = (3000, 2) if backend != "interpret" else (600, 1)
     data = criteo_like(rows, n_fields=5, seed=4, device="cpu")
     layout = build_layout(data, LayoutOptions(chunk_size=8), device)
     labels = LabelMap.fit("binary", data.labels).model_labels(layout.labels)
-    # the kernels in their deterministic mode: float atomics would add in a different order per run
-    plan = Plan(chunk_size=8, batch_size=32, semantics=semantics,
-                deterministic=backend != "reference" and semantics == "sync")
+    # the kernels in their deterministic mode: float atomics would add in a different order per run (a
+    # hot segment has none: its sums add within a batch, where the order stays within the tolerance)
+    plan = Plan(chunk_size=8, batch_size=32, semantics=semantics, hot_size=hot_size,
+                deterministic=backend != "reference" and semantics == "sync" and not hot_size)
     shape = CacheShape(capacity=layout.n_features // 10, staging=600, warmup=5, refresh=7)
     cache, one = _cache(model, plan, device, backend, shape)
     cache.initialize(layout, 1.0)
@@ -99,3 +101,16 @@ def test_a_batch_that_misses_more_rows_than_the_staging_area_holds_is_refused():
     cache.initialize(layout, 1.0)
     with pytest.raises(OptionError, match="staging rows"):
         cache.train_epoch(layout, labels, 0, 0.1)
+
+
+def test_the_plans_hot_segment_keeps_its_slots_through_re_ranks():
+    data = criteo_like(2000, n_fields=5, seed=4, device="cpu")
+    layout = build_layout(data, LayoutOptions(chunk_size=8), "cpu")
+    labels = LabelMap.fit("binary", data.labels).model_labels(layout.labels)
+    cache, _ = _cache("lr", Plan(chunk_size=8, batch_size=32, hot_size=6), "cpu", "reference",
+                      CacheShape(capacity=300, staging=600, warmup=2, refresh=3), host=False)
+    cache.initialize(layout, 1.0)
+    cache.train_epoch(layout, labels, 0, 0.1)
+    assert cache.slot_of[:6].tolist() == list(range(6)) and cache.cached[:6].tolist() == list(range(6))
+    with pytest.raises(OptionError, match="hot segment"):
+        _cache("lr", Plan(chunk_size=8, batch_size=32, hot_size=6), "cpu", "reference", CacheShape(4, staging=10))
