@@ -21,7 +21,7 @@ from alac.plan import Plan
 from alac.runtime.blocks import is_block_source
 from alac.runtime.cached_executor import CachedExecutor
 from alac.runtime.executor import Executor, LabelMap
-from alac.runtime.layout import LayoutOptions, build_layout
+from alac.runtime.layout import BigraphLayout, LayoutOptions, build_layout
 from alac.runtime.memory import available_bytes
 from alac.runtime.param_planner import (
     ParamPlacement,
@@ -145,6 +145,9 @@ class Trainer:
         options = LayoutOptions(chunk_size=self.plan.chunk_size)
         if self.feature_order is None:
             return build_layout(dataset, options, self.device)
+        resident = self.train_layout if isinstance(self.train_layout, BigraphLayout) else None
+        if resident is not None and resident.device == torch.empty(0, device=self.device).device:
+            return build_layout(self._in_training_space(dataset), options, self.device, maps_of=resident)
         return build_layout(self._in_training_space(dataset), options, self.device, feature_order=self.feature_order)
 
     def prepare(self, train):

@@ -303,11 +303,13 @@ def _synchronize(device):
         torch.cuda.synchronize(device)
 
 
-def build_layout(dataset, options=LayoutOptions(), device=None, feature_order=None):
+def build_layout(dataset, options=LayoutOptions(), device=None, feature_order=None, maps_of=None):
     """Lay `dataset` out for the kernels (module docstring); runs on `device` (default: GPU if any).
 
     feature_order: the new_to_old permutation of another layout (a training set's), so that a
     validation or test set shares its feature ids; by default features are ordered by frequency here.
+    maps_of: a layout on `device` whose re-index maps this one shares (no copies: they are as large
+    as the feature space, hundreds of millions of rows for the largest models).
     """
     device = torch.device(device) if device is not None else default_device()
     check_feature_tables(dataset.n_features, LAYOUT_BYTES_PER_FEATURE, "the layout's feature tables", device,
@@ -322,7 +324,13 @@ def build_layout(dataset, options=LayoutOptions(), device=None, feature_order=No
     fixed_width = max_nnz if n and int(row_nnz.min()) == max_nnz else None
     n_chunks = math.ceil(n / C)
     slots = n_chunks * C
-    if feature_order is None:
+    if maps_of is not None:
+        if maps_of.n_features != data.n_features:
+            raise OptionError(f"the layout whose maps are shared has {maps_of.n_features} features, not "
+                              f"{data.n_features}")
+        new_to_old, old_to_new = maps_of.new_to_old, maps_of.old_to_new
+        frequency = torch.bincount(data.indices.long(), minlength=data.n_features)[new_to_old.long()]
+    elif feature_order is None:
         frequency, new_to_old, old_to_new = reindex_by_frequency(data.indices, data.n_features)
     else:
         if feature_order.numel() != data.n_features:

@@ -210,3 +210,18 @@ def test_hot_and_cold_counts_per_chunk_in_blocks(block, monkeypatch):
         piece = edge_feature[chunk_start[i]:chunk_start[i + 1]]
         assert hot[i] == int(((piece >= 0) & (piece < 6)).sum())
         assert cold[i] == int((piece >= 6).sum())
+
+
+def test_an_evaluation_layout_shares_the_training_layouts_maps_and_lays_out_the_same():
+    from alac.data.synthetic import criteo_like
+
+    data = criteo_like(600, n_fields=5, seed=3, device="cpu")
+    train, valid = data.take(torch.arange(500)), data.take(torch.arange(500, 600))
+    options = LayoutOptions(chunk_size=8)
+    trained = build_layout(train, options, "cpu")
+    shared = build_layout(valid, options, "cpu", maps_of=trained)
+    copied = build_layout(valid, options, "cpu", feature_order=trained.new_to_old)
+    assert shared.new_to_old.data_ptr() == trained.new_to_old.data_ptr()
+    assert shared.old_to_new.data_ptr() == trained.old_to_new.data_ptr()
+    for name in ("edge_feature", "frequency", "row_of_slot", "chunk_start", "labels"):
+        assert torch.equal(getattr(shared, name), getattr(copied, name)), name
