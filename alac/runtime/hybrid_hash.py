@@ -1,14 +1,16 @@
 """Parameters larger than the GPU, PICASSO's way: mixed batches on a GPU cache of the hot rows.
 
 HybridHash (`../shared/papers`, PICASSO §IV) keeps every row (params and optimizer state) in host
-memory and a cache on the GPU: a hot store of the `capacity` rows counted most often, and a staging
-area. Batches are trained in segments of whole batches: before a segment, the rows it touches that
-the hot store lacks (its misses) are gathered from host memory into the staging area, the segment's
-edges are re-pointed at cache slots, the generated kernels train it on the GPU, and the staging rows
-are written back. Every row has exactly one current copy at any time, so the parameters are those of
-an all-GPU run of the same batches (transparency). The first `warmup` batches run with an empty hot
-store and only count accesses; from then on, every `refresh` batches the hot store is re-ranked from
-the counts: rows leaving it are written back before their slots take the rows entering it.
+memory and a cache on the GPU: a hot store of the `capacity` rows counted most often (a row counts
+once per segment it is touched in: a miss costs one load per segment, however often the segment
+reads the row), and a staging area. Batches are trained in segments of whole batches: before a
+segment, the rows it touches that the hot store lacks (its misses) are gathered from host memory into
+the staging area, the segment's edges are re-pointed at cache slots, the generated kernels train it
+on the GPU, and the staging rows are written back. Every row has exactly one current copy at any
+time, so the parameters are those of an all-GPU run of the same batches (transparency). The first
+`warmup` batches run with an empty hot store and only count; from then on, every `refresh` batches
+the hot store is re-ranked from the counts: rows leaving it are written back before their slots take
+the rows entering it.
 """
 
 from __future__ import annotations
@@ -185,8 +187,8 @@ class HybridHash:
         edges, touched, rows = layout.edges_of(chunks)
         self._seen[touched] = True
         missing = torch.nonzero(self._seen & (self.slot_of < 0)).squeeze(1)
-        self._seen[touched] = False
         if missing.numel() > self.shape.staging:
+            self._seen[touched] = False
             if end - first == 1:
                 raise OptionError(f"one batch touches {missing.numel():,} rows that are not in the hot store, "
                                   f"more than the {self.shape.staging:,} staging rows of the cache: raise the staging "
@@ -196,7 +198,10 @@ class HybridHash:
         self._misses_per_batch = missing.numel() / (end - first)
         slots = torch.arange(self.shape.capacity, self.shape.capacity + missing.numel(), device=missing.device)
         self._hit_ratios.append(self._served(touched, rows, end - first, per_batch * layout.chunk_size))
-        self.counts.index_add_(0, touched, torch.ones_like(touched, dtype=torch.int32))
+        # a dense add of the touched mask: adding one per edge made the hot rows' counters collide
+        # (75 ms of a 0.63 s epoch at 64 MB on H100, benchmarks/placement.py)
+        self.counts += self._seen
+        self._seen[touched] = False
         if missing.numel():
             self._load(missing, slots)
             self.slot_of[missing] = slots.int()
