@@ -147,22 +147,10 @@ def _placement(args, ir, dataset, layout, plan):
     """Where the model's rows go under --gpu-memory (alac.runtime.param_planner), with the numbers."""
     import torch
 
-    from alac.runtime.param_planner import (
-        batches_of,
-        choose_placement,
-        measure_mapped_costs,
-        params_budget,
-        row_bytes_of,
-        rows_per_batch_bound,
-    )
-    from alac.runtime.planner import layout_bytes
+    from alac.runtime.param_planner import plan_placement
 
-    row_bytes = row_bytes_of(ir)
-    budget = params_budget(dataclasses.replace(plan, memory_budget=args.gpu_memory),
-                           layout_bytes(dataset, plan.chunk_size))
-    costs = measure_mapped_costs() if torch.cuda.is_available() else None
-    return choose_placement(layout.n_features, row_bytes, budget, layout.frequency, batches_of(layout.n_rows, plan),
-                            rows_per_batch_bound(plan, layout.stats.max_nnz), costs)
+    return plan_placement(ir, dataclasses.replace(plan, memory_budget=args.gpu_memory), dataset, layout,
+                          "cuda" if torch.cuda.is_available() else "cpu")
 
 
 def _runner(args, ir, plan):

@@ -23,16 +23,8 @@ from alac.runtime.cached_executor import CachedExecutor
 from alac.runtime.executor import Executor, LabelMap
 from alac.runtime.layout import BigraphLayout, LayoutOptions, build_layout
 from alac.runtime.memory import available_bytes
-from alac.runtime.param_planner import (
-    ParamPlacement,
-    batches_of,
-    choose_placement,
-    measure_mapped_costs,
-    params_budget,
-    row_bytes_of,
-    rows_per_batch_bound,
-)
-from alac.runtime.planner import layout_bytes, streaming_budget
+from alac.runtime.param_planner import ParamPlacement, plan_placement, row_bytes_of
+from alac.runtime.planner import streaming_budget
 from alac.runtime.streams import StreamedLayout
 
 EARLY_STOPPING = (None, "cuwide", "patience")
@@ -183,19 +175,14 @@ class Trainer:
         of the budget on the GPU)."""
         if self.executor.state is not None or isinstance(self.executor, CachedExecutor):
             return
-        row_bytes = row_bytes_of(self.executor.ir)
         if streamed:
-            n_features = self.train_layout.host.n_features
-            self.placement = ParamPlacement("device", row_bytes, n_features * row_bytes, None, reasons=(
-                ("placement", "device", "the training data is streamed: the GPU budget goes to its blocks (a "
-                                        "HybridHash cache trains a resident layout)"),))
+            row_bytes = row_bytes_of(self.executor.ir)
+            why = "the training data is streamed: the GPU budget goes to its blocks (a HybridHash cache trains a " \
+                  "resident layout)"
+            self.placement = ParamPlacement("device", row_bytes, self.train_layout.host.n_features * row_bytes, None,
+                                            reasons=(("placement", "device", why),))
             return
-        layout = self.train_layout
-        budget = params_budget(self.plan, layout_bytes(train, self.plan.chunk_size))
-        costs = measure_mapped_costs(self.device) if budget is not None and self.device.type == "cuda" else None
-        self.placement = choose_placement(layout.n_features, row_bytes, budget, layout.frequency,
-                                          batches_of(layout.n_rows, self.plan),
-                                          rows_per_batch_bound(self.plan, layout.stats.max_nnz), costs)
+        self.placement = plan_placement(self.executor.ir, self.plan, train, self.train_layout, self.device)
         if self.placement.mode == "hybrid_hash":
             self.executor = CachedExecutor(*self._executor_arguments, self.placement)
 
@@ -219,8 +206,7 @@ class Trainer:
         else:
             self.executor.initialize(self.train_layout)
         if isinstance(self.executor, CachedExecutor):
-            self.placement = dataclasses.replace(self.placement,
-                                                 forecast=self.executor.calibrate(self.train_layout, labels))
+            self.placement = self.executor.calibrate(self.train_layout, labels)
 
     def initialize_model(self, train):
         """Lay the data out and draw the initial parameters now (fit does it when not yet done): a

@@ -31,10 +31,19 @@ class CachedExecutor:
         self.working = Executor(model, plan, backend, device, seed, optimizer, schedule, exact_l2)
         self.cache = HybridHash(self.whole, self.working, placement.shape)
         self.placement = placement
-        self.forecast = placement.forecast
         self._initialized = False
         self.epoch_hit_ratio = {}   # epoch (counted from 1) -> the mean hit ratio of its batches
 
+    @staticmethod
+    def _mirrored(name):
+        """A counter or setting both executors keep alike: read from the cache's, set on both."""
+        def set_both(self, value):
+            setattr(self.whole, name, value)
+            setattr(self.working, name, value)
+        return property(lambda self: getattr(self.working, name), set_both)
+
+    value_scale = _mirrored("value_scale")
+    batches_done = _mirrored("batches_done")
     # what the Trainer and the writers read, from the executor of every row
     ir = property(lambda self: self.whole.ir)
     plan = property(lambda self: self.working.plan)
@@ -45,22 +54,6 @@ class CachedExecutor:
     backend_name = property(lambda self: self.working.backend_name)
     device = property(lambda self: self.working.device)
     statistics = property(lambda self: self.cache.statistics)
-
-    @property
-    def value_scale(self):
-        return self.whole.value_scale
-
-    @value_scale.setter
-    def value_scale(self, value):
-        self.whole.value_scale = self.working.value_scale = value
-
-    @property
-    def batches_done(self):
-        return self.working.batches_done
-
-    @batches_done.setter
-    def batches_done(self, value):
-        self.working.batches_done = self.whole.batches_done = value
 
     @property
     def state(self):
@@ -85,7 +78,8 @@ class CachedExecutor:
     def calibrate(self, layout, labels):
         """Time CALIBRATION_BATCHES batches of the cache's kernels on the layout (the working table's
         rows stand in for the layout's: feature id modulo the cache's rows) and complete the forecast
-        with the epoch's kernel time. The cache's state is put back as it was."""
+        with the epoch's kernel time (returns the placement so completed). The cache's state is put
+        back as it was."""
         working = self.working
         saved = working.state.clone()
         rows = self.cache.shape.rows
@@ -104,8 +98,9 @@ class CachedExecutor:
             torch.cuda.synchronize(working.device)
         seconds = (time.perf_counter() - started) * layout.n_chunks / max(order.numel(), 1)
         working.state, working.batches_done = saved, done
-        self.forecast = dataclasses.replace(self.forecast, kernel_seconds=seconds)
-        return self.forecast
+        forecast = dataclasses.replace(self.placement.forecast, kernel_seconds=seconds)
+        self.placement = dataclasses.replace(self.placement, forecast=forecast)
+        return self.placement
 
     def train_epoch(self, layout, labels, epoch, lr, order=None):
         """One epoch through the cache; its mean hit ratio lands in epoch_hit_ratio[epoch + 1]."""

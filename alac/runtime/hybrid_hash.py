@@ -81,7 +81,7 @@ class HybridHash:
         self.working.value_scale = value_scale
         device = self.working.device
         state = self.whole.state
-        empty = {part: {name: torch.zeros((self.shape.rows, *values.shape[1:]), dtype=values.dtype)
+        empty = {part: {name: torch.zeros((self.shape.rows, *values.shape[1:]), dtype=values.dtype, device=device)
                         for name, values in getattr(state, part).items()} for part in ("params", "states")}
         self.working.state = ModelState.placed(empty["params"], {k: v.clone() for k, v in state.globals.items()},
                                                empty["states"], device)

@@ -16,16 +16,15 @@ Cost model of a HybridHash epoch (B batches, E edges, rows ranked by their acces
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import math
 from dataclasses import dataclass
 
 import torch
 
-from alac.cache import default_cache_dir
 from alac.errors import OptionError
-from alac.runtime.hybrid_hash import CacheShape, mapped_view
+from alac.runtime.hybrid_hash import CacheShape
+from alac.runtime.memory import mapped_view
+from alac.runtime.planner import layout_bytes, measured_per_gpu
 from alac.runtime.timing import gpu_milliseconds
 
 BOOKKEEPING_NS_PER_EDGE = 0.8
@@ -46,24 +45,16 @@ class MappedCosts:
 
 def measure_mapped_costs(device="cuda"):
     """The GPU's gather and scatter throughput over pinned host rows (a second), cached per GPU name."""
-    name = torch.cuda.get_device_name(device)
-    path = default_cache_dir() / "gpu" / f"{name.replace(' ', '_')}-mapped.json"
-    if path.exists():
-        try:
-            return MappedCosts(**json.loads(path.read_text()))
-        except (ValueError, TypeError):
-            pass
-    host = torch.zeros((_MAPPED_ROWS, _MAPPED_WIDTH), pin_memory=True)
-    table = mapped_view(host, device)
-    ids = torch.randint(0, _MAPPED_ROWS, (_MAPPED_ACCESSES,), device=device)
-    values = torch.ones((_MAPPED_ACCESSES, _MAPPED_WIDTH), device=device)
-    moved = _MAPPED_ACCESSES * _MAPPED_WIDTH * 4
-    gather_ms, _ = gpu_milliseconds(lambda: table[ids], repeats=5)
-    scatter_ms, _ = gpu_milliseconds(lambda: table.index_put_((ids,), values), repeats=5)
-    costs = MappedCosts(name, moved / gather_ms / 1e6, moved / scatter_ms / 1e6)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(dataclasses.asdict(costs)))
-    return costs
+    def measure(name):
+        table = mapped_view(torch.zeros((_MAPPED_ROWS, _MAPPED_WIDTH), pin_memory=True), device)
+        ids = torch.randint(0, _MAPPED_ROWS, (_MAPPED_ACCESSES,), device=device)
+        values = torch.ones((_MAPPED_ACCESSES, _MAPPED_WIDTH), device=device)
+        moved = _MAPPED_ACCESSES * _MAPPED_WIDTH * 4
+        gather_ms, _ = gpu_milliseconds(lambda: table[ids], repeats=5)
+        scatter_ms, _ = gpu_milliseconds(lambda: table.index_put_((ids,), values), repeats=5)
+        return MappedCosts(name, moved / gather_ms / 1e6, moved / scatter_ms / 1e6)
+
+    return measured_per_gpu("-mapped", MappedCosts, measure, device)
 
 
 @dataclass(frozen=True)
@@ -162,6 +153,15 @@ def choose_placement(n_features, row_bytes, budget_bytes, frequency, batches, ba
         ("bookkeeping per epoch", f"{forecast.bookkeeping_seconds:.3f} s",
          f"{BOOKKEEPING_NS_PER_EDGE} ns per edge and {SEGMENT_SECONDS * 1e3:g} ms per segment (measured on H100)"))
     return ParamPlacement("hybrid_hash", row_bytes, table, budget_bytes, shape, forecast, reasons)
+
+
+def plan_placement(ir, plan, dataset, layout, device):
+    """ParamPlacement of the model `ir` trained by `plan` on a resident layout of `dataset`: the rows'
+    budget is Plan.memory_budget less the layout (params_budget); mapped throughput measured on a GPU."""
+    budget = params_budget(plan, layout_bytes(dataset, plan.chunk_size))
+    costs = measure_mapped_costs(device) if budget is not None and torch.device(device).type == "cuda" else None
+    return choose_placement(layout.n_features, row_bytes_of(ir), budget, layout.frequency,
+                            batches_of(layout.n_rows, plan), rows_per_batch_bound(plan, layout.stats.max_nnz), costs)
 
 
 def params_budget(plan, layout_bytes):

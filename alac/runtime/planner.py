@@ -54,29 +54,37 @@ def _seconds(function):
     return gpu_milliseconds(function, repeats=5, warmup=0)[0] / 1000
 
 
-def measure_access_costs(device="cuda"):
-    """Microbenchmark of c and r on this GPU (a second or two), cached on disk per GPU name."""
+def measured_per_gpu(kind, costs_type, measure, device="cuda"):
+    """costs_type(**fields) measured by measure(gpu name) on this GPU once, then read from a JSON file
+    per GPU name and kind in the cache folder (measured again if that file is unreadable)."""
     name = torch.cuda.get_device_name(device)
-    path = default_cache_dir() / "gpu" / f"{name.replace(' ', '_')}.json"
+    path = default_cache_dir() / "gpu" / f"{name.replace(' ', '_')}{kind}.json"
     if path.exists():
         try:
-            return AccessCosts(**json.loads(path.read_text()))
+            return costs_type(**json.loads(path.read_text()))
         except (ValueError, TypeError):
             pass
-    stream = torch.ones(_STREAM_ELEMENTS, dtype=torch.int32, device=device)
-    copy = torch.empty_like(stream)
-    table = torch.rand(_TABLE_ELEMENTS, device=device)
-    index = torch.randint(0, _TABLE_ELEMENTS, (_STREAM_ELEMENTS,), device=device)
-    gathered = torch.empty(_STREAM_ELEMENTS, device=device)
-    coalesced = _seconds(lambda: torch.sum(stream, dtype=torch.int64)) / _STREAM_ELEMENTS
-    # the gather also streams its index: subtract that coalesced read
-    random = _seconds(lambda: torch.index_select(table, 0, index, out=gathered)) / _STREAM_ELEMENTS - coalesced
-    seconds = _seconds(lambda: copy.copy_(stream))
-    costs = AccessCosts(name, coalesced * 1e9, max(random, coalesced) * 1e9,
-                        2 * stream.numel() * 4 / seconds / 1e9)
+    costs = measure(name)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(dataclasses.asdict(costs)))
     return costs
+
+
+def measure_access_costs(device="cuda"):
+    """Microbenchmark of c and r on this GPU (a second or two), cached on disk per GPU name."""
+    def measure(name):
+        stream = torch.ones(_STREAM_ELEMENTS, dtype=torch.int32, device=device)
+        copy = torch.empty_like(stream)
+        table = torch.rand(_TABLE_ELEMENTS, device=device)
+        index = torch.randint(0, _TABLE_ELEMENTS, (_STREAM_ELEMENTS,), device=device)
+        gathered = torch.empty(_STREAM_ELEMENTS, device=device)
+        coalesced = _seconds(lambda: torch.sum(stream, dtype=torch.int64)) / _STREAM_ELEMENTS
+        # the gather also streams its index: subtract that coalesced read
+        random = _seconds(lambda: torch.index_select(table, 0, index, out=gathered)) / _STREAM_ELEMENTS - coalesced
+        seconds = _seconds(lambda: copy.copy_(stream))
+        return AccessCosts(name, coalesced * 1e9, max(random, coalesced) * 1e9, 2 * stream.numel() * 4 / seconds / 1e9)
+
+    return measured_per_gpu("", AccessCosts, measure, device)
 
 
 def hot_size_from_costs(frequency, n_rows, costs, rows_per_period):
