@@ -3,26 +3,34 @@
 HybridHash (`../shared/papers`, PICASSO §IV) keeps every row (params and optimizer state) in host
 memory and a cache on the GPU: a hot store of the `capacity` rows counted most often (a row counts
 once per segment it is touched in: a miss costs one load per segment, however often the segment
-reads the row), and a staging area. Batches are trained in segments of whole batches: before a
-segment, the rows it touches that the hot store lacks (its misses) are gathered from host memory into
-the staging area, the segment's edges are re-pointed at cache slots, the generated kernels train it
-on the GPU, and the staging rows are written back. Every row has exactly one current copy at any
-time, so the parameters are those of an all-GPU run of the same batches (transparency). The first
-`warmup` batches run with an empty hot store and only count; from then on, every `refresh` batches
-the hot store is re-ranked from the counts: rows leaving it are written back before their slots take
-the rows entering it.
+reads the row), and a staging area of two halves. Batches are trained in segments of whole batches,
+their rows in the staging half the previous segment does not use: the rows a segment touches that
+the hot store lacks are gathered from host memory (misses), or copied on the GPU from the previous
+segment's half when it holds them (carried), the segment's edges are re-pointed at cache slots, the
+generated kernels train it, and its staged rows not carried on are written back. Bookkeeping and row
+traffic run on a side stream, so a segment's rows load and the previous one's store while kernels
+train. Every row has exactly one current copy at any time, so the parameters are those of an all-GPU
+run of the same batches (transparency). The first `warmup` batches run with an empty hot store and
+only count; from then on, every `refresh` batches the hot store is re-ranked from the counts: rows
+leaving it are written back before their slots take the rows entering it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from dataclasses import dataclass
 
 import torch
 
 from alac.errors import OptionError
+from alac.runtime.cache_remap import mark_touched, remap
 from alac.runtime.memory import mapped_view
 from alac.runtime.state import ModelState
+
+# a re-rank period trains as this many segments at least: the pipeline drains at a re-rank, so only
+# the period's later segments overlap their row traffic and bookkeeping with kernels
+PERIOD_SEGMENTS = 4
 
 
 @dataclass(frozen=True)
@@ -47,12 +55,50 @@ class CacheShape:
 @dataclass
 class CacheStatistics:
     """A run's cache figures: per training batch the share of its edges the hot store served, and the
-    rows (params and state) copied each way between host and GPU."""
+    rows (params and state) copied each way between host and GPU, and those copied on the GPU from one
+    segment's staging half to the next's."""
 
     hit_ratio: list = dataclasses.field(default_factory=list)
     rows_in: int = 0
     rows_out: int = 0
+    rows_carried: int = 0
     segments: int = 0
+
+
+@dataclass
+class _Staged:
+    """A trained segment's rows in a staging half (their slots), and the event of its kernels' end."""
+
+    rows: torch.Tensor
+    slots: torch.Tensor
+    half: int
+    done: object
+
+
+class _Streams:
+    """The compute stream (the kernels) and a side stream (bookkeeping, row traffic) with events
+    between them on a GPU; on a CPU one sequence of work, the events None."""
+
+    def __init__(self, device):
+        self.cuda = torch.device(device).type == "cuda"
+        self.side = torch.cuda.Stream(device) if self.cuda else None
+
+    def on_side(self):
+        return torch.cuda.stream(self.side) if self.cuda else contextlib.nullcontext()
+
+    def record_side(self):
+        return self.side.record_event() if self.cuda else None
+
+    def record_compute(self):
+        return torch.cuda.current_stream().record_event() if self.cuda else None
+
+    def side_waits(self, event):
+        if event is not None:
+            self.side.wait_event(event)
+
+    def compute_waits(self, event):
+        if event is not None:
+            torch.cuda.current_stream().wait_event(event)
 
 
 class HybridHash:
@@ -71,6 +117,12 @@ class HybridHash:
         if self.hot_segment > shape.capacity:
             raise OptionError(f"the hot store ({shape.capacity:,} rows) must hold the plan's hot segment "
                               f"(hot_size {self.hot_segment:,})")
+        if shape.staging < 2:
+            raise OptionError(f"a HybridHash cache stages rows in two halves: it needs staging >= 2, got {shape}")
+        # segments alternate between the staging halves: one trains while the next one's rows load
+        self._half = shape.staging // 2
+        self._streams = _Streams(working.device)
+        self._mapped_of = None
         self.statistics = CacheStatistics()
         self._steps = 0            # batches trained
         self._misses_per_batch = 1.0
@@ -89,12 +141,13 @@ class HybridHash:
         self.slot_of = torch.full((n,), -1, dtype=torch.int32, device=device)   # cache slot of a row, or -1
         self.cached = torch.full((self.shape.capacity,), -1, dtype=torch.int64, device=device)  # row of a hot slot
         self.counts = torch.zeros(n, dtype=torch.int32, device=device)
-        self._seen = torch.zeros(n, dtype=torch.bool, device=device)
+        self._seen = torch.zeros(n, dtype=torch.uint8, device=device)
         self._current = True       # the host table's hot rows and globals are current
         self._steps = 0
         self._pin_hot_segment()
 
     def _pin_hot_segment(self):
+        self._mapped_of = None   # a new or restored host table: mapped anew
         rows = torch.arange(self.hot_segment, device=self.slot_of.device)
         if rows.numel():
             self._load(rows, rows)
@@ -112,20 +165,26 @@ class HybridHash:
     # -- moving rows ------------------------------------------------------------------------------
 
     def _tensors(self):
+        """(host table as the GPU maps it, cache) per param and state: the mappings made once per host
+        table (a mapping costs host time, and a segment moves rows of every tensor twice)."""
         whole, working = self.whole.state, self.working.state
-        return [(whole.params[k], working.params[k]) for k in whole.params] + \
-               [(whole.states[k], working.states[k]) for k in whole.states]
+        if self._mapped_of is None or self._mapped_of[0] is not whole or self._mapped_of[1] is not working:
+            device = self.working.device
+            self._pairs = [(mapped_view(whole.params[k], device), working.params[k]) for k in whole.params] + \
+                          [(mapped_view(whole.states[k], device), working.states[k]) for k in whole.states]
+            self._mapped_of = (whole, working)
+        return self._pairs
 
     def _load(self, rows, slots):
         """Copy rows of the host table into cache slots (a gather on the GPU through mapped memory)."""
         for host, cache in self._tensors():
-            cache[slots] = mapped_view(host, cache.device)[rows]
+            cache[slots] = host[rows]
         self.statistics.rows_in += rows.numel()
 
     def _store(self, rows, slots, traffic=True):
         """Write cache slots back to their rows of the host table (traffic: of training, counted)."""
         for host, cache in self._tensors():
-            mapped_view(host, cache.device)[rows] = cache[slots]
+            host[rows] = cache[slots]
         if traffic:
             self.statistics.rows_out += rows.numel()
 
@@ -142,7 +201,7 @@ class HybridHash:
             return
         ranked = self.counts[H:]
         wanted = torch.topk(ranked, min(self.shape.capacity - H, ranked.numel())).indices + H
-        keep = torch.zeros_like(self._seen)
+        keep = torch.zeros_like(self._seen, dtype=torch.bool)
         keep[:H] = True
         keep[wanted] = True
         occupied = self.cached >= 0
@@ -162,58 +221,89 @@ class HybridHash:
     # -- training ---------------------------------------------------------------------------------
 
     def _segment_end(self, first, batches):
-        """The batch after the segment from `first`: the staging area's estimated reach, cut at the
-        end of the warm-up and at the next re-rank."""
+        """The batch after the segment from `first`: a staging half's estimated reach (a share of a
+        re-rank period at most), cut at the end of the warm-up and at the next re-rank."""
         # 0.8: room for a segment to miss more rows per batch than the last one did
-        reach = max(1, int(0.8 * self.shape.staging / max(self._misses_per_batch, 1.0)))
+        reach = max(1, min(int(0.8 * self._half / max(self._misses_per_batch, 1.0)),
+                           self.shape.refresh // PERIOD_SEGMENTS))
         step, warmup = self._steps, self.shape.warmup
         boundary = warmup - step if step < warmup else self.shape.refresh - (step - warmup) % self.shape.refresh
         return min(batches, first + reach, first + boundary)
 
-    def _served(self, touched, rows, batches, rows_per_batch):
-        """Per batch of a segment, the share of its edges whose rows the hot store holds. Edges come in
-        chunk order, so a batch's edges are a run: prefix sums, not atomics (adding into one counter
-        per batch made every edge of the batch collide on it)."""
-        batch = torch.div(rows, rows_per_batch, rounding_mode="floor")
-        hits = torch.nn.functional.pad(torch.cumsum(self.slot_of[touched] >= 0, 0), (1, 0))
-        ends = torch.searchsorted(batch, torch.arange(1, batches + 1, device=batch.device))
-        starts = torch.nn.functional.pad(ends[:-1], (1, 0))
-        return (hits[ends] - hits[starts]) / (ends - starts).clamp(min=1)
+    def _rows_of_segment(self, layout, chunks):
+        """The rows the chunks touch, counted; of them the rows to stage (not in the hot store) and
+        where each is now: -1 in the host table, a slot of the previous segment's staging half
+        (carried). None when they overflow a staging half."""
+        mark_touched(layout, chunks, self._seen)
+        touched = torch.nonzero(self._seen).squeeze(1)
+        self._seen[touched] = 0
+        where = self.slot_of[touched]
+        staged = torch.nonzero((where < 0) | (where >= self.shape.capacity)).squeeze(1)
+        if staged.numel() > self._half:
+            return None
+        self.counts[touched] += 1
+        return touched[staged], where[staged].long()
 
-    def _train_segment(self, layout, working_layout, labels, order, epoch, lr, first, end, per_batch, loss):
-        """Batches first .. end - 1 of order; returns the batch after the last one trained (a segment
-        whose misses overflow the staging area is cut in half)."""
+    def _train_segment(self, layout, working_layout, labels, order, epoch, lr, first, end, per_batch, loss, pending):
+        """Batches first .. end - 1 of order, their rows in the staging half the previous segment
+        (`pending`) does not use; returns (the batch after the last one trained, this segment as
+        pending). Its bookkeeping and loads run on the side stream while the previous segment's
+        kernels run; a segment whose rows overflow a staging half is cut in half."""
         chunks = order[first * per_batch:min(end * per_batch, order.numel())]
-        edges, touched, rows = layout.edges_of(chunks)
-        self._seen[touched] = True
-        missing = torch.nonzero(self._seen & (self.slot_of < 0)).squeeze(1)
-        if missing.numel() > self.shape.staging:
-            self._seen[touched] = False
+        with self._streams.on_side():
+            found = self._rows_of_segment(layout, chunks)
+        if found is None:
             if end - first == 1:
-                raise OptionError(f"one batch touches {missing.numel():,} rows that are not in the hot store, "
-                                  f"more than the {self.shape.staging:,} staging rows of the cache: raise the staging "
-                                  "rows to at least the batch's distinct features")
+                raise OptionError(f"one batch touches more rows that are not in the hot store than the "
+                                  f"{self._half:,} rows of a staging half ({self.shape.staging:,} staging rows): "
+                                  "raise the staging rows to at least twice the batch's distinct features")
             return self._train_segment(layout, working_layout, labels, order, epoch, lr, first,
-                                       first + (end - first) // 2, per_batch, loss)
-        self._misses_per_batch = missing.numel() / (end - first)
-        slots = torch.arange(self.shape.capacity, self.shape.capacity + missing.numel(), device=missing.device)
-        self._hit_ratios.append(self._served(touched, rows, end - first, per_batch * layout.chunk_size))
-        # a dense add of the touched mask: adding one per edge made the hot rows' counters collide
-        # (75 ms of a 0.63 s epoch at 64 MB on H100, benchmarks/placement.py)
-        self.counts += self._seen
-        self._seen[touched] = False
-        if missing.numel():
-            self._load(missing, slots)
-            self.slot_of[missing] = slots.int()
-        working_layout.edge_feature[edges] = self.slot_of[touched]
+                                       first + (end - first) // 2, per_batch, loss, pending)
+        rows, where = found
+        self._misses_per_batch = rows.numel() / (end - first)
+        half = 0 if pending is None or pending.half else 1
+        with self._streams.on_side():
+            slots = self.shape.capacity + half * self._half + torch.arange(rows.numel(), device=rows.device)
+            # every staged row is gathered from the host table (no host round trip to pick the misses);
+            # the carried ones are then overwritten by their current values from the previous half
+            self._load(rows, slots)
+            self.slot_of[rows] = slots.int()
+            self._hits.append(remap(layout, chunks, self.slot_of, working_layout.edge_feature, self.shape.capacity,
+                                    per_batch))
+            if pending is not None:
+                self._streams.side_waits(pending.done)
+                carried = where >= 0
+                source = torch.where(carried, where, slots)
+                for _, cache in self._tensors():
+                    cache[slots] = cache[source]
+                self._carried += carried.sum()
+            prepared = self._streams.record_side()
+        self._streams.compute_waits(prepared)
         self.working._queue_epoch(working_layout, labels, epoch, lr, chunks)
         loss += self.working.loss_sum
-        if missing.numel():
-            self._store(missing, slots)
-            self.slot_of[missing] = -1
+        done = self._streams.record_compute()
+        if pending is not None:
+            with self._streams.on_side():
+                self._write_back(pending)
         self.statistics.segments += 1
         self._steps += end - first
-        return end
+        return end, _Staged(rows, slots, half, done)
+
+    def _write_back(self, staged):
+        """A trained segment's staged rows stored to the host table (on the side stream, after its
+        kernels), and uncached unless carried on to the next segment (whose later write-back then
+        stores their newer values over these)."""
+        self._streams.side_waits(staged.done)
+        self._store(staged.rows, staged.slots)
+        now = self.slot_of[staged.rows]
+        self.slot_of[staged.rows] = torch.where(now == staged.slots, -1, now)
+
+    def _drain(self, pending):
+        """The pipeline emptied: the pending segment written back, the compute stream after the side."""
+        if pending is not None:
+            with self._streams.on_side():
+                self._write_back(pending)
+        self._streams.compute_waits(self._streams.record_side())
 
     def train_epoch(self, layout, labels, epoch, lr, order=None):
         """One epoch of mixed batches (the layout's epoch order unless given, in global row ids);
@@ -227,14 +317,23 @@ class HybridHash:
         working_layout = dataclasses.replace(layout, edge_feature=torch.full_like(layout.edge_feature, -1),
                                              n_features=self.shape.rows)
         loss = torch.zeros(1, device=self.working.device)
-        self._hit_ratios = []
-        first = 0
+        self._hits = []
+        self._carried = torch.zeros((), dtype=torch.int64, device=self.working.device)
+        self._streams.side_waits(self._streams.record_compute())
+        first, pending = 0, None
         while first < batches:
             if self._steps >= self.shape.warmup and (self._steps - self.shape.warmup) % self.shape.refresh == 0:
-                self.refresh()
-            first = self._train_segment(layout, working_layout, labels, order, epoch, lr, first,
-                                        self._segment_end(first, batches), per_batch, loss)
-        self.statistics.hit_ratio.extend(torch.cat(self._hit_ratios).tolist())
+                self._drain(pending)
+                pending = None
+                with self._streams.on_side():
+                    self.refresh()
+            first, pending = self._train_segment(layout, working_layout, labels, order, epoch, lr, first,
+                                                 self._segment_end(first, batches), per_batch, loss, pending)
+        self._drain(pending)
+        self.statistics.rows_carried += int(self._carried)
+        if self._hits:
+            hits, edges = (torch.cat(part) for part in zip(*self._hits))
+            self.statistics.hit_ratio.extend((hits / edges.clamp(min=1)).tolist())
         return float(loss) / max(layout.n_rows, 1)
 
     def whole_executor(self):

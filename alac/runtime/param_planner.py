@@ -5,10 +5,12 @@ will cost, predicted from the layout's access counts and measured throughputs.
 Cost model of a HybridHash epoch (B batches, E edges, rows ranked by their accesses f_r):
 - hit ratio: the accesses of the `capacity` most accessed rows over all accesses;
 - a batch misses m = sum over the other rows of 1 - exp(-f_r / B) distinct rows, so a segment holds
-  L = min(refresh, 0.8 staging / m) batches and an epoch has S = B / L segments;
+  L = min(refresh / 4, 0.8 staging / 2 / m) batches (a staging half, a quarter re-rank period at
+  most) and an epoch has S = B / L segments;
 - every segment loads and writes back its distinct misses: sum_r S (1 - exp(-f_r / S)) rows each way,
   at the GPU's measured gather and scatter throughput over the host table's UVA mapping;
-- the kernels: the measured time of the all-GPU kernels on the batches (timed on the cache itself);
+- the kernels: the measured time of the all-GPU kernels on the batches (timed on the cache itself),
+  overlapping the row traffic (a side stream): the epoch takes the longer of the two;
 - bookkeeping (re-pointing edges, counting, the miss search) per edge and per segment: constants
   measured on an H100 (benchmarks/placement.py, Kaggle-shaped set, 64 and 512 MB: 0.8 ns per edge,
   0.4 ms per segment), the rest of the epoch once kernels and row traffic are taken away.
@@ -22,7 +24,7 @@ from dataclasses import dataclass
 import torch
 
 from alac.errors import OptionError
-from alac.runtime.hybrid_hash import CacheShape
+from alac.runtime.hybrid_hash import PERIOD_SEGMENTS, CacheShape
 from alac.runtime.memory import mapped_view
 from alac.runtime.planner import layout_bytes, measured_per_gpu
 from alac.runtime.timing import gpu_milliseconds
@@ -70,8 +72,9 @@ class CacheForecast:
 
     @property
     def epoch_seconds(self):
+        # row traffic runs on a side stream while the kernels train
         return None if self.kernel_seconds is None else \
-            self.kernel_seconds + self.traffic_seconds + self.bookkeeping_seconds
+            max(self.kernel_seconds, self.traffic_seconds) + self.bookkeeping_seconds
 
     def samples_per_s(self, n_rows):
         return None if self.kernel_seconds is None else n_rows / self.epoch_seconds
@@ -86,7 +89,8 @@ def forecast_cache(frequency, shape, batches, row_bytes, costs, kernel_seconds=N
     cold = cold[cold > 0]
     hit_ratio = 1.0 - float(cold.sum()) / max(edges, 1.0)
     misses_per_batch = float((1 - torch.exp(-cold / max(batches, 1))).sum())
-    reach = min(shape.refresh, max(1.0, 0.8 * shape.staging / max(misses_per_batch, 1e-9)))
+    reach = min(max(1.0, shape.refresh / PERIOD_SEGMENTS),
+                max(1.0, 0.8 * (shape.staging // 2) / max(misses_per_batch, 1e-9)))
     segments = max(1.0, batches / reach)
     rows_moved = float((segments * (1 - torch.exp(-cold / segments))).sum())
     traffic = 0.0 if costs is None else \
@@ -119,13 +123,14 @@ def row_bytes_of(ir):
 
 
 def cache_shape_for(budget_bytes, row_bytes, batch_rows_bound):
-    """The cache a budget holds: STAGING_SHARE of its rows for staging (at least one batch's rows), the
-    rest the hot store; OptionError when the budget does not hold one batch's rows."""
+    """The cache a budget holds: STAGING_SHARE of its rows for staging (at least one batch's rows per
+    staging half), the rest the hot store; OptionError when the budget does not hold two batches' rows."""
     rows = budget_bytes // row_bytes
-    staging = max(int(rows * STAGING_SHARE), batch_rows_bound)
+    staging = max(int(rows * STAGING_SHARE), 2 * batch_rows_bound)
     if staging >= rows:
         raise OptionError(f"a GPU budget of {budget_bytes:,} bytes holds {rows:,} rows of {row_bytes} bytes, not "
-                          f"more than one batch's {batch_rows_bound:,} rows: raise --gpu-memory or lower the batch")
+                          f"more than two batches' {2 * batch_rows_bound:,} rows: raise --gpu-memory or lower "
+                          "the batch")
     return CacheShape(capacity=rows - staging, staging=staging)
 
 

@@ -52,6 +52,8 @@ def test_a_cached_table_trains_as_one_table_does_on_the_same_batches(model, back
     # segments were cut (warm-up, re-ranks, staging) and the hot store served a share of the edges
     assert cache.statistics.segments > batches // 7 and len(cache.statistics.hit_ratio) == batches
     assert sum(cache.statistics.hit_ratio[-10:]) / 10 > 0.3
+    # consecutive segments shared rows: those went from one staging half to the other on the device
+    assert cache.statistics.rows_carried > 0
     state = cache.current_state()
     for part in ("params", "states", "globals"):
         for name, values in getattr(one.state, part).items():

@@ -22,10 +22,10 @@ from tests.zoo_models import ZOO
 
 def test_the_forecast_of_a_toy_table_is_its_closed_form():
     frequency = torch.tensor([1.0, 10.0, 5.0, 2.0])
-    shape = CacheShape(capacity=2, staging=100, refresh=4)
+    shape = CacheShape(capacity=2, staging=100, refresh=16)
     forecast = forecast_cache(frequency, shape, batches=8, row_bytes=8, costs=None)
     assert forecast.hit_ratio == pytest.approx(15 / 18)
-    # the staging area reaches past the re-rank period: segments of `refresh` batches
+    # the staging half reaches past a quarter of the re-rank period: segments of 16 / 4 batches
     assert forecast.segments == pytest.approx(2)
     assert forecast.rows_moved == pytest.approx(sum(2 * (1 - math.exp(-f / 2)) for f in (2.0, 1.0)))
     assert forecast.epoch_seconds is None
@@ -37,8 +37,10 @@ def test_rows_fit_the_budget_stay_on_the_device_and_a_batch_must_fit_the_cache()
     placement = choose_placement(1000, 40, 39_960, torch.ones(1000), 10, 100)
     assert placement.mode == "hybrid_hash" and placement.shape.rows == 999 and placement.shape.staging == 249
     assert any("hybrid_hash" in line for line in placement.lines())
-    with pytest.raises(OptionError, match="one batch"):
-        cache_shape_for(4000, 40, 100)
+    # a staging half holds a batch's rows at least
+    assert cache_shape_for(8040, 40, 100) == CacheShape(capacity=1, staging=200)
+    with pytest.raises(OptionError, match="two batches"):
+        cache_shape_for(8000, 40, 100)
 
 
 def test_the_forecast_matches_what_the_cache_counts_on_zipf_ids():
