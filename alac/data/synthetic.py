@@ -29,8 +29,9 @@ _MIX2 = 0x94D049BB133111EB - 2**64
 # Independent random streams.
 _CARDINALITY, _ID, _WEIGHT_U1, _WEIGHT_U2, _FACTOR_U1, _FACTOR_U2, _LABEL = range(7)
 
-# 2**20 rows per block keeps the int64/float64 temporaries near 1 GB for 39 fields.
-_ROWS_PER_BLOCK = 1 << 20
+# Values drawn per block of rows (ids, and the planted FM's factors of every id): 2**26 keeps the
+# float64 temporaries near 0.5 GB whatever the fields and k (2**20 rows of k = 64 factors took 13 GB).
+_VALUES_PER_BLOCK = 1 << 26
 # Planted params of at most this many values are made once and gathered when a set draws more ids
 # than that (the Criteo-shaped set's: 13M at k = 8); more (the Kaggle shape's 574M at k = 16) are
 # hashed for the ids of every row block.
@@ -207,8 +208,10 @@ def _planted_rows(planted, n_rows, seed, first_row, draw_local, options):
     indices = torch.empty(nnz, dtype=torch.int32, device=device)
     labels = torch.empty(n_rows, dtype=torch.float32, device=device)
     cardinality = planted.cardinalities.double()
-    for start in range(0, n_rows, _ROWS_PER_BLOCK):
-        stop = min(n_rows, start + _ROWS_PER_BLOCK)
+    per_row = n_fields * (1 + (planted.k if planted.factor_std is not None else 0))
+    rows_per_block = max(1, _VALUES_PER_BLOCK // per_row)
+    for start in range(0, n_rows, rows_per_block):
+        stop = min(n_rows, start + rows_per_block)
         counters = torch.arange((first_row + start) * n_fields, (first_row + stop) * n_fields, dtype=torch.int64,
                                 device=device)
         u = uniform(seed, _ID, counters).view(-1, n_fields)

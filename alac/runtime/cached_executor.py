@@ -12,7 +12,7 @@ import time
 import torch
 
 from alac.runtime.executor import Executor
-from alac.runtime.hybrid_hash import HybridHash
+from alac.runtime.hybrid_hash import HybridHash, working_plan
 from alac.runtime.state import ModelState
 
 # batches timed on the cache before training to give the cost model its kernel time
@@ -27,7 +27,8 @@ class CachedExecutor:
         host_plan = dataclasses.replace(plan, semantics="sync", placement=tuple((name, "host") for name in params))
         self.whole = Executor(model, host_plan, backend, device, seed, optimizer, schedule, exact_l2)
         # the kernels' hot segment lives in the hot store: at most its rows
-        plan = dataclasses.replace(plan, hot_size=min(plan.hot_size, placement.shape.capacity))
+        plan = working_plan(dataclasses.replace(plan, hot_size=min(plan.hot_size, placement.shape.capacity)),
+                            self.whole.device)
         self.working = Executor(model, plan, backend, device, seed, optimizer, schedule, exact_l2)
         self.cache = HybridHash(self.whole, self.working, placement.shape)
         self.placement = placement

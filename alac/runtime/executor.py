@@ -27,7 +27,7 @@ from alac.runtime.layout import default_device
 from alac.runtime.memory import check_feature_tables
 from alac.runtime.reference import ReferenceBackend
 from alac.runtime.schedule import LearningRateSchedule, batch_scales
-from alac.runtime.state import ModelState
+from alac.runtime.state import ModelState, row_bytes_of
 from alac.runtime.streams import BlockStatistics
 
 BACKENDS = ("triton", "interpret", "reference")
@@ -138,14 +138,12 @@ class Executor:
         layout does not hold the data (a streamed one's meta layout)."""
         self.value_scale = layout.value_scale() if value_scale is None else value_scale
         declared, _ = self.model.declarations()
-        per_row = 1 + len(self.ir.optimizer.states)
         # params placed on the host (and their state) are checked against host memory
         for where, names in (("cpu", self.plan.host_params),
                              (self.device, [n for n in declared if n not in self.plan.host_params])):
-            values = sum(declared[name].size for name in names)
-            if values:
-                check_feature_tables(layout.n_features, 4 * values * per_row,
-                                     "the model's parameters and optimizer state", where)
+            row_bytes = row_bytes_of(self.ir, names)
+            if row_bytes:
+                check_feature_tables(layout.n_features, row_bytes, "the model's parameters and optimizer state", where)
         self.state = ModelState.initial(self.model, layout.new_to_old, self.device, self.seed, self.ir.optimizer,
                                         host=self.plan.host_params)
         self.batches_done = 0

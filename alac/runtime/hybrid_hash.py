@@ -33,6 +33,22 @@ from alac.runtime.state import ModelState
 PERIOD_SEGMENTS = 4
 
 
+# Multiprocessors a sync epoch kernel leaves to the side stream: with a persistent program on every
+# multiprocessor no side kernel ran beside it (H100, 64 batches of the Kaggle-shaped set: none of 200
+# overlapped); with 120 programs of 132 all did, the kernel 16 % slower (benchmarks/placement.py)
+SIDE_MULTIPROCESSORS = 12
+
+
+def working_plan(plan, device):
+    """The plan the cache's kernels train with: a sync plan's persistent programs leave
+    SIDE_MULTIPROCESSORS multiprocessors to the side stream's bookkeeping and row traffic (unchanged
+    on a CPU, for async plans and where the plan sets its programs)."""
+    if torch.device(device).type != "cuda" or plan.semantics != "sync" or plan.programs:
+        return plan
+    multiprocessors = torch.cuda.get_device_properties(device).multi_processor_count
+    return dataclasses.replace(plan, programs=max(1, multiprocessors - SIDE_MULTIPROCESSORS))
+
+
 @dataclass(frozen=True)
 class CacheShape:
     """The GPU cache: hot-store rows, staging rows, the warm-up and the re-rank period in batches."""
@@ -76,21 +92,36 @@ class _Staged:
 
 
 class _Streams:
-    """The compute stream (the kernels) and a side stream (bookkeeping, row traffic) with events
-    between them on a GPU; on a CPU one sequence of work, the events None."""
+    """A compute stream (the kernels) and a side stream (bookkeeping, row traffic) with events between
+    them on a GPU; on a CPU one sequence of work, the events None."""
 
     def __init__(self, device):
         self.cuda = torch.device(device).type == "cuda"
         self.side = torch.cuda.Stream(device) if self.cuda else None
+        self.compute = torch.cuda.Stream(device) if self.cuda else None
 
     def on_side(self):
         return torch.cuda.stream(self.side) if self.cuda else contextlib.nullcontext()
+
+    @contextlib.contextmanager
+    def on_compute(self):
+        """The caller's stream's work before, the compute and side streams' work after the block."""
+        if not self.cuda:
+            yield
+            return
+        caller = torch.cuda.current_stream()
+        self.compute.wait_stream(caller)
+        self.side.wait_stream(caller)
+        with torch.cuda.stream(self.compute):
+            yield
+        caller.wait_stream(self.compute)
+        caller.wait_stream(self.side)
 
     def record_side(self):
         return self.side.record_event() if self.cuda else None
 
     def record_compute(self):
-        return torch.cuda.current_stream().record_event() if self.cuda else None
+        return self.compute.record_event() if self.cuda else None
 
     def side_waits(self, event):
         if event is not None:
@@ -98,7 +129,7 @@ class _Streams:
 
     def compute_waits(self, event):
         if event is not None:
-            torch.cuda.current_stream().wait_event(event)
+            self.compute.wait_event(event)
 
 
 class HybridHash:
@@ -312,6 +343,16 @@ class HybridHash:
             self._sync_globals(into_host=False)
             self._current = False
         order = layout.chunk_order(epoch, self.working.seed) if order is None else order
+        with self._streams.on_compute():
+            loss = self._train_batches(layout, labels, epoch, lr, order)
+        if self._hits:
+            hits, edges = (torch.cat(part) for part in zip(*self._hits))
+            self.statistics.hit_ratio.extend((hits / edges.clamp(min=1)).tolist())
+        return float(loss) / max(layout.n_rows, 1)
+
+    def _train_batches(self, layout, labels, epoch, lr, order):
+        """The epoch's segments on the compute stream (their bookkeeping on the side stream); returns
+        the loss sum as a device tensor."""
         per_batch = self.working.plan.chunks_per_batch
         batches = -(-order.numel() // per_batch)
         working_layout = dataclasses.replace(layout, edge_feature=torch.full_like(layout.edge_feature, -1),
@@ -319,7 +360,6 @@ class HybridHash:
         loss = torch.zeros(1, device=self.working.device)
         self._hits = []
         self._carried = torch.zeros((), dtype=torch.int64, device=self.working.device)
-        self._streams.side_waits(self._streams.record_compute())
         first, pending = 0, None
         while first < batches:
             if self._steps >= self.shape.warmup and (self._steps - self.shape.warmup) % self.shape.refresh == 0:
@@ -331,10 +371,7 @@ class HybridHash:
                                                  self._segment_end(first, batches), per_batch, loss, pending)
         self._drain(pending)
         self.statistics.rows_carried += int(self._carried)
-        if self._hits:
-            hits, edges = (torch.cat(part) for part in zip(*self._hits))
-            self.statistics.hit_ratio.extend((hits / edges.clamp(min=1)).tolist())
-        return float(loss) / max(layout.n_rows, 1)
+        return loss
 
     def whole_executor(self):
         """The executor of every row, current (the hot store's rows and the globals written back)."""

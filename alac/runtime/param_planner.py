@@ -9,11 +9,12 @@ Cost model of a HybridHash epoch (B batches, E edges, rows ranked by their acces
   most) and an epoch has S = B / L segments;
 - every segment loads and writes back its distinct misses: sum_r S (1 - exp(-f_r / S)) rows each way,
   at the GPU's measured gather and scatter throughput over the host table's UVA mapping;
-- the kernels: the measured time of the all-GPU kernels on the batches (timed on the cache itself),
-  overlapping the row traffic (a side stream): the epoch takes the longer of the two;
 - bookkeeping (re-pointing edges, counting, the miss search) per edge and per segment: constants
-  measured on an H100 (benchmarks/placement.py, Kaggle-shaped set, 64 and 512 MB: 0.8 ns per edge,
-  0.4 ms per segment), the rest of the epoch once kernels and row traffic are taken away.
+  measured on an H100 before it ran on a side stream (benchmarks/placement.py, Kaggle-shaped set, 64
+  and 512 MB: 0.8 ns per edge, 0.4 ms per segment), an upper bound of it now;
+- the kernels: the measured time of the all-GPU kernels on the batches (timed on the cache itself),
+  overlapping row traffic and bookkeeping (the side stream): the epoch takes the longer of the two,
+  plus RERANK_SECONDS at every re-rank, where the pipeline drains and the kernels wait.
 """
 
 from __future__ import annotations
@@ -27,10 +28,15 @@ from alac.errors import OptionError
 from alac.runtime.hybrid_hash import PERIOD_SEGMENTS, CacheShape
 from alac.runtime.memory import mapped_view
 from alac.runtime.planner import layout_bytes, measured_per_gpu
+from alac.runtime.state import row_bytes_of
 from alac.runtime.timing import gpu_milliseconds
 
 BOOKKEEPING_NS_PER_EDGE = 0.8
 SEGMENT_SECONDS = 4e-4
+# The kernels' idle time at a re-rank (the last segment's write-back, the re-rank, the next segment's
+# bookkeeping): 4.5-8.7 ms gaps between kernels after re-ranks in a profiled 512 MB epoch (H100,
+# benchmarks/placement.py's Kaggle-shaped set, Zipf 1.1), against ~2 ms between other segments
+RERANK_SECONDS = 5e-3
 # Of a budget, the share the staging area takes (the rest is the hot store): 1/4 beat 1/2 at 64 MB and
 # tied at 512 MB (H100, Kaggle-shaped set, Zipf 1.1; benchmarks/placement.py's shapes)
 STAGING_SHARE = 0.25
@@ -68,13 +74,14 @@ class CacheForecast:
     rows_moved: float           # rows loaded per epoch (as many are written back)
     traffic_seconds: float
     bookkeeping_seconds: float
+    reranks: float
     kernel_seconds: float | None
 
     @property
     def epoch_seconds(self):
-        # row traffic runs on a side stream while the kernels train
+        # row traffic and bookkeeping run on a side stream while the kernels train
         return None if self.kernel_seconds is None else \
-            max(self.kernel_seconds, self.traffic_seconds) + self.bookkeeping_seconds
+            max(self.kernel_seconds, self.traffic_seconds + self.bookkeeping_seconds) + self.reranks * RERANK_SECONDS
 
     def samples_per_s(self, n_rows):
         return None if self.kernel_seconds is None else n_rows / self.epoch_seconds
@@ -96,7 +103,8 @@ def forecast_cache(frequency, shape, batches, row_bytes, costs, kernel_seconds=N
     traffic = 0.0 if costs is None else \
         rows_moved * row_bytes / 1e9 * (1 / costs.gather_gb_per_s + 1 / costs.scatter_gb_per_s)
     bookkeeping = edges * BOOKKEEPING_NS_PER_EDGE * 1e-9 + segments * SEGMENT_SECONDS
-    return CacheForecast(hit_ratio, segments, rows_moved, traffic, bookkeeping, kernel_seconds)
+    return CacheForecast(hit_ratio, segments, rows_moved, traffic, bookkeeping, batches / shape.refresh,
+                         kernel_seconds)
 
 
 @dataclass(frozen=True)
@@ -113,13 +121,6 @@ class ParamPlacement:
 
     def lines(self):
         return [f"{decision} = {value}: {why}" for decision, value, why in self.reasons]
-
-
-def row_bytes_of(ir):
-    """Bytes of one row of the model: its params' values and their optimizer state (a state kept per
-    row of a vector param, as AdaGrad's accumulator, is one value)."""
-    return 4 * sum(p.size + sum(1 if per_row else p.size for _, _, per_row in ir.optimizer.states)
-                   for p in ir.params)
 
 
 def cache_shape_for(budget_bytes, row_bytes, batch_rows_bound):
@@ -156,7 +157,10 @@ def choose_placement(n_features, row_bytes, budget_bytes, frequency, batches, ba
                                                                f"{costs.gather_gb_per_s:.1f} GB/s gather, "
                                                                f"{costs.scatter_gb_per_s:.1f} GB/s scatter")),
         ("bookkeeping per epoch", f"{forecast.bookkeeping_seconds:.3f} s",
-         f"{BOOKKEEPING_NS_PER_EDGE} ns per edge and {SEGMENT_SECONDS * 1e3:g} ms per segment (measured on H100)"))
+         f"{BOOKKEEPING_NS_PER_EDGE} ns per edge and {SEGMENT_SECONDS * 1e3:g} ms per segment (measured on H100), "
+         "beside the kernels with the row traffic"),
+        ("re-ranks per epoch", f"{forecast.reranks:.1f}", f"the kernels wait {RERANK_SECONDS * 1e3:g} ms at each "
+                                                         "(measured on H100)"))
     return ParamPlacement("hybrid_hash", row_bytes, table, budget_bytes, shape, forecast, reasons)
 
 
@@ -187,8 +191,9 @@ def predicted_line(placement, n_rows):
     if placement.forecast is None or placement.forecast.kernel_seconds is None:
         return None
     f = placement.forecast
-    return (f"predicted {f.samples_per_s(n_rows):,.0f} samples/s: kernels {f.kernel_seconds:.3f} s + row traffic "
-            f"{f.traffic_seconds:.3f} s + bookkeeping {f.bookkeeping_seconds:.3f} s per epoch")
+    return (f"predicted {f.samples_per_s(n_rows):,.0f} samples/s: the longer of kernels {f.kernel_seconds:.3f} s and "
+            f"row traffic {f.traffic_seconds:.3f} s + bookkeeping {f.bookkeeping_seconds:.3f} s, + "
+            f"{f.reranks * RERANK_SECONDS:.3f} s of re-ranks per epoch")
 
 
 def batches_of(n_rows, plan):

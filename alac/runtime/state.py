@@ -11,6 +11,13 @@ from alac.dsl import Constant, Normal, Uniform
 from alac.runtime.memory import mapped_view, pinned_copy, pinned_empty
 
 
+def row_bytes_of(ir, names=None):
+    """Bytes of one row of the model's params (those named, by default all): their values and their
+    optimizer state (a state kept per row of a vector param, as AdaGrad's accumulator, is one value)."""
+    return 4 * sum(p.size + sum(1 if per_row else p.size for _, _, per_row in ir.optimizer.states)
+                   for p in ir.params if names is None or p.name in names)
+
+
 def _initial_values(init, shape, generator):
     if isinstance(init, Constant):
         return torch.full(shape, float(init.value))

@@ -2,6 +2,7 @@
 whose forecast (hit ratio, rows moved) matches closed forms and what the cache itself counts; and a
 Trainer over its budget training through the cache as one table does."""
 
+import dataclasses
 import math
 
 import pytest
@@ -14,7 +15,14 @@ from alac.runtime.cached_executor import CachedExecutor
 from alac.runtime.executor import LabelMap
 from alac.runtime.hybrid_hash import CacheShape
 from alac.runtime.layout import LayoutOptions, build_layout
-from alac.runtime.param_planner import cache_shape_for, choose_placement, forecast_cache
+from alac.runtime.param_planner import (
+    BOOKKEEPING_NS_PER_EDGE,
+    RERANK_SECONDS,
+    SEGMENT_SECONDS,
+    cache_shape_for,
+    choose_placement,
+    forecast_cache,
+)
 from alac.train import Trainer
 from tests.runtime.test_hybrid_hash import _cache
 from tests.zoo_models import ZOO
@@ -29,6 +37,12 @@ def test_the_forecast_of_a_toy_table_is_its_closed_form():
     assert forecast.segments == pytest.approx(2)
     assert forecast.rows_moved == pytest.approx(sum(2 * (1 - math.exp(-f / 2)) for f in (2.0, 1.0)))
     assert forecast.epoch_seconds is None
+    # the kernels overlap row traffic and bookkeeping; each re-rank (8 / 16 per epoch) stalls them
+    bookkeeping = 18 * BOOKKEEPING_NS_PER_EDGE * 1e-9 + 2 * SEGMENT_SECONDS
+    assert forecast.bookkeeping_seconds == pytest.approx(bookkeeping) and forecast.reranks == 0.5
+    assert dataclasses.replace(forecast, kernel_seconds=1.0).epoch_seconds == pytest.approx(1.0 + 0.5 * RERANK_SECONDS)
+    assert dataclasses.replace(forecast, kernel_seconds=1e-9).epoch_seconds == \
+        pytest.approx(bookkeeping + 0.5 * RERANK_SECONDS)
 
 
 def test_rows_fit_the_budget_stay_on_the_device_and_a_batch_must_fit_the_cache():
