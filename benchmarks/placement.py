@@ -42,7 +42,7 @@ from alac.data.synthetic import KAGGLE_CARDINALITIES, kaggle_like
 from alac.models import zoo_model
 from alac.plan import Plan
 from alac.runtime.executor import Executor, LabelMap
-from alac.runtime.hybrid_hash import HybridHash, working_plan
+from alac.runtime.hybrid_hash import SIDE_MULTIPROCESSORS, CacheShape, HybridHash, working_plan
 from alac.runtime.layout import LayoutOptions, build_layout
 from alac.runtime.param_planner import cache_shape_for
 from alac.runtime.placement import FULL_RATE, START_RATE, FaeTables, ShuffleScheduler, fae_data
@@ -125,7 +125,9 @@ def hybrid_hash(data, budget_mb, args, breakdown=False):
     layout, labels, plan = data["layout"], data["labels"], data["plan"]
     # the planner's cache of the budget (alac.runtime.param_planner): a quarter staging, a batch at least
     shape = cache_shape_for(budget_mb * 2**20, ROW_BYTES, args.batch_size * int(data["train"].row_lengths().max()))
-    cache = HybridHash(_executor(_in_host(plan)), _executor(working_plan(plan, TARGET["device"])), shape)
+    shape = dataclasses.replace(shape, refresh=args.refresh)
+    working = working_plan(plan, TARGET["device"], args.side_multiprocessors)
+    cache = HybridHash(_executor(_in_host(plan)), _executor(working), shape)
     cache.initialize(layout, 1.0)
     seconds, before = [], None
     for epoch in range(args.epochs):
@@ -267,14 +269,17 @@ def run_zipf(zipf, args):
     for budget in args.budgets_mb:
         arms.append(hybrid_hash(data, budget, args, breakdown=budget == args.budgets_mb[0]))
         print(arms[-1], flush=True)
+        if args.hybrid_only:
+            continue
         for schedule in SCHEDULES if budget == args.schedules_at_mb else ("R(50)",):
             arms.append(fae(data, budget, schedule, args))
             print(arms[-1], flush=True)
         if budget == args.schedules_at_mb:
             arms.append(fae(data, budget, "R(1)", args, dirty_only=False))
             print(arms[-1], flush=True)
-    arms.append(pytorch_host_table(data, args))
-    print(arms[-1], flush=True)
+    if not args.hybrid_only:
+        arms.append(pytorch_host_table(data, args))
+        print(arms[-1], flush=True)
     return arms
 
 
@@ -337,6 +342,9 @@ def main():
     parser.add_argument("--zipfs", type=lambda s: [float(x) for x in s.split(",")], default=[1.1, 1.2])
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--batch-size", type=int, default=4096)
+    parser.add_argument("--refresh", type=int, default=CacheShape.refresh, help="HybridHash re-rank period (batches)")
+    parser.add_argument("--side-multiprocessors", type=int, default=SIDE_MULTIPROCESSORS,
+                        help="multiprocessors HybridHash's sync kernels leave to its side stream")
     parser.add_argument("--schedules-at-mb", type=int, default=256)
     parser.add_argument("--baseline-batches", type=int, default=200)
     parser.add_argument("--big-scale", type=int, default=0,
@@ -346,6 +354,9 @@ def main():
     parser.add_argument("--big-k", type=int, default=64,
                         help="factors of the big run's FM (64 with AdaGrad: 268 bytes a row; scale 10 is 90 GB)")
     parser.add_argument("--big-budget-gb", type=float, default=16.0)
+    parser.add_argument("--hybrid-only", action="store_true",
+                        help="all-GPU and HybridHash arms alone (a sweep of --refresh or --side-multiprocessors), "
+                             "written to --out, not rendered")
     parser.add_argument("--only-big", action="store_true", help="the big run alone, added to results/placement.json")
     parser.add_argument("--device", default="cuda", help="cpu: a smoke run on the reference executor")
     parser.add_argument("--out", default=None)
@@ -358,6 +369,10 @@ def main():
         payload["big"] = {**big_run(args), "environment": environment(), "arguments": vars(args)}
     else:
         arms = [arm for zipf in args.zipfs for arm in run_zipf(zipf, args)]
+        if args.hybrid_only:
+            write("placement_sweep", {"environment": environment(), "arguments": vars(args), "arms": arms}, "",
+                  args.out or "/tmp")
+            return
         payload = {"environment": environment(), "arguments": vars(args), "row_bytes": ROW_BYTES, "arms": arms}
         if args.big_scale:
             payload["big"] = big_run(args)

@@ -39,14 +39,14 @@ PERIOD_SEGMENTS = 4
 SIDE_MULTIPROCESSORS = 12
 
 
-def working_plan(plan, device):
+def working_plan(plan, device, side_multiprocessors=SIDE_MULTIPROCESSORS):
     """The plan the cache's kernels train with: a sync plan's persistent programs leave
-    SIDE_MULTIPROCESSORS multiprocessors to the side stream's bookkeeping and row traffic (unchanged
-    on a CPU, for async plans and where the plan sets its programs)."""
+    side_multiprocessors to the side stream's bookkeeping and row traffic (unchanged on a CPU, for
+    async plans and where the plan sets its programs)."""
     if torch.device(device).type != "cuda" or plan.semantics != "sync" or plan.programs:
         return plan
     multiprocessors = torch.cuda.get_device_properties(device).multi_processor_count
-    return dataclasses.replace(plan, programs=max(1, multiprocessors - SIDE_MULTIPROCESSORS))
+    return dataclasses.replace(plan, programs=max(1, multiprocessors - side_multiprocessors))
 
 
 @dataclass(frozen=True)
