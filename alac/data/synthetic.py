@@ -14,17 +14,13 @@ be generated independently.
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass
 
 import torch
 
+from alac.counter_random import normal, uniform
 from alac.data.dataset import DataSource, SparseDataset
 from alac.errors import OptionError
-
-_GOLDEN = 0x9E3779B97F4A7C15 - 2**64
-_MIX1 = 0xBF58476D1CE4E5B9 - 2**64
-_MIX2 = 0x94D049BB133111EB - 2**64
 
 # Independent random streams.
 _CARDINALITY, _ID, _WEIGHT_U1, _WEIGHT_U2, _FACTOR_U1, _FACTOR_U2, _LABEL = range(7)
@@ -36,33 +32,6 @@ _VALUES_PER_BLOCK = 1 << 26
 # than that (the Criteo-shaped set's: 13M at k = 8); more (the Kaggle shape's 574M at k = 16) are
 # hashed for the ids of every row block.
 TABLE_VALUES = 1 << 27
-
-
-def _shift_right_logical(x, bits):
-    return (x >> bits) & ((1 << (64 - bits)) - 1)
-
-
-def _splitmix64(x):
-    x = x + _GOLDEN
-    x = (x ^ _shift_right_logical(x, 30)) * _MIX1
-    x = (x ^ _shift_right_logical(x, 27)) * _MIX2
-    return x ^ _shift_right_logical(x, 31)
-
-
-def _stream_key(seed, stream):
-    return int(_splitmix64(torch.tensor([seed * 64 + stream], dtype=torch.int64))[0])
-
-
-def uniform(seed, stream, counters):
-    """U[0, 1) float64 numbers, one per int64 counter, from a hash of (seed, stream, counter)."""
-    return _shift_right_logical(_splitmix64(counters ^ _stream_key(seed, stream)), 11).double() * 2.0**-53
-
-
-def normal(seed, streams, counters):
-    """N(0, 1) float64 numbers by Box-Muller over two uniform streams."""
-    u1 = uniform(seed, streams[0], counters)
-    u2 = uniform(seed, streams[1], counters)
-    return torch.sqrt(-2.0 * torch.log1p(-u1)) * torch.cos(2.0 * math.pi * u2)
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from alac.counter_random import normal, uniform
 from alac.dsl import Constant, Normal, Uniform
 from alac.runtime.memory import mapped_view, pinned_copy, pinned_empty
 
@@ -28,10 +29,14 @@ def _initial_values(init, shape, generator):
     raise TypeError(f"unknown initializer {init!r}")
 
 
-# Tables of more rows are drawn in pieces of at most this many rows and DRAW_VALUES values, each piece
-# written where the table lives (a 676M-row FM table drawn at once and then permuted would take three
-# times its 46 GB in host memory)
-DRAW_ROWS, DRAW_VALUES = 1 << 26, 1 << 28
+# Tables of more rows draw their values from a counter-based generator (alac.counter_random), piece by
+# piece where the table lives (on the GPU for a GPU's tables, host-placed ones too): a 676M-row FM table
+# drawn at once and then permuted would take three times its 46 GB in host memory, and one CPU generator
+# drew an 84 GiB FM k = 64 table for minutes. DRAW_VALUES values a piece keep its int64 counters and
+# float64 temporaries near 1.5 GB.
+DRAW_ROWS, DRAW_VALUES = 1 << 26, 1 << 25
+# counter-based streams of the initial values; a table's counters start at its param's index << 40
+INIT_STREAMS = (16, 17)
 
 
 def _in_host(device, host):
@@ -49,10 +54,27 @@ def _empty(shape, device, host):
     return pinned_empty(shape) if _in_host(device, host) else torch.empty(shape, device=device)
 
 
-def _drawn(init, shape, generator, new_to_old, device, host):
+def counter_values(init, first, rows, width, seed, index, device):
+    """Initial values of the user's rows first .. first + rows - 1 of the index-th param (width values
+    a row) from the counter-based generator: the same on any device and for any piece size."""
+    start = (index << 40) + first * width
+    counters = torch.arange(start, start + rows * width, dtype=torch.int64, device=device)
+    if isinstance(init, Constant):
+        values = torch.full((counters.numel(),), float(init.value), device=device)
+    elif isinstance(init, Normal):
+        values = normal(seed, INIT_STREAMS, counters) * init.std + init.mean
+    elif isinstance(init, Uniform):
+        values = uniform(seed, INIT_STREAMS[0], counters) * (init.high - init.low) + init.low
+    else:
+        raise TypeError(f"unknown initializer {init!r}")
+    return values.float().view(rows, width)
+
+
+def _drawn(init, shape, generator, new_to_old, device, host, seed, index):
     """A param's initial values in the layout's row order: row i holds the draw of the user's row
-    new_to_old[i]. Up to DRAW_ROWS rows are drawn at once; a larger table piece by piece in the user's
-    order, each piece written to its rows where the table lives."""
+    new_to_old[i]. Up to DRAW_ROWS rows are drawn at once by the CPU generator; a larger table from
+    counter_values, piece by piece in the user's order, each piece written to its rows where the table
+    lives."""
     rows = shape[0]
     if rows <= DRAW_ROWS:
         return _placed(_initial_values(init, shape, generator)[new_to_old].float().contiguous(), device, host)
@@ -60,11 +82,12 @@ def _drawn(init, shape, generator, new_to_old, device, host):
     writable = mapped_view(table, device) if _in_host(device, host) else table
     old_to_new = torch.empty_like(new_to_old)
     old_to_new[new_to_old] = torch.arange(rows)
-    step = max(1, min(DRAW_ROWS, DRAW_VALUES // math.prod(shape[1:])))
+    width = math.prod(shape[1:])
+    step = max(1, min(DRAW_ROWS, DRAW_VALUES // width))
     for start in range(0, rows, step):
-        piece = _initial_values(init, (min(step, rows - start), *shape[1:]), generator).float()
-        where = old_to_new[start:start + piece.shape[0]].to(writable.device)
-        writable[where] = piece.to(writable.device)
+        count = min(step, rows - start)
+        piece = counter_values(init, start, count, width, seed, index, writable.device)
+        writable[old_to_new[start:start + count].to(writable.device)] = piece.view(count, *shape[1:])
     return table
 
 
@@ -76,17 +99,18 @@ class ModelState:
 
     @classmethod
     def initial(cls, model, new_to_old, device, seed=0, optimizer=None, host=()):
-        """Initial values drawn in the user's feature order (a CPU generator, so the same on any
-        device and under any re-indexing), then permuted to the layout's ids. Params named in host
+        """Initial values drawn in the user's feature order (a CPU generator, or for tables over
+        DRAW_ROWS rows a counter-based one: the same on any device and under any re-indexing), then
+        permuted to the layout's ids. Params named in host
         (and their optimizer state) live in pinned host memory, which kernels reach through mapped
         pointers; without CUDA, host memory is where every tensor is."""
         declared_params, declared_globals = model.declarations()
         generator = torch.Generator().manual_seed(seed)
         order = new_to_old.long().cpu()
         params = {}
-        for name, param in declared_params.items():
+        for index, (name, param) in enumerate(declared_params.items()):
             shape = (order.numel(),) if param.size == 1 else (order.numel(), param.size)
-            params[name] = _drawn(param.init, shape, generator, order, device, name in host)
+            params[name] = _drawn(param.init, shape, generator, order, device, name in host, seed, index)
         globals_ = {name: _initial_values(g.init, (1,), generator).to(device=device, dtype=torch.float32)
                     for name, g in declared_globals.items()}
         states = {}

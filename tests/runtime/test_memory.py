@@ -47,20 +47,42 @@ def test_registered_host_tables_are_read_and_written_by_gpu_kernels(monkeypatch)
 
 
 def test_a_table_past_draw_rows_is_drawn_piece_by_piece_into_the_layouts_order(monkeypatch):
-    """Each row holds the draw of its user's row in a piecewise draw of the user's order: the same as
-    drawing the pieces, concatenating and permuting, which a table of DRAW_ROWS rows or fewer does."""
+    """A table over DRAW_ROWS rows: row i holds the counter-based draw of its user's row new_to_old[i],
+    whatever the piece size, on the CPU and on a GPU alike, with the initializer's mean and spread."""
+    from alac.dsl import Model, Normal, Param, Uniform
     from alac.models import zoo_model
     from alac.runtime import state
 
-    model = zoo_model("fm", k=3, init_std=0.5)
-    new_to_old = torch.randperm(1000, generator=torch.Generator().manual_seed(2))
-    whole = state.ModelState.initial(model, new_to_old, "cpu", seed=5)
+    class Wide(Model):
+        def __init__(self):
+            self.w = Param(init=Uniform(-0.2, 0.6))
+            self.v = Param(size=3, init=Normal(0.5, 1.0))
+
+        def aggregate(self, x, p):
+            return {"wx": x * p.w}
+
+        def loss(self, a, g, y):
+            return (a.wx - y) ** 2
+
+    n = 20_000
+    new_to_old = torch.randperm(n, generator=torch.Generator().manual_seed(2))
     monkeypatch.setattr(state, "DRAW_ROWS", 64)
-    pieces = state.ModelState.initial(model, new_to_old, "cpu", seed=5)
-    generator = torch.Generator().manual_seed(5)
-    for name, param in model.declarations()[0].items():
-        drawn = torch.cat([state._initial_values(param.init, (min(64, 1000 - s), *((param.size,) if param.size > 1
-                                                                                  else ())), generator)
-                           for s in range(0, 1000, 64)])
-        torch.testing.assert_close(pieces.params[name], drawn[new_to_old])
-        assert pieces.params[name].shape == whole.params[name].shape
+    tables = []
+    for piece_values in (96, 4099):
+        monkeypatch.setattr(state, "DRAW_VALUES", piece_values)
+        tables.append(state.ModelState.initial(Wide(), new_to_old, "cpu", seed=5).params)
+    for index, (name, width) in enumerate((("w", 1), ("v", 3))):
+        whole = state.counter_values(Wide().declarations()[0][name].init, 0, n, width, 5, index, "cpu")
+        expected = whole[new_to_old].squeeze(1)
+        assert torch.equal(tables[0][name], expected) and torch.equal(tables[1][name], expected)
+    assert abs(float(tables[0]["w"].mean()) - 0.2) < 0.01 and abs(float(tables[0]["w"].min()) + 0.2) < 0.001
+    assert abs(float(tables[0]["v"].mean()) - 1.0) < 0.02 and abs(float(tables[0]["v"].std()) - 0.5) < 0.02
+    # the two params draw from different counters
+    assert float(torch.corrcoef(torch.stack([tables[0]["w"], tables[0]["v"][:, 0]]))[0, 1]) < 0.05
+    if torch.cuda.is_available():
+        on_gpu = state.ModelState.initial(zoo_model("fm", k=3), new_to_old, "cuda", seed=5).params
+        on_cpu = state.ModelState.initial(zoo_model("fm", k=3), new_to_old, "cpu", seed=5).params
+        for name in on_cpu:
+            torch.testing.assert_close(on_gpu[name].cpu(), on_cpu[name], rtol=1e-6, atol=1e-7)
+
+
