@@ -4,7 +4,9 @@ The FNN paper's data sets (the shared iPinYou sample among them) ship `featindex
 `field:value<TAB>index` line per feature, the field the text before the first colon (the whole key
 when it has none, as iPinYou's `truncate`). `load_featindex`
 reads it into a FieldMap (field ids numbered in order of first appearance); `FieldMap.apply` gives a
-dataset the field of every entry, as a libffm file would.
+dataset the field of every entry, as a libffm file would. Where the index file does not match the data
+(the shared iPinYou sample's `featindex.txt` puts 12 of a row's 16 features in one field), `from_positions`
+takes the fields of one-hot rows from the place of each feature in its row.
 """
 
 from __future__ import annotations
@@ -93,3 +95,29 @@ def load_featindex(path):
     field_of = torch.full((counts.numel(),), -1, dtype=torch.int32)
     field_of[index_of] = torch.tensor(fields, dtype=torch.int32)
     return FieldMap(field_of, tuple(names), str(path))
+
+
+def from_positions(dataset):
+    """FieldMap of a one-hot set whose rows hold one feature per field, fields in the same order in every
+    row (the iPinYou sample: 16 per row, each field a range of ids): field f is the f-th entry of a row.
+    DataError naming the line when rows differ in length or a feature sits at two places."""
+    lengths = dataset.indptr.diff()
+    width = int(lengths[0]) if lengths.numel() else 0
+    uneven = torch.nonzero(lengths != width)
+    if width == 0 or uneven.numel():
+        row = int(uneven[0, 0]) if uneven.numel() else 0
+        raise DataError(f"fields by position need rows of one feature per field, all of the same length: this row "
+                        f"has {int(lengths[row]) if lengths.numel() else 0} entries, the first {width}",
+                        path=dataset.source.path, line=dataset.source.line_of_row(row))
+    ids = dataset.indices.long()
+    position = torch.arange(ids.numel(), device=ids.device) % width
+    field_of = torch.full((dataset.n_features,), -1, dtype=torch.int64, device=ids.device)
+    field_of.scatter_reduce_(0, ids, position, reduce="amax")
+    moved = torch.nonzero(field_of[ids] != position)
+    if moved.numel():
+        entry = int(moved[0, 0])
+        raise DataError(f"feature {int(ids[entry])} sits at places {int(position[entry])} and "
+                        f"{int(field_of[ids[entry]])} of rows: fields by position need each feature at one place",
+                        path=dataset.source.path, line=dataset.source.line_of_row(entry // width),
+                        token=dataset.entry_token(entry))
+    return FieldMap(field_of.int().cpu(), tuple(str(f) for f in range(width)), dataset.source.path)
