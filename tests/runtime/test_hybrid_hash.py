@@ -8,7 +8,7 @@ from alac.data.synthetic import criteo_like, kaggle_like
 from alac.errors import OptionError
 from alac.plan import Plan
 from alac.runtime.executor import Executor, LabelMap
-from alac.runtime.hybrid_hash import CacheShape, HybridHash
+from alac.runtime.hybrid_hash import SIDE_MULTIPROCESSORS, CacheShape, HybridHash, working_plan
 from alac.runtime.layout import LayoutOptions, build_layout
 from tests.runtime.test_streams import DEVICE, KERNELS
 from tests.zoo_models import ZOO
@@ -116,3 +116,15 @@ def test_the_plans_hot_segment_keeps_its_slots_through_re_ranks():
     assert cache.slot_of[:6].tolist() == list(range(6)) and cache.cached[:6].tolist() == list(range(6))
     with pytest.raises(OptionError, match="hot segment"):
         _cache("lr", Plan(chunk_size=8, batch_size=32, hot_size=6), "cpu", "reference", CacheShape(4, staging=10))
+
+
+def test_the_caches_sync_kernels_leave_multiprocessors_to_its_side_stream():
+    sync = Plan(chunk_size=8, batch_size=4096)
+    assert working_plan(sync, "cpu") is sync
+    if torch.cuda.is_available():
+        processors = torch.cuda.get_device_properties(0).multi_processor_count
+        assert working_plan(sync, "cuda").programs == processors - SIDE_MULTIPROCESSORS
+        assert working_plan(sync, "cuda", side_multiprocessors=4).programs == processors - 4
+        # async kernels and a plan's own programs are left alone
+        for plan in (Plan(semantics="async"), Plan(programs=7)):
+            assert working_plan(plan, "cuda") is plan
