@@ -33,10 +33,11 @@ def _minimum(a, b):
 
 
 class TorchPrograms:
-    def __init__(self, ir):
+    def __init__(self, ir, given_deltas=False):
+        """given_deltas: the edge program takes dLoss/dAccum per lane of a vector accum (alac.nn)."""
         self.ir = ir
         # the binders' ranks (alac.ir.ranks), with edges as the rows of flat tensors
-        ranks = {name: flat_rank(rank) for name, rank in binder_ranks(ir).items()}
+        ranks = {name: flat_rank(rank) for name, rank in binder_ranks(ir, given_deltas).items()}
         self.ranks = ranks
         self.printer = ExpressionPrinter(TORCH, {}, ranks)
         updates = [(kind, update) for kind, update in (("scalar", ir.optimizer.scalar), ("vector", ir.optimizer.vector))

@@ -11,7 +11,7 @@ from __future__ import annotations
 import sympy as sp
 
 from alac.ir.functions import FactorSum
-from alac.ir.model_ir import l2_name
+from alac.ir.model_ir import delta_name, l2_name
 
 RANK_AXES = {"uniform": (), "row": ("row",), "lane": ("row", "lane"), "edge": ("slot", "row"),
              "edge_lane": ("slot", "row", "lane")}
@@ -41,9 +41,11 @@ def rank_of(expr, ranks):
     return rank_with_axes(axes_of(expr, ranks))
 
 
-def binder_ranks(ir):
+def binder_ranks(ir, given_deltas=False):
     """The rank of every symbol and binder of ir's programs; an output (not a temp) of uniform rank is
-    given one value per row, as every sample has its own."""
+    given one value per row, as every sample has its own. given_deltas: the edge program's dLoss/dAccum
+    come from outside (alac.nn: a deep part's gradients), one per lane of a vector accum, whatever
+    the model's own loss makes of them."""
     ranks = {"x": "edge", "y": "row"}
     for p in ir.params:
         ranks[p.name] = "edge_lane" if p.vector else "edge"
@@ -53,6 +55,8 @@ def binder_ranks(ir):
     for g in ir.globals:
         ranks[g] = "uniform"
     for program in (ir.sample_program, ir.predict_program, ir.edge_program):
+        if given_deltas and program is ir.edge_program:
+            ranks.update({delta_name(a.name): "lane" if a.vector else "row" for a in ir.accums})
         for d in program:
             rank = rank_of(d.expr, ranks)
             ranks[d.name] = "row" if not d.name.startswith("t") and rank == "uniform" else rank

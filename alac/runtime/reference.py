@@ -20,9 +20,11 @@ def _full(value, shape, like):
 class ReferenceBackend:
     name = "reference"
 
-    def __init__(self, ir):
+    def __init__(self, ir, given_deltas=False):
+        """given_deltas: apply() takes dLoss/dAccum from outside (alac.nn), one per lane of a vector
+        accum."""
         self.ir = ir
-        self.programs = TorchPrograms(ir)
+        self.programs = TorchPrograms(ir, given_deltas)
 
     def _batch_edges(self, layout, chunks):
         """Features, values and batch rows of the chunks' real edges."""
@@ -31,7 +33,9 @@ class ReferenceBackend:
             edges.numel(), device=edges.device)
         return feature, x, row
 
-    def _accums(self, state, feature, x, row, rows):
+    def accums(self, state, feature, x, row, rows):
+        """({accum: [rows] or [rows, k]} summed over the edges (feature, value x, sample row), the
+        params gathered per edge)."""
         # params in host memory are gathered there and the rows moved to the edges' device
         gathered = {name: value[feature.to(value.device)].to(feature.device) for name, value in state.params.items()}
         contributions = self.programs.contributions(x, **gathered)
@@ -47,7 +51,7 @@ class ReferenceBackend:
         C = layout.chunk_size
         rows = chunks.numel() * C
         feature, x, row = self._batch_edges(layout, chunks)
-        accums, gathered = self._accums(state, feature, x, row, rows)
+        accums, gathered = self.accums(state, feature, x, row, rows)
         slots = (chunks[:, None] * C + torch.arange(C, device=chunks.device)).reshape(-1)
         valid = layout.row_of_slot[slots] >= 0
         globals_ = {name: value[0] for name, value in state.globals.items()}
@@ -72,6 +76,13 @@ class ReferenceBackend:
 
         loss_sum += masked(LOSS).sum()
         deltas = {delta_name(a.name): masked(delta_name(a.name))[row] for a in self.ir.accums}
+        self.apply(state, feature, x, gathered, deltas, lr, scale, settings)
+        for name in self.ir.globals:
+            state.globals[name] -= lr * scale * masked(global_grad_name(name)).sum()
+
+    def apply(self, state, feature, x, gathered, deltas, lr, scale, settings):
+        """The optimizer's rule once on every row the edges touch, on its summed gradient times scale:
+        the gradients from every edge's feature, value, gathered params and dLoss/dAccum (deltas)."""
         grads = self.programs.edge(x, **gathered, **deltas,
                                    **{l2_name(p.name): settings.gradient_l2.get(p.name, 0.0) for p in self.ir.params})
         touched, inverse = torch.unique(feature, return_inverse=True)
@@ -90,14 +101,12 @@ class ReferenceBackend:
             for st, _, _ in optimizer.states:
                 target = state.states[f"{param.name}_{st}"]
                 target[touched] = _full(new[f"new_s_{st}"], target[touched].shape, x)
-        for name in self.ir.globals:
-            state.globals[name] -= lr * scale * masked(global_grad_name(name)).sum()
 
     def predict(self, state, layout):
         C = layout.chunk_size
         chunks = torch.arange(layout.n_chunks, device=layout.device)
         feature, x, row = self._batch_edges(layout, chunks)
-        accums, _ = self._accums(state, feature, x, row, layout.n_chunks * C)
+        accums, _ = self.accums(state, feature, x, row, layout.n_chunks * C)
         globals_ = {name: value[0] for name, value in state.globals.items()}
         # in float64: PyTorch's float32 reductions over the factor lanes round differently with the
         # number of rows (vectorized blocks and remainders), so a row's float32 prediction depended

@@ -1,0 +1,121 @@
+"""alac.nn: a DSL model's Aggregate as a torch module, for models with a deep part.
+
+    wide = SparseAggregate(FM(k=16), n_features=1_000_000, optimizer="adagrad", lr=0.05)
+    accums = wide(indices, offsets, values)          # {"wx": [B], "vx": [B, 16], "v2x2": [B, 16]}
+    logit = accums["wx"] + 0.5 * (accums["vx"] ** 2 - accums["v2x2"]).sum(1) + deep(dense)
+    loss = F.binary_cross_entropy_with_logits(logit, labels)
+    loss.backward()                                  # the sparse rows are updated here
+    dense_optimizer.step()                           # any torch.optim for the deep part
+
+forward sums the model's per-edge contributions into its accums for a batch of sparse rows given as
+CSR (int64 indices, offsets of B + 1 entries, optional float32 values); backward takes dLoss/dAccum
+from autograd and applies the model's optimizer (its rule, state and L1/L2) to the rows the batch
+touched, at the params of that moment: no dense gradient tensor, no separate optimizer step. The
+tables and optimizer state are buffers (in state_dict, moved by .to()); the model's globals and
+loss are not used (the deep part has its own biases and loss). The sums and updates run as the
+model's reference programs (vectorized torch gathers and index_add, alac.runtime.reference), the
+programs every generated kernel is tested against.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from alac.errors import DataError, OptionError
+from alac.ir.model_ir import delta_name
+from alac.plan import Plan
+from alac.runtime.executor import Executor
+from alac.runtime.reference import ReferenceBackend
+from alac.runtime.state import ModelState
+
+
+class SparseAggregate(torch.nn.Module):
+    def __init__(self, model, n_features, optimizer="adagrad", lr=None, seed=0, device=None, value_scale=1.0):
+        """model: an alac.dsl.Model; n_features: rows of its tables; lr: the sparse step (None: the
+        optimizer's default); value_scale: the data's mean |x| (AdaGrad's eps is in its units)."""
+        super().__init__()
+        self._executor = Executor(model, Plan(), backend="reference", device=device, seed=seed, optimizer=optimizer)
+        self.ir = self._executor.ir
+        # the deep part's dLoss/dAccum vary over a vector accum's lanes, whatever the model's loss says
+        self._reference = ReferenceBackend(self.ir, given_deltas=True)
+        self.n_features = int(n_features)
+        if lr is None and self._executor.optimizer.default_lr is None:
+            raise OptionError(f"give SparseAggregate an lr: optimizer {self._executor.optimizer.name} has no default")
+        self.lr = self._executor.optimizer.default_lr if lr is None else lr
+        self._executor.value_scale = value_scale
+        state = ModelState.initial(model, torch.arange(self.n_features), self._executor.device, seed,
+                                   self.ir.optimizer)
+        self._params = tuple(state.params)
+        self._states = tuple(state.states)
+        for name, tensor in {**state.params, **state.states}.items():
+            self.register_buffer(name, tensor)
+        # a leaf that requires grad, so that autograd calls backward though the tables do not
+        self._anchor = torch.zeros(0, requires_grad=True)
+
+    @property
+    def state(self):
+        """The tables and optimizer state as a ModelState over this module's buffers."""
+        return ModelState({name: getattr(self, name) for name in self._params}, {},
+                          {name: getattr(self, name) for name in self._states})
+
+    def forward(self, indices, offsets, values=None):
+        """{accum name: [B] or [B, k] float32} of the B rows indices[offsets[i]:offsets[i + 1]]."""
+        indices, offsets, values = self._checked(indices, offsets, values)
+        outputs = _Aggregate.apply(self, indices, offsets, values, self._anchor)
+        return dict(zip((a.name for a in self.ir.accums), outputs))
+
+    def _checked(self, indices, offsets, values):
+        device = getattr(self, self._params[0]).device
+        indices, offsets = torch.as_tensor(indices, device=device), torch.as_tensor(offsets, device=device)
+        if indices.dim() != 1 or offsets.dim() != 1 or indices.is_floating_point() or offsets.is_floating_point():
+            raise DataError("indices and offsets are 1-D integer tensors (CSR: offsets has one entry per row "
+                            "and one more)")
+        if offsets.numel() < 1 or int(offsets[0]) != 0 or int(offsets[-1]) != indices.numel() \
+                or bool((offsets.diff() < 0).any()):
+            raise DataError(f"offsets must rise from 0 to the {indices.numel():,} indices, got "
+                            f"{offsets[:4].tolist()} ... {offsets[-2:].tolist()}")
+        outside = torch.nonzero((indices < 0) | (indices >= self.n_features))
+        if outside.numel():
+            raise DataError(f"feature id {int(indices[outside[0, 0]])} is outside the table's "
+                            f"{self.n_features:,} rows", token=str(int(indices[outside[0, 0]])))
+        if values is not None:
+            values = torch.as_tensor(values, dtype=torch.float32, device=device)
+            if values.shape != indices.shape:
+                raise DataError(f"values has {tuple(values.shape)} entries for {tuple(indices.shape)} indices")
+        return indices.long(), offsets.long(), values
+
+    def _edges(self, indices, offsets, values):
+        row = torch.repeat_interleave(torch.arange(offsets.numel() - 1, device=indices.device), offsets.diff())
+        x = torch.ones(indices.numel(), device=indices.device) if values is None else values
+        return row, x
+
+    def settings(self, rows):
+        """The step's coefficients for a batch of rows (AdaGrad's eps is per batch size)."""
+        executor = self._executor
+        return dataclasses.replace(executor.settings(),
+                                   hypers=executor.optimizer.hyper_values(max(1, rows), executor.value_scale))
+
+
+class _Aggregate(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, module, indices, offsets, values, anchor):
+        row, x = module._edges(indices, offsets, values)
+        accums, _ = module._reference.accums(module.state, indices, x, row, offsets.numel() - 1)
+        ctx.module, ctx.rows = module, offsets.numel() - 1
+        ctx.save_for_backward(indices, row, x)
+        return tuple(accums[a.name] for a in module.ir.accums)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        module = ctx.module
+        indices, row, x = ctx.saved_tensors
+        state = module.state
+        gathered = {name: value[indices] for name, value in state.params.items()}
+        deltas = {}
+        for accum, grad in zip(module.ir.accums, grads):
+            shape = (row.numel(), module.ir.factor_size) if accum.vector else (row.numel(),)
+            deltas[delta_name(accum.name)] = torch.zeros(shape, device=x.device) if grad is None else grad[row]
+        module._reference.apply(state, indices, x, gathered, deltas, module.lr, 1.0, module.settings(ctx.rows))
+        return None, None, None, None, torch.zeros(0)
