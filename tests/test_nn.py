@@ -10,6 +10,7 @@ from alac.errors import DataError, OptionError
 from alac.nn import SparseAggregate
 
 K = 4
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
 
 class FM(Model):
@@ -39,21 +40,21 @@ def _batch(seed, rows=32, n_features=50):
     values = torch.rand(indices.numel(), generator=generator) + 0.5
     dense = torch.randn(rows, 3, generator=generator)
     labels = (torch.rand(rows, generator=generator) < 0.4).float()
-    return indices, offsets, values, dense, labels
+    return tuple(t.to(DEVICE) for t in (indices, offsets, values, dense, labels))
 
 
 def _hand_written_accums(w, v, indices, offsets, values):
     rows = offsets.numel() - 1
-    row = torch.repeat_interleave(torch.arange(rows), offsets.diff())
-    wx = torch.zeros(rows).index_add(0, row, values * w[indices])
-    vx = torch.zeros(rows, K).index_add(0, row, values[:, None] * v[indices])
-    v2x2 = torch.zeros(rows, K).index_add(0, row, values[:, None] ** 2 * v[indices] ** 2)
+    row = torch.repeat_interleave(torch.arange(rows, device=DEVICE), offsets.diff())
+    wx = torch.zeros(rows, device=DEVICE).index_add(0, row, values * w[indices])
+    vx = torch.zeros(rows, K, device=DEVICE).index_add(0, row, values[:, None] * v[indices])
+    v2x2 = torch.zeros(rows, K, device=DEVICE).index_add(0, row, values[:, None] ** 2 * v[indices] ** 2)
     return {"wx": wx, "vx": vx, "v2x2": v2x2}
 
 
 def _loss(accums, deep, dense, labels):
     # v2x2 weighted per lane: its gradient differs between lanes, unlike in an FM's own loss
-    lanes = torch.linspace(0.2, 1.0, K)
+    lanes = torch.linspace(0.2, 1.0, K, device=DEVICE)
     logit = accums["wx"] + 0.5 * (accums["vx"] ** 2 - lanes * accums["v2x2"]).sum(1) + deep(dense).squeeze(1)
     return torch.nn.functional.binary_cross_entropy_with_logits(logit, labels)
 
@@ -70,10 +71,10 @@ def _adagrad(table, accumulator, grad, lr, eps):
 @pytest.mark.parametrize("optimizer", ["sgd", "adagrad"])
 def test_backward_steps_the_sparse_rows_as_dense_gradients_and_the_optimizer_would(optimizer):
     lr, n_features = 0.3, 50
-    wide = SparseAggregate(FM(), n_features, optimizer=optimizer, lr=lr, seed=3)
-    deep = torch.nn.Linear(3, 1)
+    wide = SparseAggregate(FM(), n_features, optimizer=optimizer, lr=lr, seed=3, device=DEVICE)
+    deep = torch.nn.Linear(3, 1).to(DEVICE)
     w, v = wide.w.clone(), wide.v.clone()
-    accumulators = (torch.zeros(n_features), torch.zeros(n_features))
+    accumulators = (torch.zeros(n_features, device=DEVICE), torch.zeros(n_features, device=DEVICE))
     for step in range(3):
         indices, offsets, values, dense, labels = _batch(step)
         accums = wide(indices, offsets, values)
