@@ -60,11 +60,27 @@ class SparseAggregate(torch.nn.Module):
         return ModelState({name: getattr(self, name) for name in self._params}, {},
                           {name: getattr(self, name) for name in self._states})
 
-    def forward(self, indices, offsets, values=None):
-        """{accum name: [B] or [B, k] float32} of the B rows indices[offsets[i]:offsets[i + 1]]."""
+    def forward(self, indices, offsets, values=None, fields=None, n_fields=None):
+        """{accum name: [B] or [B, k] float32} of the B rows indices[offsets[i]:offsets[i + 1]]; with
+        fields (the field in [0, n_fields) of every entry) pooled per field: [B, n_fields] or
+        [B, n_fields, k], every field's bag of one sample in one operation (DeepFM's embeddings)."""
         indices, offsets, values = self._checked(indices, offsets, values)
-        outputs = _Aggregate.apply(self, indices, offsets, values, self._anchor)
+        if fields is not None:
+            fields = self._checked_fields(fields, indices, n_fields)
+        outputs = _Aggregate.apply(self, indices, offsets, values, fields, n_fields, self._anchor)
         return dict(zip((a.name for a in self.ir.accums), outputs))
+
+    @staticmethod
+    def _checked_fields(fields, indices, n_fields):
+        fields = torch.as_tensor(fields, device=indices.device)
+        if n_fields is None or fields.shape != indices.shape or fields.is_floating_point():
+            raise DataError(f"fields are one integer per index ({tuple(indices.shape)}) with n_fields given, got "
+                            f"{tuple(fields.shape)} and n_fields={n_fields}")
+        outside = torch.nonzero((fields < 0) | (fields >= n_fields))
+        if outside.numel():
+            raise DataError(f"field {int(fields[outside[0, 0]])} is outside [0, {n_fields})",
+                            token=str(int(fields[outside[0, 0]])))
+        return fields.long()
 
     def _checked(self, indices, offsets, values):
         device = getattr(self, self._params[0]).device
@@ -99,23 +115,29 @@ class SparseAggregate(torch.nn.Module):
 
 
 class _Aggregate(torch.autograd.Function):
+    """Accums summed per bag (a sample, or a sample's field: bag = sample * n_fields + field)."""
+
     @staticmethod
-    def forward(ctx, module, indices, offsets, values, anchor):
+    def forward(ctx, module, indices, offsets, values, fields, n_fields, anchor):
         row, x = module._edges(indices, offsets, values)
-        accums, _ = module._reference.accums(module.state, indices, x, row, offsets.numel() - 1)
-        ctx.module, ctx.rows = module, offsets.numel() - 1
-        ctx.save_for_backward(indices, row, x)
-        return tuple(accums[a.name] for a in module.ir.accums)
+        samples, per_sample = offsets.numel() - 1, 1 if fields is None else n_fields
+        bag = row if fields is None else row * n_fields + fields
+        accums, _ = module._reference.accums(module.state, indices, x, bag, samples * per_sample)
+        ctx.module, ctx.samples = module, samples
+        ctx.save_for_backward(indices, bag, x)
+        shape = (samples,) if fields is None else (samples, n_fields)
+        return tuple(accums[a.name].view(*shape, *accums[a.name].shape[1:]) for a in module.ir.accums)
 
     @staticmethod
     def backward(ctx, *grads):
         module = ctx.module
-        indices, row, x = ctx.saved_tensors
+        indices, bag, x = ctx.saved_tensors
         state = module.state
         gathered = {name: value[indices] for name, value in state.params.items()}
         deltas = {}
         for accum, grad in zip(module.ir.accums, grads):
-            shape = (row.numel(), module.ir.factor_size) if accum.vector else (row.numel(),)
-            deltas[delta_name(accum.name)] = torch.zeros(shape, device=x.device) if grad is None else grad[row]
-        module._reference.apply(state, indices, x, gathered, deltas, module.lr, 1.0, module.settings(ctx.rows))
-        return None, None, None, None, torch.zeros(0)
+            lanes = (module.ir.factor_size,) if accum.vector else ()
+            deltas[delta_name(accum.name)] = torch.zeros((bag.numel(), *lanes), device=x.device) if grad is None \
+                else grad.reshape(-1, *lanes)[bag]
+        module._reference.apply(state, indices, x, gathered, deltas, module.lr, 1.0, module.settings(ctx.samples))
+        return None, None, None, None, None, None, torch.zeros(0)

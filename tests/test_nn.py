@@ -126,3 +126,57 @@ def test_bad_batches_are_refused_with_the_value():
         wide(torch.tensor([1, 2]), torch.tensor([0, 2]), torch.ones(3))
     with pytest.raises(OptionError, match="give SparseAggregate an lr"):
         SparseAggregate(FM(), 10, optimizer="sgd")
+
+
+def test_per_field_bags_give_deepfm_its_field_embeddings_and_step_as_dense_gradients():
+    """DeepFM: the FM part and an MLP over the concatenated per-field embeddings, with every field's
+    bag pooled in one call, against a hand-written PyTorch DeepFM on one embedding table."""
+    n_features, n_fields, lr = 60, 3, 0.2
+    torch.manual_seed(0)
+    wide = SparseAggregate(FM(), n_features, optimizer="sgd", lr=lr, seed=4, device=DEVICE)
+    mlp = torch.nn.Sequential(torch.nn.Linear(n_fields * K, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1)).to(DEVICE)
+    v = wide.v.clone()
+    for step in range(2):
+        generator = torch.Generator().manual_seed(10 + step)
+        rows = 16
+        # one or two ids per field, ids of field f in [20 f, 20 f + 20)
+        counts = torch.randint(1, 3, (rows, n_fields), generator=generator)
+        fields = torch.repeat_interleave(torch.arange(n_fields).repeat(rows), counts.flatten())
+        indices = fields * 20 + torch.randint(0, 20, (fields.numel(),), generator=generator)
+        offsets = torch.cat([torch.zeros(1, dtype=torch.int64), counts.sum(1).cumsum(0)])
+        labels = (torch.rand(rows, generator=generator) < 0.5).float().to(DEVICE)
+        indices, offsets, fields = indices.to(DEVICE), offsets.to(DEVICE), fields.to(DEVICE)
+        bags = wide(indices, offsets, fields=fields, n_fields=n_fields)
+        assert bags["vx"].shape == (rows, n_fields, K) and bags["wx"].shape == (rows, n_fields)
+        v_leaf = v.clone().requires_grad_()
+        sample = torch.repeat_interleave(torch.arange(rows, device=DEVICE), offsets.diff())
+        expected = torch.zeros(rows * n_fields, K, device=DEVICE).index_add(0, sample * n_fields + fields,
+                                                                           v_leaf[indices]).view(rows, n_fields, K)
+        torch.testing.assert_close(bags["vx"], expected, rtol=1e-5, atol=1e-6)
+
+        def deepfm(embeddings, squares):
+            summed = embeddings.sum(1)
+            fm = 0.5 * (summed**2 - squares.sum(1)).sum(1)
+            return torch.nn.functional.binary_cross_entropy_with_logits(
+                fm + mlp(embeddings.flatten(1)).squeeze(1), labels)
+
+        mlp.zero_grad()
+        deepfm(bags["vx"], bags["v2x2"]).backward()
+        ours = [p.grad.clone() for p in mlp.parameters()]
+        mlp.zero_grad()
+        squares = torch.zeros(rows * n_fields, K, device=DEVICE).index_add(
+            0, sample * n_fields + fields, v_leaf[indices] ** 2).view(rows, n_fields, K)
+        deepfm(expected, squares).backward()
+        for mine, theirs in zip(ours, (p.grad for p in mlp.parameters())):
+            torch.testing.assert_close(mine, theirs, rtol=1e-5, atol=1e-6)
+        with torch.no_grad():
+            v -= lr * v_leaf.grad
+        torch.testing.assert_close(wide.v, v, rtol=1e-5, atol=1e-6)
+
+
+def test_bad_fields_are_refused_with_the_value():
+    wide = SparseAggregate(FM(), 10, optimizer="adagrad")
+    with pytest.raises(DataError, match="field 3 is outside"):
+        wide(torch.tensor([1, 2]), torch.tensor([0, 2]), fields=torch.tensor([0, 3]), n_fields=3)
+    with pytest.raises(DataError, match="n_fields given"):
+        wide(torch.tensor([1, 2]), torch.tensor([0, 2]), fields=torch.tensor([0, 1]))
