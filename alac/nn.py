@@ -11,42 +11,45 @@ forward sums the model's per-edge contributions into its accums for a batch of s
 CSR (int64 indices, offsets of B + 1 entries, optional float32 values); backward takes dLoss/dAccum
 from autograd and applies the model's optimizer (its rule, state and L1/L2) to the rows the batch
 touched, at the params of that moment: no dense gradient tensor, no separate optimizer step. The
-tables and optimizer state are buffers (in state_dict, moved by .to()); the model's globals and
-loss are not used (the deep part has its own biases and loss). The sums and updates run as the
+tables and optimizer state are buffers (in state_dict, moved by .to()); the model's globals, loss
+and predict are not used and may be left out (the deep part has its own biases and loss); with
+fields, every field of a sample pools into its own bag. The sums and updates run as the
 model's reference programs (vectorized torch gathers and index_add, alac.runtime.reference), the
 programs every generated kernel is tested against.
 """
 
 from __future__ import annotations
 
-import dataclasses
-
 import torch
 
 from alac.errors import DataError, OptionError
 from alac.ir.model_ir import delta_name
-from alac.plan import Plan
-from alac.runtime.executor import Executor
+from alac.ir.pipeline import lower
+from alac.optimizers import get_optimizer
+from alac.runtime.executor import step_settings
+from alac.runtime.layout import default_device
 from alac.runtime.reference import ReferenceBackend
 from alac.runtime.state import ModelState
 
 
 class SparseAggregate(torch.nn.Module):
     def __init__(self, model, n_features, optimizer="adagrad", lr=None, seed=0, device=None, value_scale=1.0):
-        """model: an alac.dsl.Model; n_features: rows of its tables; lr: the sparse step (None: the
-        optimizer's default); value_scale: the data's mean |x| (AdaGrad's eps is in its units)."""
+        """model: an alac.dsl.Model (its aggregate is what is used; loss and predict may be left out);
+        n_features: rows of its tables; lr: the sparse step (None: the optimizer's default);
+        value_scale: the data's mean |x| (AdaGrad's eps is in its units)."""
         super().__init__()
-        self._executor = Executor(model, Plan(), backend="reference", device=device, seed=seed, optimizer=optimizer)
-        self.ir = self._executor.ir
+        self.model = model
+        self.optimizer = get_optimizer(optimizer)
+        self.ir = lower(model, self.optimizer, aggregate_only=True)
+        if lr is None and self.optimizer.default_lr is None:
+            raise OptionError(f"give SparseAggregate an lr: optimizer {self.optimizer.name} has no default")
+        self.lr = self.optimizer.default_lr if lr is None else lr
+        self.n_features = int(n_features)
+        self.value_scale = value_scale
         # the deep part's dLoss/dAccum vary over a vector accum's lanes, whatever the model's loss says
         self._reference = ReferenceBackend(self.ir, given_deltas=True)
-        self.n_features = int(n_features)
-        if lr is None and self._executor.optimizer.default_lr is None:
-            raise OptionError(f"give SparseAggregate an lr: optimizer {self._executor.optimizer.name} has no default")
-        self.lr = self._executor.optimizer.default_lr if lr is None else lr
-        self._executor.value_scale = value_scale
-        state = ModelState.initial(model, torch.arange(self.n_features), self._executor.device, seed,
-                                   self.ir.optimizer)
+        device = torch.device(device) if device is not None else default_device()
+        state = ModelState.initial(model, torch.arange(self.n_features), device, seed, self.ir.optimizer)
         self._params = tuple(state.params)
         self._states = tuple(state.states)
         for name, tensor in {**state.params, **state.states}.items():
@@ -107,11 +110,9 @@ class SparseAggregate(torch.nn.Module):
         x = torch.ones(indices.numel(), device=indices.device) if values is None else values
         return row, x
 
-    def settings(self, rows):
-        """The step's coefficients for a batch of rows (AdaGrad's eps is per batch size)."""
-        executor = self._executor
-        return dataclasses.replace(executor.settings(),
-                                   hypers=executor.optimizer.hyper_values(max(1, rows), executor.value_scale))
+    def settings(self, samples):
+        """The step's coefficients for a batch of samples (AdaGrad's eps is per batch size)."""
+        return step_settings(self.model, self.ir, self.optimizer, max(1, samples), self.value_scale)
 
 
 class _Aggregate(torch.autograd.Function):

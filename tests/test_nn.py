@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from alac.dsl import Global, Model, Normal, Param, ops
-from alac.errors import DataError, OptionError
+from alac.errors import DataError, ModelError, OptionError
+from alac.ir.pipeline import lower
 from alac.nn import SparseAggregate
 
 K = 4
@@ -180,3 +181,33 @@ def test_bad_fields_are_refused_with_the_value():
         wide(torch.tensor([1, 2]), torch.tensor([0, 2]), fields=torch.tensor([0, 3]), n_fields=3)
     with pytest.raises(DataError, match="n_fields given"):
         wide(torch.tensor([1, 2]), torch.tensor([0, 2]), fields=torch.tensor([0, 1]))
+
+
+class Embeddings(Model):
+    """Only an aggregate: the pooled embeddings of a bag (nn.EmbeddingBag's sum mode)."""
+
+    def __init__(self):
+        self.v = Param(size=K, init=Normal(0.1))
+
+    def aggregate(self, x, p):
+        return {"vx": x * p.v}
+
+
+def test_a_model_with_only_an_aggregate_is_an_embedding_bag_stepped_in_backward():
+    wide = SparseAggregate(Embeddings(), 30, optimizer="sgd", lr=0.5, device=DEVICE)
+    bag = torch.nn.EmbeddingBag(30, K, mode="sum").to(DEVICE)
+    with torch.no_grad():
+        bag.weight.copy_(wide.v)
+    indices, offsets, values, dense, labels = _batch(1, n_features=30)
+    pooled = wide(indices, offsets, values)["vx"]
+    theirs = bag(indices, offsets[:-1], per_sample_weights=values)
+    torch.testing.assert_close(pooled, theirs, rtol=1e-5, atol=1e-6)
+    target = torch.linspace(-1, 1, K, device=DEVICE)
+    ((pooled - target) ** 2).mean().backward()
+    ((theirs - target) ** 2).mean().backward()
+    with torch.no_grad():
+        bag.weight -= 0.5 * bag.weight.grad
+    torch.testing.assert_close(wide.v, bag.weight, rtol=1e-5, atol=1e-6)
+    # the training path still asks for a loss
+    with pytest.raises(ModelError, match="defines no loss"):
+        lower(Embeddings())

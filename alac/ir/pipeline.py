@@ -15,10 +15,10 @@ PASSES = (
 )
 
 
-def lower(model, optimizer=None):
+def lower(model, optimizer=None, aggregate_only=False):
     """ModelIR of a DSL model: trace, every pass of PASSES, then the optimizer's update rule
-    (plain SGD when none is given) traced into the IR."""
-    ir = trace(model)
+    (plain SGD when none is given) traced into the IR. aggregate_only: for alac.nn (trace)."""
+    ir = trace(model, aggregate_only)
     for _, run_pass in PASSES:
         ir = run_pass(ir)
     params, _ = model.declarations()

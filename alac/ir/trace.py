@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 
+import sympy as sp
+
 from alac.dsl import LABEL_KINDS, PREDICTION_KINDS, Expr, Model, lift
 from alac.errors import ModelError
 from alac.ir.functions import FactorSum
@@ -60,8 +62,11 @@ def _scalar(model_name, function_name, value):
     return value.sym
 
 
-def trace(model):
-    """ModelIR of a DSL model (the derived fields are filled by later passes)."""
+def trace(model, aggregate_only=False):
+    """ModelIR of a DSL model (the derived fields are filled by later passes). aggregate_only: the
+    model's accums are all that is used (alac.nn: a deep part's loss gives their gradients), so a model
+    without loss or predict stands for the sum of its accums in both (dLoss/dAccum of ones, which the
+    caller replaces)."""
     if not isinstance(model, Model):
         raise ModelError(f"{model!r} is not an alac.dsl.Model")
     name = model.model_name()
@@ -107,10 +112,17 @@ def trace(model):
         return (Namespace(f"model {name}", function, "accum", accum_exprs),
                 Namespace(f"model {name}", function, "global", global_exprs))
 
-    loss = _scalar(name, "loss", _call(name, "loss", model.loss, *namespaces("loss"), y))
+    accum_sum = sp.Add(*(FactorSum(symbol(a.name)) if a.vector else symbol(a.name) for a in accums))
+    if aggregate_only and type(model).loss is Model.loss:
+        loss = accum_sum
+    else:
+        loss = _scalar(name, "loss", _call(name, "loss", model.loss, *namespaces("loss"), y))
     if not loss.free_symbols & {symbol(a.name) for a in accums}:
         raise ModelError(f"model {name}: the loss {loss} depends on no accum, so no param gets a gradient")
-    predict = _scalar(name, "predict", _call(name, "predict", model.predict, *namespaces("predict")))
+    if aggregate_only and type(model).predict is Model.predict:
+        predict = accum_sum
+    else:
+        predict = _scalar(name, "predict", _call(name, "predict", model.predict, *namespaces("predict")))
 
     explicit = ()
     if model.apply is not None:

@@ -98,6 +98,20 @@ class StepSettings:
     decay_l2: dict = None  # exact L2: param -> l2 of a decay p *= 1 - lr l2 of every row after each batch
 
 
+def step_settings(model, ir, optimizer, batch_size, value_scale, exact_l2=False, l2=None):
+    """StepSettings of a model's step on batches of batch_size; l2 overrides the params' own L2."""
+    params, _ = model.declarations()
+    l2 = {name: param.l2 for name, param in params.items()} if l2 is None else l2
+    l1 = {name: param.l1 for name, param in params.items()}
+    in_gradient = ir.optimizer.gradient_l2 and not exact_l2
+    in_update = not ir.optimizer.gradient_l2 and not exact_l2
+    return StepSettings(
+        gradient_l2={name: (l2.get(name, 0.0) if in_gradient else 0.0) for name in params},
+        update_l1=l1, update_l2={name: (l2.get(name, 0.0) if in_update else 0.0) for name in params},
+        hypers=optimizer.hyper_values(batch_size, value_scale),
+        decay_l2={name: l2.get(name, 0.0) for name in params} if exact_l2 else None)
+
+
 class Executor:
     def __init__(self, model, plan=Plan(), backend="triton", device=None, seed=0, optimizer="sgd",
                  schedule=None, exact_l2=False):
@@ -150,16 +164,8 @@ class Executor:
 
     def settings(self, l2=None):
         """The step's coefficients; l2 overrides the params' own L2 coefficients."""
-        params, _ = self.model.declarations()
-        l2 = {name: param.l2 for name, param in params.items()} if l2 is None else l2
-        l1 = {name: param.l1 for name, param in params.items()}
-        in_gradient = self.ir.optimizer.gradient_l2 and not self.exact_l2
-        in_update = not self.ir.optimizer.gradient_l2 and not self.exact_l2
-        return StepSettings(
-            gradient_l2={name: (l2.get(name, 0.0) if in_gradient else 0.0) for name in params},
-            update_l1=l1, update_l2={name: (l2.get(name, 0.0) if in_update else 0.0) for name in params},
-            hypers=self.optimizer.hyper_values(self.plan.batch_size, self.value_scale),
-            decay_l2={name: l2.get(name, 0.0) for name in params} if self.exact_l2 else None)
+        return step_settings(self.model, self.ir, self.optimizer, self.plan.batch_size, self.value_scale,
+                             self.exact_l2, l2)
 
     def _epoch_rates(self, layout, order, epoch, lr):
         """(learning rates, 1 / samples) per batch of an epoch; async: one of each for the epoch."""
