@@ -20,8 +20,12 @@ programs every generated kernel is tested against.
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
+
 import torch
 
+from alac.dsl import Model, Normal, Param
 from alac.errors import DataError, OptionError
 from alac.ir.model_ir import delta_name
 from alac.ir.pipeline import lower
@@ -68,9 +72,21 @@ class SparseAggregate(torch.nn.Module):
         fields (the field in [0, n_fields) of every entry) pooled per field: [B, n_fields] or
         [B, n_fields, k], every field's bag of one sample in one operation (DeepFM's embeddings)."""
         indices, offsets, values = self._checked(indices, offsets, values)
+        samples = offsets.numel() - 1
+        bag = torch.repeat_interleave(torch.arange(samples, device=indices.device), offsets.diff())
         if fields is not None:
             fields = self._checked_fields(fields, indices, n_fields)
-        outputs = _Aggregate.apply(self, indices, offsets, values, fields, n_fields, self._anchor)
+            bag = bag * n_fields + fields
+        shape = (samples,) if fields is None else (samples, n_fields)
+        return {name: value.view(*shape, *value.shape[1:])
+                for name, value in self.bags(indices, bag, math.prod(shape), samples, values).items()}
+
+    def bags(self, indices, bag, n_bags, samples, values=None):
+        """{accum name: [n_bags] or [n_bags, k]}: entry e (feature indices[e], value values[e] or 1)
+        summed into bag[e]; samples (the batch size) sets the optimizer's per-batch hypers. Inputs as
+        forward checks them (int64, on the tables' device)."""
+        x = torch.ones(indices.numel(), device=indices.device) if values is None else values
+        outputs = _Aggregate.apply(self, indices, bag, n_bags, samples, x, self._anchor)
         return dict(zip((a.name for a in self.ir.accums), outputs))
 
     @staticmethod
@@ -105,29 +121,20 @@ class SparseAggregate(torch.nn.Module):
                 raise DataError(f"values has {tuple(values.shape)} entries for {tuple(indices.shape)} indices")
         return indices.long(), offsets.long(), values
 
-    def _edges(self, indices, offsets, values):
-        row = torch.repeat_interleave(torch.arange(offsets.numel() - 1, device=indices.device), offsets.diff())
-        x = torch.ones(indices.numel(), device=indices.device) if values is None else values
-        return row, x
-
     def settings(self, samples):
         """The step's coefficients for a batch of samples (AdaGrad's eps is per batch size)."""
         return step_settings(self.model, self.ir, self.optimizer, max(1, samples), self.value_scale)
 
 
 class _Aggregate(torch.autograd.Function):
-    """Accums summed per bag (a sample, or a sample's field: bag = sample * n_fields + field)."""
+    """Accums summed per bag; backward applies the optimizer to the entries' rows."""
 
     @staticmethod
-    def forward(ctx, module, indices, offsets, values, fields, n_fields, anchor):
-        row, x = module._edges(indices, offsets, values)
-        samples, per_sample = offsets.numel() - 1, 1 if fields is None else n_fields
-        bag = row if fields is None else row * n_fields + fields
-        accums, _ = module._reference.accums(module.state, indices, x, bag, samples * per_sample)
+    def forward(ctx, module, indices, bag, n_bags, samples, x, anchor):
+        accums, _ = module._reference.accums(module.state, indices, x, bag, n_bags)
         ctx.module, ctx.samples = module, samples
         ctx.save_for_backward(indices, bag, x)
-        shape = (samples,) if fields is None else (samples, n_fields)
-        return tuple(accums[a.name].view(*shape, *accums[a.name].shape[1:]) for a in module.ir.accums)
+        return tuple(accums[a.name] for a in module.ir.accums)
 
     @staticmethod
     def backward(ctx, *grads):
@@ -139,6 +146,100 @@ class _Aggregate(torch.autograd.Function):
         for accum, grad in zip(module.ir.accums, grads):
             lanes = (module.ir.factor_size,) if accum.vector else ()
             deltas[delta_name(accum.name)] = torch.zeros((bag.numel(), *lanes), device=x.device) if grad is None \
-                else grad.reshape(-1, *lanes)[bag]
+                else grad[bag]
         module._reference.apply(state, indices, x, gathered, deltas, module.lr, 1.0, module.settings(ctx.samples))
         return None, None, None, None, None, None, torch.zeros(0)
+
+
+@dataclass(frozen=True)
+class Table:
+    """One embedding table of a PackedEmbeddingBags: its rows, dim, optimizer (name, lr), pooling of a
+    bag ("sum" or "mean") and the std of its normal initial values."""
+
+    name: str
+    rows: int
+    dim: int
+    optimizer: str = "adagrad"
+    lr: float | None = None
+    pooling: str = "sum"
+    init_std: float = 0.01
+
+    def __post_init__(self):
+        if self.rows < 1 or self.dim < 1 or self.pooling not in ("sum", "mean"):
+            raise OptionError(f"table {self.name!r}: rows and dim are positive, pooling sum or mean, got {self}")
+
+    @property
+    def packing(self):
+        """What tables must share to be packed into one."""
+        return self.dim, self.optimizer, self.lr, self.pooling, self.init_std
+
+
+class _Embeddings(Model):
+    """A table's rows, summed per bag."""
+
+    def __init__(self, dim, init_std):
+        self.v = Param(size=dim, init=Normal(init_std))
+
+    def aggregate(self, x, p):
+        return {"vx": x * p.v}
+
+
+class PackedEmbeddingBags(torch.nn.Module):
+    """Embedding tables of many fields, packed as PICASSO packs them: tables alike in dim, optimizer,
+    lr, pooling and initial std share one SparseAggregate holding their rows end to end, so a batch
+    pools every field of a group in one call however many fields there are (one nn.EmbeddingBag per
+    field makes a launch per field). forward takes {table name: (indices, offsets[, values])}, the
+    same B rows for every table, and gives {table name: [B, dim]}."""
+
+    def __init__(self, tables, seed=0, device=None):
+        super().__init__()
+        names = [t.name for t in tables]
+        if len(set(names)) != len(names) or not names:
+            raise OptionError(f"tables need distinct names, got {names}")
+        packs = {}
+        for table in tables:
+            packs.setdefault(table.packing, []).append(table)
+        self.tables = {t.name: t for t in tables}
+        self.packs = torch.nn.ModuleList()
+        self._members = []     # per pack: [(table, first row)]
+        for index, (packing, members) in enumerate(packs.items()):
+            dim, optimizer, lr, _, init_std = packing
+            starts = [0]
+            for table in members[:-1]:
+                starts.append(starts[-1] + table.rows)
+            self.packs.append(SparseAggregate(_Embeddings(dim, init_std), starts[-1] + members[-1].rows,
+                                              optimizer=optimizer, lr=lr, seed=seed + index, device=device))
+            self._members.append(list(zip(members, starts)))
+
+    def forward(self, features):
+        missing = set(self.tables) - set(features)
+        if missing:
+            raise DataError(f"no rows given for tables {sorted(missing)}")
+        pooled = {}
+        for pack, members in zip(self.packs, self._members):
+            device = pack.v.device
+            parts, samples = [], None
+            for position, (table, start) in enumerate(members):
+                indices, offsets, *values = features[table.name]
+                indices = torch.as_tensor(indices, device=device)
+                outside = (indices < 0) | (indices >= table.rows)
+                if bool(outside.any()):
+                    bad = int(indices[outside][0])
+                    raise DataError(f"table {table.name!r}: feature id {bad} is outside its {table.rows:,} rows",
+                                    token=str(bad))
+                indices, offsets, values = pack._checked(indices + start, offsets, values[0] if values else None)
+                if samples is not None and offsets.numel() - 1 != samples:
+                    raise DataError(f"table {table.name!r} has {offsets.numel() - 1} rows, the others {samples}")
+                samples = offsets.numel() - 1
+                sample = torch.repeat_interleave(torch.arange(samples, device=device), offsets.diff())
+                parts.append((indices, sample * len(members) + position,
+                              torch.ones(indices.numel(), device=device) if values is None else values))
+            indices, bag, x = (torch.cat(part) for part in zip(*parts))
+            sums = pack.bags(indices, bag, samples * len(members), samples, x)["vx"]
+            sums = sums.view(samples, len(members), -1)
+            if members[0][0].pooling == "mean":
+                counts = torch.bincount(bag, minlength=samples * len(members)).view(samples, len(members), 1)
+                sums = sums / counts.clamp(min=1)
+            for position, (table, _) in enumerate(members):
+                pooled[table.name] = sums[:, position]
+        return pooled

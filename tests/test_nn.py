@@ -8,7 +8,7 @@ import torch
 from alac.dsl import Global, Model, Normal, Param, ops
 from alac.errors import DataError, ModelError, OptionError
 from alac.ir.pipeline import lower
-from alac.nn import SparseAggregate
+from alac.nn import PackedEmbeddingBags, SparseAggregate, Table
 
 K = 4
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -211,3 +211,46 @@ def test_a_model_with_only_an_aggregate_is_an_embedding_bag_stepped_in_backward(
     # the training path still asks for a loss
     with pytest.raises(ModelError, match="defines no loss"):
         lower(Embeddings())
+
+
+def test_packed_tables_pool_as_one_embedding_bag_per_table_would_with_a_call_per_pack():
+    tables = [Table(f"f{i}", rows=7 + i, dim=(2, 4, 1)[i % 3], optimizer="sgd", lr=0.4,
+                    pooling="mean" if i in (1, 4) else "sum") for i in range(9)]
+    packed = PackedEmbeddingBags(tables, seed=2, device=DEVICE)
+    # (dim, pooling) of the nine: 2/sum, 4/mean, 1/sum, 2/sum, 4/mean, 1/sum, 2/sum, 4/sum, 1/sum
+    assert len(packed.packs) == 4
+    bags = {}
+    for pack, members in zip(packed.packs, packed._members):
+        for table, start in members:
+            bag = torch.nn.EmbeddingBag(table.rows, table.dim, mode=table.pooling).to(DEVICE)
+            with torch.no_grad():
+                bag.weight.copy_(pack.v[start:start + table.rows].view(table.rows, table.dim))
+            bags[table.name] = bag
+    generator = torch.Generator().manual_seed(3)
+    features, rows = {}, 12
+    for table in tables:
+        lengths = torch.randint(0, 3, (rows,), generator=generator)
+        offsets = torch.cat([torch.zeros(1, dtype=torch.int64), lengths.cumsum(0)])
+        features[table.name] = (torch.randint(0, table.rows, (int(offsets[-1]),), generator=generator).to(DEVICE),
+                                offsets.to(DEVICE))
+    ours = packed(features)
+    theirs = {name: bags[name](*features[name][:1], features[name][1][:-1]) for name in features}
+    targets = {t.name: torch.randn(rows, t.dim, generator=generator).to(DEVICE) for t in tables}
+    for name in ours:
+        torch.testing.assert_close(ours[name], theirs[name], rtol=1e-5, atol=1e-6)
+    sum(((ours[n] - targets[n]) ** 2).sum() for n in ours).backward()
+    sum(((theirs[n] - targets[n]) ** 2).sum() for n in theirs).backward()
+    for pack, members in zip(packed.packs, packed._members):
+        for table, start in members:
+            expected = bags[table.name].weight.detach() - 0.4 * bags[table.name].weight.grad
+            torch.testing.assert_close(pack.v[start:start + table.rows].view(table.rows, table.dim), expected,
+                                       rtol=1e-5, atol=1e-6)
+
+
+def test_packed_tables_refuse_an_id_past_its_table_and_a_missing_table():
+    packed = PackedEmbeddingBags([Table("a", 5, 2, lr=0.1), Table("b", 3, 2, lr=0.1)])
+    one = (torch.tensor([0]), torch.tensor([0, 1]))
+    with pytest.raises(DataError, match="table 'b': feature id 3 is outside its 3 rows"):
+        packed({"a": one, "b": (torch.tensor([3]), torch.tensor([0, 1]))})
+    with pytest.raises(DataError, match="no rows given for tables"):
+        packed({"a": one})
