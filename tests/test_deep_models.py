@@ -83,3 +83,25 @@ def test_a_deep_model_trains_as_its_hand_written_pytorch_twin(make, reference, w
         torch.testing.assert_close(model.tables.v, v.detach(), rtol=1e-5, atol=1e-6)
         for mine, twins in zip(model.parameters(), twin.parameters()):
             torch.testing.assert_close(mine, twins, rtol=1e-5, atol=1e-6)
+
+
+def test_the_dense_part_composes_with_torch_compile_and_autocast():
+    """The MLP under torch.compile gives the eager model's logits and steps; under autocast (bfloat16 on
+    a CPU, float16 on a GPU) the tables still take float32 gradients and step."""
+    torch.manual_seed(2)
+    eager = DeepFM(N_FEATURES, N_FIELDS, k=K, hidden=(8,), optimizer="sgd", lr=LR, device=DEVICE)
+    compiled = copy.deepcopy(eager)
+    compiled.deep = torch.compile(compiled.deep)
+    indices, offsets, fields, dense, labels = _batch(0)
+    for model in (eager, compiled):
+        torch.nn.functional.binary_cross_entropy_with_logits(model(indices, offsets, fields), labels).backward()
+    torch.testing.assert_close(compiled.tables.v, eager.tables.v, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(compiled(indices, offsets, fields), eager(indices, offsets, fields),
+                               rtol=1e-5, atol=1e-5)
+    before = eager.tables.v.clone()
+    with torch.autocast(DEVICE, dtype=torch.float16 if DEVICE == "cuda" else torch.bfloat16):
+        logits = eager(indices, offsets, fields)
+        loss = torch.nn.functional.binary_cross_entropy_with_logits(logits.float(), labels)
+    loss.backward()
+    assert eager.tables.v.dtype == torch.float32 and not torch.equal(eager.tables.v, before)
+    torch.testing.assert_close(logits.float(), compiled(indices, offsets, fields), rtol=0.05, atol=0.05)
