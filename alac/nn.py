@@ -184,26 +184,53 @@ class _Embeddings(Model):
         return {"vx": x * p.v}
 
 
+def pack_tables(tables, accesses=None, max_cost=None):
+    """Lists of tables packed together: tables alike in Table.packing, a pack heavier than max_cost by
+    PICASSO's Eq. 1 (cost = sum over its tables of dim x the accesses of the table's ids in warm-up
+    batches; accesses: {table name: count}) cut into the fewest shards of at most max_cost, tables
+    placed heaviest first into the lightest shard (a table heavier than max_cost is a shard alone)."""
+    packs = {}
+    for table in tables:
+        packs.setdefault(table.packing, []).append(table)
+    if max_cost is None:
+        return list(packs.values())
+    missing = {t.name for t in tables} - set(accesses or {})
+    if missing:
+        raise OptionError(f"cost-split packing needs the accesses of every table: none for {sorted(missing)}")
+    result = []
+    for members in packs.values():
+        cost = {t.name: t.dim * accesses[t.name] for t in members}
+        shards = [[] for _ in range(max(1, math.ceil(sum(cost.values()) / max_cost)))]
+        loads = [0.0] * len(shards)
+        for table in sorted(members, key=lambda t: -cost[t.name]):
+            lightest = loads.index(min(loads))
+            shards[lightest].append(table)
+            loads[lightest] += cost[table.name]
+        # the tables of a shard in their given order (their rows' order in the packed table)
+        order = {t.name: i for i, t in enumerate(members)}
+        result += [sorted(shard, key=lambda t: order[t.name]) for shard in shards if shard]
+    return result
+
+
 class PackedEmbeddingBags(torch.nn.Module):
     """Embedding tables of many fields, packed as PICASSO packs them: tables alike in dim, optimizer,
     lr, pooling and initial std share one SparseAggregate holding their rows end to end, so a batch
     pools every field of a group in one call however many fields there are (one nn.EmbeddingBag per
     field makes a launch per field). forward takes {table name: (indices, offsets[, values])}, the
-    same B rows for every table, and gives {table name: [B, dim]}."""
+    same B rows for every table, and gives {table name: [B, dim]}. A pack too heavy for one operation
+    is cut into shards of equal cost (pack_tables)."""
 
-    def __init__(self, tables, seed=0, device=None):
+    def __init__(self, tables, seed=0, device=None, accesses=None, max_cost=None):
+        """accesses, max_cost: split heavy packs (pack_tables)."""
         super().__init__()
         names = [t.name for t in tables]
         if len(set(names)) != len(names) or not names:
             raise OptionError(f"tables need distinct names, got {names}")
-        packs = {}
-        for table in tables:
-            packs.setdefault(table.packing, []).append(table)
         self.tables = {t.name: t for t in tables}
         self.packs = torch.nn.ModuleList()
         self._members = []     # per pack: [(table, first row)]
-        for index, (packing, members) in enumerate(packs.items()):
-            dim, optimizer, lr, _, init_std = packing
+        for index, members in enumerate(pack_tables(tables, accesses, max_cost)):
+            dim, optimizer, lr, _, init_std = members[0].packing
             starts = [0]
             for table in members[:-1]:
                 starts.append(starts[-1] + table.rows)

@@ -8,7 +8,7 @@ import torch
 from alac.dsl import Global, Model, Normal, Param, ops
 from alac.errors import DataError, ModelError, OptionError
 from alac.ir.pipeline import lower
-from alac.nn import PackedEmbeddingBags, SparseAggregate, Table
+from alac.nn import PackedEmbeddingBags, SparseAggregate, Table, pack_tables
 
 K = 4
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -254,3 +254,26 @@ def test_packed_tables_refuse_an_id_past_its_table_and_a_missing_table():
         packed({"a": one, "b": (torch.tensor([3]), torch.tensor([0, 1]))})
     with pytest.raises(DataError, match="no rows given for tables"):
         packed({"a": one})
+
+
+def test_a_pack_heavier_than_its_limit_is_cut_into_shards_of_equal_cost_by_picassos_eq_1():
+    tables = [Table(name, rows=10, dim=4, lr=0.1) for name in "abcde"] + [Table("z", rows=10, dim=8, lr=0.1)]
+    accesses = {"a": 50, "b": 30, "c": 20, "d": 20, "e": 10, "z": 5}
+    assert [[t.name for t in pack] for pack in pack_tables(tables)] == [list("abcde"), ["z"]]
+    # dim-4 pack: costs 200, 120, 80, 80, 40 = 520 -> 3 shards of at most 200: {a}, {b, e}, {c, d}
+    shards = pack_tables(tables, accesses, max_cost=200)
+    assert [[t.name for t in pack] for pack in shards] == [["a"], ["b", "e"], ["c", "d"], ["z"]]
+    with pytest.raises(OptionError, match="accesses of every table"):
+        pack_tables(tables, {"a": 1}, max_cost=10)
+    # the same math whatever the packing: the split module pools as the unsplit one
+    whole, split = PackedEmbeddingBags(tables, seed=1), PackedEmbeddingBags(tables, seed=1, accesses=accesses,
+                                                                          max_cost=200)
+    assert len(split.packs) == 4
+    for big in (whole, split):
+        for pack, members in zip(big.packs, big._members):
+            for table, start in members:
+                rows = torch.arange(table.rows * table.dim, dtype=torch.float32).view(table.rows, table.dim)
+                pack.v[start:start + table.rows] = rows + ord(table.name[0])
+    features = {t.name: (torch.tensor([1, 3, 9]), torch.tensor([0, 2, 3])) for t in tables}
+    for name, pooled in whole(features).items():
+        torch.testing.assert_close(split(features)[name], pooled)
