@@ -154,6 +154,17 @@ def placement_table(result):
             + ", ".join(f"{name} {ratio:.1f}×" for name, ratio in result["host_over_device"].items()) + ".")
 
 
+def fields_table(result):
+    args = result["arguments"]
+    base = next(a for a in result["arms"] if a["name"] == "pytorch_per_field")
+    rows = [[a["name"], a["fields"], "-" if a["kernels_per_step"] is None else a["kernels_per_step"],
+             f"{a['samples_per_s'] / 1e3:.1f}", f"{a['samples_per_s'] / base['samples_per_s']:.2f}×",
+             f"{a['auc']:.4f}", f"{a['logloss']:.4f}"] for a in result["arms"]]
+    return (f"{args['fields']} fields, batches of {args['batch_size']}, {args['steps']} timed steps, scored on "
+            f"{args['valid_rows']:,} held-out rows.\n\n"
+            + table(["arm", "fields", "kernels per step", "k samples/s", "vs per-field", "AUC", "logloss"], rows))
+
+
 def tables_over_budget_table(result):
     args, rows, notes = result["arguments"], [], []
     for arm in result["arms"]:
@@ -286,6 +297,12 @@ SECTIONS = [
      "and all rows on the GPU. FAE swaps copy the hot rows changed since the last swap (the whole hot set in "
      "the arm that says so).",
      "PYTHONPATH=. python benchmarks/placement.py", tables_over_budget_table),
+    ("fields", "Many feature fields: one nn.EmbeddingBag per field against packed tables",
+     "A synthetic set of many one-hot fields (dims from 4, 8, 16, 32; Zipf ids; planted labels): every field's "
+     "embedding into the same MLP, one `nn.EmbeddingBag` per field (eager and under `torch.compile`, sparse "
+     "AdaGrad) against `alac.nn.PackedEmbeddingBags` (one pack per dim, AdaGrad inside backward); kernels per "
+     "training step counted by torch.profiler.",
+     "PYTHONPATH=. python benchmarks/fields.py", fields_table),
     ("layout_build", "Layout build, 4M × 39 synthetic rows", "Generating and laying out the data on the CPU and GPU.",
      "PYTHONPATH=. python benchmarks/layout_build.py", layout_table),
     ("parse_speed", "Parsing LIBSVM text",

@@ -1,0 +1,193 @@
+"""Many feature fields: one nn.EmbeddingBag per field (eager and torch.compile) against alac's packed
+tables (alac.nn.PackedEmbeddingBags), the same deep part on top, side by side in one process.
+
+The set: `--fields` one-hot fields, field f of cardinality drawn in [10^3, 10^5) and a dim drawn from
+{4, 8, 16, 32}, Zipf(1.1) ids, labels from a planted logistic model over hashed per-id weights (every
+number counter-based: alac.counter_random). The model: every field's embedding, concatenated, into an
+MLP (256, 128). Every arm trains `--steps` batches of `--batch-size` with AdaGrad on the tables (torch's
+sparse-gradient Adagrad for the PyTorch arms, the tables' own step inside backward for alac) and Adam
+on the MLP, then is scored on held-out rows. kernels_per_step: the GPU kernels one training step
+launches (torch.profiler), None on a CPU.
+
+    PYTHONPATH=. python benchmarks/fields.py --out $OUT            # GPU, 200 fields
+    PYTHONPATH=. python benchmarks/fields.py --device cpu --fields 12 --steps 4 --batch-size 256   # smoke
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import time
+
+import torch
+
+from alac import metrics
+from alac.counter_random import normal, uniform
+from alac.models.deep import mlp
+from alac.nn import PackedEmbeddingBags, Table
+from benchmarks.render import fields_table
+from benchmarks.report import environment, write
+
+DIMS = (4, 8, 16, 32)
+SEED = 7
+# counter-based streams of the set: cardinalities, dims, ids, planted weights (two), labels
+_CARDINALITY, _DIM, _ID, _W1, _W2, _LABEL = range(6)
+HIDDEN = (256, 128)
+TABLE_LR, MLP_LR = 0.05, 1e-3
+
+
+def field_shapes(n_fields):
+    """(cardinality, dim) of every field."""
+    counters = torch.arange(n_fields, dtype=torch.int64)
+    cardinality = (10 ** (3 + 2 * uniform(SEED, _CARDINALITY, counters))).long()
+    dims = torch.tensor(DIMS)[(uniform(SEED, _DIM, counters) * len(DIMS)).long()]
+    return list(zip(cardinality.tolist(), dims.tolist()))
+
+
+def rows(shapes, first, count, device):
+    """Ids [count, F] (field-local), labels [count] of rows first .. first + count - 1."""
+    n_fields = len(shapes)
+    cardinality = torch.tensor([c for c, _ in shapes], dtype=torch.float64, device=device)
+    counters = torch.arange(first * n_fields, (first + count) * n_fields, dtype=torch.int64, device=device)
+    u = uniform(SEED, _ID, counters).view(count, n_fields)
+    power = 1 - 1.1          # Zipf(1.1) by the continuous inverse CDF, as alac.data.synthetic.kaggle_like
+    ids = torch.floor((((cardinality + 1) ** power - 1) * u + 1) ** (1 / power)) - 1
+    ids = torch.minimum(ids.long(), cardinality.long() - 1)
+    offsets = torch.cumsum(torch.cat([torch.zeros(1, device=device), cardinality[:-1]]), 0).long()
+    weights = normal(SEED, (_W1, _W2), ids + offsets) * (2.0 / math.sqrt(n_fields))
+    probability = torch.sigmoid(weights.sum(1) - 1.0)
+    labels = (uniform(SEED, _LABEL, torch.arange(first, first + count, device=device)) < probability).float()
+    return ids, labels
+
+
+class PerField(torch.nn.Module):
+    """One nn.EmbeddingBag per field (sparse gradients), concatenated into the MLP."""
+
+    def __init__(self, shapes):
+        super().__init__()
+        self.bags = torch.nn.ModuleList(torch.nn.EmbeddingBag(c, d, mode="sum", sparse=True) for c, d in shapes)
+        for bag in self.bags:
+            torch.nn.init.normal_(bag.weight, std=0.01)
+        self.deep = mlp([sum(d for _, d in shapes), *HIDDEN, 1])
+
+    def forward(self, ids):
+        offsets = torch.arange(ids.shape[0], device=ids.device)
+        pooled = [bag(ids[:, f], offsets) for f, bag in enumerate(self.bags)]
+        return self.deep(torch.cat(pooled, 1)).squeeze(1)
+
+    def optimizers(self):
+        return [torch.optim.Adagrad(list(self.bags.parameters()), lr=TABLE_LR),
+                torch.optim.Adam(self.deep.parameters(), lr=MLP_LR)]
+
+
+class Packed(torch.nn.Module):
+    """alac's packed tables (one SparseAggregate per dim), concatenated into the same MLP."""
+
+    def __init__(self, shapes, device):
+        super().__init__()
+        self.names = [f"f{f}" for f in range(len(shapes))]
+        self.tables = PackedEmbeddingBags([Table(name, c, d, lr=TABLE_LR) for name, (c, d) in zip(self.names, shapes)],
+                                          seed=SEED, device=device)
+        self.deep = mlp([sum(d for _, d in shapes), *HIDDEN, 1]).to(device)
+
+    def forward(self, ids):
+        offsets = torch.arange(ids.shape[0] + 1, device=ids.device)
+        pooled = self.tables({name: (ids[:, f], offsets) for f, name in enumerate(self.names)})
+        return self.deep(torch.cat([pooled[name] for name in self.names], 1)).squeeze(1)
+
+    def optimizers(self):
+        return [torch.optim.Adam(self.deep.parameters(), lr=MLP_LR)]
+
+
+def _synchronize(device):
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize()
+
+
+def _step(model, optimizers, ids, labels):
+    loss = torch.nn.functional.binary_cross_entropy_with_logits(model(ids), labels)
+    for optimizer in optimizers:
+        optimizer.zero_grad()
+    loss.backward()
+    for optimizer in optimizers:
+        optimizer.step()
+
+
+def _kernels_per_step(model, optimizers, ids, labels, device):
+    if torch.device(device).type != "cuda":
+        return None
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        _step(model, optimizers, ids, labels)
+        torch.cuda.synchronize()
+    return sum(1 for event in prof.events() if event.device_type == torch.autograd.DeviceType.CUDA)
+
+
+def arm(name, model, call, shapes, args):
+    device = args.device
+    optimizers = model.optimizers()
+    step = 0
+
+    def batch(first):
+        return rows(shapes, first, args.batch_size, device)
+
+    for _ in range(args.warmup):           # compiles and warms the caches off the clock
+        _step(call, optimizers, *batch(step * args.batch_size))
+        step += 1
+    kernels = _kernels_per_step(call, optimizers, *batch(step * args.batch_size), device)
+    step += 1
+    batches = [batch((step + i) * args.batch_size) for i in range(args.steps)]
+    _synchronize(device)
+    started = time.perf_counter()
+    for ids, labels in batches:
+        _step(call, optimizers, ids, labels)
+    _synchronize(device)
+    seconds = time.perf_counter() - started
+    ids, labels = rows(shapes, 10**9, args.valid_rows, device)
+    with torch.no_grad():
+        probability = torch.cat([torch.sigmoid(call(ids[s:s + args.batch_size]))
+                                 for s in range(0, ids.shape[0], args.batch_size)])
+    positive = labels > 0.5
+    result = {"name": name, "fields": len(shapes), "kernels_per_step": kernels,
+              "samples_per_s": args.steps * args.batch_size / seconds, "seconds": seconds,
+              "auc": float(metrics.auc(probability, positive)),
+              "logloss": float(metrics.logloss(probability, positive))}
+    print(result, flush=True)
+    return result
+
+
+def report(payload):
+    env = payload["environment"]
+    return (f"Many fields ({env['device']}, {env['date']}; `PYTHONPATH=. python benchmarks/fields.py`)\n\n"
+            + fields_table(payload))
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--fields", type=int, default=200)
+    parser.add_argument("--batch-size", type=int, default=4096)
+    parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--valid-rows", type=int, default=50_000)
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--no-compile", action="store_true", help="leave out the torch.compile arm")
+    parser.add_argument("--out", default=None)
+    args = parser.parse_args()
+    shapes = field_shapes(args.fields)
+    torch.manual_seed(SEED)
+    per_field = PerField(shapes).to(args.device)
+    arms = [arm("pytorch_per_field", per_field, per_field, shapes, args)]
+    if not args.no_compile:
+        torch.manual_seed(SEED)
+        compiled = PerField(shapes).to(args.device)
+        arms.append(arm("pytorch_per_field_compiled", compiled, torch.compile(compiled), shapes, args))
+    packed = Packed(shapes, args.device)
+    arms.append(arm("alac_packed", packed, packed, shapes, args))
+    payload = {"environment": environment(), "arguments": vars(args), "arms": arms}
+    write("fields", payload, report(payload), args.out)
+    print(report(payload))
+
+
+if __name__ == "__main__":
+    main()

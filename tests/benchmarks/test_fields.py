@@ -1,0 +1,33 @@
+"""benchmarks/fields.py: its synthetic set is the same on every call and of the shapes it states, and a
+tiny run of its arms writes every figure the results keep."""
+
+import json
+import sys
+
+import torch
+
+from benchmarks import fields
+
+
+def test_the_many_field_set_is_reproducible_and_of_its_stated_shapes():
+    shapes = fields.field_shapes(30)
+    assert shapes == fields.field_shapes(30) and {d for _, d in shapes} <= set(fields.DIMS)
+    assert all(1000 <= c < 100_000 for c, _ in shapes)
+    ids, labels = fields.rows(shapes, 5, 400, "cpu")
+    again, _ = fields.rows(shapes, 5, 400, "cpu")
+    assert torch.equal(ids, again) and ids.shape == (400, 30)
+    assert bool((ids >= 0).all()) and bool((ids < torch.tensor([c for c, _ in shapes])).all())
+    # Zipf ids: the smallest ids of a field are the most common; labels from the planted model vary
+    assert float((ids == 0).float().mean()) > 0.05 and 0.1 < float(labels.mean()) < 0.9
+
+
+def test_a_tiny_run_writes_every_arms_figures(tmp_path, monkeypatch):
+    monkeypatch.setattr(sys, "argv", ["fields.py", "--device", "cpu", "--fields", "6", "--steps", "2",
+                                      "--batch-size", "64", "--valid-rows", "256", "--warmup", "1",
+                                      "--no-compile", "--out", str(tmp_path)])
+    fields.main()
+    result = json.loads((tmp_path / "fields.json").read_text())
+    assert [a["name"] for a in result["arms"]] == ["pytorch_per_field", "alac_packed"]
+    for arm in result["arms"]:
+        assert arm["fields"] == 6 and arm["samples_per_s"] > 0 and 0 <= arm["auc"] <= 1 and arm["logloss"] > 0
+        assert arm["kernels_per_step"] is None      # counted on a GPU only
