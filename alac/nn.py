@@ -36,6 +36,58 @@ from alac.runtime.reference import ReferenceBackend
 from alac.runtime.state import ModelState
 
 
+@dataclass
+class _Batch:
+    """A batch of sparse rows as CSR on the tables' device: int64 indices and offsets, float32 values
+    or None. Its checks make one host round trip (trouble); explain finds what failed."""
+
+    indices: torch.Tensor
+    offsets: torch.Tensor
+    values: torch.Tensor | None
+
+    @classmethod
+    def of(cls, indices, offsets, values, device):
+        """The batch with its shapes checked (nothing waits for the device)."""
+        indices, offsets = torch.as_tensor(indices, device=device), torch.as_tensor(offsets, device=device)
+        if indices.dim() != 1 or offsets.dim() != 1 or indices.is_floating_point() or offsets.is_floating_point() \
+                or offsets.numel() < 1:
+            raise DataError("indices and offsets are 1-D integer tensors (CSR: offsets has one entry per row "
+                            "and one more)")
+        if values is not None:
+            values = torch.as_tensor(values, dtype=torch.float32, device=device)
+            if values.shape != indices.shape:
+                raise DataError(f"values has {tuple(values.shape)} entries for {tuple(indices.shape)} indices")
+        return cls(indices.long(), offsets.long(), values)
+
+    @property
+    def samples(self):
+        return self.offsets.numel() - 1
+
+    def trouble(self, rows):
+        """A device bool: offsets not rising from 0 to the indices, or an id outside [0, rows)."""
+        offsets, indices = self.offsets, self.indices
+        return (offsets[0] != 0) | (offsets[-1] != indices.numel()) | (offsets.diff() < 0).any() \
+            | ((indices < 0) | (indices >= rows)).any()
+
+    def explain(self, rows, table=None):
+        """DataError for what trouble found, if it is this batch's (table: the name in the message)."""
+        offsets, indices = self.offsets, self.indices
+        if int(offsets[0]) != 0 or int(offsets[-1]) != indices.numel() or bool((offsets.diff() < 0).any()):
+            raise DataError(f"{'' if table is None else f'table {table!r}: '}offsets must rise from 0 to the "
+                            f"{indices.numel():,} indices, got {offsets[:4].tolist()} ... {offsets[-2:].tolist()}")
+        outside = (indices < 0) | (indices >= rows)
+        if bool(outside.any()):
+            bad = int(indices[outside][0])
+            where = "the table's" if table is None else "its"
+            raise DataError(f"{'' if table is None else f'table {table!r}: '}feature id {bad} is outside {where} "
+                            f"{rows:,} rows", token=str(bad))
+
+    def samples_of_entries(self):
+        """The sample of every entry (output_size given: no host round trip)."""
+        return torch.repeat_interleave(torch.arange(self.samples, device=self.indices.device), self.offsets.diff(),
+                                       output_size=self.indices.numel())
+
+
 class SparseAggregate(torch.nn.Module):
     def __init__(self, model, n_features, optimizer="adagrad", lr=None, seed=0, device=None, value_scale=1.0):
         """model: an alac.dsl.Model (its aggregate is what is used; loss and predict may be left out);
@@ -71,15 +123,31 @@ class SparseAggregate(torch.nn.Module):
         """{accum name: [B] or [B, k] float32} of the B rows indices[offsets[i]:offsets[i + 1]]; with
         fields (the field in [0, n_fields) of every entry) pooled per field: [B, n_fields] or
         [B, n_fields, k], every field's bag of one sample in one operation (DeepFM's embeddings)."""
-        indices, offsets, values = self._checked(indices, offsets, values)
-        samples = offsets.numel() - 1
-        bag = torch.repeat_interleave(torch.arange(samples, device=indices.device), offsets.diff())
+        batch = _Batch.of(indices, offsets, values, self.table_device)
+        trouble = batch.trouble(self.n_features)
         if fields is not None:
-            fields = self._checked_fields(fields, indices, n_fields)
+            fields = torch.as_tensor(fields, device=batch.indices.device)
+            if n_fields is None or fields.shape != batch.indices.shape or fields.is_floating_point():
+                raise DataError(f"fields are one integer per index ({tuple(batch.indices.shape)}) with n_fields "
+                                f"given, got {tuple(fields.shape)} and n_fields={n_fields}")
+            fields = fields.long()
+            trouble = trouble | ((fields < 0) | (fields >= n_fields)).any()
+        if bool(trouble):       # the one host round trip of the checks; the details only on a failure
+            batch.explain(self.n_features)
+            if fields is not None:
+                bad = fields[(fields < 0) | (fields >= n_fields)][0]
+                raise DataError(f"field {int(bad)} is outside [0, {n_fields})", token=str(int(bad)))
+        bag = batch.samples_of_entries()
+        if fields is not None:
             bag = bag * n_fields + fields
-        shape = (samples,) if fields is None else (samples, n_fields)
+        shape = (batch.samples,) if fields is None else (batch.samples, n_fields)
         return {name: value.view(*shape, *value.shape[1:])
-                for name, value in self.bags(indices, bag, math.prod(shape), samples, values).items()}
+                for name, value in self.bags(batch.indices, bag, math.prod(shape), batch.samples,
+                                             batch.values).items()}
+
+    @property
+    def table_device(self):
+        return getattr(self, self._params[0]).device
 
     def bags(self, indices, bag, n_bags, samples, values=None):
         """{accum name: [n_bags] or [n_bags, k]}: entry e (feature indices[e], value values[e] or 1)
@@ -88,38 +156,6 @@ class SparseAggregate(torch.nn.Module):
         x = torch.ones(indices.numel(), device=indices.device) if values is None else values
         outputs = _Aggregate.apply(self, indices, bag, n_bags, samples, x, self._anchor)
         return dict(zip((a.name for a in self.ir.accums), outputs))
-
-    @staticmethod
-    def _checked_fields(fields, indices, n_fields):
-        fields = torch.as_tensor(fields, device=indices.device)
-        if n_fields is None or fields.shape != indices.shape or fields.is_floating_point():
-            raise DataError(f"fields are one integer per index ({tuple(indices.shape)}) with n_fields given, got "
-                            f"{tuple(fields.shape)} and n_fields={n_fields}")
-        outside = torch.nonzero((fields < 0) | (fields >= n_fields))
-        if outside.numel():
-            raise DataError(f"field {int(fields[outside[0, 0]])} is outside [0, {n_fields})",
-                            token=str(int(fields[outside[0, 0]])))
-        return fields.long()
-
-    def _checked(self, indices, offsets, values):
-        device = getattr(self, self._params[0]).device
-        indices, offsets = torch.as_tensor(indices, device=device), torch.as_tensor(offsets, device=device)
-        if indices.dim() != 1 or offsets.dim() != 1 or indices.is_floating_point() or offsets.is_floating_point():
-            raise DataError("indices and offsets are 1-D integer tensors (CSR: offsets has one entry per row "
-                            "and one more)")
-        if offsets.numel() < 1 or int(offsets[0]) != 0 or int(offsets[-1]) != indices.numel() \
-                or bool((offsets.diff() < 0).any()):
-            raise DataError(f"offsets must rise from 0 to the {indices.numel():,} indices, got "
-                            f"{offsets[:4].tolist()} ... {offsets[-2:].tolist()}")
-        outside = torch.nonzero((indices < 0) | (indices >= self.n_features))
-        if outside.numel():
-            raise DataError(f"feature id {int(indices[outside[0, 0]])} is outside the table's "
-                            f"{self.n_features:,} rows", token=str(int(indices[outside[0, 0]])))
-        if values is not None:
-            values = torch.as_tensor(values, dtype=torch.float32, device=device)
-            if values.shape != indices.shape:
-                raise DataError(f"values has {tuple(values.shape)} entries for {tuple(indices.shape)} indices")
-        return indices.long(), offsets.long(), values
 
     def settings(self, samples):
         """The step's coefficients for a batch of samples (AdaGrad's eps is per batch size)."""
@@ -242,26 +278,27 @@ class PackedEmbeddingBags(torch.nn.Module):
         missing = set(self.tables) - set(features)
         if missing:
             raise DataError(f"no rows given for tables {sorted(missing)}")
+        batches, trouble = {}, []
+        for pack, members in zip(self.packs, self._members):
+            for table, _ in members:
+                indices, offsets, *values = features[table.name]
+                batch = _Batch.of(indices, offsets, values[0] if values else None, pack.table_device)
+                trouble.append(batch.trouble(table.rows))
+                batches[table.name] = batch
+        samples_of = {name: batch.samples for name, batch in batches.items()}
+        if len(set(samples_of.values())) > 1:
+            raise DataError(f"every table needs the same rows, got {samples_of}")
+        if bool(torch.stack(trouble).any()):     # one host round trip for every table's checks
+            for name, batch in batches.items():
+                batch.explain(self.tables[name].rows, name)
+        samples = next(iter(samples_of.values()))
         pooled = {}
         for pack, members in zip(self.packs, self._members):
-            device = pack.v.device
-            parts, samples = [], None
-            for position, (table, start) in enumerate(members):
-                indices, offsets, *values = features[table.name]
-                indices = torch.as_tensor(indices, device=device)
-                outside = (indices < 0) | (indices >= table.rows)
-                if bool(outside.any()):
-                    bad = int(indices[outside][0])
-                    raise DataError(f"table {table.name!r}: feature id {bad} is outside its {table.rows:,} rows",
-                                    token=str(bad))
-                indices, offsets, values = pack._checked(indices + start, offsets, values[0] if values else None)
-                if samples is not None and offsets.numel() - 1 != samples:
-                    raise DataError(f"table {table.name!r} has {offsets.numel() - 1} rows, the others {samples}")
-                samples = offsets.numel() - 1
-                sample = torch.repeat_interleave(torch.arange(samples, device=device), offsets.diff())
-                parts.append((indices, sample * len(members) + position,
-                              torch.ones(indices.numel(), device=device) if values is None else values))
-            indices, bag, x = (torch.cat(part) for part in zip(*parts))
+            parts = [(batches[table.name], start, position) for position, (table, start) in enumerate(members)]
+            indices = torch.cat([batch.indices + start for batch, start, _ in parts])
+            bag = torch.cat([batch.samples_of_entries() * len(members) + position for batch, _, position in parts])
+            x = torch.cat([torch.ones(batch.indices.numel(), device=batch.indices.device) if batch.values is None
+                           else batch.values for batch, _, _ in parts])
             sums = pack.bags(indices, bag, samples * len(members), samples, x)["vx"]
             sums = sums.view(samples, len(members), -1)
             if members[0][0].pooling == "mean":

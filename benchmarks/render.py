@@ -181,7 +181,7 @@ def tables_over_budget_table(result):
             notes.append(f"HybridHash at {arm['budget_mb']} MB, Zipf {arm['zipf']}, one epoch timed in parts with "
                          f"its side stream's overlap taken away: {b['serialized_epoch_s']:.2f} s, of which kernels "
                          f"{b['kernels_s']:.2f} s, loads into the cache {b['load_s']:.2f} s, write-backs "
-                         f"{b['store_s']:.2f} s, re-ranks {b.get('rerank_s', 0):.3f} s, bookkeeping the rest "
+                         f"{b['store_s']:.2f} s, re-ranks {b['rerank_s']:.3f} s, bookkeeping the rest "
                          f"({b['segments']} segments so far, "
                          f"{b['rows_carried']:,} rows carried between staging halves).")
     if (result.get("big") or {}).get("gpu_memory_bytes"):

@@ -112,15 +112,17 @@ def trace(model, aggregate_only=False):
         return (Namespace(f"model {name}", function, "accum", accum_exprs),
                 Namespace(f"model {name}", function, "global", global_exprs))
 
-    accum_sum = sp.Add(*(FactorSum(symbol(a.name)) if a.vector else symbol(a.name) for a in accums))
+    def accum_sum():
+        return sp.Add(*(FactorSum(symbol(a.name)) if a.vector else symbol(a.name) for a in accums))
+
     if aggregate_only and type(model).loss is Model.loss:
-        loss = accum_sum
+        loss = accum_sum()
     else:
         loss = _scalar(name, "loss", _call(name, "loss", model.loss, *namespaces("loss"), y))
     if not loss.free_symbols & {symbol(a.name) for a in accums}:
         raise ModelError(f"model {name}: the loss {loss} depends on no accum, so no param gets a gradient")
     if aggregate_only and type(model).predict is Model.predict:
-        predict = accum_sum
+        predict = accum_sum()
     else:
         predict = _scalar(name, "predict", _call(name, "predict", model.predict, *namespaces("predict")))
 

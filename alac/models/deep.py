@@ -55,34 +55,32 @@ class _FieldModel(torch.nn.Module):
 class WideAndDeep(_FieldModel):
     """logit = bias + sum of the wide weights + MLP(field embeddings, dense features)."""
 
+    squares = False      # the tables' bags of squared factors (an FM's interactions need them)
+
     def __init__(self, n_features, n_fields, k=16, hidden=(256, 128), n_dense=0, optimizer="adagrad", lr=None,
                  seed=0, device=None):
-        super().__init__(n_features, n_fields, k, False, optimizer, lr, seed, device)
+        super().__init__(n_features, n_fields, k, self.squares, optimizer, lr, seed, device)
         self.deep = mlp([n_fields * k + n_dense, *hidden, 1]).to(self.tables.w.device)
         self.bias = torch.nn.Parameter(torch.zeros(1, device=self.tables.w.device))
 
     def forward(self, indices, offsets, fields, values=None, dense=None):
-        bags = self.bags(indices, offsets, fields, values)
+        return self.logit(self.bags(indices, offsets, fields, values), dense)
+
+    def logit(self, bags, dense):
         deep_in = bags["vx"].flatten(1) if dense is None else torch.cat([bags["vx"].flatten(1), dense], 1)
         return self.bias + bags["wx"].sum(1) + self.deep(deep_in).squeeze(1)
 
 
-class DeepFM(_FieldModel):
-    """logit = bias + sum of the weights + the FM's pairwise interactions of the field embeddings +
-    MLP(field embeddings, dense features): the FM and the MLP share the embeddings."""
+class DeepFM(WideAndDeep):
+    """Wide & Deep plus the FM's pairwise interactions of the field embeddings: the FM and the MLP
+    share the embeddings."""
 
-    def __init__(self, n_features, n_fields, k=16, hidden=(256, 128), n_dense=0, optimizer="adagrad", lr=None,
-                 seed=0, device=None):
-        super().__init__(n_features, n_fields, k, True, optimizer, lr, seed, device)
-        self.deep = mlp([n_fields * k + n_dense, *hidden, 1]).to(self.tables.w.device)
-        self.bias = torch.nn.Parameter(torch.zeros(1, device=self.tables.w.device))
+    squares = True
 
-    def forward(self, indices, offsets, fields, values=None, dense=None):
-        bags = self.bags(indices, offsets, fields, values)
+    def logit(self, bags, dense):
         summed = bags["vx"].sum(1)
         interactions = 0.5 * (summed**2 - bags["v2x2"].sum(1)).sum(1)
-        deep_in = bags["vx"].flatten(1) if dense is None else torch.cat([bags["vx"].flatten(1), dense], 1)
-        return self.bias + bags["wx"].sum(1) + interactions + self.deep(deep_in).squeeze(1)
+        return super().logit(bags, dense) + interactions
 
 
 class DLRMLike(_FieldModel):

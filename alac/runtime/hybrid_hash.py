@@ -156,7 +156,7 @@ class HybridHash:
         self._mapped_of = None
         self.statistics = CacheStatistics()
         self._steps = 0            # batches trained
-        self._misses_per_batch = 1.0
+        self._staged_per_batch = 1.0
 
     def initialize(self, layout, value_scale):
         """Every row drawn into the host table; an empty cache of the same params and state."""
@@ -254,8 +254,8 @@ class HybridHash:
     def _segment_end(self, first, batches):
         """The batch after the segment from `first`: a staging half's estimated reach (a share of a
         re-rank period at most), cut at the end of the warm-up and at the next re-rank."""
-        # 0.8: room for a segment to miss more rows per batch than the last one did
-        reach = max(1, min(int(0.8 * self._half / max(self._misses_per_batch, 1.0)),
+        # 0.8: room for a segment to stage more rows per batch than the last one did
+        reach = max(1, min(int(0.8 * self._half / max(self._staged_per_batch, 1.0)),
                            self.shape.refresh // PERIOD_SEGMENTS))
         step, warmup = self._steps, self.shape.warmup
         boundary = warmup - step if step < warmup else self.shape.refresh - (step - warmup) % self.shape.refresh
@@ -291,7 +291,7 @@ class HybridHash:
             return self._train_segment(layout, working_layout, labels, order, epoch, lr, first,
                                        first + (end - first) // 2, per_batch, loss, pending)
         rows, where = found
-        self._misses_per_batch = rows.numel() / (end - first)
+        self._staged_per_batch = rows.numel() / (end - first)
         half = 0 if pending is None or pending.half else 1
         with self._streams.on_side():
             slots = self.shape.capacity + half * self._half + torch.arange(rows.numel(), device=rows.device)
