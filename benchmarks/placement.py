@@ -41,10 +41,11 @@ from alac import metrics
 from alac.data.synthetic import KAGGLE_CARDINALITIES, kaggle_like
 from alac.models import zoo_model
 from alac.plan import Plan
+from alac.runtime.cached_executor import calibrate_kernels
 from alac.runtime.executor import Executor, LabelMap
 from alac.runtime.hybrid_hash import SIDE_MULTIPROCESSORS, CacheShape, HybridHash, working_plan
 from alac.runtime.layout import LayoutOptions, build_layout
-from alac.runtime.param_planner import cache_shape_for
+from alac.runtime.param_planner import batches_of, cache_shape_for, forecast_cache, measure_mapped_costs
 from alac.runtime.placement import FULL_RATE, START_RATE, FaeTables, ShuffleScheduler, fae_data
 from alac.runtime.profiler import access_counts, classify_inputs, hot_features, threshold_for_budget
 from benchmarks.flow import PyTorchFM, _fm_logits
@@ -126,9 +127,16 @@ def hybrid_hash(data, budget_mb, args, breakdown=False):
     # the planner's cache of the budget (alac.runtime.param_planner): a quarter staging, a batch at least
     shape = cache_shape_for(budget_mb * 2**20, ROW_BYTES, args.batch_size * int(data["train"].row_lengths().max()))
     shape = dataclasses.replace(shape, refresh=args.refresh)
-    working = working_plan(plan, TARGET["device"], args.side_multiprocessors)
-    cache = HybridHash(_executor(_in_host(plan)), _executor(working), shape)
+    forced = args.side_multiprocessors is not None
+    working = _executor(working_plan(plan, TARGET["device"], args.side_multiprocessors) if forced else plan)
+    cache = HybridHash(_executor(_in_host(plan)), working, shape)
     cache.initialize(layout, 1.0)
+    forecast = None
+    if not forced:
+        # the planner's choice: the kernels timed with and without multiprocessors left to the side stream
+        costs = measure_mapped_costs(TARGET["device"]) if TARGET["device"] == "cuda" else None
+        forecast = forecast_cache(layout.frequency, shape, batches_of(layout.n_rows, plan), ROW_BYTES, costs)
+        forecast = calibrate_kernels(working, layout, labels, shape.rows, forecast)
     seconds, before = [], None
     for epoch in range(args.epochs):
         before = (cache.statistics.rows_in, cache.statistics.rows_out, len(cache.statistics.hit_ratio))
@@ -149,7 +157,10 @@ def hybrid_hash(data, budget_mb, args, breakdown=False):
                   h2d_bytes=(cache.statistics.rows_in - before[0]) * ROW_BYTES,
                   d2h_bytes=(cache.statistics.rows_out - before[1]) * ROW_BYTES,
                   capacity_rows=shape.capacity, staging_rows=shape.staging,
-                  map_bytes=layout.n_features * 9, **extra)
+                  map_bytes=layout.n_features * 9, programs=working.plan.programs,
+                  overlapped=None if forecast is None else forecast.overlapped,
+                  predicted_samples_per_s=None if forecast is None else forecast.samples_per_s(layout.n_rows),
+                  **extra)
     return result
 
 
@@ -318,7 +329,8 @@ def big_run(args):
             "hit_ratio": history[-1]["hit_ratio"], "hot_input_share": None,
             "h2d_bytes": statistics.rows_in * placement.row_bytes // len(history),
             "predicted_samples_per_s": forecast.samples_per_s(train.n_rows),
-            "forecast": {"kernel_s": forecast.kernel_seconds, "traffic_s": forecast.traffic_seconds,
+            "forecast": {"kernel_s": forecast.kernel_seconds, "side_kernel_s": forecast.side_kernel_seconds,
+                         "overlapped": forecast.overlapped, "traffic_s": forecast.traffic_seconds,
                          "bookkeeping_s": forecast.bookkeeping_seconds, "hit_ratio": forecast.hit_ratio,
                          "rows_moved": forecast.rows_moved, "segments": forecast.segments},
             "feature_rows": trainer.executor.cache.slot_of.numel(), "table_bytes": placement.table_bytes,
@@ -343,8 +355,9 @@ def main():
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--batch-size", type=int, default=4096)
     parser.add_argument("--refresh", type=int, default=CacheShape.refresh, help="HybridHash re-rank period (batches)")
-    parser.add_argument("--side-multiprocessors", type=int, default=SIDE_MULTIPROCESSORS,
-                        help="multiprocessors HybridHash's sync kernels leave to its side stream")
+    parser.add_argument("--side-multiprocessors", type=int, default=None,
+                        help="multiprocessors HybridHash's sync kernels leave to its side stream (default: the "
+                             f"planner's choice of 0 or {SIDE_MULTIPROCESSORS}, from the kernels timed both ways)")
     parser.add_argument("--schedules-at-mb", type=int, default=256)
     parser.add_argument("--baseline-batches", type=int, default=200)
     parser.add_argument("--big-scale", type=int, default=0,

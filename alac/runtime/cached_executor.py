@@ -27,8 +27,7 @@ class CachedExecutor:
         host_plan = dataclasses.replace(plan, semantics="sync", placement=tuple((name, "host") for name in params))
         self.whole = Executor(model, host_plan, backend, device, seed, optimizer, schedule, exact_l2)
         # the kernels' hot segment lives in the hot store: at most its rows
-        plan = working_plan(dataclasses.replace(plan, hot_size=min(plan.hot_size, placement.shape.capacity)),
-                            self.whole.device)
+        plan = dataclasses.replace(plan, hot_size=min(plan.hot_size, placement.shape.capacity))
         self.working = Executor(model, plan, backend, device, seed, optimizer, schedule, exact_l2)
         self.cache = HybridHash(self.whole, self.working, placement.shape)
         self.placement = placement
@@ -77,29 +76,10 @@ class CachedExecutor:
         self._initialized = True
 
     def calibrate(self, layout, labels):
-        """Time CALIBRATION_BATCHES batches of the cache's kernels on the layout (the working table's
-        rows stand in for the layout's: feature id modulo the cache's rows) and complete the forecast
-        with the epoch's kernel time (returns the placement so completed). The cache's state is put
-        back as it was."""
-        working = self.working
-        saved = working.state.clone()
-        rows = self.cache.shape.rows
-        scratch = dataclasses.replace(layout, edge_feature=torch.where(layout.edge_feature >= 0,
-                                                                       layout.edge_feature % rows, -1),
-                                      n_features=rows)
-        per_batch = working.plan.chunks_per_batch
-        order = layout.chunk_order(0, working.seed)[:CALIBRATION_BATCHES * per_batch]
-        done = working.batches_done
-        working._queue_epoch(scratch, labels, 0, 0.0, order)   # compiles the kernels off the clock
-        if working.device.type == "cuda":
-            torch.cuda.synchronize(working.device)
-        started = time.perf_counter()
-        working._queue_epoch(scratch, labels, 0, 0.0, order)
-        if working.device.type == "cuda":
-            torch.cuda.synchronize(working.device)
-        seconds = (time.perf_counter() - started) * layout.n_chunks / max(order.numel(), 1)
-        working.state, working.batches_done = saved, done
-        forecast = dataclasses.replace(self.placement.forecast, kernel_seconds=seconds)
+        """Complete the forecast with the kernels' epoch time, with every multiprocessor and leaving
+        some to the side stream (calibrate_kernels), and train on the cheaper (returns the placement
+        so completed)."""
+        forecast = calibrate_kernels(self.working, layout, labels, self.cache.shape.rows, self.placement.forecast)
         self.placement = dataclasses.replace(self.placement, forecast=forecast)
         return self.placement
 
@@ -129,3 +109,39 @@ class CachedExecutor:
     def settings(self, l2=None):
         return self.working.settings(l2)
 
+
+def kernel_seconds(working, layout, labels, rows):
+    """Seconds an epoch of the working executor's kernels takes, from CALIBRATION_BATCHES batches of
+    the layout (the cache's `rows` stand in for the layout's: feature id modulo rows); its state is
+    put back as it was."""
+    saved, done = working.state.clone(), working.batches_done
+    scratch = dataclasses.replace(layout, edge_feature=torch.where(layout.edge_feature >= 0,
+                                                                   layout.edge_feature % rows, -1),
+                                  n_features=rows)
+    order = layout.chunk_order(0, working.seed)[:CALIBRATION_BATCHES * working.plan.chunks_per_batch]
+    working._queue_epoch(scratch, labels, 0, 0.0, order)   # compiles the kernels off the clock
+    if working.device.type == "cuda":
+        torch.cuda.synchronize(working.device)
+    started = time.perf_counter()
+    working._queue_epoch(scratch, labels, 0, 0.0, order)
+    if working.device.type == "cuda":
+        torch.cuda.synchronize(working.device)
+    seconds = (time.perf_counter() - started) * layout.n_chunks / max(order.numel(), 1)
+    working.state, working.batches_done = saved, done
+    return seconds
+
+
+def calibrate_kernels(working, layout, labels, rows, forecast):
+    """The CacheForecast completed with the kernels' time as the working executor's plan launches
+    them and, where working_plan leaves multiprocessors to the side stream, with those left; the
+    working executor left on the cheaper of the two."""
+    programs = working.plan.programs
+    overlapped = working_plan(working.plan, working.device)
+    full = kernel_seconds(working, layout, labels, rows)
+    side = None
+    if overlapped.programs != programs:
+        working.use_programs(overlapped.programs)
+        side = kernel_seconds(working, layout, labels, rows)
+    forecast = dataclasses.replace(forecast, kernel_seconds=full, side_kernel_seconds=side)
+    working.use_programs(overlapped.programs if forecast.overlapped else programs)
+    return forecast

@@ -12,6 +12,7 @@ so one lr means the same step size in both semantics.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import sys
 from dataclasses import dataclass
@@ -146,6 +147,12 @@ class Executor:
         self.block_losses = []      # the last streamed epoch's (block index, mean loss) per block
         self._reference = None      # a reference backend for sample_loss, made when first needed
         self.loss_sum = torch.zeros(1, device=self.device)
+
+    def use_programs(self, programs):
+        """Sync epochs over `programs` persistent programs from now on (None: as many as the GPU holds)."""
+        self.plan = dataclasses.replace(self.plan, programs=programs)
+        if hasattr(self.backend, "use_programs"):
+            self.backend.use_programs(programs)
 
     def initialize(self, layout, value_scale=None):
         """Fresh parameters for the layout's features; value_scale: the data's mean |x| where the

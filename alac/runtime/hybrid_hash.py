@@ -33,10 +33,11 @@ from alac.runtime.state import ModelState
 PERIOD_SEGMENTS = 4
 
 
-# Multiprocessors a sync epoch kernel leaves to the side stream: with a persistent program on every
-# multiprocessor no side kernel ran beside it (H100, 64 batches of the Kaggle-shaped set: none of 200
-# overlapped); with 120 programs of 132 all did, the kernel 16 % slower (benchmarks/placement.py)
-SIDE_MULTIPROCESSORS = 12
+# Multiprocessors a sync epoch kernel leaves to the side stream when row traffic overlaps it: with a
+# program on every multiprocessor no side kernel ran beside it (H100, 64 batches of the Kaggle-shaped
+# set: none of 200 overlapped); leaving 24 beat 12 and 4 (64 MB epochs of 0.332 s against 0.359 and
+# 0.472; benchmarks/placement.py --hybrid-only --side-multiprocessors S)
+SIDE_MULTIPROCESSORS = 24
 
 
 def working_plan(plan, device, side_multiprocessors=SIDE_MULTIPROCESSORS):
@@ -56,7 +57,9 @@ class CacheShape:
     capacity: int
     staging: int
     warmup: int = 32
-    refresh: int = 256
+    # re-rank every 1024 batches: 512 MB epochs of 0.226 s against 0.300 s every 256 (H100, the
+    # Kaggle-shaped set at Zipf 1.1, benchmarks/placement.py --hybrid-only --refresh R)
+    refresh: int = 1024
 
     def __post_init__(self):
         if self.capacity < 0 or self.staging < 1 or self.warmup < 0 or self.refresh < 1:

@@ -12,9 +12,11 @@ Cost model of a HybridHash epoch (B batches, E edges, rows ranked by their acces
 - bookkeeping (re-pointing edges, counting, the miss search) per edge and per segment: constants
   measured on an H100 before it ran on a side stream (benchmarks/placement.py, Kaggle-shaped set, 64
   and 512 MB: 0.8 ns per edge, 0.4 ms per segment), an upper bound of it now;
-- the kernels: the measured time of the all-GPU kernels on the batches (timed on the cache itself),
-  overlapping row traffic and bookkeeping (the side stream): the epoch takes the longer of the two,
-  plus RERANK_SECONDS at every re-rank, where the pipeline drains and the kernels wait.
+- the kernels: their measured time on the batches (timed on the cache itself) twice: with a program
+  on every multiprocessor, when the side stream's row traffic and bookkeeping wait for them (serial:
+  the epoch takes the sum), and leaving SIDE_MULTIPROCESSORS to the side stream (overlapped: the
+  longer of the two); the cheaper one is chosen; plus RERANK_SECONDS at every re-rank, where the
+  pipeline drains and the kernels wait.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from dataclasses import dataclass
 import torch
 
 from alac.errors import OptionError
-from alac.runtime.hybrid_hash import PERIOD_SEGMENTS, CacheShape
+from alac.runtime.hybrid_hash import PERIOD_SEGMENTS, SIDE_MULTIPROCESSORS, CacheShape
 from alac.runtime.memory import mapped_view
 from alac.runtime.planner import layout_bytes, measured_per_gpu
 from alac.runtime.state import row_bytes_of
@@ -75,13 +77,29 @@ class CacheForecast:
     traffic_seconds: float
     bookkeeping_seconds: float
     reranks: float
-    kernel_seconds: float | None
+    kernel_seconds: float | None             # every multiprocessor training
+    side_kernel_seconds: float | None = None  # SIDE_MULTIPROCESSORS left to the side stream (None: not timed)
+
+    @property
+    def serial_seconds(self):
+        """The side stream's work between the kernels, which hold every multiprocessor."""
+        return None if self.kernel_seconds is None else \
+            self.kernel_seconds + self.traffic_seconds + self.bookkeeping_seconds + self.reranks * RERANK_SECONDS
+
+    @property
+    def overlapped_seconds(self):
+        """The side stream's work beside the kernels, on the multiprocessors they leave it."""
+        return None if self.side_kernel_seconds is None else \
+            max(self.side_kernel_seconds, self.traffic_seconds + self.bookkeeping_seconds) + \
+            self.reranks * RERANK_SECONDS
+
+    @property
+    def overlapped(self):
+        return self.overlapped_seconds is not None and self.overlapped_seconds < self.serial_seconds
 
     @property
     def epoch_seconds(self):
-        # row traffic and bookkeeping run on a side stream while the kernels train
-        return None if self.kernel_seconds is None else \
-            max(self.kernel_seconds, self.traffic_seconds + self.bookkeeping_seconds) + self.reranks * RERANK_SECONDS
+        return self.overlapped_seconds if self.overlapped else self.serial_seconds
 
     def samples_per_s(self, n_rows):
         return None if self.kernel_seconds is None else n_rows / self.epoch_seconds
@@ -191,8 +209,11 @@ def predicted_line(placement, n_rows):
     if placement.forecast is None or placement.forecast.kernel_seconds is None:
         return None
     f = placement.forecast
-    return (f"predicted {f.samples_per_s(n_rows):,.0f} samples/s: the longer of kernels {f.kernel_seconds:.3f} s and "
-            f"row traffic {f.traffic_seconds:.3f} s + bookkeeping {f.bookkeeping_seconds:.3f} s, + "
+    side = f"row traffic {f.traffic_seconds:.3f} s + bookkeeping {f.bookkeeping_seconds:.3f} s"
+    kernels = (f"the longer of kernels {f.side_kernel_seconds:.3f} s (leaving the side stream "
+               f"{SIDE_MULTIPROCESSORS} multiprocessors) and {side}" if f.overlapped else
+               f"kernels {f.kernel_seconds:.3f} s (every multiprocessor), then {side}")
+    return (f"predicted {f.samples_per_s(n_rows):,.0f} samples/s: {kernels}, + "
             f"{f.reranks * RERANK_SECONDS:.3f} s of re-ranks per epoch")
 
 

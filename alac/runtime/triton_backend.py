@@ -10,6 +10,7 @@ it once per batch only where a batch must end on the host (per-batch L2 decays, 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import torch
@@ -55,6 +56,13 @@ class TritonBackend:
         # resident_async_programs
         self.async_programs = None
         self._last_async_launch = None
+
+    def use_programs(self, programs):
+        """Launch sync epoch kernels over `programs` persistent programs from now on (None: one per
+        chunk of a batch, as many as the GPU holds): a schedule, the kernels unchanged."""
+        self.plan = dataclasses.replace(self.plan, programs=programs)
+        self._bound_key = None
+        self._graph = None
 
     def use_module(self, module):
         """Run the kernels of module (a dumped one, edits included) in place of the generated ones:

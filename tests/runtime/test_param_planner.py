@@ -13,7 +13,7 @@ from alac.errors import OptionError
 from alac.plan import Plan
 from alac.runtime.cached_executor import CachedExecutor
 from alac.runtime.executor import LabelMap
-from alac.runtime.hybrid_hash import CacheShape
+from alac.runtime.hybrid_hash import CacheShape, working_plan
 from alac.runtime.layout import LayoutOptions, build_layout
 from alac.runtime.param_planner import (
     BOOKKEEPING_NS_PER_EDGE,
@@ -37,12 +37,20 @@ def test_the_forecast_of_a_toy_table_is_its_closed_form():
     assert forecast.segments == pytest.approx(2)
     assert forecast.rows_moved == pytest.approx(sum(2 * (1 - math.exp(-f / 2)) for f in (2.0, 1.0)))
     assert forecast.epoch_seconds is None
-    # the kernels overlap row traffic and bookkeeping; each re-rank (8 / 16 per epoch) stalls them
+    # each re-rank (8 / 16 per epoch) stalls the kernels; with every multiprocessor training they
+    # leave the bookkeeping (and row traffic) after them
     bookkeeping = 18 * BOOKKEEPING_NS_PER_EDGE * 1e-9 + 2 * SEGMENT_SECONDS
     assert forecast.bookkeeping_seconds == pytest.approx(bookkeeping) and forecast.reranks == 0.5
-    assert dataclasses.replace(forecast, kernel_seconds=1.0).epoch_seconds == pytest.approx(1.0 + 0.5 * RERANK_SECONDS)
-    assert dataclasses.replace(forecast, kernel_seconds=1e-9).epoch_seconds == \
-        pytest.approx(bookkeeping + 0.5 * RERANK_SECONDS)
+    serial = dataclasses.replace(forecast, kernel_seconds=1.0)
+    assert not serial.overlapped and serial.epoch_seconds == pytest.approx(1.0 + bookkeeping + 0.5 * RERANK_SECONDS)
+    # kernels leaving multiprocessors to the side stream overlap it: the longer of the two, when cheaper
+    overlapped = dataclasses.replace(forecast, kernel_seconds=1.0, side_kernel_seconds=1.0 + bookkeeping / 2)
+    assert overlapped.overlapped
+    assert overlapped.epoch_seconds == pytest.approx(1.0 + bookkeeping / 2 + 0.5 * RERANK_SECONDS)
+    slow = dataclasses.replace(forecast, kernel_seconds=1.0, side_kernel_seconds=1.0 + 2 * bookkeeping)
+    assert not slow.overlapped and slow.epoch_seconds == serial.epoch_seconds
+    short = dataclasses.replace(forecast, kernel_seconds=1e-9, side_kernel_seconds=2e-9)
+    assert short.overlapped and short.epoch_seconds == pytest.approx(bookkeeping + 0.5 * RERANK_SECONDS)
 
 
 def test_rows_fit_the_budget_stay_on_the_device_and_a_batch_must_fit_the_cache():
@@ -134,3 +142,16 @@ def test_a_checkpoint_of_a_model_over_its_gpu_budget_predicts_from_host_memory(t
     assert sorted(loaded.executor.plan.host_params) == ["v", "w"]
     assert all(not v.is_cuda for v in loaded.executor.state.params.values())
     torch.testing.assert_close(loaded.predict(data), trainer.predict(data), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_a_sync_cache_times_its_kernels_both_ways_and_trains_on_the_cheaper():
+    data = criteo_like(3000, n_fields=5, seed=4, device="cpu")
+    plan = Plan(chunk_size=8, batch_size=32, memory_budget=250_000, semantics="sync")
+    trainer = Trainer(ZOO["fm"](), lr=0.3, epochs=1, plan=plan, seed=1, optimizer="adagrad")
+    trainer.fit(data)
+    forecast, working = trainer.placement.forecast, trainer.executor.working
+    assert forecast.kernel_seconds > 0 and forecast.side_kernel_seconds > 0
+    side = working_plan(plan, working.device).programs
+    assert working.plan.programs == (side if forecast.overlapped else None)
+    assert forecast.epoch_seconds == min(forecast.serial_seconds, forecast.overlapped_seconds)
