@@ -136,7 +136,7 @@ def hybrid_hash(data, budget_mb, args, breakdown=False):
         # the planner's choice: the kernels timed with and without multiprocessors left to the side stream
         costs = measure_mapped_costs(TARGET["device"]) if TARGET["device"] == "cuda" else None
         forecast = forecast_cache(layout.frequency, shape, batches_of(layout.n_rows, plan), ROW_BYTES, costs)
-        forecast = calibrate_kernels(working, layout, labels, shape.rows, forecast)
+        forecast = calibrate_kernels(cache, layout, labels, forecast)
     seconds, before = [], None
     for epoch in range(args.epochs):
         before = (cache.statistics.rows_in, cache.statistics.rows_out, len(cache.statistics.hit_ratio))

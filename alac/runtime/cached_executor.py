@@ -79,7 +79,7 @@ class CachedExecutor:
         """Complete the forecast with the kernels' epoch time, with every multiprocessor and leaving
         some to the side stream (calibrate_kernels), and train on the cheaper (returns the placement
         so completed)."""
-        forecast = calibrate_kernels(self.working, layout, labels, self.cache.shape.rows, self.placement.forecast)
+        forecast = calibrate_kernels(self.cache, layout, labels, self.placement.forecast)
         self.placement = dataclasses.replace(self.placement, forecast=forecast)
         return self.placement
 
@@ -131,10 +131,14 @@ def kernel_seconds(working, layout, labels, rows):
     return seconds
 
 
-def calibrate_kernels(working, layout, labels, rows, forecast):
-    """The CacheForecast completed with the kernels' time as the working executor's plan launches
-    them and, where working_plan leaves multiprocessors to the side stream, with those left; the
-    working executor left on the cheaper of the two."""
+def calibrate_kernels(cache, layout, labels, forecast):
+    """The CacheForecast completed with the bookkeeping's measured cost per edge and the kernels'
+    time as the working executor's plan launches them and, where working_plan leaves multiprocessors
+    to the side stream, with those left; the working executor left on the cheaper of the two."""
+    working, rows = cache.working, cache.shape.rows
+    chunks = layout.chunk_order(0, working.seed)[:CALIBRATION_BATCHES * working.plan.chunks_per_batch]
+    edges = forecast.edges * chunks.numel() / max(layout.n_chunks, 1)
+    forecast = forecast.with_bookkeeping(cache.bookkeeping_seconds(layout, chunks) / max(edges, 1.0) * 1e9)
     programs = working.plan.programs
     overlapped = working_plan(working.plan, working.device)
     full = kernel_seconds(working, layout, labels, rows)

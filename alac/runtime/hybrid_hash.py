@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import time
 from dataclasses import dataclass
 
 import torch
@@ -27,6 +28,7 @@ from alac.errors import OptionError
 from alac.runtime.cache_remap import mark_touched, remap
 from alac.runtime.memory import mapped_view
 from alac.runtime.state import ModelState
+from alac.runtime.timing import gpu_milliseconds
 
 # a re-rank period trains as this many segments at least: the pipeline drains at a re-rank, so only
 # the period's later segments overlap their row traffic and bookkeeping with kernels
@@ -263,6 +265,24 @@ class HybridHash:
         step, warmup = self._steps, self.shape.warmup
         boundary = warmup - step if step < warmup else self.shape.refresh - (step - warmup) % self.shape.refresh
         return min(batches, first + reach, first + boundary)
+
+    def bookkeeping_seconds(self, layout, chunks):
+        """Seconds a segment of these chunks spends marking, finding and re-pointing its rows, timed
+        after a run that compiles the kernels; the cache's counts and slots unchanged."""
+        out_feature = torch.full_like(layout.edge_feature, -1)
+
+        def bookkeeping():
+            mark_touched(layout, chunks, self._seen)
+            touched = torch.nonzero(self._seen).squeeze(1)
+            self._seen[touched] = 0
+            remap(layout, chunks, self.slot_of, out_feature, self.shape.capacity, self.working.plan.chunks_per_batch)
+
+        if self.working.device.type == "cuda":
+            return gpu_milliseconds(bookkeeping, repeats=3)[0] / 1e3
+        bookkeeping()
+        started = time.perf_counter()
+        bookkeeping()
+        return time.perf_counter() - started
 
     def _rows_of_segment(self, layout, chunks):
         """The rows the chunks touch, counted; of them the rows to stage (not in the hot store) and

@@ -9,9 +9,9 @@ Cost model of a HybridHash epoch (B batches, E edges, rows ranked by their acces
   most) and an epoch has S = B / L segments;
 - every segment loads and writes back its distinct misses: sum_r S (1 - exp(-f_r / S)) rows each way,
   at the GPU's measured gather and scatter throughput over the host table's UVA mapping;
-- bookkeeping (re-pointing edges, counting, the miss search) per edge and per segment: constants
-  measured on an H100 before it ran on a side stream (benchmarks/placement.py, Kaggle-shaped set, 64
-  and 512 MB: 0.8 ns per edge, 0.4 ms per segment), an upper bound of it now;
+- bookkeeping (marking a segment's rows, finding the ones to stage, re-pointing its edges) per edge,
+  timed on the cache before training (HybridHash.bookkeeping_seconds; BOOKKEEPING_NS_PER_EDGE until
+  then), and per segment (launches, the host's wait for a segment's row count);
 - the kernels: their measured time on the batches (timed on the cache itself) twice: with a program
   on every multiprocessor, when the side stream's row traffic and bookkeeping wait for them (serial:
   the epoch takes the sum), and leaving SIDE_MULTIPROCESSORS to the side stream (overlapped: the
@@ -21,6 +21,7 @@ Cost model of a HybridHash epoch (B batches, E edges, rows ranked by their acces
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -33,6 +34,8 @@ from alac.runtime.planner import layout_bytes, measured_per_gpu
 from alac.runtime.state import row_bytes_of
 from alac.runtime.timing import gpu_milliseconds
 
+# Before the cache's bookkeeping is timed, and per segment: measured on an H100 with the bookkeeping
+# written in torch (benchmarks/placement.py, Kaggle-shaped set, 64 and 512 MB), upper bounds now
 BOOKKEEPING_NS_PER_EDGE = 0.8
 SEGMENT_SECONDS = 4e-4
 # The kernels' idle time at a re-rank (the last segment's write-back, the re-rank, the next segment's
@@ -72,6 +75,7 @@ class CacheForecast:
     """A HybridHash epoch as the cost model sees it (seconds per epoch and its parts)."""
 
     hit_ratio: float
+    edges: float
     segments: float
     rows_moved: float           # rows loaded per epoch (as many are written back)
     traffic_seconds: float
@@ -79,6 +83,11 @@ class CacheForecast:
     reranks: float
     kernel_seconds: float | None             # every multiprocessor training
     side_kernel_seconds: float | None = None  # SIDE_MULTIPROCESSORS left to the side stream (None: not timed)
+
+    def with_bookkeeping(self, ns_per_edge):
+        """This forecast with the bookkeeping's per-edge cost measured (ns_per_edge)."""
+        return dataclasses.replace(self, bookkeeping_seconds=bookkeeping_seconds(self.edges, self.segments,
+                                                                                 ns_per_edge))
 
     @property
     def serial_seconds(self):
@@ -120,9 +129,12 @@ def forecast_cache(frequency, shape, batches, row_bytes, costs, kernel_seconds=N
     rows_moved = float((segments * (1 - torch.exp(-cold / segments))).sum())
     traffic = 0.0 if costs is None else \
         rows_moved * row_bytes / 1e9 * (1 / costs.gather_gb_per_s + 1 / costs.scatter_gb_per_s)
-    bookkeeping = edges * BOOKKEEPING_NS_PER_EDGE * 1e-9 + segments * SEGMENT_SECONDS
-    return CacheForecast(hit_ratio, segments, rows_moved, traffic, bookkeeping, batches / shape.refresh,
-                         kernel_seconds)
+    return CacheForecast(hit_ratio, edges, segments, rows_moved, traffic, bookkeeping_seconds(edges, segments),
+                         batches / shape.refresh, kernel_seconds)
+
+
+def bookkeeping_seconds(edges, segments, ns_per_edge=BOOKKEEPING_NS_PER_EDGE):
+    return edges * ns_per_edge * 1e-9 + segments * SEGMENT_SECONDS
 
 
 @dataclass(frozen=True)

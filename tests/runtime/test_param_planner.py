@@ -41,6 +41,7 @@ def test_the_forecast_of_a_toy_table_is_its_closed_form():
     # leave the bookkeeping (and row traffic) after them
     bookkeeping = 18 * BOOKKEEPING_NS_PER_EDGE * 1e-9 + 2 * SEGMENT_SECONDS
     assert forecast.bookkeeping_seconds == pytest.approx(bookkeeping) and forecast.reranks == 0.5
+    assert forecast.with_bookkeeping(2.0).bookkeeping_seconds == pytest.approx(18 * 2e-9 + 2 * SEGMENT_SECONDS)
     serial = dataclasses.replace(forecast, kernel_seconds=1.0)
     assert not serial.overlapped and serial.epoch_seconds == pytest.approx(1.0 + bookkeeping + 0.5 * RERANK_SECONDS)
     # kernels leaving multiprocessors to the side stream overlap it: the longer of the two, when cheaper
@@ -152,6 +153,9 @@ def test_a_sync_cache_times_its_kernels_both_ways_and_trains_on_the_cheaper():
     trainer.fit(data)
     forecast, working = trainer.placement.forecast, trainer.executor.working
     assert forecast.kernel_seconds > 0 and forecast.side_kernel_seconds > 0
+    # the bookkeeping's per-edge cost timed on the cache replaced the constant's
+    assert forecast.bookkeeping_seconds != pytest.approx(
+        forecast.edges * BOOKKEEPING_NS_PER_EDGE * 1e-9 + forecast.segments * SEGMENT_SECONDS)
     side = working_plan(plan, working.device).programs
     assert working.plan.programs == (side if forecast.overlapped else None)
     assert forecast.epoch_seconds == min(forecast.serial_seconds, forecast.overlapped_seconds)
