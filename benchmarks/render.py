@@ -160,8 +160,11 @@ def fields_table(result):
     rows = [[a["name"], a["fields"], "-" if a["kernels_per_step"] is None else a["kernels_per_step"],
              f"{a['samples_per_s'] / 1e3:.1f}", f"{a['samples_per_s'] / base['samples_per_s']:.2f}×",
              f"{a['auc']:.4f}", f"{a['logloss']:.4f}"] for a in result["arms"]]
+    compiled = "" if not args.get("no_compile") else \
+        " The torch.compile arm was left out (`--no-compile --steps 50`: compiling 200 bags took over 150 s)."
     return (f"{args['fields']} fields, batches of {args['batch_size']}, {args['steps']} timed steps, scored on "
-            f"{args['valid_rows']:,} held-out rows.\n\n"
+            f"{args['valid_rows']:,} held-out rows.{compiled} The packed tables run alac.nn's torch programs "
+            "(no generated kernels for them yet).\n\n"
             + table(["arm", "fields", "kernels per step", "k samples/s", "vs per-field", "AUC", "logloss"], rows))
 
 
