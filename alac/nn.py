@@ -71,16 +71,20 @@ class _Batch:
 
     def explain(self, rows, table=None):
         """DataError for what trouble found, if it is this batch's (table: the name in the message)."""
-        offsets, indices = self.offsets, self.indices
-        if int(offsets[0]) != 0 or int(offsets[-1]) != indices.numel() or bool((offsets.diff() < 0).any()):
-            raise DataError(f"{'' if table is None else f'table {table!r}: '}offsets must rise from 0 to the "
-                            f"{indices.numel():,} indices, got {offsets[:4].tolist()} ... {offsets[-2:].tolist()}")
+        self.explain_offsets(table)
+        indices = self.indices
         outside = (indices < 0) | (indices >= rows)
         if bool(outside.any()):
             bad = int(indices[outside][0])
             where = "the table's" if table is None else "its"
             raise DataError(f"{'' if table is None else f'table {table!r}: '}feature id {bad} is outside {where} "
                             f"{rows:,} rows", token=str(bad))
+
+    def explain_offsets(self, table=None):
+        offsets, indices = self.offsets, self.indices
+        if int(offsets[0]) != 0 or int(offsets[-1]) != indices.numel() or bool((offsets.diff() < 0).any()):
+            raise DataError(f"{'' if table is None else f'table {table!r}: '}offsets must rise from 0 to the "
+                            f"{indices.numel():,} indices, got {offsets[:4].tolist()} ... {offsets[-2:].tolist()}")
 
     def samples_of_entries(self):
         """The sample of every entry (output_size given: no host round trip)."""
@@ -248,6 +252,28 @@ def pack_tables(tables, accesses=None, max_cost=None):
     return result
 
 
+@dataclass(frozen=True)
+class KeyedBags:
+    """Every table's bags of one batch in TorchRec's KeyedJaggedTensor layout: keys (table names), the
+    bags key-major (bag k * B + i: table keys[k], sample i), offsets [len(keys) * B + 1] into indices
+    (int64 ids local to each table) and values (float32, None: ones). One tensor for all tables, so
+    that a step's work does not grow with the number of tables."""
+
+    keys: tuple
+    indices: torch.Tensor
+    offsets: torch.Tensor
+    values: torch.Tensor | None = None
+
+    @classmethod
+    def one_hot(cls, keys, ids):
+        """The bags of [B, len(keys)] ids: one id per table and sample."""
+        return cls(tuple(keys), ids.t().reshape(-1).long(), torch.arange(ids.numel() + 1, device=ids.device))
+
+    @property
+    def samples(self):
+        return (self.offsets.numel() - 1) // max(len(self.keys), 1)
+
+
 class PackedEmbeddingBags(torch.nn.Module):
     """Embedding tables of many fields, packed as PICASSO packs them: tables alike in dim, optimizer,
     lr, pooling and initial std share one SparseAggregate holding their rows end to end, so a batch
@@ -273,8 +299,15 @@ class PackedEmbeddingBags(torch.nn.Module):
             self.packs.append(SparseAggregate(_Embeddings(dim, init_std), starts[-1] + members[-1].rows,
                                               optimizer=optimizer, lr=lr, seed=seed + index, device=device))
             self._members.append(list(zip(members, starts)))
+        self._keyed = {}       # (keys, device) -> _key_constants
+        # the tables pack by pack: KeyedBags in this order need no reordering
+        self.keys = tuple(table.name for members in self._members for table, _ in members)
 
     def forward(self, features):
+        """features: {table name: (indices, offsets[, values])} or KeyedBags (the fast path: a few
+        operations per pack, however many tables)."""
+        if isinstance(features, KeyedBags):
+            return self._forward_keyed(features)
         missing = set(self.tables) - set(features)
         if missing:
             raise DataError(f"no rows given for tables {sorted(missing)}")
@@ -304,6 +337,69 @@ class PackedEmbeddingBags(torch.nn.Module):
             if members[0][0].pooling == "mean":
                 counts = torch.bincount(bag, minlength=samples * len(members)).view(samples, len(members), 1)
                 sums = sums / counts.clamp(min=1)
-            for position, (table, _) in enumerate(members):
-                pooled[table.name] = sums[:, position]
+            pooled.update((table.name, value) for (table, _), value in zip(members, sums.unbind(1)))
         return pooled
+
+    def _key_constants(self, keys, device):
+        """Per key of this order, on the device: its pack, first row in the pack, position among the
+        pack's tables and rows; whether the keys run pack by pack in the packs' order."""
+        cached = self._keyed.get((keys, device))
+        if cached is None:
+            where = {t.name: (p, start, position, t.rows) for p, members in enumerate(self._members)
+                     for position, (t, start) in enumerate(members)}
+            columns = list(zip(*(where[key] for key in keys)))
+            grouped = list(columns[0]) == sorted(columns[0])
+            cached = (*(torch.tensor(c, dtype=torch.int64, device=device) for c in columns), grouped)
+            self._keyed[(keys, device)] = cached
+        return cached
+
+    def _forward_keyed(self, bags):
+        keys = tuple(bags.keys)
+        if sorted(keys) != sorted(self.tables) or len(set(keys)) != len(keys):
+            raise DataError(f"KeyedBags keys must be the tables {sorted(self.tables)} once each, got {list(keys)}")
+        device = self.packs[0].table_device
+        batch = _Batch.of(bags.indices, bags.offsets, bags.values, device)
+        if batch.samples % len(keys):
+            raise DataError(f"KeyedBags offsets hold {batch.samples:,} bags, not {len(keys)} keys x a batch")
+        samples = batch.samples // len(keys)
+        pack_of, start_of, position_of, rows_of, grouped = self._key_constants(keys, device)
+        # each entry's bag by a search (safe on offsets the checks below may yet refuse)
+        entries = torch.arange(batch.indices.numel(), device=device)
+        bag = (torch.searchsorted(batch.offsets, entries, right=True) - 1).clamp(0, max(batch.samples - 1, 0))
+        key = torch.div(bag, samples, rounding_mode="floor")
+        sample = bag - key * samples
+        rows = rows_of[key]
+        trouble = batch.trouble(rows)
+        pack = pack_of[key]
+        if not grouped:      # entries of a pack together, in their given order within it
+            order = torch.argsort(pack, stable=True)
+            key, sample, pack, rows = key[order], sample[order], pack[order], rows[order]
+            batch = _Batch(batch.indices[order], batch.offsets, None if batch.values is None else batch.values[order])
+        # one host round trip: the checks and where every pack's entries end
+        flags = torch.cat([trouble.view(1).long(), torch.bincount(pack, minlength=len(self.packs)).cumsum(0)])
+        trouble, *ends = flags.tolist()
+        if trouble:
+            self._explain_keyed(keys, batch, key, rows)
+        pooled, begin = {}, 0
+        for index, (module, members) in enumerate(zip(self.packs, self._members)):
+            part = slice(begin, ends[index])
+            begin = ends[index]
+            ids = batch.indices[part] + start_of[key[part]]
+            bag = sample[part] * len(members) + position_of[key[part]]
+            x = torch.ones(ids.numel(), device=device) if batch.values is None else batch.values[part]
+            sums = module.bags(ids, bag, samples * len(members), samples, x)["vx"].view(samples, len(members), -1)
+            if members[0][0].pooling == "mean":
+                counts = torch.bincount(bag, minlength=samples * len(members)).view(samples, len(members), 1)
+                sums = sums / counts.clamp(min=1)
+            # unbind: its backward is one stack per pack (a select per table costs three kernels each)
+            pooled.update((table.name, value) for (table, _), value in zip(members, sums.unbind(1)))
+        return pooled
+
+    def _explain_keyed(self, keys, batch, key, rows):
+        batch.explain_offsets()
+        outside = (batch.indices < 0) | (batch.indices >= rows)
+        first = int(torch.nonzero(outside)[0])
+        name = keys[int(key[first])]
+        bad = int(batch.indices[first])
+        raise DataError(f"table {name!r}: feature id {bad} is outside its {self.tables[name].rows:,} rows",
+                        token=str(bad))

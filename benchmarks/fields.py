@@ -24,7 +24,7 @@ import torch
 from alac import metrics
 from alac.counter_random import normal, uniform
 from alac.models.deep import mlp
-from alac.nn import PackedEmbeddingBags, Table
+from alac.nn import KeyedBags, PackedEmbeddingBags, Table
 from benchmarks.render import fields_table
 from benchmarks.report import environment, write
 
@@ -89,10 +89,11 @@ class Packed(torch.nn.Module):
         self.tables = PackedEmbeddingBags([Table(name, c, d, lr=TABLE_LR) for name, (c, d) in zip(self.names, shapes)],
                                           seed=SEED, device=device)
         self.deep = mlp([sum(d for _, d in shapes), *HIDDEN, 1]).to(device)
+        self.columns = torch.tensor([self.names.index(key) for key in self.tables.keys], device=device)
 
     def forward(self, ids):
-        offsets = torch.arange(ids.shape[0] + 1, device=ids.device)
-        pooled = self.tables({name: (ids[:, f], offsets) for f, name in enumerate(self.names)})
+        # every field's ids in one KeyedBags, its keys in the packs' order (no reordering inside)
+        pooled = self.tables(KeyedBags.one_hot(self.tables.keys, ids[:, self.columns]))
         return self.deep(torch.cat([pooled[name] for name in self.names], 1)).squeeze(1)
 
     def optimizers(self):

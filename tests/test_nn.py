@@ -8,7 +8,7 @@ import torch
 from alac.dsl import Global, Model, Normal, Param, ops
 from alac.errors import DataError, ModelError, OptionError
 from alac.ir.pipeline import lower
-from alac.nn import PackedEmbeddingBags, SparseAggregate, Table, pack_tables
+from alac.nn import KeyedBags, PackedEmbeddingBags, SparseAggregate, Table, pack_tables
 
 K = 4
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -215,7 +215,20 @@ def test_a_model_with_only_an_aggregate_is_an_embedding_bag_stepped_in_backward(
         lower(Embeddings())
 
 
-def test_packed_tables_pool_as_one_embedding_bag_per_table_would_with_a_call_per_pack():
+def _keyed(features, keys):
+    """The dict's bags as KeyedBags in the order keys (key-major, as TorchRec lays them out)."""
+    indices, lengths, values = [], [], []
+    for key in keys:
+        ids, offsets, *rest = features[key]
+        indices.append(ids)
+        lengths.append(offsets.diff())
+        values.append(rest[0] if rest else torch.ones(ids.numel(), device=ids.device))
+    offsets = torch.cat([torch.zeros(1, dtype=torch.int64, device=indices[0].device), torch.cat(lengths).cumsum(0)])
+    return KeyedBags(tuple(keys), torch.cat(indices), offsets, torch.cat(values))
+
+
+@pytest.mark.parametrize("given", ["per table", "keyed in the module's order", "keyed in any order"])
+def test_packed_tables_pool_as_one_embedding_bag_per_table_would_with_a_call_per_pack(given):
     tables = [Table(f"f{i}", rows=7 + i, dim=(2, 4, 1)[i % 3], optimizer="sgd", lr=0.4,
                     pooling="mean" if i in (1, 4) else "sum") for i in range(9)]
     packed = PackedEmbeddingBags(tables, seed=2, device=DEVICE)
@@ -235,7 +248,12 @@ def test_packed_tables_pool_as_one_embedding_bag_per_table_would_with_a_call_per
         offsets = torch.cat([torch.zeros(1, dtype=torch.int64), lengths.cumsum(0)])
         features[table.name] = (torch.randint(0, table.rows, (int(offsets[-1]),), generator=generator).to(DEVICE),
                                 offsets.to(DEVICE))
-    ours = packed(features)
+    if given == "per table":
+        ours = packed(features)
+    else:
+        keys = list(packed.keys) if given == "keyed in the module's order" else [t.name for t in reversed(tables)]
+        assert keys != [t.name for t in tables]
+        ours = packed(_keyed(features, keys))
     theirs = {name: bags[name](*features[name][:1], features[name][1][:-1]) for name in features}
     targets = {t.name: torch.randn(rows, t.dim, generator=generator).to(DEVICE) for t in tables}
     for name in ours:
@@ -256,6 +274,20 @@ def test_packed_tables_refuse_an_id_past_its_table_and_a_missing_table():
         packed({"a": one, "b": (torch.tensor([3]), torch.tensor([0, 1]))})
     with pytest.raises(DataError, match="no rows given for tables"):
         packed({"a": one})
+
+
+def test_keyed_bags_are_checked_before_any_work_with_the_table_and_value():
+    packed = PackedEmbeddingBags([Table("a", 5, 2, lr=0.1), Table("b", 3, 2, lr=0.1)])
+    ids = torch.tensor([[0, 1], [4, 2]])
+    assert set(packed(KeyedBags.one_hot(("a", "b"), ids))) == {"a", "b"}
+    with pytest.raises(DataError, match="table 'b': feature id 3 is outside its 3 rows"):
+        packed(KeyedBags.one_hot(("a", "b"), torch.tensor([[0, 1], [4, 3]])))
+    with pytest.raises(DataError, match="keys must be the tables"):
+        packed(KeyedBags.one_hot(("a", "a"), ids))
+    with pytest.raises(DataError, match="not 2 keys x a batch"):
+        packed(KeyedBags(("a", "b"), torch.tensor([0, 1, 2]), torch.tensor([0, 1, 2, 3])))
+    with pytest.raises(DataError, match="offsets must rise from 0"):
+        packed(KeyedBags(("a", "b"), torch.tensor([0, 1, 2, 1]), torch.tensor([0, 3, 1, 4, 4])))
 
 
 def test_a_pack_heavier_than_its_limit_is_cut_into_shards_of_equal_cost_by_picassos_eq_1():
