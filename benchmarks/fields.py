@@ -9,6 +9,11 @@ sparse-gradient Adagrad for the PyTorch arms, the tables' own step inside backwa
 on the MLP, then is scored on held-out rows. kernels_per_step: the GPU kernels one training step
 launches (torch.profiler), None on a CPU.
 
+DeepFM (k = 16, the same MLP) in plain PyTorch (nn.Embedding with sparse gradients, torch's Adagrad)
+against alac.models.deep.DeepFM, `--deepfm-epochs` over the Criteo-shaped synthetic set (39 one-hot
+fields, labels from a planted FM; `--deepfm-rows`) and over iPinYou's 16 fields when the shared data
+are present (ALAC_SHARED_DATA or ../shared/data), scored on its held-out rows and test set.
+
     PYTHONPATH=. python benchmarks/fields.py --out $OUT            # GPU, 200 fields
     PYTHONPATH=. python benchmarks/fields.py --device cpu --fields 12 --steps 4 --batch-size 256   # smoke
 """
@@ -17,13 +22,17 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import time
+from pathlib import Path
 
 import torch
 
 from alac import metrics
 from alac.counter_random import normal, uniform
-from alac.models.deep import mlp
+from alac.data import load_libsvm
+from alac.data.synthetic import criteo_like
+from alac.models.deep import DeepFM, mlp
 from alac.nn import KeyedBags, PackedEmbeddingBags, Table
 from benchmarks.render import fields_table
 from benchmarks.report import environment, write
@@ -33,6 +42,8 @@ SEED = 7
 # counter-based streams of the set: cardinalities, dims, ids, planted weights (two), labels
 _CARDINALITY, _DIM, _ID, _W1, _W2, _LABEL = range(6)
 HIDDEN = (256, 128)
+DEEPFM_K = 16
+SHARED_DATA = Path(os.environ.get("ALAC_SHARED_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
 TABLE_LR, MLP_LR = 0.05, 1e-3
 
 
@@ -125,37 +136,121 @@ def _kernels_per_step(model, optimizers, ids, labels, device):
     return sum(1 for event in prof.events() if event.device_type == torch.autograd.DeviceType.CUDA)
 
 
-def arm(name, model, call, shapes, args):
+def arm(name, model, call, batch_of, valid, args, data="synthetic", steps=None):
+    """An arm's figures after `steps` timed batches (args.steps): batch_of(first, count) gives the
+    (ids, labels) of training rows, valid the held-out (ids, labels)."""
     device = args.device
+    steps = args.steps if steps is None else steps
     optimizers = model.optimizers()
     step = 0
 
     def batch(first):
-        return rows(shapes, first, args.batch_size, device)
+        return batch_of(first, args.batch_size)
 
     for _ in range(args.warmup):           # compiles and warms the caches off the clock
         _step(call, optimizers, *batch(step * args.batch_size))
         step += 1
     kernels = _kernels_per_step(call, optimizers, *batch(step * args.batch_size), device)
     step += 1
-    batches = [batch((step + i) * args.batch_size) for i in range(args.steps)]
+    batches = [batch((step + i) * args.batch_size) for i in range(steps)]
     _synchronize(device)
     started = time.perf_counter()
     for ids, labels in batches:
         _step(call, optimizers, ids, labels)
     _synchronize(device)
     seconds = time.perf_counter() - started
-    ids, labels = rows(shapes, 10**9, args.valid_rows, device)
+    ids, labels = valid
     with torch.no_grad():
         probability = torch.cat([torch.sigmoid(call(ids[s:s + args.batch_size]))
                                  for s in range(0, ids.shape[0], args.batch_size)])
     positive = labels > 0.5
-    result = {"name": name, "fields": len(shapes), "kernels_per_step": kernels,
-              "samples_per_s": args.steps * args.batch_size / seconds, "seconds": seconds,
+    result = {"name": name, "data": data, "fields": ids.shape[1], "kernels_per_step": kernels,
+              "samples_per_s": steps * args.batch_size / seconds, "seconds": seconds, "steps": steps,
               "auc": float(metrics.auc(probability, positive)),
               "logloss": float(metrics.logloss(probability, positive))}
     print(result, flush=True)
     return result
+
+
+class PlainDeepFM(torch.nn.Module):
+    """DeepFM in plain PyTorch on one-hot ids [B, F]: nn.Embedding tables with sparse gradients (torch's
+    Adagrad), the FM's interactions and the MLP on the concatenated field embeddings (Adam)."""
+
+    def __init__(self, n_features, n_fields, k):
+        super().__init__()
+        self.w = torch.nn.Embedding(n_features, 1, sparse=True)
+        self.v = torch.nn.Embedding(n_features, k, sparse=True)
+        torch.nn.init.zeros_(self.w.weight)
+        torch.nn.init.normal_(self.v.weight, std=0.01)
+        self.deep = mlp([n_fields * k, *HIDDEN, 1])
+        self.bias = torch.nn.Parameter(torch.zeros(1))
+
+    def forward(self, ids):
+        v = self.v(ids)
+        interactions = 0.5 * (v.sum(1) ** 2 - (v**2).sum(1)).sum(1)
+        return self.bias + self.w(ids).sum((1, 2)) + interactions + self.deep(v.flatten(1)).squeeze(1)
+
+    def optimizers(self):
+        return [torch.optim.Adagrad([self.w.weight, self.v.weight], lr=TABLE_LR),
+                torch.optim.Adam([*self.deep.parameters(), self.bias], lr=MLP_LR)]
+
+
+class AlacDeepFM(torch.nn.Module):
+    """alac.models.deep.DeepFM (the same architecture; its tables stepped by AdaGrad inside backward)
+    on one-hot ids [B, F], given to it as CSR with the field of every entry."""
+
+    def __init__(self, n_features, n_fields, k, device):
+        super().__init__()
+        self.model = DeepFM(n_features, n_fields, k=k, hidden=HIDDEN, optimizer="adagrad", lr=TABLE_LR,
+                            seed=SEED, device=device)
+
+    def forward(self, ids):
+        rows, n_fields = ids.shape
+        offsets = torch.arange(0, rows * n_fields + 1, n_fields, device=ids.device)
+        fields = torch.arange(n_fields, device=ids.device).repeat(rows)
+        return self.model(ids.reshape(-1), offsets, fields)
+
+    def optimizers(self):
+        return [torch.optim.Adam([*self.model.deep.parameters(), self.model.bias], lr=MLP_LR)]
+
+
+def deepfm_sets(args):
+    """{name: (train ids [N, F], train labels, valid ids, valid labels, n_features)}: the Criteo-shaped
+    synthetic set (39 one-hot fields, labels from a planted FM) and iPinYou (16 fields by position)
+    when the shared data are present."""
+    rows = args.deepfm_rows + args.valid_rows
+    data = criteo_like(rows, n_fields=39, seed=SEED, model="fm", device=args.device)
+    ids, labels = data.indices.long().view(rows, 39), data.labels.float()
+    cut = args.deepfm_rows
+    sets = {"criteo_like": (ids[:cut], labels[:cut], ids[cut:], labels[cut:], data.n_features)}
+    folder = SHARED_DATA / "ipinyou"
+    if folder.exists():
+        train, test = (load_libsvm(folder / name) for name in ("train.fm.txt", "test.fm.txt"))
+        n_features = max(train.n_features, test.n_features)
+        sets["ipinyou"] = tuple(t.to(args.device) for t in (train.indices.long().view(-1, 16), train.labels.float(),
+                                                            test.indices.long().view(-1, 16), test.labels.float())) \
+            + (n_features,)
+    return sets
+
+
+def deepfm_arms(args):
+    """Plain PyTorch and alac DeepFM on each set, args.deepfm_epochs epochs of its rows (in order,
+    batches wrapping round) after the warm-up batches."""
+    arms = []
+    for name, (ids, labels, valid_ids, valid_labels, n_features) in deepfm_sets(args).items():
+        def batch_of(first, count, ids=ids, labels=labels):
+            rows = (first + torch.arange(count, device=ids.device)) % ids.shape[0]
+            return ids[rows], labels[rows]
+
+        steps = math.ceil(args.deepfm_epochs * ids.shape[0] / args.batch_size)
+
+        torch.manual_seed(SEED)
+        plain = PlainDeepFM(n_features, ids.shape[1], DEEPFM_K).to(args.device)
+        arms.append(arm("pytorch_deepfm", plain, plain, batch_of, (valid_ids, valid_labels), args, name, steps))
+        torch.manual_seed(SEED)
+        ours = AlacDeepFM(n_features, ids.shape[1], DEEPFM_K, args.device)
+        arms.append(arm("alac_deepfm", ours, ours, batch_of, (valid_ids, valid_labels), args, name, steps))
+    return arms
 
 
 def report(payload):
@@ -173,18 +268,27 @@ def main():
     parser.add_argument("--valid-rows", type=int, default=50_000)
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--no-compile", action="store_true", help="leave out the torch.compile arm")
+    parser.add_argument("--deepfm-rows", type=int, default=2_000_000,
+                        help="training rows of the Criteo-shaped DeepFM set (0: no DeepFM arms)")
+    parser.add_argument("--deepfm-epochs", type=float, default=2.0)
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
     shapes = field_shapes(args.fields)
     torch.manual_seed(SEED)
+    def batch_of(first, count):
+        return rows(shapes, first, count, args.device)
+
+    valid = rows(shapes, 10**9, args.valid_rows, args.device)
     per_field = PerField(shapes).to(args.device)
-    arms = [arm("pytorch_per_field", per_field, per_field, shapes, args)]
+    arms = [arm("pytorch_per_field", per_field, per_field, batch_of, valid, args)]
     if not args.no_compile:
         torch.manual_seed(SEED)
         compiled = PerField(shapes).to(args.device)
-        arms.append(arm("pytorch_per_field_compiled", compiled, torch.compile(compiled), shapes, args))
+        arms.append(arm("pytorch_per_field_compiled", compiled, torch.compile(compiled), batch_of, valid, args))
     packed = Packed(shapes, args.device)
-    arms.append(arm("alac_packed", packed, packed, shapes, args))
+    arms.append(arm("alac_packed", packed, packed, batch_of, valid, args))
+    if args.deepfm_rows:
+        arms += deepfm_arms(args)
     payload = {"environment": environment(), "arguments": vars(args), "arms": arms}
     write("fields", payload, report(payload), args.out)
     print(report(payload))

@@ -464,7 +464,7 @@ def _plot(results, name, out_dir, k):
     axis.set_title(f"{'FM k=' + str(k) if k else 'LR'}: validation loss against training time, per arm")
     axis.legend(fontsize=7)
     figure.tight_layout()
-    for folder in result_folders(out_dir):
+    for folder in result_folders(out_dir, None if torch.cuda.is_available() else "cpu"):
         Path(folder).mkdir(parents=True, exist_ok=True)
         figure.savefig(Path(folder) / f"{name}.png", dpi=120)
 

@@ -156,16 +156,24 @@ def placement_table(result):
 
 def fields_table(result):
     args = result["arguments"]
-    base = next(a for a in result["arms"] if a["name"] == "pytorch_per_field")
-    rows = [[a["name"], a["fields"], "-" if a["kernels_per_step"] is None else a["kernels_per_step"],
-             f"{a['samples_per_s'] / 1e3:.1f}", f"{a['samples_per_s'] / base['samples_per_s']:.2f}×",
-             f"{a['auc']:.4f}", f"{a['logloss']:.4f}"] for a in result["arms"]]
+    baselines = {"synthetic": "pytorch_per_field", "criteo_like": "pytorch_deepfm", "ipinyou": "pytorch_deepfm"}
+    rows = []
+    for a in result["arms"]:
+        data = a.get("data", "synthetic")
+        base = next(b for b in result["arms"] if b["name"] == baselines[data] and b.get("data", "synthetic") == data)
+        rows.append([data, a["name"], a["fields"], "-" if a["kernels_per_step"] is None else a["kernels_per_step"],
+                     f"{a['samples_per_s'] / 1e3:.1f}", f"{a['samples_per_s'] / base['samples_per_s']:.2f}×",
+                     f"{a['auc']:.4f}", f"{a['auc'] - base['auc']:+.4f}", f"{a['logloss']:.4f}"])
     compiled = "" if not args.get("no_compile") else \
         " The torch.compile arm was left out (`--no-compile --steps 50`: compiling 200 bags took over 150 s)."
+    deepfm = "" if not args.get("deepfm_rows") else (
+        f" DeepFM arms: {args['deepfm_epochs']:g} epochs of each set ({args['deepfm_rows']:,} Criteo-shaped rows), "
+        "scored on its held-out rows; each compared with the PyTorch arm of its data.")
     return (f"{args['fields']} fields, batches of {args['batch_size']}, {args['steps']} timed steps, scored on "
-            f"{args['valid_rows']:,} held-out rows.{compiled} The packed tables run alac.nn's torch programs "
-            "(no generated kernels for them yet).\n\n"
-            + table(["arm", "fields", "kernels per step", "k samples/s", "vs per-field", "AUC", "logloss"], rows))
+            f"{args['valid_rows']:,} held-out rows.{compiled}{deepfm} alac.nn runs its torch programs "
+            "(no generated kernels for it yet).\n\n"
+            + table(["data", "arm", "fields", "kernels per step", "k samples/s", "vs PyTorch", "AUC",
+                     "AUC − PyTorch", "logloss"], rows))
 
 
 def tables_over_budget_table(result):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import tempfile
 import time
 from pathlib import Path
 
@@ -37,16 +38,18 @@ def environment():
     return info
 
 
-def result_folders(out_dir=None):
+def result_folders(out_dir=None, device=None):
     """Where a benchmark writes: out_dir (e.g. $OUT on the GPU machine, whence the files are copied
-    into results/ after a check), or results/ when none is given; a smoke run with an out_dir
-    elsewhere leaves the committed figures alone."""
-    return [Path(out_dir)] if out_dir else [RESULTS]
+    into results/ after a check), or results/ when none is given, except for a run on a CPU (a smoke
+    run: it goes to the temporary folder's alac-results, leaving the committed GPU figures alone)."""
+    if out_dir:
+        return [Path(out_dir)]
+    return [Path(tempfile.gettempdir()) / "alac-results"] if device == "cpu" else [RESULTS]
 
 
 def write(name, payload, markdown, out_dir=None):
-    """Write <name>.json and <name>.md into result_folders(out_dir)."""
-    for folder in result_folders(out_dir):
+    """Write <name>.json and <name>.md into result_folders(out_dir, the payload's device)."""
+    for folder in result_folders(out_dir, payload.get("environment", {}).get("device")):
         folder.mkdir(parents=True, exist_ok=True)
         (folder / f"{name}.json").write_text(json.dumps(payload, indent=2) + "\n")
         (folder / f"{name}.md").write_text(markdown + "\n")

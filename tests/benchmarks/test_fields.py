@@ -24,10 +24,33 @@ def test_the_many_field_set_is_reproducible_and_of_its_stated_shapes():
 def test_a_tiny_run_writes_every_arms_figures(tmp_path, monkeypatch):
     monkeypatch.setattr(sys, "argv", ["fields.py", "--device", "cpu", "--fields", "6", "--steps", "2",
                                       "--batch-size", "64", "--valid-rows", "256", "--warmup", "1",
-                                      "--no-compile", "--out", str(tmp_path)])
+                                      "--no-compile", "--deepfm-rows", "500", "--deepfm-epochs", "1",
+                                      "--out", str(tmp_path)])
+    monkeypatch.setattr(fields, "SHARED_DATA", tmp_path / "absent")
     fields.main()
     result = json.loads((tmp_path / "fields.json").read_text())
-    assert [a["name"] for a in result["arms"]] == ["pytorch_per_field", "alac_packed"]
+    assert [(a["name"], a["data"]) for a in result["arms"]] == [
+        ("pytorch_per_field", "synthetic"), ("alac_packed", "synthetic"),
+        ("pytorch_deepfm", "criteo_like"), ("alac_deepfm", "criteo_like")]
     for arm in result["arms"]:
-        assert arm["fields"] == 6 and arm["samples_per_s"] > 0 and 0 <= arm["auc"] <= 1 and arm["logloss"] > 0
+        assert arm["fields"] == (6 if arm["data"] == "synthetic" else 39)
+        assert arm["samples_per_s"] > 0 and 0 <= arm["auc"] <= 1 and arm["logloss"] > 0
         assert arm["kernels_per_step"] is None      # counted on a GPU only
+    # a DeepFM arm trains its epochs: 500 rows in batches of 64
+    assert result["arms"][-1]["steps"] == 8
+
+
+def test_plain_and_alac_deepfm_give_the_same_logits_from_the_same_tables():
+    """The two DeepFM arms are one architecture: alac's logits from the plain model's tables and MLP."""
+    torch.manual_seed(0)
+    plain, ours = fields.PlainDeepFM(50, 5, 16), fields.AlacDeepFM(50, 5, 16, "cpu")
+    with torch.no_grad():
+        plain.v.weight.normal_(std=0.3)
+        plain.w.weight.normal_(std=0.3)
+        ours.model.tables.v.copy_(plain.v.weight)
+        ours.model.tables.w.copy_(plain.w.weight.squeeze(1))
+        ours.model.deep.load_state_dict(plain.deep.state_dict())
+        ours.model.bias.copy_(plain.bias + 0.5)
+        plain.bias += 0.5
+    ids = torch.randint(0, 50, (32, 5))
+    torch.testing.assert_close(ours(ids), plain(ids), rtol=1e-5, atol=1e-5)
