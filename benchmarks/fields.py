@@ -9,7 +9,7 @@ sparse-gradient Adagrad for the PyTorch arms, the tables' own step inside backwa
 on the MLP, then is scored on held-out rows. kernels_per_step: the GPU kernels one training step
 launches (torch.profiler), None on a CPU.
 
-DeepFM (k = 16, the same MLP) in plain PyTorch (nn.Embedding with sparse gradients, torch's Adagrad)
+DeepFM (k = 16, the same MLP) in plain PyTorch (nn.Embedding with sparse gradients, row-wise AdaGrad)
 against alac.models.deep.DeepFM, `--deepfm-epochs` over the Criteo-shaped synthetic set (39 one-hot
 fields, labels from a planted FM; `--deepfm-rows`) and over iPinYou's 16 fields when the shared data
 are present (ALAC_SHARED_DATA or ../shared/data), scored on its held-out rows and test set.
@@ -136,23 +136,24 @@ def _kernels_per_step(model, optimizers, ids, labels, device):
     return sum(1 for event in prof.events() if event.device_type == torch.autograd.DeviceType.CUDA)
 
 
-def arm(name, model, call, batch_of, valid, args, data="synthetic", steps=None):
-    """An arm's figures after `steps` timed batches (args.steps): batch_of(first, count) gives the
-    (ids, labels) of training rows, valid the held-out (ids, labels)."""
+def arm(name, model, call, batch_of, valid, args, data="synthetic", steps=None, batch_size=None):
+    """An arm's figures after `steps` timed batches (args.steps) of batch_size rows (the argument's):
+    batch_of(first, count) gives the (ids, labels) of training rows, valid the held-out (ids, labels)."""
     device = args.device
     steps = args.steps if steps is None else steps
+    batch_size = args.batch_size if batch_size is None else batch_size
     optimizers = model.optimizers()
     step = 0
 
     def batch(first):
-        return batch_of(first, args.batch_size)
+        return batch_of(first, batch_size)
 
     for _ in range(args.warmup):           # compiles and warms the caches off the clock
-        _step(call, optimizers, *batch(step * args.batch_size))
+        _step(call, optimizers, *batch(step * batch_size))
         step += 1
-    kernels = _kernels_per_step(call, optimizers, *batch(step * args.batch_size), device)
+    kernels = _kernels_per_step(call, optimizers, *batch(step * batch_size), device)
     step += 1
-    batches = [batch((step + i) * args.batch_size) for i in range(steps)]
+    batches = [batch((step + i) * batch_size) for i in range(steps)]
     _synchronize(device)
     started = time.perf_counter()
     for ids, labels in batches:
@@ -161,23 +162,48 @@ def arm(name, model, call, batch_of, valid, args, data="synthetic", steps=None):
     seconds = time.perf_counter() - started
     ids, labels = valid
     with torch.no_grad():
-        probability = torch.cat([torch.sigmoid(call(ids[s:s + args.batch_size]))
-                                 for s in range(0, ids.shape[0], args.batch_size)])
+        probability = torch.cat([torch.sigmoid(call(ids[s:s + batch_size]))
+                                 for s in range(0, ids.shape[0], batch_size)])
     positive = labels > 0.5
     result = {"name": name, "data": data, "fields": ids.shape[1], "kernels_per_step": kernels,
-              "samples_per_s": steps * args.batch_size / seconds, "seconds": seconds, "steps": steps,
+              "samples_per_s": steps * batch_size / seconds, "seconds": seconds, "steps": steps,
               "auc": float(metrics.auc(probability, positive)),
               "logloss": float(metrics.logloss(probability, positive))}
     print(result, flush=True)
     return result
 
 
-class PlainDeepFM(torch.nn.Module):
-    """DeepFM in plain PyTorch on one-hot ids [B, F]: nn.Embedding tables with sparse gradients (torch's
-    Adagrad), the FM's interactions and the MLP on the concatenated field embeddings (Adam)."""
+class RowwiseAdagrad(torch.optim.Optimizer):
+    """Row-wise AdaGrad on sparse embedding gradients, in torch: one accumulator per row fed the row's
+    mean squared gradient (FBGEMM's EXACT_ROWWISE_ADAGRAD, TorchRec's usual table optimizer, and
+    alac's AdaGrad), eps = 4 / B as alac's default for unit values."""
 
-    def __init__(self, n_features, n_fields, k):
+    def __init__(self, params, lr, batch_size):
+        super().__init__(params, {"lr": lr, "eps": 4.0 / batch_size})
+
+    @torch.no_grad()
+    def step(self):
+        for group in self.param_groups:
+            for param in group["params"]:
+                if param.grad is None:
+                    continue
+                grad = param.grad.coalesce()
+                rows, values = grad.indices()[0], grad.values()
+                state = self.state[param]
+                if "sum" not in state:
+                    state["sum"] = torch.zeros(param.shape[0], device=param.device)
+                state["sum"].index_add_(0, rows, (values * values).mean(1))
+                scale = state["sum"][rows].sqrt() + group["eps"]
+                param.index_add_(0, rows, -group["lr"] * values / scale[:, None])
+
+
+class PlainDeepFM(torch.nn.Module):
+    """DeepFM in plain PyTorch on one-hot ids [B, F]: nn.Embedding tables with sparse gradients and
+    row-wise AdaGrad, the FM's interactions and the MLP on the concatenated field embeddings (Adam)."""
+
+    def __init__(self, n_features, n_fields, k, batch_size):
         super().__init__()
+        self.batch_size = batch_size
         self.w = torch.nn.Embedding(n_features, 1, sparse=True)
         self.v = torch.nn.Embedding(n_features, k, sparse=True)
         torch.nn.init.zeros_(self.w.weight)
@@ -191,7 +217,7 @@ class PlainDeepFM(torch.nn.Module):
         return self.bias + self.w(ids).sum((1, 2)) + interactions + self.deep(v.flatten(1)).squeeze(1)
 
     def optimizers(self):
-        return [torch.optim.Adagrad([self.w.weight, self.v.weight], lr=TABLE_LR),
+        return [RowwiseAdagrad([self.w.weight, self.v.weight], TABLE_LR, self.batch_size),
                 torch.optim.Adam([*self.deep.parameters(), self.bias], lr=MLP_LR)]
 
 
@@ -222,14 +248,15 @@ def deepfm_sets(args):
     data = criteo_like(rows, n_fields=39, seed=SEED, model="fm", device=args.device)
     ids, labels = data.indices.long().view(rows, 39), data.labels.float()
     cut = args.deepfm_rows
-    sets = {"criteo_like": (ids[:cut], labels[:cut], ids[cut:], labels[cut:], data.n_features)}
+    sets = {"criteo_like": (ids[:cut], labels[:cut], ids[cut:], labels[cut:], data.n_features, args.batch_size,
+                            args.deepfm_epochs)}
     folder = SHARED_DATA / "ipinyou"
     if folder.exists():
         train, test = (load_libsvm(folder / name) for name in ("train.fm.txt", "test.fm.txt"))
         n_features = max(train.n_features, test.n_features)
         sets["ipinyou"] = tuple(t.to(args.device) for t in (train.indices.long().view(-1, 16), train.labels.float(),
                                                             test.indices.long().view(-1, 16), test.labels.float())) \
-            + (n_features,)
+            + (n_features, args.ipinyou_batch_size, args.ipinyou_epochs)
     return sets
 
 
@@ -237,19 +264,21 @@ def deepfm_arms(args):
     """Plain PyTorch and alac DeepFM on each set, args.deepfm_epochs epochs of its rows (in order,
     batches wrapping round) after the warm-up batches."""
     arms = []
-    for name, (ids, labels, valid_ids, valid_labels, n_features) in deepfm_sets(args).items():
+    for name, (ids, labels, valid_ids, valid_labels, n_features, batch_size, epochs) in deepfm_sets(args).items():
         def batch_of(first, count, ids=ids, labels=labels):
             rows = (first + torch.arange(count, device=ids.device)) % ids.shape[0]
             return ids[rows], labels[rows]
 
-        steps = math.ceil(args.deepfm_epochs * ids.shape[0] / args.batch_size)
+        steps = math.ceil(epochs * ids.shape[0] / batch_size)
 
         torch.manual_seed(SEED)
-        plain = PlainDeepFM(n_features, ids.shape[1], DEEPFM_K).to(args.device)
-        arms.append(arm("pytorch_deepfm", plain, plain, batch_of, (valid_ids, valid_labels), args, name, steps))
+        plain = PlainDeepFM(n_features, ids.shape[1], DEEPFM_K, batch_size).to(args.device)
+        arms.append(arm("pytorch_deepfm", plain, plain, batch_of, (valid_ids, valid_labels), args, name, steps,
+                        batch_size))
         torch.manual_seed(SEED)
         ours = AlacDeepFM(n_features, ids.shape[1], DEEPFM_K, args.device)
-        arms.append(arm("alac_deepfm", ours, ours, batch_of, (valid_ids, valid_labels), args, name, steps))
+        arms.append(arm("alac_deepfm", ours, ours, batch_of, (valid_ids, valid_labels), args, name, steps,
+                        batch_size))
     return arms
 
 
@@ -271,6 +300,9 @@ def main():
     parser.add_argument("--deepfm-rows", type=int, default=2_000_000,
                         help="training rows of the Criteo-shaped DeepFM set (0: no DeepFM arms)")
     parser.add_argument("--deepfm-epochs", type=float, default=2.0)
+    # iPinYou's 26,773 rows: batches of 4096 would give 7 steps an epoch
+    parser.add_argument("--ipinyou-batch-size", type=int, default=256)
+    parser.add_argument("--ipinyou-epochs", type=float, default=5.0)
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
     shapes = field_shapes(args.fields)

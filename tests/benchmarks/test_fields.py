@@ -43,7 +43,7 @@ def test_a_tiny_run_writes_every_arms_figures(tmp_path, monkeypatch):
 def test_plain_and_alac_deepfm_give_the_same_logits_from_the_same_tables():
     """The two DeepFM arms are one architecture: alac's logits from the plain model's tables and MLP."""
     torch.manual_seed(0)
-    plain, ours = fields.PlainDeepFM(50, 5, 16), fields.AlacDeepFM(50, 5, 16, "cpu")
+    plain, ours = fields.PlainDeepFM(50, 5, 16, 32), fields.AlacDeepFM(50, 5, 16, "cpu")
     with torch.no_grad():
         plain.v.weight.normal_(std=0.3)
         plain.w.weight.normal_(std=0.3)
@@ -54,3 +54,9 @@ def test_plain_and_alac_deepfm_give_the_same_logits_from_the_same_tables():
         plain.bias += 0.5
     ids = torch.randint(0, 50, (32, 5))
     torch.testing.assert_close(ours(ids), plain(ids), rtol=1e-5, atol=1e-5)
+    # and one training step gives the same tables: the plain row-wise AdaGrad is alac's
+    labels = (torch.rand(32) < 0.5).float()
+    for model in (plain, ours):
+        fields._step(model, model.optimizers(), ids, labels)
+    torch.testing.assert_close(ours.model.tables.v, plain.v.weight.detach(), rtol=1e-4, atol=1e-6)
+    torch.testing.assert_close(ours.model.tables.w, plain.w.weight.detach().squeeze(1), rtol=1e-4, atol=1e-6)
