@@ -173,6 +173,12 @@ def _train(argv):
     first = Parser(add_help=False, allow_abbrev=False)
     first.add_argument("--model", default=None)
     known, _ = first.parse_known_args(argv)
+    from alac.deep_train import DEEP_MODELS
+
+    if known.model in DEEP_MODELS:
+        from alac import deep_cli
+
+        return deep_cli.main(argv)
     parser = Parser(prog="alac train", description="Train a model (a zoo name or a model file).")
     parser.add_argument("--model", required=True, help="a zoo model name (lr, fm, ...) or a model file (path.py)")
     module = model_module(known.model) if known.model else None

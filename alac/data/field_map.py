@@ -37,15 +37,16 @@ class FieldMap:
     def n_fields(self):
         return len(self.names)
 
-    def apply(self, dataset):
+    def apply(self, dataset, unlisted_ok=False):
         """The dataset with the field of every entry from this map (its own fields replaced). DataError
-        naming the data's file, line and token when an entry's feature is not listed here."""
+        naming the data's file, line and token when an entry's feature is not listed here, unless
+        unlisted_ok (its field is then -1: data to predict, whose features a model may not know)."""
         field_of = self.field_of.to(dataset.indices.device)
         ids = dataset.indices.long()
         inside = ids < field_of.numel()
-        fields = torch.where(inside, field_of[ids.clamp(max=field_of.numel() - 1)], -1)
+        fields = torch.where(inside, field_of[ids.clamp(max=max(field_of.numel() - 1, 0))], -1)
         unlisted = torch.nonzero(fields < 0)
-        if unlisted.numel():
+        if unlisted.numel() and not unlisted_ok:
             entry = int(unlisted[0, 0])
             row = int(torch.searchsorted(dataset.indptr.cpu(), torch.tensor(entry), right=True)) - 1
             raise DataError(f"feature {int(ids[entry])} has no field in {self.path or 'the field map'} "

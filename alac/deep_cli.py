@@ -1,0 +1,117 @@
+"""`alac train --model deepfm|wide_deep`: the deep models (alac.deep_train) from the command line.
+
+The data are read as for the wide models (LIBSVM, libffm, Criteo TSV, tables; the synthetic
+Criteo-shaped set without --train); every entry needs a field: libffm and Criteo files carry them,
+--featindex FILE maps LIBSVM ids to fields (`field:value<TAB>index`), --fields-by-position takes field
+f as the f-th entry of every row (one-hot data such as iPinYou). Prints one line per epoch and a JSON
+line of test metrics; with --out DIR writes metrics.json, history.csv and model.pt (tensors and plain
+settings, read back with torch.load(weights_only=True): loading it runs no code; DeepTrainer.load).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+from alac import defaults, metrics
+from alac.cli_data import load_data
+from alac.deep_train import DEEP_MODELS, DeepSettings, DeepTrainer
+from alac.errors import AlacError
+from alac.outputs import check_output_folder, write_atomically, write_text_atomically
+from alac.zoo import _Progress, add_data_options, positive_int, split_fraction
+
+CHECKPOINT_NAME = "model.pt"
+OUTPUT_FILES = (CHECKPOINT_NAME, "metrics.json", "history.csv")
+
+
+def parser():
+    p = argparse.ArgumentParser(prog="alac train", description="Train a deep model (Wide & Deep, DeepFM).")
+    p.add_argument("--model", required=True, choices=sorted(DEEP_MODELS))
+    p.add_argument("--train", help="training file (default: the synthetic Criteo-shaped set)")
+    p.add_argument("--valid", help="validation file (early stopping)")
+    p.add_argument("--test", help="test file")
+    p.add_argument("--valid-split", type=split_fraction, default=defaults.VALID_SPLIT, metavar="FRACTION")
+    add_data_options(p)
+    fields = p.add_mutually_exclusive_group()
+    fields.add_argument("--featindex", help="a `field:value<TAB>index` file: the field of every LIBSVM id")
+    fields.add_argument("--fields-by-position", action="store_true",
+                        help="field f is the f-th entry of every row (one-hot rows of one feature per field)")
+    p.add_argument("--synthetic", type=positive_int, default=None, metavar="ROWS")
+    p.add_argument("--epochs", type=positive_int, default=10)
+    p.add_argument("--batch-size", type=positive_int, default=4096)
+    p.add_argument("--k", type=positive_int, default=16, help="field embedding size")
+    p.add_argument("--hidden", default="256,128", help="the MLP's layer sizes, comma-separated")
+    p.add_argument("--lr", type=float, default=None, help="the tables' step (default: the optimizer's)")
+    p.add_argument("--dense-lr", type=float, default=1e-3, help="Adam's step on the MLP")
+    p.add_argument("--optimizer", default="adagrad", help="the tables' optimizer (adagrad, sgd, ...)")
+    p.add_argument("--patience", type=positive_int, default=2)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", default=None, help="cuda or cpu (default: the GPU when there is one)")
+    p.add_argument("--out", help="folder for metrics.json, history.csv and model.pt")
+    return p
+
+
+def main(argv):
+    """Exit status: 0, or 2 for bad input (one line on stderr)."""
+    args = parser().parse_args(argv)
+    try:
+        hidden = tuple(int(size) for size in args.hidden.split(","))
+    except ValueError:
+        print(f"alac: error: --hidden takes sizes such as 256,128, got {args.hidden!r}", file=sys.stderr)
+        return 2
+    try:
+        settings = DeepSettings(model=args.model, k=args.k, hidden=hidden, lr=args.lr, dense_lr=args.dense_lr,
+                                epochs=args.epochs, batch_size=args.batch_size, optimizer=args.optimizer,
+                                patience=args.patience, seed=args.seed)
+        if args.out:
+            check_output_folder(args.out, OUTPUT_FILES)
+        return _run(args, settings)
+    except AlacError as error:
+        print(f"alac: error: {error}", file=sys.stderr)
+        return 2
+
+
+def _run(args, settings):
+    # the wide models' reader: no block store, the validation split on unless a file is given
+    args.out_of_core, args.normalize, args.early_stopping = False, False, "valid"
+    data = load_data(args, None)
+    sets = [data.train, data.valid, data.test]
+    if args.featindex or args.fields_by_position:
+        from alac.data.field_map import from_positions, load_featindex
+
+        field_map = load_featindex(args.featindex) if args.featindex else from_positions(data.train)
+        # the validation and test rows may hold features the training rows never had (left out)
+        sets = [None if s is None else field_map.apply(s, unlisted_ok=index > 0) for index, s in enumerate(sets)]
+    train, valid, test = sets
+    print(f"{args.model}: {data.described}; {train.n_rows:,} training rows", flush=True)
+    trainer = DeepTrainer(settings, args.device, log=_Progress(settings.epochs))
+    trainer.fit(train, valid)
+    final = {}
+    for name, dataset in (("valid", valid), ("test", test)):
+        if dataset is not None:
+            probability = trainer.predict(dataset)
+            positive = trainer.labels.positive_mask(dataset.labels.to(probability.device))
+            final[f"{name}_logloss"] = float(metrics.logloss(probability, positive))
+            final[f"{name}_auc"] = float(metrics.auc(probability, positive))
+    print(json.dumps({k: round(v, 6) for k, v in final.items()}))
+    if args.out:
+        _write_outputs(Path(args.out), trainer, final)
+    return 0
+
+
+def _write_outputs(out, trainer, final):
+    write_atomically(out / CHECKPOINT_NAME, lambda handle: torch.save(trainer.checkpoint(), handle))
+    write_text_atomically(out / "metrics.json", json.dumps(final, indent=2) + "\n")
+    keys = sorted({k for record in trainer.history for k in record}, key=lambda k: (k != "epoch", k))
+    text = io.StringIO()
+    writer = csv.DictWriter(text, fieldnames=keys)
+    writer.writeheader()
+    writer.writerows(trainer.history)
+    write_text_atomically(out / "history.csv", text.getvalue())
+    print(f"wrote {out}/{', '.join(OUTPUT_FILES[1:] + OUTPUT_FILES[:1])}")

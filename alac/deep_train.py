@@ -1,0 +1,198 @@
+"""Training the deep models (alac.models.deep: Wide & Deep, DeepFM) on a SparseDataset whose entries
+carry field ids: the loop a PyTorch user writes (shuffled batches of rows, the logistic loss, Adam on
+the MLP), the tables stepped inside backward by alac.nn; a validation pass after every epoch and early
+stopping on its logloss, the best epoch's weights kept. The estimators of alac.sklearn_deep fit it.
+
+Field ids come with the data (libffm, Criteo TSV, alac.data.load_featindex or from_positions). At
+prediction, entries whose feature or field the model never trained are left out (unseen_entries
+counts them), as the wide models' predictions ignore unseen features.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import pickle
+import time
+from dataclasses import asdict, dataclass
+
+import torch
+
+from alac import metrics
+from alac.errors import DataError, OptionError
+from alac.models.deep import DeepFM, WideAndDeep
+from alac.runtime.executor import LabelMap
+from alac.runtime.layout import default_device
+
+DEEP_MODELS = {"deepfm": DeepFM, "wide_deep": WideAndDeep}
+
+
+@dataclass(frozen=True)
+class DeepSettings:
+    """model: deepfm or wide_deep; k: the field embeddings' size; hidden: the MLP's layers; lr: the
+    tables' step (None: the optimizer's default); dense_lr: Adam's on the MLP and bias; patience:
+    epochs without a better validation logloss before training stops."""
+
+    model: str = "deepfm"
+    k: int = 16
+    hidden: tuple = (256, 128)
+    lr: float | None = None
+    dense_lr: float = 1e-3
+    epochs: int = 10
+    batch_size: int = 4096
+    optimizer: str = "adagrad"
+    patience: int = 2
+    seed: int = 0
+
+    def __post_init__(self):
+        if self.model not in DEEP_MODELS:
+            raise OptionError(f"unknown deep model {self.model!r}: one of {', '.join(sorted(DEEP_MODELS))}")
+        numbers = {"k": self.k, "epochs": self.epochs, "batch_size": self.batch_size, "patience": self.patience}
+        if any(not isinstance(v, int) or v < 1 for v in numbers.values()) or \
+                any(not isinstance(h, int) or h < 1 for h in self.hidden) or self.dense_lr <= 0:
+            raise OptionError(f"k, epochs, batch_size, patience and every hidden size are integers >= 1 and "
+                              f"dense_lr > 0, got {self}")
+
+
+class DeepTrainer:
+    def __init__(self, settings=DeepSettings(), device=None, log=None):
+        """log: called with every epoch's record (a dict), e.g. to print progress."""
+        self.settings = settings
+        self.device = torch.device(device) if device is not None else default_device()
+        self.log = log
+        self.network = None
+        self.history = []
+        self.unseen_entries = 0
+
+    def fit(self, train, valid=None):
+        """Train on `train` (binary labels, field ids), validating on `valid` after every epoch (early
+        stopping, the best epoch kept); returns the history (a record per epoch)."""
+        s = self.settings
+        _check_fields(train, "the training data")
+        self.labels = LabelMap.fit("binary", train.labels)
+        self.n_features = train.n_features
+        self.n_fields = max(train.n_fields, int(train.fields.max()) + 1 if train.nnz else 1)
+        torch.manual_seed(s.seed)
+        self.network = DEEP_MODELS[s.model](self.n_features, self.n_fields, k=s.k, hidden=tuple(s.hidden),
+                                            optimizer=s.optimizer, lr=s.lr, seed=s.seed, device=self.device)
+        # the tables are buffers stepped in backward: the parameters are the MLP's and the bias
+        dense = torch.optim.Adam(self.network.parameters(), lr=s.dense_lr)
+        train = self._known_entries(train.to(self.device))      # entries of no field (-1) left out
+        generator = torch.Generator().manual_seed(s.seed)
+        best, best_state, waited = math.inf, None, 0
+        self.history = []
+        for epoch in range(1, s.epochs + 1):
+            started = time.perf_counter()
+            order = torch.randperm(train.n_rows, generator=generator).to(self.device)
+            loss_sum = torch.zeros((), device=self.device)
+            for first in range(0, train.n_rows, s.batch_size):
+                batch = train.take(order[first:first + s.batch_size])
+                logit = self._logits(batch)
+                target = self.labels.positive_mask(batch.labels).float()
+                loss = torch.nn.functional.binary_cross_entropy_with_logits(logit, target)
+                dense.zero_grad()
+                loss.backward()
+                dense.step()
+                loss_sum += loss.detach() * batch.n_rows
+            record = {"epoch": epoch, "train_loss": float(loss_sum) / train.n_rows}
+            record["seconds"] = time.perf_counter() - started
+            record["rows_per_s"] = train.n_rows / record["seconds"]
+            if valid is not None:
+                probability = self.predict(valid)
+                positive = self.labels.positive_mask(valid.labels.to(probability.device))
+                record["valid_logloss"] = float(metrics.logloss(probability, positive))
+                record["valid_auc"] = float(metrics.auc(probability, positive))
+            self.history.append(record)
+            if self.log is not None:
+                self.log(record)
+            if valid is None:
+                continue
+            if record["valid_logloss"] < best:
+                best, best_state, waited = record["valid_logloss"], copy.deepcopy(self.network.state_dict()), 0
+            else:
+                waited += 1
+                if waited >= s.patience:
+                    break
+        if best_state is not None:
+            self.network.load_state_dict(best_state)
+        return self.history
+
+    def _logits(self, batch):
+        values = None if batch.values is None else batch.values
+        return self.network(batch.indices.long(), batch.indptr, batch.fields.long(), values)
+
+    @torch.no_grad()
+    def predict(self, dataset):
+        """The probability of the positive class per row (CPU float32 tensor)."""
+        if self.network is None:
+            raise OptionError("predict needs a trained model: call fit first")
+        _check_fields(dataset, "the data")
+        dataset = self._known_entries(dataset.to(self.device))
+        logits = [self._logits(dataset.take(torch.arange(first, min(first + self.settings.batch_size,
+                                                                      dataset.n_rows), device=self.device)))
+                  for first in range(0, dataset.n_rows, self.settings.batch_size)]
+        return torch.sigmoid(torch.cat(logits)).cpu() if logits else torch.zeros(0)
+
+    def _known_entries(self, dataset):
+        """The dataset without the entries of features or fields the model never trained."""
+        ids, fields = dataset.indices.long(), dataset.fields.long()
+        known = (ids < self.n_features) & (fields >= 0) & (fields < self.n_fields)
+        self.unseen_entries = int((~known).sum())
+        if not self.unseen_entries:
+            return dataset
+        kept = torch.zeros(dataset.n_rows + 1, dtype=torch.int64, device=ids.device)
+        row = torch.repeat_interleave(torch.arange(dataset.n_rows, device=ids.device), dataset.indptr.diff(),
+                                      output_size=ids.numel())
+        kept[1:] = torch.bincount(row[known], minlength=dataset.n_rows).cumsum(0)
+        values = None if dataset.values is None else dataset.values[known]
+        return type(dataset)(kept, dataset.indices[known], values, dataset.labels, self.n_features,
+                             dataset.fields[known], self.n_fields, dataset.source)
+
+    def checkpoint(self):
+        """The trained model as tensors and plain values (torch.save it; DeepTrainer.load reads it back
+        with torch.load(weights_only=True), which runs no code)."""
+        if self.network is None:
+            raise OptionError("a checkpoint needs a trained model: call fit first")
+        return {"settings": asdict(self.settings), "n_features": self.n_features, "n_fields": self.n_fields,
+                "positive": float(self.labels.positive), "history": self.history,
+                "weights": {name: t.detach().cpu() for name, t in self.network.state_dict().items()}}
+
+    @classmethod
+    def load(cls, path, device=None):
+        """The DeepTrainer a checkpoint file holds (OptionError naming the file if it is not one)."""
+        try:
+            saved = torch.load(path, map_location="cpu", weights_only=True)
+            trainer = cls(device=device)
+            trainer._restore(saved)
+        except (OSError, EOFError, pickle.UnpicklingError, RuntimeError, KeyError, TypeError, ValueError,
+                AttributeError) as error:
+            raise OptionError(f"{path}: not a deep model checkpoint ({type(error).__name__}: {error})") from None
+        return trainer
+
+    def _restore(self, saved):
+        s = self.settings = DeepSettings(**{**saved["settings"], "hidden": tuple(saved["settings"]["hidden"])})
+        self.history = list(saved["history"])
+        self.n_features, self.n_fields = int(saved["n_features"]), int(saved["n_fields"])
+        self.labels = LabelMap("binary", saved["positive"])
+        self.network = DEEP_MODELS[s.model](self.n_features, self.n_fields, k=s.k, hidden=s.hidden,
+                                            optimizer=s.optimizer, lr=s.lr, seed=s.seed, device=self.device)
+        self.network.load_state_dict(saved["weights"])
+
+    def __getstate__(self):
+        """Pickled as its checkpoint (the tables' programs are rebuilt) and the device."""
+        return {"device": str(self.device), "settings": asdict(self.settings),
+                "checkpoint": None if self.network is None else self.checkpoint()}
+
+    def __setstate__(self, state):
+        device = state["device"] if torch.device(state["device"]).type != "cuda" or torch.cuda.is_available() \
+            else "cpu"
+        self.__init__(DeepSettings(**{**state["settings"], "hidden": tuple(state["settings"]["hidden"])}), device)
+        if state["checkpoint"] is not None:
+            self._restore(state["checkpoint"])
+
+
+def _check_fields(dataset, what):
+    if dataset.fields is None:
+        raise DataError(f"{what} has no field ids, which deep models need: read libffm or Criteo files, or "
+                        "give the fields (alac.data.load_featindex, alac.data.field_map.from_positions)",
+                        path=dataset.source.path)

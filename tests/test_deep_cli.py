@@ -1,0 +1,60 @@
+"""`alac train --model deepfm|wide_deep` (alac.deep_cli): trains from files and the synthetic set,
+writes a checkpoint that loads without running code and predicts as the trained model did, and refuses
+data without fields in one line."""
+
+import json
+import pickle
+
+import pytest
+import torch
+
+from alac import metrics
+from alac.cli import main
+from alac.data import write_libsvm
+from alac.data.split import split
+from alac.data.synthetic import criteo_like
+from alac.deep_train import DeepTrainer
+from alac.errors import OptionError
+
+SMALL = ["--k", "4", "--hidden", "8", "--batch-size", "256", "--device", "cpu"]
+
+
+def test_the_synthetic_set_trains_and_the_checkpoint_predicts_its_test_metrics(tmp_path, capsys):
+    assert main(["train", "--model", "deepfm", "--synthetic", "3000", "--epochs", "2", *SMALL,
+                 "--out", str(tmp_path)]) == 0
+    output = capsys.readouterr().out
+    assert "epoch   1" in output and "deepfm: synthetic Criteo-shaped" in output
+    final = json.loads((tmp_path / "metrics.json").read_text())
+    assert {"valid_logloss", "valid_auc", "test_logloss", "test_auc"} <= set(final)
+    assert (tmp_path / "history.csv").read_text().startswith("epoch,")
+    trainer = DeepTrainer.load(tmp_path / "model.pt", device="cpu")
+    _, _, test = split(criteo_like(3000, seed=0), (0.8, 0.1, 0.1), seed=0)
+    probability = trainer.predict(test)
+    assert float(metrics.auc(probability, test.labels > 0.5)) == pytest.approx(final["test_auc"], abs=1e-6)
+
+
+def test_one_hot_libsvm_rows_take_fields_by_position_and_rows_without_fields_are_refused(tmp_path, capsys):
+    data = criteo_like(1500, n_fields=5, seed=2, device="cpu")
+    write_libsvm(data, tmp_path / "train.txt")
+    assert main(["train", "--model", "wide_deep", "--train", str(tmp_path / "train.txt"), "--fields-by-position",
+                 "--epochs", "1", *SMALL]) == 0
+    capsys.readouterr()
+    assert main(["train", "--model", "wide_deep", "--train", str(tmp_path / "train.txt"), "--epochs", "1",
+                 *SMALL]) == 2
+    error = capsys.readouterr().err
+    assert error.startswith("alac: error:") and "no field ids" in error and len(error.strip().splitlines()) == 1
+    assert main(["train", "--model", "deepfm", "--hidden", "8,x", "--device", "cpu"]) == 2
+    assert "--hidden takes sizes" in capsys.readouterr().err
+
+
+def test_a_checkpoint_that_is_not_one_is_refused_without_running_it(tmp_path):
+    class Runs:
+        def __reduce__(self):
+            return (print, ("ran",))
+
+    (tmp_path / "model.pt").write_bytes(pickle.dumps({"settings": Runs()}))
+    with pytest.raises(OptionError, match="not a deep model checkpoint"):
+        DeepTrainer.load(tmp_path / "model.pt")
+    torch.save({"settings": {}}, tmp_path / "other.pt")
+    with pytest.raises(OptionError, match="other.pt: not a deep model checkpoint"):
+        DeepTrainer.load(tmp_path / "other.pt")

@@ -1,0 +1,49 @@
+"""alac.sklearn_deep: the deep classifiers as scikit-learn estimators on one-hot sparse matrices (fields
+by position or given), against the planted model and scikit-learn's conventions."""
+
+import pickle
+
+import numpy as np
+import pytest
+import scipy.sparse
+from sklearn.metrics import roc_auc_score
+
+from alac.sklearn_deep import DeepFMClassifier, WideAndDeepClassifier
+
+FIELDS, VALUES = 5, 12
+
+
+def _one_hot(rows, seed=0):
+    rng = np.random.default_rng(seed)
+    columns = rng.integers(0, VALUES, (rows, FIELDS)) + VALUES * np.arange(FIELDS)
+    weights = np.random.default_rng(1).normal(size=VALUES * FIELDS)
+    labels = np.where(rng.random(rows) < 1 / (1 + np.exp(-weights[columns].sum(1))), "click", "no")
+    X = scipy.sparse.csr_matrix((np.ones(rows * FIELDS), columns.ravel(), np.arange(0, rows * FIELDS + 1, FIELDS)),
+                                shape=(rows, VALUES * FIELDS))
+    return X, labels
+
+
+@pytest.mark.parametrize("estimator", [DeepFMClassifier, WideAndDeepClassifier])
+def test_a_deep_classifier_learns_one_hot_fields_by_position(estimator):
+    X, y = _one_hot(5000)
+    model = estimator(k=4, hidden=(16,), epochs=8, batch_size=256, learning_rate=0.05, n_iter_no_change=8,
+                      device="cpu", random_state=0).fit(X, y)
+    assert list(model.classes_) == ["click", "no"] and model.n_features_in_ == VALUES * FIELDS and model.n_iter_ == 8
+    X_test, y_test = _one_hot(2000, seed=5)
+    probability = model.predict_proba(X_test)
+    assert probability.shape == (2000, 2) and np.allclose(probability.sum(1), 1)
+    assert roc_auc_score(y_test == "no", probability[:, 1]) > 0.8
+    assert set(model.predict(X_test)) <= {"click", "no"}
+    assert np.array_equal(model.predict(X_test), model.classes_[(model.decision_function(X_test) > 0).astype(int)])
+    again = pickle.loads(pickle.dumps(model))
+    np.testing.assert_allclose(again.predict_proba(X_test), probability, rtol=1e-6)
+
+
+def test_given_fields_match_fields_by_position_and_bad_targets_are_refused():
+    X, y = _one_hot(600)
+    options = dict(k=4, hidden=(8,), epochs=2, batch_size=128, device="cpu", random_state=0)
+    by_position = DeepFMClassifier(**options).fit(X, y)
+    given = DeepFMClassifier(field_of=np.repeat(np.arange(FIELDS), VALUES), **options).fit(X, y)
+    np.testing.assert_allclose(given.predict_proba(X), by_position.predict_proba(X), rtol=1e-6)
+    with pytest.raises(ValueError, match="binary classifier"):
+        DeepFMClassifier(**options).fit(X, np.arange(600) % 3)
