@@ -1,4 +1,4 @@
-"""`alac train --model deepfm|wide_deep`: the deep models (alac.deep_train) from the command line.
+"""`alac train --model deepfm|wide_deep|ffm`: the field models (alac.deep_train) from the command line.
 
 The data are read as for the wide models (LIBSVM, libffm, Criteo TSV, tables; the synthetic
 Criteo-shaped set without --train); every entry needs a field: libffm and Criteo files carry them,
@@ -31,7 +31,7 @@ OUTPUT_FILES = (CHECKPOINT_NAME, "metrics.json", "history.csv")
 
 
 def parser():
-    p = argparse.ArgumentParser(prog="alac train", description="Train a deep model (Wide & Deep, DeepFM).")
+    p = argparse.ArgumentParser(prog="alac train", description="Train a field model (Wide & Deep, DeepFM, FFM).")
     p.add_argument("--model", required=True, choices=sorted(DEEP_MODELS))
     p.add_argument("--train", help="training file (default: the synthetic Criteo-shaped set)")
     p.add_argument("--valid", help="validation file (early stopping)")

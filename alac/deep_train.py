@@ -1,7 +1,8 @@
-"""Training the deep models (alac.models.deep: Wide & Deep, DeepFM) on a SparseDataset whose entries
-carry field ids: the loop a PyTorch user writes (shuffled batches of rows, the logistic loss, Adam on
-the MLP), the tables stepped inside backward by alac.nn; a validation pass after every epoch and early
-stopping on its logloss, the best epoch's weights kept. The estimators of alac.sklearn_deep fit it.
+"""Training the field models (alac.models.deep: Wide & Deep, DeepFM; alac.models.field_aware: FFM) on
+a SparseDataset whose entries carry field ids: the loop a PyTorch user writes (shuffled batches of
+rows, the logistic loss, Adam on the MLP), the tables stepped inside backward by alac.nn; a
+validation pass after every epoch and early stopping on its logloss, the best epoch's weights kept.
+The estimators of alac.sklearn_deep fit it.
 
 Field ids come with the data (libffm, Criteo TSV, alac.data.load_featindex or from_positions). At
 prediction, entries whose feature or field the model never trained are left out (unseen_entries
@@ -21,15 +22,28 @@ import torch
 from alac import metrics
 from alac.errors import DataError, OptionError
 from alac.models.deep import DeepFM, WideAndDeep
+from alac.models.field_aware import FFM
 from alac.runtime.executor import LabelMap
 from alac.runtime.layout import default_device
 
-DEEP_MODELS = {"deepfm": DeepFM, "wide_deep": WideAndDeep}
+
+def _field_model(model, n_features, n_fields, settings, device):
+    """The torch module of a field model (the settings' k, MLP, tables' optimizer and seed)."""
+    s = settings
+    options = {"k": s.k, "optimizer": s.optimizer, "lr": s.lr, "seed": s.seed, "device": device}
+    if model == "ffm":
+        return FFM(n_features, n_fields, **options)
+    return DEEP_MODELS[model](n_features, n_fields, hidden=tuple(s.hidden), **options)
+
+
+# field models: the deep ones, and the field-aware FM (k per field; no MLP, its bias trained by Adam)
+DEEP_MODELS = {"deepfm": DeepFM, "wide_deep": WideAndDeep, "ffm": FFM}
 
 
 @dataclass(frozen=True)
 class DeepSettings:
-    """model: deepfm or wide_deep; k: the field embeddings' size; hidden: the MLP's layers; lr: the
+    """model: deepfm, wide_deep or ffm; k: the field embeddings' size (FFM: per field); hidden: the MLP's
+    layers (not FFM's); lr: the
     tables' step (None: the optimizer's default); dense_lr: Adam's on the MLP and bias; patience:
     epochs without a better validation logloss before training stops."""
 
@@ -73,8 +87,7 @@ class DeepTrainer:
         self.n_features = train.n_features
         self.n_fields = max(train.n_fields, int(train.fields.max()) + 1 if train.nnz else 1)
         torch.manual_seed(s.seed)
-        self.network = DEEP_MODELS[s.model](self.n_features, self.n_fields, k=s.k, hidden=tuple(s.hidden),
-                                            optimizer=s.optimizer, lr=s.lr, seed=s.seed, device=self.device)
+        self.network = _field_model(s.model, self.n_features, self.n_fields, s, self.device)
         # the tables are buffers stepped in backward: the parameters are the MLP's and the bias
         dense = torch.optim.Adam(self.network.parameters(), lr=s.dense_lr)
         train = self._known_entries(train.to(self.device))      # entries of no field (-1) left out
@@ -174,8 +187,7 @@ class DeepTrainer:
         self.history = list(saved["history"])
         self.n_features, self.n_fields = int(saved["n_features"]), int(saved["n_fields"])
         self.labels = LabelMap("binary", saved["positive"])
-        self.network = DEEP_MODELS[s.model](self.n_features, self.n_fields, k=s.k, hidden=s.hidden,
-                                            optimizer=s.optimizer, lr=s.lr, seed=s.seed, device=self.device)
+        self.network = _field_model(s.model, self.n_features, self.n_fields, s, self.device)
         self.network.load_state_dict(saved["weights"])
 
     def __getstate__(self):

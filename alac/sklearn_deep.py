@@ -1,5 +1,5 @@
-"""scikit-learn classifiers over the deep models (alac.deep_train): DeepFMClassifier and
-WideAndDeepClassifier (fit, predict, predict_proba, decision_function, score, classes_,
+"""scikit-learn classifiers over the field models (alac.deep_train): DeepFMClassifier,
+WideAndDeepClassifier and FFMClassifier (fit, predict, predict_proba, decision_function, score, classes_,
 n_features_in_, n_iter_), on sparse matrices whose columns belong to fields.
 
 A column's field: field_of[column] when given (an integer array, -1 for a column in no field), else
@@ -99,3 +99,9 @@ class DeepFMClassifier(_DeepClassifier):
 class WideAndDeepClassifier(_DeepClassifier):
     __doc__ = "Wide & Deep (Cheng et al. 2016): a linear part and an MLP over field embeddings." + _DOC
     _model = "wide_deep"
+
+
+class FFMClassifier(_DeepClassifier):
+    __doc__ = ("Field-aware FM (Juan et al. 2016, libffm's model): k factors per feature and field (hidden "
+               "is not used)." + _DOC)
+    _model = "ffm"

@@ -8,7 +8,7 @@ import pytest
 import scipy.sparse
 from sklearn.metrics import roc_auc_score
 
-from alac.sklearn_deep import DeepFMClassifier, WideAndDeepClassifier
+from alac.sklearn_deep import DeepFMClassifier, FFMClassifier, WideAndDeepClassifier
 
 FIELDS, VALUES = 5, 12
 
@@ -23,7 +23,7 @@ def _one_hot(rows, seed=0):
     return X, labels
 
 
-@pytest.mark.parametrize("estimator", [DeepFMClassifier, WideAndDeepClassifier])
+@pytest.mark.parametrize("estimator", [DeepFMClassifier, WideAndDeepClassifier, FFMClassifier])
 def test_a_deep_classifier_learns_one_hot_fields_by_position(estimator):
     X, y = _one_hot(5000)
     model = estimator(k=4, hidden=(16,), epochs=8, batch_size=256, learning_rate=0.05, n_iter_no_change=8,
