@@ -12,7 +12,7 @@ import time
 import torch
 
 from alac.runtime.executor import Executor
-from alac.runtime.hybrid_hash import HybridHash, working_plan
+from alac.runtime.hybrid_hash import PERIOD_SEGMENTS, HybridHash, working_plan
 from alac.runtime.state import ModelState
 
 # batches timed on the cache before training to give the cost model its kernel time
@@ -136,9 +136,14 @@ def calibrate_kernels(cache, layout, labels, forecast):
     time as the working executor's plan launches them and, where working_plan leaves multiprocessors
     to the side stream, with those left; the working executor left on the cheaper of the two."""
     working, rows = cache.working, cache.shape.rows
-    chunks = layout.chunk_order(0, working.seed)[:CALIBRATION_BATCHES * working.plan.chunks_per_batch]
-    edges = forecast.edges * chunks.numel() / max(layout.n_chunks, 1)
-    forecast = forecast.with_bookkeeping(cache.bookkeeping_seconds(layout, chunks) / max(edges, 1.0) * 1e9)
+    # a segment's longest reach and half of it: the slope is the cost per edge, the rest per segment
+    order = layout.chunk_order(0, working.seed)
+    longest = working.plan.chunks_per_batch * max(2, cache.shape.refresh // PERIOD_SEGMENTS)
+    lengths = [min(longest, order.numel()) // 2, min(longest, order.numel())]
+    seconds = [cache.bookkeeping_seconds(layout, order[:length]) for length in lengths]
+    edges = [forecast.edges * length / max(layout.n_chunks, 1) for length in lengths]
+    per_edge = max(seconds[1] - seconds[0], 0.0) / max(edges[1] - edges[0], 1.0)
+    forecast = forecast.with_bookkeeping(per_edge * 1e9, max(seconds[0] - per_edge * edges[0], 0.0))
     programs = working.plan.programs
     overlapped = working_plan(working.plan, working.device)
     full = kernel_seconds(working, layout, labels, rows)

@@ -9,9 +9,9 @@ Cost model of a HybridHash epoch (B batches, E edges, rows ranked by their acces
   most) and an epoch has S = B / L segments;
 - every segment loads and writes back its distinct misses: sum_r S (1 - exp(-f_r / S)) rows each way,
   at the GPU's measured gather and scatter throughput over the host table's UVA mapping;
-- bookkeeping (marking a segment's rows, finding the ones to stage, re-pointing its edges) per edge,
-  timed on the cache before training (HybridHash.bookkeeping_seconds; BOOKKEEPING_NS_PER_EDGE until
-  then), and per segment (launches, the host's wait for a segment's row count);
+- bookkeeping (marking a segment's rows, finding the ones to stage, re-pointing its edges) per edge
+  and per segment (launches, the host's wait for a segment's row count), timed on the cache before
+  training (HybridHash.bookkeeping_seconds on two segment lengths; the constants below until then);
 - the kernels: their measured time on the batches (timed on the cache itself) twice: with a program
   on every multiprocessor, when the side stream's row traffic and bookkeeping wait for them (serial:
   the epoch takes the sum), and leaving SIDE_MULTIPROCESSORS to the side stream (overlapped: the
@@ -84,10 +84,10 @@ class CacheForecast:
     kernel_seconds: float | None             # every multiprocessor training
     side_kernel_seconds: float | None = None  # SIDE_MULTIPROCESSORS left to the side stream (None: not timed)
 
-    def with_bookkeeping(self, ns_per_edge):
-        """This forecast with the bookkeeping's per-edge cost measured (ns_per_edge)."""
+    def with_bookkeeping(self, ns_per_edge, segment_seconds):
+        """This forecast with the bookkeeping's costs per edge and per segment measured."""
         return dataclasses.replace(self, bookkeeping_seconds=bookkeeping_seconds(self.edges, self.segments,
-                                                                                 ns_per_edge))
+                                                                                 ns_per_edge, segment_seconds))
 
     @property
     def serial_seconds(self):
@@ -133,8 +133,8 @@ def forecast_cache(frequency, shape, batches, row_bytes, costs, kernel_seconds=N
                          batches / shape.refresh, kernel_seconds)
 
 
-def bookkeeping_seconds(edges, segments, ns_per_edge=BOOKKEEPING_NS_PER_EDGE):
-    return edges * ns_per_edge * 1e-9 + segments * SEGMENT_SECONDS
+def bookkeeping_seconds(edges, segments, ns_per_edge=BOOKKEEPING_NS_PER_EDGE, segment_seconds=SEGMENT_SECONDS):
+    return edges * ns_per_edge * 1e-9 + segments * segment_seconds
 
 
 @dataclass(frozen=True)

@@ -41,7 +41,7 @@ def test_the_forecast_of_a_toy_table_is_its_closed_form():
     # leave the bookkeeping (and row traffic) after them
     bookkeeping = 18 * BOOKKEEPING_NS_PER_EDGE * 1e-9 + 2 * SEGMENT_SECONDS
     assert forecast.bookkeeping_seconds == pytest.approx(bookkeeping) and forecast.reranks == 0.5
-    assert forecast.with_bookkeeping(2.0).bookkeeping_seconds == pytest.approx(18 * 2e-9 + 2 * SEGMENT_SECONDS)
+    assert forecast.with_bookkeeping(2.0, 1e-3).bookkeeping_seconds == pytest.approx(18 * 2e-9 + 2 * 1e-3)
     serial = dataclasses.replace(forecast, kernel_seconds=1.0)
     assert not serial.overlapped and serial.epoch_seconds == pytest.approx(1.0 + bookkeeping + 0.5 * RERANK_SECONDS)
     # kernels leaving multiprocessors to the side stream overlap it: the longer of the two, when cheaper
