@@ -20,6 +20,7 @@ programs every generated kernel is tested against.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass
 
@@ -116,6 +117,7 @@ class SparseAggregate(torch.nn.Module):
             self.register_buffer(name, tensor)
         # a leaf that requires grad, so that autograd calls backward though the tables do not
         self._anchor = torch.zeros(0, requires_grad=True)
+        self._deferred = None       # inside deferred(): the recorded (indices, x, deltas, samples)
 
     @property
     def state(self):
@@ -165,6 +167,30 @@ class SparseAggregate(torch.nn.Module):
         """The step's coefficients for a batch of samples (AdaGrad's eps is per batch size)."""
         return step_settings(self.model, self.ir, self.optimizer, max(1, samples), self.value_scale)
 
+    @contextlib.contextmanager
+    def deferred(self):
+        """Within it, backward records the rows' gradients instead of stepping them; on leaving it
+        (without an error) the optimizer steps once on them all, as on one batch of every recorded
+        call's samples: the micro-batches of one step then train as the whole batch would."""
+        if self._deferred is not None:
+            raise OptionError("deferred() is already active on this module")
+        self._deferred = []
+        try:
+            yield
+            recorded, self._deferred = self._deferred, None
+            if recorded:
+                indices, x, deltas, samples = zip(*recorded)
+                indices, x = torch.cat(indices), torch.cat(x)
+                deltas = {name: torch.cat([d[name] for d in deltas]) for name in deltas[0]}
+                self._step(indices, x, deltas, sum(samples))
+        finally:
+            self._deferred = None
+
+    def _step(self, indices, x, deltas, samples):
+        state = self.state
+        gathered = {name: value[indices] for name, value in state.params.items()}
+        self._reference.apply(state, indices, x, gathered, deltas, self.lr, 1.0, self.settings(samples))
+
 
 class _Aggregate(torch.autograd.Function):
     """Accums summed per bag; backward applies the optimizer to the entries' rows."""
@@ -180,14 +206,15 @@ class _Aggregate(torch.autograd.Function):
     def backward(ctx, *grads):
         module = ctx.module
         indices, bag, x = ctx.saved_tensors
-        state = module.state
-        gathered = {name: value[indices] for name, value in state.params.items()}
         deltas = {}
         for accum, grad in zip(module.ir.accums, grads):
             lanes = (module.ir.factor_size,) if accum.vector else ()
             deltas[delta_name(accum.name)] = torch.zeros((bag.numel(), *lanes), device=x.device) if grad is None \
                 else grad[bag]
-        module._reference.apply(state, indices, x, gathered, deltas, module.lr, 1.0, module.settings(ctx.samples))
+        if module._deferred is not None:
+            module._deferred.append((indices, x, deltas, ctx.samples))
+        else:
+            module._step(indices, x, deltas, ctx.samples)
         return None, None, None, None, None, None, torch.zeros(0)
 
 
@@ -339,6 +366,14 @@ class PackedEmbeddingBags(torch.nn.Module):
                 sums = sums / counts.clamp(min=1)
             pooled.update((table.name, value) for (table, _), value in zip(members, sums.unbind(1)))
         return pooled
+
+    @contextlib.contextmanager
+    def deferred(self):
+        """Every pack's SparseAggregate.deferred(): the tables step once when it ends."""
+        with contextlib.ExitStack() as stack:
+            for pack in self.packs:
+                stack.enter_context(pack.deferred())
+            yield
 
     def _key_constants(self, keys, device):
         """Per key of this order, on the device: its pack, first row in the pack, position among the

@@ -9,6 +9,9 @@ sparse-gradient Adagrad for the PyTorch arms, the tables' own step inside backwa
 on the MLP, then is scored on held-out rows. kernels_per_step: the GPU kernels one training step
 launches (torch.profiler), None on a CPU.
 
+The interleaving ablation (alac.interleave): the packed arm's step in `--micro-batches` micro-batches
+(D), with its lookups on a side stream (K), and both.
+
 DeepFM (k = 16, the same MLP) in plain PyTorch (nn.Embedding with sparse gradients, row-wise AdaGrad)
 against alac.models.deep.DeepFM, `--deepfm-epochs` over the Criteo-shaped synthetic set (39 one-hot
 fields, labels from a planted FM; `--deepfm-rows`) and over iPinYou's 16 fields when the shared data
@@ -32,6 +35,7 @@ from alac import metrics
 from alac.counter_random import normal, uniform
 from alac.data import load_libsvm
 from alac.data.synthetic import criteo_like
+from alac.interleave import Interleaving, interleaved_step, split_rows
 from alac.models.deep import DeepFM, mlp
 from alac.nn import KeyedBags, PackedEmbeddingBags, Table
 from benchmarks.render import fields_table
@@ -92,10 +96,12 @@ class PerField(torch.nn.Module):
 
 
 class Packed(torch.nn.Module):
-    """alac's packed tables (one SparseAggregate per dim), concatenated into the same MLP."""
+    """alac's packed tables (one SparseAggregate per dim), concatenated into the same MLP; a step
+    interleaved as `interleaving` says (alac.interleave: D micro-batches, K a side stream)."""
 
-    def __init__(self, shapes, device):
+    def __init__(self, shapes, device, interleaving=None):
         super().__init__()
+        self.interleaving = interleaving
         self.names = [f"f{f}" for f in range(len(shapes))]
         self.tables = PackedEmbeddingBags([Table(name, c, d, lr=TABLE_LR) for name, (c, d) in zip(self.names, shapes)],
                                           seed=SEED, device=device)
@@ -103,12 +109,33 @@ class Packed(torch.nn.Module):
         self.columns = torch.tensor([self.names.index(key) for key in self.tables.keys], device=device)
 
     def forward(self, ids):
+        return self._dense(self._sparse(ids))
+
+    def _sparse(self, ids):
         # every field's ids in one KeyedBags, its keys in the packs' order (no reordering inside)
-        pooled = self.tables(KeyedBags.one_hot(self.tables.keys, ids[:, self.columns]))
+        return self.tables(KeyedBags.one_hot(self.tables.keys, ids[:, self.columns]))
+
+    def _dense(self, pooled):
         return self.deep(torch.cat([pooled[name] for name in self.names], 1)).squeeze(1)
 
     def optimizers(self):
         return [torch.optim.Adam(self.deep.parameters(), lr=MLP_LR)]
+
+    def train_step(self, optimizers, ids, labels):
+        """One step in the interleaved schedule (the same result as _step's, tests/test_interleave.py)."""
+        rows = ids.shape[0]
+
+        def dense(pooled, part):
+            first, end = part
+            loss = torch.nn.functional.binary_cross_entropy_with_logits(self._dense(pooled), labels[first:end])
+            return (end - first) / rows * loss
+
+        for optimizer in optimizers:
+            optimizer.zero_grad()
+        interleaved_step(self.tables, split_rows(rows, self.interleaving.micro_batches),
+                         lambda part: self._sparse(ids[part[0]:part[1]]), dense, self.interleaving)
+        for optimizer in optimizers:
+            optimizer.step()
 
 
 def _synchronize(device):
@@ -117,6 +144,9 @@ def _synchronize(device):
 
 
 def _step(model, optimizers, ids, labels):
+    if getattr(model, "interleaving", None) is not None:
+        model.train_step(optimizers, ids, labels)
+        return
     loss = torch.nn.functional.binary_cross_entropy_with_logits(model(ids), labels)
     for optimizer in optimizers:
         optimizer.zero_grad()
@@ -300,6 +330,7 @@ def main():
     parser.add_argument("--deepfm-rows", type=int, default=2_000_000,
                         help="training rows of the Criteo-shaped DeepFM set (0: no DeepFM arms)")
     parser.add_argument("--deepfm-epochs", type=float, default=2.0)
+    parser.add_argument("--micro-batches", type=int, default=4, help="D-interleaving's micro-batches per step")
     # iPinYou's 26,773 rows: batches of 4096 would give 7 steps an epoch
     parser.add_argument("--ipinyou-batch-size", type=int, default=256)
     parser.add_argument("--ipinyou-epochs", type=float, default=5.0)
@@ -319,6 +350,12 @@ def main():
         arms.append(arm("pytorch_per_field_compiled", compiled, torch.compile(compiled), batch_of, valid, args))
     packed = Packed(shapes, args.device)
     arms.append(arm("alac_packed", packed, packed, batch_of, valid, args))
+    # PICASSO's interleaving ablation: D micro-batches, K lookups on a side stream, both
+    for name, interleaving in (("alac_packed_D", Interleaving(args.micro_batches)),
+                               ("alac_packed_K", Interleaving(1, side_stream=True)),
+                               ("alac_packed_KD", Interleaving(args.micro_batches, side_stream=True))):
+        model = Packed(shapes, args.device, interleaving)
+        arms.append(arm(name, model, model, batch_of, valid, args))
     if args.deepfm_rows:
         arms += deepfm_arms(args)
     payload = {"environment": environment(), "arguments": vars(args), "arms": arms}

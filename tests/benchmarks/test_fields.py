@@ -30,7 +30,8 @@ def test_a_tiny_run_writes_every_arms_figures(tmp_path, monkeypatch):
     fields.main()
     result = json.loads((tmp_path / "fields.json").read_text())
     assert [(a["name"], a["data"]) for a in result["arms"]] == [
-        ("pytorch_per_field", "synthetic"), ("alac_packed", "synthetic"),
+        ("pytorch_per_field", "synthetic"), ("alac_packed", "synthetic"), ("alac_packed_D", "synthetic"),
+        ("alac_packed_K", "synthetic"), ("alac_packed_KD", "synthetic"),
         ("pytorch_deepfm", "criteo_like"), ("alac_deepfm", "criteo_like")]
     for arm in result["arms"]:
         assert arm["fields"] == (6 if arm["data"] == "synthetic" else 39)

@@ -1,0 +1,94 @@
+"""PICASSO's interleaving (§III-C) for a training step over alac.nn tables: how a step is scheduled,
+not what it computes.
+
+- D-interleaving: the batch in micro-batches whose losses backpropagate in turn (the dense part's
+  gradients add up) while the tables record their rows' gradients and step once when the step ends
+  (SparseAggregate.deferred), so that the step is the whole batch's and its activations a
+  micro-batch's. micro_batches_for sizes them by PICASSO's Eq. 2 from a measured cost per row.
+- K-interleaving: the next micro-batch's table lookups issued on a side stream before this one's dense
+  part, so that the memory-bound lookups overlap the compute-bound MLP (a GPU only; the tables do not
+  change within the step, so the order does not change the result).
+
+    step = Interleaving(micro_batches=4, side_stream=True)
+    loss = interleaved_step(tables, parts, lambda part: tables(part.bags),
+                            lambda pooled, part: part.weight * loss_of(mlp(pooled), part.labels), step)
+    dense_optimizer.step()
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from alac.errors import OptionError
+
+
+@dataclass(frozen=True)
+class Interleaving:
+    """micro_batches: D-interleaving's count (1: off); side_stream: K-interleaving (on a GPU)."""
+
+    micro_batches: int = 1
+    side_stream: bool = False
+
+    def __post_init__(self):
+        if self.micro_batches < 1:
+            raise OptionError(f"micro_batches is at least 1, got {self.micro_batches}")
+
+
+def micro_batch_rows(bound, cost_per_row):
+    """PICASSO's Eq. 2 for one resource: the most rows whose cost (e.g. the peak memory a row adds to a
+    step, measured in a warm-up step) stays within bound (e.g. the memory free for it); at least 1."""
+    if cost_per_row <= 0:
+        raise OptionError(f"a cost per row must be positive, got {cost_per_row}")
+    return max(1, int(bound // cost_per_row))
+
+
+def micro_batches_for(batch_rows, bounds_and_costs):
+    """The fewest equal micro-batches of a batch of batch_rows within every (bound, cost per row) pair:
+    Eq. 2's minimum over the step's operators."""
+    rows = min(micro_batch_rows(bound, cost) for bound, cost in bounds_and_costs)
+    return math.ceil(batch_rows / rows)
+
+
+def split_rows(n_rows, micro_batches):
+    """(first, end) of micro_batches near-equal consecutive parts of n_rows rows (none empty)."""
+    count = max(1, min(micro_batches, n_rows))
+    edges = [round(i * n_rows / count) for i in range(count + 1)]
+    return list(zip(edges[:-1], edges[1:]))
+
+
+def interleaved_step(tables, parts, sparse, dense, interleaving=Interleaving()):
+    """One training step over the micro-batches `parts`: sparse(part) gives the tables' outputs (a
+    dict of tensors), dense(outputs, part) that part's share of the step's loss (weighted so that the
+    shares add up to the whole batch's loss); each share is backpropagated in turn and the tables
+    (anything with deferred(): SparseAggregate, PackedEmbeddingBags) step once at the end. Returns the
+    step's loss (a detached tensor). The dense optimizer's step is the caller's, after it."""
+    side = torch.cuda.Stream() if interleaving.side_stream and torch.cuda.is_available() else None
+    main = torch.cuda.current_stream() if side is not None else None
+
+    def lookup(part):
+        if side is None:
+            return sparse(part)
+        side.wait_stream(main)           # the part's inputs were made on the main stream
+        with torch.cuda.stream(side):
+            return sparse(part)
+
+    total = None
+    with tables.deferred():
+        ahead = lookup(parts[0])
+        for index, part in enumerate(parts):
+            outputs = ahead
+            if side is not None:
+                main.wait_stream(side)
+                for tensor in outputs.values():
+                    tensor.record_stream(main)
+            if index + 1 < len(parts):
+                ahead = lookup(parts[index + 1])     # queued before this part's dense work: they overlap
+            loss = dense(outputs, part)
+            loss.backward()
+            total = loss.detach() if total is None else total + loss.detach()
+        if side is not None:
+            main.wait_stream(side)
+    return total
