@@ -216,6 +216,15 @@ def _predict(args):
     from alac.outputs import check_output_file, write_text_atomically
 
     check_output_file(args.output)
+    from alac import deep_cli
+
+    if deep_cli.is_deep_checkpoint(args.model_dir):
+        probabilities, trainer = deep_cli.predict(args.model_dir, args.data, args.format)
+        write_text_atomically(args.output, "".join(f"{value:.9g}\n" for value in probabilities.tolist()))
+        print(f"wrote {probabilities.numel():,} predictions (probability) to {args.output}"
+              + (f"; {trainer.unseen_entries:,} entries with features or fields the model never trained were "
+                 "ignored" if trainer.unseen_entries else ""), file=sys.stderr)
+        return 0
     trainer, saved = _load_model_dir(args.model_dir, args.model, args.backend)
     dataset = _read_data_like_training(args.data, saved, args.format)
     predictions = trainer.predict(dataset).cpu().numpy()

@@ -5,7 +5,8 @@ Criteo-shaped set without --train); every entry needs a field: libffm and Criteo
 --featindex FILE maps LIBSVM ids to fields (`field:value<TAB>index`), --fields-by-position takes field
 f as the f-th entry of every row (one-hot data such as iPinYou). Prints one line per epoch and a JSON
 line of test metrics; with --out DIR writes metrics.json, history.csv and model.pt (tensors and plain
-settings, read back with torch.load(weights_only=True): loading it runs no code; DeepTrainer.load).
+settings, read back with torch.load(weights_only=True): loading it runs no code; DeepTrainer.load),
+which `alac predict --model-dir DIR` reads (predict here).
 """
 
 from __future__ import annotations
@@ -82,6 +83,7 @@ def _run(args, settings):
     args.out_of_core, args.normalize, args.early_stopping = False, False, "valid"
     data = load_data(args, None)
     sets = [data.train, data.valid, data.test]
+    field_map = None
     if args.featindex or args.fields_by_position:
         from alac.data.field_map import from_positions, load_featindex
 
@@ -101,12 +103,37 @@ def _run(args, settings):
             final[f"{name}_auc"] = float(metrics.auc(probability, positive))
     print(json.dumps({k: round(v, 6) for k, v in final.items()}))
     if args.out:
-        _write_outputs(Path(args.out), trainer, final)
+        # how `alac predict` reads new files as these were read: their format and the fields' map
+        extras = {"data_options": data.options,
+                  "field_of": None if field_map is None else field_map.field_of.cpu()}
+        _write_outputs(Path(args.out), trainer, final, extras)
     return 0
 
 
-def _write_outputs(out, trainer, final):
-    write_atomically(out / CHECKPOINT_NAME, lambda handle: torch.save(trainer.checkpoint(), handle))
+def predict(model_dir, data_path, format_option=None):
+    """(probabilities, the trainer) of a data file by the model in a folder (or model.pt file) that
+    alac train wrote, the file read as the training data was (its format, its fields' map)."""
+    from alac.cli import _read_data_like_training
+    from alac.data.field_map import FieldMap
+
+    path = Path(model_dir) / CHECKPOINT_NAME if Path(model_dir).is_dir() else Path(model_dir)
+    trainer = DeepTrainer.load(path)
+    dataset = _read_data_like_training(data_path, {"data_options": trainer.extras.get("data_options", {}),
+                                                   "path": str(path)}, format_option)
+    field_of = trainer.extras.get("field_of")
+    if field_of is not None:
+        dataset = FieldMap(field_of, tuple(range(trainer.n_fields))).apply(dataset, unlisted_ok=True)
+    return trainer.predict(dataset), trainer
+
+
+def is_deep_checkpoint(model_dir):
+    """Whether model_dir is (or holds) the model.pt of a field model rather than a wide model's folder."""
+    path = Path(model_dir)
+    return (path / CHECKPOINT_NAME).is_file() if path.is_dir() else path.suffix == ".pt"
+
+
+def _write_outputs(out, trainer, final, extras):
+    write_atomically(out / CHECKPOINT_NAME, lambda handle: torch.save(trainer.checkpoint(extras), handle))
     write_text_atomically(out / "metrics.json", json.dumps(final, indent=2) + "\n")
     keys = sorted({k for record in trainer.history for k in record}, key=lambda k: (k != "epoch", k))
     text = io.StringIO()

@@ -77,6 +77,7 @@ class DeepTrainer:
         self.network = None
         self.history = []
         self.unseen_entries = 0
+        self.extras = {}
 
     def fit(self, train, valid=None):
         """Train on `train` (binary labels, field ids), validating on `valid` after every epoch (early
@@ -161,13 +162,14 @@ class DeepTrainer:
         return type(dataset)(kept, dataset.indices[known], values, dataset.labels, self.n_features,
                              dataset.fields[known], self.n_fields, dataset.source)
 
-    def checkpoint(self):
+    def checkpoint(self, extras=None):
         """The trained model as tensors and plain values (torch.save it; DeepTrainer.load reads it back
-        with torch.load(weights_only=True), which runs no code)."""
+        with torch.load(weights_only=True), which runs no code); extras: tensors and plain values kept
+        beside it (how to read data like the training data), given back as load's trainer.extras."""
         if self.network is None:
             raise OptionError("a checkpoint needs a trained model: call fit first")
         return {"settings": asdict(self.settings), "n_features": self.n_features, "n_fields": self.n_fields,
-                "positive": float(self.labels.positive), "history": self.history,
+                "positive": float(self.labels.positive), "history": self.history, "extras": extras or {},
                 "weights": {name: t.detach().cpu() for name, t in self.network.state_dict().items()}}
 
     @classmethod
@@ -185,6 +187,7 @@ class DeepTrainer:
     def _restore(self, saved):
         s = self.settings = DeepSettings(**{**saved["settings"], "hidden": tuple(saved["settings"]["hidden"])})
         self.history = list(saved["history"])
+        self.extras = dict(saved.get("extras", {}))
         self.n_features, self.n_fields = int(saved["n_features"]), int(saved["n_fields"])
         self.labels = LabelMap("binary", saved["positive"])
         self.network = _field_model(s.model, self.n_features, self.n_fields, s, self.device)
@@ -193,7 +196,7 @@ class DeepTrainer:
     def __getstate__(self):
         """Pickled as its checkpoint (the tables' programs are rebuilt) and the device."""
         return {"device": str(self.device), "settings": asdict(self.settings),
-                "checkpoint": None if self.network is None else self.checkpoint()}
+                "checkpoint": None if self.network is None else self.checkpoint(self.extras)}
 
     def __setstate__(self, state):
         device = state["device"] if torch.device(state["device"]).type != "cuda" or torch.cuda.is_available() \

@@ -58,3 +58,21 @@ def test_a_checkpoint_that_is_not_one_is_refused_without_running_it(tmp_path):
     torch.save({"settings": {}}, tmp_path / "other.pt")
     with pytest.raises(OptionError, match="other.pt: not a deep model checkpoint"):
         DeepTrainer.load(tmp_path / "other.pt")
+
+
+def test_alac_predict_reads_a_new_file_as_the_training_file_was_read(tmp_path, capsys):
+    data = criteo_like(1200, n_fields=5, seed=3, device="cpu")
+    train, test = split(data, (0.8, 0.2), seed=1)
+    write_libsvm(train, tmp_path / "train.txt")
+    write_libsvm(test, tmp_path / "test.txt")
+    assert main(["train", "--model", "ffm", "--train", str(tmp_path / "train.txt"), "--test",
+                 str(tmp_path / "test.txt"), "--fields-by-position", "--epochs", "2", *SMALL,
+                 "--out", str(tmp_path / "model")]) == 0
+    final = json.loads((tmp_path / "model" / "metrics.json").read_text())
+    assert main(["predict", "--model-dir", str(tmp_path / "model"), "--data", str(tmp_path / "test.txt"),
+                 "--output", str(tmp_path / "predictions.txt")]) == 0
+    assert "predictions (probability)" in capsys.readouterr().err
+    predictions = torch.tensor([float(line) for line in (tmp_path / "predictions.txt").read_text().split()])
+    assert predictions.numel() == test.n_rows
+    # the test metrics alac train printed are those of these predictions
+    assert float(metrics.auc(predictions, test.labels > 0.5)) == pytest.approx(final["test_auc"], abs=1e-6)
