@@ -89,6 +89,11 @@ class DeepTrainer:
         self.n_fields = max(train.n_fields, int(train.fields.max()) + 1 if train.nnz else 1)
         torch.manual_seed(s.seed)
         self.network = _field_model(s.model, self.n_features, self.n_fields, s, self.device)
+        # the bias starts at the training data's log-odds: from 0, rare clicks took Adam's small steps
+        # many epochs to reach (iPinYou's 1 % clicks: FFM test logloss 0.059-0.071 against FM's 0.031)
+        rate = float(self.labels.positive_mask(train.labels).float().mean().clamp(1e-6, 1 - 1e-6))
+        with torch.no_grad():
+            self.network.bias.fill_(math.log(rate / (1 - rate)))
         # the tables are buffers stepped in backward: the parameters are the MLP's and the bias
         dense = torch.optim.Adam(self.network.parameters(), lr=s.dense_lr)
         train = self._known_entries(train.to(self.device))      # entries of no field (-1) left out
