@@ -33,8 +33,9 @@ from alac.ir.pipeline import lower
 from alac.optimizers import get_optimizer
 from alac.runtime.executor import step_settings
 from alac.runtime.layout import default_device
+from alac.runtime.memory import check_feature_tables
 from alac.runtime.reference import ReferenceBackend
-from alac.runtime.state import ModelState
+from alac.runtime.state import ModelState, row_bytes_of
 
 
 @dataclass
@@ -110,6 +111,8 @@ class SparseAggregate(torch.nn.Module):
         # the deep part's dLoss/dAccum vary over a vector accum's lanes, whatever the model's loss says
         self._reference = ReferenceBackend(self.ir, given_deltas=True)
         device = torch.device(device) if device is not None else default_device()
+        # refused before allocation when the rows and their optimizer state do not fit
+        check_feature_tables(self.n_features, row_bytes_of(self.ir), f"the tables of {self.ir.name}", device)
         state = ModelState.initial(model, torch.arange(self.n_features), device, seed, self.ir.optimizer)
         self._params = tuple(state.params)
         self._states = tuple(state.states)

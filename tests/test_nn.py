@@ -311,3 +311,12 @@ def test_a_pack_heavier_than_its_limit_is_cut_into_shards_of_equal_cost_by_picas
     features = {t.name: (torch.tensor([1, 3, 9]), torch.tensor([0, 2, 3])) for t in tables}
     for name, pooled in whole(features).items():
         torch.testing.assert_close(split(features)[name], pooled)
+
+
+def test_tables_larger_than_memory_are_refused_before_allocation(monkeypatch):
+    import alac.runtime.memory
+
+    monkeypatch.setattr(alac.runtime.memory, "available_bytes", lambda device: 10**6)
+    # 100,000 rows of w, v (K = 4) and their AdaGrad sums: 2.4 MB
+    with pytest.raises(DataError, match="100,000 feature ids need .* for the tables of .*hash them into fewer"):
+        SparseAggregate(FM(), 100_000, optimizer="adagrad", lr=0.1)
