@@ -9,6 +9,9 @@ sparse-gradient Adagrad for the PyTorch arms, the tables' own step inside backwa
 on the MLP, then is scored on held-out rows. kernels_per_step: the GPU kernels one training step
 launches (torch.profiler), None on a CPU.
 
+FFM (benchmarks/ffm_arms.py): k = 4 against a plain PyTorch FFM in ms per epoch, and against FM on
+iPinYou and criteo-tiny.
+
 The interleaving ablation (alac.interleave): the packed arm's step in `--micro-batches` micro-batches
 (D), with its lookups on a side stream (K), and both.
 
@@ -330,6 +333,9 @@ def main():
     parser.add_argument("--deepfm-rows", type=int, default=2_000_000,
                         help="training rows of the Criteo-shaped DeepFM set (0: no DeepFM arms)")
     parser.add_argument("--deepfm-epochs", type=float, default=2.0)
+    parser.add_argument("--ffm-rows", type=int, default=4_000_000,
+                        help="rows of the FFM speed set (0: no FFM arms; benchmarks/ffm_arms.py)")
+    parser.add_argument("--ffm-fields", type=int, default=39)
     parser.add_argument("--micro-batches", type=int, default=4, help="D-interleaving's micro-batches per step")
     # iPinYou's 26,773 rows: batches of 4096 would give 7 steps an epoch
     parser.add_argument("--ipinyou-batch-size", type=int, default=256)
@@ -358,6 +364,10 @@ def main():
         arms.append(arm(name, model, model, batch_of, valid, args))
     if args.deepfm_rows:
         arms += deepfm_arms(args)
+    if args.ffm_rows:
+        from benchmarks.ffm_arms import quality_arms, speed_arms
+
+        arms += speed_arms(args) + quality_arms(args)
     payload = {"environment": environment(), "arguments": vars(args), "arms": arms}
     write("fields", payload, report(payload), args.out)
     print(report(payload))

@@ -156,14 +156,17 @@ def placement_table(result):
 
 def fields_table(result):
     args = result["arguments"]
-    baselines = {"synthetic": "pytorch_per_field", "criteo_like": "pytorch_deepfm", "ipinyou": "pytorch_deepfm"}
+    baselines = {"synthetic": "pytorch_per_field", "criteo_like": "pytorch_deepfm", "ipinyou": "pytorch_deepfm",
+                 "criteo_like_ffm": "pytorch_ffm", "ipinyou_ffm": "alac_fm_one_field",
+                 "criteo_tiny_ffm": "alac_fm_one_field"}
     rows = []
     for a in result["arms"]:
         data = a.get("data", "synthetic")
         base = next(b for b in result["arms"] if b["name"] == baselines[data] and b.get("data", "synthetic") == data)
         rows.append([data, a["name"], a["fields"], "-" if a["kernels_per_step"] is None else a["kernels_per_step"],
                      f"{a['samples_per_s'] / 1e3:.1f}", f"{a['samples_per_s'] / base['samples_per_s']:.2f}×",
-                     f"{a['auc']:.4f}", f"{a['auc'] - base['auc']:+.4f}", f"{a['logloss']:.4f}"])
+                     f"{a['auc']:.4f}", f"{a['auc'] - base['auc']:+.4f}", f"{a['logloss']:.4f}",
+                     f"{a['ms_per_epoch']:.0f}" if "ms_per_epoch" in a else "-", a.get("best_epoch", "-")])
     compiled = "" if not args.get("no_compile") else \
         " The torch.compile arm was left out (`--no-compile --steps 50`: compiling 200 bags took over 150 s)."
     deepfm = "" if not args.get("deepfm_rows") else (
@@ -172,8 +175,11 @@ def fields_table(result):
     return (f"{args['fields']} fields, batches of {args['batch_size']}, {args['steps']} timed steps, scored on "
             f"{args['valid_rows']:,} held-out rows.{compiled}{deepfm} alac.nn runs its torch programs "
             "(no generated kernels for it yet).\n\n"
-            + table(["data", "arm", "fields", "kernels per step", "k samples/s", "vs PyTorch", "AUC",
-                     "AUC − PyTorch", "logloss"], rows))
+            + table(["data", "arm", "fields", "kernels per step", "k samples/s", "vs base", "AUC",
+                     "AUC − base", "logloss", "ms/epoch", "best epoch"], rows)
+            + "\n\nbase: the arm each row is compared with, by data: one nn.EmbeddingBag per field (synthetic), "
+            "plain PyTorch DeepFM (criteo_like, ipinyou) and FFM (criteo_like_ffm), FM trained as the FFM "
+            "(ipinyou_ffm, criteo_tiny_ffm: test logloss and AUC at the best validation epoch).")
 
 
 def tables_over_budget_table(result):

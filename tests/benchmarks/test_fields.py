@@ -25,20 +25,22 @@ def test_a_tiny_run_writes_every_arms_figures(tmp_path, monkeypatch):
     monkeypatch.setattr(sys, "argv", ["fields.py", "--device", "cpu", "--fields", "6", "--steps", "2",
                                       "--batch-size", "64", "--valid-rows", "256", "--warmup", "1",
                                       "--no-compile", "--deepfm-rows", "500", "--deepfm-epochs", "1",
-                                      "--out", str(tmp_path)])
+                                      "--ffm-rows", "300", "--ffm-fields", "4", "--out", str(tmp_path)])
     monkeypatch.setattr(fields, "SHARED_DATA", tmp_path / "absent")
     fields.main()
     result = json.loads((tmp_path / "fields.json").read_text())
     assert [(a["name"], a["data"]) for a in result["arms"]] == [
         ("pytorch_per_field", "synthetic"), ("alac_packed", "synthetic"), ("alac_packed_D", "synthetic"),
         ("alac_packed_K", "synthetic"), ("alac_packed_KD", "synthetic"),
-        ("pytorch_deepfm", "criteo_like"), ("alac_deepfm", "criteo_like")]
+        ("pytorch_deepfm", "criteo_like"), ("alac_deepfm", "criteo_like"),
+        ("pytorch_ffm", "criteo_like_ffm"), ("alac_ffm", "criteo_like_ffm")]
     for arm in result["arms"]:
-        assert arm["fields"] == (6 if arm["data"] == "synthetic" else 39)
+        assert arm["fields"] == {"synthetic": 6, "criteo_like": 39, "criteo_like_ffm": 4}[arm["data"]]
         assert arm["samples_per_s"] > 0 and 0 <= arm["auc"] <= 1 and arm["logloss"] > 0
         assert arm["kernels_per_step"] is None      # counted on a GPU only
-    # a DeepFM arm trains its epochs: 500 rows in batches of 64
-    assert result["arms"][-1]["steps"] == 8
+    # a DeepFM arm trains its epochs (500 rows in batches of 64), an FFM arm one epoch
+    assert result["arms"][-3]["steps"] == 8 and result["arms"][-1]["steps"] == 5
+    assert result["arms"][-1]["ms_per_epoch"] > 0
 
 
 def test_plain_and_alac_deepfm_give_the_same_logits_from_the_same_tables():
@@ -57,6 +59,25 @@ def test_plain_and_alac_deepfm_give_the_same_logits_from_the_same_tables():
     torch.testing.assert_close(ours(ids), plain(ids), rtol=1e-5, atol=1e-5)
     # and one training step gives the same tables: the plain row-wise AdaGrad is alac's
     labels = (torch.rand(32) < 0.5).float()
+    for model in (plain, ours):
+        fields._step(model, model.optimizers(), ids, labels)
+    torch.testing.assert_close(ours.model.tables.v, plain.v.weight.detach(), rtol=1e-4, atol=1e-6)
+    torch.testing.assert_close(ours.model.tables.w, plain.w.weight.detach().squeeze(1), rtol=1e-4, atol=1e-6)
+
+
+def test_plain_and_alac_ffm_give_the_same_logits_and_step():
+    """The two FFM speed arms are one model: alac's logits and tables after a step from the plain one's."""
+    from benchmarks.ffm_arms import AlacFFM, PlainFFM
+
+    torch.manual_seed(0)
+    plain, ours = PlainFFM(40, 4, 3, 16), AlacFFM(40, 4, 3, "cpu")
+    with torch.no_grad():
+        plain.w.weight.normal_(std=0.3)
+        ours.model.tables.v.copy_(plain.v.weight)
+        ours.model.tables.w.copy_(plain.w.weight.squeeze(1))
+    ids = torch.randint(0, 10, (16, 4)) + 10 * torch.arange(4)
+    torch.testing.assert_close(ours(ids), plain(ids), rtol=1e-5, atol=1e-5)
+    labels = (torch.rand(16) < 0.5).float()
     for model in (plain, ours):
         fields._step(model, model.optimizers(), ids, labels)
     torch.testing.assert_close(ours.model.tables.v, plain.v.weight.detach(), rtol=1e-4, atol=1e-6)
