@@ -104,8 +104,7 @@ class DeepTrainer:
             started = time.perf_counter()
             order = torch.randperm(train.n_rows, generator=generator).to(self.device)
             loss_sum = torch.zeros((), device=self.device)
-            for first in range(0, train.n_rows, s.batch_size):
-                batch = train.take(order[first:first + s.batch_size])
+            for batch in _batches(train.take(order), s.batch_size):
                 logit = self._logits(batch)
                 target = self.labels.positive_mask(batch.labels).float()
                 loss = torch.nn.functional.binary_cross_entropy_with_logits(logit, target)
@@ -147,9 +146,7 @@ class DeepTrainer:
             raise OptionError("predict needs a trained model: call fit first")
         _check_fields(dataset, "the data")
         dataset = self._known_entries(dataset.to(self.device))
-        logits = [self._logits(dataset.take(torch.arange(first, min(first + self.settings.batch_size,
-                                                                      dataset.n_rows), device=self.device)))
-                  for first in range(0, dataset.n_rows, self.settings.batch_size)]
+        logits = [self._logits(batch) for batch in _batches(dataset, self.settings.batch_size)]
         return torch.sigmoid(torch.cat(logits)).cpu() if logits else torch.zeros(0)
 
     def _known_entries(self, dataset):
@@ -209,6 +206,23 @@ class DeepTrainer:
         self.__init__(DeepSettings(**{**state["settings"], "hidden": tuple(state["settings"]["hidden"])}), device)
         if state["checkpoint"] is not None:
             self._restore(state["checkpoint"])
+
+
+def _batches(dataset, batch_size):
+    """The dataset's consecutive batches of batch_size rows, as views of its tensors (the entries'
+    bounds read from the device once, not a round trip per batch)."""
+    starts = list(range(0, dataset.n_rows, batch_size))
+    bounds = dataset.indptr[torch.tensor(starts + [dataset.n_rows], device=dataset.indptr.device)].tolist()
+    for index, first in enumerate(starts):
+        end = min(first + batch_size, dataset.n_rows)
+        low, high = bounds[index], bounds[index + 1]
+
+        def part(tensor):
+            return None if tensor is None else tensor[low:high]
+
+        yield type(dataset)(dataset.indptr[first:end + 1] - low, dataset.indices[low:high], part(dataset.values),
+                            dataset.labels[first:end], dataset.n_features, part(dataset.fields), dataset.n_fields,
+                            dataset.source)
 
 
 def _check_fields(dataset, what):
