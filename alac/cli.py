@@ -180,7 +180,9 @@ def _train(argv):
 
         return deep_cli.main(argv)
     parser = Parser(prog="alac train", description="Train a model (a zoo name or a model file).")
-    parser.add_argument("--model", required=True, help="a zoo model name (lr, fm, ...) or a model file (path.py)")
+    parser.add_argument("--model", required=True,
+                        help="a zoo model name (lr, fm, ...), a field model (deepfm, wide_deep, ffm: their options "
+                             "with alac train --model deepfm --help) or a model file (path.py)")
     module = model_module(known.model) if known.model else None
     parser_for(parser, module)
     args = parser.parse_args(argv)

@@ -23,6 +23,7 @@ from alac import metrics
 from alac.errors import DataError, OptionError
 from alac.models.deep import DeepFM, WideAndDeep
 from alac.models.field_aware import FFM
+from alac.optimizers import get_optimizer
 from alac.runtime.executor import LabelMap
 from alac.runtime.layout import default_device
 
@@ -66,6 +67,7 @@ class DeepSettings:
                 any(not isinstance(h, int) or h < 1 for h in self.hidden) or self.dense_lr <= 0:
             raise OptionError(f"k, epochs, batch_size, patience and every hidden size are integers >= 1 and "
                               f"dense_lr > 0, got {self}")
+        get_optimizer(self.optimizer)       # an unknown name is refused before any data is read
 
 
 class DeepTrainer:

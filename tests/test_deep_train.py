@@ -107,5 +107,7 @@ def test_data_without_fields_and_bad_settings_are_refused():
         DeepSettings(model="dcn")
     with pytest.raises(OptionError, match="integers >= 1"):
         DeepSettings(hidden=(0,))
+    with pytest.raises(OptionError, match="unknown optimizer 'bogus'"):
+        DeepSettings(optimizer="bogus")
     with pytest.raises(OptionError, match="call fit first"):
         DeepTrainer(device="cpu").predict(data)
