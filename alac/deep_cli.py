@@ -23,7 +23,7 @@ import torch
 from alac import defaults, metrics
 from alac.cli_data import load_data
 from alac.deep_train import DEEP_MODELS, DeepSettings, DeepTrainer
-from alac.errors import AlacError
+from alac.errors import AlacError, OptionError
 from alac.outputs import check_output_folder, write_atomically, write_text_atomically
 from alac.zoo import _Progress, add_data_options, positive_int, split_fraction
 
@@ -72,6 +72,10 @@ def main(argv):
                                 patience=args.patience, seed=args.seed)
         if args.out:
             check_output_folder(args.out, OUTPUT_FILES)
+        if args.featindex and not Path(args.featindex).is_file():
+            raise OptionError(f"{args.featindex}: no field index file there (--featindex)")
+        if args.device is not None and torch.device(args.device).type == "cuda" and not torch.cuda.is_available():
+            raise OptionError(f"--device {args.device}: this machine has no CUDA GPU")
         return _run(args, settings)
     except AlacError as error:
         print(f"alac: error: {error}", file=sys.stderr)

@@ -45,6 +45,8 @@ def test_one_hot_libsvm_rows_take_fields_by_position_and_rows_without_fields_are
     assert error.startswith("alac: error:") and "no field ids" in error and len(error.strip().splitlines()) == 1
     assert main(["train", "--model", "deepfm", "--hidden", "8,x", "--device", "cpu"]) == 2
     assert "--hidden takes sizes" in capsys.readouterr().err
+    assert main(["train", "--model", "deepfm", "--featindex", str(tmp_path / "absent.txt"), *SMALL]) == 2
+    assert "no field index file there" in capsys.readouterr().err
 
 
 def test_a_checkpoint_that_is_not_one_is_refused_without_running_it(tmp_path):
