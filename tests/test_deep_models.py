@@ -105,3 +105,36 @@ def test_the_dense_part_composes_with_torch_compile_and_autocast():
     loss.backward()
     assert eager.tables.v.dtype == torch.float32 and not torch.equal(eager.tables.v, before)
     torch.testing.assert_close(logits.float(), compiled(indices, offsets, fields), rtol=0.05, atol=0.05)
+
+
+def _ddp_rank(rank, folder):
+    """One of two gloo ranks: DeepFM with its MLP under DistributedDataParallel, two SGD steps on the
+    rank's own batches; its MLP and tables saved for the parent to compare."""
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    dist.init_process_group("gloo", init_method=f"file://{folder}/rendezvous", rank=rank, world_size=2)
+    try:
+        torch.manual_seed(1)
+        model = DeepFM(N_FEATURES, N_FIELDS, k=K, hidden=(8,), optimizer="sgd", lr=LR, device="cpu")
+        model.deep = DistributedDataParallel(model.deep)
+        optimizer = torch.optim.SGD(model.parameters(), lr=LR)
+        for step in range(2):
+            indices, offsets, fields, _, labels = (t.cpu() for t in _batch(10 * rank + step))
+            optimizer.zero_grad()
+            torch.nn.functional.binary_cross_entropy_with_logits(model(indices, offsets, fields), labels).backward()
+            optimizer.step()
+        torch.save({"deep": [p.detach() for p in model.deep.parameters()], "v": model.tables.v.clone()},
+                   f"{folder}/rank{rank}.pt")
+    finally:
+        dist.destroy_process_group()
+
+
+def test_the_dense_part_composes_with_ddp_while_each_rank_steps_its_tables(tmp_path):
+    """DDP over the MLP (gloo, two CPU ranks): the ranks' MLPs stay equal (their gradients averaged)
+    while each rank's tables take its own batches' steps inside backward."""
+    torch.multiprocessing.spawn(_ddp_rank, args=(str(tmp_path),), nprocs=2)
+    first, second = (torch.load(tmp_path / f"rank{rank}.pt") for rank in (0, 1))
+    for mine, theirs in zip(first["deep"], second["deep"]):
+        torch.testing.assert_close(mine, theirs)
+    assert not torch.allclose(first["v"], second["v"])
