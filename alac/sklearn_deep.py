@@ -4,8 +4,9 @@ n_features_in_, n_iter_), on sparse matrices whose columns belong to fields.
 
 A column's field: field_of[column] when given (an integer array, -1 for a column in no field), else
 by position as in one-hot data of one column per field and row (alac.data.field_map.from_positions:
-every row holds as many columns, the f-th of a row in field f). At prediction, columns the model never
-trained (in no field, or beyond the training columns) are left out. Binary targets only.
+every row holds as many columns, the f-th of a row in field f), else one field per column. At
+prediction, columns the model never trained (in no field, or beyond the training columns) are left
+out. Binary targets only.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from alac import defaults
 from alac.data.field_map import FieldMap, from_positions
 from alac.data.split import hold_out
 from alac.deep_train import DeepSettings, DeepTrainer
+from alac.errors import DataError
 from alac.sklearn import _dataset
 
 _DOC = """
@@ -48,11 +50,15 @@ class _DeepClassifier(ClassifierMixin, BaseEstimator):
     def fit(self, X, y):
         X, y = validate_data(self, X, y, accept_sparse="csr", dtype=[np.float64, np.float32])
         check_classification_targets(y)
-        self.classes_ = np.unique(y)
-        if self.classes_.size != 2:
-            raise ValueError(f"{type(self).__name__} is a binary classifier: y has {self.classes_.size} classes")
+        classes = np.unique(y)
+        if classes.size > 2:
+            raise ValueError(f"Only binary classification is supported: {type(self).__name__} is a binary "
+                             f"classifier and y has {classes.size} classes")
+        if classes.size < 2:
+            raise ValueError(f"{type(self).__name__} needs two classes in y, got 1 class")
+        self.classes_ = classes
         dataset = _dataset(X, (y == self.classes_[1]).astype(np.float32))
-        self.field_of_ = from_positions(dataset).field_of.int() if self.field_of is None else \
+        self.field_of_ = _default_fields(dataset) if self.field_of is None else \
             torch.as_tensor(np.asarray(self.field_of), dtype=torch.int32)
         dataset = _with_fields(dataset, self.field_of_)
         seed = 0 if self.random_state is None else int(self.random_state)
@@ -76,13 +82,26 @@ class _DeepClassifier(ClassifierMixin, BaseEstimator):
         return np.log(p) - np.log1p(-p)
 
     def predict(self, X):
-        return self.classes_[(self.decision_function(X) > 0).astype(int)]
+        scores = self.decision_function(X)      # first: unfitted, it raises NotFittedError
+        return self.classes_[(scores > 0).astype(int)]
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
         tags.input_tags.sparse = True
         tags.classifier_tags.multi_class = False
         return tags
+
+
+def _default_fields(dataset):
+    """The fields of the columns when none are given: by position where every row holds as many
+    columns (one-hot rows of one column per field), else one field per column."""
+    lengths = dataset.indptr.diff()
+    if dataset.n_rows and bool((lengths == lengths[0]).all()) and int(lengths[0]) > 0:
+        try:
+            return from_positions(dataset).field_of.int()
+        except DataError:           # a column at two positions: not one-hot by position
+            pass
+    return torch.arange(dataset.n_features, dtype=torch.int32)
 
 
 def _with_fields(dataset, field_of):

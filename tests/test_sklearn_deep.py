@@ -47,3 +47,18 @@ def test_given_fields_match_fields_by_position_and_bad_targets_are_refused():
     np.testing.assert_allclose(given.predict_proba(X), by_position.predict_proba(X), rtol=1e-6)
     with pytest.raises(ValueError, match="binary classifier"):
         DeepFMClassifier(**options).fit(X, np.arange(600) % 3)
+
+
+@pytest.mark.parametrize("estimator", [DeepFMClassifier(k=2, hidden=(4,), epochs=5, batch_size=64, device="cpu"),
+                                       FFMClassifier(k=2, epochs=5, batch_size=64, device="cpu")],
+                         ids=lambda e: type(e).__name__)
+def test_check_estimator(estimator):
+    """scikit-learn's estimator checks pass (general X: one field per column where rows differ in length)."""
+    import warnings
+
+    from sklearn.utils.estimator_checks import check_estimator
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        results = check_estimator(estimator, on_fail=None)
+    assert not [(r["check_name"], str(r["exception"])[:200]) for r in results if r["status"] == "failed"]
