@@ -1,4 +1,5 @@
-"""`alac train --model deepfm|wide_deep|ffm`: the field models (alac.deep_train) from the command line.
+"""`alac train --model deepfm|wide_deep|dlrm|ffm`: the field models (alac.deep_train) from the command
+line.
 
 The data are read as for the wide models (LIBSVM, libffm, Criteo TSV, tables; the synthetic
 Criteo-shaped set without --train); every entry needs a field: libffm and Criteo files carry them,
@@ -32,7 +33,7 @@ OUTPUT_FILES = (CHECKPOINT_NAME, "metrics.json", "history.csv")
 
 
 def parser():
-    p = argparse.ArgumentParser(prog="alac train", description="Train a field model (Wide & Deep, DeepFM, FFM).")
+    p = argparse.ArgumentParser(prog="alac train", description="Train a field model (Wide & Deep, DeepFM, DLRM, FFM).")
     p.add_argument("--model", required=True, choices=sorted(DEEP_MODELS))
     p.add_argument("--train", help="training file (default: the synthetic Criteo-shaped set)")
     p.add_argument("--valid", help="validation file (early stopping)")
@@ -47,7 +48,12 @@ def parser():
     p.add_argument("--epochs", type=positive_int, default=10)
     p.add_argument("--batch-size", type=positive_int, default=4096)
     p.add_argument("--k", type=positive_int, default=16, help="field embedding size")
-    p.add_argument("--hidden", default="256,128", help="the MLP's layer sizes, comma-separated")
+    p.add_argument("--hidden", default="256,128", help="the MLP's layer sizes, comma-separated (DLRM: its top MLP)")
+    p.add_argument("--bottom", default="64", help="DLRM's bottom MLP sizes, comma-separated")
+    p.add_argument("--dense-fields", default="", metavar="IDS",
+                   help="field ids (comma-separated; a table's fields are its feature columns in order) whose "
+                        "entries' values are dense features (DLRM needs some; e.g. a table's --numeric columns "
+                        "with --numeric-mode value)")
     p.add_argument("--lr", type=float, default=None, help="the tables' step (default: the optimizer's)")
     p.add_argument("--dense-lr", type=float, default=1e-3, help="Adam's step on the MLP")
     p.add_argument("--optimizer", default="adagrad", help="the tables' optimizer (adagrad, sgd, ...)")
@@ -61,15 +67,19 @@ def parser():
 def main(argv):
     """Exit status: 0, or 2 for bad input (one line on stderr)."""
     args = parser().parse_args(argv)
+    lists = {}
+    for option in ("hidden", "bottom", "dense_fields"):
+        text = getattr(args, option)
+        try:
+            lists[option] = tuple(int(item) for item in text.split(",") if item.strip())
+        except ValueError:
+            print(f"alac: error: --{option.replace('_', '-')} takes integers such as 256,128, got {text!r}",
+                  file=sys.stderr)
+            return 2
     try:
-        hidden = tuple(int(size) for size in args.hidden.split(","))
-    except ValueError:
-        print(f"alac: error: --hidden takes sizes such as 256,128, got {args.hidden!r}", file=sys.stderr)
-        return 2
-    try:
-        settings = DeepSettings(model=args.model, k=args.k, hidden=hidden, lr=args.lr, dense_lr=args.dense_lr,
-                                epochs=args.epochs, batch_size=args.batch_size, optimizer=args.optimizer,
-                                patience=args.patience, seed=args.seed)
+        settings = DeepSettings(model=args.model, k=args.k, lr=args.lr, dense_lr=args.dense_lr, epochs=args.epochs,
+                                batch_size=args.batch_size, optimizer=args.optimizer, patience=args.patience,
+                                seed=args.seed, **lists)
         if args.out:
             check_output_folder(args.out, OUTPUT_FILES)
         if args.featindex and not Path(args.featindex).is_file():

@@ -21,32 +21,36 @@ import torch
 
 from alac import metrics
 from alac.errors import DataError, OptionError
-from alac.models.deep import DeepFM, WideAndDeep
+from alac.models.deep import DeepFM, DLRMLike, WideAndDeep
 from alac.models.field_aware import FFM
 from alac.optimizers import get_optimizer
 from alac.runtime.executor import LabelMap
 from alac.runtime.layout import default_device
 
 
-def _field_model(model, n_features, n_fields, settings, device):
-    """The torch module of a field model (the settings' k, MLP, tables' optimizer and seed)."""
+def _field_model(settings, n_features, n_fields, device):
+    """The torch module of a field model of n_fields sparse fields and the settings' dense ones."""
     s = settings
     options = {"k": s.k, "optimizer": s.optimizer, "lr": s.lr, "seed": s.seed, "device": device}
-    if model == "ffm":
+    if s.model == "ffm":
         return FFM(n_features, n_fields, **options)
-    return DEEP_MODELS[model](n_features, n_fields, hidden=tuple(s.hidden), **options)
+    if s.model == "dlrm":
+        return DLRMLike(n_features, n_fields, len(s.dense_fields), bottom=s.bottom, top=s.hidden, **options)
+    return DEEP_MODELS[s.model](n_features, n_fields, hidden=s.hidden, n_dense=len(s.dense_fields), **options)
 
 
 # field models: the deep ones, and the field-aware FM (k per field; no MLP, its bias trained by Adam)
-DEEP_MODELS = {"deepfm": DeepFM, "wide_deep": WideAndDeep, "ffm": FFM}
+DEEP_MODELS = {"deepfm": DeepFM, "wide_deep": WideAndDeep, "dlrm": DLRMLike, "ffm": FFM}
 
 
 @dataclass(frozen=True)
 class DeepSettings:
-    """model: deepfm, wide_deep or ffm; k: the field embeddings' size (FFM: per field); hidden: the MLP's
-    layers (not FFM's); lr: the
-    tables' step (None: the optimizer's default); dense_lr: Adam's on the MLP and bias; patience:
-    epochs without a better validation logloss before training stops."""
+    """model: deepfm, wide_deep, dlrm or ffm; k: the field embeddings' size (FFM: per field); hidden:
+    the MLP's layers (DLRM's top MLP; not FFM's); bottom: DLRM's bottom MLP; dense_fields: the fields
+    whose entries' values are dense features (one value per row and field, 0 where absent; DLRM
+    needs some, FFM takes none); lr: the tables' step (None: the optimizer's default); dense_lr:
+    Adam's on the MLPs and bias; patience: epochs without a better validation logloss before
+    training stops."""
 
     model: str = "deepfm"
     k: int = 16
@@ -58,8 +62,12 @@ class DeepSettings:
     optimizer: str = "adagrad"
     patience: int = 2
     seed: int = 0
+    dense_fields: tuple = ()
+    bottom: tuple = (64,)
 
     def __post_init__(self):
+        for name in ("hidden", "bottom", "dense_fields"):
+            object.__setattr__(self, name, tuple(getattr(self, name)))
         if self.model not in DEEP_MODELS:
             raise OptionError(f"unknown deep model {self.model!r}: one of {', '.join(sorted(DEEP_MODELS))}")
         numbers = {"k": self.k, "epochs": self.epochs, "batch_size": self.batch_size, "patience": self.patience}
@@ -68,6 +76,15 @@ class DeepSettings:
             raise OptionError(f"k, epochs, batch_size, patience and every hidden size are integers >= 1 and "
                               f"dense_lr > 0, got {self}")
         get_optimizer(self.optimizer)       # an unknown name is refused before any data is read
+        if any(not isinstance(h, int) or h < 1 for h in self.bottom) or \
+                any(not isinstance(f, int) or f < 0 for f in self.dense_fields) or \
+                len(set(self.dense_fields)) != len(self.dense_fields):
+            raise OptionError(f"bottom sizes are integers >= 1 and dense_fields distinct field ids >= 0, got {self}")
+        if self.model == "dlrm" and not self.dense_fields:
+            raise OptionError("dlrm needs dense features: name the fields that hold them (dense_fields, "
+                              "alac train --dense-fields)")
+        if self.model == "ffm" and self.dense_fields:
+            raise OptionError("ffm takes no dense features (dense_fields)")
 
 
 class DeepTrainer:
@@ -89,13 +106,16 @@ class DeepTrainer:
         self.labels = LabelMap.fit("binary", train.labels)
         self.n_features = train.n_features
         self.n_fields = max(train.n_fields, int(train.fields.max()) + 1 if train.nnz else 1)
+        self._split_fields()
         torch.manual_seed(s.seed)
-        self.network = _field_model(s.model, self.n_features, self.n_fields, s, self.device)
+        self.network = _field_model(s, self.n_features, self.n_fields - len(s.dense_fields), self.device)
         # the bias starts at the training data's log-odds: from 0, rare clicks took Adam's small steps
         # many epochs to reach (iPinYou's 1 % clicks: FFM test logloss 0.059-0.071 against FM's 0.031)
         rate = float(self.labels.positive_mask(train.labels).float().mean().clamp(1e-6, 1 - 1e-6))
+        # (DLRM's is its top MLP's last bias)
+        bias = self.network.bias if hasattr(self.network, "bias") else self.network.top[-1].bias
         with torch.no_grad():
-            self.network.bias.fill_(math.log(rate / (1 - rate)))
+            bias.fill_(math.log(rate / (1 - rate)))
         # the tables are buffers stepped in backward: the parameters are the MLP's and the bias
         dense = torch.optim.Adam(self.network.parameters(), lr=s.dense_lr)
         train = self._known_entries(train.to(self.device))      # entries of no field (-1) left out
@@ -137,9 +157,33 @@ class DeepTrainer:
             self.network.load_state_dict(best_state)
         return self.history
 
+    def _split_fields(self):
+        """Per field id of the data: its sparse field's id (-1 for a dense one) and its dense slot."""
+        dense = self.settings.dense_fields
+        if any(f >= self.n_fields for f in dense):
+            raise DataError(f"dense_fields {list(dense)} name fields the data do not have (its {self.n_fields})")
+        self._dense_slot = torch.full((self.n_fields,), -1, dtype=torch.int64, device=self.device)
+        self._dense_slot[list(dense)] = torch.arange(len(dense), device=self.device)
+        is_sparse = self._dense_slot < 0
+        self._sparse_id = torch.where(is_sparse, torch.cumsum(is_sparse.long(), 0) - 1, -1)
+
     def _logits(self, batch):
-        values = None if batch.values is None else batch.values
-        return self.network(batch.indices.long(), batch.indptr, batch.fields.long(), values)
+        indices, indptr, fields, values = batch.indices.long(), batch.indptr, batch.fields.long(), batch.values
+        if not self.settings.dense_fields:
+            return self.network(indices, indptr, fields, values)
+        # the dense fields' entries become a [B, dense] matrix (their values), the rest the sparse rows
+        rows = torch.repeat_interleave(torch.arange(batch.n_rows, device=indices.device), indptr.diff(),
+                                       output_size=indices.numel())
+        x = torch.ones(indices.numel(), device=indices.device) if values is None else values
+        slot = self._dense_slot[fields]
+        dense = slot >= 0
+        features = torch.zeros((batch.n_rows, len(self.settings.dense_fields)), device=indices.device)
+        features.index_put_((rows[dense], slot[dense]), x[dense], accumulate=True)
+        kept = ~dense
+        sparse_indptr = torch.zeros(batch.n_rows + 1, dtype=torch.int64, device=indices.device)
+        sparse_indptr[1:] = torch.bincount(rows[kept], minlength=batch.n_rows).cumsum(0)
+        return self.network(indices[kept], sparse_indptr, self._sparse_id[fields[kept]],
+                            values=None if values is None else values[kept], dense=features)
 
     @torch.no_grad()
     def predict(self, dataset):
@@ -189,12 +233,13 @@ class DeepTrainer:
         return trainer
 
     def _restore(self, saved):
-        s = self.settings = DeepSettings(**{**saved["settings"], "hidden": tuple(saved["settings"]["hidden"])})
+        s = self.settings = DeepSettings(**saved["settings"])
         self.history = list(saved["history"])
         self.extras = dict(saved.get("extras", {}))
         self.n_features, self.n_fields = int(saved["n_features"]), int(saved["n_fields"])
         self.labels = LabelMap("binary", saved["positive"])
-        self.network = _field_model(s.model, self.n_features, self.n_fields, s, self.device)
+        self._split_fields()
+        self.network = _field_model(s, self.n_features, self.n_fields - len(s.dense_fields), self.device)
         self.network.load_state_dict(saved["weights"])
 
     def __getstate__(self):
@@ -205,7 +250,7 @@ class DeepTrainer:
     def __setstate__(self, state):
         device = state["device"] if torch.device(state["device"]).type != "cuda" or torch.cuda.is_available() \
             else "cpu"
-        self.__init__(DeepSettings(**{**state["settings"], "hidden": tuple(state["settings"]["hidden"])}), device)
+        self.__init__(DeepSettings(**state["settings"]), device)
         if state["checkpoint"] is not None:
             self._restore(state["checkpoint"])
 

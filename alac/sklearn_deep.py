@@ -1,6 +1,7 @@
 """scikit-learn classifiers over the field models (alac.deep_train): DeepFMClassifier,
-WideAndDeepClassifier and FFMClassifier (fit, predict, predict_proba, decision_function, score, classes_,
-n_features_in_, n_iter_), on sparse matrices whose columns belong to fields.
+WideAndDeepClassifier, DLRMClassifier and FFMClassifier (fit, predict, predict_proba,
+decision_function, score, classes_, n_features_in_, n_iter_), on sparse matrices whose columns
+belong to fields.
 
 A column's field: field_of[column] when given (an integer array, -1 for a column in no field), else
 by position as in one-hot data of one column per field and row (alac.data.field_map.from_positions:
@@ -31,7 +32,8 @@ _DOC = """
     (adagrad, sgd, ...); field_of: the field of every column (None: by position); early_stopping:
     hold out validation_fraction of the rows (random, random_state) and stop after n_iter_no_change
     epochs without a better validation logloss, keeping the best epoch; device: None picks the GPU
-    when there is one.
+    when there is one; dense_fields: fields whose columns' values are dense features (not FFM's);
+    bottom: DLRM's bottom MLP.
 """
 
 
@@ -40,12 +42,14 @@ class _DeepClassifier(ClassifierMixin, BaseEstimator):
 
     def __init__(self, k=16, hidden=(256, 128), learning_rate=None, dense_learning_rate=1e-3, epochs=10,
                  batch_size=4096, optimizer="adagrad", field_of=None, early_stopping=True,
-                 validation_fraction=defaults.VALID_SPLIT, n_iter_no_change=2, device=None, random_state=None):
+                 validation_fraction=defaults.VALID_SPLIT, n_iter_no_change=2, device=None, random_state=None,
+                 dense_fields=(), bottom=(64,)):
         self.k, self.hidden, self.learning_rate = k, hidden, learning_rate
         self.dense_learning_rate = dense_learning_rate
         self.epochs, self.batch_size, self.optimizer, self.field_of = epochs, batch_size, optimizer, field_of
         self.early_stopping, self.validation_fraction = early_stopping, validation_fraction
         self.n_iter_no_change, self.device, self.random_state = n_iter_no_change, device, random_state
+        self.dense_fields, self.bottom = dense_fields, bottom
 
     def fit(self, X, y):
         X, y = validate_data(self, X, y, accept_sparse="csr", dtype=[np.float64, np.float32])
@@ -65,7 +69,8 @@ class _DeepClassifier(ClassifierMixin, BaseEstimator):
         train, valid = hold_out(dataset, self.validation_fraction, seed) if self.early_stopping else (dataset, None)
         settings = DeepSettings(model=self._model, k=self.k, hidden=tuple(self.hidden), lr=self.learning_rate,
                                 dense_lr=self.dense_learning_rate, epochs=self.epochs, batch_size=self.batch_size,
-                                optimizer=self.optimizer, patience=self.n_iter_no_change, seed=seed)
+                                optimizer=self.optimizer, patience=self.n_iter_no_change, seed=seed,
+                                dense_fields=tuple(self.dense_fields), bottom=tuple(self.bottom))
         self.trainer_ = DeepTrainer(settings, self.device)
         self.trainer_.fit(train, valid)
         self.n_iter_ = len(self.trainer_.history)
@@ -124,3 +129,9 @@ class FFMClassifier(_DeepClassifier):
     __doc__ = ("Field-aware FM (Juan et al. 2016, libffm's model): k factors per feature and field (hidden "
                "is not used)." + _DOC)
     _model = "ffm"
+
+
+class DLRMClassifier(_DeepClassifier):
+    __doc__ = ("DLRM-like (Naumov et al. 2019): dense features (dense_fields, required) through a bottom MLP, "
+               "pairwise dot products with the field embeddings into a top MLP (hidden)." + _DOC)
+    _model = "dlrm"

@@ -44,7 +44,7 @@ def test_one_hot_libsvm_rows_take_fields_by_position_and_rows_without_fields_are
     error = capsys.readouterr().err
     assert error.startswith("alac: error:") and "no field ids" in error and len(error.strip().splitlines()) == 1
     assert main(["train", "--model", "deepfm", "--hidden", "8,x", "--device", "cpu"]) == 2
-    assert "--hidden takes sizes" in capsys.readouterr().err
+    assert "--hidden takes integers" in capsys.readouterr().err
     assert main(["train", "--model", "deepfm", "--featindex", str(tmp_path / "absent.txt"), *SMALL]) == 2
     assert "no field index file there" in capsys.readouterr().err
 
@@ -78,3 +78,23 @@ def test_alac_predict_reads_a_new_file_as_the_training_file_was_read(tmp_path, c
     assert predictions.numel() == test.n_rows
     # the test metrics alac train printed are those of these predictions
     assert float(metrics.auc(predictions, test.labels > 0.5)) == pytest.approx(final["test_auc"], abs=1e-6)
+
+
+def test_dlrm_trains_on_a_tables_numeric_columns_as_dense_features(tmp_path, capsys):
+    generator = torch.Generator().manual_seed(0)
+    rows = 800
+    colour, shape, size = (torch.randint(0, n, (rows,), generator=generator) for n in (5, 4, 1))
+    size = torch.randn(rows, generator=generator)
+    labels = (torch.rand(rows, generator=generator) < torch.sigmoid(2 * size + (colour == 1).float())).int()
+    lines = ["label,colour,shape,size"] + [f"{int(y)},c{int(c)},s{int(s)},{float(z):.4f}"
+                                           for y, c, s, z in zip(labels, colour, shape, size)]
+    (tmp_path / "train.csv").write_text("\n".join(lines) + "\n")
+    table = ["--format", "table", "--label", "label", "--numeric", "size", "--numeric-mode", "value"]
+    assert main(["train", "--model", "dlrm", "--train", str(tmp_path / "train.csv"), *table, "--dense-fields", "2",
+                 "--epochs", "2", *SMALL, "--out", str(tmp_path / "model")]) == 0
+    assert main(["predict", "--model-dir", str(tmp_path / "model"), "--data", str(tmp_path / "train.csv"),
+                 "--output", str(tmp_path / "predictions.txt")]) == 0
+    assert len((tmp_path / "predictions.txt").read_text().split()) == rows
+    capsys.readouterr()
+    assert main(["train", "--model", "dlrm", "--train", str(tmp_path / "train.csv"), *table, *SMALL]) == 2
+    assert "dlrm needs dense features" in capsys.readouterr().err

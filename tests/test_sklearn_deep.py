@@ -8,7 +8,8 @@ import pytest
 import scipy.sparse
 from sklearn.metrics import roc_auc_score
 
-from alac.sklearn_deep import DeepFMClassifier, FFMClassifier, WideAndDeepClassifier
+from alac.errors import OptionError
+from alac.sklearn_deep import DeepFMClassifier, DLRMClassifier, FFMClassifier, WideAndDeepClassifier
 
 FIELDS, VALUES = 5, 12
 
@@ -62,3 +63,17 @@ def test_check_estimator(estimator):
         warnings.simplefilter("ignore")
         results = check_estimator(estimator, on_fail=None)
     assert not [(r["check_name"], str(r["exception"])[:200]) for r in results if r["status"] == "failed"]
+
+
+def test_dlrm_classifier_takes_a_dense_column_as_its_dense_feature():
+    X, y = _one_hot(3000)
+    rng = np.random.default_rng(7)
+    size = rng.normal(size=X.shape[0])
+    y = np.where(rng.random(X.shape[0]) < 1 / (1 + np.exp(-3 * size)), "click", "no")
+    X = scipy.sparse.hstack([X, scipy.sparse.csr_matrix(size[:, None])]).tocsr()
+    # every row holds FIELDS one-hot columns and the dense one: fields by position, the dense one last
+    model = DLRMClassifier(k=4, hidden=(16,), bottom=(8,), epochs=6, batch_size=128, learning_rate=0.05,
+                           dense_fields=(FIELDS,), n_iter_no_change=6, device="cpu", random_state=0).fit(X, y)
+    assert roc_auc_score(y == "no", model.predict_proba(X)[:, 1]) > 0.8
+    with pytest.raises(OptionError, match="dlrm needs dense features"):
+        DLRMClassifier(device="cpu").fit(X, y)

@@ -4,10 +4,9 @@ al. 2016), DeepFM (Guo et al. 2017) and a DLRM-like model (Naumov et al. 2019).
 Each takes a batch of one-hot (or weighted) sparse rows as CSR with the field of every entry, and
 optionally dense features, and returns one logit per sample. The tables (a weight and a k-vector per
 feature, and their optimizer state) live in one SparseAggregate, pooled per field in one call and
-updated inside backward; the MLPs are ordinary torch modules for any torch.optim optimizer. Wide &
-Deep and DeepFM (and alac.models.field_aware's FFM) train with `alac train --model NAME` and the
-classifiers of alac.sklearn_deep (alac.deep_train); the DLRM-like model, which needs dense features,
-with a PyTorch loop.
+updated inside backward; the MLPs are ordinary torch modules for any torch.optim optimizer. They
+(and alac.models.field_aware's FFM) train with `alac train --model NAME` and the classifiers of
+alac.sklearn_deep (alac.deep_train).
 """
 
 from __future__ import annotations
