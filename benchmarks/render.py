@@ -182,6 +182,14 @@ def fields_table(result):
             "(ipinyou_ffm, criteo_tiny_ffm: test logloss and AUC at the best validation epoch).")
 
 
+def _kernel_schedule(arm):
+    """How a HybridHash arm's sync kernels ran: beside the side stream on the programs they left it
+    (overlapped) or on every multiprocessor (serial), as the planner chose."""
+    if arm.get("overlapped") is None:
+        return "-"
+    return f"overlapped ({arm['programs']} programs)" if arm["overlapped"] else "serial"
+
+
 def tables_over_budget_table(result):
     args, rows, notes = result["arguments"], [], []
     for arm in result["arms"]:
@@ -192,7 +200,8 @@ def tables_over_budget_table(result):
                      f"{reference['samples_per_s'] / arm['samples_per_s']:.2f}×", f"{arm['hot_input_share']:.3f}",
                      "-" if arm["hit_ratio"] is None else f"{arm['hit_ratio']:.3f}",
                      "-" if arm["h2d_bytes"] is None else f"{arm['h2d_bytes'] / 1e9:.2f}",
-                     f"{arm['auc']:.4f}", f"{arm['auc'] - reference['auc']:+.4f}", f"{arm['logloss']:.4f}"])
+                     f"{arm['auc']:.4f}", f"{arm['auc'] - reference['auc']:+.4f}", f"{arm['logloss']:.4f}",
+                     _kernel_schedule(arm)])
         if "breakdown" in arm:
             b = arm["breakdown"]
             notes.append(f"HybridHash at {arm['budget_mb']} MB, Zipf {arm['zipf']}, one epoch timed in parts with "
@@ -218,7 +227,7 @@ def tables_over_budget_table(result):
     if result.get("missing"):
         notes.append(f"Not measured with the current code: {result['missing']}.")
     header = ["zipf", "arm", "budget MB", "M samples/s", "vs host table", "all-GPU / arm", "hot input share",
-              "hit ratio", "H2D GB/epoch", "AUC", "AUC − all-GPU", "logloss"]
+              "hit ratio", "H2D GB/epoch", "AUC", "AUC − all-GPU", "logloss", "cache kernels"]
     return (f"{args['rows']:,} training rows, FM k = 16 with AdaGrad ({result['row_bytes']} bytes per row), sync "
             f"batches of {args['batch_size']}, {args['epochs']} epochs; samples/s of the last epoch (the host-table "
             f"baseline: {args['baseline_batches']} batches, its AUC after them).\n\n" + table(header, rows)
