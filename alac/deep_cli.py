@@ -26,6 +26,7 @@ from alac.cli_data import load_data
 from alac.deep_train import DEEP_MODELS, DeepSettings, DeepTrainer
 from alac.errors import AlacError, OptionError
 from alac.outputs import check_output_folder, write_atomically, write_text_atomically
+from alac.train import TrainingDiverged
 from alac.zoo import _Progress, add_data_options, positive_int, split_fraction
 
 CHECKPOINT_NAME = "model.pt"
@@ -65,7 +66,7 @@ def parser():
 
 
 def main(argv):
-    """Exit status: 0, or 2 for bad input (one line on stderr)."""
+    """Exit status: 0, 2 for bad input, 3 when training diverged (one line on stderr)."""
     args = parser().parse_args(argv)
     lists = {}
     for option in ("hidden", "bottom", "dense_fields"):
@@ -87,6 +88,9 @@ def main(argv):
         if args.device is not None and torch.device(args.device).type == "cuda" and not torch.cuda.is_available():
             raise OptionError(f"--device {args.device}: this machine has no CUDA GPU")
         return _run(args, settings)
+    except TrainingDiverged as error:
+        print(f"alac: error: {error}", file=sys.stderr)
+        return 3
     except AlacError as error:
         print(f"alac: error: {error}", file=sys.stderr)
         return 2

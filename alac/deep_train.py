@@ -26,6 +26,7 @@ from alac.models.field_aware import FFM
 from alac.optimizers import get_optimizer
 from alac.runtime.executor import LabelMap
 from alac.runtime.layout import default_device
+from alac.train import TrainingDiverged
 
 
 def _field_model(settings, n_features, n_fields, device):
@@ -135,6 +136,12 @@ class DeepTrainer:
                 dense.step()
                 loss_sum += loss.detach() * batch.n_rows
             record = {"epoch": epoch, "train_loss": float(loss_sum) / train.n_rows}
+            if not math.isfinite(record["train_loss"]):
+                if best_state is not None:
+                    self.network.load_state_dict(best_state)
+                raise TrainingDiverged(f"the training loss is {record['train_loss']} in epoch {epoch}: lower the "
+                                       "learning rates (lr, dense_lr)" + (
+                                           "; the best epoch's model is kept" if best_state is not None else ""))
             record["seconds"] = time.perf_counter() - started
             record["rows_per_s"] = train.n_rows / record["seconds"]
             if valid is not None:

@@ -151,3 +151,12 @@ def test_data_without_fields_and_bad_settings_are_refused():
         DeepSettings(optimizer="bogus")
     with pytest.raises(OptionError, match="call fit first"):
         DeepTrainer(device="cpu").predict(data)
+
+
+def test_a_diverging_run_stops_with_a_clear_error():
+    from alac.train import TrainingDiverged
+
+    data = _planted(500)
+    trainer = DeepTrainer(DeepSettings(k=4, hidden=(8,), epochs=3, batch_size=64, dense_lr=1e30), device="cpu")
+    with pytest.raises(TrainingDiverged, match="lower the learning rates"):
+        trainer.fit(data)
