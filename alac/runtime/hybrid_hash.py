@@ -247,6 +247,7 @@ class HybridHash:
 
             self._pinned = [(buffers(), buffers()) for _ in range(2)]
             self._pinned_free = [None, None]     # the event after which a half's load buffers may be refilled
+            self._rows_on_host = [None, None]    # the rows a half holds, as loaded (its write-back's rows)
         return self._pinned
 
     def _host_tables(self):
@@ -265,7 +266,7 @@ class HybridHash:
         loads, _ = self._pinned_halves()[half]
         if self._pinned_free[half] is not None:
             self._pinned_free[half].synchronize()
-        on_host = rows.cpu()
+        on_host = self._rows_on_host[half] = rows.cpu()
         count = on_host.numel()
         for table, buffer, (_, cache) in zip(self._host_tables(), loads, self._tensors()):
             torch.index_select(table, 0, on_host, out=buffer[:count])
@@ -284,7 +285,9 @@ class HybridHash:
         count = rows.numel()
         for buffer, (_, cache) in zip(backs, self._tensors()):
             buffer[:count].copy_(cache[first:first + count], non_blocking=True)
-        self._pending_stores.append((self._streams.record_side(), rows.cpu(), [b[:count] for b in backs]))
+        # the half's rows as its load read them to the host (no second wait for the device here)
+        on_host = self._rows_on_host[half]
+        self._pending_stores.append((self._streams.record_side(), on_host, [b[:count] for b in backs]))
         self.statistics.rows_out += count
 
     def _store_pending(self):
