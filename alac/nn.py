@@ -182,6 +182,12 @@ class SparseAggregate(torch.nn.Module):
             yield
             recorded, self._deferred = self._deferred, None
             if recorded:
+                if self.table_device.type == "cuda":
+                    # made on a side stream (K-interleaving): not reused before this stream has read them
+                    stream = torch.cuda.current_stream()
+                    for indices, x, deltas, _ in recorded:
+                        for tensor in (indices, x, *deltas.values()):
+                            tensor.record_stream(stream)
                 indices, x, deltas, samples = zip(*recorded)
                 indices, x = torch.cat(indices), torch.cat(x)
                 deltas = {name: torch.cat([d[name] for d in deltas]) for name in deltas[0]}
