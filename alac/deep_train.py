@@ -23,6 +23,7 @@ from alac import metrics
 from alac.errors import DataError, OptionError
 from alac.models.deep import DeepFM, DLRMLike, WideAndDeep
 from alac.models.field_aware import FFM
+from alac.nn import SparseAggregate
 from alac.optimizers import get_optimizer
 from alac.runtime.executor import LabelMap
 from alac.runtime.layout import default_device
@@ -117,6 +118,7 @@ class DeepTrainer:
         bias = self.network.bias if hasattr(self.network, "bias") else self.network.top[-1].bias
         with torch.no_grad():
             bias.fill_(math.log(rate / (1 - rate)))
+        self._trust_batches()
         # the tables are buffers stepped in backward: the parameters are the MLP's and the bias
         dense = torch.optim.Adam(self.network.parameters(), lr=s.dense_lr)
         train = self._known_entries(train.to(self.device))      # entries of no field (-1) left out
@@ -163,6 +165,13 @@ class DeepTrainer:
         if best_state is not None:
             self.network.load_state_dict(best_state)
         return self.history
+
+    def _trust_batches(self):
+        """The entries reach the network checked (_known_entries): its tables skip their per-batch host
+        round trip, so that the host queues steps ahead of the GPU."""
+        for module in self.network.modules():
+            if isinstance(module, SparseAggregate):
+                module.check_batches = False
 
     def _split_fields(self):
         """Per field id of the data: its sparse field's id (-1 for a dense one) and its dense slot."""
@@ -248,6 +257,7 @@ class DeepTrainer:
         self._split_fields()
         self.network = _field_model(s, self.n_features, self.n_fields - len(s.dense_fields), self.device)
         self.network.load_state_dict(saved["weights"])
+        self._trust_batches()
 
     def __getstate__(self):
         """Pickled as its checkpoint (the tables' programs are rebuilt) and the device."""

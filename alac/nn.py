@@ -121,6 +121,7 @@ class SparseAggregate(torch.nn.Module):
         # a leaf that requires grad, so that autograd calls backward though the tables do not
         self._anchor = torch.zeros(0, requires_grad=True)
         self._deferred = None       # inside deferred(): the recorded (indices, x, deltas, samples)
+        self.check_batches = True   # forward checks its batch (ids, offsets, fields) with one host round trip
 
     @property
     def state(self):
@@ -133,15 +134,15 @@ class SparseAggregate(torch.nn.Module):
         fields (the field in [0, n_fields) of every entry) pooled per field: [B, n_fields] or
         [B, n_fields, k], every field's bag of one sample in one operation (DeepFM's embeddings)."""
         batch = _Batch.of(indices, offsets, values, self.table_device)
-        trouble = batch.trouble(self.n_features)
         if fields is not None:
             fields = torch.as_tensor(fields, device=batch.indices.device)
             if n_fields is None or fields.shape != batch.indices.shape or fields.is_floating_point():
                 raise DataError(f"fields are one integer per index ({tuple(batch.indices.shape)}) with n_fields "
                                 f"given, got {tuple(fields.shape)} and n_fields={n_fields}")
             fields = fields.long()
-            trouble = trouble | ((fields < 0) | (fields >= n_fields)).any()
-        if bool(trouble):       # the one host round trip of the checks; the details only on a failure
+        # the one host round trip of the checks (the details only on a failure); skipped where the
+        # caller vouches for its batches (check_batches False), so that the host may queue steps ahead
+        if self.check_batches and self._trouble(batch, fields, n_fields):
             batch.explain(self.n_features)
             if fields is not None:
                 bad = fields[(fields < 0) | (fields >= n_fields)][0]
@@ -153,6 +154,12 @@ class SparseAggregate(torch.nn.Module):
         return {name: value.view(*shape, *value.shape[1:])
                 for name, value in self.bags(batch.indices, bag, math.prod(shape), batch.samples,
                                              batch.values).items()}
+
+    def _trouble(self, batch, fields, n_fields):
+        trouble = batch.trouble(self.n_features)
+        if fields is not None:
+            trouble = trouble | ((fields < 0) | (fields >= n_fields)).any()
+        return bool(trouble)
 
     @property
     def table_device(self):
