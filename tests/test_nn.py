@@ -320,3 +320,19 @@ def test_tables_larger_than_memory_are_refused_before_allocation(monkeypatch):
     # 100,000 rows of w, v (K = 4) and their AdaGrad sums: 2.4 MB
     with pytest.raises(DataError, match="100,000 feature ids need .* for the tables of .*hash them into fewer"):
         SparseAggregate(FM(), 100_000, optimizer="adagrad", lr=0.1)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("optimizer", ["sgd", "adagrad"])
+def test_a_step_of_trusted_batches_never_waits_for_the_gpu(optimizer):
+    """check_batches off: forward, backward and the rows' update queue without a host round trip."""
+    wide = SparseAggregate(FM(), 50, optimizer=optimizer, lr=0.1, device="cuda")
+    wide.check_batches = False
+    indices, offsets, values, *_ = (t.cuda() for t in _batch(0, n_features=50))
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        accums = wide(indices, offsets, values)
+        sum(value.sum() for value in accums.values()).backward()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")

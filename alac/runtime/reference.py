@@ -14,7 +14,35 @@ from alac.ir.model_ir import LOSS, PREDICTION, delta_name, global_grad_name, gra
 
 
 def _full(value, shape, like):
-    return torch.as_tensor(value, dtype=torch.float32, device=like.device).expand(shape)
+    if isinstance(value, torch.Tensor):
+        return value.to(device=like.device, dtype=torch.float32).expand(shape)
+    # a number is filled in on the device (a tensor made from it would be copied over, a host wait)
+    return torch.full((), float(value), device=like.device).expand(shape)
+
+
+def _row_groups(feature):
+    """The edges' rows grouped without a host round trip (torch.unique waits for the device): E group
+    slots for E edges, the first U the distinct rows in increasing order, the others copies of the
+    last one. Returns (the row of every slot, the slot of every edge, the slots holding a distinct
+    row, the last such slot as a device scalar)."""
+    ordered, order = torch.sort(feature)
+    starts = torch.ones_like(ordered, dtype=torch.bool)
+    starts[1:] = ordered[1:] != ordered[:-1]
+    slot_sorted = torch.cumsum(starts, 0) - 1
+    inverse = torch.empty_like(slot_sorted)
+    inverse[order] = slot_sorted
+    # every edge of a slot writes the slot's row: the same value, in any order
+    rows = torch.zeros_like(ordered).scatter_(0, slot_sorted, ordered)
+    last = slot_sorted[-1]
+    valid = torch.arange(feature.numel(), device=feature.device) <= last
+    return torch.where(valid, rows, rows[last]), inverse, valid, last
+
+
+def _last_group_beyond(values, valid, last):
+    """values of every slot, the slots past the distinct rows given the last row's own new values (they
+    write that row too, and must write what its slot writes)."""
+    mask = valid.view(-1, *([1] * (values.dim() - 1)))
+    return torch.where(mask, values, values[last])
 
 
 class ReferenceBackend:
@@ -85,7 +113,9 @@ class ReferenceBackend:
         the gradients from every edge's feature, value, gathered params and dLoss/dAccum (deltas)."""
         grads = self.programs.edge(x, **gathered, **deltas,
                                    **{l2_name(p.name): settings.gradient_l2.get(p.name, 0.0) for p in self.ir.params})
-        touched, inverse = torch.unique(feature, return_inverse=True)
+        if not feature.numel():
+            return
+        touched, inverse, valid, last = _row_groups(feature)
         optimizer = self.ir.optimizer
         for param in self.ir.params:
             shape = (feature.numel(), param.size) if param.vector else (feature.numel(),)
@@ -97,10 +127,11 @@ class ReferenceBackend:
                          **{f"h_{h}": settings.hypers[h] for h in optimizer.hypers},
                          l1=settings.update_l1.get(param.name, 0.0), l2=settings.update_l2.get(param.name, 0.0),
                          K=self.ir.factor_size)
-            state.params[param.name][touched] = _full(new["new_p"], total.shape, x)
+            state.params[param.name][touched] = _last_group_beyond(_full(new["new_p"], total.shape, x), valid, last)
             for st, _, _ in optimizer.states:
                 target = state.states[f"{param.name}_{st}"]
-                target[touched] = _full(new[f"new_s_{st}"], target[touched].shape, x)
+                values = _full(new[f"new_s_{st}"], target[touched].shape, x)
+                target[touched] = _last_group_beyond(values, valid, last)
 
     def predict(self, state, layout):
         C = layout.chunk_size
