@@ -30,12 +30,13 @@ from alac.runtime.layout import default_device
 from alac.train import TrainingDiverged
 
 
-def _field_model(settings, n_features, n_fields, device):
-    """The torch module of a field model of n_fields sparse fields and the settings' dense ones."""
+def _field_model(settings, n_features, n_fields, device, one_hot=False):
+    """The torch module of a field model of n_fields sparse fields and the settings' dense ones
+    (one_hot: no sample has two entries in a field, FFM then skips pairs within a field)."""
     s = settings
     options = {"k": s.k, "optimizer": s.optimizer, "lr": s.lr, "seed": s.seed, "device": device}
     if s.model == "ffm":
-        return FFM(n_features, n_fields, **options)
+        return FFM(n_features, n_fields, one_hot=one_hot, **options)
     if s.model == "dlrm":
         return DLRMLike(n_features, n_fields, len(s.dense_fields), bottom=s.bottom, top=s.hidden, **options)
     return DEEP_MODELS[s.model](n_features, n_fields, hidden=s.hidden, n_dense=len(s.dense_fields), **options)
@@ -99,6 +100,7 @@ class DeepTrainer:
         self.history = []
         self.unseen_entries = 0
         self.extras = {}
+        self.one_hot = False        # the training rows had at most one entry per field
 
     def fit(self, train, valid=None):
         """Train on `train` (binary labels, field ids), validating on `valid` after every epoch (early
@@ -109,8 +111,10 @@ class DeepTrainer:
         self.n_features = train.n_features
         self.n_fields = max(train.n_fields, int(train.fields.max()) + 1 if train.nnz else 1)
         self._split_fields()
+        self.one_hot = _one_entry_per_field(train, self.n_fields)
         torch.manual_seed(s.seed)
-        self.network = _field_model(s, self.n_features, self.n_fields - len(s.dense_fields), self.device)
+        self.network = _field_model(s, self.n_features, self.n_fields - len(s.dense_fields), self.device,
+                                    self.one_hot)
         # the bias starts at the training data's log-odds: from 0, rare clicks took Adam's small steps
         # many epochs to reach (iPinYou's 1 % clicks: FFM test logloss 0.059-0.071 against FM's 0.031)
         rate = float(self.labels.positive_mask(train.labels).float().mean().clamp(1e-6, 1 - 1e-6))
@@ -234,6 +238,7 @@ class DeepTrainer:
             raise OptionError("a checkpoint needs a trained model: call fit first")
         return {"settings": asdict(self.settings), "n_features": self.n_features, "n_fields": self.n_fields,
                 "positive": float(self.labels.positive), "history": self.history, "extras": extras or {},
+                "one_hot": self.one_hot,
                 "weights": {name: t.detach().cpu() for name, t in self.network.state_dict().items()}}
 
     @classmethod
@@ -255,7 +260,9 @@ class DeepTrainer:
         self.n_features, self.n_fields = int(saved["n_features"]), int(saved["n_fields"])
         self.labels = LabelMap("binary", saved["positive"])
         self._split_fields()
-        self.network = _field_model(s, self.n_features, self.n_fields - len(s.dense_fields), self.device)
+        self.one_hot = bool(saved.get("one_hot", False))
+        self.network = _field_model(s, self.n_features, self.n_fields - len(s.dense_fields), self.device,
+                                    self.one_hot)
         self.network.load_state_dict(saved["weights"])
         self._trust_batches()
 
@@ -287,6 +294,14 @@ def _batches(dataset, batch_size):
         yield type(dataset)(dataset.indptr[first:end + 1] - low, dataset.indices[low:high], part(dataset.values),
                             dataset.labels[first:end], dataset.n_features, part(dataset.fields), dataset.n_fields,
                             dataset.source)
+
+
+def _one_entry_per_field(dataset, n_fields):
+    """Whether no row has two entries in one field (one host round trip)."""
+    rows = torch.repeat_interleave(torch.arange(dataset.n_rows, device=dataset.indices.device),
+                                   dataset.indptr.diff(), output_size=dataset.nnz)
+    bag = rows * n_fields + dataset.fields.long().clamp(min=0)
+    return not bool((torch.bincount(bag, minlength=dataset.n_rows * n_fields) > 1).any())
 
 
 def _check_fields(dataset, what):

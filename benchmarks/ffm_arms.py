@@ -60,7 +60,8 @@ class AlacFFM(torch.nn.Module):
 
     def __init__(self, n_features, n_fields, k, device):
         super().__init__()
-        self.model = FFM(n_features, n_fields, k=k, optimizer="adagrad", lr=TABLE_LR, seed=SEED, device=device)
+        self.model = FFM(n_features, n_fields, k=k, optimizer="adagrad", lr=TABLE_LR, seed=SEED, device=device,
+                         one_hot=True)
         self.model.tables.check_batches = False       # valid ids by construction (as AlacDeepFM)
 
     def forward(self, ids):

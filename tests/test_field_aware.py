@@ -2,6 +2,7 @@
 over the entries of every sample, its gradients written out by hand, float64 SGD steps."""
 
 import numpy as np
+import pytest
 import torch
 
 from alac.models.field_aware import FFM
@@ -37,11 +38,12 @@ def _numpy_gradients(w, v, bias, rows, labels):
     return gw, gv, gb
 
 
-def _rows(seed, count=10):
+def _rows(seed, count=10, one_hot=False):
     rng = np.random.default_rng(seed)
     rows = []
     for _ in range(count):
-        fields = np.sort(rng.integers(0, N_FIELDS, rng.integers(2, 6)))      # a field may repeat
+        fields = np.sort(rng.choice(N_FIELDS, rng.integers(2, N_FIELDS + 1), replace=False)) if one_hot else \
+            np.sort(rng.integers(0, N_FIELDS, rng.integers(2, 6)))      # a field may repeat
         features = fields * 13 + rng.integers(0, 13, fields.size)
         rows.append((features, fields, rng.uniform(0.5, 1.5, fields.size)))
     return rows, (rng.uniform(size=count) < 0.5).astype(float)
@@ -54,15 +56,17 @@ def _batch(rows):
             torch.as_tensor(np.concatenate([r[2] for r in rows]), dtype=torch.float32))
 
 
-def test_ffm_logits_and_sgd_steps_equal_a_numpy_ffm():
-    model = FFM(N_FEATURES, N_FIELDS, k=K, optimizer="sgd", lr=LR, device="cpu", init_std=0.3)
+@pytest.mark.parametrize("one_hot", [False, True])
+def test_ffm_logits_and_sgd_steps_equal_a_numpy_ffm(one_hot):
+    """Rows with a field repeated, and (one_hot: the model without pairs within a field) one-hot rows."""
+    model = FFM(N_FEATURES, N_FIELDS, k=K, optimizer="sgd", lr=LR, device="cpu", init_std=0.3, one_hot=one_hot)
     model.tables.w.copy_(torch.randn(N_FEATURES, generator=torch.Generator().manual_seed(1)) * 0.2)
     w = model.tables.w.double().numpy().copy()
     v = model.tables.v.double().numpy().reshape(N_FEATURES, N_FIELDS, K).copy()
     bias = 0.0
     optimizer = torch.optim.SGD(model.parameters(), lr=LR)
     for step in range(3):
-        rows, labels = _rows(step)
+        rows, labels = _rows(step, one_hot=one_hot)
         indices, offsets, fields, values = _batch(rows)
         logits = model(indices, offsets, fields, values)
         np.testing.assert_allclose(logits.detach().double().numpy(), _numpy_ffm(w, v, bias, rows), rtol=1e-4,

@@ -20,21 +20,28 @@ from alac.nn import SparseAggregate
 class FieldAwareTables(Model):
     """Per feature a weight and a k-vector for each of n_fields fields, flattened (field-major)."""
 
-    def __init__(self, n_fields, k, init_std):
+    def __init__(self, n_fields, k, init_std, squares=True):
         self.w = Param(init=0.0)
         self.v = Param(size=n_fields * k, init=Normal(init_std))
+        self.squares = squares
 
     def aggregate(self, x, p):
-        return {"wx": x * p.w, "vx": x * p.v, "v2x2": x**2 * p.v**2}
+        bags = {"wx": x * p.w, "vx": x * p.v}
+        if self.squares:
+            bags["v2x2"] = x**2 * p.v**2
+        return bags
 
 
 class FFM(torch.nn.Module):
-    def __init__(self, n_features, n_fields, k=4, optimizer="adagrad", lr=None, seed=0, device=None, init_std=0.1):
-        """init_std: of the factors; libffm draws them uniformly in [0, 1 / sqrt(k))."""
+    def __init__(self, n_features, n_fields, k=4, optimizer="adagrad", lr=None, seed=0, device=None, init_std=0.1,
+                 one_hot=False):
+        """init_std: of the factors; libffm draws them uniformly in [0, 1 / sqrt(k)). one_hot: every
+        sample has at most one entry per field, so no pairs within a field (their sums of squares,
+        half the tables' work, are not computed)."""
         super().__init__()
-        self.n_fields, self.k = n_fields, k
-        self.tables = SparseAggregate(FieldAwareTables(n_fields, k, init_std), n_features, optimizer=optimizer,
-                                      lr=lr, seed=seed, device=device)
+        self.n_fields, self.k, self.one_hot = n_fields, k, one_hot
+        self.tables = SparseAggregate(FieldAwareTables(n_fields, k, init_std, squares=not one_hot), n_features,
+                                      optimizer=optimizer, lr=lr, seed=seed, device=device)
         self.bias = torch.nn.Parameter(torch.zeros(1, device=self.tables.w.device))
 
     def forward(self, indices, offsets, fields, values=None):
@@ -43,6 +50,8 @@ class FFM(torch.nn.Module):
         rows = offsets.numel() - 1
         A = bags["vx"].view(rows, F, F, k)                  # A[b, f, g]: field f's entries' vectors for field g
         across = (A * A.transpose(1, 2)).sum(-1).triu(1).sum((1, 2))
+        if self.one_hot:
+            return self.bias + bags["wx"].sum(1) + across
         own = torch.diagonal(A, dim1=1, dim2=2)             # [b, k, f]: A[b, f, f]
         squares = torch.diagonal(bags["v2x2"].view(rows, F, F, k), dim1=1, dim2=2).sum((1, 2))
         within = 0.5 * ((own**2).sum((1, 2)) - squares)
