@@ -306,11 +306,15 @@ class KeyedBags:
     indices: torch.Tensor
     offsets: torch.Tensor
     values: torch.Tensor | None = None
+    # entries per key where the host knows them (TorchRec's length per key): the packs' bounds need
+    # no round trip to the device then
+    key_lengths: tuple | None = None
 
     @classmethod
     def one_hot(cls, keys, ids):
         """The bags of [B, len(keys)] ids: one id per table and sample."""
-        return cls(tuple(keys), ids.t().reshape(-1).long(), torch.arange(ids.numel() + 1, device=ids.device))
+        return cls(tuple(keys), ids.t().reshape(-1).long(), torch.arange(ids.numel() + 1, device=ids.device),
+                   key_lengths=(ids.shape[0],) * len(keys))
 
     @property
     def samples(self):
@@ -343,6 +347,8 @@ class PackedEmbeddingBags(torch.nn.Module):
                                               optimizer=optimizer, lr=lr, seed=seed + index, device=device))
             self._members.append(list(zip(members, starts)))
         self._keyed = {}       # (keys, device) -> _key_constants
+        # KeyedBags with key_lengths: the ids are checked with a host round trip unless this is off
+        self.check_batches = True
         # the tables pack by pack: KeyedBags in this order need no reordering
         self.keys = tuple(table.name for members in self._members for table, _ in members)
 
@@ -426,9 +432,13 @@ class PackedEmbeddingBags(torch.nn.Module):
             order = torch.argsort(pack, stable=True)
             key, sample, pack, rows = key[order], sample[order], pack[order], rows[order]
             batch = _Batch(batch.indices[order], batch.offsets, None if batch.values is None else batch.values[order])
-        # one host round trip: the checks and where every pack's entries end
-        flags = torch.cat([trouble.view(1).long(), torch.bincount(pack, minlength=len(self.packs)).cumsum(0)])
-        trouble, *ends = flags.tolist()
+        ends = self._pack_ends(keys, bags.key_lengths, batch.indices.numel()) if grouped else None
+        if ends is None:
+            # one host round trip: the checks and where every pack's entries end
+            flags = torch.cat([trouble.view(1).long(), torch.bincount(pack, minlength=len(self.packs)).cumsum(0)])
+            trouble, *ends = flags.tolist()
+        else:
+            trouble = self.check_batches and bool(trouble)
         if trouble:
             self._explain_keyed(keys, batch, key, rows)
         pooled, begin = {}, 0
@@ -445,6 +455,21 @@ class PackedEmbeddingBags(torch.nn.Module):
             # unbind: its backward is one stack per pack (a select per table costs three kernels each)
             pooled.update((table.name, value) for (table, _), value in zip(members, sums.unbind(1)))
         return pooled
+
+    def _pack_ends(self, keys, key_lengths, entries):
+        """Where every pack's entries end, from the host's entries per key (keys in the packs' order),
+        or None without them."""
+        if key_lengths is None:
+            return None
+        if len(key_lengths) != len(keys) or sum(key_lengths) != entries:
+            raise DataError(f"KeyedBags key_lengths {list(key_lengths)[:4]} ... give {sum(key_lengths):,} entries "
+                            f"for {len(keys)} keys, the indices hold {entries:,}")
+        ends, total, position = [], 0, 0
+        for members in self._members:
+            total += sum(key_lengths[position:position + len(members)])
+            position += len(members)
+            ends.append(total)
+        return ends
 
     def _explain_keyed(self, keys, batch, key, rows):
         batch.explain_offsets()

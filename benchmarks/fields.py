@@ -110,6 +110,7 @@ class Packed(torch.nn.Module):
                                           seed=SEED, device=device)
         self.deep = mlp([sum(d for _, d in shapes), *HIDDEN, 1]).to(device)
         self.columns = torch.tensor([self.names.index(key) for key in self.tables.keys], device=device)
+        self.tables.check_batches = False      # valid ids by construction (as the DeepFM arms)
 
     def forward(self, ids):
         return self._dense(self._sparse(ids))

@@ -2,6 +2,8 @@
 forward, and after loss.backward() the sparse tables stepped as dense autograd gradients and a
 hand-written SGD or row-wise AdaGrad step them; the deep part's gradients untouched."""
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -288,6 +290,13 @@ def test_keyed_bags_are_checked_before_any_work_with_the_table_and_value():
         packed(KeyedBags(("a", "b"), torch.tensor([0, 1, 2]), torch.tensor([0, 1, 2, 3])))
     with pytest.raises(DataError, match="offsets must rise from 0"):
         packed(KeyedBags(("a", "b"), torch.tensor([0, 1, 2, 1]), torch.tensor([0, 3, 1, 4, 4])))
+    with pytest.raises(DataError, match="key_lengths .* give 3 entries for 2 keys, the indices hold 4"):
+        packed(KeyedBags(("a", "b"), torch.tensor([0, 1, 2, 1]), torch.arange(5), key_lengths=(2, 1)))
+    # the host's lengths per key give the packs' bounds: the same pooling as the device's count
+    bags = KeyedBags.one_hot(("a", "b"), ids)
+    counted = packed(dataclasses.replace(bags, key_lengths=None))
+    for name, value in packed(bags).items():
+        torch.testing.assert_close(value, counted[name])
 
 
 def test_a_pack_heavier_than_its_limit_is_cut_into_shards_of_equal_cost_by_picassos_eq_1():
@@ -334,5 +343,19 @@ def test_a_step_of_trusted_batches_never_waits_for_the_gpu(optimizer):
     try:
         accums = wide(indices, offsets, values)
         sum(value.sum() for value in accums.values()).backward()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_packed_one_hot_bags_of_trusted_batches_never_wait_for_the_gpu():
+    packed = PackedEmbeddingBags([Table(f"f{i}", 20 + i, (4, 8)[i % 2], lr=0.1) for i in range(6)], device="cuda")
+    packed.check_batches = False
+    ids = torch.randint(0, 20, (64, 6), device="cuda")
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        pooled = packed(KeyedBags.one_hot(packed.keys, ids[:, [int(k[1:]) for k in packed.keys]]))
+        sum(value.sum() for value in pooled.values()).backward()
     finally:
         torch.cuda.set_sync_debug_mode("default")
