@@ -24,7 +24,7 @@ def _row_groups(feature):
     """The edges' rows grouped without a host round trip (torch.unique waits for the device): E group
     slots for E edges, the first U the distinct rows in increasing order, the others copies of the
     last one. Returns (the row of every slot, the slot of every edge, the slots holding a distinct
-    row, the last such slot as a device scalar)."""
+    row, the last such slot as a 1-element device tensor)."""
     ordered, order = torch.sort(feature)
     starts = torch.ones_like(ordered, dtype=torch.bool)
     starts[1:] = ordered[1:] != ordered[:-1]
@@ -33,16 +33,16 @@ def _row_groups(feature):
     inverse[order] = slot_sorted
     # every edge of a slot writes the slot's row: the same value, in any order
     rows = torch.zeros_like(ordered).scatter_(0, slot_sorted, ordered)
-    last = slot_sorted[-1]
+    last = slot_sorted[-1:]           # a 1-element tensor: indexing by it stays on the device
     valid = torch.arange(feature.numel(), device=feature.device) <= last
-    return torch.where(valid, rows, rows[last]), inverse, valid, last
+    return torch.where(valid, rows, rows.index_select(0, last)), inverse, valid, last
 
 
 def _last_group_beyond(values, valid, last):
     """values of every slot, the slots past the distinct rows given the last row's own new values (they
     write that row too, and must write what its slot writes)."""
     mask = valid.view(-1, *([1] * (values.dim() - 1)))
-    return torch.where(mask, values, values[last])
+    return torch.where(mask, values, values.index_select(0, last))
 
 
 class ReferenceBackend:

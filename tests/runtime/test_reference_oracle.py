@@ -77,3 +77,17 @@ def test_one_sgd_step_equals_autograd_on_the_hand_written_model(model):
         torch.testing.assert_close(after[name], expected, rtol=1e-5, atol=1e-6, msg=f"{model}: {name}")
         # the step moved the param: the comparison above is not of two unchanged copies
         assert float((after[name] - value.detach()).abs().max()) > 1e-4, name
+
+
+def test_rows_are_grouped_without_a_host_round_trip_as_torch_unique_groups_them():
+    from alac.runtime.reference import _last_group_beyond, _row_groups
+
+    feature = torch.tensor([5, 2, 5, 9, 2, 2, 7])
+    rows, inverse, valid, last = _row_groups(feature)
+    unique, unique_inverse = torch.unique(feature, return_inverse=True)
+    assert torch.equal(rows[valid], unique) and torch.equal(inverse, unique_inverse)
+    assert torch.equal(rows[inverse], feature) and int(last) == unique.numel() - 1
+    # the slots past the distinct rows name the last row and write its values
+    assert bool((rows[~valid] == unique[-1]).all())
+    values = torch.arange(7.0)[:, None].expand(7, 3)
+    assert torch.equal(_last_group_beyond(values, valid, last)[~valid], values[unique.numel() - 1].expand(3, 3))
