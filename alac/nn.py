@@ -95,10 +95,15 @@ class _Batch:
 
 
 class SparseAggregate(torch.nn.Module):
-    def __init__(self, model, n_features, optimizer="adagrad", lr=None, seed=0, device=None, value_scale=1.0):
+    def __init__(self, model, n_features, optimizer="adagrad", lr=None, seed=0, device=None, value_scale=1.0,
+                 dtype=torch.float32):
         """model: an alac.dsl.Model (its aggregate is what is used; loss and predict may be left out);
         n_features: rows of its tables; lr: the sparse step (None: the optimizer's default);
-        value_scale: the data's mean |x| (AdaGrad's eps is in its units)."""
+        value_scale: the data's mean |x| (AdaGrad's eps is in its units); dtype: the params' storage
+        (float32, bfloat16 or float16: half the bytes, read into float32 sums and updated in float32;
+        the optimizer's state stays float32)."""
+        if dtype not in TABLE_DTYPES:
+            raise OptionError(f"table dtype is one of {', '.join(map(str, TABLE_DTYPES))}, got {dtype}")
         super().__init__()
         self.model = model
         self.optimizer = get_optimizer(optimizer)
@@ -112,11 +117,15 @@ class SparseAggregate(torch.nn.Module):
         self._reference = ReferenceBackend(self.ir, given_deltas=True)
         device = torch.device(device) if device is not None else default_device()
         # refused before allocation when the rows and their optimizer state do not fit
-        check_feature_tables(self.n_features, row_bytes_of(self.ir), f"the tables of {self.ir.name}", device)
+        narrower = (4 - torch.empty((), dtype=dtype).element_size()) * sum(p.size for p in self.ir.params)
+        check_feature_tables(self.n_features, row_bytes_of(self.ir) - narrower, f"the tables of {self.ir.name}",
+                             device)
         state = ModelState.initial(model, torch.arange(self.n_features), device, seed, self.ir.optimizer)
         self._params = tuple(state.params)
         self._states = tuple(state.states)
-        for name, tensor in {**state.params, **state.states}.items():
+        for name, tensor in state.params.items():
+            self.register_buffer(name, tensor.to(dtype))
+        for name, tensor in state.states.items():
             self.register_buffer(name, tensor)
         # a leaf that requires grad, so that autograd calls backward though the tables do not
         self._anchor = torch.zeros(0, requires_grad=True)
@@ -204,8 +213,11 @@ class SparseAggregate(torch.nn.Module):
 
     def _step(self, indices, x, deltas, samples):
         state = self.state
-        gathered = {name: value[indices] for name, value in state.params.items()}
+        gathered = {name: value[indices].float() for name, value in state.params.items()}
         self._reference.apply(state, indices, x, gathered, deltas, self.lr, 1.0, self.settings(samples))
+
+
+TABLE_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
 class _Aggregate(torch.autograd.Function):
@@ -237,7 +249,7 @@ class _Aggregate(torch.autograd.Function):
 @dataclass(frozen=True)
 class Table:
     """One embedding table of a PackedEmbeddingBags: its rows, dim, optimizer (name, lr), pooling of a
-    bag ("sum" or "mean") and the std of its normal initial values."""
+    bag ("sum" or "mean"), the std of its normal initial values and its storage dtype."""
 
     name: str
     rows: int
@@ -246,15 +258,18 @@ class Table:
     lr: float | None = None
     pooling: str = "sum"
     init_std: float = 0.01
+    dtype: str = "float32"      # the rows' storage: float32, bfloat16 or float16 (SparseAggregate's dtype)
 
     def __post_init__(self):
-        if self.rows < 1 or self.dim < 1 or self.pooling not in ("sum", "mean"):
-            raise OptionError(f"table {self.name!r}: rows and dim are positive, pooling sum or mean, got {self}")
+        if self.rows < 1 or self.dim < 1 or self.pooling not in ("sum", "mean") or \
+                self.dtype not in ("float32", "bfloat16", "float16"):
+            raise OptionError(f"table {self.name!r}: rows and dim are positive, pooling sum or mean, dtype float32, "
+                              f"bfloat16 or float16, got {self}")
 
     @property
     def packing(self):
         """What tables must share to be packed into one."""
-        return self.dim, self.optimizer, self.lr, self.pooling, self.init_std
+        return self.dim, self.optimizer, self.lr, self.pooling, self.init_std, self.dtype
 
 
 class _Embeddings(Model):
@@ -339,12 +354,13 @@ class PackedEmbeddingBags(torch.nn.Module):
         self.packs = torch.nn.ModuleList()
         self._members = []     # per pack: [(table, first row)]
         for index, members in enumerate(pack_tables(tables, accesses, max_cost)):
-            dim, optimizer, lr, _, init_std = members[0].packing
+            dim, optimizer, lr, _, init_std, dtype = members[0].packing
             starts = [0]
             for table in members[:-1]:
                 starts.append(starts[-1] + table.rows)
             self.packs.append(SparseAggregate(_Embeddings(dim, init_std), starts[-1] + members[-1].rows,
-                                              optimizer=optimizer, lr=lr, seed=seed + index, device=device))
+                                              optimizer=optimizer, lr=lr, seed=seed + index, device=device,
+                                              dtype=getattr(torch, dtype)))
             self._members.append(list(zip(members, starts)))
         self._keyed = {}       # (keys, device) -> _key_constants
         # KeyedBags with key_lengths: the ids are checked with a host round trip unless this is off

@@ -359,3 +359,21 @@ def test_packed_one_hot_bags_of_trusted_batches_never_wait_for_the_gpu():
         sum(value.sum() for value in pooled.values()).backward()
     finally:
         torch.cuda.set_sync_debug_mode("default")
+
+
+def test_narrow_tables_store_bfloat16_rows_sum_in_float32_and_pack_apart():
+    tables = [Table("a", 30, 4, lr=0.1), Table("b", 20, 4, lr=0.1, dtype="bfloat16")]
+    packed = PackedEmbeddingBags(tables, seed=1)
+    assert len(packed.packs) == 2            # same dim, different storage: two packs
+    narrow = packed.packs[1]
+    assert narrow.v.dtype == torch.bfloat16 and narrow.v_accumulator.dtype == torch.float32
+    ids = torch.tensor([[1, 2], [3, 19]])
+    pooled = packed(KeyedBags.one_hot(packed.keys, ids[:, [0, 1] if packed.keys == ("a", "b") else [1, 0]]))
+    assert pooled["b"].dtype == torch.float32
+    torch.testing.assert_close(pooled["b"], narrow.v[[2, 19]].float())
+    before = narrow.v.clone()
+    pooled["b"].sum().backward()
+    assert narrow.v.dtype == torch.bfloat16 and not torch.equal(narrow.v[[2, 19]], before[[2, 19]])
+    assert torch.equal(narrow.v[[0, 1, 3]], before[[0, 1, 3]])
+    with pytest.raises(OptionError, match="dtype float32, bfloat16 or float16"):
+        Table("c", 5, 2, dtype="int8")

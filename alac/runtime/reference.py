@@ -65,7 +65,9 @@ class ReferenceBackend:
         """({accum: [rows] or [rows, k]} summed over the edges (feature, value x, sample row), the
         params gathered per edge)."""
         # params in host memory are gathered there and the rows moved to the edges' device
-        gathered = {name: value[feature.to(value.device)].to(feature.device) for name, value in state.params.items()}
+        # (float32 sums of narrower params: alac.nn's bfloat16 and float16 tables)
+        gathered = {name: value[feature.to(value.device)].to(feature.device, torch.float32)
+                    for name, value in state.params.items()}
         contributions = self.programs.contributions(x, **gathered)
         accums = {}
         for accum in self.ir.accums:
@@ -127,7 +129,8 @@ class ReferenceBackend:
                          **{f"h_{h}": settings.hypers[h] for h in optimizer.hypers},
                          l1=settings.update_l1.get(param.name, 0.0), l2=settings.update_l2.get(param.name, 0.0),
                          K=self.ir.factor_size)
-            state.params[param.name][touched] = _last_group_beyond(_full(new["new_p"], total.shape, x), valid, last)
+            table = state.params[param.name]
+            table[touched] = _last_group_beyond(_full(new["new_p"], total.shape, x), valid, last).to(table.dtype)
             for st, _, _ in optimizer.states:
                 target = state.states[f"{param.name}_{st}"]
                 values = _full(new[f"new_s_{st}"], target[touched].shape, x)
