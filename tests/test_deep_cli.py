@@ -98,3 +98,12 @@ def test_dlrm_trains_on_a_tables_numeric_columns_as_dense_features(tmp_path, cap
     capsys.readouterr()
     assert main(["train", "--model", "dlrm", "--train", str(tmp_path / "train.csv"), *table, *SMALL]) == 2
     assert "dlrm needs dense features" in capsys.readouterr().err
+
+
+def test_the_field_models_are_named_alike_everywhere_and_inspect_points_to_alac_train(capsys):
+    from alac.deep_train import DEEP_MODELS
+    from alac.models import FIELD_MODELS
+
+    assert sorted(DEEP_MODELS) == sorted(FIELD_MODELS)
+    assert main(["inspect", "--model", "dlrm"]) == 2
+    assert "field model" in capsys.readouterr().err

@@ -26,6 +26,10 @@ ZOO = {
 }
 
 
+# torch modules over alac.nn, trained by alac.deep_train (alac train --model NAME), not DSL models
+FIELD_MODELS = ("deepfm", "dlrm", "ffm", "wide_deep")
+
+
 def names():
     return sorted(ZOO)
 
@@ -38,6 +42,9 @@ def is_model_file(name_or_path):
 
 def zoo_module(name):
     """The module of a registered zoo model."""
+    if name in FIELD_MODELS:
+        raise AlacError(f"{name!r} is a field model (a torch module over alac.nn): it trains with alac train --model "
+                        f"{name} and predicts with alac predict; the DSL models here are {', '.join(names())}")
     if name not in ZOO:
         raise AlacError(f"unknown model {name!r}: give a model file (path.py) or one of {', '.join(names())}")
     return importlib.import_module(ZOO[name])
