@@ -13,8 +13,6 @@ which `alac predict --model-dir DIR` reads (predict here).
 from __future__ import annotations
 
 import argparse
-import csv
-import io
 import json
 import sys
 from pathlib import Path
@@ -25,7 +23,7 @@ from alac import defaults, metrics
 from alac.cli_data import load_data
 from alac.deep_train import DEEP_MODELS, DeepSettings, DeepTrainer
 from alac.errors import AlacError, OptionError
-from alac.outputs import check_output_folder, write_atomically, write_text_atomically
+from alac.outputs import check_output_folder, write_atomically, write_metrics_and_history
 from alac.train import TrainingDiverged
 from alac.zoo import _Progress, add_data_options, positive_int, split_fraction
 
@@ -152,11 +150,5 @@ def is_deep_checkpoint(model_dir):
 
 def _write_outputs(out, trainer, final, extras):
     write_atomically(out / CHECKPOINT_NAME, lambda handle: torch.save(trainer.checkpoint(extras), handle))
-    write_text_atomically(out / "metrics.json", json.dumps(final, indent=2) + "\n")
-    keys = sorted({k for record in trainer.history for k in record}, key=lambda k: (k != "epoch", k))
-    text = io.StringIO()
-    writer = csv.DictWriter(text, fieldnames=keys)
-    writer.writeheader()
-    writer.writerows(trainer.history)
-    write_text_atomically(out / "history.csv", text.getvalue())
+    write_metrics_and_history(out, final, trainer.history)
     print(f"wrote {out}/{', '.join(OUTPUT_FILES[1:] + OUTPUT_FILES[:1])}")

@@ -12,6 +12,7 @@ counts them), as the wide models' predictions ignore unseen features.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 import pickle
 import time
@@ -192,18 +193,14 @@ class DeepTrainer:
         if not self.settings.dense_fields:
             return self.network(indices, indptr, fields, values)
         # the dense fields' entries become a [B, dense] matrix (their values), the rest the sparse rows
-        rows = torch.repeat_interleave(torch.arange(batch.n_rows, device=indices.device), indptr.diff(),
-                                       output_size=indices.numel())
-        x = torch.ones(indices.numel(), device=indices.device) if values is None else values
+        rows = batch.entry_rows()
         slot = self._dense_slot[fields]
         dense = slot >= 0
         features = torch.zeros((batch.n_rows, len(self.settings.dense_fields)), device=indices.device)
-        features.index_put_((rows[dense], slot[dense]), x[dense], accumulate=True)
-        kept = ~dense
-        sparse_indptr = torch.zeros(batch.n_rows + 1, dtype=torch.int64, device=indices.device)
-        sparse_indptr[1:] = torch.bincount(rows[kept], minlength=batch.n_rows).cumsum(0)
-        return self.network(indices[kept], sparse_indptr, self._sparse_id[fields[kept]],
-                            values=None if values is None else values[kept], dense=features)
+        features.index_put_((rows[dense], slot[dense]), batch.values_or_ones()[dense], accumulate=True)
+        sparse = batch.with_entries(~dense, rows)
+        return self.network(sparse.indices.long(), sparse.indptr, self._sparse_id[sparse.fields.long()],
+                            values=sparse.values, dense=features)
 
     @torch.no_grad()
     def predict(self, dataset):
@@ -222,13 +219,7 @@ class DeepTrainer:
         self.unseen_entries = int((~known).sum())
         if not self.unseen_entries:
             return dataset
-        kept = torch.zeros(dataset.n_rows + 1, dtype=torch.int64, device=ids.device)
-        row = torch.repeat_interleave(torch.arange(dataset.n_rows, device=ids.device), dataset.indptr.diff(),
-                                      output_size=ids.numel())
-        kept[1:] = torch.bincount(row[known], minlength=dataset.n_rows).cumsum(0)
-        values = None if dataset.values is None else dataset.values[known]
-        return type(dataset)(kept, dataset.indices[known], values, dataset.labels, self.n_features,
-                             dataset.fields[known], self.n_fields, dataset.source)
+        return dataclasses.replace(dataset.with_entries(known), n_features=self.n_features, n_fields=self.n_fields)
 
     def checkpoint(self, extras=None):
         """The trained model as tensors and plain values (torch.save it; DeepTrainer.load reads it back
@@ -298,9 +289,7 @@ def _batches(dataset, batch_size):
 
 def _one_entry_per_field(dataset, n_fields):
     """Whether no row has two entries in one field (one host round trip)."""
-    rows = torch.repeat_interleave(torch.arange(dataset.n_rows, device=dataset.indices.device),
-                                   dataset.indptr.diff(), output_size=dataset.nnz)
-    bag = rows * n_fields + dataset.fields.long().clamp(min=0)
+    bag = dataset.entry_rows() * n_fields + dataset.fields.long().clamp(min=0)
     return not bool((torch.bincount(bag, minlength=dataset.n_rows * n_fields) > 1).any())
 
 

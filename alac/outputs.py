@@ -5,6 +5,9 @@ folder fsync'ed), so a crash at any moment leaves the previous file or the new o
 
 from __future__ import annotations
 
+import csv
+import io
+import json
 import os
 import tempfile
 from pathlib import Path
@@ -75,6 +78,19 @@ def write_atomically(path, write):
 
 def write_text_atomically(path, text):
     write_atomically(path, lambda out: out.write(text.encode()))
+
+
+def write_metrics_and_history(folder, final, history):
+    """folder/metrics.json (the final metrics) and folder/history.csv (a row per epoch record, the
+    epoch first), each written atomically."""
+    folder = Path(folder)
+    write_text_atomically(folder / "metrics.json", json.dumps(final, indent=2) + "\n")
+    keys = sorted({k for record in history for k in record}, key=lambda k: (k != "epoch", k))
+    text = io.StringIO()
+    writer = csv.DictWriter(text, fieldnames=keys)
+    writer.writeheader()
+    writer.writerows(history)
+    write_text_atomically(folder / "history.csv", text.getvalue())
 
 
 def _probe_folder(folder):

@@ -118,17 +118,12 @@ class Trainer:
         dropped = int((~keep).sum())
         if not dropped:
             return dataclasses.replace(dataset, n_features=limit)
-        rows = torch.repeat_interleave(torch.arange(dataset.n_rows, device=dataset.device), dataset.row_lengths())
-        indptr = torch.zeros_like(dataset.indptr)
-        torch.cumsum(torch.bincount(rows[keep], minlength=dataset.n_rows), 0, out=indptr[1:])
+        rows = dataset.entry_rows()
         self.unseen_entries += dropped
         dropped_rows = int(rows[~keep].unique().numel())
         print(f"alac: {dropped:,} entries of {dataset.source.path or 'the data'} ({dropped_rows:,} "
               f"rows) have features the model never trained; they are ignored", file=sys.stderr)
-        return dataclasses.replace(
-            dataset, indptr=indptr, indices=dataset.indices[keep],
-            values=None if dataset.values is None else dataset.values[keep],
-            fields=None if dataset.fields is None else dataset.fields[keep], n_features=limit)
+        return dataclasses.replace(dataset.with_entries(keep, rows), n_features=limit)
 
     def layout_of(self, dataset):
         """The layout of a data set in the model's feature space (ids re-indexed as in training)."""

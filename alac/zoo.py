@@ -22,7 +22,7 @@ from alac import defaults
 from alac.cli_data import load_data
 from alac.errors import AlacError
 from alac.models import build_model, default_l2, is_model_file
-from alac.outputs import check_output_folder, write_atomically, write_text_atomically
+from alac.outputs import check_output_folder, write_atomically, write_metrics_and_history, write_text_atomically
 from alac.race import ADAPTIVE, AUTO, race
 from alac.race import arms as race_arms
 
@@ -383,20 +383,11 @@ def checkpoint_spec(module, args, model_reference):
 
 
 def _write_outputs(args, module, model_reference, trainer, final, data_options):
-    import csv
-    import io
-
     from alac import checkpoint
 
     out = Path(args.out)
     checkpoint.save(trainer, out / CHECKPOINT_NAME, checkpoint_spec(module, args, model_reference), data_options)
-    write_text_atomically(out / "metrics.json", json.dumps(final, indent=2) + "\n")
-    keys = sorted({k for record in trainer.history for k in record}, key=lambda k: (k != "epoch", k))
-    text = io.StringIO()
-    writer = csv.DictWriter(text, fieldnames=keys)
-    writer.writeheader()
-    writer.writerows(trainer.history)
-    write_text_atomically(out / "history.csv", text.getvalue())
+    write_metrics_and_history(out, final, trainer.history)
     written = ["metrics.json", "history.csv", CHECKPOINT_NAME]
     statistics = getattr(trainer.executor, "statistics", None)
     if statistics is not None:

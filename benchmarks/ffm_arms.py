@@ -23,7 +23,7 @@ from alac.data.synthetic import criteo_like
 from alac.deep_train import DeepSettings, DeepTrainer
 from alac.models.field_aware import FFM
 from benchmarks import fields as host
-from benchmarks.fields import MLP_LR, SEED, TABLE_LR, RowwiseAdagrad, arm
+from benchmarks.fields import MLP_LR, SEED, TABLE_LR, OneHotFields, RowwiseAdagrad, arm
 
 FFM_K = 4
 # the quality arms' settings: the best test logloss of lr 0.05 / 0.1 / 0.2 at batches of 256 on iPinYou
@@ -55,20 +55,12 @@ class PlainFFM(torch.nn.Module):
                 torch.optim.Adam([self.bias], lr=MLP_LR)]
 
 
-class AlacFFM(torch.nn.Module):
-    """alac.models.field_aware.FFM on one-hot ids [B, F], given as CSR with every entry's field."""
+class AlacFFM(OneHotFields):
+    """alac.models.field_aware.FFM on the one-hot ids (no pairs within a field)."""
 
     def __init__(self, n_features, n_fields, k, device):
-        super().__init__()
-        self.model = FFM(n_features, n_fields, k=k, optimizer="adagrad", lr=TABLE_LR, seed=SEED, device=device,
-                         one_hot=True)
-        self.model.tables.check_batches = False       # valid ids by construction (as AlacDeepFM)
-
-    def forward(self, ids):
-        rows, n_fields = ids.shape
-        offsets = torch.arange(0, rows * n_fields + 1, n_fields, device=ids.device)
-        fields = torch.arange(n_fields, device=ids.device).repeat(rows)
-        return self.model(ids.reshape(-1), offsets, fields)
+        super().__init__(FFM(n_features, n_fields, k=k, optimizer="adagrad", lr=TABLE_LR, seed=SEED, device=device,
+                             one_hot=True))
 
     def optimizers(self):
         return [torch.optim.Adam([self.model.bias], lr=MLP_LR)]

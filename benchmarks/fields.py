@@ -255,16 +255,14 @@ class PlainDeepFM(torch.nn.Module):
                 torch.optim.Adam([*self.deep.parameters(), self.bias], lr=MLP_LR)]
 
 
-class AlacDeepFM(torch.nn.Module):
-    """alac.models.deep.DeepFM (the same architecture; its tables stepped by AdaGrad inside backward)
-    on one-hot ids [B, F], given to it as CSR with the field of every entry."""
+class OneHotFields(torch.nn.Module):
+    """An alac field model (self.model) on one-hot ids [B, F], given to it as CSR with the field of
+    every entry. The benchmark's ids are valid by construction: its tables skip the per-batch host
+    check (nn.Embedding's own index check is a device-side assert, no round trip either)."""
 
-    def __init__(self, n_features, n_fields, k, device):
+    def __init__(self, model):
         super().__init__()
-        self.model = DeepFM(n_features, n_fields, k=k, hidden=HIDDEN, optimizer="adagrad", lr=TABLE_LR,
-                            seed=SEED, device=device)
-        # the benchmark's ids are valid by construction: no per-batch host check (nn.Embedding's own
-        # index check is a device-side assert, no round trip either)
+        self.model = model
         self.model.tables.check_batches = False
 
     def forward(self, ids):
@@ -272,6 +270,14 @@ class AlacDeepFM(torch.nn.Module):
         offsets = torch.arange(0, rows * n_fields + 1, n_fields, device=ids.device)
         fields = torch.arange(n_fields, device=ids.device).repeat(rows)
         return self.model(ids.reshape(-1), offsets, fields)
+
+
+class AlacDeepFM(OneHotFields):
+    """alac.models.deep.DeepFM: the same architecture, its tables stepped by AdaGrad inside backward."""
+
+    def __init__(self, n_features, n_fields, k, device):
+        super().__init__(DeepFM(n_features, n_fields, k=k, hidden=HIDDEN, optimizer="adagrad", lr=TABLE_LR,
+                                seed=SEED, device=device))
 
     def optimizers(self):
         return [torch.optim.Adam([*self.model.deep.parameters(), self.model.bias], lr=MLP_LR)]

@@ -88,6 +88,24 @@ class SparseDataset:
     def row_lengths(self):
         return self.indptr[1:] - self.indptr[:-1]
 
+    def entry_rows(self):
+        """The row of every entry (its size known: no host round trip)."""
+        return torch.repeat_interleave(torch.arange(self.n_rows, device=self.device), self.row_lengths(),
+                                       output_size=self.nnz)
+
+    def with_entries(self, keep, rows=None):
+        """The data set of the entries where keep (a bool per entry) holds, every row kept (rows: the
+        entries' rows, entry_rows(), where the caller has them)."""
+        rows = self.entry_rows() if rows is None else rows
+        indptr = torch.zeros_like(self.indptr)
+        torch.cumsum(torch.bincount(rows[keep], minlength=self.n_rows), 0, out=indptr[1:])
+
+        def kept(tensor):
+            return None if tensor is None else tensor[keep]
+
+        return dataclasses.replace(self, indptr=indptr, indices=self.indices[keep], values=kept(self.values),
+                                   fields=kept(self.fields))
+
     def values_or_ones(self):
         if self.values is not None:
             return self.values
@@ -124,7 +142,7 @@ class SparseDataset:
     def normalize_rows(self):
         """The data set with every row scaled to unit L2 norm (empty rows stay empty)."""
         values = self.values_or_ones()
-        row = torch.repeat_interleave(torch.arange(self.n_rows, device=self.device), self.row_lengths())
+        row = self.entry_rows()
         norms = torch.zeros(self.n_rows, device=self.device).index_add_(0, row, values * values).sqrt()
         return dataclasses.replace(self, values=values / norms[row])
 

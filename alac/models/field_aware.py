@@ -13,23 +13,8 @@ from __future__ import annotations
 
 import torch
 
-from alac.dsl import Model, Normal, Param
+from alac.models.deep import FieldTables
 from alac.nn import SparseAggregate
-
-
-class FieldAwareTables(Model):
-    """Per feature a weight and a k-vector for each of n_fields fields, flattened (field-major)."""
-
-    def __init__(self, n_fields, k, init_std, squares=True):
-        self.w = Param(init=0.0)
-        self.v = Param(size=n_fields * k, init=Normal(init_std))
-        self.squares = squares
-
-    def aggregate(self, x, p):
-        bags = {"wx": x * p.w, "vx": x * p.v}
-        if self.squares:
-            bags["v2x2"] = x**2 * p.v**2
-        return bags
 
 
 class FFM(torch.nn.Module):
@@ -40,7 +25,8 @@ class FFM(torch.nn.Module):
         half the tables' work, are not computed)."""
         super().__init__()
         self.n_fields, self.k, self.one_hot = n_fields, k, one_hot
-        self.tables = SparseAggregate(FieldAwareTables(n_fields, k, init_std, squares=not one_hot), n_features,
+        # per feature a weight and a k-vector for each field, flattened field-major
+        self.tables = SparseAggregate(FieldTables(n_fields * k, squares=not one_hot, init_std=init_std), n_features,
                                       optimizer=optimizer, lr=lr, seed=seed, device=device)
         self.bias = torch.nn.Parameter(torch.zeros(1, device=self.tables.w.device))
 

@@ -131,47 +131,44 @@ class PackedEmbeddingBags(torch.nn.Module):
                                               dtype=getattr(torch, dtype)))
             self._members.append(list(zip(members, starts)))
         self._keyed = {}       # (keys, device) -> _key_constants
-        # KeyedBags with key_lengths: the ids are checked with a host round trip unless this is off
+        # forward checks the ids with a host round trip unless this is off
         self.check_batches = True
         # the tables pack by pack: KeyedBags in this order need no reordering
         self.keys = tuple(table.name for members in self._members for table, _ in members)
 
     def forward(self, features):
-        """features: {table name: (indices, offsets[, values])} or KeyedBags (the fast path: a few
-        operations per pack, however many tables)."""
+        """features: {table name: (indices, offsets[, values])}, the same B rows for every table, or
+        KeyedBags (every table's bags in one tensor: no per-table work at all)."""
         if isinstance(features, KeyedBags):
             return self._forward_keyed(features)
+        return self._forward_keyed(self._keyed_from(features), checked=True)
+
+    def _keyed_from(self, features):
+        """The KeyedBags of {table name: (indices, offsets[, values])}, keys in the packs' order, every
+        table's batch checked with one host round trip (an error names the table)."""
         missing = set(self.tables) - set(features)
         if missing:
             raise DataError(f"no rows given for tables {sorted(missing)}")
-        batches, trouble = {}, []
-        for pack, members in zip(self.packs, self._members):
-            for table, _ in members:
-                indices, offsets, *values = features[table.name]
-                batch = _Batch.of(indices, offsets, values[0] if values else None, pack.table_device)
-                trouble.append(batch.trouble(table.rows))
-                batches[table.name] = batch
+        device = self.packs[0].table_device
+        batches = {}
+        for name in self.keys:
+            indices, offsets, *values = features[name]
+            batches[name] = _Batch.of(indices, offsets, values[0] if values else None, device)
         samples_of = {name: batch.samples for name, batch in batches.items()}
         if len(set(samples_of.values())) > 1:
             raise DataError(f"every table needs the same rows, got {samples_of}")
-        if bool(torch.stack(trouble).any()):     # one host round trip for every table's checks
+        if self.check_batches and bool(torch.stack([batch.trouble(self.tables[name].rows)
+                                                    for name, batch in batches.items()]).any()):
             for name, batch in batches.items():
                 batch.explain(self.tables[name].rows, name)
-        samples = next(iter(samples_of.values()))
-        pooled = {}
-        for pack, members in zip(self.packs, self._members):
-            parts = [(batches[table.name], start, position) for position, (table, start) in enumerate(members)]
-            indices = torch.cat([batch.indices + start for batch, start, _ in parts])
-            bag = torch.cat([batch.samples_of_entries() * len(members) + position for batch, _, position in parts])
-            x = torch.cat([torch.ones(batch.indices.numel(), device=batch.indices.device) if batch.values is None
-                           else batch.values for batch, _, _ in parts])
-            sums = pack.bags(indices, bag, samples * len(members), samples, x)["vx"]
-            sums = sums.view(samples, len(members), -1)
-            if members[0][0].pooling == "mean":
-                counts = torch.bincount(bag, minlength=samples * len(members)).view(samples, len(members), 1)
-                sums = sums / counts.clamp(min=1)
-            pooled.update((table.name, value) for (table, _), value in zip(members, sums.unbind(1)))
-        return pooled
+        parts = list(batches.values())
+        lengths = torch.cat([batch.offsets.diff() for batch in parts])
+        values = None if all(batch.values is None for batch in parts) else torch.cat(
+            [torch.ones(batch.indices.numel(), device=device) if batch.values is None else batch.values
+             for batch in parts])
+        return KeyedBags(self.keys, torch.cat([batch.indices for batch in parts]),
+                         torch.cat([torch.zeros(1, dtype=torch.int64, device=device), lengths.cumsum(0)]), values,
+                         key_lengths=tuple(batch.indices.numel() for batch in parts))
 
     @contextlib.contextmanager
     def deferred(self):
@@ -194,7 +191,8 @@ class PackedEmbeddingBags(torch.nn.Module):
             self._keyed[(keys, device)] = cached
         return cached
 
-    def _forward_keyed(self, bags):
+    def _forward_keyed(self, bags, checked=False):
+        """checked: the caller checked the ids (no second round trip for them)."""
         keys = tuple(bags.keys)
         if sorted(keys) != sorted(self.tables) or len(set(keys)) != len(keys):
             raise DataError(f"KeyedBags keys must be the tables {sorted(self.tables)} once each, got {list(keys)}")
@@ -222,7 +220,7 @@ class PackedEmbeddingBags(torch.nn.Module):
             flags = torch.cat([trouble.view(1).long(), torch.bincount(pack, minlength=len(self.packs)).cumsum(0)])
             trouble, *ends = flags.tolist()
         else:
-            trouble = self.check_batches and bool(trouble)
+            trouble = self.check_batches and not checked and bool(trouble)
         if trouble:
             self._explain_keyed(keys, batch, key, rows)
         pooled, begin = {}, 0

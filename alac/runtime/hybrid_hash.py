@@ -91,12 +91,13 @@ class CacheStatistics:
 
 @dataclass
 class _Staged:
-    """A trained segment's rows in a staging half (their slots), and the event of its kernels' end."""
+    """A trained segment's rows in a staging half (their slots), the event of its kernels' end."""
 
     rows: torch.Tensor
     slots: torch.Tensor
     half: int
     done: object
+    on_host: torch.Tensor | None    # copy traffic: the rows as the load read them to the host
 
 
 class _Streams:
@@ -247,7 +248,6 @@ class HybridHash:
 
             self._pinned = [(buffers(), buffers()) for _ in range(2)]
             self._pinned_free = [None, None]     # the event after which a half's load buffers may be refilled
-            self._rows_on_host = [None, None]    # the rows a half holds, as loaded (its write-back's rows)
         return self._pinned
 
     def _host_tables(self):
@@ -255,39 +255,38 @@ class HybridHash:
         whole = self.whole.state
         return [*whole.params.values(), *whole.states.values()]
 
-    def _load_staged(self, rows, half):
-        """The segment's rows into staging half `half` (slots from capacity + half * half-size on, in
-        order): mapped, a GPU gather; copy, a host gather into pinned buffers and copies to the GPU."""
-        first = self.shape.capacity + half * self._half
+    def _load_staged(self, rows, slots, half):
+        """The segment's rows into their slots of staging half `half` (consecutive from the half's
+        first): mapped, a GPU gather; copy, a host gather into pinned buffers and copies to the GPU.
+        Returns the rows as read to the host (copy traffic; None for mapped)."""
         if self.traffic == "mapped":
-            self._load(rows, first + torch.arange(rows.numel(), device=rows.device))
-            return
+            self._load(rows, slots)
+            return None
         self._store_pending()               # rows written back earlier reach the table before it is read
         loads, _ = self._pinned_halves()[half]
         if self._pinned_free[half] is not None:
             self._pinned_free[half].synchronize()
-        on_host = self._rows_on_host[half] = rows.cpu()
-        count = on_host.numel()
+        on_host = rows.cpu()
+        first, count = self.shape.capacity + half * self._half, on_host.numel()
         for table, buffer, (_, cache) in zip(self._host_tables(), loads, self._tensors()):
             torch.index_select(table, 0, on_host, out=buffer[:count])
             cache[first:first + count].copy_(buffer[:count], non_blocking=True)
         self._pinned_free[half] = self._streams.record_side()
         self.statistics.rows_in += count
+        return on_host
 
-    def _store_staged(self, rows, half):
+    def _store_staged(self, staged):
         """A trained segment's staging half back to its rows (mapped: a GPU scatter; copy: copies to
-        pinned buffers now, the host's scatter into the table before it is next read)."""
-        first = self.shape.capacity + half * self._half
+        pinned buffers now, the host's scatter into the table, by the rows its load read to the host,
+        before the table is next read)."""
         if self.traffic == "mapped":
-            self._store(rows, first + torch.arange(rows.numel(), device=rows.device))
+            self._store(staged.rows, staged.slots)
             return
-        _, backs = self._pinned_halves()[half]
-        count = rows.numel()
+        _, backs = self._pinned_halves()[staged.half]
+        first, count = self.shape.capacity + staged.half * self._half, staged.on_host.numel()
         for buffer, (_, cache) in zip(backs, self._tensors()):
             buffer[:count].copy_(cache[first:first + count], non_blocking=True)
-        # the half's rows as its load read them to the host (no second wait for the device here)
-        on_host = self._rows_on_host[half]
-        self._pending_stores.append((self._streams.record_side(), on_host, [b[:count] for b in backs]))
+        self._pending_stores.append((self._streams.record_side(), staged.on_host, [b[:count] for b in backs]))
         self.statistics.rows_out += count
 
     def _store_pending(self):
@@ -347,9 +346,7 @@ class HybridHash:
         out_feature = torch.full_like(layout.edge_feature, -1)
 
         def bookkeeping():
-            mark_touched(layout, chunks, self._seen)
-            touched = torch.nonzero(self._seen).squeeze(1)
-            self._seen[touched] = 0
+            self._touched(layout, chunks)
             remap(layout, chunks, self.slot_of, out_feature, self.shape.capacity, self.working.plan.chunks_per_batch)
 
         if self.working.device.type == "cuda":
@@ -359,13 +356,18 @@ class HybridHash:
         bookkeeping()
         return time.perf_counter() - started
 
+    def _touched(self, layout, chunks):
+        """The rows the chunks' edges read, each once (the marks cleared again)."""
+        mark_touched(layout, chunks, self._seen)
+        touched = torch.nonzero(self._seen).squeeze(1)
+        self._seen[touched] = 0
+        return touched
+
     def _rows_of_segment(self, layout, chunks):
         """The rows the chunks touch, counted; of them the rows to stage (not in the hot store) and
         where each is now: -1 in the host table, a slot of the previous segment's staging half
         (carried). None when they overflow a staging half."""
-        mark_touched(layout, chunks, self._seen)
-        touched = torch.nonzero(self._seen).squeeze(1)
-        self._seen[touched] = 0
+        touched = self._touched(layout, chunks)
         where = self.slot_of[touched]
         staged = torch.nonzero((where < 0) | (where >= self.shape.capacity)).squeeze(1)
         if staged.numel() > self._half:
@@ -395,7 +397,7 @@ class HybridHash:
             slots = self.shape.capacity + half * self._half + torch.arange(rows.numel(), device=rows.device)
             # every staged row is gathered from the host table (no host round trip to pick the misses);
             # the carried ones are then overwritten by their current values from the previous half
-            self._load_staged(rows, half)
+            on_host = self._load_staged(rows, slots, half)
             self.slot_of[rows] = slots.int()
             self._hits.append(remap(layout, chunks, self.slot_of, working_layout.edge_feature, self.shape.capacity,
                                     per_batch))
@@ -416,14 +418,14 @@ class HybridHash:
                 self._write_back(pending)
         self.statistics.segments += 1
         self._steps += end - first
-        return end, _Staged(rows, slots, half, done)
+        return end, _Staged(rows, slots, half, done, on_host)
 
     def _write_back(self, staged):
         """A trained segment's staged rows stored to the host table (on the side stream, after its
         kernels), and uncached unless carried on to the next segment (whose later write-back then
         stores their newer values over these)."""
         self._streams.side_waits(staged.done)
-        self._store_staged(staged.rows, staged.half)
+        self._store_staged(staged)
         now = self.slot_of[staged.rows]
         self.slot_of[staged.rows] = torch.where(now == staged.slots, -1, now)
 

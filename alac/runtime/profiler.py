@@ -167,7 +167,7 @@ def classify_inputs(dataset, hot):
     """FAE's input classifier: (row ids of the hot inputs, of the cold ones) of a data set, a row
     being hot only if every feature it touches is hot (an empty row is hot)."""
     hot = hot.to(dataset.device)
-    rows = torch.repeat_interleave(torch.arange(dataset.n_rows, device=dataset.device), dataset.row_lengths())
+    rows = dataset.entry_rows()
     cold_entries = torch.zeros(dataset.n_rows, dtype=torch.int64, device=dataset.device)
     cold_entries.index_add_(0, rows, (~hot[dataset.indices.long()]).long())
     is_hot = cold_entries == 0

@@ -55,10 +55,14 @@ def test_plain_and_alac_deepfm_give_the_same_logits_from_the_same_tables():
         ours.model.deep.load_state_dict(plain.deep.state_dict())
         ours.model.bias.copy_(plain.bias + 0.5)
         plain.bias += 0.5
-    ids = torch.randint(0, 50, (32, 5))
+    _same_logits_and_step(plain, ours, torch.randint(0, 50, (32, 5)))
+
+
+def _same_logits_and_step(plain, ours, ids):
+    """The same logits, and after one training step the same tables (the plain row-wise AdaGrad is
+    alac's)."""
     torch.testing.assert_close(ours(ids), plain(ids), rtol=1e-5, atol=1e-5)
-    # and one training step gives the same tables: the plain row-wise AdaGrad is alac's
-    labels = (torch.rand(32) < 0.5).float()
+    labels = (torch.rand(ids.shape[0]) < 0.5).float()
     for model in (plain, ours):
         fields._step(model, model.optimizers(), ids, labels)
     torch.testing.assert_close(ours.model.tables.v, plain.v.weight.detach(), rtol=1e-4, atol=1e-6)
@@ -75,10 +79,4 @@ def test_plain_and_alac_ffm_give_the_same_logits_and_step():
         plain.w.weight.normal_(std=0.3)
         ours.model.tables.v.copy_(plain.v.weight)
         ours.model.tables.w.copy_(plain.w.weight.squeeze(1))
-    ids = torch.randint(0, 10, (16, 4)) + 10 * torch.arange(4)
-    torch.testing.assert_close(ours(ids), plain(ids), rtol=1e-5, atol=1e-5)
-    labels = (torch.rand(16) < 0.5).float()
-    for model in (plain, ours):
-        fields._step(model, model.optimizers(), ids, labels)
-    torch.testing.assert_close(ours.model.tables.v, plain.v.weight.detach(), rtol=1e-4, atol=1e-6)
-    torch.testing.assert_close(ours.model.tables.w, plain.w.weight.detach().squeeze(1), rtol=1e-4, atol=1e-6)
+    _same_logits_and_step(plain, ours, torch.randint(0, 10, (16, 4)) + 10 * torch.arange(4))
