@@ -43,7 +43,7 @@ from alac.models import zoo_model
 from alac.plan import Plan
 from alac.runtime.cached_executor import calibrate_kernels
 from alac.runtime.executor import Executor, LabelMap
-from alac.runtime.hybrid_hash import SIDE_MULTIPROCESSORS, TRAFFIC, CacheShape, HybridHash, working_plan
+from alac.runtime.hybrid_hash import SIDE_MULTIPROCESSORS, CacheShape, HybridHash, working_plan
 from alac.runtime.layout import LayoutOptions, build_layout
 from alac.runtime.param_planner import batches_of, cache_shape_for, forecast_cache, measure_mapped_costs
 from alac.runtime.placement import FULL_RATE, START_RATE, FaeTables, ShuffleScheduler, fae_data
@@ -116,8 +116,7 @@ def _cache_breakdown(cache):
             return result
         return run
 
-    cache._load_staged, cache._store_staged = timed("load_s", cache._load_staged), timed("store_s", cache._store_staged)
-    cache._store_pending = timed("store_s", cache._store_pending)
+    cache._load, cache._store = timed("load_s", cache._load), timed("store_s", cache._store)
     cache.working._queue_epoch = timed("kernels_s", cache.working._queue_epoch)
     cache.refresh = timed("rerank_s", cache.refresh)
     return spent
@@ -130,7 +129,7 @@ def hybrid_hash(data, budget_mb, args, breakdown=False):
     shape = dataclasses.replace(shape, refresh=args.refresh)
     forced = args.side_multiprocessors is not None
     working = _executor(working_plan(plan, TARGET["device"], args.side_multiprocessors) if forced else plan)
-    cache = HybridHash(_executor(_in_host(plan)), working, shape, args.traffic)
+    cache = HybridHash(_executor(_in_host(plan)), working, shape)
     cache.initialize(layout, 1.0)
     forecast = None
     if not forced:
@@ -158,7 +157,7 @@ def hybrid_hash(data, budget_mb, args, breakdown=False):
                   h2d_bytes=(cache.statistics.rows_in - before[0]) * ROW_BYTES,
                   d2h_bytes=(cache.statistics.rows_out - before[1]) * ROW_BYTES,
                   capacity_rows=shape.capacity, staging_rows=shape.staging,
-                  map_bytes=layout.n_features * 9, programs=working.plan.programs, traffic=args.traffic,
+                  map_bytes=layout.n_features * 9, programs=working.plan.programs,
                   overlapped=None if forecast is None else forecast.overlapped,
                   predicted_samples_per_s=None if forecast is None else forecast.samples_per_s(layout.n_rows),
                   **extra)
@@ -359,8 +358,6 @@ def main():
     parser.add_argument("--side-multiprocessors", type=int, default=None,
                         help="multiprocessors HybridHash's sync kernels leave to its side stream (default: the "
                              f"planner's choice of 0 or {SIDE_MULTIPROCESSORS}, from the kernels timed both ways)")
-    parser.add_argument("--traffic", default="mapped", choices=TRAFFIC,
-                        help="HybridHash row traffic: GPU gathers over mapped memory, or host gathers and copies")
     parser.add_argument("--schedules-at-mb", type=int, default=256)
     parser.add_argument("--baseline-batches", type=int, default=200)
     parser.add_argument("--big-scale", type=int, default=0,

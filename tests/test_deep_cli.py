@@ -28,7 +28,7 @@ def test_the_synthetic_set_trains_and_the_checkpoint_predicts_its_test_metrics(t
     assert {"valid_logloss", "valid_auc", "test_logloss", "test_auc"} <= set(final)
     assert (tmp_path / "history.csv").read_text().startswith("epoch,")
     trainer = DeepTrainer.load(tmp_path / "model.pt", device="cpu")
-    _, _, test = split(criteo_like(3000, seed=0), (0.8, 0.1, 0.1), seed=0)
+    _, _, test = split(criteo_like(3000, seed=0, device="cpu"), (0.8, 0.1, 0.1), seed=0)
     probability = trainer.predict(test)
     assert float(metrics.auc(probability, test.labels > 0.5)) == pytest.approx(final["test_auc"], abs=1e-6)
 

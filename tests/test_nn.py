@@ -352,10 +352,12 @@ def test_packed_one_hot_bags_of_trusted_batches_never_wait_for_the_gpu():
     packed = PackedEmbeddingBags([Table(f"f{i}", 20 + i, (4, 8)[i % 2], lr=0.1) for i in range(6)], device="cuda")
     packed.check_batches = False
     ids = torch.randint(0, 20, (64, 6), device="cuda")
+    bags = KeyedBags.one_hot(packed.keys, ids[:, torch.tensor([int(key[1:]) for key in packed.keys], device="cuda")])
+    packed(bags)       # the first batch of a key order moves the packs' constants to the GPU, once
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")
     try:
-        pooled = packed(KeyedBags.one_hot(packed.keys, ids[:, [int(k[1:]) for k in packed.keys]]))
+        pooled = packed(bags)
         sum(value.sum() for value in pooled.values()).backward()
     finally:
         torch.cuda.set_sync_debug_mode("default")

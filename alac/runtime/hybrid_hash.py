@@ -52,8 +52,6 @@ def working_plan(plan, device, side_multiprocessors=SIDE_MULTIPROCESSORS):
     return dataclasses.replace(plan, programs=max(1, multiprocessors - side_multiprocessors))
 
 
-TRAFFIC = ("mapped", "copy")
-
 
 @dataclass(frozen=True)
 class CacheShape:
@@ -97,7 +95,6 @@ class _Staged:
     slots: torch.Tensor
     half: int
     done: object
-    on_host: torch.Tensor | None    # copy traffic: the rows as the load read them to the host
 
 
 class _Streams:
@@ -145,15 +142,7 @@ class HybridHash:
     """The host table (`whole`, an executor holding every row, placed in host memory on a GPU) and the
     GPU cache (`working`, an executor on the device whose rows are cache slots)."""
 
-    def __init__(self, whole, working, shape, traffic="mapped"):
-        """traffic: how a segment's rows move between the host table and a staging half: "mapped" (GPU
-        gathers and scatters over the host table's mapped address, on multiprocessors the kernels leave)
-        or "copy" (gathered and scattered by the host into pinned buffers, moved by the copy engines,
-        so that the kernels may keep every multiprocessor)."""
-        if traffic not in TRAFFIC:
-            raise OptionError(f"HybridHash traffic is one of {', '.join(TRAFFIC)}, got {traffic!r}")
-        self.traffic = traffic
-        self._pending_stores = []    # copy traffic: (event, rows on the host, buffers) not yet in the table
+    def __init__(self, whole, working, shape):
         params = sorted(p.name for p in whole.ir.params)
         if torch.device(working.device).type == "cuda" and sorted(whole.plan.host_params) != params:
             raise OptionError(f"a HybridHash host table keeps every param ({', '.join(params)}) in host memory: "
@@ -235,68 +224,6 @@ class HybridHash:
             host[rows] = cache[slots]
         if traffic:
             self.statistics.rows_out += rows.numel()
-
-    def _pinned_halves(self):
-        """Per staging half, per param and state: pinned host buffers of a half's rows, for loads and for
-        write-backs (copy traffic), made once per cache."""
-        if getattr(self, "_pinned", None) is None:
-            pin = self._streams.cuda
-
-            def buffers():
-                return [torch.empty((self._half, *cache.shape[1:]), dtype=cache.dtype, pin_memory=pin)
-                        for _, cache in self._tensors()]
-
-            self._pinned = [(buffers(), buffers()) for _ in range(2)]
-            self._pinned_free = [None, None]     # the event after which a half's load buffers may be refilled
-        return self._pinned
-
-    def _host_tables(self):
-        """The host table's tensors (params, then states) as the host reads them."""
-        whole = self.whole.state
-        return [*whole.params.values(), *whole.states.values()]
-
-    def _load_staged(self, rows, slots, half):
-        """The segment's rows into their slots of staging half `half` (consecutive from the half's
-        first): mapped, a GPU gather; copy, a host gather into pinned buffers and copies to the GPU.
-        Returns the rows as read to the host (copy traffic; None for mapped)."""
-        if self.traffic == "mapped":
-            self._load(rows, slots)
-            return None
-        self._store_pending()               # rows written back earlier reach the table before it is read
-        loads, _ = self._pinned_halves()[half]
-        if self._pinned_free[half] is not None:
-            self._pinned_free[half].synchronize()
-        on_host = rows.cpu()
-        first, count = self.shape.capacity + half * self._half, on_host.numel()
-        for table, buffer, (_, cache) in zip(self._host_tables(), loads, self._tensors()):
-            torch.index_select(table, 0, on_host, out=buffer[:count])
-            cache[first:first + count].copy_(buffer[:count], non_blocking=True)
-        self._pinned_free[half] = self._streams.record_side()
-        self.statistics.rows_in += count
-        return on_host
-
-    def _store_staged(self, staged):
-        """A trained segment's staging half back to its rows (mapped: a GPU scatter; copy: copies to
-        pinned buffers now, the host's scatter into the table, by the rows its load read to the host,
-        before the table is next read)."""
-        if self.traffic == "mapped":
-            self._store(staged.rows, staged.slots)
-            return
-        _, backs = self._pinned_halves()[staged.half]
-        first, count = self.shape.capacity + staged.half * self._half, staged.on_host.numel()
-        for buffer, (_, cache) in zip(backs, self._tensors()):
-            buffer[:count].copy_(cache[first:first + count], non_blocking=True)
-        self._pending_stores.append((self._streams.record_side(), staged.on_host, [b[:count] for b in backs]))
-        self.statistics.rows_out += count
-
-    def _store_pending(self):
-        """Copy traffic: the write-backs whose rows reached pinned memory, scattered into the host table."""
-        for event, rows, buffers in self._pending_stores:
-            if event is not None:
-                event.synchronize()
-            for table, buffer in zip(self._host_tables(), buffers):
-                table.index_copy_(0, rows, buffer)
-        self._pending_stores = []
 
     def _sync_globals(self, into_host):
         source, target = (self.working.state, self.whole.state) if into_host else (self.whole.state, self.working.state)
@@ -397,7 +324,7 @@ class HybridHash:
             slots = self.shape.capacity + half * self._half + torch.arange(rows.numel(), device=rows.device)
             # every staged row is gathered from the host table (no host round trip to pick the misses);
             # the carried ones are then overwritten by their current values from the previous half
-            on_host = self._load_staged(rows, slots, half)
+            self._load(rows, slots)
             self.slot_of[rows] = slots.int()
             self._hits.append(remap(layout, chunks, self.slot_of, working_layout.edge_feature, self.shape.capacity,
                                     per_batch))
@@ -418,14 +345,14 @@ class HybridHash:
                 self._write_back(pending)
         self.statistics.segments += 1
         self._steps += end - first
-        return end, _Staged(rows, slots, half, done, on_host)
+        return end, _Staged(rows, slots, half, done)
 
     def _write_back(self, staged):
         """A trained segment's staged rows stored to the host table (on the side stream, after its
         kernels), and uncached unless carried on to the next segment (whose later write-back then
         stores their newer values over these)."""
         self._streams.side_waits(staged.done)
-        self._store_staged(staged)
+        self._store(staged.rows, staged.slots)
         now = self.slot_of[staged.rows]
         self.slot_of[staged.rows] = torch.where(now == staged.slots, -1, now)
 
@@ -434,7 +361,6 @@ class HybridHash:
         if pending is not None:
             with self._streams.on_side():
                 self._write_back(pending)
-        self._store_pending()
         self._streams.compute_waits(self._streams.record_side())
 
     def train_epoch(self, layout, labels, epoch, lr, order=None):

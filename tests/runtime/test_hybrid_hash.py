@@ -14,7 +14,7 @@ from tests.runtime.test_streams import DEVICE, KERNELS
 from tests.zoo_models import ZOO
 
 
-def _cache(model, plan, device, backend, shape, host=True, traffic="mapped"):
+def _cache(model, plan, device, backend, shape, host=True):
     # the host table only holds rows and predicts: a sync plan (host params run sync plans only)
     placed = Plan(chunk_size=plan.chunk_size, batch_size=plan.batch_size,
                   placement=tuple((name, "host") for name in ("w", "v") if host and (model == "fm" or name == "w")))
@@ -22,15 +22,13 @@ def _cache(model, plan, device, backend, shape, host=True, traffic="mapped"):
     def executor(p):
         return Executor(ZOO[model](), p, backend=backend, device=device, seed=1, optimizer="adagrad")
 
-    return HybridHash(executor(placed), executor(plan), shape, traffic), executor(plan)
+    return HybridHash(executor(placed), executor(plan), shape), executor(plan)
 
 
-@pytest.mark.parametrize(("model", "backend", "semantics", "hot_size", "traffic"),
-                         [("lr", "reference", "sync", 0, "mapped"), ("fm", "reference", "sync", 0, "mapped"),
-                          ("fm", "reference", "async", 0, "mapped"), ("fm", KERNELS, "sync", 0, "mapped"),
-                          ("lr", KERNELS, "sync", 6, "mapped"), ("fm", "reference", "sync", 0, "copy"),
-                          ("fm", KERNELS, "sync", 0, "copy")])
-def test_a_cached_table_trains_as_one_table_does_on_the_same_batches(model, backend, semantics, hot_size, traffic):
+@pytest.mark.parametrize(("model", "backend", "semantics", "hot_size"),
+                         [("lr", "reference", "sync", 0), ("fm", "reference", "sync", 0),
+                          ("fm", "reference", "async", 0), ("fm", KERNELS, "sync", 0), ("lr", KERNELS, "sync", 6)])
+def test_a_cached_table_trains_as_one_table_does_on_the_same_batches(model, backend, semantics, hot_size):
     """Params, AdaGrad state and globals after two epochs of a fixed batch order, with a hot store far
     smaller than the table, re-ranked during the run, and segments cut by a small staging area; and
     with the kernels' hot segment on the cache's slots."""
@@ -44,7 +42,7 @@ def test_a_cached_table_trains_as_one_table_does_on_the_same_batches(model, back
     plan = Plan(chunk_size=8, batch_size=32, semantics=semantics, hot_size=hot_size,
                 deterministic=backend != "reference" and semantics == "sync" and not hot_size)
     shape = CacheShape(capacity=layout.n_features // 10, staging=600, warmup=5, refresh=7)
-    cache, one = _cache(model, plan, device, backend, shape, traffic=traffic)
+    cache, one = _cache(model, plan, device, backend, shape)
     cache.initialize(layout, 1.0)
     one.initialize(layout, 1.0)
     # timing the bookkeeping (the planner's calibration) leaves the cache as it was
@@ -135,7 +133,3 @@ def test_the_caches_sync_kernels_leave_multiprocessors_to_its_side_stream():
         for plan in (Plan(semantics="async"), Plan(programs=7)):
             assert working_plan(plan, "cuda") is plan
 
-
-def test_row_traffic_is_mapped_or_copied():
-    with pytest.raises(OptionError, match="traffic is one of mapped, copy"):
-        _cache("lr", Plan(chunk_size=8, batch_size=32), "cpu", "reference", CacheShape(10, 40), traffic="dma")
