@@ -24,7 +24,7 @@ from alac import metrics
 from alac.errors import DataError, OptionError
 from alac.models.deep import DeepFM, DLRMLike, WideAndDeep
 from alac.models.field_aware import FFM
-from alac.nn import SparseAggregate
+from alac.nn import GraphedStep, SparseAggregate
 from alac.optimizers import get_optimizer
 from alac.runtime.executor import LabelMap
 from alac.runtime.layout import default_device
@@ -54,7 +54,9 @@ class DeepSettings:
     whose entries' values are dense features (one value per row and field, 0 where absent; DLRM
     needs some, FFM takes none); lr: the tables' step (None: the optimizer's default); dense_lr:
     Adam's on the MLPs and bias; patience: epochs without a better validation logloss before
-    training stops."""
+    training stops; cuda_graphs: on a GPU, replay full batches' steps from CUDA graphs
+    (alac.nn.GraphedStep: batches whose entries are as many as the previous ones', e.g. one-hot
+    fields; models without dense fields)."""
 
     model: str = "deepfm"
     k: int = 16
@@ -68,6 +70,7 @@ class DeepSettings:
     seed: int = 0
     dense_fields: tuple = ()
     bottom: tuple = (64,)
+    cuda_graphs: bool = True
 
     def __post_init__(self):
         for name in ("hidden", "bottom", "dense_fields"):
@@ -125,7 +128,9 @@ class DeepTrainer:
             bias.fill_(math.log(rate / (1 - rate)))
         self._trust_batches()
         # the tables are buffers stepped in backward: the parameters are the MLP's and the bias
-        dense = torch.optim.Adam(self.network.parameters(), lr=s.dense_lr)
+        graphed = s.cuda_graphs and self.device.type == "cuda" and not s.dense_fields
+        dense = torch.optim.Adam(self.network.parameters(), lr=s.dense_lr, capturable=graphed)
+        step = GraphedStep(self._step_of(dense)) if graphed else None
         train = self._known_entries(train.to(self.device))      # entries of no field (-1) left out
         generator = torch.Generator().manual_seed(s.seed)
         best, best_state, waited = math.inf, None, 0
@@ -135,12 +140,13 @@ class DeepTrainer:
             order = torch.randperm(train.n_rows, generator=generator).to(self.device)
             loss_sum = torch.zeros((), device=self.device)
             for batch in _batches(train.take(order), s.batch_size):
-                logit = self._logits(batch)
-                target = self.labels.positive_mask(batch.labels).float()
-                loss = torch.nn.functional.binary_cross_entropy_with_logits(logit, target)
-                dense.zero_grad()
-                loss.backward()
-                dense.step()
+                if step is not None:
+                    loss = step(batch.indices, batch.indptr, batch.fields, batch.values, batch.labels)
+                else:
+                    loss = self._loss(self._logits(batch), batch.labels)
+                    dense.zero_grad()
+                    loss.backward()
+                    dense.step()
                 loss_sum += loss.detach() * batch.n_rows
             record = {"epoch": epoch, "train_loss": float(loss_sum) / train.n_rows}
             if not math.isfinite(record["train_loss"]):
@@ -170,6 +176,19 @@ class DeepTrainer:
         if best_state is not None:
             self.network.load_state_dict(best_state)
         return self.history
+
+    def _loss(self, logit, labels):
+        return torch.nn.functional.binary_cross_entropy_with_logits(logit, self.labels.positive_mask(labels).float())
+
+    def _step_of(self, dense):
+        """One step on a batch's tensors (a model without dense fields), for GraphedStep."""
+        def step(indices, indptr, fields, values, labels):
+            loss = self._loss(self.network(indices.long(), indptr, fields.long(), values), labels)
+            dense.zero_grad(set_to_none=False)
+            loss.backward()
+            dense.step()
+            return loss
+        return step
 
     def _trust_batches(self):
         """The entries reach the network checked (_known_entries): its tables skip their per-batch host

@@ -63,7 +63,7 @@ class AlacFFM(OneHotFields):
                              one_hot=True))
 
     def optimizers(self):
-        return [torch.optim.Adam([self.model.bias], lr=MLP_LR)]
+        return [self.dense_optimizer([self.model.bias])]
 
 
 def speed_arms(args):

@@ -19,6 +19,9 @@ DeepFM (k = 16, the same MLP) in plain PyTorch (nn.Embedding with sparse gradien
 against alac.models.deep.DeepFM, `--deepfm-epochs` over the Criteo-shaped synthetic set (39 one-hot
 fields, labels from a planted FM; `--deepfm-rows`) and over iPinYou's 16 fields when the shared data
 are present (ALAC_SHARED_DATA or ../shared/data), scored on its held-out rows and test set.
+alac's DeepFM and FFM steps are replayed from CUDA graphs (alac.nn.GraphedStep), as alac train runs
+them; the plain PyTorch ones cannot be captured (their sparse gradients are coalesced to sizes read
+from the data).
 
     PYTHONPATH=. python benchmarks/fields.py --out $OUT            # GPU, 200 fields
     PYTHONPATH=. python benchmarks/fields.py --device cpu --fields 12 --steps 4 --batch-size 256   # smoke
@@ -40,7 +43,7 @@ from alac.data import load_libsvm
 from alac.data.synthetic import criteo_like
 from alac.interleave import Interleaving, interleaved_step, split_rows
 from alac.models.deep import DeepFM, mlp
-from alac.nn import KeyedBags, PackedEmbeddingBags, Table
+from alac.nn import GraphedStep, KeyedBags, PackedEmbeddingBags, Table
 from benchmarks.render import fields_table
 from benchmarks.report import environment, write
 
@@ -148,7 +151,7 @@ def _synchronize(device):
 
 
 def _step(model, optimizers, ids, labels):
-    if getattr(model, "interleaving", None) is not None:
+    if isinstance(model, OneHotFields) or getattr(model, "interleaving", None) is not None:
         model.train_step(optimizers, ids, labels)
         return
     loss = torch.nn.functional.binary_cross_entropy_with_logits(model(ids), labels)
@@ -202,7 +205,9 @@ def arm(name, model, call, batch_of, valid, args, data="synthetic", steps=None, 
     result = {"name": name, "data": data, "fields": ids.shape[1], "kernels_per_step": kernels,
               "samples_per_s": steps * batch_size / seconds, "seconds": seconds, "steps": steps,
               "auc": float(metrics.auc(probability, positive)),
-              "logloss": float(metrics.logloss(probability, positive))}
+              "logloss": float(metrics.logloss(probability, positive)),
+              # whether its steps were replayed from a CUDA graph (captured, not only asked for)
+              "cuda_graphs": bool(getattr(model, "_graphed", None) and model._graphed.graphs)}
     print(result, flush=True)
     return result
 
@@ -257,13 +262,33 @@ class PlainDeepFM(torch.nn.Module):
 
 class OneHotFields(torch.nn.Module):
     """An alac field model (self.model) on one-hot ids [B, F], given to it as CSR with the field of
-    every entry. The benchmark's ids are valid by construction: its tables skip the per-batch host
-    check (nn.Embedding's own index check is a device-side assert, no round trip either)."""
+    every entry, trained as alac.deep_train trains it: each step replayed from a CUDA graph on a GPU
+    (alac.nn.GraphedStep). The benchmark's ids are valid by construction: its tables skip the
+    per-batch host check (nn.Embedding's own index check is a device-side assert, no round trip)."""
 
     def __init__(self, model):
         super().__init__()
         self.model = model
         self.model.tables.check_batches = False
+        self._graphed = None
+
+    def dense_optimizer(self, parameters):
+        # Adam steps on the GPU inside a graph with its step count there (capturable)
+        return torch.optim.Adam(parameters, lr=MLP_LR, capturable=self.model.tables.table_device.type == "cuda")
+
+    def train_step(self, optimizers, ids, labels):
+        def step(ids, labels):
+            loss = torch.nn.functional.binary_cross_entropy_with_logits(self(ids), labels)
+            for optimizer in optimizers:
+                optimizer.zero_grad(set_to_none=False)
+            loss.backward()
+            for optimizer in optimizers:
+                optimizer.step()
+            return loss
+
+        if self._graphed is None:
+            self._graphed = GraphedStep(step)
+        self._graphed(ids, labels)
 
     def forward(self, ids):
         rows, n_fields = ids.shape
@@ -280,7 +305,7 @@ class AlacDeepFM(OneHotFields):
                                 seed=SEED, device=device))
 
     def optimizers(self):
-        return [torch.optim.Adam([*self.model.deep.parameters(), self.model.bias], lr=MLP_LR)]
+        return [self.dense_optimizer([*self.model.deep.parameters(), self.model.bias])]
 
 
 def deepfm_sets(args):

@@ -172,9 +172,12 @@ def fields_table(result):
     deepfm = "" if not args.get("deepfm_rows") else (
         f" DeepFM arms: {args['deepfm_epochs']:g} epochs of each set ({args['deepfm_rows']:,} Criteo-shaped rows), "
         "scored on its held-out rows; each compared with the PyTorch arm of its data.")
+    captured = sorted({f"{a['name']} ({a['data']})" for a in result["arms"] if a.get("cuda_graphs")})
+    graphed = "" if not captured else (f" Steps replayed from CUDA graphs (alac.nn.GraphedStep): "
+                                       f"{', '.join(captured)}; kernels per step counts a replay's kernels.")
     return (f"{args['fields']} fields, batches of {args['batch_size']}, {args['steps']} timed steps, scored on "
             f"{args['valid_rows']:,} held-out rows.{compiled}{deepfm} alac.nn runs its torch programs "
-            "(no generated kernels for it yet).\n\n"
+            f"(no generated kernels for it yet).{graphed}\n\n"
             + table(["data", "arm", "fields", "kernels per step", "k samples/s", "vs base", "AUC",
                      "AUC − base", "logloss", "ms/epoch", "best epoch"], rows)
             + "\n\nbase: the arm each row is compared with, by data: one nn.EmbeddingBag per field (synthetic), "

@@ -15,10 +15,12 @@ tables and optimizer state are buffers (in state_dict, moved by .to()); the mode
 and predict are not used and may be left out (the deep part has its own biases and loss); with
 fields, every field of a sample pools into its own bag. The sums and updates run as the
 model's reference programs (vectorized torch gathers and index_add, alac.runtime.reference), the
-programs every generated kernel is tested against.
+programs every generated kernel is tested against. GraphedStep replays a whole training step
+(forward, the tables' update in backward, the dense optimizer) from a CUDA graph.
 """
 
 from alac.nn.aggregate import TABLE_DTYPES, SparseAggregate
+from alac.nn.graphed import GraphedStep
 from alac.nn.packed import KeyedBags, PackedEmbeddingBags, Table, pack_tables
 
-__all__ = ["TABLE_DTYPES", "KeyedBags", "PackedEmbeddingBags", "SparseAggregate", "Table", "pack_tables"]
+__all__ = ["TABLE_DTYPES", "GraphedStep", "KeyedBags", "PackedEmbeddingBags", "SparseAggregate", "Table", "pack_tables"]
