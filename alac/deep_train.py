@@ -187,7 +187,7 @@ class DeepTrainer:
             dense.zero_grad(set_to_none=False)
             loss.backward()
             dense.step()
-            return loss
+            return loss.detach()
         return step
 
     def _trust_batches(self):

@@ -284,7 +284,7 @@ class OneHotFields(torch.nn.Module):
             loss.backward()
             for optimizer in optimizers:
                 optimizer.step()
-            return loss
+            return loss.detach()
 
         if self._graphed is None:
             self._graphed = GraphedStep(step)

@@ -38,7 +38,7 @@ def _deepfm_and_step(device):
         dense.zero_grad(set_to_none=False)
         loss.backward()
         dense.step()
-        return loss
+        return loss.detach()
 
     return model, step
 

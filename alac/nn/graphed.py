@@ -20,8 +20,9 @@ class GraphedStep:
 
     fn must only queue GPU work (no host round trip: trusted batches, check_batches off) and zero the
     dense optimizers' gradients in place (zero_grad(set_to_none=False)), so that every graph writes
-    the same gradient tensors; optimizers that step on the GPU need capturable=True (Adam's step
-    count is then a device tensor). Inputs may be None (left out of the graph).
+    the same gradient tensors, and return detached outputs (a loss that kept its autograd graph
+    alive would keep the previous step's gradient streams); optimizers that step on the GPU need
+    capturable=True (Adam's step count is then a device tensor). Inputs may be None (not copied).
 
     The first `warmup` calls with a set of input shapes run fn eagerly on a side stream (as capture
     wants: its memory and the BLAS workspaces exist before it); the next call with those shapes
@@ -37,6 +38,7 @@ class GraphedStep:
         self.fn, self.warmup, self.max_graphs = fn, warmup, max_graphs
         self._seen = {}          # input shapes -> eager calls so far
         self.graphs = {}         # input shapes -> (graph, static inputs, static outputs)
+        self._side = None        # the warm-up steps' stream (one: autograd keeps a stream per parameter)
 
     @staticmethod
     def _key(tensors):
@@ -62,7 +64,7 @@ class GraphedStep:
         return self._capture(key, tensors)
 
     def _on_side_stream(self, tensors):
-        side = torch.cuda.Stream()
+        side = self._side = self._side or torch.cuda.Stream()
         main = torch.cuda.current_stream()
         side.wait_stream(main)
         with torch.cuda.stream(side):
