@@ -352,7 +352,10 @@ def deepfm_arms(args):
 
 def report(payload):
     env = payload["environment"]
-    return (f"Many fields ({env['device']}, {env['date']}; `PYTHONPATH=. python benchmarks/fields.py`)\n\n"
+    args = payload["arguments"]
+    options = (" --no-compile" if args.get("no_compile") else "") + \
+        (f" --steps {args['steps']}" if args.get("steps", 200) != 200 else "")
+    return (f"Many fields ({env['device']}, {env['date']}; `PYTHONPATH=. python benchmarks/fields.py{options}`)\n\n"
             + fields_table(payload))
 
 
