@@ -23,7 +23,7 @@ from alac.data.synthetic import criteo_like
 from alac.deep_train import DeepSettings, DeepTrainer
 from alac.models.field_aware import FFM
 from benchmarks import fields as host
-from benchmarks.fields import MLP_LR, SEED, TABLE_LR, OneHotFields, RowwiseAdagrad, arm
+from benchmarks.fields import MLP_LR, SEED, TABLE_LR, OneHotFields, RowwiseAdagrad, arm, kernels_backend
 
 FFM_K = 4
 # the quality arms' settings: the best test logloss of lr 0.05 / 0.1 / 0.2 at batches of 256 on iPinYou
@@ -58,9 +58,9 @@ class PlainFFM(torch.nn.Module):
 class AlacFFM(OneHotFields):
     """alac.models.field_aware.FFM on the one-hot ids (no pairs within a field)."""
 
-    def __init__(self, n_features, n_fields, k, device):
+    def __init__(self, n_features, n_fields, k, device, backend="reference"):
         super().__init__(FFM(n_features, n_fields, k=k, optimizer="adagrad", lr=TABLE_LR, seed=SEED, device=device,
-                             one_hot=True))
+                             one_hot=True, backend=backend))
 
     def optimizers(self):
         return [self.dense_optimizer([self.model.bias])]
@@ -80,7 +80,9 @@ def speed_arms(args):
     arms = []
     for name, make in (("pytorch_ffm", lambda: PlainFFM(data.n_features, args.ffm_fields, FFM_K,
                                                          args.batch_size).to(args.device)),
-                       ("alac_ffm", lambda: AlacFFM(data.n_features, args.ffm_fields, FFM_K, args.device))):
+                       ("alac_ffm", lambda: AlacFFM(data.n_features, args.ffm_fields, FFM_K, args.device)),
+                       ("alac_ffm_kernels", lambda: AlacFFM(data.n_features, args.ffm_fields, FFM_K, args.device,
+                                                            kernels_backend(args)))):
         torch.manual_seed(SEED)
         model = make()
         result = arm(name, model, model, batch_of, (ids[args.ffm_rows:], labels[args.ffm_rows:]), args,

@@ -297,12 +297,17 @@ class OneHotFields(torch.nn.Module):
         return self.model(ids.reshape(-1), offsets, fields)
 
 
+def kernels_backend(args):
+    """The tables' generated kernels: compiled on a GPU, Triton's interpreter on a CPU (smoke runs)."""
+    return "triton" if torch.device(args.device).type == "cuda" else "interpret"
+
+
 class AlacDeepFM(OneHotFields):
     """alac.models.deep.DeepFM: the same architecture, its tables stepped by AdaGrad inside backward."""
 
-    def __init__(self, n_features, n_fields, k, device):
+    def __init__(self, n_features, n_fields, k, device, backend="reference"):
         super().__init__(DeepFM(n_features, n_fields, k=k, hidden=HIDDEN, optimizer="adagrad", lr=TABLE_LR,
-                                seed=SEED, device=device))
+                                seed=SEED, device=device, backend=backend))
 
     def optimizers(self):
         return [self.dense_optimizer([*self.model.deep.parameters(), self.model.bias])]
@@ -344,9 +349,11 @@ def deepfm_arms(args):
         arms.append(arm("pytorch_deepfm", plain, plain, batch_of, (valid_ids, valid_labels), args, name, steps,
                         batch_size))
         torch.manual_seed(SEED)
-        ours = AlacDeepFM(n_features, ids.shape[1], DEEPFM_K, args.device)
-        arms.append(arm("alac_deepfm", ours, ours, batch_of, (valid_ids, valid_labels), args, name, steps,
-                        batch_size))
+        for arm_name, backend in (("alac_deepfm", "reference"), ("alac_deepfm_kernels", kernels_backend(args))):
+            torch.manual_seed(SEED)
+            ours = AlacDeepFM(n_features, ids.shape[1], DEEPFM_K, args.device, backend)
+            arms.append(arm(arm_name, ours, ours, batch_of, (valid_ids, valid_labels), args, name, steps,
+                            batch_size))
     return arms
 
 

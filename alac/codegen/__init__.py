@@ -9,7 +9,7 @@ from alac.codegen.module_cache import interpreter_active, load_module, triton_in
 from alac.codegen.torch_programs import TorchPrograms
 
 __all__ = ["ALLOCATED_ROLES", "Argument", "GeneratedKernels", "KernelSpec", "Sizes", "TorchPrograms",
-           "generate_kernels", "interpreter_active", "load_module", "triton_installed"]
+           "generate_bag_kernels", "generate_kernels", "interpreter_active", "load_module", "triton_installed"]
 
 
 def __getattr__(name):
@@ -19,4 +19,8 @@ def __getattr__(name):
         from alac.codegen import kernels
 
         return getattr(kernels, name)
+    if name == "generate_bag_kernels":
+        from alac.codegen import bag_kernels
+
+        return bag_kernels.generate_bag_kernels
     raise AttributeError(name)

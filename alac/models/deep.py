@@ -43,11 +43,11 @@ def mlp(sizes):
 
 
 class _FieldModel(torch.nn.Module):
-    def __init__(self, n_features, n_fields, k, squares, optimizer, lr, seed, device):
+    def __init__(self, n_features, n_fields, k, squares, optimizer, lr, seed, device, backend):
         super().__init__()
         self.n_fields, self.k = n_fields, k
         self.tables = SparseAggregate(FieldTables(k, squares), n_features, optimizer=optimizer, lr=lr, seed=seed,
-                                      device=device)
+                                      device=device, backend=backend)
 
     def bags(self, indices, offsets, fields, values):
         return self.tables(indices, offsets, values, fields=fields, n_fields=self.n_fields)
@@ -59,8 +59,9 @@ class WideAndDeep(_FieldModel):
     squares = False      # the tables' bags of squared factors (an FM's interactions need them)
 
     def __init__(self, n_features, n_fields, k=16, hidden=(256, 128), n_dense=0, optimizer="adagrad", lr=None,
-                 seed=0, device=None):
-        super().__init__(n_features, n_fields, k, self.squares, optimizer, lr, seed, device)
+                 seed=0, device=None, backend="reference"):
+        """backend: the tables' (SparseAggregate's)."""
+        super().__init__(n_features, n_fields, k, self.squares, optimizer, lr, seed, device, backend)
         self.deep = mlp([n_fields * k + n_dense, *hidden, 1]).to(self.tables.w.device)
         self.bias = torch.nn.Parameter(torch.zeros(1, device=self.tables.w.device))
 
@@ -89,8 +90,8 @@ class DLRMLike(_FieldModel):
     of it and the field embeddings, with it, feed a top MLP that gives the logit."""
 
     def __init__(self, n_features, n_fields, n_dense, k=16, bottom=(64,), top=(128, 64), optimizer="adagrad",
-                 lr=None, seed=0, device=None):
-        super().__init__(n_features, n_fields, k, False, optimizer, lr, seed, device)
+                 lr=None, seed=0, device=None, backend="reference"):
+        super().__init__(n_features, n_fields, k, False, optimizer, lr, seed, device, backend)
         device = self.tables.w.device
         self.bottom = torch.nn.Sequential(mlp([n_dense, *bottom, k]), torch.nn.ReLU()).to(device)
         vectors = n_fields + 1

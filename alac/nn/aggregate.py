@@ -77,12 +77,15 @@ class _Batch:
 
 class SparseAggregate(torch.nn.Module):
     def __init__(self, model, n_features, optimizer="adagrad", lr=None, seed=0, device=None, value_scale=1.0,
-                 dtype=torch.float32):
+                 dtype=torch.float32, backend="reference"):
         """model: an alac.dsl.Model (its aggregate is what is used; loss and predict may be left out);
         n_features: rows of its tables; lr: the sparse step (None: the optimizer's default);
         value_scale: the data's mean |x| (AdaGrad's eps is in its units); dtype: the params' storage
         (float32, bfloat16 or float16: half the bytes, read into float32 sums and updated in float32;
-        the optimizer's state stays float32)."""
+        the optimizer's state stays float32); backend: "reference" (the model's torch programs),
+        "triton" (its generated kernels, alac.codegen.bag_kernels: three launches a step, and a
+        gradient buffer the size of the tables) or "interpret" (the same kernels in Triton's
+        interpreter, on the CPU)."""
         if dtype not in TABLE_DTYPES:
             raise OptionError(f"table dtype is one of {', '.join(map(str, TABLE_DTYPES))}, got {dtype}")
         super().__init__()
@@ -97,6 +100,7 @@ class SparseAggregate(torch.nn.Module):
         # the deep part's dLoss/dAccum vary over a vector accum's lanes, whatever the model's loss says
         self._reference = ReferenceBackend(self.ir, given_deltas=True)
         device = torch.device(device) if device is not None else default_device()
+        self._kernels = _kernels_for(backend, self.ir, device)
         # refused before allocation when the rows and their optimizer state do not fit
         narrower = (4 - torch.empty((), dtype=dtype).element_size()) * sum(p.size for p in self.ir.params)
         check_feature_tables(self.n_features, row_bytes_of(self.ir) - narrower, f"the tables of {self.ir.name}",
@@ -156,10 +160,12 @@ class SparseAggregate(torch.nn.Module):
         return getattr(self, self._params[0]).device
 
     def bags(self, indices, bag, n_bags, samples, values=None):
-        """{accum name: [n_bags] or [n_bags, k]}: entry e (feature indices[e], value values[e] or 1)
+        """{accum name: [n_bags] or [n_bags, K]}: entry e (feature indices[e], value values[e] or 1)
         summed into bag[e]; samples (the batch size) sets the optimizer's per-batch hypers. Inputs as
         forward checks them (int64, on the tables' device)."""
-        x = torch.ones(indices.numel(), device=indices.device) if values is None else values
+        x = values
+        if x is None and self._kernels is None:
+            x = torch.ones(indices.numel(), device=indices.device)
         outputs = _Aggregate.apply(self, indices, bag, n_bags, samples, x, self._anchor)
         return dict(zip((a.name for a in self.ir.accums), outputs))
 
@@ -182,23 +188,58 @@ class SparseAggregate(torch.nn.Module):
                 if self.table_device.type == "cuda":
                     # made on a side stream (K-interleaving): not reused before this stream has read them
                     stream = torch.cuda.current_stream()
-                    for indices, x, deltas, _ in recorded:
-                        for tensor in (indices, x, *deltas.values()):
-                            tensor.record_stream(stream)
-                indices, x, deltas, samples = zip(*recorded)
-                indices, x = torch.cat(indices), torch.cat(x)
-                deltas = {name: torch.cat([d[name] for d in deltas]) for name in deltas[0]}
-                self._step(indices, x, deltas, sum(samples))
+                    for indices, x, bag, deltas, _ in recorded:
+                        for tensor in (indices, x, bag, *deltas.values()):
+                            if tensor is not None:
+                                tensor.record_stream(stream)
+                self._step(*_joined(recorded))
         finally:
             self._deferred = None
 
-    def _step(self, indices, x, deltas, samples):
+    def _step(self, indices, x, bag, deltas, samples):
+        """The optimizer on the rows of the entries (indices, x or None for ones, bag) from their
+        bags' dLoss/dAccum (deltas: {delta name: [n_bags] or [n_bags, K]})."""
         state = self.state
+        if self._kernels is not None:
+            by_accum = {a.name: deltas[delta_name(a.name)] for a in self.ir.accums}
+            self._kernels.apply(state, indices, x, bag, by_accum, self.lr, 1.0, self.settings(samples))
+            return
+        x = torch.ones(indices.numel(), device=indices.device) if x is None else x
         gathered = {name: value[indices].float() for name, value in state.params.items()}
-        self._reference.apply(state, indices, x, gathered, deltas, self.lr, 1.0, self.settings(samples))
+        per_entry = {name: d[bag] for name, d in deltas.items()}
+        self._reference.apply(state, indices, x, gathered, per_entry, self.lr, 1.0, self.settings(samples))
 
 
 TABLE_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+BACKENDS = ("reference", "triton", "interpret")
+
+
+def _kernels_for(backend, ir, device):
+    """The generated kernels' launcher of a backend (None: the reference programs)."""
+    if backend not in BACKENDS:
+        raise OptionError(f"SparseAggregate backend is one of {', '.join(BACKENDS)}, got {backend!r}")
+    if backend == "reference":
+        return None
+    if (backend == "triton") != (device.type == "cuda"):
+        raise OptionError(f"backend {backend!r} runs on {'a CUDA device' if backend == 'triton' else 'the CPU'}; "
+                          f"the tables are on {device}")
+    from alac.runtime.bag_launcher import BagLauncher
+
+    return BagLauncher(ir, interpret=backend == "interpret")
+
+
+def _joined(recorded):
+    """The recorded calls of a deferred step as one: entries end to end, every call's bags after the
+    previous calls' (its bags renumbered), their dLoss/dAccum stacked; the samples summed."""
+    indices, x, bags, deltas, samples = zip(*recorded)
+    first, renumbered = 0, []
+    for bag, d in zip(bags, deltas):
+        renumbered.append(bag + first)
+        first += next(iter(d.values())).shape[0]
+    values = None if all(v is None for v in x) else torch.cat(
+        [torch.ones(i.numel(), device=i.device) if v is None else v for i, v in zip(indices, x)])
+    return (torch.cat(indices), values, torch.cat(renumbered),
+            {name: torch.cat([d[name] for d in deltas]) for name in deltas[0]}, sum(samples))
 
 
 class _Aggregate(torch.autograd.Function):
@@ -206,8 +247,11 @@ class _Aggregate(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, module, indices, bag, n_bags, samples, x, anchor):
-        accums, _ = module._reference.accums(module.state, indices, x, bag, n_bags)
-        ctx.module, ctx.samples = module, samples
+        if module._kernels is not None:
+            accums = module._kernels.aggregate(module.state, indices, x, bag, n_bags)
+        else:
+            accums, _ = module._reference.accums(module.state, indices, x, bag, n_bags)
+        ctx.module, ctx.samples, ctx.n_bags = module, samples, n_bags
         ctx.save_for_backward(indices, bag, x)
         return tuple(accums[a.name] for a in module.ir.accums)
 
@@ -218,10 +262,10 @@ class _Aggregate(torch.autograd.Function):
         deltas = {}
         for accum, grad in zip(module.ir.accums, grads):
             lanes = (module.ir.factor_size,) if accum.vector else ()
-            deltas[delta_name(accum.name)] = torch.zeros((bag.numel(), *lanes), device=x.device) if grad is None \
-                else grad[bag]
+            deltas[delta_name(accum.name)] = torch.zeros((ctx.n_bags, *lanes), device=bag.device) if grad is None \
+                else grad
         if module._deferred is not None:
-            module._deferred.append((indices, x, deltas, ctx.samples))
+            module._deferred.append((indices, x, bag, deltas, ctx.samples))
         else:
-            module._step(indices, x, deltas, ctx.samples)
+            module._step(indices, x, bag, deltas, ctx.samples)
         return None, None, None, None, None, None, torch.zeros(0)

@@ -112,8 +112,8 @@ class PackedEmbeddingBags(torch.nn.Module):
     same B rows for every table, and gives {table name: [B, dim]}. A pack too heavy for one operation
     is cut into shards of equal cost (pack_tables)."""
 
-    def __init__(self, tables, seed=0, device=None, accesses=None, max_cost=None):
-        """accesses, max_cost: split heavy packs (pack_tables)."""
+    def __init__(self, tables, seed=0, device=None, accesses=None, max_cost=None, backend="reference"):
+        """accesses, max_cost: split heavy packs (pack_tables); backend: the packs' (SparseAggregate's)."""
         super().__init__()
         names = [t.name for t in tables]
         if len(set(names)) != len(names) or not names:
@@ -128,7 +128,7 @@ class PackedEmbeddingBags(torch.nn.Module):
                 starts.append(starts[-1] + table.rows)
             self.packs.append(SparseAggregate(_Embeddings(dim, init_std), starts[-1] + members[-1].rows,
                                               optimizer=optimizer, lr=lr, seed=seed + index, device=device,
-                                              dtype=getattr(torch, dtype)))
+                                              dtype=getattr(torch, dtype), backend=backend))
             self._members.append(list(zip(members, starts)))
         self._keyed = {}       # (keys, device) -> _key_constants
         # forward checks the ids with a host round trip unless this is off

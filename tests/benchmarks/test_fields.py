@@ -4,6 +4,7 @@ tiny run of its arms writes every figure the results keep."""
 import json
 import sys
 
+import pytest
 import torch
 
 from benchmarks import fields
@@ -32,15 +33,19 @@ def test_a_tiny_run_writes_every_arms_figures(tmp_path, monkeypatch):
     assert [(a["name"], a["data"]) for a in result["arms"]] == [
         ("pytorch_per_field", "synthetic"), ("alac_packed", "synthetic"), ("alac_packed_D", "synthetic"),
         ("alac_packed_K", "synthetic"), ("alac_packed_KD", "synthetic"),
-        ("pytorch_deepfm", "criteo_like"), ("alac_deepfm", "criteo_like"),
-        ("pytorch_ffm", "criteo_like_ffm"), ("alac_ffm", "criteo_like_ffm")]
+        ("pytorch_deepfm", "criteo_like"), ("alac_deepfm", "criteo_like"), ("alac_deepfm_kernels", "criteo_like"),
+        ("pytorch_ffm", "criteo_like_ffm"), ("alac_ffm", "criteo_like_ffm"), ("alac_ffm_kernels", "criteo_like_ffm")]
     for arm in result["arms"]:
         assert arm["fields"] == {"synthetic": 6, "criteo_like": 39, "criteo_like_ffm": 4}[arm["data"]]
         assert arm["samples_per_s"] > 0 and 0 <= arm["auc"] <= 1 and arm["logloss"] > 0
         assert arm["kernels_per_step"] is None      # counted on a GPU only
     # a DeepFM arm trains its epochs (500 rows in batches of 64), an FFM arm one epoch
-    assert result["arms"][-3]["steps"] == 8 and result["arms"][-1]["steps"] == 5
+    assert result["arms"][-4]["steps"] == 8 and result["arms"][-1]["steps"] == 5
     assert result["arms"][-1]["ms_per_epoch"] > 0
+    # the tables' generated kernels train what their reference programs train
+    by_name = {arm["name"]: arm for arm in result["arms"]}
+    for name in ("alac_deepfm", "alac_ffm"):
+        assert by_name[f"{name}_kernels"]["logloss"] == pytest.approx(by_name[name]["logloss"], abs=1e-5)
 
 
 def test_plain_and_alac_deepfm_give_the_same_logits_from_the_same_tables():

@@ -11,8 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from alac.codegen.bag_kernels import generate_bag_kernels
 from alac.codegen.kernels import generate_kernels
 from alac.ir.pipeline import lower
+from alac.models.deep import FieldTables
 from alac.plan import Plan
 from tests.zoo_models import ZOO
 
@@ -61,6 +63,16 @@ def generate(model, optimizer, plan):
 
 
 CASES = list(cases())
+# alac.nn's kernels (alac.codegen.bag_kernels) of the deep models' tables (k = 6: masked lanes)
+BAG_OPTIMIZERS = ("sgd", "adagrad", "ftrl", "adam")
+
+
+def bag_snapshot_path(optimizer):
+    return GOLDEN / f"bags-fieldtables-{optimizer}.py"
+
+
+def generate_bags(optimizer):
+    return generate_bag_kernels(lower(FieldTables(6, squares=True), optimizer, aggregate_only=True)).source
 
 
 @pytest.mark.parametrize("model,optimizer,variant,plan", CASES, ids=[f"{m}-{o}-{v}" for m, o, v, _ in CASES])
@@ -74,8 +86,20 @@ def test_generated_source_matches_its_snapshot(model, optimizer, variant, plan):
                     "rewrites it):\n" + "\n".join(list(diff)[:80]))
 
 
+@pytest.mark.parametrize("optimizer", BAG_OPTIMIZERS)
+def test_generated_bag_kernels_match_their_snapshot(optimizer):
+    path = bag_snapshot_path(optimizer)
+    assert path.exists(), f"no snapshot {path.name}: run python -m tests.codegen.test_golden --update"
+    expected, actual = path.read_text(), generate_bags(optimizer)
+    if actual != expected:
+        diff = difflib.unified_diff(expected.splitlines(), actual.splitlines(), "snapshot", "generated", lineterm="")
+        pytest.fail(f"{path.name} differs from the generated source (python -m tests.codegen.test_golden --update "
+                    "rewrites it):\n" + "\n".join(list(diff)[:80]))
+
+
 def test_every_snapshot_belongs_to_a_case():
-    expected = {snapshot_path(m, o, v).name for m, o, v, _ in CASES}
+    expected = {snapshot_path(m, o, v).name for m, o, v, _ in CASES} | {bag_snapshot_path(o).name
+                                                                        for o in BAG_OPTIMIZERS}
     stale = sorted(p.name for p in GOLDEN.glob("*.py") if p.name not in expected)
     assert not stale, f"snapshots of no case (remove them): {stale}"
 
@@ -98,7 +122,9 @@ def update():
         path.unlink()
     for model, optimizer, variant, plan in CASES:
         snapshot_path(model, optimizer, variant).write_text(generate(model, optimizer, plan))
-    print(f"wrote {len(CASES)} snapshots to {GOLDEN}")
+    for optimizer in BAG_OPTIMIZERS:
+        bag_snapshot_path(optimizer).write_text(generate_bags(optimizer))
+    print(f"wrote {len(CASES) + len(BAG_OPTIMIZERS)} snapshots to {GOLDEN}")
 
 
 if __name__ == "__main__":

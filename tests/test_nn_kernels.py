@@ -1,0 +1,102 @@
+"""alac.nn on its generated kernels (alac.codegen.bag_kernels, launched by alac.runtime.bag_launcher):
+the same accums, tables and optimizer state as the reference programs, which tests/test_nn.py checks
+against hand-written PyTorch. Triton's interpreter without a GPU, compiled kernels with one."""
+
+import pytest
+import torch
+
+from alac.errors import OptionError
+from alac.models.deep import DeepFM, FieldTables
+from alac.nn import PackedEmbeddingBags, SparseAggregate, Table
+from tests.runtime.test_streams import DEVICE, KERNELS
+
+
+def _pair(optimizer, k=5, dtype=torch.float32, rows=60):
+    return [SparseAggregate(FieldTables(k, squares=True), rows, optimizer=optimizer, lr=0.1, seed=2, device=DEVICE,
+                            backend=backend, dtype=dtype) for backend in ("reference", KERNELS)]
+
+
+def _batch(generator, samples=12, per_sample=4, rows=60, values=False):
+    """Bags of per_sample entries with repeated ids (a row summed from several entries)."""
+    indices = torch.randint(0, rows, (samples * per_sample,), generator=generator).to(DEVICE)
+    offsets = torch.arange(0, samples * per_sample + 1, per_sample, device=DEVICE)
+    x = torch.rand(samples * per_sample, generator=generator).to(DEVICE) if values else None
+    return indices, offsets, x
+
+
+def _loss(accums):
+    # every accum reaches the loss, the vector ones lane by lane
+    return accums["wx"].sum() + (accums["vx"] ** 2).sum() - 0.3 * (accums["v2x2"] * accums["vx"]).sum()
+
+
+def _assert_same(expected, actual, dtype=torch.float32):
+    # a narrow table's values may round to neighbouring values (the interpreter truncates to bfloat16)
+    tolerance = {"rtol": 1e-5, "atol": 1e-6} if dtype == torch.float32 else {"rtol": 2**-6, "atol": 1e-4}
+    for (name, a), (_, b) in zip(expected.state_dict().items(), actual.state_dict().items()):
+        torch.testing.assert_close(b.float(), a.float(), **tolerance, msg=name)
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adagrad", "ftrl", "adam"])
+@pytest.mark.parametrize("values", [False, True])
+def test_kernels_train_the_tables_as_the_reference_programs_do(optimizer, values):
+    generator = torch.Generator().manual_seed(0)
+    reference, kernels = _pair(optimizer)
+    for _ in range(3):
+        indices, offsets, x = _batch(generator, values=values)
+        accums = [module(indices, offsets, x) for module in (reference, kernels)]
+        for name in accums[0]:
+            torch.testing.assert_close(accums[1][name], accums[0][name], rtol=1e-5, atol=1e-6)
+        for module_accums in accums:
+            _loss(module_accums).backward()
+    _assert_same(reference, kernels)
+
+
+def test_kernels_pool_per_field_and_step_once_in_a_deferred_step():
+    """Per-field bags (DeepFM's embeddings) and two calls in deferred(): one step on both."""
+    generator = torch.Generator().manual_seed(1)
+    reference, kernels = _pair("adagrad", k=4)
+    for _ in range(2):
+        indices, offsets, _ = _batch(generator)
+        fields = torch.arange(4, device=DEVICE).repeat(12)
+        for module in (reference, kernels):
+            with module.deferred():
+                _loss(module(indices, offsets, fields=fields, n_fields=4)).backward()
+                module(indices[:8], offsets[:3])["vx"].sum().backward()
+    _assert_same(reference, kernels)
+
+
+def test_narrow_tables_on_kernels_sum_and_update_in_float32():
+    generator = torch.Generator().manual_seed(2)
+    reference, kernels = _pair("adagrad", k=6, dtype=torch.bfloat16)
+    for _ in range(2):
+        indices, offsets, x = _batch(generator, values=True)
+        for module in (reference, kernels):
+            _loss(module(indices, offsets, x)).backward()
+    assert kernels.v.dtype == torch.bfloat16 and kernels.v_accumulator.dtype == torch.float32
+    _assert_same(reference, kernels, torch.bfloat16)
+
+
+def test_a_deepfm_and_packed_tables_take_the_kernels():
+    torch.manual_seed(0)
+    models = []
+    for backend in ("reference", KERNELS):
+        torch.manual_seed(0)
+        models.append(DeepFM(40, 3, k=4, hidden=(8,), lr=0.05, seed=1, device=DEVICE, backend=backend))
+    ids = torch.randint(0, 40, (30,), device=DEVICE)
+    offsets = torch.arange(0, 31, 3, device=DEVICE)
+    fields = torch.arange(3, device=DEVICE).repeat(10)
+    logits = [model(ids, offsets, fields) for model in models]
+    torch.testing.assert_close(logits[1], logits[0], rtol=1e-5, atol=1e-6)
+    for logit in logits:
+        logit.sum().backward()
+    _assert_same(models[0].tables, models[1].tables)
+    packed = PackedEmbeddingBags([Table("a", 10, 4, lr=0.1), Table("b", 7, 4, lr=0.1)], device=DEVICE,
+                                 backend=KERNELS)
+    assert packed.packs[0]._kernels is not None
+
+
+def test_a_backend_that_cannot_run_on_the_tables_device_is_refused():
+    with pytest.raises(OptionError, match="backend is one of reference, triton, interpret"):
+        SparseAggregate(FieldTables(2), 10, lr=0.1, device="cpu", backend="cuda")
+    with pytest.raises(OptionError, match="runs on a CUDA device"):
+        SparseAggregate(FieldTables(2), 10, lr=0.1, device="cpu", backend="triton")
