@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from alac.models.field_aware import FFM
+from tests.runtime.test_streams import DEVICE, KERNELS
 
 N_FEATURES, N_FIELDS, K, LR = 40, 3, 2, 0.3
 
@@ -51,31 +52,36 @@ def _rows(seed, count=10, one_hot=False):
 
 def _batch(rows):
     offsets = np.cumsum([0] + [len(r[0]) for r in rows])
-    return (torch.as_tensor(np.concatenate([r[0] for r in rows])), torch.as_tensor(offsets),
-            torch.as_tensor(np.concatenate([r[1] for r in rows])),
-            torch.as_tensor(np.concatenate([r[2] for r in rows]), dtype=torch.float32))
+    def joined(part, dtype=None):
+        return torch.as_tensor(np.concatenate([r[part] for r in rows]), dtype=dtype, device=DEVICE)
+
+    return joined(0), torch.as_tensor(offsets, device=DEVICE), joined(1), joined(2, torch.float32)
 
 
+@pytest.mark.parametrize("backend", ["reference", KERNELS])
 @pytest.mark.parametrize("one_hot", [False, True])
-def test_ffm_logits_and_sgd_steps_equal_a_numpy_ffm(one_hot):
-    """Rows with a field repeated, and (one_hot: the model without pairs within a field) one-hot rows."""
-    model = FFM(N_FEATURES, N_FIELDS, k=K, optimizer="sgd", lr=LR, device="cpu", init_std=0.3, one_hot=one_hot)
+def test_ffm_logits_and_sgd_steps_equal_a_numpy_ffm(one_hot, backend):
+    """Rows with a field repeated, and (one_hot: the model without pairs within a field) one-hot rows;
+    the tables on their reference programs and on their generated kernels."""
+    model = FFM(N_FEATURES, N_FIELDS, k=K, optimizer="sgd", lr=LR, device=DEVICE, init_std=0.3, one_hot=one_hot,
+                backend=backend)
     model.tables.w.copy_(torch.randn(N_FEATURES, generator=torch.Generator().manual_seed(1)) * 0.2)
-    w = model.tables.w.double().numpy().copy()
-    v = model.tables.v.double().numpy().reshape(N_FEATURES, N_FIELDS, K).copy()
+    w = model.tables.w.double().cpu().numpy().copy()
+    v = model.tables.v.double().cpu().numpy().reshape(N_FEATURES, N_FIELDS, K).copy()
     bias = 0.0
     optimizer = torch.optim.SGD(model.parameters(), lr=LR)
     for step in range(3):
         rows, labels = _rows(step, one_hot=one_hot)
         indices, offsets, fields, values = _batch(rows)
         logits = model(indices, offsets, fields, values)
-        np.testing.assert_allclose(logits.detach().double().numpy(), _numpy_ffm(w, v, bias, rows), rtol=1e-4,
+        np.testing.assert_allclose(logits.detach().double().cpu().numpy(), _numpy_ffm(w, v, bias, rows), rtol=1e-4,
                                    atol=1e-5)
         optimizer.zero_grad()
-        torch.nn.functional.binary_cross_entropy_with_logits(logits, torch.as_tensor(labels).float()).backward()
+        target = torch.as_tensor(labels, device=DEVICE).float()
+        torch.nn.functional.binary_cross_entropy_with_logits(logits, target).backward()
         optimizer.step()
         gw, gv, gb = _numpy_gradients(w, v, bias, rows, labels)
         w, v, bias = w - LR * gw, v - LR * gv, bias - LR * gb
-        np.testing.assert_allclose(model.tables.w.double().numpy(), w, rtol=1e-4, atol=1e-6)
-        np.testing.assert_allclose(model.tables.v.double().numpy().reshape(v.shape), v, rtol=1e-4, atol=1e-6)
+        np.testing.assert_allclose(model.tables.w.double().cpu().numpy(), w, rtol=1e-4, atol=1e-6)
+        np.testing.assert_allclose(model.tables.v.double().cpu().numpy().reshape(v.shape), v, rtol=1e-4, atol=1e-6)
         np.testing.assert_allclose(float(model.bias.detach()), bias, rtol=1e-4, atol=1e-6)

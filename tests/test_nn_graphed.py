@@ -24,9 +24,9 @@ def test_on_a_cpu_every_step_runs_as_called():
     assert [float(c) for c in calls] == [0, 1, 2, 3, 4] and not graphed.graphs
 
 
-def _deepfm_and_step(device):
+def _deepfm_and_step(device, backend="reference"):
     torch.manual_seed(3)
-    model = DeepFM(500, 5, k=4, hidden=(16,), optimizer="adagrad", lr=0.05, seed=1, device=device)
+    model = DeepFM(500, 5, k=4, hidden=(16,), optimizer="adagrad", lr=0.05, seed=1, device=device, backend=backend)
     model.tables.check_batches = False
     dense = torch.optim.Adam(list(model.parameters()), lr=1e-2, capturable=True)
 
@@ -44,14 +44,16 @@ def _deepfm_and_step(device):
 
 
 @GPU
-def test_replayed_steps_train_a_deepfm_as_eager_steps_do():
+@pytest.mark.parametrize("backend", ["reference", "triton"])
+def test_replayed_steps_train_a_deepfm_as_eager_steps_do(backend):
     """Six full batches (two eager, a capture, three replays of new inputs) and a short one (eager):
-    the tables, their AdaGrad state, the MLP and Adam's moments of an eager run."""
+    the tables, their AdaGrad state, the MLP and Adam's moments of an eager run; the tables on their
+    reference programs and on their generated kernels."""
     generator = torch.Generator().manual_seed(0)
     batches = [(torch.randint(0, 500, (rows, 5), generator=generator).cuda(),
                 torch.randint(0, 2, (rows,), generator=generator).float().cuda()) for rows in (64,) * 6 + (40,)]
-    eager, eager_step = _deepfm_and_step("cuda")
-    replayed, step = _deepfm_and_step("cuda")
+    eager, eager_step = _deepfm_and_step("cuda", backend)
+    replayed, step = _deepfm_and_step("cuda", backend)
     graphed = GraphedStep(step)
     for ids, labels in batches:
         expected = float(eager_step(ids, labels))
