@@ -105,12 +105,12 @@ class Packed(torch.nn.Module):
     """alac's packed tables (one SparseAggregate per dim), concatenated into the same MLP; a step
     interleaved as `interleaving` says (alac.interleave: D micro-batches, K a side stream)."""
 
-    def __init__(self, shapes, device, interleaving=None):
+    def __init__(self, shapes, device, interleaving=None, backend="reference"):
         super().__init__()
         self.interleaving = interleaving
         self.names = [f"f{f}" for f in range(len(shapes))]
         self.tables = PackedEmbeddingBags([Table(name, c, d, lr=TABLE_LR) for name, (c, d) in zip(self.names, shapes)],
-                                          seed=SEED, device=device)
+                                          seed=SEED, device=device, backend=backend)
         self.deep = mlp([sum(d for _, d in shapes), *HIDDEN, 1]).to(device)
         self.columns = torch.tensor([self.names.index(key) for key in self.tables.keys], device=device)
         self.tables.check_batches = False      # valid ids by construction (as the DeepFM arms)
@@ -399,12 +399,16 @@ def main():
         torch.manual_seed(SEED)
         compiled = PerField(shapes).to(args.device)
         arms.append(arm("pytorch_per_field_compiled", compiled, torch.compile(compiled), batch_of, valid, args))
-    packed = Packed(shapes, args.device)
-    arms.append(arm("alac_packed", packed, packed, batch_of, valid, args))
+    # every alac arm from the same initial MLP (the tables are seeded by SEED)
+    for name, backend in (("alac_packed", "reference"), ("alac_packed_kernels", kernels_backend(args))):
+        torch.manual_seed(SEED)
+        packed = Packed(shapes, args.device, backend=backend)
+        arms.append(arm(name, packed, packed, batch_of, valid, args))
     # PICASSO's interleaving ablation: D micro-batches, K lookups on a side stream, both
     for name, interleaving in (("alac_packed_D", Interleaving(args.micro_batches)),
                                ("alac_packed_K", Interleaving(1, side_stream=True)),
                                ("alac_packed_KD", Interleaving(args.micro_batches, side_stream=True))):
+        torch.manual_seed(SEED)
         model = Packed(shapes, args.device, interleaving)
         arms.append(arm(name, model, model, batch_of, valid, args))
     if args.deepfm_rows:

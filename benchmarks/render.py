@@ -171,12 +171,14 @@ def fields_table(result):
     deepfm = "" if not args.get("deepfm_rows") else (
         f" DeepFM arms: {args['deepfm_epochs']:g} epochs of each set ({args['deepfm_rows']:,} Criteo-shaped rows), "
         "scored on its held-out rows; each compared with the PyTorch arm of its data.")
+    backends = " The alac arms' tables run their reference programs (torch gathers and index_add)" + (
+        ", the *_kernels arms' their generated kernels (alac.codegen.bag_kernels)."
+        if any(a["name"].endswith("_kernels") for a in result["arms"]) else " (no generated kernels for them yet).")
     captured = sorted({f"{a['name']} ({a['data']})" for a in result["arms"] if a.get("cuda_graphs")})
     graphed = "" if not captured else (f" Steps replayed from CUDA graphs (alac.nn.GraphedStep): "
                                        f"{', '.join(captured)}; kernels per step counts a replay's kernels.")
     return (f"{args['fields']} fields, batches of {args['batch_size']}, {args['steps']} timed steps, scored on "
-            f"{args['valid_rows']:,} held-out rows.{compiled}{deepfm} alac.nn runs its torch programs "
-            f"(no generated kernels for it yet).{graphed}\n\n"
+            f"{args['valid_rows']:,} held-out rows.{compiled}{deepfm}{backends}{graphed}\n\n"
             + table(["data", "arm", "fields", "kernels per step", "k samples/s", "vs base", "AUC",
                      "AUC − base", "logloss", "ms/epoch", "best epoch"], rows)
             + "\n\nbase: the arm each row is compared with, by data: one nn.EmbeddingBag per field (synthetic), "

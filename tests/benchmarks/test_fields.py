@@ -31,7 +31,8 @@ def test_a_tiny_run_writes_every_arms_figures(tmp_path, monkeypatch):
     fields.main()
     result = json.loads((tmp_path / "fields.json").read_text())
     assert [(a["name"], a["data"]) for a in result["arms"]] == [
-        ("pytorch_per_field", "synthetic"), ("alac_packed", "synthetic"), ("alac_packed_D", "synthetic"),
+        ("pytorch_per_field", "synthetic"), ("alac_packed", "synthetic"), ("alac_packed_kernels", "synthetic"),
+        ("alac_packed_D", "synthetic"),
         ("alac_packed_K", "synthetic"), ("alac_packed_KD", "synthetic"),
         ("pytorch_deepfm", "criteo_like"), ("alac_deepfm", "criteo_like"), ("alac_deepfm_kernels", "criteo_like"),
         ("pytorch_ffm", "criteo_like_ffm"), ("alac_ffm", "criteo_like_ffm"), ("alac_ffm_kernels", "criteo_like_ffm")]
@@ -44,7 +45,7 @@ def test_a_tiny_run_writes_every_arms_figures(tmp_path, monkeypatch):
     assert result["arms"][-1]["ms_per_epoch"] > 0
     # the tables' generated kernels train what their reference programs train
     by_name = {arm["name"]: arm for arm in result["arms"]}
-    for name in ("alac_deepfm", "alac_ffm"):
+    for name in ("alac_packed", "alac_deepfm", "alac_ffm"):
         assert by_name[f"{name}_kernels"]["logloss"] == pytest.approx(by_name[name]["logloss"], abs=1e-5)
 
 
