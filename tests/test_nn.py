@@ -10,7 +10,7 @@ import torch
 from alac.dsl import Global, Model, Normal, Param, ops
 from alac.errors import DataError, ModelError, OptionError
 from alac.ir.pipeline import lower
-from alac.nn import KeyedBags, PackedEmbeddingBags, SparseAggregate, Table, pack_tables
+from alac.nn import KeyedBags, PackedEmbeddingBags, SparseAggregate, Table, pack_tables, table_accesses
 
 K = 4
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -320,6 +320,18 @@ def test_a_pack_heavier_than_its_limit_is_cut_into_shards_of_equal_cost_by_picas
     features = {t.name: (torch.tensor([1, 3, 9]), torch.tensor([0, 2, 3])) for t in tables}
     for name, pooled in whole(features).items():
         torch.testing.assert_close(split(features)[name], pooled)
+
+
+def test_warm_up_batches_count_every_tables_accesses_for_the_cost_split():
+    """KeyedBags with and without their lengths per key, and per-table batches, counted alike."""
+    ids = torch.tensor([[1, 2], [3, 4], [5, 6]])
+    bags = KeyedBags(("a", "b"), torch.tensor([1, 3, 5, 5, 2]), torch.tensor([0, 1, 2, 3, 4, 4, 5]))
+    assert bags.samples == 3
+    counted = table_accesses([KeyedBags.one_hot(("a", "b"), ids), bags, dataclasses.replace(bags, key_lengths=(3, 2)),
+                              {"a": (torch.tensor([7, 8]), torch.tensor([0, 2])), "b": ([1], [0, 1])}])
+    assert counted == {"a": 3 + 3 + 3 + 2, "b": 3 + 2 + 2 + 1}
+    tables = [Table(name, rows=10, dim=4, lr=0.1) for name in "ab"]
+    assert [[t.name for t in pack] for pack in pack_tables(tables, counted, max_cost=4 * 10)] == [["a"], ["b"]]
 
 
 def test_tables_larger_than_memory_are_refused_before_allocation(monkeypatch):

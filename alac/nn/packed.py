@@ -1,5 +1,6 @@
-"""Many tables packed as PICASSO packs them (alac.nn): Table, pack_tables (Eq. 1), KeyedBags
-(TorchRec's KeyedJaggedTensor layout) and PackedEmbeddingBags."""
+"""Many tables packed as PICASSO packs them (alac.nn): Table, pack_tables (Eq. 1) with
+table_accesses (its counts from warm-up batches), KeyedBags (TorchRec's KeyedJaggedTensor layout)
+and PackedEmbeddingBags."""
 
 from __future__ import annotations
 
@@ -76,6 +77,25 @@ def pack_tables(tables, accesses=None, max_cost=None):
         order = {t.name: i for i, t in enumerate(members)}
         result += [sorted(shard, key=lambda t: order[t.name]) for shard in shards if shard]
     return result
+
+
+def table_accesses(batches):
+    """{table name: ids looked up} over warm-up batches (KeyedBags, or {table name: (indices, offsets[,
+    values])}): the access counts of PICASSO's Eq. 1 that pack_tables' cost split takes."""
+    counts = {}
+    for batch in batches:
+        if isinstance(batch, KeyedBags):
+            lengths = batch.key_lengths
+            if lengths is None:       # from the offsets at the keys' bounds: one read of the device
+                samples = batch.samples
+                bounds = batch.offsets[torch.arange(len(batch.keys) + 1, device=batch.offsets.device) * samples]
+                lengths = bounds.diff().tolist()
+            pairs = zip(batch.keys, lengths)
+        else:
+            pairs = ((name, torch.as_tensor(parts[0]).numel()) for name, parts in batch.items())
+        for name, count in pairs:
+            counts[name] = counts.get(name, 0) + int(count)
+    return counts
 
 
 @dataclass(frozen=True)
