@@ -149,8 +149,8 @@ def _placement(args, ir, dataset, layout, plan):
 
     from alac.runtime.param_planner import plan_placement
 
-    return plan_placement(ir, dataclasses.replace(plan, memory_budget=args.gpu_memory), dataset, layout,
-                          "cuda" if torch.cuda.is_available() else "cpu")
+    return plan_placement(ir, dataclasses.replace(plan, memory_budget=args.gpu_memory, param_mode=args.param_mode),
+                          dataset, layout, "cuda" if torch.cuda.is_available() else "cpu")
 
 
 def _runner(args, ir, plan):
@@ -323,8 +323,12 @@ def build_parser():
     inspect.add_argument("--mode", default="sync", choices=["sync", "async"], help="execution semantics")
     inspect.add_argument("--data", help="a data file: plan for its layout and print the numbers behind it")
     inspect.add_argument("--gpu-memory", type=memory_size, default=None, metavar="SIZE",
-                         help="with --data: where the model's rows go under this GPU budget (all on the GPU, or a "
-                              "HybridHash cache in front of pinned host memory) and the cost model's numbers")
+                         help="with --data: where the model's rows go under this GPU budget (all on the GPU, or in "
+                              "pinned host memory behind a HybridHash cache or FAE's hot table) and the cost model's "
+                              "numbers")
+    inspect.add_argument("--param-mode", default="auto", choices=["auto", "hybrid_hash", "fae"],
+                         help="rows over the GPU budget for them: auto (the planner's cheaper), a HybridHash cache "
+                              "(hybrid_hash) or FAE's hot table (fae)")
     _add_load_options(inspect)
     inspect.add_argument("--dump", metavar="DIR", help="also write the generated kernels to DIR")
     inspect.set_defaults(handler=_inspect)

@@ -69,8 +69,13 @@ class Plan:
     # Bytes of GPU memory the training data may take; a layout larger than this (or than the GPU's
     # free memory when None) is streamed from pinned host memory in blocks (alac.runtime.streams).
     memory_budget: int | None = None
+    # Rows over the GPU budget for them: "auto" (the planner's cheaper of the two), "hybrid_hash" (a
+    # cache of the budget, alac.runtime.hybrid_hash) or "fae" (FAE's hot table, alac.runtime.placement).
+    param_mode: str = "auto"
 
     def __post_init__(self):
+        if self.param_mode not in ("auto", "hybrid_hash", "fae"):
+            raise OptionError(f"param_mode is auto, hybrid_hash or fae, got {self.param_mode!r}")
         if self.memory_budget is not None and self.memory_budget <= 0:
             raise OptionError(f"memory_budget must be a positive number of bytes, got {self.memory_budget}")
         for entry in self.placement:

@@ -21,6 +21,7 @@ from alac.plan import Plan
 from alac.runtime.blocks import is_block_source
 from alac.runtime.cached_executor import CachedExecutor
 from alac.runtime.executor import Executor, LabelMap
+from alac.runtime.fae_executor import FaeExecutor
 from alac.runtime.layout import BigraphLayout, LayoutOptions, build_layout
 from alac.runtime.memory import available_bytes
 from alac.runtime.param_planner import ParamPlacement, plan_placement, row_bytes_of
@@ -167,8 +168,8 @@ class Trainer:
     def _place_params(self, train, streamed):
         """The planner's placement of the model's rows (alac.runtime.param_planner): over the GPU budget
         for them, the executor becomes a CachedExecutor (rows in pinned host memory, a HybridHash cache
-        of the budget on the GPU)."""
-        if self.executor.state is not None or isinstance(self.executor, CachedExecutor):
+        of the budget on the GPU) or an FaeExecutor (FAE's hot table of the budget)."""
+        if self.executor.state is not None or getattr(self.executor, "host_rows", False):
             return
         if streamed:
             row_bytes = row_bytes_of(self.executor.ir)
@@ -180,6 +181,9 @@ class Trainer:
         self.placement = plan_placement(self.executor.ir, self.plan, train, self.train_layout, self.device)
         if self.placement.mode == "hybrid_hash":
             self.executor = CachedExecutor(*self._executor_arguments, self.placement)
+        elif self.placement.mode == "fae":
+            self.executor = FaeExecutor(*self._executor_arguments, self.placement, train, self.train_layout,
+                                        lambda layout: self.labels.model_labels(layout.labels))
 
     def _laid_out_for_training(self, train):
         """A resident layout, or a StreamedLayout of a block source or of a layout over the budget."""
@@ -288,6 +292,8 @@ class Trainer:
                       "rows_per_s": self.train_layout.n_rows / max(seconds, 1e-9)}
             if isinstance(self.executor, CachedExecutor):
                 record["hit_ratio"] = self.executor.epoch_hit_ratio.get(self.epoch)
+            elif isinstance(self.executor, FaeExecutor):
+                record["hot_input_share"] = self.executor.split.hot_input_share
             if diverged(loss, start, lowest) or (not pending and not finite_state):
                 self.stopped_because = "diverged"
                 if self._restore_sound(snapshots, start, lowest, layout_labels):
@@ -330,7 +336,7 @@ class Trainer:
         whose rows live in host memory and take more than half of what is free there (a copy of a
         table larger than the GPU would not fit beside it)."""
         state = self.executor.state
-        if isinstance(self.executor, CachedExecutor):
+        if getattr(self.executor, "host_rows", False):
             size = sum(v.numel() * v.element_size() for v in [*state.params.values(), *state.states.values()])
             free = available_bytes("cpu")
             if free is not None and size > free // 2:

@@ -119,6 +119,9 @@ def parser_for(parser, module=None):
     parser.add_argument("--gpu-memory", type=memory_size, default=None, metavar="SIZE",
                         help="GPU memory the training data may take (e.g. 8GB); a larger layout is streamed from "
                              "pinned host memory in blocks (default: a share of the GPU's free memory)")
+    parser.add_argument("--param-mode", default="auto", choices=["auto", "hybrid_hash", "fae"],
+                        help="rows over the GPU budget for them: auto (the planner's cheaper), a HybridHash cache "
+                             "(hybrid_hash) or FAE's hot table (fae)")
     parser.add_argument("--flush-every", type=positive_int, default=8, metavar="K",
                         help="async hot segment: chunks between a program's flushes of its hot sums")
     parser.add_argument("--backend", default="triton", choices=["triton", "interpret", "reference"],
@@ -249,7 +252,7 @@ def _plan(args):
     from alac.plan import Plan
 
     options = {"batch_size": args.batch_size, "kernels": args.kernels, "semantics": args.mode,
-               "flush_every": args.flush_every}
+               "flush_every": args.flush_every, "param_mode": args.param_mode}
     if args.hot_size is not None:
         options["hot_size"] = args.hot_size
     if args.gpu_memory is not None:

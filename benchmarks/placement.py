@@ -312,7 +312,7 @@ def big_run(args):
     valid = every.take(torch.arange(args.big_rows, args.big_rows + args.valid_rows, device=TARGET["device"]))
     del every
     plan = Plan(batch_size=args.batch_size, chunk_size=math.gcd(Plan.chunk_size, args.batch_size),
-                memory_budget=int(args.big_budget_gb * 2**30))
+                memory_budget=int(args.big_budget_gb * 2**30), param_mode="hybrid_hash")
     used("data")
     trainer = Trainer(zoo_model("fm", k=args.big_k), lr=LR, epochs=2, plan=plan, seed=SEED, **TARGET,
                       optimizer="adagrad")

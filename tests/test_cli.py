@@ -300,7 +300,8 @@ def test_train_over_its_gpu_memory_budget_caches_the_rows_and_reports_hit_ratios
     hit ratio of every batch written; inspect prints the same choice."""
     out = tmp_path / "run"
     result = _run_alac("train", "--model", "fm", "--synthetic", "4000", "--backend", "reference", "--epochs", "2",
-                       "--optimizer", "adagrad", "--batch-size", "256", "--gpu-memory", "5MB", "--out", str(out))
+                       "--optimizer", "adagrad", "--batch-size", "256", "--gpu-memory", "5MB",
+                       "--param-mode", "hybrid_hash", "--out", str(out))
     assert result.returncode == 0, result.stderr
     assert re.search(r"placement: placement = hybrid_hash: 1,460,005 rows x 44 bytes", result.stdout), result.stdout
     assert re.search(r"placement: predicted [\d,]+ samples/s", result.stdout), result.stdout
@@ -308,10 +309,17 @@ def test_train_over_its_gpu_memory_budget_caches_the_rows_and_reports_hit_ratios
     assert ratios[0] == "batch,hit_ratio" and len(ratios) == 1 + 2 * 13    # 3,200 rows in batches of 256
     data = tmp_path / "many.svm"
     data.write_text("".join(f"{i % 2} {1 + i}:1 {100000 + i % 50}:1\n" for i in range(3000)))
-    inspected = _run_alac("inspect", "--model", "fm", "--data", str(data), "--gpu-memory", "400KB")
+    inspected = _run_alac("inspect", "--model", "fm", "--data", str(data), "--gpu-memory", "400KB",
+                          "--param-mode", "hybrid_hash")
     assert inspected.returncode == 0, inspected.stderr
     assert "# placement placement = hybrid_hash: 100,049 rows x 36 bytes" in inspected.stdout, inspected.stdout
     assert "# placement hit ratio = " in inspected.stdout
+    # FAE asked for: its hot rows (9,107) hold the 3,050 features the rows touch: every input is hot
+    inspected = _run_alac("inspect", "--model", "fm", "--data", str(data), "--gpu-memory", "400KB",
+                          "--param-mode", "fae")
+    assert inspected.returncode == 0, inspected.stderr
+    assert "# placement placement = fae: 100,049 rows x 36 bytes" in inspected.stdout, inspected.stdout
+    assert "# placement fae hot inputs = 1.0000: the share of rows" in inspected.stdout, inspected.stdout
 
 
 def test_train_out_of_core_streams_the_file_from_a_block_store_on_disk(tmp_path):

@@ -20,6 +20,9 @@ CALIBRATION_BATCHES = 16
 
 
 class CachedExecutor:
+    # rows in pinned host memory: the Trainer snapshots them only where host memory allows
+    host_rows = True
+
     def __init__(self, model, plan, backend, device, seed, optimizer, schedule, exact_l2, placement):
         """placement: the planner's ParamPlacement (mode hybrid_hash, its cache shape)."""
         params = [name for name in model.declarations()[0]]

@@ -1,5 +1,6 @@
-"""Where the model's rows live: all on the GPU when they fit its budget, else a HybridHash cache of the
-budget in front of the rows in pinned host memory (alac.runtime.hybrid_hash); and what the cache
+"""Where the model's rows live: all on the GPU when they fit its budget, else in pinned host memory
+behind a HybridHash cache of the budget (alac.runtime.hybrid_hash) or FAE's hot table of the budget's
+most accessed rows (alac.runtime.placement), whichever the cost model finds cheaper; and what that
 will cost, predicted from the layout's access counts and measured throughputs.
 
 Cost model of a HybridHash epoch (B batches, E edges, rows ranked by their accesses f_r):
@@ -17,6 +18,13 @@ Cost model of a HybridHash epoch (B batches, E edges, rows ranked by their acces
   the epoch takes the sum), and leaving SIDE_MULTIPROCESSORS to the side stream (overlapped: the
   longer of the two); the cheaper one is chosen; plus RERANK_SECONDS at every re-rank, where the
   pipeline drains and the kernels wait.
+
+Cost model of an FAE epoch (L = the budget's rows, the L most accessed rows hot): a hot input (every
+feature it touches hot) trains on the device; every edge of a cold input reads its row from host
+memory and writes its update back (the measured gather and scatter throughputs); every swap between
+kinds copies at most the L hot rows each way (FAE's START_RATE: two segments of each kind, three
+swaps an epoch). The planner takes FAE when this traffic is below the cache's traffic and
+bookkeeping (the kernels cost both about the same), and HybridHash without measured throughputs.
 """
 
 from __future__ import annotations
@@ -137,9 +145,41 @@ def bookkeeping_seconds(edges, segments, ns_per_edge=BOOKKEEPING_NS_PER_EDGE, se
     return edges * ns_per_edge * 1e-9 + segments * segment_seconds
 
 
+# FAE swaps per epoch at its starting rate (segments cold, hot, cold, hot)
+FAE_SWAPS = 3
+
+
+@dataclass(frozen=True)
+class FaeForecast:
+    """An FAE epoch's row traffic as the cost model sees it."""
+
+    hot_rows: int
+    hot_input_share: float
+    cold_edges: float
+    traffic_seconds: float | None      # None without measured throughputs
+
+
+def forecast_fae(hot_rows, hot_input_share, cold_edges, row_bytes, costs):
+    traffic = None if costs is None else \
+        (cold_edges + FAE_SWAPS * hot_rows) * row_bytes / 1e9 * (1 / costs.gather_gb_per_s + 1 / costs.scatter_gb_per_s)
+    return FaeForecast(hot_rows, hot_input_share, cold_edges, traffic)
+
+
+def hot_inputs(dataset, old_to_new, hot_rows):
+    """(the share of the rows whose features are all among the hot_rows most accessed, the entries of
+    the others): FAE's input classifier on the layout's frequency order."""
+    ids = old_to_new.to(dataset.device)[dataset.indices.long()].long()
+    rows = dataset.entry_rows()
+    highest = torch.full((dataset.n_rows,), -1, dtype=torch.int64, device=dataset.device)
+    highest.scatter_reduce_(0, rows, ids, "amax")
+    hot = highest < hot_rows
+    return float(hot.float().mean()) if dataset.n_rows else 1.0, float(dataset.row_lengths()[~hot].sum())
+
+
 @dataclass(frozen=True)
 class ParamPlacement:
-    """The planner's answer: mode "device" (every row on the GPU) or "hybrid_hash" with its cache."""
+    """The planner's answer: mode "device" (every row on the GPU), "hybrid_hash" with its cache or
+    "fae" with its hot rows."""
 
     mode: str
     row_bytes: int
@@ -148,6 +188,7 @@ class ParamPlacement:
     shape: CacheShape | None = None
     forecast: CacheForecast | None = None
     reasons: tuple = ()
+    fae: FaeForecast | None = None
 
     def lines(self):
         return [f"{decision} = {value}: {why}" for decision, value, why in self.reasons]
@@ -165,10 +206,12 @@ def cache_shape_for(budget_bytes, row_bytes, batch_rows_bound):
     return CacheShape(capacity=rows - staging, staging=staging)
 
 
-def choose_placement(n_features, row_bytes, budget_bytes, frequency, batches, batch_rows_bound, costs=None):
+def choose_placement(n_features, row_bytes, budget_bytes, frequency, batches, batch_rows_bound, costs=None,
+                     inputs=None, mode="auto"):
     """ParamPlacement of a model of n_features rows of row_bytes (params and optimizer state) under a
     budget for them (None: no limit), for a layout whose rows are accessed `frequency` times in
-    `batches` batches, one batch touching at most batch_rows_bound rows."""
+    `batches` batches, one batch touching at most batch_rows_bound rows; inputs(hot rows): FAE's
+    (hot input share, cold edges) (None: FAE not considered); mode: Plan.param_mode."""
     table = n_features * row_bytes
     if budget_bytes is None or table <= budget_bytes:
         why = "no GPU budget for parameters" if budget_bytes is None else f"{table:,} bytes fit the {budget_bytes:,}"
@@ -191,7 +234,23 @@ def choose_placement(n_features, row_bytes, budget_bytes, frequency, batches, ba
          "beside the kernels with the row traffic"),
         ("re-ranks per epoch", f"{forecast.reranks:.1f}", f"the kernels wait {RERANK_SECONDS * 1e3:g} ms at each "
                                                          "(measured on H100)"))
-    return ParamPlacement("hybrid_hash", row_bytes, table, budget_bytes, shape, forecast, reasons)
+    if inputs is None or mode == "hybrid_hash":
+        return ParamPlacement("hybrid_hash", row_bytes, table, budget_bytes, shape, forecast, reasons)
+    hot_rows = min(n_features, budget_bytes // row_bytes)
+    fae = forecast_fae(hot_rows, *inputs(hot_rows), row_bytes, costs)
+    cache_seconds = forecast.traffic_seconds + forecast.bookkeeping_seconds
+    chosen = mode == "fae" or (fae.traffic_seconds is not None and fae.traffic_seconds < cache_seconds)
+    compared = ("Plan.param_mode fae" if mode == "fae" else "no measured throughputs" if fae.traffic_seconds is None
+                else f"{fae.traffic_seconds:.3f} s of row traffic against the cache's {cache_seconds:.3f} s")
+    fae_reasons = (("fae hot rows", f"{hot_rows:,}", "the budget's rows, the most accessed"),
+                   ("fae hot inputs", f"{fae.hot_input_share:.4f}", "the share of rows whose features are all hot; "
+                    f"the others' {fae.cold_edges:,.0f} edges read and write rows in host memory"),
+                   ("mode", "fae" if chosen else "hybrid_hash", compared))
+    if not chosen:
+        return ParamPlacement("hybrid_hash", row_bytes, table, budget_bytes, shape, forecast, reasons + fae_reasons,
+                              fae)
+    placed = ("placement", "fae", reasons[0][2] + "; FAE's hot rows on the GPU")
+    return ParamPlacement("fae", row_bytes, table, budget_bytes, reasons=(placed, *fae_reasons), fae=fae)
 
 
 def plan_placement(ir, plan, dataset, layout, device):
@@ -200,7 +259,8 @@ def plan_placement(ir, plan, dataset, layout, device):
     budget = params_budget(plan, layout_bytes(dataset, plan.chunk_size))
     costs = measure_mapped_costs(device) if budget is not None and torch.device(device).type == "cuda" else None
     return choose_placement(layout.n_features, row_bytes_of(ir), budget, layout.frequency,
-                            batches_of(layout.n_rows, plan), rows_per_batch_bound(plan, layout.stats.max_nnz), costs)
+                            batches_of(layout.n_rows, plan), rows_per_batch_bound(plan, layout.stats.max_nnz), costs,
+                            lambda hot_rows: hot_inputs(dataset, layout.old_to_new, hot_rows), plan.param_mode)
 
 
 def params_budget(plan, layout_bytes):

@@ -124,11 +124,17 @@ class FaeTables:
         self._slot = torch.full((layout.n_features,), -1, dtype=torch.int64, device=device)
         self._slot[self._ids] = torch.arange(self._ids.numel(), device=device)
         self._dirty = torch.zeros(self._ids.numel(), dtype=torch.bool, device=device)
+        self.reload()
+
+    def reload(self):
+        """The hot table gathered anew from the cold one (fresh, or replaced by a restored state)."""
+        device = self.hot.device
         state = self.cold.state
         self.hot.state = ModelState.placed({k: mapped_view(v, device)[self._ids] for k, v in state.params.items()},
                                            {k: v.clone() for k, v in state.globals.items()},
                                            {k: mapped_view(v, device)[self._ids] for k, v in state.states.items()},
                                            device)
+        self._dirty.zero_()
         self.on = "cold"
 
     def use(self, kind):

@@ -134,7 +134,7 @@ def test_a_checkpoint_of_a_model_over_its_gpu_budget_predicts_from_host_memory(t
     from alac import checkpoint
 
     data = criteo_like(3000, n_fields=5, seed=4, device="cpu")
-    plan = Plan(chunk_size=8, batch_size=32, memory_budget=250_000)
+    plan = Plan(chunk_size=8, batch_size=32, memory_budget=250_000, param_mode="hybrid_hash")
     trainer = Trainer(ZOO["fm"](), lr=0.3, epochs=1, plan=plan, seed=1, optimizer="adagrad")
     trainer.fit(data)
     assert isinstance(trainer.executor, CachedExecutor)
@@ -148,7 +148,7 @@ def test_a_checkpoint_of_a_model_over_its_gpu_budget_predicts_from_host_memory(t
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_a_sync_cache_times_its_kernels_both_ways_and_trains_on_the_cheaper():
     data = criteo_like(3000, n_fields=5, seed=4, device="cpu")
-    plan = Plan(chunk_size=8, batch_size=32, memory_budget=250_000, semantics="sync")
+    plan = Plan(chunk_size=8, batch_size=32, memory_budget=250_000, semantics="sync", param_mode="hybrid_hash")
     trainer = Trainer(ZOO["fm"](), lr=0.3, epochs=1, plan=plan, seed=1, optimizer="adagrad")
     trainer.fit(data)
     forecast, working = trainer.placement.forecast, trainer.executor.working

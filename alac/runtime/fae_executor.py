@@ -1,0 +1,116 @@
+"""An executor that trains FAE's way (alac.runtime.placement): what the Trainer trains with when the
+planner (alac.runtime.param_planner) places the model's rows in pinned host memory with FAE's hot
+table of the budget's most accessed rows on the GPU. It answers as an Executor does (initialize,
+train_epochs, state, predict, ...): an epoch runs the training rows as pure hot and cold batches in
+segments (FAE's START_RATE: half of each kind at a time, cold first), hot ones against the hot
+table, cold ones against every row in host memory; everything else reads the host table, whose hot
+rows are copied back first.
+
+The batches are FAE's, not the layout's: the hot inputs and the cold ones are laid out apart, so an
+epoch visits the same rows in another order (and sync batches, whatever the plan's semantics), at
+the schedule's learning rate of the epoch's first batch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from alac.runtime.executor import Executor
+from alac.runtime.layout import LayoutOptions
+from alac.runtime.placement import START_RATE, FaeTables, ShuffleScheduler, fae_data
+from alac.runtime.state import ModelState
+
+
+class FaeExecutor:
+    # rows in pinned host memory: the Trainer snapshots them only where host memory allows
+    host_rows = True
+
+    def __init__(self, model, plan, backend, device, seed, optimizer, schedule, exact_l2, placement, dataset, layout,
+                 labels_of):
+        """placement: the planner's ParamPlacement (mode fae); dataset: the training rows, laid out in
+        `layout` (whose frequency order ranks the rows: its first placement.fae.hot_rows are hot);
+        labels_of(layout): a layout's labels as the model reads them."""
+        params = list(model.declarations()[0])
+        plan = dataclasses.replace(plan, semantics="sync")
+        host_plan = dataclasses.replace(plan, placement=tuple((name, "host") for name in params))
+        hot_rows = placement.fae.hot_rows
+        self.whole = Executor(model, host_plan, backend, device, seed, optimizer, schedule, exact_l2)
+        self.working = Executor(model, dataclasses.replace(plan, hot_size=min(plan.hot_size, hot_rows)), backend,
+                                device, seed, optimizer, schedule, exact_l2)
+        in_layout_ids = dataclasses.replace(
+            dataset, indices=layout.old_to_new.to(dataset.device)[dataset.indices.long()].to(dataset.indices.dtype))
+        hot = torch.arange(layout.n_features, device=dataset.device) < hot_rows
+        self.split = fae_data(in_layout_ids, hot, LayoutOptions(chunk_size=plan.chunk_size), self.working.device)
+        self.tables = FaeTables(self.whole, self.working, self.split.hot_ids)
+        self.labels_of = labels_of
+        self.placement = placement
+        self._initialized = False
+
+    @staticmethod
+    def _mirrored(name):
+        def set_both(self, value):
+            setattr(self.whole, name, value)
+            setattr(self.working, name, value)
+        return property(lambda self: getattr(self.whole, name), set_both)
+
+    value_scale = _mirrored("value_scale")
+    batches_done = _mirrored("batches_done")
+    ir = property(lambda self: self.whole.ir)
+    plan = property(lambda self: self.working.plan)
+    optimizer = property(lambda self: self.whole.optimizer)
+    schedule = property(lambda self: self.working.schedule)
+    exact_l2 = property(lambda self: self.whole.exact_l2)
+    seed = property(lambda self: self.whole.seed)
+    backend_name = property(lambda self: self.working.backend_name)
+    device = property(lambda self: self.working.device)
+
+    @property
+    def state(self):
+        """Every row's current state (the hot rows copied back first); None before initialize."""
+        return self.tables.current_state() if self._initialized else self.whole.state
+
+    @state.setter
+    def state(self, value):
+        """A restored state: the host table takes it (pinned again), the hot table is gathered anew."""
+        if value is not None:
+            value = ModelState.placed(value.params, value.globals, value.states, self.whole.device,
+                                      host=self.whole.plan.host_params)
+        self.whole.state = value
+        if self._initialized and value is not None:
+            self.tables.reload()
+
+    def initialize(self, layout, value_scale=None):
+        """Every row drawn as the all-GPU run draws it (the training layout's ids), the hot ones copied."""
+        self.tables.initialize(layout, layout.value_scale() if value_scale is None else value_scale)
+        self.batches_done = 0
+        self._initialized = True
+
+    def train_epoch(self, layout, labels, epoch, lr, order=None):
+        """One epoch of FAE's pure batches (layout, labels and order: the Trainer's, unused); returns
+        its mean training loss."""
+        for executor in (self.whole, self.working):
+            executor.loss_sum.zero_()
+        rate = float(self.schedule.rates(lr, epoch, self.batches_done, 1, self.device)[0])
+        segments = self.tables.train_epoch(self.split, lambda part: self.labels_of(part), epoch, self.seed, rate,
+                                           ShuffleScheduler(START_RATE))
+        self.batches_done += sum(count for _, _, count in segments)
+        total = self.whole.loss_sum.to(self.device) + self.working.loss_sum
+        rows = sum(part.n_rows for part in (self.split.hot, self.split.cold) if part is not None)
+        return float(total) / max(rows, 1)
+
+    def train_epochs(self, layout, labels, first_epoch, count, lr):
+        return [self.train_epoch(layout, labels, first_epoch + index, lr) for index in range(count)]
+
+    def sample_loss(self, layout, labels, max_rows=4096):
+        return self.tables.whole().sample_loss(layout, labels, max_rows)
+
+    def predict_slots(self, layout, labels=None):
+        return self.tables.whole().predict_slots(layout, labels)
+
+    def predict(self, layout):
+        return self.tables.whole().predict(layout)
+
+    def settings(self, l2=None):
+        return self.working.settings(l2)
