@@ -45,7 +45,14 @@ from alac.runtime.cached_executor import calibrate_kernels
 from alac.runtime.executor import Executor, LabelMap
 from alac.runtime.hybrid_hash import SIDE_MULTIPROCESSORS, CacheShape, HybridHash, working_plan
 from alac.runtime.layout import LayoutOptions, build_layout
-from alac.runtime.param_planner import batches_of, cache_shape_for, forecast_cache, measure_mapped_costs
+from alac.runtime.param_planner import (
+    batches_of,
+    cache_shape_for,
+    choose_placement,
+    forecast_cache,
+    hot_inputs,
+    measure_mapped_costs,
+)
 from alac.runtime.placement import FULL_RATE, START_RATE, FaeTables, ShuffleScheduler, fae_data
 from alac.runtime.profiler import access_counts, classify_inputs, hot_features, threshold_for_budget
 from benchmarks.flow import PyTorchFM, _fm_logits
@@ -137,6 +144,11 @@ def hybrid_hash(data, budget_mb, args, breakdown=False):
         costs = measure_mapped_costs(TARGET["device"]) if TARGET["device"] == "cuda" else None
         forecast = forecast_cache(layout.frequency, shape, batches_of(layout.n_rows, plan), ROW_BYTES, costs)
         forecast = calibrate_kernels(cache, layout, labels, forecast)
+        # what the Trainer's planner would take at this budget: FAE or this cache, by their row traffic
+        chosen = choose_placement(layout.n_features, ROW_BYTES, budget_mb * 2**20, layout.frequency,
+                                  batches_of(layout.n_rows, plan), shape.staging // 2, costs,
+                                  lambda hot_rows: hot_inputs(data["train"], layout.old_to_new, hot_rows))
+        extra_planner = {"planner_mode": chosen.mode}
     seconds, before = [], None
     for epoch in range(args.epochs):
         before = (cache.statistics.rows_in, cache.statistics.rows_out, len(cache.statistics.hit_ratio))
@@ -144,16 +156,16 @@ def hybrid_hash(data, budget_mb, args, breakdown=False):
     last = cache.statistics.hit_ratio[before[2]:]
     in_store = torch.zeros(layout.n_features, dtype=torch.bool, device=TARGET["device"])
     in_store[cache.cached[cache.cached >= 0]] = True
-    hot_inputs, _ = classify_inputs(data["train_reindexed"], in_store)
+    stored_inputs, _ = classify_inputs(data["train_reindexed"], in_store)
     scores = _scores(cache.whole_executor().predict(data["valid_layout"]), data["valid"])
-    extra = {}
+    extra = {} if forced else extra_planner
     if breakdown:
         spent = _cache_breakdown(cache)
         epoch_s, _ = _timed(lambda: cache.train_epoch(layout, labels, args.epochs, LR))
         extra["breakdown"] = {"serialized_epoch_s": epoch_s, **spent, "segments": cache.statistics.segments,
                               "rows_carried": cache.statistics.rows_carried}
     result = _arm("hybrid_hash", budget_mb, data["zipf"], seconds, layout.n_rows, scores,
-                  hot_input_share=hot_inputs.numel() / layout.n_rows, hit_ratio=sum(last) / max(len(last), 1),
+                  hot_input_share=stored_inputs.numel() / layout.n_rows, hit_ratio=sum(last) / max(len(last), 1),
                   h2d_bytes=(cache.statistics.rows_in - before[0]) * ROW_BYTES,
                   d2h_bytes=(cache.statistics.rows_out - before[1]) * ROW_BYTES,
                   capacity_rows=shape.capacity, staging_rows=shape.staging,

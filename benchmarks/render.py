@@ -228,6 +228,12 @@ def tables_over_budget_table(result):
                      f"{b['logloss']:.4f}; epochs {' / '.join(f'{s:.1f}' for s in b['epoch_seconds'])} s, set-up "
                      f"{b['setup_seconds']:.0f} s, peak GPU memory {b['peak_gpu_bytes'] / 2**30:.1f} GiB "
                      f"(measured {b['environment']['date']}).")
+    for zipf in sorted({a["zipf"] for a in result["arms"]}):
+        chosen = [(a["budget_mb"], a["planner_mode"]) for a in result["arms"]
+                  if a["zipf"] == zipf and a["name"] == "hybrid_hash" and "planner_mode" in a]
+        if chosen:
+            notes.append(f"The Trainer's planner at Zipf {zipf} (FAE or HybridHash by their forecast row traffic): "
+                         + ", ".join(f"{mode} at {budget} MB" for budget, mode in chosen) + ".")
     if result.get("missing"):
         notes.append(f"Not measured with the current code: {result['missing']}.")
     header = ["zipf", "arm", "budget MB", "M samples/s", "vs host table", "all-GPU / arm", "hot input share",
