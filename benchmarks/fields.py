@@ -101,13 +101,39 @@ class PerField(torch.nn.Module):
                 torch.optim.Adam(self.deep.parameters(), lr=MLP_LR)]
 
 
-class Packed(torch.nn.Module):
-    """alac's packed tables (one SparseAggregate per dim), concatenated into the same MLP; a step
-    interleaved as `interleaving` says (alac.interleave: D micro-batches, K a side stream)."""
+class GraphedSteps:
+    """A model whose train_step replays a CUDA graph of the whole step on a GPU (alac.nn.GraphedStep),
+    as alac.deep_train trains: Adam steps on the GPU inside the graph (capturable)."""
 
-    def __init__(self, shapes, device, interleaving=None, backend="reference"):
+    _graphed = None
+
+    def dense_optimizer(self, parameters):
+        parameters = list(parameters)
+        return torch.optim.Adam(parameters, lr=MLP_LR, capturable=parameters[0].is_cuda)
+
+    def graphed_step(self, optimizers, ids, labels):
+        def step(ids, labels):
+            loss = torch.nn.functional.binary_cross_entropy_with_logits(self(ids), labels)
+            for optimizer in optimizers:
+                optimizer.zero_grad(set_to_none=False)
+            loss.backward()
+            for optimizer in optimizers:
+                optimizer.step()
+            return loss.detach()
+
+        if self._graphed is None:
+            self._graphed = GraphedStep(step)
+        self._graphed(ids, labels)
+
+
+class Packed(GraphedSteps, torch.nn.Module):
+    """alac's packed tables (one SparseAggregate per dim), concatenated into the same MLP; a step
+    interleaved as `interleaving` says (alac.interleave: D micro-batches, K a side stream), or
+    replayed from a CUDA graph (graphed)."""
+
+    def __init__(self, shapes, device, interleaving=None, backend="reference", graphed=False):
         super().__init__()
-        self.interleaving = interleaving
+        self.interleaving, self.graphed = interleaving, graphed
         self.names = [f"f{f}" for f in range(len(shapes))]
         self.tables = PackedEmbeddingBags([Table(name, c, d, lr=TABLE_LR) for name, (c, d) in zip(self.names, shapes)],
                                           seed=SEED, device=device, backend=backend)
@@ -126,10 +152,16 @@ class Packed(torch.nn.Module):
         return self.deep(torch.cat([pooled[name] for name in self.names], 1)).squeeze(1)
 
     def optimizers(self):
+        if self.graphed:
+            return [self.dense_optimizer(self.deep.parameters())]
         return [torch.optim.Adam(self.deep.parameters(), lr=MLP_LR)]
 
     def train_step(self, optimizers, ids, labels):
-        """One step in the interleaved schedule (the same result as _step's, tests/test_interleave.py)."""
+        """One step replayed from a graph, or in the interleaved schedule (the same result as _step's,
+        tests/test_interleave.py)."""
+        if self.graphed:
+            self.graphed_step(optimizers, ids, labels)
+            return
         rows = ids.shape[0]
 
         def dense(pooled, part):
@@ -151,7 +183,8 @@ def _synchronize(device):
 
 
 def _step(model, optimizers, ids, labels):
-    if isinstance(model, OneHotFields) or getattr(model, "interleaving", None) is not None:
+    if isinstance(model, OneHotFields) or getattr(model, "interleaving", None) is not None or \
+            getattr(model, "graphed", False):
         model.train_step(optimizers, ids, labels)
         return
     loss = torch.nn.functional.binary_cross_entropy_with_logits(model(ids), labels)
@@ -260,7 +293,7 @@ class PlainDeepFM(torch.nn.Module):
                 torch.optim.Adam([*self.deep.parameters(), self.bias], lr=MLP_LR)]
 
 
-class OneHotFields(torch.nn.Module):
+class OneHotFields(GraphedSteps, torch.nn.Module):
     """An alac field model (self.model) on one-hot ids [B, F], given to it as CSR with the field of
     every entry, trained as alac.deep_train trains it: each step replayed from a CUDA graph on a GPU
     (alac.nn.GraphedStep). The benchmark's ids are valid by construction: its tables skip the
@@ -270,25 +303,9 @@ class OneHotFields(torch.nn.Module):
         super().__init__()
         self.model = model
         self.model.tables.check_batches = False
-        self._graphed = None
-
-    def dense_optimizer(self, parameters):
-        # Adam steps on the GPU inside a graph with its step count there (capturable)
-        return torch.optim.Adam(parameters, lr=MLP_LR, capturable=self.model.tables.table_device.type == "cuda")
 
     def train_step(self, optimizers, ids, labels):
-        def step(ids, labels):
-            loss = torch.nn.functional.binary_cross_entropy_with_logits(self(ids), labels)
-            for optimizer in optimizers:
-                optimizer.zero_grad(set_to_none=False)
-            loss.backward()
-            for optimizer in optimizers:
-                optimizer.step()
-            return loss.detach()
-
-        if self._graphed is None:
-            self._graphed = GraphedStep(step)
-        self._graphed(ids, labels)
+        self.graphed_step(optimizers, ids, labels)
 
     def forward(self, ids):
         rows, n_fields = ids.shape
@@ -400,9 +417,11 @@ def main():
         compiled = PerField(shapes).to(args.device)
         arms.append(arm("pytorch_per_field_compiled", compiled, torch.compile(compiled), batch_of, valid, args))
     # every alac arm from the same initial MLP (the tables are seeded by SEED)
-    for name, backend in (("alac_packed", "reference"), ("alac_packed_kernels", kernels_backend(args))):
+    for name, backend, graphed in (("alac_packed", "reference", False),
+                                   ("alac_packed_kernels", kernels_backend(args), False),
+                                   ("alac_packed_graphed", "reference", True)):
         torch.manual_seed(SEED)
-        packed = Packed(shapes, args.device, backend=backend)
+        packed = Packed(shapes, args.device, backend=backend, graphed=graphed)
         arms.append(arm(name, packed, packed, batch_of, valid, args))
     # PICASSO's interleaving ablation: D micro-batches, K lookups on a side stream, both
     for name, interleaving in (("alac_packed_D", Interleaving(args.micro_batches)),

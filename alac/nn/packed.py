@@ -249,7 +249,7 @@ class PackedEmbeddingBags(torch.nn.Module):
             begin = ends[index]
             ids = batch.indices[part] + start_of[key[part]]
             bag = sample[part] * len(members) + position_of[key[part]]
-            x = torch.ones(ids.numel(), device=device) if batch.values is None else batch.values[part]
+            x = None if batch.values is None else batch.values[part]
             sums = module.bags(ids, bag, samples * len(members), samples, x)["vx"].view(samples, len(members), -1)
             if members[0][0].pooling == "mean":
                 counts = torch.bincount(bag, minlength=samples * len(members)).view(samples, len(members), 1)

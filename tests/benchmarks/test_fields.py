@@ -32,7 +32,7 @@ def test_a_tiny_run_writes_every_arms_figures(tmp_path, monkeypatch):
     result = json.loads((tmp_path / "fields.json").read_text())
     assert [(a["name"], a["data"]) for a in result["arms"]] == [
         ("pytorch_per_field", "synthetic"), ("alac_packed", "synthetic"), ("alac_packed_kernels", "synthetic"),
-        ("alac_packed_D", "synthetic"),
+        ("alac_packed_graphed", "synthetic"), ("alac_packed_D", "synthetic"),
         ("alac_packed_K", "synthetic"), ("alac_packed_KD", "synthetic"),
         ("pytorch_deepfm", "criteo_like"), ("alac_deepfm", "criteo_like"), ("alac_deepfm_kernels", "criteo_like"),
         ("pytorch_ffm", "criteo_like_ffm"), ("alac_ffm", "criteo_like_ffm"), ("alac_ffm_kernels", "criteo_like_ffm")]
@@ -47,6 +47,8 @@ def test_a_tiny_run_writes_every_arms_figures(tmp_path, monkeypatch):
     by_name = {arm["name"]: arm for arm in result["arms"]}
     for name in ("alac_packed", "alac_deepfm", "alac_ffm"):
         assert by_name[f"{name}_kernels"]["logloss"] == pytest.approx(by_name[name]["logloss"], abs=1e-5)
+    # a step replayed from a graph is the eager step (on a CPU: eager, Adam's step count on the host)
+    assert by_name["alac_packed_graphed"]["logloss"] == pytest.approx(by_name["alac_packed"]["logloss"], abs=1e-5)
 
 
 def test_plain_and_alac_deepfm_give_the_same_logits_from_the_same_tables():
