@@ -58,9 +58,9 @@ class PlainFFM(torch.nn.Module):
 class AlacFFM(OneHotFields):
     """alac.models.field_aware.FFM on the one-hot ids (no pairs within a field)."""
 
-    def __init__(self, n_features, n_fields, k, device, backend="reference"):
+    def __init__(self, n_features, n_fields, k, device, backend="reference", semantics="sync"):
         super().__init__(FFM(n_features, n_fields, k=k, optimizer="adagrad", lr=TABLE_LR, seed=SEED, device=device,
-                             one_hot=True, backend=backend))
+                             one_hot=True, backend=backend, semantics=semantics))
 
     def optimizers(self):
         return [self.dense_optimizer([self.model.bias])]
@@ -82,7 +82,9 @@ def speed_arms(args):
                                                          args.batch_size).to(args.device)),
                        ("alac_ffm", lambda: AlacFFM(data.n_features, args.ffm_fields, FFM_K, args.device)),
                        ("alac_ffm_kernels", lambda: AlacFFM(data.n_features, args.ffm_fields, FFM_K, args.device,
-                                                            kernels_backend(args)))):
+                                                            kernels_backend(args))),
+                       ("alac_ffm_kernels_async", lambda: AlacFFM(data.n_features, args.ffm_fields, FFM_K,
+                                                                  args.device, kernels_backend(args), "async"))):
         torch.manual_seed(SEED)
         model = make()
         result = arm(name, model, model, batch_of, (ids[args.ffm_rows:], labels[args.ffm_rows:]), args,

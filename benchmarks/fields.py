@@ -12,6 +12,10 @@ launches (torch.profiler), None on a CPU.
 FFM (benchmarks/ffm_arms.py): k = 4 against a plain PyTorch FFM in ms per epoch, and against FM on
 iPinYou and criteo-tiny.
 
+The alac arms' tables run their reference programs (torch); the *_kernels arms the same tables on
+their generated kernels (alac.codegen.bag_kernels; *_async: each entry stepped at once), and
+alac_packed_graphed the packed step replayed from a CUDA graph.
+
 The interleaving ablation (alac.interleave): the packed arm's step in `--micro-batches` micro-batches
 (D), with its lookups on a side stream (K), and both.
 

@@ -58,13 +58,14 @@ def _batch(rows):
     return joined(0), torch.as_tensor(offsets, device=DEVICE), joined(1), joined(2, torch.float32)
 
 
-@pytest.mark.parametrize("backend", ["reference", KERNELS])
+@pytest.mark.parametrize(("backend", "semantics"), [("reference", "sync"), (KERNELS, "sync"), (KERNELS, "async")])
 @pytest.mark.parametrize("one_hot", [False, True])
-def test_ffm_logits_and_sgd_steps_equal_a_numpy_ffm(one_hot, backend):
+def test_ffm_logits_and_sgd_steps_equal_a_numpy_ffm(one_hot, backend, semantics):
     """Rows with a field repeated, and (one_hot: the model without pairs within a field) one-hot rows;
-    the tables on their reference programs and on their generated kernels."""
+    the tables on their reference programs and on their generated kernels, sync and async (SGD's
+    changes add up: stepping every entry at once is the batch's step)."""
     model = FFM(N_FEATURES, N_FIELDS, k=K, optimizer="sgd", lr=LR, device=DEVICE, init_std=0.3, one_hot=one_hot,
-                backend=backend)
+                backend=backend, semantics=semantics)
     model.tables.w.copy_(torch.randn(N_FEATURES, generator=torch.Generator().manual_seed(1)) * 0.2)
     w = model.tables.w.double().cpu().numpy().copy()
     v = model.tables.v.double().cpu().numpy().reshape(N_FEATURES, N_FIELDS, K).copy()

@@ -100,3 +100,34 @@ def test_a_backend_that_cannot_run_on_the_tables_device_is_refused():
         SparseAggregate(FieldTables(2), 10, lr=0.1, device="cpu", backend="cuda")
     with pytest.raises(OptionError, match="runs on a CUDA device"):
         SparseAggregate(FieldTables(2), 10, lr=0.1, device="cpu", backend="triton")
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adagrad", "ftrl", "adam"])
+def test_async_kernels_step_every_entry_as_the_sync_step_does_when_no_row_repeats(optimizer):
+    """Batches whose entries are distinct rows: one entry per row, so stepping every entry's gradient
+    at once is the batch's step; with rows repeated, still a descent."""
+    generator = torch.Generator().manual_seed(3)
+    reference = SparseAggregate(FieldTables(5, squares=True), 60, optimizer=optimizer, lr=0.1, seed=2, device=DEVICE)
+    asynchronous = SparseAggregate(FieldTables(5, squares=True), 60, optimizer=optimizer, lr=0.1, seed=2,
+                                   device=DEVICE, backend=KERNELS, semantics="async")
+    assert not hasattr(asynchronous._kernels, "_scratch") or asynchronous._kernels._scratch is None
+    for _ in range(3):
+        indices = torch.randperm(60, generator=generator)[:48].to(DEVICE)
+        offsets = torch.arange(0, 49, 4, device=DEVICE)
+        for module in (reference, asynchronous):
+            _loss(module(indices, offsets)).backward()
+    assert asynchronous._kernels._scratch is None          # no gradient sums kept
+    _assert_same(reference, asynchronous)
+    repeated = torch.randint(0, 5, (48,), generator=generator).to(DEVICE)
+    before = float(_loss(asynchronous(repeated, offsets)).detach())
+    for _ in range(5):
+        _loss(asynchronous(repeated, offsets)).backward()
+    assert float(_loss(asynchronous(repeated, offsets)).detach()) < before
+
+
+def test_async_tables_need_the_kernels_and_float32_rows():
+    with pytest.raises(OptionError, match="async on the generated kernels"):
+        SparseAggregate(FieldTables(2), 10, lr=0.1, device="cpu", semantics="async")
+    with pytest.raises(OptionError, match="float32 tables"):
+        SparseAggregate(FieldTables(2), 10, lr=0.1, device=DEVICE, backend=KERNELS, semantics="async",
+                        dtype=torch.bfloat16)

@@ -9,10 +9,13 @@ entries, so that bags may come in any order (per-field bags of one-hot rows, pac
 - gradients: every entry's param gradients (the model's edge program, on the params and the bag's
   dLoss/dAccum of that moment) added into per-feature gradient sums, and the feature flagged;
 - update: the first entry of every flagged feature takes its flag, its summed gradient (zeroing
-  it) and applies the optimizer's rule once, as the sync flow kernels' update does.
+  it) and applies the optimizer's rule once, as the sync flow kernels' update does;
+- apply_async: instead of the last two, every entry's gradient through the optimizer at once, its
+  change added atomically (the async flow kernels' apply): entries of one row race as Hogwild's do,
+  and no gradient sums are kept.
 
-Three launches a step per table, whatever the model: the reference programs (vectorized torch)
-take dozens. Param and state accesses go through the access layer the flow kernels use
+Three launches a step per table (two async), whatever the model: the reference programs
+(vectorized torch) take dozens. Param and state accesses go through the access layer the flow kernels use
 (alac.codegen.param_access); the kernels and their typed arguments are golden-tested.
 """
 
@@ -59,6 +62,7 @@ class GeneratedBagKernels:
     aggregate: KernelSpec
     gradients: KernelSpec
     update: KernelSpec
+    apply_async: KernelSpec
     manifest: tuple
 
 
@@ -99,9 +103,8 @@ class BagKernelGenerator(ParamAccess):
         w.line("else:")
         w.line("    x = tl.where(present, 1.0, 0.0)")
 
-    def _params(self, w, exprs):
-        """Load the params exprs read, in float32 (narrow tables are summed and updated in float32)."""
-        names = {s.name for e in exprs for s in e.free_symbols}
+    def _params(self, w, names):
+        """Load the named params, in float32 (narrow tables are summed and updated in float32)."""
         for p in self.ir.params:
             if p.name in names:
                 self._load_param(w, p.name)
@@ -117,7 +120,7 @@ class BagKernelGenerator(ParamAccess):
         w = Writer()
         self._entries(w, bags=True)
         self._values(w)
-        self._params(w, [a.contribution for a in self.ir.accums])
+        self._params(w, _read_by(a.contribution for a in self.ir.accums))
         for accum in self.ir.accums:
             offsets, mask = self._per_bag(accum, "bag")
             rank = "edge_lane" if accum.vector else "edge"
@@ -126,11 +129,12 @@ class BagKernelGenerator(ParamAccess):
                    "sem=\"relaxed\")")
         return self._kernel("aggregate", w)
 
-    def _gradients(self):
-        w = Writer()
+    def _edge_gradients(self, w, every_param=False):
+        """The entries' param gradients (grad_<p>) from their bags' dLoss/dAccum; every_param: every
+        param loaded (an optimizer's change reads it), not only those the gradients read."""
         self._entries(w, bags=True)
         self._values(w)
-        self._params(w, [d.expr for d in self.ir.edge_program])
+        self._params(w, set(self.params) if every_param else _read_by(d.expr for d in self.ir.edge_program))
         for accum in self.ir.accums:
             offsets, mask = self._per_bag(accum, "bag")
             w.line(f"{delta_name(accum.name)} = tl.load({w.arg(accum_delta(accum))} + {offsets}, mask={mask}, "
@@ -139,6 +143,10 @@ class BagKernelGenerator(ParamAccess):
             w.arg(m.regularizer("gradient_l2", p.name))
         for d in self.ir.edge_program:
             w.line(f"{d.name} = {self.printer(d.expr, self.ranks[d.name])}")
+
+    def _gradients(self):
+        w = Writer()
+        self._edge_gradients(w)
         w.line(f"tl.store({w.arg(m.TOUCHED)} + feature, tl.full([S, C], 1, tl.int32), mask=present)")
         for p in self.ir.params:
             self._add_at(w, p, m.grad(p.name, p.vector), "feature", grad_name(p.name), "present")
@@ -161,12 +169,22 @@ class BagKernelGenerator(ParamAccess):
             self._optimizer_step(w, p, "feature", "first", True, "summed * scale", "new")
         return self._kernel("update", w)
 
+    def _apply_async(self):
+        w = Writer()
+        self._edge_gradients(w, every_param=True)
+        w.arg(LR)
+        w.arg(SCALE)
+        for p in self.ir.params:
+            self._optimizer_step(w, p, "feature", "present", True, f"{grad_name(p.name)} * scale", "delta",
+                                 param_loaded=True)
+        return self._kernel("apply_async", w)
+
     def _kernel(self, role, w):
         name = f"{self.prefix}_{role}"
         return kernel_source(name, w), KernelSpec(name, role, (role,), tuple(w.args))
 
     def generate(self):
-        built = [self._aggregate(), self._gradients(), self._update()]
+        built = [self._aggregate(), self._gradients(), self._update(), self._apply_async()]
         kernels = [source for source, _ in built]
         specs = [spec for _, spec in built]
         constants = (f"# factors per vector param, and the power-of-two block that holds them\n"
@@ -177,6 +195,10 @@ class BagKernelGenerator(ParamAccess):
         text = ("\n".join(header) + "\n\nimport triton\nimport triton.language as tl\n\n" + constants
                 + "\n\n".join([*_helpers_used(kernels), *kernels]))
         return GeneratedBagKernels(self.ir.name, self.ir.hash, text, *specs, _manifest(specs))
+
+
+def _read_by(exprs):
+    return {symbol.name for expr in exprs for symbol in expr.free_symbols}
 
 
 def generate_bag_kernels(ir):

@@ -77,7 +77,7 @@ class _Batch:
 
 class SparseAggregate(torch.nn.Module):
     def __init__(self, model, n_features, optimizer="adagrad", lr=None, seed=0, device=None, value_scale=1.0,
-                 dtype=torch.float32, backend="reference"):
+                 dtype=torch.float32, backend="reference", semantics="sync"):
         """model: an alac.dsl.Model (its aggregate is what is used; loss and predict may be left out);
         n_features: rows of its tables; lr: the sparse step (None: the optimizer's default);
         value_scale: the data's mean |x| (AdaGrad's eps is in its units); dtype: the params' storage
@@ -85,7 +85,9 @@ class SparseAggregate(torch.nn.Module):
         the optimizer's state stays float32); backend: "reference" (the model's torch programs),
         "triton" (its generated kernels, alac.codegen.bag_kernels: three launches a step, and a
         gradient buffer the size of the tables) or "interpret" (the same kernels in Triton's
-        interpreter, on the CPU)."""
+        interpreter, on the CPU); semantics: "sync" (every touched row stepped once on its summed
+        gradient, as one batch) or, on the kernels, "async" (every entry's gradient stepped at once, a
+        row's entries racing as Hogwild's do; no gradient buffer, float32 tables)."""
         if dtype not in TABLE_DTYPES:
             raise OptionError(f"table dtype is one of {', '.join(map(str, TABLE_DTYPES))}, got {dtype}")
         super().__init__()
@@ -101,6 +103,12 @@ class SparseAggregate(torch.nn.Module):
         self._reference = ReferenceBackend(self.ir, given_deltas=True)
         device = torch.device(device) if device is not None else default_device()
         self._kernels = _kernels_for(backend, self.ir, device)
+        if semantics not in ("sync", "async") or (semantics == "async" and (self._kernels is None or
+                                                                           dtype != torch.float32)):
+            raise OptionError(f"SparseAggregate semantics is sync, or async on the generated kernels (backend "
+                              f"triton or interpret) with float32 tables; got {semantics!r} with backend {backend!r} "
+                              f"and {dtype}")
+        self.asynchronous = semantics == "async"
         # refused before allocation when the rows and their optimizer state do not fit
         narrower = (4 - torch.empty((), dtype=dtype).element_size()) * sum(p.size for p in self.ir.params)
         check_feature_tables(self.n_features, row_bytes_of(self.ir) - narrower, f"the tables of {self.ir.name}",
@@ -202,7 +210,8 @@ class SparseAggregate(torch.nn.Module):
         state = self.state
         if self._kernels is not None:
             by_accum = {a.name: deltas[delta_name(a.name)] for a in self.ir.accums}
-            self._kernels.apply(state, indices, x, bag, by_accum, self.lr, 1.0, self.settings(samples))
+            self._kernels.apply(state, indices, x, bag, by_accum, self.lr, 1.0, self.settings(samples),
+                                self.asynchronous)
             return
         x = torch.ones(indices.numel(), device=indices.device) if x is None else x
         gathered = {name: value[indices].float() for name, value in state.params.items()}

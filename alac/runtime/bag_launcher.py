@@ -20,8 +20,8 @@ class BagLauncher:
         self.ir = ir
         self.generated = generate_bag_kernels(ir)
         module = load_module(self.generated, interpret=interpret)
-        self.kernels = {spec.role: (spec, getattr(module, spec.name))
-                        for spec in (self.generated.aggregate, self.generated.gradients, self.generated.update)}
+        specs = (self.generated.aggregate, self.generated.gradients, self.generated.update, self.generated.apply_async)
+        self.kernels = {spec.role: (spec, getattr(module, spec.name)) for spec in specs}
         entries = max(16, TILE_VALUES // next_power_of_two(max(1, ir.factor_size)))
         self.C = min(64, entries)
         self.S = entries // self.C
@@ -51,25 +51,29 @@ class BagLauncher:
         self._launch("aggregate", indices.numel(), values, x is not None)
         return outputs
 
-    def apply(self, state, indices, x, bag, deltas, lr, scale, settings):
-        """The optimizer once on every row the entries touch, on its summed gradient times scale;
-        deltas: {accum: dLoss/dAccum per bag}."""
+    def apply(self, state, indices, x, bag, deltas, lr, scale, settings, asynchronous=False):
+        """The optimizer once on every row the entries touch, on its summed gradient times scale
+        (asynchronous: once per entry, on the entry's gradient, changes added atomically); deltas:
+        {accum: dLoss/dAccum per bag}."""
+        values = self._entries(indices, x, bag)
+        values.update({("param", name): tensor for name, tensor in state.params.items()})
+        values.update({("state", name): tensor for name, tensor in state.states.items()})
+        values.update({("deltas", name): tensor.contiguous() for name, tensor in deltas.items()})
+        values.update({("launch", "lr"): float(lr), ("launch", "scale"): float(scale)})
+        values.update({("hyper", name): float(value) for name, value in settings.hypers.items()})
+        for kind, per_param in (("gradient_l2", settings.gradient_l2), ("update_l1", settings.update_l1),
+                                ("update_l2", settings.update_l2)):
+            values.update({(kind, p.name): float(per_param.get(p.name, 0.0)) for p in self.ir.params})
+        if asynchronous:
+            self._launch("apply_async", indices.numel(), values, x is not None)
+            return
         if self._scratch is None:
             self._scratch = ({name: torch.zeros(tensor.shape, device=tensor.device)
                               for name, tensor in state.params.items()},
                              torch.zeros(next(iter(state.params.values())).shape[0], dtype=torch.int32,
                                          device=indices.device))
         sums, touched = self._scratch
-        values = self._entries(indices, x, bag)
-        values.update({("param", name): tensor for name, tensor in state.params.items()})
-        values.update({("state", name): tensor for name, tensor in state.states.items()})
-        values.update({("deltas", name): tensor.contiguous() for name, tensor in deltas.items()})
         values.update({("grad", name): tensor for name, tensor in sums.items()})
         values[("touched", "")] = touched
-        values.update({("launch", "lr"): float(lr), ("launch", "scale"): float(scale)})
-        values.update({("hyper", name): float(value) for name, value in settings.hypers.items()})
-        for kind, per_param in (("gradient_l2", settings.gradient_l2), ("update_l1", settings.update_l1),
-                                ("update_l2", settings.update_l2)):
-            values.update({(kind, p.name): float(per_param.get(p.name, 0.0)) for p in self.ir.params})
         self._launch("gradients", indices.numel(), values, x is not None)
         self._launch("update", indices.numel(), values, x is not None)

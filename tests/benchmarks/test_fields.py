@@ -35,13 +35,14 @@ def test_a_tiny_run_writes_every_arms_figures(tmp_path, monkeypatch):
         ("alac_packed_graphed", "synthetic"), ("alac_packed_D", "synthetic"),
         ("alac_packed_K", "synthetic"), ("alac_packed_KD", "synthetic"),
         ("pytorch_deepfm", "criteo_like"), ("alac_deepfm", "criteo_like"), ("alac_deepfm_kernels", "criteo_like"),
-        ("pytorch_ffm", "criteo_like_ffm"), ("alac_ffm", "criteo_like_ffm"), ("alac_ffm_kernels", "criteo_like_ffm")]
+        ("pytorch_ffm", "criteo_like_ffm"), ("alac_ffm", "criteo_like_ffm"), ("alac_ffm_kernels", "criteo_like_ffm"),
+        ("alac_ffm_kernels_async", "criteo_like_ffm")]
     for arm in result["arms"]:
         assert arm["fields"] == {"synthetic": 6, "criteo_like": 39, "criteo_like_ffm": 4}[arm["data"]]
         assert arm["samples_per_s"] > 0 and 0 <= arm["auc"] <= 1 and arm["logloss"] > 0
         assert arm["kernels_per_step"] is None      # counted on a GPU only
     # a DeepFM arm trains its epochs (500 rows in batches of 64), an FFM arm one epoch
-    assert result["arms"][-4]["steps"] == 8 and result["arms"][-1]["steps"] == 5
+    assert result["arms"][-5]["steps"] == 8 and result["arms"][-1]["steps"] == 5
     assert result["arms"][-1]["ms_per_epoch"] > 0
     # the tables' generated kernels train what their reference programs train
     by_name = {arm["name"]: arm for arm in result["arms"]}

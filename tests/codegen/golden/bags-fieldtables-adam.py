@@ -136,3 +136,73 @@ def alac_fieldtables_697a95f0_bags_update(n_entries, entry_feature_ptr: "*i64", 
     tl.store(state_v_v_ptr + feature[:, :, None] * K + lanes, new_s_v, mask=first[:, :, None] & lane_valid)
     tl.store(state_v_correction1_ptr + feature, new_s_correction1, mask=first)
     tl.store(state_v_correction2_ptr + feature, new_s_correction2, mask=first)
+
+
+@triton.jit
+def alac_fieldtables_697a95f0_bags_apply_async(n_entries, entry_feature_ptr: "*i64", entry_bag_ptr: "*i64",
+        entry_value_ptr: "*fp32", w_ptr: "*fp32", v_ptr: "*fp32", d_wx_ptr: "*fp32", d_vx_ptr: "*fp32",
+        d_v2x2_ptr: "*fp32", l2_w: "fp32", l2_v: "fp32", lr: "fp32", scale: "fp32", h_beta1: "fp32", h_beta2: "fp32",
+        h_eps: "fp32", state_w_m_ptr: "*fp32", state_w_v_ptr: "*fp32", state_w_correction1_ptr: "*fp32",
+        state_w_correction2_ptr: "*fp32", state_v_m_ptr: "*fp32", state_v_v_ptr: "*fp32",
+        state_v_correction1_ptr: "*fp32", state_v_correction2_ptr: "*fp32", HAS_VALUES: tl.constexpr, C: tl.constexpr,
+        S: tl.constexpr, ONE_TILE: tl.constexpr, WIDE_IDS: tl.constexpr):
+    rows = tl.arange(0, C)
+    lanes = tl.arange(0, BLOCK_K)
+    lane_valid = lanes < K
+    edge = tl.program_id(0) * (S * C) + tl.arange(0, S)[:, None] * C + rows[None, :]
+    present = edge < n_entries
+    feature = tl.load(entry_feature_ptr + edge, mask=present, other=0)
+    bag = tl.load(entry_bag_ptr + edge, mask=present, other=0)
+    if HAS_VALUES:
+        x = tl.load(entry_value_ptr + edge, mask=present, other=0.0)
+    else:
+        x = tl.where(present, 1.0, 0.0)
+    w = tl.load(w_ptr + feature, mask=present, other=0.0)
+    w = w.to(tl.float32)
+    v = tl.load(v_ptr + feature[:, :, None] * K + lanes, mask=present[:, :, None] & lane_valid, other=0.0)
+    v = v.to(tl.float32)
+    d_wx = tl.load(d_wx_ptr + bag, mask=present, other=0.0)
+    d_vx = tl.load(d_vx_ptr + bag[:, :, None] * K + lanes, mask=present[:, :, None] & lane_valid, other=0.0)
+    d_v2x2 = tl.load(d_v2x2_ptr + bag[:, :, None] * K + lanes, mask=present[:, :, None] & lane_valid, other=0.0)
+    grad_w = (d_wx * x + l2_w * w)
+    grad_v = (d_vx * x[:, :, None] + l2_v * v + 2.0 * d_v2x2 * v * (x[:, :, None] * x[:, :, None]))
+    # adam on w (the change, added atomically)
+    g = grad_w * scale
+    state_m = tl.load(state_w_m_ptr + feature, mask=present, other=0.0)
+    state_v = tl.load(state_w_v_ptr + feature, mask=present, other=0.0)
+    state_correction1 = tl.load(state_w_correction1_ptr + feature, mask=present, other=0.0)
+    state_correction2 = tl.load(state_w_correction2_ptr + feature, mask=present, other=0.0)
+    td0 = (g * (h_beta1 - 1.0) - (h_beta1 * state_m))
+    td1 = (1.0 + h_beta1 * state_correction1 - h_beta1)
+    td2 = (1.0 + h_beta2 * state_correction2 - h_beta2)
+    td3 = ((g * g) * (h_beta2 - 1.0) - (h_beta2 * state_v))
+    delta_p = lr * td0 / td1 / (h_eps + tl.sqrt(-(td3 / td2)))
+    new_s_m = -td0
+    new_s_v = -td3
+    new_s_correction1 = td1
+    new_s_correction2 = td2
+    tl.atomic_add(w_ptr + feature, delta_p, mask=present, sem="relaxed")
+    tl.store(state_w_m_ptr + feature, new_s_m, mask=present)
+    tl.store(state_w_v_ptr + feature, new_s_v, mask=present)
+    tl.store(state_w_correction1_ptr + feature, new_s_correction1, mask=present)
+    tl.store(state_w_correction2_ptr + feature, new_s_correction2, mask=present)
+    # adam on v (the change, added atomically)
+    g = grad_v * scale
+    state_m = tl.load(state_v_m_ptr + feature[:, :, None] * K + lanes, mask=present[:, :, None] & lane_valid, other=0.0)
+    state_v = tl.load(state_v_v_ptr + feature[:, :, None] * K + lanes, mask=present[:, :, None] & lane_valid, other=0.0)
+    state_correction1 = tl.load(state_v_correction1_ptr + feature, mask=present, other=0.0)
+    state_correction2 = tl.load(state_v_correction2_ptr + feature, mask=present, other=0.0)
+    td0 = (g * (h_beta1 - 1.0) - (h_beta1 * state_m))
+    td1 = (1.0 + h_beta1 * state_correction1 - h_beta1)
+    td2 = (1.0 + h_beta2 * state_correction2 - h_beta2)
+    td3 = ((g * g) * (h_beta2 - 1.0) - (h_beta2 * state_v))
+    delta_p = lr * td0 / td1[:, :, None] / (h_eps + tl.sqrt(-(td3 / td2[:, :, None])))
+    new_s_m = -td0
+    new_s_v = -td3
+    new_s_correction1 = td1
+    new_s_correction2 = td2
+    tl.atomic_add(v_ptr + feature[:, :, None] * K + lanes, delta_p, mask=present[:, :, None] & lane_valid, sem="relaxed")
+    tl.store(state_v_m_ptr + feature[:, :, None] * K + lanes, new_s_m, mask=present[:, :, None] & lane_valid)
+    tl.store(state_v_v_ptr + feature[:, :, None] * K + lanes, new_s_v, mask=present[:, :, None] & lane_valid)
+    tl.store(state_v_correction1_ptr + feature, new_s_correction1, mask=present)
+    tl.store(state_v_correction2_ptr + feature, new_s_correction2, mask=present)

@@ -101,3 +101,38 @@ def alac_fieldtables_40d5ce70_bags_update(n_entries, entry_feature_ptr: "*i64", 
     value = tl.load(v_ptr + feature[:, :, None] * K + lanes, mask=first[:, :, None] & lane_valid, other=0.0)
     new_p = (value - (g * lr))
     tl.store(v_ptr + feature[:, :, None] * K + lanes, new_p, mask=first[:, :, None] & lane_valid)
+
+
+@triton.jit
+def alac_fieldtables_40d5ce70_bags_apply_async(n_entries, entry_feature_ptr: "*i64", entry_bag_ptr: "*i64",
+        entry_value_ptr: "*fp32", w_ptr: "*fp32", v_ptr: "*fp32", d_wx_ptr: "*fp32", d_vx_ptr: "*fp32",
+        d_v2x2_ptr: "*fp32", l2_w: "fp32", l2_v: "fp32", lr: "fp32", scale: "fp32", HAS_VALUES: tl.constexpr,
+        C: tl.constexpr, S: tl.constexpr, ONE_TILE: tl.constexpr, WIDE_IDS: tl.constexpr):
+    rows = tl.arange(0, C)
+    lanes = tl.arange(0, BLOCK_K)
+    lane_valid = lanes < K
+    edge = tl.program_id(0) * (S * C) + tl.arange(0, S)[:, None] * C + rows[None, :]
+    present = edge < n_entries
+    feature = tl.load(entry_feature_ptr + edge, mask=present, other=0)
+    bag = tl.load(entry_bag_ptr + edge, mask=present, other=0)
+    if HAS_VALUES:
+        x = tl.load(entry_value_ptr + edge, mask=present, other=0.0)
+    else:
+        x = tl.where(present, 1.0, 0.0)
+    w = tl.load(w_ptr + feature, mask=present, other=0.0)
+    w = w.to(tl.float32)
+    v = tl.load(v_ptr + feature[:, :, None] * K + lanes, mask=present[:, :, None] & lane_valid, other=0.0)
+    v = v.to(tl.float32)
+    d_wx = tl.load(d_wx_ptr + bag, mask=present, other=0.0)
+    d_vx = tl.load(d_vx_ptr + bag[:, :, None] * K + lanes, mask=present[:, :, None] & lane_valid, other=0.0)
+    d_v2x2 = tl.load(d_v2x2_ptr + bag[:, :, None] * K + lanes, mask=present[:, :, None] & lane_valid, other=0.0)
+    grad_w = (d_wx * x + l2_w * w)
+    grad_v = (d_vx * x[:, :, None] + l2_v * v + 2.0 * d_v2x2 * v * (x[:, :, None] * x[:, :, None]))
+    # sgd on w (the change, added atomically)
+    g = grad_w * scale
+    delta_p = -(g * lr)
+    tl.atomic_add(w_ptr + feature, delta_p, mask=present, sem="relaxed")
+    # sgd on v (the change, added atomically)
+    g = grad_v * scale
+    delta_p = -(g * lr)
+    tl.atomic_add(v_ptr + feature[:, :, None] * K + lanes, delta_p, mask=present[:, :, None] & lane_valid, sem="relaxed")
