@@ -262,6 +262,8 @@ class Trainer:
         _, layout_labels = self.prepare(train)
         valid_layout = self.layout_of(valid)
         report_layout = self.layout_of(report)
+        if isinstance(self.executor, FaeExecutor) and valid_layout is not None:
+            self.executor.steer_with(valid_layout, self.labels.model_labels(valid_layout.labels))
         if self.executor.state is None:
             self._initialize(layout_labels)
         start = self._sample_loss(layout_labels)
@@ -294,6 +296,7 @@ class Trainer:
                 record["hit_ratio"] = self.executor.epoch_hit_ratio.get(self.epoch)
             elif isinstance(self.executor, FaeExecutor):
                 record["hot_input_share"] = self.executor.split.hot_input_share
+                record["fae_rate"] = self.executor.scheduler.rate
             if diverged(loss, start, lowest) or (not pending and not finite_state):
                 self.stopped_because = "diverged"
                 if self._restore_sound(snapshots, start, lowest, layout_labels):

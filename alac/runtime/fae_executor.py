@@ -2,9 +2,10 @@
 planner (alac.runtime.param_planner) places the model's rows in pinned host memory with FAE's hot
 table of the budget's most accessed rows on the GPU. It answers as an Executor does (initialize,
 train_epochs, state, predict, ...): an epoch runs the training rows as pure hot and cold batches in
-segments (FAE's START_RATE: half of each kind at a time, cold first), hot ones against the hot
-table, cold ones against every row in host memory; everything else reads the host table, whose hot
-rows are copied back first.
+segments, hot ones against the hot table, cold ones against every row in host memory; everything
+else reads the host table, whose hot rows are copied back first. The segments' length is FAE's
+shuffle schedule: R(50) at first, cold first, then steered by the validation loss after every swap
+when the Trainer has validation rows (FAE's Eq. 5; the first STEERING_ROWS of them), else fixed.
 
 The batches are FAE's, not the layout's: the hot inputs and the cold ones are laid out apart, so an
 epoch visits the same rows in another order (and sync batches, whatever the plan's semantics), at
@@ -21,6 +22,9 @@ from alac.runtime.executor import Executor
 from alac.runtime.layout import LayoutOptions
 from alac.runtime.placement import START_RATE, FaeTables, ShuffleScheduler, fae_data
 from alac.runtime.state import ModelState
+
+# validation rows whose loss steers the schedule after every swap (a sample: FAE validates this often)
+STEERING_ROWS = 4096
 
 
 class FaeExecutor:
@@ -46,7 +50,13 @@ class FaeExecutor:
         self.tables = FaeTables(self.whole, self.working, self.split.hot_ids)
         self.labels_of = labels_of
         self.placement = placement
+        self.scheduler = ShuffleScheduler(START_RATE)
+        self._validate = None
         self._initialized = False
+
+    def steer_with(self, layout, labels):
+        """Steer the schedule by the loss of these validation rows (a layout in the training ids)."""
+        self._validate = lambda: self.tables.whole().sample_loss(layout, labels, STEERING_ROWS)
 
     @staticmethod
     def _mirrored(name):
@@ -93,8 +103,8 @@ class FaeExecutor:
         for executor in (self.whole, self.working):
             executor.loss_sum.zero_()
         rate = float(self.schedule.rates(lr, epoch, self.batches_done, 1, self.device)[0])
-        segments = self.tables.train_epoch(self.split, lambda part: self.labels_of(part), epoch, self.seed, rate,
-                                           ShuffleScheduler(START_RATE))
+        segments = self.tables.train_epoch(self.split, self.labels_of, epoch, self.seed, rate, self.scheduler,
+                                           self._validate)
         self.batches_done += sum(count for _, _, count in segments)
         total = self.whole.loss_sum.to(self.device) + self.working.loss_sum
         rows = sum(part.n_rows for part in (self.split.hot, self.split.cold) if part is not None)

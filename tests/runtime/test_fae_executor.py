@@ -10,6 +10,7 @@ from alac.errors import OptionError
 from alac.plan import Plan
 from alac.runtime.fae_executor import FaeExecutor
 from alac.runtime.param_planner import FAE_SWAPS, MappedCosts, choose_placement, hot_inputs
+from alac.runtime.placement import START_RATE
 from alac.runtime.profiler import classify_inputs
 from alac.train import Trainer
 from tests.zoo_models import ZOO
@@ -80,6 +81,12 @@ def test_a_trainer_over_its_gpu_budget_trains_faes_pure_batches():
         assert mine["train_loss"] == pytest.approx(theirs["train_loss"], abs=0.005)
         assert mine["train_loss"] != theirs["train_loss"]
     assert fae.history[0]["valid_logloss"] == pytest.approx(plain.history[0]["valid_logloss"], abs=0.005)
+    # the schedule steered by the validation loss after every swap: it rose (the model overfits these
+    # rows after an epoch), so the rate halved from R(50); without validation rows it stays
+    assert fae.history[-1]["fae_rate"] < START_RATE
+    unsteered = trainer(150_000, "fae")
+    unsteered.fit(train, epochs=1)
+    assert unsteered.history[-1]["fae_rate"] == START_RATE
     assert executor.batches_done == 3 * (-(-executor.split.hot.n_chunks // 4) - (-executor.split.cold.n_chunks // 4))
     # a restored state reaches both tables: the predictions it made come back
     snapshot, before = executor.state.clone(), fae.predict(valid)
