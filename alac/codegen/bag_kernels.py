@@ -21,6 +21,7 @@ Three launches a step per table (two async), whatever the model: the reference p
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from alac.codegen import manifest as m
@@ -67,10 +68,13 @@ class GeneratedBagKernels:
 
 
 class BagKernelGenerator(ParamAccess):
-    """The three kernels of a model's aggregate-only IR (alac.ir.pipeline.lower(aggregate_only=True))."""
+    """The kernels of a model's aggregate-only IR (alac.ir.pipeline.lower(aggregate_only=True)) over
+    tables stored as param_dtype (float32, bfloat16 or float16: the pointers' type; sums and updates
+    in float32)."""
 
-    def __init__(self, ir):
+    def __init__(self, ir, param_dtype="float32"):
         self.ir = ir
+        self.param_dtype = param_dtype
         self.optimizer = ir.optimizer
         # the access layer's choices for these kernels: rows on the device, sync, no hot segment
         self.variant = KernelVariant()
@@ -88,6 +92,10 @@ class BagKernelGenerator(ParamAccess):
             self.ranks[d.name] = rank_of(d.expr, self.ranks)
         self.printer = ExpressionPrinter(self.dialect, {}, self.ranks)
         self.prefix = f"alac_{ir.name}_{ir.hash[:8]}_bags"
+
+    def _param_argument(self, p):
+        """The access layer's argument of p's rows, typed as the tables store them."""
+        return dataclasses.replace(super()._param_argument(p), dtype=self.param_dtype)
 
     def _entries(self, w, bags):
         """The program's [S, C] tile of entries: their features (0 where absent), values, bags."""
@@ -201,5 +209,5 @@ def _read_by(exprs):
     return {symbol.name for expr in exprs for symbol in expr.free_symbols}
 
 
-def generate_bag_kernels(ir):
-    return BagKernelGenerator(ir).generate()
+def generate_bag_kernels(ir, param_dtype="float32"):
+    return BagKernelGenerator(ir, param_dtype).generate()

@@ -102,7 +102,7 @@ class SparseAggregate(torch.nn.Module):
         # the deep part's dLoss/dAccum vary over a vector accum's lanes, whatever the model's loss says
         self._reference = ReferenceBackend(self.ir, given_deltas=True)
         device = torch.device(device) if device is not None else default_device()
-        self._kernels = _kernels_for(backend, self.ir, device)
+        self._kernels = _kernels_for(backend, self.ir, device, dtype)
         if semantics not in ("sync", "async") or (semantics == "async" and (self._kernels is None or
                                                                            dtype != torch.float32)):
             raise OptionError(f"SparseAggregate semantics is sync, or async on the generated kernels (backend "
@@ -223,7 +223,7 @@ TABLE_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 BACKENDS = ("reference", "triton", "interpret")
 
 
-def _kernels_for(backend, ir, device):
+def _kernels_for(backend, ir, device, dtype):
     """The generated kernels' launcher of a backend (None: the reference programs)."""
     if backend not in BACKENDS:
         raise OptionError(f"SparseAggregate backend is one of {', '.join(BACKENDS)}, got {backend!r}")
@@ -234,7 +234,7 @@ def _kernels_for(backend, ir, device):
                           f"the tables are on {device}")
     from alac.runtime.bag_launcher import BagLauncher
 
-    return BagLauncher(ir, interpret=backend == "interpret")
+    return BagLauncher(ir, interpret=backend == "interpret", param_dtype=dtype)
 
 
 def _joined(recorded):

@@ -16,9 +16,10 @@ TILE_VALUES = 4096
 
 
 class BagLauncher:
-    def __init__(self, ir, interpret):
+    def __init__(self, ir, interpret, param_dtype=torch.float32):
+        """param_dtype: the tables' storage (the kernels' pointers are typed by it)."""
         self.ir = ir
-        self.generated = generate_bag_kernels(ir)
+        self.generated = generate_bag_kernels(ir, str(param_dtype).removeprefix("torch."))
         module = load_module(self.generated, interpret=interpret)
         specs = (self.generated.aggregate, self.generated.gradients, self.generated.update, self.generated.apply_async)
         self.kernels = {spec.role: (spec, getattr(module, spec.name)) for spec in specs}
@@ -26,6 +27,7 @@ class BagLauncher:
         self.C = min(64, entries)
         self.S = entries // self.C
         self._scratch = None     # (gradient sums per param, touched flags), made on the first step
+        self._no_values = {}     # device -> a float32 stand-in for the values pointer of unit values
 
     def _launch(self, role, entries, values, has_values):
         spec, kernel = self.kernels[role]
@@ -35,10 +37,11 @@ class BagLauncher:
         grid = (-(-entries // (self.S * self.C)),)
         kernel[grid](*arguments, HAS_VALUES=has_values, C=self.C, S=self.S, ONE_TILE=False, WIDE_IDS=False)
 
-    @staticmethod
-    def _entries(indices, x, bag):
-        return {("size", "entries"): indices.numel(), ("entries", "feature"): indices,
-                ("entries", "value"): x if x is not None else indices, ("entries", "bag"): bag}
+    def _entries(self, indices, x, bag):
+        if x is None:     # never read (HAS_VALUES off), but a float32 pointer as the signature says
+            x = self._no_values.setdefault(indices.device, torch.zeros(1, device=indices.device))
+        return {("size", "entries"): indices.numel(), ("entries", "feature"): indices, ("entries", "value"): x,
+                ("entries", "bag"): bag}
 
     def aggregate(self, state, indices, x, bag, n_bags):
         """{accum: [n_bags] or [n_bags, K]} of the entries (feature indices, value x or 1, bag)."""
