@@ -58,6 +58,8 @@ def parser():
     p.add_argument("--optimizer", default="adagrad", help="the tables' optimizer (adagrad, sgd, ...)")
     p.add_argument("--patience", type=positive_int, default=2)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--tables", default="reference", choices=["reference", "kernels"],
+                   help="the tables' sums and updates: their torch programs, or their generated kernels (GPU)")
     p.add_argument("--no-cuda-graphs", action="store_true",
                    help="launch every step's kernels one by one instead of replaying a CUDA graph of it")
     p.add_argument("--device", default=None, help="cuda or cpu (default: the GPU when there is one)")
@@ -80,7 +82,8 @@ def main(argv):
     try:
         settings = DeepSettings(model=args.model, k=args.k, lr=args.lr, dense_lr=args.dense_lr, epochs=args.epochs,
                                 batch_size=args.batch_size, optimizer=args.optimizer, patience=args.patience,
-                                seed=args.seed, cuda_graphs=not args.no_cuda_graphs, **lists)
+                                seed=args.seed, cuda_graphs=not args.no_cuda_graphs, tables=args.tables,
+                                **lists)
         if args.out:
             check_output_folder(args.out, OUTPUT_FILES)
         if args.featindex and not Path(args.featindex).is_file():

@@ -35,7 +35,9 @@ def _field_model(settings, n_features, n_fields, device, one_hot=False):
     """The torch module of a field model of n_fields sparse fields and the settings' dense ones
     (one_hot: no sample has two entries in a field, FFM then skips pairs within a field)."""
     s = settings
-    options = {"k": s.k, "optimizer": s.optimizer, "lr": s.lr, "seed": s.seed, "device": device}
+    # the generated kernels on a GPU; elsewhere the reference programs compute the same tables
+    backend = "triton" if s.tables == "kernels" and torch.device(device).type == "cuda" else "reference"
+    options = {"k": s.k, "optimizer": s.optimizer, "lr": s.lr, "seed": s.seed, "device": device, "backend": backend}
     if s.model == "ffm":
         return FFM(n_features, n_fields, one_hot=one_hot, **options)
     if s.model == "dlrm":
@@ -56,7 +58,8 @@ class DeepSettings:
     Adam's on the MLPs and bias; patience: epochs without a better validation logloss before
     training stops; cuda_graphs: on a GPU, replay full batches' steps from CUDA graphs
     (alac.nn.GraphedStep: batches whose entries are as many as the previous ones', e.g. one-hot
-    fields; models without dense fields)."""
+    fields; models without dense fields); tables: "reference" (the tables' torch programs) or
+    "kernels" (their generated kernels on a GPU, alac.codegen.bag_kernels)."""
 
     model: str = "deepfm"
     k: int = 16
@@ -71,6 +74,7 @@ class DeepSettings:
     dense_fields: tuple = ()
     bottom: tuple = (64,)
     cuda_graphs: bool = True
+    tables: str = "reference"
 
     def __post_init__(self):
         for name in ("hidden", "bottom", "dense_fields"):
@@ -90,6 +94,8 @@ class DeepSettings:
         if self.model == "dlrm" and not self.dense_fields:
             raise OptionError("dlrm needs dense features: name the fields that hold them (dense_fields, "
                               "alac train --dense-fields)")
+        if self.tables not in ("reference", "kernels"):
+            raise OptionError(f"tables run on their reference programs or kernels, got {self.tables!r}")
         if self.model == "ffm" and self.dense_fields:
             raise OptionError("ffm takes no dense features (dense_fields)")
 

@@ -74,3 +74,27 @@ def test_the_trainer_with_graphs_matches_it_without():
     for with_graphs, without in zip(histories[True], histories[False]):
         assert with_graphs["valid_logloss"] == pytest.approx(without["valid_logloss"], abs=1e-4)
         assert with_graphs["train_loss"] == pytest.approx(without["train_loss"], abs=1e-4)
+
+
+def test_the_trainer_takes_the_tables_kernels_on_a_gpu_only():
+    from alac.errors import OptionError
+
+    with pytest.raises(OptionError, match="reference programs or kernels"):
+        DeepSettings(tables="gpu")
+    data = criteo_like(600, n_fields=4, seed=0, device="cpu")
+    trainer = DeepTrainer(DeepSettings(k=2, hidden=(4,), epochs=1, batch_size=128, tables="kernels"), "cpu")
+    trainer.fit(data)
+    assert trainer.network.tables._kernels is None        # on a CPU: the reference programs
+
+
+@GPU
+def test_the_trainer_on_the_tables_kernels_matches_it_on_their_programs():
+    data = criteo_like(6000, n_fields=8, seed=0, model="fm", device="cuda")
+    train, valid = data.take(torch.arange(5000, device="cuda")), data.take(torch.arange(5000, 6000, device="cuda"))
+    histories = {}
+    for tables in ("reference", "kernels"):
+        trainer = DeepTrainer(DeepSettings(k=4, hidden=(16,), epochs=2, batch_size=512, tables=tables), "cuda")
+        histories[tables] = trainer.fit(train, valid)
+        assert (trainer.network.tables._kernels is not None) == (tables == "kernels")
+    for kernels, reference in zip(histories["kernels"], histories["reference"]):
+        assert kernels["valid_logloss"] == pytest.approx(reference["valid_logloss"], abs=1e-4)
