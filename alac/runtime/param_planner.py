@@ -165,13 +165,17 @@ def forecast_fae(hot_rows, hot_input_share, cold_edges, row_bytes, costs):
     return FaeForecast(hot_rows, hot_input_share, cold_edges, traffic)
 
 
-def hot_inputs(dataset, old_to_new, hot_rows):
+def hot_inputs(dataset, old_to_new, hot_rows, block=1 << 24):
     """(the share of the rows whose features are all among the hot_rows most accessed, the entries of
-    the others): FAE's input classifier on the layout's frequency order."""
-    ids = old_to_new.to(dataset.device)[dataset.indices.long()].long()
-    rows = dataset.entry_rows()
-    highest = torch.full((dataset.n_rows,), -1, dtype=torch.int64, device=dataset.device)
-    highest.scatter_reduce_(0, rows, ids, "amax")
+    the others): FAE's input classifier on the layout's frequency order, `block` entries at a time
+    (a few int64 copies of every entry would not fit beside a large data set)."""
+    old_to_new = old_to_new.to(dataset.device)
+    highest = torch.full((dataset.n_rows,), -1, dtype=torch.int32, device=dataset.device)
+    for first in range(0, dataset.nnz, block):
+        entries = torch.arange(first, min(first + block, dataset.nnz), device=dataset.device)
+        rows = torch.searchsorted(dataset.indptr, entries, right=True) - 1
+        ids = old_to_new[dataset.indices[entries].long()].int()
+        highest.scatter_reduce_(0, rows, ids, "amax")
     hot = highest < hot_rows
     return float(hot.float().mean()) if dataset.n_rows else 1.0, float(dataset.row_lengths()[~hot].sum())
 

@@ -48,6 +48,7 @@ def test_hot_inputs_are_the_rows_whose_features_are_all_among_the_most_accessed(
     hot_rows, cold_rows = classify_inputs(data, old_to_new < bound)
     assert share == pytest.approx(hot_rows.numel() / 500) and 0 < share < 1
     assert cold_edges == pytest.approx(float(data.row_lengths()[cold_rows].sum()))
+    assert hot_inputs(data, old_to_new.int(), bound, block=7) == (share, cold_edges)     # in blocks of entries
 
 
 def test_a_trainer_over_its_gpu_budget_trains_faes_pure_batches():
