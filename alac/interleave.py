@@ -4,7 +4,8 @@ not what it computes.
 - D-interleaving: the batch in micro-batches whose losses backpropagate in turn (the dense part's
   gradients add up) while the tables record their rows' gradients and step once when the step ends
   (SparseAggregate.deferred), so that the step is the whole batch's and its activations a
-  micro-batch's. micro_batches_for sizes them by PICASSO's Eq. 2 from a measured cost per row.
+  micro-batch's. micro_batches_for sizes them by PICASSO's Eq. 2 from a measured cost per row
+  (memory_per_row: the peak GPU memory a warm-up step adds, per row).
 - K-interleaving: the next micro-batch's table lookups issued on a side stream before this one's dense
   part, so that the memory-bound lookups overlap the compute-bound MLP (a GPU only; the tables do not
   change within the step, so the order does not change the result).
@@ -50,6 +51,19 @@ def micro_batches_for(batch_rows, bounds_and_costs):
     Eq. 2's minimum over the step's operators."""
     rows = min(micro_batch_rows(bound, cost) for bound, cost in bounds_and_costs)
     return math.ceil(batch_rows / rows)
+
+
+def memory_per_row(step, rows):
+    """Eq. 2's memory cost: the peak GPU memory one call of step() (a training step of `rows` rows)
+    adds to what was allocated before it, per row; None off a GPU."""
+    if not torch.cuda.is_available():
+        return None
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    step()
+    torch.cuda.synchronize()
+    return max(torch.cuda.max_memory_allocated() - before, 1) / max(rows, 1)
 
 
 def split_rows(n_rows, micro_batches):

@@ -8,7 +8,14 @@ import pytest
 import torch
 
 from alac.errors import OptionError
-from alac.interleave import Interleaving, interleaved_step, micro_batch_rows, micro_batches_for, split_rows
+from alac.interleave import (
+    Interleaving,
+    interleaved_step,
+    memory_per_row,
+    micro_batch_rows,
+    micro_batches_for,
+    split_rows,
+)
 from alac.models.deep import mlp
 from alac.nn import KeyedBags, PackedEmbeddingBags, Table
 
@@ -91,3 +98,19 @@ def test_picassos_eq_2_sizes_the_micro_batches_by_the_tightest_resource():
         Interleaving(0)
     with pytest.raises(OptionError):
         micro_batch_rows(10, 0)
+    if not torch.cuda.is_available():
+        assert memory_per_row(lambda: None, 10) is None        # no device memory to bound
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_a_steps_memory_per_row_sizes_its_micro_batches():
+    """A step holding a [rows, 1024] float32 activation adds at least 4 KiB a row: a budget of 100
+    rows' worth splits 1,000 rows into at least 10 micro-batches."""
+    def step(rows=256):
+        hidden = torch.ones((rows, 1024), device="cuda", requires_grad=True)
+        (hidden * 2).sum().backward()
+
+    cost = memory_per_row(step, 256)
+    assert cost >= 4096
+    assert micro_batches_for(1000, [(100 * cost, cost)]) == 10
+
