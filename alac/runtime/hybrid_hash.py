@@ -1,16 +1,18 @@
 """Parameters larger than the GPU, PICASSO's way: mixed batches on a GPU cache of the hot rows.
 
-HybridHash (`../shared/papers`, PICASSO §IV) keeps every row (params and optimizer state) in host
-memory and a cache on the GPU: a hot store of the `capacity` rows counted most often (a row counts
-once per segment it is touched in: a miss costs one load per segment, however often the segment
-reads the row), and a staging area of two halves. Batches are trained in segments of whole batches,
-their rows in the staging half the previous segment does not use: the rows a segment touches that
-the hot store lacks are gathered from host memory (misses), or copied on the GPU from the previous
-segment's half when it holds them (carried), the segment's edges are re-pointed at cache slots, the
-generated kernels train it, and its staged rows not carried on are written back. Bookkeeping and row
-traffic run on a side stream, so a segment's rows load and the previous one's store while kernels
-train. Every row has exactly one current copy at any time, so the parameters are those of an all-GPU
-run of the same batches (transparency). The first `warmup` batches run with an empty hot store and
+HybridHash (`../shared/papers`, PICASSO §IV) keeps every row (params and optimizer state) in host memory
+and a cache on the GPU: a hot store of the `capacity` rows counted most often (a row counts once per
+segment it is touched in: a miss costs one load per segment, however often the segment reads the row),
+and a staging area of two halves. Batches are trained in segments of whole batches, their rows in the
+staging half the previous segment does not use: the rows a segment touches that the hot store lacks are
+gathered from host memory (misses), or copied on the GPU from the previous segment's half when it holds
+them (carried), the segment's edges are re-pointed at cache slots, the generated kernels train it, and
+its staged rows not carried on are written back. Row traffic runs on a side stream, so a segment's rows
+load and the previous one's store while kernels train; finding a segment's rows (whose count the host
+waits for) runs on a bookkeeping stream that waits only until the previous segment's rows took their
+slots, not for the write-backs queued after them, so the host prepares a segment while the two before it
+still train. Every row has exactly one current copy at any time, so the parameters are those of an
+all-GPU run of the same batches (transparency). The first `warmup` batches run with an empty hot store and
 only count; from then on, every `refresh` batches the hot store is re-ranked from the counts: rows
 leaving it are written back before their slots take the rows entering it.
 """
@@ -98,16 +100,21 @@ class _Staged:
 
 
 class _Streams:
-    """A compute stream (the kernels) and a side stream (bookkeeping, row traffic) with events between
-    them on a GPU; on a CPU one sequence of work, the events None."""
+    """A compute stream (the kernels), a side stream (row traffic, re-pointing edges) and a bookkeeping
+    stream (finding a segment's rows, whose counts the host waits for) with events between them on a
+    GPU; on a CPU one sequence of work, the events None."""
 
     def __init__(self, device):
         self.cuda = torch.device(device).type == "cuda"
         self.side = torch.cuda.Stream(device) if self.cuda else None
         self.compute = torch.cuda.Stream(device) if self.cuda else None
+        self.bookkeeping = torch.cuda.Stream(device) if self.cuda else None
 
     def on_side(self):
         return torch.cuda.stream(self.side) if self.cuda else contextlib.nullcontext()
+
+    def on_bookkeeping(self):
+        return torch.cuda.stream(self.bookkeeping) if self.cuda else contextlib.nullcontext()
 
     @contextlib.contextmanager
     def on_compute(self):
@@ -116,18 +123,32 @@ class _Streams:
             yield
             return
         caller = torch.cuda.current_stream()
-        self.compute.wait_stream(caller)
-        self.side.wait_stream(caller)
+        for stream in (self.compute, self.side, self.bookkeeping):
+            stream.wait_stream(caller)
         with torch.cuda.stream(self.compute):
             yield
-        caller.wait_stream(self.compute)
-        caller.wait_stream(self.side)
+        for stream in (self.compute, self.side, self.bookkeeping):
+            caller.wait_stream(stream)
 
     def record_side(self):
         return self.side.record_event() if self.cuda else None
 
     def record_compute(self):
         return self.compute.record_event() if self.cuda else None
+
+    def record_bookkeeping(self):
+        return self.bookkeeping.record_event() if self.cuda else None
+
+    def bookkeeping_waits(self, event):
+        if event is not None:
+            self.bookkeeping.wait_event(event)
+
+    def side_uses(self, *tensors):
+        """Tensors the bookkeeping stream made, read on the side stream from now on."""
+        if self.cuda:
+            self.side.wait_stream(self.bookkeeping)
+            for tensor in tensors:
+                tensor.record_stream(self.side)
 
     def side_waits(self, event):
         if event is not None:
@@ -163,6 +184,9 @@ class HybridHash:
         self.statistics = CacheStatistics()
         self._steps = 0            # batches trained
         self._staged_per_batch = 1.0
+        # the side stream's event after the latest segment's rows took their slots: a segment's
+        # bookkeeping waits for it, not for the write-backs queued after it
+        self._assigned = None
 
     def initialize(self, layout, value_scale):
         """Every row drawn into the host table; an empty cache of the same params and state."""
@@ -290,17 +314,21 @@ class HybridHash:
         self._seen[touched] = 0
         return touched
 
-    def _rows_of_segment(self, layout, chunks):
-        """The rows the chunks touch, counted; of them the rows to stage (not in the hot store) and
-        where each is now: -1 in the host table, a slot of the previous segment's staging half
-        (carried). None when they overflow a staging half."""
+    def _rows_of_segment(self, layout, chunks, half):
+        """The rows the chunks touch, counted; of them the rows to stage in staging half `half` (not in
+        the hot store) and where each is now: -1 in the host table, a slot of the previous segment's
+        staging half (carried). A slot in `half` itself is a row of the segment before that one whose
+        write-back is queued but may not have run: it is loaded from the host table after the
+        write-back. None when the rows overflow a staging half."""
         touched = self._touched(layout, chunks)
         where = self.slot_of[touched]
         staged = torch.nonzero((where < 0) | (where >= self.shape.capacity)).squeeze(1)
         if staged.numel() > self._half:
             return None
         self.counts[touched] += 1
-        return touched[staged], where[staged].long()
+        where = where[staged].long()
+        first = self.shape.capacity + half * self._half
+        return touched[staged], torch.where((where >= first) & (where < first + self._half), -1, where)
 
     def _train_segment(self, layout, working_layout, labels, order, epoch, lr, first, end, per_batch, loss, pending):
         """Batches first .. end - 1 of order, their rows in the staging half the previous segment
@@ -308,8 +336,10 @@ class HybridHash:
         pending). Its bookkeeping and loads run on the side stream while the previous segment's
         kernels run; a segment whose rows overflow a staging half is cut in half."""
         chunks = order[first * per_batch:min(end * per_batch, order.numel())]
-        with self._streams.on_side():
-            found = self._rows_of_segment(layout, chunks)
+        half = 0 if pending is None or pending.half else 1
+        with self._streams.on_bookkeeping():
+            self._streams.bookkeeping_waits(self._assigned)
+            found = self._rows_of_segment(layout, chunks, half)
         if found is None:
             if end - first == 1:
                 raise OptionError(f"one batch touches more rows that are not in the hot store than the "
@@ -319,13 +349,14 @@ class HybridHash:
                                        first + (end - first) // 2, per_batch, loss, pending)
         rows, where = found
         self._staged_per_batch = rows.numel() / (end - first)
-        half = 0 if pending is None or pending.half else 1
+        self._streams.side_uses(rows, where)
         with self._streams.on_side():
             slots = self.shape.capacity + half * self._half + torch.arange(rows.numel(), device=rows.device)
             # every staged row is gathered from the host table (no host round trip to pick the misses);
             # the carried ones are then overwritten by their current values from the previous half
             self._load(rows, slots)
             self.slot_of[rows] = slots.int()
+            self._assigned = self._streams.record_side()
             self._hits.append(remap(layout, chunks, self.slot_of, working_layout.edge_feature, self.shape.capacity,
                                     per_batch))
             if pending is not None:
@@ -357,11 +388,15 @@ class HybridHash:
         self.slot_of[staged.rows] = torch.where(now == staged.slots, -1, now)
 
     def _drain(self, pending):
-        """The pipeline emptied: the pending segment written back, the compute stream after the side."""
+        """The pipeline emptied: the pending segment written back, the side stream after the
+        bookkeeping (a re-rank reads its counts), the compute stream and the next bookkeeping after
+        the side."""
         if pending is not None:
             with self._streams.on_side():
                 self._write_back(pending)
-        self._streams.compute_waits(self._streams.record_side())
+        self._streams.side_waits(self._streams.record_bookkeeping())
+        self._assigned = self._streams.record_side()
+        self._streams.compute_waits(self._assigned)
 
     def train_epoch(self, layout, labels, epoch, lr, order=None):
         """One epoch of mixed batches (the layout's epoch order unless given, in global row ids);
@@ -394,6 +429,7 @@ class HybridHash:
                 pending = None
                 with self._streams.on_side():
                     self.refresh()
+                    self._assigned = self._streams.record_side()      # the next segment's rows see the new store
             first, pending = self._train_segment(layout, working_layout, labels, order, epoch, lr, first,
                                                  self._segment_end(first, batches), per_batch, loss, pending)
         self._drain(pending)

@@ -109,6 +109,29 @@ def test_a_batch_that_misses_more_rows_than_the_staging_area_holds_is_refused():
         cache.train_epoch(layout, labels, 0, 0.1)
 
 
+def test_a_segments_rows_still_in_its_own_staging_half_are_loaded_anew():
+    """On a GPU a segment's rows are found before the write-back of the segment two back (which used
+    the same staging half) has run: a row still pointing into that half is a miss, loaded from the
+    host table after the write-back; a row in the other half is carried; a hot row is not staged."""
+    data = criteo_like(400, n_fields=5, seed=4, device="cpu")
+    layout = build_layout(data, LayoutOptions(chunk_size=8), "cpu")
+    shape = CacheShape(capacity=10, staging=200)
+    cache, _ = _cache("lr", Plan(chunk_size=8, batch_size=32), "cpu", "reference", shape, host=False)
+    cache.initialize(layout, 1.0)
+    chunks = torch.tensor([0, 1])
+    _, touched, _ = layout.edges_of(chunks)
+    touched = torch.unique(touched)
+    hot, stale, carried = touched[0], touched[1], touched[2]
+    cache.slot_of[hot] = 3                      # in the hot store
+    cache.slot_of[stale] = 10 + 100 + 7         # in half 1, the half this segment loads into
+    cache.slot_of[carried] = 10 + 5             # in half 0, the previous segment's
+    rows, where = cache._rows_of_segment(layout, chunks, half=1)
+    assert hot not in rows and set(rows.tolist()) == set(touched.tolist()) - {int(hot)}
+    by_row = dict(zip(rows.tolist(), where.tolist()))
+    assert by_row[int(stale)] == -1 and by_row[int(carried)] == 15
+    assert all(by_row[r] == -1 for r in by_row if r not in (int(stale), int(carried)))
+
+
 def test_the_plans_hot_segment_keeps_its_slots_through_re_ranks():
     data = criteo_like(2000, n_fields=5, seed=4, device="cpu")
     layout = build_layout(data, LayoutOptions(chunk_size=8), "cpu")
