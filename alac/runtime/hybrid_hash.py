@@ -95,6 +95,7 @@ class _Staged:
 
     rows: torch.Tensor
     slots: torch.Tensor
+    span: slice           # the slots, consecutive
     half: int
     done: object
 
@@ -237,13 +238,18 @@ class HybridHash:
         return self._pairs
 
     def _load(self, rows, slots):
-        """Copy rows of the host table into cache slots (a gather on the GPU through mapped memory)."""
+        """Copy rows of the host table into cache slots (a gather on the GPU through mapped memory);
+        slots: a tensor, or a slice of consecutive slots (gathered straight into them)."""
         for host, cache in self._tensors():
-            cache[slots] = host[rows]
+            if isinstance(slots, slice):
+                torch.index_select(host, 0, rows, out=cache[slots])
+            else:
+                cache[slots] = host[rows]
         self.statistics.rows_in += rows.numel()
 
     def _store(self, rows, slots, traffic=True):
-        """Write cache slots back to their rows of the host table (traffic: of training, counted)."""
+        """Write cache slots (a tensor or a slice) back to their rows of the host table (traffic: of
+        training, counted)."""
         for host, cache in self._tensors():
             host[rows] = cache[slots]
         if traffic:
@@ -351,10 +357,12 @@ class HybridHash:
         self._staged_per_batch = rows.numel() / (end - first)
         self._streams.side_uses(rows, where)
         with self._streams.on_side():
-            slots = self.shape.capacity + half * self._half + torch.arange(rows.numel(), device=rows.device)
+            start = self.shape.capacity + half * self._half
+            span = slice(start, start + rows.numel())
+            slots = torch.arange(span.start, span.stop, device=rows.device)
             # every staged row is gathered from the host table (no host round trip to pick the misses);
             # the carried ones are then overwritten by their current values from the previous half
-            self._load(rows, slots)
+            self._load(rows, span)
             self.slot_of[rows] = slots.int()
             self._assigned = self._streams.record_side()
             self._hits.append(remap(layout, chunks, self.slot_of, working_layout.edge_feature, self.shape.capacity,
@@ -376,14 +384,14 @@ class HybridHash:
                 self._write_back(pending)
         self.statistics.segments += 1
         self._steps += end - first
-        return end, _Staged(rows, slots, half, done)
+        return end, _Staged(rows, slots, span, half, done)
 
     def _write_back(self, staged):
         """A trained segment's staged rows stored to the host table (on the side stream, after its
         kernels), and uncached unless carried on to the next segment (whose later write-back then
         stores their newer values over these)."""
         self._streams.side_waits(staged.done)
-        self._store(staged.rows, staged.slots)
+        self._store(staged.rows, staged.span)
         now = self.slot_of[staged.rows]
         self.slot_of[staged.rows] = torch.where(now == staged.slots, -1, now)
 
