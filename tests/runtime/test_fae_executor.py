@@ -51,7 +51,7 @@ def test_hot_inputs_are_the_rows_whose_features_are_all_among_the_most_accessed(
     assert hot_inputs(data, old_to_new.int(), bound, block=7) == (share, cold_edges)     # in blocks of entries
 
 
-def test_a_trainer_over_its_gpu_budget_trains_faes_pure_batches():
+def test_a_trainer_over_its_gpu_budget_trains_faes_pure_batches(tmp_path):
     data = criteo_like(3000, n_fields=5, seed=4, device="cpu")
     train, valid = data.take(torch.arange(2500)), data.take(torch.arange(2500, 3000))
 
@@ -96,6 +96,12 @@ def test_a_trainer_over_its_gpu_budget_trains_faes_pure_batches():
     executor.state = snapshot
     torch.testing.assert_close(fae.predict(valid), before)
     fae.fit(train, valid, epochs=1)       # and trains on from it
+    # a checkpoint holds every row, current: it predicts as the trainer does
+    from alac import checkpoint
+
+    checkpoint.save(fae, tmp_path / "model.alac", {"model": "fm", "arguments": {}})
+    loaded = checkpoint.load(tmp_path / "model.alac", ZOO["fm"]())
+    torch.testing.assert_close(loaded.predict(valid), fae.predict(valid), rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
