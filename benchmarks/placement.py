@@ -220,6 +220,24 @@ def fae(data, budget_mb, schedule, args, dirty_only=True):
     return result
 
 
+def fae_trainer(data, budget_mb, args):
+    """FAE as alac train runs it (the Trainer's FaeExecutor: the budget's most accessed rows hot, the
+    schedule steered by the validation loss), the budget on top of the resident layout."""
+    from alac.runtime.planner import layout_bytes
+    from alac.train import Trainer
+
+    train, valid = data["train"], data["valid"]
+    plan = dataclasses.replace(data["plan"], memory_budget=layout_bytes(train, data["plan"].chunk_size)
+                               + budget_mb * 2**20, param_mode="fae")
+    trainer = Trainer(zoo_model("fm"), lr=LR, epochs=args.epochs, plan=plan, seed=SEED, **TARGET,
+                      optimizer="adagrad")
+    trainer.fit(train, data["steer"])
+    seconds = [record["seconds"] for record in trainer.history]
+    return _arm("fae trainer", budget_mb, data["zipf"], seconds, train.n_rows, _scores(trainer.predict(valid), valid),
+                hot_input_share=trainer.executor.split.hot_input_share, hit_ratio=None, h2d_bytes=None,
+                hot_rows=trainer.placement.fae.hot_rows, final_rate=trainer.history[-1]["fae_rate"])
+
+
 def pytorch_host_table(data, args):
     """FAE's baseline: the embedding tables in pinned host memory, looked up and updated (sparse
     AdaGrad) on the CPU; the lookups cross to the GPU, the FM's interactions and the loss run there."""
@@ -299,6 +317,8 @@ def run_zipf(zipf, args):
             print(arms[-1], flush=True)
         if budget == args.schedules_at_mb:
             arms.append(fae(data, budget, "R(1)", args, dirty_only=False))
+            print(arms[-1], flush=True)
+            arms.append(fae_trainer(data, budget, args))
             print(arms[-1], flush=True)
     if not args.hybrid_only:
         arms.append(pytorch_host_table(data, args))
