@@ -382,16 +382,7 @@ class KernelGenerator(StageEmitter, ParamAccess):
                 else:
                     self._optimizer_step(w, p, "feature", "present", True, "edge_gradient * scale", "delta")
             return
-        touched = w.arg(m.TOUCHED)
-        w.comment("the first of a feature's edges to swap its touched flag out (atomic exchange with 0)")
-        w.line(f"first = present & (tl.atomic_xchg({touched} + feature, 0, mask=present, sem=\"relaxed\") == 1)")
-        for p in self.ir.params:
-            grad = w.arg(m.grad(p.name, p.vector))
-            offsets = self._vector_offsets("feature", True) if p.vector else "feature"
-            mask = self._lane_mask("first", True) if p.vector else "first"
-            w.line(f"summed = tl.load({grad} + {offsets}, mask={mask}, other=0.0)")
-            w.line(f"tl.store({grad} + {offsets}, tl.zeros_like(summed), mask={mask})")
-            self._optimizer_step(w, p, "feature", "first", True, "summed * scale", "new")
+        self._update_touched(w)
 
     def _epoch_kernel(self, groups, local_inputs, local_outputs):
         """Sync with grid barriers: P resident programs run the batches of chunk-order positions
@@ -463,13 +454,9 @@ class KernelGenerator(StageEmitter, ParamAccess):
         source, predict = self._chunk_kernel("predict", ["aggregate", "predict"], {}, {})
         kernels.append(source)
         functions = [f.source for f in self.functions.values()]
-        constants = (f"# factors per vector param, and the power-of-two block that holds them\n"
-                     f"K = tl.constexpr({self.k})\nBLOCK_K = tl.constexpr({self.block_k})\n\n\n") if self.k else ""
-        if self.hot:
-            constants += ("# hot features one program of the update kernel reduces at a time\n"
-                          f"HOT_BLOCK = tl.constexpr({HOT_BLOCK})\n\n\n")
-        text = (self._header(plan_text) + "\nimport triton\nimport triton.language as tl\n\n" + constants
-                + "\n\n".join([*_helpers_used([*functions, *kernels]), *functions, *kernels]))
+        hot_block = ("# hot features one program of the update kernel reduces at a time\n"
+                     f"HOT_BLOCK = tl.constexpr({HOT_BLOCK})\n\n\n") if self.hot else ""
+        text = module_source(self._header(plan_text), self.k, self.block_k, [*functions, *kernels], hot_block)
         return GeneratedKernels(self.ir.name, self.ir.hash, plan_text, text, tuple(train), predict,
                                 _manifest([*train, predict]),
                                 tuple(p.name for p in self.ir.params if p.name in self.derived))
@@ -481,6 +468,16 @@ class KernelGenerator(StageEmitter, ParamAccess):
                  f"# plan: {plan_text}"]
         lines += [f"# {line}" for line in self.ir.declaration_lines(derivatives=False)]
         return "\n".join(lines) + "\n"
+
+
+def module_source(header, k, block_k, sources, constants=""):
+    """A generated module's text: its header, Triton's imports, K and BLOCK_K (with a vector param) and
+    the other constants, the triton_helpers the sources call, then the sources."""
+    if k:
+        constants = (f"# factors per vector param, and the power-of-two block that holds them\n"
+                     f"K = tl.constexpr({k})\nBLOCK_K = tl.constexpr({block_k})\n\n\n") + constants
+    return (header + "\nimport triton\nimport triton.language as tl\n\n" + constants
+            + "\n\n".join([*_helpers_used(sources), *sources]))
 
 
 def _helpers_used(sources):

@@ -160,6 +160,20 @@ class ParamAccess:
         self._add_at(w, p, m.hot_sums(p), f"(replica * {w.arg(m.size('hot_stride'))} + hot_feature)", "summed",
                      "segment_end")
 
+    def _update_touched(self, w):
+        """Sync update of an [S, C] tile of edges (feature, present): the first edge of every touched
+        feature takes its flag and its summed gradient (zeroing both) and applies the optimizer once."""
+        w.comment("the first of a feature's edges to swap its touched flag out (atomic exchange with 0)")
+        w.line(f"first = present & (tl.atomic_xchg({w.arg(m.TOUCHED)} + feature, 0, mask=present, "
+               "sem=\"relaxed\") == 1)")
+        for p in self.ir.params:
+            grad = w.arg(m.grad(p.name, p.vector))
+            offsets = self._vector_offsets("feature", True) if p.vector else "feature"
+            mask = self._lane_mask("first", True) if p.vector else "first"
+            w.line(f"summed = tl.load({grad} + {offsets}, mask={mask}, other=0.0)")
+            w.line(f"tl.store({grad} + {offsets}, tl.zeros_like(summed), mask={mask})")
+            self._optimizer_step(w, p, "feature", "first", True, "summed * scale", "new")
+
     def _update_symbols(self, w, p, ids, mask, edge, prefix):
         """Ranks and variable names of the optimizer's symbols for param p at feature ids (an [S, C]
         tile when edge, else a block), (pointer argument, offsets, mask) of each of its states (the

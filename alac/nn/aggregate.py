@@ -122,7 +122,7 @@ class SparseAggregate(torch.nn.Module):
             self.register_buffer(name, tensor)
         # a leaf that requires grad, so that autograd calls backward though the tables do not
         self._anchor = torch.zeros(0, requires_grad=True)
-        self._deferred = None       # inside deferred(): the recorded (indices, x, deltas, samples)
+        self._deferred = None       # inside deferred(): the recorded (indices, x, bag, deltas, samples)
         self.check_batches = True   # forward checks its batch (ids, offsets, fields) with one host round trip
 
     @property
@@ -171,10 +171,7 @@ class SparseAggregate(torch.nn.Module):
         """{accum name: [n_bags] or [n_bags, K]}: entry e (feature indices[e], value values[e] or 1)
         summed into bag[e]; samples (the batch size) sets the optimizer's per-batch hypers. Inputs as
         forward checks them (int64, on the tables' device)."""
-        x = values
-        if x is None and self._kernels is None:
-            x = torch.ones(indices.numel(), device=indices.device)
-        outputs = _Aggregate.apply(self, indices, bag, n_bags, samples, x, self._anchor)
+        outputs = _Aggregate.apply(self, indices, bag, n_bags, samples, values, self._anchor)
         return dict(zip((a.name for a in self.ir.accums), outputs))
 
     def settings(self, samples):
@@ -206,17 +203,16 @@ class SparseAggregate(torch.nn.Module):
 
     def _step(self, indices, x, bag, deltas, samples):
         """The optimizer on the rows of the entries (indices, x or None for ones, bag) from their
-        bags' dLoss/dAccum (deltas: {delta name: [n_bags] or [n_bags, K]})."""
+        bags' dLoss/dAccum (deltas: {accum name: [n_bags] or [n_bags, K]})."""
         state = self.state
         if self._kernels is not None:
-            by_accum = {a.name: deltas[delta_name(a.name)] for a in self.ir.accums}
-            self._kernels.apply(state, indices, x, bag, by_accum, self.lr, 1.0, self.settings(samples),
+            self._kernels.apply(state, indices, x, bag, deltas, self.lr, 1.0, self.settings(samples),
                                 self.asynchronous)
             return
-        x = torch.ones(indices.numel(), device=indices.device) if x is None else x
         gathered = {name: value[indices].float() for name, value in state.params.items()}
-        per_entry = {name: d[bag] for name, d in deltas.items()}
-        self._reference.apply(state, indices, x, gathered, per_entry, self.lr, 1.0, self.settings(samples))
+        per_entry = {delta_name(name): d[bag] for name, d in deltas.items()}
+        self._reference.apply(state, indices, _values(x, indices), gathered, per_entry, self.lr, 1.0,
+                              self.settings(samples))
 
 
 TABLE_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
@@ -237,6 +233,11 @@ def _kernels_for(backend, ir, device, dtype):
     return BagLauncher(ir, interpret=backend == "interpret", param_dtype=dtype)
 
 
+def _values(x, indices):
+    """The entries' values: x, or ones where it is None (unit values)."""
+    return torch.ones(indices.numel(), device=indices.device) if x is None else x
+
+
 def _joined(recorded):
     """The recorded calls of a deferred step as one: entries end to end, every call's bags after the
     previous calls' (its bags renumbered), their dLoss/dAccum stacked; the samples summed."""
@@ -245,8 +246,7 @@ def _joined(recorded):
     for bag, d in zip(bags, deltas):
         renumbered.append(bag + first)
         first += next(iter(d.values())).shape[0]
-    values = None if all(v is None for v in x) else torch.cat(
-        [torch.ones(i.numel(), device=i.device) if v is None else v for i, v in zip(indices, x)])
+    values = None if all(v is None for v in x) else torch.cat([_values(v, i) for i, v in zip(indices, x)])
     return (torch.cat(indices), values, torch.cat(renumbered),
             {name: torch.cat([d[name] for d in deltas]) for name in deltas[0]}, sum(samples))
 
@@ -259,7 +259,7 @@ class _Aggregate(torch.autograd.Function):
         if module._kernels is not None:
             accums = module._kernels.aggregate(module.state, indices, x, bag, n_bags)
         else:
-            accums, _ = module._reference.accums(module.state, indices, x, bag, n_bags)
+            accums, _ = module._reference.accums(module.state, indices, _values(x, indices), bag, n_bags)
         ctx.module, ctx.samples, ctx.n_bags = module, samples, n_bags
         ctx.save_for_backward(indices, bag, x)
         return tuple(accums[a.name] for a in module.ir.accums)
@@ -271,8 +271,7 @@ class _Aggregate(torch.autograd.Function):
         deltas = {}
         for accum, grad in zip(module.ir.accums, grads):
             lanes = (module.ir.factor_size,) if accum.vector else ()
-            deltas[delta_name(accum.name)] = torch.zeros((ctx.n_bags, *lanes), device=bag.device) if grad is None \
-                else grad
+            deltas[accum.name] = torch.zeros((ctx.n_bags, *lanes), device=bag.device) if grad is None else grad
         if module._deferred is not None:
             module._deferred.append((indices, x, bag, deltas, ctx.samples))
         else:

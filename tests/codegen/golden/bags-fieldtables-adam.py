@@ -76,8 +76,8 @@ def alac_fieldtables_697a95f0_bags_gradients(n_entries, entry_feature_ptr: "*i64
 
 
 @triton.jit
-def alac_fieldtables_697a95f0_bags_update(n_entries, entry_feature_ptr: "*i64", touched_ptr: "*i32", lr: "fp32",
-        scale: "fp32", grad_w_ptr: "*fp32", h_beta1: "fp32", h_beta2: "fp32", h_eps: "fp32", w_ptr: "*fp32",
+def alac_fieldtables_697a95f0_bags_update(n_entries, entry_feature_ptr: "*i64", lr: "fp32", scale: "fp32",
+        touched_ptr: "*i32", grad_w_ptr: "*fp32", h_beta1: "fp32", h_beta2: "fp32", h_eps: "fp32", w_ptr: "*fp32",
         state_w_m_ptr: "*fp32", state_w_v_ptr: "*fp32", state_w_correction1_ptr: "*fp32",
         state_w_correction2_ptr: "*fp32", grad_v_ptr: "*fp32", v_ptr: "*fp32", state_v_m_ptr: "*fp32",
         state_v_v_ptr: "*fp32", state_v_correction1_ptr: "*fp32", state_v_correction2_ptr: "*fp32",
@@ -88,7 +88,7 @@ def alac_fieldtables_697a95f0_bags_update(n_entries, entry_feature_ptr: "*i64", 
     edge = tl.program_id(0) * (S * C) + tl.arange(0, S)[:, None] * C + rows[None, :]
     present = edge < n_entries
     feature = tl.load(entry_feature_ptr + edge, mask=present, other=0)
-    # the first of a feature's entries to swap its touched flag out (atomic exchange with 0)
+    # the first of a feature's edges to swap its touched flag out (atomic exchange with 0)
     first = present & (tl.atomic_xchg(touched_ptr + feature, 0, mask=present, sem="relaxed") == 1)
     summed = tl.load(grad_w_ptr + feature, mask=first, other=0.0)
     tl.store(grad_w_ptr + feature, tl.zeros_like(summed), mask=first)

@@ -76,18 +76,18 @@ def alac_fieldtables_286a84cc_bags_gradients(n_entries, entry_feature_ptr: "*i64
 
 
 @triton.jit
-def alac_fieldtables_286a84cc_bags_update(n_entries, entry_feature_ptr: "*i64", touched_ptr: "*i32", lr: "fp32",
-        scale: "fp32", grad_w_ptr: "*fp32", reg_l2_w: "fp32", h_beta: "fp32", w_ptr: "*fp32", state_w_z_ptr: "*fp32",
-        state_w_n_ptr: "*fp32", grad_v_ptr: "*fp32", reg_l2_v: "fp32", v_ptr: "*fp32", state_v_z_ptr: "*fp32",
-        state_v_n_ptr: "*fp32", HAS_VALUES: tl.constexpr, C: tl.constexpr, S: tl.constexpr, ONE_TILE: tl.constexpr,
-        WIDE_IDS: tl.constexpr):
+def alac_fieldtables_286a84cc_bags_update(n_entries, entry_feature_ptr: "*i64", lr: "fp32", scale: "fp32",
+        touched_ptr: "*i32", grad_w_ptr: "*fp32", reg_l2_w: "fp32", h_beta: "fp32", w_ptr: "*fp32",
+        state_w_z_ptr: "*fp32", state_w_n_ptr: "*fp32", grad_v_ptr: "*fp32", reg_l2_v: "fp32", v_ptr: "*fp32",
+        state_v_z_ptr: "*fp32", state_v_n_ptr: "*fp32", HAS_VALUES: tl.constexpr, C: tl.constexpr, S: tl.constexpr,
+        ONE_TILE: tl.constexpr, WIDE_IDS: tl.constexpr):
     rows = tl.arange(0, C)
     lanes = tl.arange(0, BLOCK_K)
     lane_valid = lanes < K
     edge = tl.program_id(0) * (S * C) + tl.arange(0, S)[:, None] * C + rows[None, :]
     present = edge < n_entries
     feature = tl.load(entry_feature_ptr + edge, mask=present, other=0)
-    # the first of a feature's entries to swap its touched flag out (atomic exchange with 0)
+    # the first of a feature's edges to swap its touched flag out (atomic exchange with 0)
     first = present & (tl.atomic_xchg(touched_ptr + feature, 0, mask=present, sem="relaxed") == 1)
     summed = tl.load(grad_w_ptr + feature, mask=first, other=0.0)
     tl.store(grad_w_ptr + feature, tl.zeros_like(summed), mask=first)
