@@ -11,68 +11,30 @@ import time
 
 import torch
 
-from alac.runtime.executor import Executor
+from alac.runtime.host_rows import HostRowsExecutor
 from alac.runtime.hybrid_hash import PERIOD_SEGMENTS, HybridHash, working_plan
-from alac.runtime.state import ModelState
 
 # batches timed on the cache before training to give the cost model its kernel time
 CALIBRATION_BATCHES = 16
 
 
-class CachedExecutor:
-    # rows in pinned host memory: the Trainer snapshots them only where host memory allows
-    host_rows = True
-
+class CachedExecutor(HostRowsExecutor):
     def __init__(self, model, plan, backend, device, seed, optimizer, schedule, exact_l2, placement):
         """placement: the planner's ParamPlacement (mode hybrid_hash, its cache shape)."""
-        params = [name for name in model.declarations()[0]]
-        # the host table predicts and holds rows: sync kernels over mapped rows, every param on the host
-        host_plan = dataclasses.replace(plan, semantics="sync", placement=tuple((name, "host") for name in params))
-        self.whole = Executor(model, host_plan, backend, device, seed, optimizer, schedule, exact_l2)
         # the kernels' hot segment lives in the hot store: at most its rows
-        plan = dataclasses.replace(plan, hot_size=min(plan.hot_size, placement.shape.capacity))
-        self.working = Executor(model, plan, backend, device, seed, optimizer, schedule, exact_l2)
+        working = dataclasses.replace(plan, hot_size=min(plan.hot_size, placement.shape.capacity))
+        super().__init__(model, plan, backend, device, seed, optimizer, schedule, exact_l2, working)
         self.cache = HybridHash(self.whole, self.working, placement.shape)
         self.placement = placement
-        self._initialized = False
         self.epoch_hit_ratio = {}   # epoch (counted from 1) -> the mean hit ratio of its batches
 
-    @staticmethod
-    def _mirrored(name):
-        """A counter or setting both executors keep alike: read from the cache's, set on both."""
-        def set_both(self, value):
-            setattr(self.whole, name, value)
-            setattr(self.working, name, value)
-        return property(lambda self: getattr(self.working, name), set_both)
-
-    value_scale = _mirrored("value_scale")
-    batches_done = _mirrored("batches_done")
-    # what the Trainer and the writers read, from the executor of every row
-    ir = property(lambda self: self.whole.ir)
-    plan = property(lambda self: self.working.plan)
-    optimizer = property(lambda self: self.whole.optimizer)
-    schedule = property(lambda self: self.working.schedule)
-    exact_l2 = property(lambda self: self.whole.exact_l2)
-    seed = property(lambda self: self.whole.seed)
-    backend_name = property(lambda self: self.working.backend_name)
-    device = property(lambda self: self.working.device)
     statistics = property(lambda self: self.cache.statistics)
 
-    @property
-    def state(self):
-        """Every row's current state (the cache's rows written back first); None before initialize."""
-        return self.cache.current_state() if self._initialized else self.whole.state
+    def _current(self):
+        return self.cache.whole_executor()
 
-    @state.setter
-    def state(self, value):
-        """A restored state (a snapshot, a checkpoint): the host table takes it, the cache starts empty."""
-        if value is not None:
-            # pinned again: a clone or a loaded checkpoint is pageable, which the GPU cannot map
-            value = ModelState.placed(value.params, value.globals, value.states, self.whole.device,
-                                      host=self.whole.plan.host_params)
-        self.whole.state = value
-        if self._initialized:
-            self.cache.clear()
+    def _restored(self):
+        self.cache.clear()       # the cache starts empty
 
     def initialize(self, layout, value_scale=None):
         self.cache.initialize(layout, layout.value_scale() if value_scale is None else value_scale)
@@ -93,24 +55,6 @@ class CachedExecutor:
         ratios = self.cache.statistics.hit_ratio[before:]
         self.epoch_hit_ratio[epoch + 1] = sum(ratios) / max(len(ratios), 1)
         return loss
-
-    def train_epochs(self, layout, labels, first_epoch, count, lr):
-        return [self.train_epoch(layout, labels, first_epoch + index, lr) for index in range(count)]
-
-    def sample_loss(self, layout, labels, max_rows=4096):
-        self.cache.whole_executor()
-        return self.whole.sample_loss(layout, labels, max_rows)
-
-    def predict_slots(self, layout, labels=None):
-        self.cache.whole_executor()
-        return self.whole.predict_slots(layout, labels)
-
-    def predict(self, layout):
-        self.cache.whole_executor()
-        return self.whole.predict(layout)
-
-    def settings(self, l2=None):
-        return self.working.settings(l2)
 
 
 def kernel_seconds(working, layout, labels, rows):

@@ -18,31 +18,24 @@ import dataclasses
 
 import torch
 
-from alac.runtime.executor import Executor
+from alac.runtime.host_rows import HostRowsExecutor
 from alac.runtime.layout import LayoutOptions
 from alac.runtime.placement import START_RATE, FaeTables, ShuffleScheduler, fae_data
-from alac.runtime.state import ModelState
 
 # validation rows whose loss steers the schedule after every swap (a sample: FAE validates this often)
 STEERING_ROWS = 4096
 
 
-class FaeExecutor:
-    # rows in pinned host memory: the Trainer snapshots them only where host memory allows
-    host_rows = True
-
+class FaeExecutor(HostRowsExecutor):
     def __init__(self, model, plan, backend, device, seed, optimizer, schedule, exact_l2, placement, dataset, layout,
                  labels_of):
         """placement: the planner's ParamPlacement (mode fae); dataset: the training rows, laid out in
         `layout` (whose frequency order ranks the rows: its first placement.fae.hot_rows are hot);
         labels_of(layout): a layout's labels as the model reads them."""
-        params = list(model.declarations()[0])
         plan = dataclasses.replace(plan, semantics="sync")
-        host_plan = dataclasses.replace(plan, placement=tuple((name, "host") for name in params))
         hot_rows = placement.fae.hot_rows
-        self.whole = Executor(model, host_plan, backend, device, seed, optimizer, schedule, exact_l2)
-        self.working = Executor(model, dataclasses.replace(plan, hot_size=min(plan.hot_size, hot_rows)), backend,
-                                device, seed, optimizer, schedule, exact_l2)
+        super().__init__(model, plan, backend, device, seed, optimizer, schedule, exact_l2,
+                         dataclasses.replace(plan, hot_size=min(plan.hot_size, hot_rows)))
         in_layout_ids = dataclasses.replace(
             dataset, indices=layout.old_to_new.to(dataset.device)[dataset.indices.long()].to(dataset.indices.dtype))
         hot = torch.arange(layout.n_features, device=dataset.device) < hot_rows
@@ -52,44 +45,16 @@ class FaeExecutor:
         self.placement = placement
         self.scheduler = ShuffleScheduler(START_RATE)
         self._validate = None
-        self._initialized = False
+
+    def _current(self):
+        return self.tables.whole()
+
+    def _restored(self):
+        self.tables.reload()     # the hot table gathered anew
 
     def steer_with(self, layout, labels):
         """Steer the schedule by the loss of these validation rows (a layout in the training ids)."""
-        self._validate = lambda: self.tables.whole().sample_loss(layout, labels, STEERING_ROWS)
-
-    @staticmethod
-    def _mirrored(name):
-        def set_both(self, value):
-            setattr(self.whole, name, value)
-            setattr(self.working, name, value)
-        return property(lambda self: getattr(self.whole, name), set_both)
-
-    value_scale = _mirrored("value_scale")
-    batches_done = _mirrored("batches_done")
-    ir = property(lambda self: self.whole.ir)
-    plan = property(lambda self: self.working.plan)
-    optimizer = property(lambda self: self.whole.optimizer)
-    schedule = property(lambda self: self.working.schedule)
-    exact_l2 = property(lambda self: self.whole.exact_l2)
-    seed = property(lambda self: self.whole.seed)
-    backend_name = property(lambda self: self.working.backend_name)
-    device = property(lambda self: self.working.device)
-
-    @property
-    def state(self):
-        """Every row's current state (the hot rows copied back first); None before initialize."""
-        return self.tables.current_state() if self._initialized else self.whole.state
-
-    @state.setter
-    def state(self, value):
-        """A restored state: the host table takes it (pinned again), the hot table is gathered anew."""
-        if value is not None:
-            value = ModelState.placed(value.params, value.globals, value.states, self.whole.device,
-                                      host=self.whole.plan.host_params)
-        self.whole.state = value
-        if self._initialized and value is not None:
-            self.tables.reload()
+        self._validate = lambda: self.sample_loss(layout, labels, STEERING_ROWS)
 
     def initialize(self, layout, value_scale=None):
         """Every row drawn as the all-GPU run draws it (the training layout's ids), the hot ones copied."""
@@ -109,18 +74,3 @@ class FaeExecutor:
         total = self.whole.loss_sum.to(self.device) + self.working.loss_sum
         rows = sum(part.n_rows for part in (self.split.hot, self.split.cold) if part is not None)
         return float(total) / max(rows, 1)
-
-    def train_epochs(self, layout, labels, first_epoch, count, lr):
-        return [self.train_epoch(layout, labels, first_epoch + index, lr) for index in range(count)]
-
-    def sample_loss(self, layout, labels, max_rows=4096):
-        return self.tables.whole().sample_loss(layout, labels, max_rows)
-
-    def predict_slots(self, layout, labels=None):
-        return self.tables.whole().predict_slots(layout, labels)
-
-    def predict(self, layout):
-        return self.tables.whole().predict(layout)
-
-    def settings(self, l2=None):
-        return self.working.settings(l2)
