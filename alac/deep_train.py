@@ -24,7 +24,7 @@ from alac import metrics
 from alac.errors import DataError, OptionError
 from alac.models.deep import DeepFM, DLRMLike, WideAndDeep
 from alac.models.field_aware import FFM
-from alac.nn import GraphedStep, SparseAggregate
+from alac.nn import GraphedStep, SparseAggregate, whole_step
 from alac.optimizers import get_optimizer
 from alac.runtime.executor import LabelMap
 from alac.runtime.layout import default_device
@@ -188,13 +188,9 @@ class DeepTrainer:
 
     def _step_of(self, dense):
         """One step on a batch's tensors (a model without dense fields), for GraphedStep."""
-        def step(indices, indptr, fields, values, labels):
-            loss = self._loss(self.network(indices.long(), indptr, fields.long(), values), labels)
-            dense.zero_grad(set_to_none=False)
-            loss.backward()
-            dense.step()
-            return loss.detach()
-        return step
+        def loss_of(indices, indptr, fields, values, labels):
+            return self._loss(self.network(indices.long(), indptr, fields.long(), values), labels)
+        return whole_step(loss_of, [dense])
 
     def _trust_batches(self):
         """The entries reach the network checked (_known_entries): its tables skip their per-batch host

@@ -47,7 +47,7 @@ from alac.data import load_libsvm
 from alac.data.synthetic import criteo_like
 from alac.interleave import Interleaving, interleaved_step, split_rows
 from alac.models.deep import DeepFM, mlp
-from alac.nn import GraphedStep, KeyedBags, PackedEmbeddingBags, Table
+from alac.nn import GraphedStep, KeyedBags, PackedEmbeddingBags, Table, whole_step
 from benchmarks.render import fields_table
 from benchmarks.report import environment, write
 
@@ -116,17 +116,10 @@ class GraphedSteps:
         return torch.optim.Adam(parameters, lr=MLP_LR, capturable=parameters[0].is_cuda)
 
     def graphed_step(self, optimizers, ids, labels):
-        def step(ids, labels):
-            loss = torch.nn.functional.binary_cross_entropy_with_logits(self(ids), labels)
-            for optimizer in optimizers:
-                optimizer.zero_grad(set_to_none=False)
-            loss.backward()
-            for optimizer in optimizers:
-                optimizer.step()
-            return loss.detach()
-
         if self._graphed is None:
-            self._graphed = GraphedStep(step)
+            self._graphed = GraphedStep(whole_step(
+                lambda ids, labels: torch.nn.functional.binary_cross_entropy_with_logits(self(ids), labels),
+                optimizers))
         self._graphed(ids, labels)
 
 

@@ -6,7 +6,7 @@ import torch
 from alac.data.synthetic import criteo_like
 from alac.deep_train import DeepSettings, DeepTrainer
 from alac.models.deep import DeepFM
-from alac.nn import GraphedStep
+from alac.nn import GraphedStep, whole_step
 
 GPU = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
@@ -30,17 +30,13 @@ def _deepfm_and_step(device, backend="reference"):
     model.tables.check_batches = False
     dense = torch.optim.Adam(list(model.parameters()), lr=1e-2, capturable=True)
 
-    def step(ids, labels):
+    def loss_of(ids, labels):
         rows, fields = ids.shape
         offsets = torch.arange(0, rows * fields + 1, fields, device=ids.device)
         field = torch.arange(fields, device=ids.device).repeat(rows)
-        loss = torch.nn.functional.binary_cross_entropy_with_logits(model(ids.reshape(-1), offsets, field), labels)
-        dense.zero_grad(set_to_none=False)
-        loss.backward()
-        dense.step()
-        return loss.detach()
+        return torch.nn.functional.binary_cross_entropy_with_logits(model(ids.reshape(-1), offsets, field), labels)
 
-    return model, step
+    return model, whole_step(loss_of, [dense])
 
 
 @GPU

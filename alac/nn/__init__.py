@@ -20,8 +20,8 @@ programs every generated kernel is tested against. GraphedStep replays a whole t
 """
 
 from alac.nn.aggregate import TABLE_DTYPES, SparseAggregate
-from alac.nn.graphed import GraphedStep
+from alac.nn.graphed import GraphedStep, whole_step
 from alac.nn.packed import KeyedBags, PackedEmbeddingBags, Table, pack_tables, table_accesses
 
 __all__ = ["TABLE_DTYPES", "GraphedStep", "KeyedBags", "PackedEmbeddingBags", "SparseAggregate", "Table", "pack_tables",
-           "table_accesses"]
+           "table_accesses", "whole_step"]

@@ -15,11 +15,25 @@ import torch
 from alac.errors import OptionError
 
 
+def whole_step(loss_of, optimizers):
+    """A step function for GraphedStep: loss_of(*tensors), the dense optimizers' gradients zeroed in
+    place, its backward (the tables step inside it), every optimizer's step; returns the loss detached."""
+    def step(*tensors):
+        loss = loss_of(*tensors)
+        for optimizer in optimizers:
+            optimizer.zero_grad(set_to_none=False)
+        loss.backward()
+        for optimizer in optimizers:
+            optimizer.step()
+        return loss.detach()
+    return step
+
+
 class GraphedStep:
     """step(*tensors) runs fn(*tensors), one whole training step, and returns its outputs (tensors).
 
-    fn must only queue GPU work (no host round trip: trusted batches, check_batches off) and zero the
-    dense optimizers' gradients in place (zero_grad(set_to_none=False)), so that every graph writes
+    fn (e.g. whole_step's) must only queue GPU work (no host round trip: trusted batches, check_batches
+    off) and zero the dense optimizers' gradients in place (zero_grad(set_to_none=False)), so that every graph writes
     the same gradient tensors, and return detached outputs (a loss that kept its autograd graph
     alive would keep the previous step's gradient streams); optimizers that step on the GPU need
     capturable=True (Adam's step count is then a device tensor). Inputs may be None (not copied).
