@@ -148,6 +148,11 @@ class Packed(GraphedSteps, torch.nn.Module):
     def _dense(self, pooled):
         return self.deep(torch.cat([pooled[name] for name in self.names], 1)).squeeze(1)
 
+    @property
+    def own_step(self):
+        """Its step is train_step's: replayed or interleaved."""
+        return self.graphed or self.interleaving is not None
+
     def optimizers(self):
         if self.graphed:
             return [self.dense_optimizer(self.deep.parameters())]
@@ -180,8 +185,7 @@ def _synchronize(device):
 
 
 def _step(model, optimizers, ids, labels):
-    if isinstance(model, OneHotFields) or getattr(model, "interleaving", None) is not None or \
-            getattr(model, "graphed", False):
+    if getattr(model, "own_step", False):
         model.train_step(optimizers, ids, labels)
         return
     loss = torch.nn.functional.binary_cross_entropy_with_logits(model(ids), labels)
@@ -300,6 +304,8 @@ class OneHotFields(GraphedSteps, torch.nn.Module):
         super().__init__()
         self.model = model
         self.model.tables.check_batches = False
+
+    own_step = True        # replayed from a graph, as alac.deep_train trains
 
     def train_step(self, optimizers, ids, labels):
         self.graphed_step(optimizers, ids, labels)
