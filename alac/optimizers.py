@@ -48,6 +48,10 @@ class Optimizer:
     state = {}          # state name -> initial value
     row_state = ()      # state names kept once per row of a vector param (row-wise variants)
     hyper = {}          # hyper-parameter name -> default value (None: batch_default gives it)
+    # hyper-parameters h whose complement 1 - h the update reads as h.one_minus_<h>, computed on the
+    # host in float64: in float32 1 - 0.999 keeps four digits, and simplified forms such as
+    # 1 + b c - b cancel catastrophically (GPU FMA contraction then rounds them differently again)
+    complements = ()
     supports_l1 = False
     gradient_l2 = True  # whether the param's l2 is added to the gradient (FTRL applies it itself)
     # The learning rate when none is given: None keeps the model's SGD default (times lr_factor).
@@ -76,9 +80,16 @@ class Optimizer:
         features whose values have mean magnitude value_scale (1 for one-hot data)."""
         raise NotImplementedError
 
+    @classmethod
+    def hyper_names(cls):
+        """Every hyper-parameter the update reads: the declared ones, then the complements."""
+        return (*cls.hyper, *(f"one_minus_{h}" for h in cls.complements))
+
     def hyper_values(self, batch_size, value_scale=1.0):
-        """The hyper-parameters a run uses, with batch- and data-dependent defaults filled in."""
-        return {k: self.batch_default(k, batch_size, value_scale) if v is None else v for k, v in self.values.items()}
+        """The hyper-parameters a run uses, with batch- and data-dependent defaults filled in, and
+        the complements."""
+        values = {k: self.batch_default(k, batch_size, value_scale) if v is None else v for k, v in self.values.items()}
+        return {**values, **{f"one_minus_{h}": 1.0 - float(values[h]) for h in self.complements}}
 
     def describe(self):
         return f"{self.name}(" + ", ".join(f"{k}={'default' if v is None else format(v, 'g')}"
@@ -186,20 +197,24 @@ class Adam(Optimizer):
     """Kingma and Ba 2015, lazy (sparse): moments and bias corrections of a row move only when the
     row is touched. The corrections 1 - beta**t are kept directly, by c <- beta c + (1 - beta):
     computing beta**t (as a power or a running product) and subtracting it from 1 in float32 loses
-    a digit for every decade of 1 - beta (2e-5 relative for beta2 = 0.999 after 3 steps)."""
+    a digit for every decade of 1 - beta (2e-5 relative for beta2 = 0.999 after 3 steps). 1 - beta
+    itself comes from the host (complements): traced as 1 - h.beta, the step simplified to
+    1 + beta c - beta, whose rounding on an H100 (FMA) moved alac.nn's tables 1e-5 from the torch
+    programs' (tests/test_nn_kernels.py)."""
 
     name = "adam"
     state = {"m": 0.0, "v": 0.0, "correction1": 0.0, "correction2": 0.0}
     row_state = ("correction1", "correction2")
     hyper = {"beta1": 0.9, "beta2": 0.999, "eps": 1e-8}
+    complements = ("beta1", "beta2")
     # Adam's step, like AdaGrad's, is scale-free: the usual default
     default_lr = 0.01
 
     def update(self, p, g, s, h):
-        correction1 = h.beta1 * s.correction1 + (1 - h.beta1)
-        correction2 = h.beta2 * s.correction2 + (1 - h.beta2)
-        m = h.beta1 * s.m + (1 - h.beta1) * g
-        v = h.beta2 * s.v + (1 - h.beta2) * g * g
+        correction1 = h.beta1 * s.correction1 + h.one_minus_beta1
+        correction2 = h.beta2 * s.correction2 + h.one_minus_beta2
+        m = h.beta1 * s.m + h.one_minus_beta1 * g
+        v = h.beta2 * s.v + h.one_minus_beta2 * g * g
         return (p - h.lr * (m / correction1) / (ops.sqrt(v / correction2) + h.eps),
                 {"m": m, "v": v, "correction1": correction1, "correction2": correction2})
 

@@ -28,12 +28,15 @@ them; the plain PyTorch ones cannot be captured (their sparse gradients are coal
 from the data).
 
     PYTHONPATH=. python benchmarks/fields.py --out $OUT            # GPU, 200 fields
+    PYTHONPATH=. python benchmarks/fields.py --parts synthetic --out A; ... --parts deepfm,ffm --out B
+    PYTHONPATH=. python benchmarks/fields.py --merge A/fields.json B/fields.json  # into results/
     PYTHONPATH=. python benchmarks/fields.py --device cpu --fields 12 --steps 4 --batch-size 256   # smoke
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import time
@@ -57,6 +60,8 @@ SEED = 7
 _CARDINALITY, _DIM, _ID, _W1, _W2, _LABEL = range(6)
 HIDDEN = (256, 128)
 DEEPFM_K = 16
+# the groups of arms, each runnable in its own process (--parts) and merged after (--merge)
+PARTS = ("synthetic", "deepfm", "ffm")
 SHARED_DATA = Path(os.environ.get("ALAC_SHARED_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
 TABLE_LR, MLP_LR = 0.05, 1e-3
 
@@ -377,13 +382,30 @@ def deepfm_arms(args):
     return arms
 
 
+def command(arguments):
+    """The command line of a run with these arguments (those that differ from the defaults)."""
+    options = (f" --parts {','.join(arguments['parts'])}" if arguments.get("parts", PARTS) != list(PARTS) else "") + \
+        (" --no-compile" if arguments.get("no_compile") else "") + \
+        (f" --steps {arguments['steps']}" if arguments.get("steps", 200) != 200 else "")
+    return f"PYTHONPATH=. python benchmarks/fields.py{options}"
+
+
 def report(payload):
     env = payload["environment"]
-    args = payload["arguments"]
-    options = (" --no-compile" if args.get("no_compile") else "") + \
-        (f" --steps {args['steps']}" if args.get("steps", 200) != 200 else "")
-    return (f"Many fields ({env['device']}, {env['date']}; `PYTHONPATH=. python benchmarks/fields.py{options}`)\n\n"
-            + fields_table(payload))
+    commands = "; ".join(f"`{command(run)}`" for run in payload.get("runs", [payload["arguments"]]))
+    return f"Many fields ({env['device']}, {env['date']}; {commands})\n\n" + fields_table(payload)
+
+
+def merge(paths):
+    """One payload of several runs' arms (each part in its own process, so that each fits the GPU
+    machine's ten-minute calls), refused unless every run was on the same device."""
+    payloads = [json.loads(Path(path).read_text()) for path in paths]
+    devices = {p["environment"]["device"] for p in payloads}
+    if len(devices) != 1:
+        raise SystemExit(f"fields.py --merge: runs on different devices ({', '.join(sorted(devices))}) do not merge")
+    runs = [run for p in payloads for run in p.get("runs", [p["arguments"]])]
+    return {"environment": payloads[0]["environment"], "arguments": runs[0], "runs": runs,
+            "arms": [a for p in payloads for a in p["arms"]]}
 
 
 def main():
@@ -405,13 +427,38 @@ def main():
     # iPinYou's 26,773 rows: batches of 4096 would give 7 steps an epoch
     parser.add_argument("--ipinyou-batch-size", type=int, default=256)
     parser.add_argument("--ipinyou-epochs", type=float, default=5.0)
+    parser.add_argument("--parts", type=lambda text: text.split(","), default=list(PARTS),
+                        help=f"comma-separated, of {','.join(PARTS)}")
+    parser.add_argument("--merge", nargs="+", metavar="JSON", help="write one result of these runs' fields.json")
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
+    if args.merge:
+        payload = merge(args.merge)
+        write("fields", payload, report(payload), args.out)
+        print(report(payload))
+        return
+    unknown = set(args.parts) - set(PARTS)
+    if unknown:
+        parser.error(f"--parts: unknown {', '.join(sorted(unknown))}; choose from {', '.join(PARTS)}")
     shapes = field_shapes(args.fields)
     torch.manual_seed(SEED)
     def batch_of(first, count):
         return rows(shapes, first, count, args.device)
 
+    arms = synthetic_arms(shapes, batch_of, args) if "synthetic" in args.parts else []
+    if args.deepfm_rows and "deepfm" in args.parts:
+        arms += deepfm_arms(args)
+    if args.ffm_rows and "ffm" in args.parts:
+        from benchmarks.ffm_arms import quality_arms, speed_arms
+
+        arms += speed_arms(args) + quality_arms(args)
+    payload = {"environment": environment(), "arguments": vars(args), "arms": arms}
+    write("fields", payload, report(payload), args.out)
+    print(report(payload))
+
+
+def synthetic_arms(shapes, batch_of, args):
+    """Per-field PyTorch (eager, compiled) against the packed tables and their interleavings."""
     valid = rows(shapes, 10**9, args.valid_rows, args.device)
     per_field = PerField(shapes).to(args.device)
     arms = [arm("pytorch_per_field", per_field, per_field, batch_of, valid, args)]
@@ -433,15 +480,7 @@ def main():
         torch.manual_seed(SEED)
         model = Packed(shapes, args.device, interleaving)
         arms.append(arm(name, model, model, batch_of, valid, args))
-    if args.deepfm_rows:
-        arms += deepfm_arms(args)
-    if args.ffm_rows:
-        from benchmarks.ffm_arms import quality_arms, speed_arms
-
-        arms += speed_arms(args) + quality_arms(args)
-    payload = {"environment": environment(), "arguments": vars(args), "arms": arms}
-    write("fields", payload, report(payload), args.out)
-    print(report(payload))
+    return arms
 
 
 if __name__ == "__main__":

@@ -155,7 +155,11 @@ def placement_table(result):
 
 
 def fields_table(result):
-    args = result["arguments"]
+    runs = result.get("runs", [result["arguments"]])
+    def run_of(part):
+        return next((r for r in runs if part in r.get("parts", (part,))), runs[0])
+
+    args, deep_args = run_of("synthetic"), run_of("deepfm")
     baselines = {"synthetic": "pytorch_per_field", "criteo_like": "pytorch_deepfm", "ipinyou": "pytorch_deepfm",
                  "criteo_like_ffm": "pytorch_ffm", "ipinyou_ffm": "alac_fm_one_field",
                  "criteo_tiny_ffm": "alac_fm_one_field"}
@@ -168,8 +172,9 @@ def fields_table(result):
                      f"{a['auc']:.4f}", f"{a['auc'] - base['auc']:+.4f}", f"{a['logloss']:.4f}",
                      f"{a['ms_per_epoch']:.0f}" if "ms_per_epoch" in a else "-", a.get("best_epoch", "-")])
     compiled = "" if not args.get("no_compile") else " The torch.compile arm was left out (`--no-compile`)."
-    deepfm = "" if not args.get("deepfm_rows") else (
-        f" DeepFM arms: {args['deepfm_epochs']:g} epochs of each set ({args['deepfm_rows']:,} Criteo-shaped rows), "
+    deepfm = "" if not deep_args.get("deepfm_rows") else (
+        f" DeepFM arms: {deep_args['deepfm_epochs']:g} epochs of each set ({deep_args['deepfm_rows']:,} "
+        "Criteo-shaped rows), "
         "scored on its held-out rows; each compared with the PyTorch arm of its data.")
     backends = " The alac arms' tables run their reference programs (torch gathers and index_add)" + (
         ", the *_kernels arms' their generated kernels (alac.codegen.bag_kernels)."

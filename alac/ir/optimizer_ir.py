@@ -85,7 +85,7 @@ def _trace_update(optimizer, vector, has_l1):
     p = Expr(symbol("p"), vector)
     g = Expr(symbol("g"), vector)
     states = {name: Expr(state_symbol(name), vector and name not in row_state) for name in optimizer.state}
-    hypers = {name: Expr(hyper_symbol(name)) for name in optimizer.hyper}
+    hypers = {name: Expr(hyper_symbol(name)) for name in optimizer.hyper_names()}
     hypers.update(lr=Expr(symbol("lr")), l1=Expr(symbol("l1")) if has_l1 else lift(0), l2=Expr(symbol("l2")),
                   has_l1=has_l1)
     owner = f"optimizer {optimizer.name}"
@@ -184,7 +184,7 @@ def lower_optimizer(optimizer, model_ir, params):
     vector = _trace_update(optimizer, True, has_l1) if has_vector else None
     derivable = tuple(p.name for p in model_ir.params
                       if _derivable(vector if p.vector else scalar, states, params[p.name]))
-    return OptimizerIR(name=optimizer.name, states=states, hypers=tuple(optimizer.hyper),
+    return OptimizerIR(name=optimizer.name, states=states, hypers=optimizer.hyper_names(),
                        gradient_l2=optimizer.gradient_l2, has_l1=has_l1, scalar=scalar, vector=vector,
                        derivable=derivable,
                        additive=not states and all(_additive(u) for u in (scalar, vector) if u is not None))

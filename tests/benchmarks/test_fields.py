@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from benchmarks import fields
+from tests.runtime.test_streams import DEVICE
 
 
 def test_the_many_field_set_is_reproducible_and_of_its_stated_shapes():
@@ -22,13 +23,19 @@ def test_the_many_field_set_is_reproducible_and_of_its_stated_shapes():
     assert float((ids == 0).float().mean()) > 0.05 and 0.1 < float(labels.mean()) < 0.9
 
 
-def test_a_tiny_run_writes_every_arms_figures(tmp_path, monkeypatch):
-    monkeypatch.setattr(sys, "argv", ["fields.py", "--device", "cpu", "--fields", "6", "--steps", "2",
-                                      "--batch-size", "64", "--valid-rows", "256", "--warmup", "1",
-                                      "--no-compile", "--deepfm-rows", "500", "--deepfm-epochs", "1",
-                                      "--ffm-rows", "300", "--ffm-fields", "4", "--out", str(tmp_path)])
+def test_a_tiny_run_in_two_parts_writes_every_arms_figures(tmp_path, monkeypatch):
+    tiny = ["--device", DEVICE, "--fields", "6", "--steps", "2", "--batch-size", "64", "--valid-rows", "256",
+            "--warmup", "1", "--no-compile", "--deepfm-rows", "500", "--deepfm-epochs", "1", "--ffm-rows", "300",
+            "--ffm-fields", "4"]
     monkeypatch.setattr(fields, "SHARED_DATA", tmp_path / "absent")
+    for parts in ("synthetic", "deepfm,ffm"):
+        monkeypatch.setattr(sys, "argv", ["fields.py", *tiny, "--parts", parts, "--out", str(tmp_path / parts)])
+        fields.main()
+    monkeypatch.setattr(sys, "argv", ["fields.py", "--merge", str(tmp_path / "synthetic" / "fields.json"),
+                                      str(tmp_path / "deepfm,ffm" / "fields.json"), "--out", str(tmp_path)])
     fields.main()
+    report = (tmp_path / "fields.md").read_text()
+    assert "--parts synthetic --no-compile --steps 2`; `" in report and "--parts deepfm,ffm --no-compile" in report
     result = json.loads((tmp_path / "fields.json").read_text())
     assert [(a["name"], a["data"]) for a in result["arms"]] == [
         ("pytorch_per_field", "synthetic"), ("alac_packed", "synthetic"), ("alac_packed_kernels", "synthetic"),
@@ -40,7 +47,8 @@ def test_a_tiny_run_writes_every_arms_figures(tmp_path, monkeypatch):
     for arm in result["arms"]:
         assert arm["fields"] == {"synthetic": 6, "criteo_like": 39, "criteo_like_ffm": 4}[arm["data"]]
         assert arm["samples_per_s"] > 0 and 0 <= arm["auc"] <= 1 and arm["logloss"] > 0
-        assert arm["kernels_per_step"] is None      # counted on a GPU only
+        # counted on a GPU only
+        assert arm["kernels_per_step"] is None if DEVICE == "cpu" else arm["kernels_per_step"] > 0
     # a DeepFM arm trains its epochs (500 rows in batches of 64), an FFM arm one epoch
     assert result["arms"][-5]["steps"] == 8 and result["arms"][-1]["steps"] == 5
     assert result["arms"][-1]["ms_per_epoch"] > 0
@@ -89,3 +97,11 @@ def test_plain_and_alac_ffm_give_the_same_logits_and_step():
         ours.model.tables.v.copy_(plain.v.weight)
         ours.model.tables.w.copy_(plain.w.weight.squeeze(1))
     _same_logits_and_step(plain, ours, torch.randint(0, 10, (16, 4)) + 10 * torch.arange(4))
+
+
+def test_runs_on_different_devices_do_not_merge(tmp_path):
+    for name, device in (("a", "NVIDIA H100 80GB HBM3"), ("b", "cpu")):
+        (tmp_path / f"{name}.json").write_text(json.dumps({"environment": {"device": device}, "arguments": {},
+                                                           "arms": []}))
+    with pytest.raises(SystemExit, match="different devices"):
+        fields.merge([tmp_path / "a.json", tmp_path / "b.json"])

@@ -100,7 +100,7 @@ def test_a_trainer_over_its_gpu_budget_trains_faes_pure_batches(tmp_path):
     from alac import checkpoint
 
     checkpoint.save(fae, tmp_path / "model.alac", {"model": "fm", "arguments": {}})
-    loaded = checkpoint.load(tmp_path / "model.alac", ZOO["fm"]())
+    loaded = checkpoint.load(tmp_path / "model.alac", ZOO["fm"](), backend="reference", device="cpu")
     torch.testing.assert_close(loaded.predict(valid), fae.predict(valid), rtol=1e-5, atol=1e-6)
 
 
