@@ -58,8 +58,9 @@ def parser():
     p.add_argument("--optimizer", default="adagrad", help="the tables' optimizer (adagrad, sgd, ...)")
     p.add_argument("--patience", type=positive_int, default=2)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--tables", default="reference", choices=["reference", "kernels"],
-                   help="the tables' sums and updates: their torch programs, or their generated kernels (GPU)")
+    p.add_argument("--tables", default="kernels", choices=["kernels", "reference"],
+                   help="the tables' sums and updates: their generated kernels (on a GPU; the torch programs "
+                        "elsewhere), or their torch programs")
     p.add_argument("--no-cuda-graphs", action="store_true",
                    help="launch every step's kernels one by one instead of replaying a CUDA graph of it")
     p.add_argument("--device", default=None, help="cuda or cpu (default: the GPU when there is one)")

@@ -58,8 +58,8 @@ class DeepSettings:
     Adam's on the MLPs and bias; patience: epochs without a better validation logloss before
     training stops; cuda_graphs: on a GPU, replay full batches' steps from CUDA graphs
     (alac.nn.GraphedStep: batches whose entries are as many as the previous ones', e.g. one-hot
-    fields; models without dense fields); tables: "reference" (the tables' torch programs) or
-    "kernels" (their generated kernels on a GPU, alac.codegen.bag_kernels)."""
+    fields; models without dense fields); tables: "kernels" (their generated kernels on a GPU,
+    alac.codegen.bag_kernels; the torch programs elsewhere) or "reference" (the torch programs)."""
 
     model: str = "deepfm"
     k: int = 16
@@ -74,7 +74,7 @@ class DeepSettings:
     dense_fields: tuple = ()
     bottom: tuple = (64,)
     cuda_graphs: bool = True
-    tables: str = "reference"
+    tables: str = "kernels"
 
     def __post_init__(self):
         for name in ("hidden", "bottom", "dense_fields"):

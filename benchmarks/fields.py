@@ -14,7 +14,8 @@ iPinYou and criteo-tiny.
 
 The alac arms' tables run their reference programs (torch); the *_kernels arms the same tables on
 their generated kernels (alac.codegen.bag_kernels; *_async: each entry stepped at once), and
-alac_packed_graphed the packed step replayed from a CUDA graph.
+alac_packed_graphed the packed step on the kernels replayed from a CUDA graph (alac.nn's default on
+a GPU, as alac train runs it).
 
 The interleaving ablation (alac.interleave): the packed arm's step in `--micro-batches` micro-batches
 (D), with its lookups on a side stream (K), and both.
@@ -469,7 +470,7 @@ def synthetic_arms(shapes, batch_of, args):
     # every alac arm from the same initial MLP (the tables are seeded by SEED)
     for name, backend, graphed in (("alac_packed", "reference", False),
                                    ("alac_packed_kernels", kernels_backend(args), False),
-                                   ("alac_packed_graphed", "reference", True)):
+                                   ("alac_packed_graphed", kernels_backend(args), True)):
         torch.manual_seed(SEED)
         packed = Packed(shapes, args.device, backend=backend, graphed=graphed)
         arms.append(arm(name, packed, packed, batch_of, valid, args))

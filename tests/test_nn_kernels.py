@@ -95,8 +95,14 @@ def test_a_deepfm_and_packed_tables_take_the_kernels():
     assert packed.packs[0]._kernels is not None
 
 
+def test_the_default_backend_is_the_kernels_on_a_gpu_and_the_torch_programs_elsewhere():
+    assert SparseAggregate(FieldTables(2), 10, lr=0.1, device="cpu")._kernels is None
+    if torch.cuda.is_available():
+        assert SparseAggregate(FieldTables(2), 10, lr=0.1, device="cuda")._kernels is not None
+
+
 def test_a_backend_that_cannot_run_on_the_tables_device_is_refused():
-    with pytest.raises(OptionError, match="backend is one of reference, triton, interpret"):
+    with pytest.raises(OptionError, match="backend is one of auto, reference, triton, interpret"):
         SparseAggregate(FieldTables(2), 10, lr=0.1, device="cpu", backend="cuda")
     with pytest.raises(OptionError, match="runs on a CUDA device"):
         SparseAggregate(FieldTables(2), 10, lr=0.1, device="cpu", backend="triton")

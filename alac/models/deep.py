@@ -59,7 +59,7 @@ class WideAndDeep(_FieldModel):
     squares = False      # the tables' bags of squared factors (an FM's interactions need them)
 
     def __init__(self, n_features, n_fields, k=16, hidden=(256, 128), n_dense=0, optimizer="adagrad", lr=None,
-                 seed=0, device=None, backend="reference"):
+                 seed=0, device=None, backend="auto"):
         """backend: the tables' (SparseAggregate's)."""
         super().__init__(n_features, n_fields, k, self.squares, optimizer, lr, seed, device, backend)
         self.deep = mlp([n_fields * k + n_dense, *hidden, 1]).to(self.tables.w.device)
@@ -90,7 +90,7 @@ class DLRMLike(_FieldModel):
     of it and the field embeddings, with it, feed a top MLP that gives the logit."""
 
     def __init__(self, n_features, n_fields, n_dense, k=16, bottom=(64,), top=(128, 64), optimizer="adagrad",
-                 lr=None, seed=0, device=None, backend="reference"):
+                 lr=None, seed=0, device=None, backend="auto"):
         super().__init__(n_features, n_fields, k, False, optimizer, lr, seed, device, backend)
         device = self.tables.w.device
         self.bottom = torch.nn.Sequential(mlp([n_dense, *bottom, k]), torch.nn.ReLU()).to(device)

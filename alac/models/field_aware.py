@@ -19,7 +19,7 @@ from alac.nn import SparseAggregate
 
 class FFM(torch.nn.Module):
     def __init__(self, n_features, n_fields, k=4, optimizer="adagrad", lr=None, seed=0, device=None, init_std=0.1,
-                 one_hot=False, backend="reference", semantics="sync"):
+                 one_hot=False, backend="auto", semantics="sync"):
         """init_std: of the factors; libffm draws them uniformly in [0, 1 / sqrt(k)). one_hot: every
         sample has at most one entry per field, so no pairs within a field (their sums of squares,
         half the tables' work, are not computed). backend, semantics: the tables' (SparseAggregate's)."""

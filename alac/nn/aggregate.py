@@ -77,12 +77,14 @@ class _Batch:
 
 class SparseAggregate(torch.nn.Module):
     def __init__(self, model, n_features, optimizer="adagrad", lr=None, seed=0, device=None, value_scale=1.0,
-                 dtype=torch.float32, backend="reference", semantics="sync"):
+                 dtype=torch.float32, backend="auto", semantics="sync"):
         """model: an alac.dsl.Model (its aggregate is what is used; loss and predict may be left out);
         n_features: rows of its tables; lr: the sparse step (None: the optimizer's default);
         value_scale: the data's mean |x| (AdaGrad's eps is in its units); dtype: the params' storage
         (float32, bfloat16 or float16: half the bytes, read into float32 sums and updated in float32;
-        the optimizer's state stays float32); backend: "reference" (the model's torch programs),
+        the optimizer's state stays float32); backend: "auto" (the generated kernels on a GPU, which
+        measured 1.5-2.5x the torch programs' samples/s in benchmarks/fields.py, the torch programs
+        elsewhere), "reference" (the model's torch programs),
         "triton" (its generated kernels, alac.codegen.bag_kernels: three launches a step, and a
         gradient buffer the size of the tables) or "interpret" (the same kernels in Triton's
         interpreter, on the CPU); semantics: "sync" (every touched row stepped once on its summed
@@ -216,13 +218,15 @@ class SparseAggregate(torch.nn.Module):
 
 
 TABLE_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
-BACKENDS = ("reference", "triton", "interpret")
+BACKENDS = ("auto", "reference", "triton", "interpret")
 
 
 def _kernels_for(backend, ir, device, dtype):
     """The generated kernels' launcher of a backend (None: the reference programs)."""
     if backend not in BACKENDS:
         raise OptionError(f"SparseAggregate backend is one of {', '.join(BACKENDS)}, got {backend!r}")
+    if backend == "auto":
+        backend = "triton" if device.type == "cuda" else "reference"
     if backend == "reference":
         return None
     if (backend == "triton") != (device.type == "cuda"):

@@ -132,7 +132,7 @@ class PackedEmbeddingBags(torch.nn.Module):
     same B rows for every table, and gives {table name: [B, dim]}. A pack too heavy for one operation
     is cut into shards of equal cost (pack_tables)."""
 
-    def __init__(self, tables, seed=0, device=None, accesses=None, max_cost=None, backend="reference"):
+    def __init__(self, tables, seed=0, device=None, accesses=None, max_cost=None, backend="auto"):
         """accesses, max_cost: split heavy packs (pack_tables); backend: the packs' (SparseAggregate's)."""
         super().__init__()
         names = [t.name for t in tables]
