@@ -153,3 +153,19 @@ def test_adam_moves_a_row_of_constant_gradient_by_lr_every_step(backend):
     expected = torch.zeros(10, device=DEVICE)
     expected[[1, 3]] = 20 * 0.1
     torch.testing.assert_close(moved, expected, rtol=0, atol=1e-6)
+
+
+def test_a_copied_module_on_the_kernels_trains_on_its_own_tables_as_the_original_does():
+    import copy
+
+    generator = torch.Generator().manual_seed(4)
+    original = SparseAggregate(FieldTables(3, squares=True), 40, lr=0.1, seed=1, device=DEVICE, backend=KERNELS)
+    indices, offsets, _ = _batch(generator, rows=40)
+    _loss(original(indices, offsets)).backward()
+    twin = copy.deepcopy(original)
+    assert twin._kernels is not original._kernels and twin._kernels.kernels is original._kernels.kernels
+    indices, offsets, _ = _batch(generator, rows=40)
+    for module in (original, twin):
+        _loss(module(indices, offsets)).backward()
+    _assert_same(original, twin)
+    assert all(a.data_ptr() != b.data_ptr() for a, b in zip(original.state_dict().values(), twin.state_dict().values()))

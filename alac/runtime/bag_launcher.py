@@ -5,6 +5,8 @@ it reads)."""
 
 from __future__ import annotations
 
+import copy
+
 import torch
 
 from alac.codegen import generate_bag_kernels, load_module
@@ -28,6 +30,13 @@ class BagLauncher:
         self.S = entries // self.C
         self._scratch = None     # (gradient sums per param, touched flags), made on the first step
         self._no_values = {}     # device -> a float32 stand-in for the values pointer of unit values
+
+    def __deepcopy__(self, memo):
+        """The launcher of a copied module (copy.deepcopy of a model): the same compiled kernels (they
+        hold locks, which do not copy, and nothing that changes), scratch of its own."""
+        twin = copy.copy(self)
+        twin._scratch, twin._no_values = None, {}
+        return twin
 
     def _launch(self, role, entries, values, has_values):
         spec, kernel = self.kernels[role]
