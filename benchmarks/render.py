@@ -108,10 +108,16 @@ def optimizers_table(result):
 
 def sync_table(result):
     barriers = ", ".join(f"{b['us_per_barrier']:.2f} µs at {b['programs']} programs" for b in result["barriers"])
-    rows = [[c["model"], c["config"], f"{c['ms']:.2f}", f"{c['val_logloss']:.4f}"] for c in result["configs"]
-            if "H = " not in c["config"]]
-    return f"A grid barrier alone: {barriers}.\n\n" + table(["model", "configuration", "ms / epoch", "val logloss"],
-                                                             rows)
+    configs = [c for c in result["configs"] if "H = " not in c["config"]]
+    models = list(dict.fromkeys(c["model"] for c in configs))
+    by_key = {(c["config"], c["model"]): c for c in configs}
+    rows = [[config] + [cell for model in models for cell in
+                        ((f"{by_key[config, model]['ms']:.2f}", f"{by_key[config, model]['val_logloss']:.4f}")
+                         if (config, model) in by_key else ("-", "-"))]
+            for config in dict.fromkeys(c["config"] for c in configs)]
+    header = ["configuration"] + [f"{model.upper()} {what}" for model in models for what in ("ms / epoch",
+                                                                                              "val logloss")]
+    return f"A grid barrier alone: {barriers}.\n\n" + table(header, rows)
 
 
 def floor_table(result):
@@ -177,7 +183,8 @@ def fields_table(result):
         "Criteo-shaped rows), "
         "scored on its held-out rows; each compared with the PyTorch arm of its data.")
     backends = " The alac arms' tables run their reference programs (torch gathers and index_add)" + (
-        ", the *_kernels arms' their generated kernels (alac.codegen.bag_kernels)."
+        ", the *_kernels arms' and alac_packed_graphed's their generated kernels (alac.codegen.bag_kernels, "
+        "alac.nn's default on a GPU)."
         if any(a["name"].endswith("_kernels") for a in result["arms"]) else " (no generated kernels for them yet).")
     captured = sorted({f"{a['name']} ({a['data']})" for a in result["arms"] if a.get("cuda_graphs")})
     graphed = "" if not captured else (f" Steps replayed from CUDA graphs (alac.nn.GraphedStep): "
@@ -201,7 +208,13 @@ def _kernel_schedule(arm):
 
 def tables_over_budget_table(result):
     args, rows, notes = result["arguments"], [], []
-    for arm in result["arms"]:
+    # FAE's other schedules where every input is hot have nothing to schedule: R(50) stands for them
+    unscheduled = [a for a in result["arms"] if a["name"].startswith("fae ") and a["name"] not in ("fae R(50)",
+                                                                                                   "fae trainer")
+                   and a["hot_input_share"] == 1.0]
+    left_out = "" if not unscheduled else (f" Left out: {len(unscheduled)} rows of FAE's other schedules where "
+                                           "every input is hot (nothing cold to schedule; figures in the JSON).")
+    for arm in (a for a in result["arms"] if a not in unscheduled):
         reference = next(a for a in result["arms"] if a["name"] == "all_gpu" and a["zipf"] == arm["zipf"])
         baseline = next(a for a in result["arms"] if a["name"] == "pytorch_host_table" and a["zipf"] == arm["zipf"])
         rows.append([arm["zipf"], arm["name"], arm["budget_mb"] or "-", f"{arm['samples_per_s'] / 1e6:.2f}",
@@ -245,7 +258,7 @@ def tables_over_budget_table(result):
               "hit ratio", "H2D GB/epoch", "AUC", "AUC − all-GPU", "logloss", "cache kernels"]
     return (f"{args['rows']:,} training rows, FM k = 16 with AdaGrad ({result['row_bytes']} bytes per row), sync "
             f"batches of {args['batch_size']}, {args['epochs']} epochs; samples/s of the last epoch (the host-table "
-            f"baseline: {args['baseline_batches']} batches, its AUC after them).\n\n" + table(header, rows)
+            f"baseline: {args['baseline_batches']} batches, its AUC after them).{left_out}\n\n" + table(header, rows)
             + "".join(f"\n\n{note}" for note in notes))
 
 
@@ -344,7 +357,8 @@ SECTIONS = [
      "embedding into the same MLP, one `nn.EmbeddingBag` per field (eager and under `torch.compile`, sparse "
      "AdaGrad) against `alac.nn.PackedEmbeddingBags` (one pack per dim, AdaGrad inside backward); kernels per "
      "training step counted by torch.profiler.",
-     "PYTHONPATH=. python benchmarks/fields.py --no-compile --steps 50", fields_table),
+     "PYTHONPATH=. python benchmarks/fields.py --parts synthetic --out A; the same with --parts deepfm,ffm --out B; "
+     "then --merge A/fields.json B/fields.json", fields_table),
     ("layout_build", "Layout build, 4M × 39 synthetic rows", "Generating and laying out the data on the CPU and GPU.",
      "PYTHONPATH=. python benchmarks/layout_build.py", layout_table),
     ("parse_speed", "Parsing LIBSVM text",
