@@ -145,18 +145,18 @@ def device_function(name, doc, writer, returns=()):
     return DeviceFunction(name, tuple(params), tuple(returns), args, "\n".join(lines) + "\n")
 
 
-def kernel_source(name, writer):
+def kernel_source(name, writer, constexprs=CONSTEXPRS):
     """A kernel: its manifest arguments with their Triton types, then every constexpr (the runtime
-    passes them all by keyword)."""
+    passes them all by keyword): the flow kernels', or a kernel family's own."""
     def typed(argument):
         if argument.is_tensor:
             return f'{argument.name}: "*{TRITON_TYPES[argument.dtype]}"'
         return f'{argument.name}: "fp32"' if argument.dtype == "float" else argument.name
 
     body = with_constants(writer.lines)
-    known = MODULE_NAMES | writer.callees | {a.name for a in writer.args} | set(CONSTEXPRS)
+    known = MODULE_NAMES | writer.callees | {a.name for a in writer.args} | set(constexprs)
     undefined = [n for n in free_names(body) if n not in known]
     assert not undefined, f"{name} reads {undefined}, which nothing defines"
-    shown = [typed(a) for a in writer.args] + [f"{c}: tl.constexpr" for c in CONSTEXPRS]
+    shown = [typed(a) for a in writer.args] + [f"{c}: tl.constexpr" for c in constexprs]
     lines = ["@triton.jit", *wrapped(f"def {name}(", shown, "):", ""), *body]
     return "\n".join(lines) + "\n"

@@ -23,7 +23,9 @@ ALLOCATED_ROLES = ("grad", "touched", "queue", "hot_sums", "edge_grad", "chunk_g
 # Scalars: a layout's or plan's size, a launch's position, a regulariser's coefficient, a hyper.
 SCALAR_ROLES = ("size", "launch", "gradient_l2", "update_l1", "update_l2", "hyper")
 # alac.nn's kernels (alac.codegen.bag_kernels): a call's entries and its bags' dLoss/dAccum
-ROLES = MODEL_ROLES + ALLOCATED_ROLES + SCALAR_ROLES + ("layout", "labels", "output", "entries", "deltas")
+# the SCD kernels (alac.codegen.scd_kernels): an epoch's coordinate order and the shared vector
+ROLES = MODEL_ROLES + ALLOCATED_ROLES + SCALAR_ROLES + ("layout", "labels", "output", "entries", "deltas", "order",
+                                                       "shared")
 LIFETIMES = ("model", "layout", "epoch", "launch", "call")
 # device: GPU memory; host: pinned host memory the kernels reach through mapped (UVA) pointers
 PLACEMENTS = ("device", "host")

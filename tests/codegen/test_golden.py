@@ -1,6 +1,7 @@
 """Golden kernels: the generated Triton source of every zoo model, optimizer and kernel variant,
-snapshotted under tests/codegen/golden/. A change to the generator shows its diff here; a refactor
-shows none. After an intended change, rewrite the snapshots and review their diff in git:
+of alac.nn's kernels and of the SCD kernels, snapshotted under tests/codegen/golden/. A change to
+a generator shows its diff here; a refactor shows none. After an intended change, rewrite the
+snapshots and review their diff in git:
 
     python -m tests.codegen.test_golden --update
 """
@@ -13,6 +14,7 @@ import pytest
 
 from alac.codegen.bag_kernels import generate_bag_kernels
 from alac.codegen.kernels import generate_kernels
+from alac.codegen.scd_kernels import LOSSES, ScdVariant, generate_scd_kernels
 from alac.ir.pipeline import lower
 from alac.models.deep import FieldTables
 from alac.plan import Plan
@@ -54,10 +56,6 @@ def cases():
                 yield model, optimizer, variant, plan
 
 
-def snapshot_path(model, optimizer, variant):
-    return GOLDEN / f"{model}-{optimizer}-{variant}.py"
-
-
 def generate(model, optimizer, plan):
     return generate_kernels(lower(ZOO[model](), optimizer), plan).source
 
@@ -65,42 +63,36 @@ def generate(model, optimizer, plan):
 CASES = list(cases())
 # alac.nn's kernels (alac.codegen.bag_kernels) of the deep models' tables (k = 6: masked lanes)
 BAG_OPTIMIZERS = ("sgd", "adagrad", "ftrl", "adam")
+# the SCD kernels (alac.codegen.scd_kernels): the primal, every dual loss, and the wild control
+SCD_VARIANTS = (ScdVariant("primal"), *(ScdVariant("dual", loss) for loss in LOSSES), ScdVariant("primal", wild=True))
 
 
-def bag_snapshot_path(optimizer):
-    return GOLDEN / f"bags-fieldtables-{optimizer}.py"
+def snapshots():
+    """{snapshot file name: a function generating its source}, every kernel family's."""
+    table = {f"{m}-{o}-{v}.py": (lambda m=m, o=o, p=p: generate(m, o, p)) for m, o, v, p in CASES}
+    table.update({f"bags-fieldtables-{o}.py": (lambda o=o: generate_bag_kernels(
+        lower(FieldTables(6, squares=True), o, aggregate_only=True)).source) for o in BAG_OPTIMIZERS})
+    table.update({f"{v.name.removeprefix('alac_')}.py": (lambda v=v: generate_scd_kernels(v).source)
+                  for v in SCD_VARIANTS})
+    return table
 
 
-def generate_bags(optimizer):
-    return generate_bag_kernels(lower(FieldTables(6, squares=True), optimizer, aggregate_only=True)).source
+SNAPSHOTS = snapshots()
 
 
-@pytest.mark.parametrize("model,optimizer,variant,plan", CASES, ids=[f"{m}-{o}-{v}" for m, o, v, _ in CASES])
-def test_generated_source_matches_its_snapshot(model, optimizer, variant, plan):
-    path = snapshot_path(model, optimizer, variant)
-    assert path.exists(), f"no snapshot {path.name}: run python -m tests.codegen.test_golden --update"
-    expected, actual = path.read_text(), generate(model, optimizer, plan)
+@pytest.mark.parametrize("name", sorted(SNAPSHOTS))
+def test_generated_source_matches_its_snapshot(name):
+    path = GOLDEN / name
+    assert path.exists(), f"no snapshot {name}: run python -m tests.codegen.test_golden --update"
+    expected, actual = path.read_text(), SNAPSHOTS[name]()
     if actual != expected:
         diff = difflib.unified_diff(expected.splitlines(), actual.splitlines(), "snapshot", "generated", lineterm="")
-        pytest.fail(f"{path.name} differs from the generated source (python -m tests.codegen.test_golden --update "
-                    "rewrites it):\n" + "\n".join(list(diff)[:80]))
-
-
-@pytest.mark.parametrize("optimizer", BAG_OPTIMIZERS)
-def test_generated_bag_kernels_match_their_snapshot(optimizer):
-    path = bag_snapshot_path(optimizer)
-    assert path.exists(), f"no snapshot {path.name}: run python -m tests.codegen.test_golden --update"
-    expected, actual = path.read_text(), generate_bags(optimizer)
-    if actual != expected:
-        diff = difflib.unified_diff(expected.splitlines(), actual.splitlines(), "snapshot", "generated", lineterm="")
-        pytest.fail(f"{path.name} differs from the generated source (python -m tests.codegen.test_golden --update "
+        pytest.fail(f"{name} differs from the generated source (python -m tests.codegen.test_golden --update "
                     "rewrites it):\n" + "\n".join(list(diff)[:80]))
 
 
 def test_every_snapshot_belongs_to_a_case():
-    expected = {snapshot_path(m, o, v).name for m, o, v, _ in CASES} | {bag_snapshot_path(o).name
-                                                                        for o in BAG_OPTIMIZERS}
-    stale = sorted(p.name for p in GOLDEN.glob("*.py") if p.name not in expected)
+    stale = sorted(p.name for p in GOLDEN.glob("*.py") if p.name not in SNAPSHOTS)
     assert not stale, f"snapshots of no case (remove them): {stale}"
 
 
@@ -120,11 +112,9 @@ def update():
     GOLDEN.mkdir(exist_ok=True)
     for path in GOLDEN.glob("*.py"):
         path.unlink()
-    for model, optimizer, variant, plan in CASES:
-        snapshot_path(model, optimizer, variant).write_text(generate(model, optimizer, plan))
-    for optimizer in BAG_OPTIMIZERS:
-        bag_snapshot_path(optimizer).write_text(generate_bags(optimizer))
-    print(f"wrote {len(CASES) + len(BAG_OPTIMIZERS)} snapshots to {GOLDEN}")
+    for name, source in SNAPSHOTS.items():
+        (GOLDEN / name).write_text(source())
+    print(f"wrote {len(SNAPSHOTS)} snapshots to {GOLDEN}")
 
 
 if __name__ == "__main__":

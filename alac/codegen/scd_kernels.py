@@ -1,0 +1,196 @@
+"""The stochastic coordinate descent kernels (TPA-SCD, Parnell et al.): one epoch of exact coordinate
+steps over a permutation of the coordinates, every program taking COLS consecutive coordinates of
+it in turn.
+
+For each coordinate m (a column of A for the primal, a row for the dual, with its entries
+start[m]:start[m+1] of the compressed layout):
+
+    dot   = sum over its entries of a * (y[i] - w[i])   (primal: the residual)
+          or      sum over its entries of a * v[j]            (dual: the shared vector)
+    delta = the exact step of the coordinate's 1-D problem, from dot, ||a_m||^2 and its value
+    x[m] += delta;  shared[i] += a * delta for every entry (float atomics)
+
+The entries are read in BLOCK-wide tiles, looped over however long the coordinate is, and the
+shared vector is read past L1 (.cg), where other programs' atomic additions land. The wild variant
+(a negative control, never a solver) adds with a plain load and store: concurrent programs then
+lose each other's updates.
+
+The steps (N rows, scale = N for the primal and lambda N for the dual; see alac.runtime.duality
+for the objectives they minimize):
+- primal, squared loss with l1 and l2 (ridge, lasso, elastic net): the soft-thresholded
+  closed form z = S(dot + ||a||^2 x, N l1) / (||a||^2 + N l2), delta = z - x;
+- dual (SDCA), squared loss: delta = (lambda N (y - x) - dot) / (lambda N + ||a||^2);
+- dual hinge: y * clip((1 - y u) / q + y x, 0, 1) - x, with u = dot / (lambda N), q = ||a||^2 / (lambda N);
+- dual squared hinge: y * max(-y x, (1 - y u - y x / 2) / (q + 1/2));
+- dual logistic: NEWTON_STEPS safeguarded Newton steps on the log-odds of b = y (x + delta) in (0, 1).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+from alac.codegen import manifest as m
+from alac.codegen.functions import kernel_source
+from alac.codegen.kernels import module_source
+from alac.codegen.manifest import KernelSpec
+from alac.codegen.writer import Writer
+
+N_COORDINATES = m.Argument("n_coordinates", "size", "coordinates", "int")
+ORDER = m.Argument("order_ptr", "order", "coordinates", "int64", ("coordinates",), lifetime="epoch")
+START = m.Argument("start_ptr", "layout", "start", "int64", ("coordinates+1",), lifetime="layout")
+INDEX = m.Argument("index_ptr", "layout", "index", "int32", ("entries",), lifetime="layout")
+VALUE = m.Argument("value_ptr", "layout", "value", "float32", ("entries",), lifetime="layout")
+NORM = m.Argument("norm_ptr", "layout", "norm", "float32", ("coordinates",), lifetime="layout")
+LABEL = m.Argument("label_ptr", "labels", "", "float32", ("rows",), lifetime="layout")
+COORDINATE = m.Argument("coordinate_ptr", "param", "coordinate", "float32", ("coordinates",))
+SHARED = m.Argument("shared_ptr", "shared", "", "float32", ("shared",))
+SCALE = m.Argument("scale", "hyper", "scale", "float", lifetime="call")
+L1 = m.Argument("l1", "hyper", "l1", "float", lifetime="call")
+L2 = m.Argument("l2", "hyper", "l2", "float", lifetime="call")
+
+CONSTEXPRS = ("HAS_VALUES", "COLS", "BLOCK")
+# Safeguarded Newton steps of a dual logistic coordinate: 20 leave |G| / (1 + q) below 4e-5 over
+# q in [1e-2, 1e5] and margins in [-30, 30] (float64 simulation of this loop); typical rows converge in 3-5
+NEWTON_STEPS = 20
+# b = y alpha of the dual logistic loss is kept in [B_MARGIN, 1 - B_MARGIN]: its log-odds are finite
+B_MARGIN = 1e-6
+LOGIT_MARGIN = -13.815510557964274     # log(B_MARGIN / (1 - B_MARGIN))
+LOSSES = ("squared", "hinge", "squared_hinge", "logistic")
+
+
+@dataclass(frozen=True)
+class ScdVariant:
+    """form: "primal" (over columns; squared loss with l1 and l2) or "dual" (over rows, SDCA);
+    loss: one of LOSSES (the primal takes squared only); wild: non-atomic shared updates (a
+    negative control)."""
+
+    form: str
+    loss: str = "squared"
+    wild: bool = False
+
+    def __post_init__(self):
+        if self.form not in ("primal", "dual") or self.loss not in LOSSES or \
+                (self.form == "primal" and self.loss != "squared"):
+            raise ValueError(f"an SCD kernel is primal (squared loss) or dual ({', '.join(LOSSES)}), got {self}")
+
+    @property
+    def name(self):
+        return f"alac_scd_{self.form}_{self.loss}" + ("_wild" if self.wild else "")
+
+
+@dataclass(frozen=True)
+class GeneratedScdKernels:
+    model: str          # for the module cache's file name
+    ir_hash: str
+    source: str
+    epoch: KernelSpec
+    manifest: tuple
+
+
+def _tiles(w, body):
+    """Loop over the coordinate's entries in BLOCK-wide tiles, loading index a and value a of each."""
+    w.line("for tile in range(start, end, BLOCK):")
+    w.depth += 1
+    w.line("at = tile + tl.arange(0, BLOCK)")
+    w.line("inside = at < end")
+    w.line(f"index = tl.load({w.arg(INDEX)} + at, mask=inside, other=0)")
+    w.line("if HAS_VALUES:")
+    w.line(f"    a = tl.load({w.arg(VALUE)} + at, mask=inside, other=0.0)")
+    w.line("else:")
+    w.line("    a = tl.where(inside, 1.0, 0.0)")
+    body()
+    w.depth -= 1
+
+
+def _step(w, variant):
+    """delta from dot, norm, x (the coordinate's value) and, for the dual, y (its label)."""
+    scale = w.arg(SCALE)
+    if variant.form == "primal":
+        w.comment("the 1-D problem's minimizer: soft-thresholded (l1), shrunk (l2)")
+        w.line(f"denominator = norm + {scale} * {w.arg(L2)}")
+        w.line(f"threshold = {scale} * {w.arg(L1)}")
+        w.line("numerator = dot + norm * x")
+        w.line("magnitude = tl.maximum(tl.abs(numerator) - threshold, 0.0)")
+        w.line("shrunk = tl.where(numerator < 0.0, -magnitude, magnitude)")
+        w.line("delta = tl.where(denominator > 0.0, shrunk / tl.maximum(denominator, 1e-30) - x, 0.0)")
+        return
+    if variant.loss == "squared":
+        w.line(f"delta = ({scale} * (y - x) - dot) / ({scale} + norm)")
+        return
+    w.comment("u: the row's margin a . beta; q: its curvature ||a||^2 / (lambda N), kept positive")
+    w.line(f"u = dot / {scale}")
+    w.line(f"q = tl.maximum(norm / {scale}, 1e-30)")
+    if variant.loss == "hinge":
+        w.line("delta = y * tl.minimum(tl.maximum((1.0 - y * u) / q + y * x, 0.0), 1.0) - x")
+    elif variant.loss == "squared_hinge":
+        w.line("delta = y * tl.maximum(-y * x, (1.0 - y * u - 0.5 * y * x) / (q + 0.5))")
+    else:
+        w.comment("the log-odds t of b = y (x + delta) solves -t - y u - (b - y x) q = 0 (decreasing in t):")
+        w.comment("Newton steps inside a bracket of the root, the bracket halved in b where one would leave it")
+        w.line("b0 = y * x")
+        w.line(f"low = tl.maximum(-y * u - q * (1.0 - b0), {LOGIT_MARGIN})")
+        w.line(f"high = tl.minimum(-y * u + q * b0, {-LOGIT_MARGIN})")
+        w.line(f"b = tl.minimum(tl.maximum(b0, {B_MARGIN}), {1 - B_MARGIN})")
+        w.line("t = tl.minimum(tl.maximum(tl.log(b / (1.0 - b)), low), high)")
+        w.line(f"for _ in tl.static_range({NEWTON_STEPS}):")
+        w.line("    b = tl.sigmoid(t)")
+        w.line("    g = -t - y * u - (b - b0) * q")
+        w.line("    low = tl.where(g > 0.0, t, low)")
+        w.line("    high = tl.where(g < 0.0, t, high)")
+        w.line("    newton = t + g / (1.0 + q * b * (1.0 - b))")
+        w.line("    middle = 0.5 * (tl.sigmoid(low) + tl.sigmoid(high))")
+        w.line("    t = tl.where((newton > low) & (newton < high), newton, tl.log(middle / (1.0 - middle)))")
+        w.line(f"delta = y * tl.minimum(tl.maximum(tl.sigmoid(t), {B_MARGIN}), {1 - B_MARGIN}) - x")
+
+
+def _epoch(variant):
+    w = Writer()
+    shared = w.arg(SHARED)
+    w.comment("COLS consecutive coordinates of the epoch's order, one after the other")
+    w.line("for j in range(COLS):")
+    w.depth += 1
+    w.line("slot = tl.program_id(0) * COLS + j")
+    w.line(f"if slot < {w.arg(N_COORDINATES)}:")
+    w.depth += 1
+    w.line(f"coordinate = tl.load({w.arg(ORDER)} + slot)")
+    w.line(f"start = tl.load({w.arg(START)} + coordinate)")
+    w.line(f"end = tl.load({w.arg(START)} + coordinate + 1)")
+    w.line("partial = tl.zeros([BLOCK], dtype=tl.float32)")
+
+    def reduce():
+        w.comment("past L1: other programs' atomic additions land in L2")
+        w.line(f"shared = tl.load({shared} + index, mask=inside, other=0.0, cache_modifier=\".cg\")")
+        if variant.form == "primal":
+            w.line(f"target = tl.load({w.arg(LABEL)} + index, mask=inside, other=0.0)")
+            w.line("partial += a * (target - shared)")
+        else:
+            w.line("partial += a * shared")
+
+    _tiles(w, reduce)
+    w.line("dot = tl.sum(partial, axis=0)")
+    w.line(f"norm = tl.load({w.arg(NORM)} + coordinate)")
+    w.line(f"x = tl.load({w.arg(COORDINATE)} + coordinate)")
+    if variant.form == "dual":
+        w.line(f"y = tl.load({w.arg(LABEL)} + coordinate)")
+    _step(w, variant)
+    w.line(f"tl.store({w.arg(COORDINATE)} + coordinate, x + delta)")
+
+    def update():
+        if variant.wild:
+            w.comment("wild: a plain read-modify-write, which loses concurrent programs' additions")
+            w.line(f"old = tl.load({shared} + index, mask=inside, other=0.0, cache_modifier=\".cg\")")
+            w.line(f"tl.store({shared} + index, old + a * delta, mask=inside)")
+        else:
+            w.line(f"tl.atomic_add({shared} + index, a * delta, mask=inside, sem=\"relaxed\")")
+
+    _tiles(w, update)
+    return kernel_source(variant.name, w, CONSTEXPRS), KernelSpec(variant.name, "epoch", ("epoch",), tuple(w.args))
+
+
+def generate_scd_kernels(variant):
+    source, spec = _epoch(variant)
+    header = (f"# Generated by alac: stochastic coordinate descent, {variant.form} {variant.loss}"
+              + (" (wild: non-atomic, a negative control)" if variant.wild else "") + "; do not edit.\n")
+    text = module_source(header, 0, 0, [source])
+    return GeneratedScdKernels("scd", hashlib.sha256(variant.name.encode()).hexdigest(), text, spec, spec.args)

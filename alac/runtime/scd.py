@@ -1,0 +1,235 @@
+"""Stochastic coordinate descent (TPA-SCD): the primal solver over A's columns (squared loss with l1
+and l2: ridge, lasso, elastic net) and the dual (SDCA) over its rows (squared, hinge, squared hinge,
+logistic with l2), every epoch a fresh permutation of the coordinates, the gap of
+alac.runtime.duality evaluated in float64 after each epoch.
+
+Backends: "triton" (the generated kernels on the GPU: one program per few coordinates, the shared
+vector updated with float atomics), "interpret" (the same kernels in Triton's interpreter, which
+runs the programs one after the other: exactly sequential SCD in float32), "sequential" (the
+float64 reference, alac.runtime.scd_sequential) and "auto" (triton on a GPU, else sequential).
+
+Virtual workers (CoCoA with sigma = 1): the coordinates cut into `workers` parts, each part's local
+epoch run in turn from the same shared vector, their changes aggregated with gamma: 1 / K
+("averaging"), 1 ("adding") or the exact line search of the squared loss ("adaptive", with the
+corrected formulas of TPA-SCD's errata: y in the primal numerator, ||dv||^2 / lambda + N ||dalpha||^2
+in the dual denominator, beta and w taken before the epoch).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import torch
+
+from alac.codegen.scd_kernels import ScdVariant
+from alac.errors import OptionError
+from alac.runtime import duality
+from alac.runtime.scd_launcher import ScdLauncher, tile_shape
+from alac.runtime.scd_sequential import LOSS_CODES, dual_epoch, primal_epoch
+
+AGGREGATIONS = ("adaptive", "averaging", "adding")
+BACKENDS = ("auto", "triton", "interpret", "sequential")
+
+
+@dataclass
+class CompressedAxis:
+    """A compressed along one axis: coordinate c's entries are start[c]:start[c + 1] (int64) of
+    index (int32, the other axis) and value (None: all ones); norm[c] = ||a_c||^2; tile: the
+    kernel's (COLS, BLOCK) for these lengths."""
+
+    start: torch.Tensor
+    index: torch.Tensor
+    value: torch.Tensor | None
+    norm: torch.Tensor
+    tile: tuple
+
+    @classmethod
+    def of(cls, start, index, value, dtype, device):
+        start, index = start.to(device, torch.int64), index.to(device, torch.int32)
+        value = None if value is None else value.to(device, dtype)
+        lengths = start.diff()
+        squares = torch.ones_like(index, dtype=dtype) if value is None else value * value
+        coordinate = torch.repeat_interleave(torch.arange(lengths.numel(), device=device), lengths)
+        norm = torch.zeros(lengths.numel(), dtype=dtype, device=device).index_add_(0, coordinate, squares)
+        return cls(start, index, value, norm, tile_shape(float(lengths.float().mean()) if lengths.numel() else 1.0))
+
+
+class ScdProblem:
+    """A SparseDataset as the solvers read it: rows (CSR), columns (CSC), labels, and the float64
+    matrix the objectives are evaluated on, all on `device`."""
+
+    def __init__(self, data, loss, device, dtype=torch.float32):
+        if data.n_rows == 0 or data.indices.numel() == 0:
+            raise OptionError("SCD needs a data set with at least one row and one entry")
+        self.n_rows, self.n_features, self.loss = data.n_rows, data.n_features, loss
+        self.labels = signed_labels(data.labels, loss).to(device, dtype)
+        values = data.values
+        ones = torch.ones(data.indices.numel()) if values is None else values
+        matrix = torch.sparse_csr_tensor(data.indptr, data.indices.long(), ones.double(),
+                                         (data.n_rows, data.n_features))
+        self.matrix = matrix.to(device)
+        self.rows = CompressedAxis.of(data.indptr, data.indices, values, dtype, device)
+        csc = matrix.to_sparse_csc()
+        self.columns = CompressedAxis.of(csc.ccol_indices(), csc.row_indices(),
+                                         None if values is None else csc.values().float(), dtype, device)
+
+
+def signed_labels(labels, loss):
+    """The labels a loss reads: as given for the squared loss, +-1 for the classification losses
+    (from 0/1 or -1/+1 labels; anything else is refused)."""
+    if loss == "squared":
+        return labels
+    seen = set(torch.unique(labels).tolist())
+    if not seen <= {0.0, 1.0} and not seen <= {-1.0, 1.0}:
+        raise OptionError(f"the {loss} loss takes two classes labelled 0/1 or -1/+1, got labels {sorted(seen)[:5]}")
+    return torch.where(labels > 0, 1.0, -1.0).to(labels.dtype)
+
+
+class ScdSolver:
+    def __init__(self, data, form="primal", loss="squared", l2=1e-3, l1=0.0, backend="auto", wild=False,
+                 workers=1, aggregation="adaptive", seed=0, device=None):
+        """form: "primal" (columns; squared loss, l1 and l2) or "dual" (rows; any loss, l2 > 0);
+        wild: non-atomic shared updates (a negative control); workers, aggregation: CoCoA's
+        virtual workers (aggregation "adaptive" for the squared loss without l1)."""
+        if form not in ("primal", "dual"):
+            raise OptionError(f"SCD form is primal or dual, got {form!r}")
+        if loss not in duality.LOSSES or (form == "primal" and loss != "squared"):
+            raise OptionError(f"SCD loss: the primal solves the squared loss, the dual one of "
+                              f"{', '.join(duality.LOSSES)}; got {form} {loss!r}")
+        if l2 < 0 or l1 < 0 or (form == "dual" and l2 <= 0) or (form == "dual" and l1 > 0):
+            raise OptionError(f"SCD needs l1, l2 >= 0, and the dual l2 > 0 without l1; got l1={l1}, l2={l2}")
+        if backend not in BACKENDS:
+            raise OptionError(f"SCD backend is one of {', '.join(BACKENDS)}, got {backend!r}")
+        if aggregation not in AGGREGATIONS or not isinstance(workers, int) or workers < 1:
+            raise OptionError(f"workers is an integer >= 1 and aggregation one of {', '.join(AGGREGATIONS)}")
+        if workers > 1 and aggregation == "adaptive" and (loss != "squared" or l1 > 0):
+            raise OptionError("adaptive aggregation is the squared loss's line search (no l1): choose averaging "
+                              "or adding for this problem")
+        device = torch.device(device) if device is not None else torch.device(
+            "cuda" if torch.cuda.is_available() else "cpu")
+        if backend == "auto":
+            backend = "triton" if device.type == "cuda" else "sequential"
+        if (backend == "triton") != (device.type == "cuda"):
+            raise OptionError(f"SCD backend {backend!r} runs {'on a GPU' if backend == 'triton' else 'on the CPU'}, "
+                              f"not on {device}")
+        if wild and backend == "sequential":
+            raise OptionError("the wild control is a kernel variant: backend triton or interpret")
+        self.form, self.loss, self.l2, self.l1 = form, loss, float(l2), float(l1)
+        self.backend, self.workers, self.aggregation, self.device = backend, workers, aggregation, device
+        dtype = torch.float64 if backend == "sequential" else torch.float32
+        self.problem = ScdProblem(data, loss, device, dtype)
+        self.axis = self.problem.columns if form == "primal" else self.problem.rows
+        n_coordinates = self.problem.n_features if form == "primal" else self.problem.n_rows
+        n_shared = self.problem.n_rows if form == "primal" else self.problem.n_features
+        # the coordinates (beta or alpha) and the shared vector (w = A beta or v = A^T alpha), both 0
+        self.coordinates = torch.zeros(n_coordinates, dtype=dtype, device=device)
+        self.shared = torch.zeros(n_shared, dtype=dtype, device=device)
+        self.scale = self.problem.n_rows * (1.0 if form == "primal" else self.l2)
+        self.launcher = None if backend == "sequential" else ScdLauncher(
+            ScdVariant(form, loss, wild), interpret=backend == "interpret")
+        self.generator = torch.Generator(device=device).manual_seed(seed)
+        parts = torch.randperm(n_coordinates, generator=self.generator, device=device)
+        self.parts = [p.sort().values for p in parts.tensor_split(workers)]
+        self.epochs, self.seconds, self.history = 0, 0.0, []
+
+    # -- one epoch -------------------------------------------------------------------------------
+    def _local_epoch(self, order, shared):
+        if self.launcher is not None:
+            self.launcher.epoch(self.axis, order, self.problem.labels, self.coordinates, shared, self.scale,
+                                self.l1, self.l2)
+            return
+        a = self.axis
+        value = (a.value if a.value is not None else torch.ones_like(a.index, dtype=torch.float64)).numpy()
+        if self.form == "primal":
+            primal_epoch(order.numpy(), a.start.numpy(), a.index.numpy(), value, a.norm.numpy(),
+                         self.problem.labels.numpy(), self.coordinates.numpy(), shared.numpy(),
+                         float(self.problem.n_rows), self.l1, self.l2)
+        else:
+            dual_epoch(order.numpy(), a.start.numpy(), a.index.numpy(), value, a.norm.numpy(),
+                       self.problem.labels.numpy(), self.coordinates.numpy(), shared.numpy(), self.scale,
+                       LOSS_CODES[self.loss])
+
+    def epoch(self, order=None):
+        """One epoch (order: the coordinates' order, one worker only; default a fresh permutation of
+        each worker's part); returns gamma (None for one worker)."""
+        start = time.perf_counter()
+        if self.workers == 1:
+            if order is None:
+                order = self.parts[0][torch.randperm(self.parts[0].numel(), generator=self.generator,
+                                                     device=self.device)]
+            self._local_epoch(order, self.shared)
+            gamma = None
+        else:
+            if order is not None:
+                raise OptionError("an explicit order is for one worker")
+            gamma = self._cocoa_epoch()
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        self.seconds += time.perf_counter() - start
+        self.epochs += 1
+        return gamma
+
+    def _cocoa_epoch(self):
+        before, shared_before = self.coordinates.clone(), self.shared
+        change = torch.zeros_like(self.shared)
+        for part in self.parts:
+            local = shared_before.clone()
+            self._local_epoch(part[torch.randperm(part.numel(), generator=self.generator, device=self.device)],
+                              local)
+            change += local - shared_before
+        step = self.coordinates - before
+        gamma = self._gamma(before, shared_before, step, change)
+        self.coordinates = before + gamma * step
+        self.shared = shared_before + gamma * change
+        return gamma
+
+    def _gamma(self, x, shared, dx, dshared):
+        if self.aggregation == "averaging":
+            return 1.0 / self.workers
+        if self.aggregation == "adding":
+            return 1.0
+        x, shared, dx, dshared = (t.double() for t in (x, shared, dx, dshared))
+        y, n = self.problem.labels.double(), self.problem.n_rows
+        if self.form == "primal":
+            numerator = (y - shared).dot(dshared) - n * self.l2 * x.dot(dx)
+            denominator = dshared.dot(dshared) + n * self.l2 * dx.dot(dx)
+        else:
+            numerator = n * dx.dot(y - x) - shared.dot(dshared) / self.l2
+            denominator = n * dx.dot(dx) + dshared.dot(dshared) / self.l2
+        return float(numerator / denominator) if float(denominator) > 0 else 1.0 / self.workers
+
+    # -- certificates ----------------------------------------------------------------------------
+    def gap(self):
+        """The duality gap in float64 (its primal objective minus its dual's)."""
+        A, y = self.problem.matrix, self.problem.labels
+        if self.form == "primal":
+            return duality.primal_gap(A, y, self.coordinates, self.l2, self.l1)
+        return duality.dual_gap(A, y, self.coordinates, self.loss, self.l2)
+
+    def drift(self):
+        """max |A beta - w| / max |w| (primal), or of A^T alpha against v (dual): how far the shared
+        vector the kernels kept has moved from the one their coordinates define."""
+        A, x = self.problem.matrix, self.coordinates.double()
+        exact = A @ x if self.form == "primal" else A.t() @ x
+        return float((exact - self.shared.double()).abs().max() / exact.abs().max().clamp_min(1e-300))
+
+    @property
+    def coef_(self):
+        """The primal weights: beta, or beta(alpha) = A^T alpha / (l2 N)."""
+        if self.form == "primal":
+            return self.coordinates.double()
+        return duality.beta_of_alpha(self.problem.matrix, self.coordinates, self.l2)
+
+    def fit(self, max_epochs=100, tol=1e-6, log=None):
+        """Epochs until the gap is below tol or max_epochs have run; history: per epoch its gap,
+        the training seconds so far (gap evaluations not counted) and gamma."""
+        for _ in range(max_epochs):
+            gamma = self.epoch()
+            gap = self.gap()
+            self.history.append({"epoch": self.epochs, "gap": gap, "seconds": self.seconds, "gamma": gamma})
+            if log is not None:
+                log(f"epoch {self.epochs}: gap {gap:.3e}" + ("" if gamma is None else f", gamma {gamma:.3f}"))
+            if gap <= tol:
+                break
+        return self

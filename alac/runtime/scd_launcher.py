@@ -1,0 +1,43 @@
+"""Launching the SCD kernels (alac.codegen.scd_kernels): arguments bound from the kernel's manifest
+by role, never by name."""
+
+from __future__ import annotations
+
+from alac.codegen import load_module
+from alac.codegen.scd_kernels import ScdVariant, generate_scd_kernels
+from alac.plan import next_power_of_two
+
+# Entries a tile reads, and coordinates a program takes, from the coordinates' mean length: long
+# ones looped in tiles of up to MAX_BLOCK, short ones several to a program (untuned defaults until
+# benchmarks/scd.py measures them on the GPU).
+MIN_BLOCK, MAX_BLOCK = 16, 256
+SHORT_COORDINATES_PER_PROGRAM = 4
+
+
+def tile_shape(mean_length):
+    """(COLS, BLOCK) for coordinates of this mean number of entries."""
+    block = min(MAX_BLOCK, max(MIN_BLOCK, next_power_of_two(max(1, int(mean_length)))))
+    return (SHORT_COORDINATES_PER_PROGRAM if mean_length < MIN_BLOCK else 1), block
+
+
+class ScdLauncher:
+    def __init__(self, variant: ScdVariant, interpret: bool):
+        self.variant = variant
+        self.generated = generate_scd_kernels(variant)
+        module = load_module(self.generated, interpret=interpret)
+        self.kernel = getattr(module, self.generated.epoch.name)
+
+    def epoch(self, axis, order, labels, coordinates, shared, scale, l1=0.0, l2=0.0):
+        """One epoch over `order` (int64 coordinate ids of the compressed axis) in place."""
+        if not order.numel():
+            return
+        values = {("size", "coordinates"): order.numel(), ("order", "coordinates"): order,
+                  ("layout", "start"): axis.start, ("layout", "index"): axis.index,
+                  ("layout", "value"): axis.value if axis.value is not None else axis.norm,
+                  ("layout", "norm"): axis.norm, ("labels", ""): labels, ("param", "coordinate"): coordinates,
+                  ("shared", ""): shared, ("hyper", "scale"): float(scale), ("hyper", "l1"): float(l1),
+                  ("hyper", "l2"): float(l2)}
+        cols, block = axis.tile
+        grid = (-(-order.numel() // cols),)
+        self.kernel[grid](*[values[(a.role, a.of)] for a in self.generated.epoch.args],
+                          HAS_VALUES=axis.value is not None, COLS=cols, BLOCK=block)
