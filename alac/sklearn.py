@@ -33,6 +33,7 @@ from alac.data.split import hold_out
 from alac.models.fm import DEFAULT_L2 as _FM_L2
 from alac.race import ADAPTIVE, AUTO, Arm, race
 from alac.race import arms as race_arms
+from alac.sklearn_scd import fit_scd, scd_raw
 
 
 def _zoo(name):
@@ -208,6 +209,12 @@ class _WideEstimator(BaseEstimator):
         return np.asarray(y, dtype=np.float64)
 
     def fit(self, X, y=None):
+        self._scd_fit = False
+        if getattr(self, "solver", "sgd") == "scd":
+            return fit_scd(self, X, y)
+        if getattr(self, "solver", "sgd") != "sgd" or not getattr(self, "fit_intercept", True):
+            raise ValueError(f"{type(self).__name__}: solver is 'sgd' or 'scd', and fit_intercept=False needs "
+                             f"solver='scd' (the SGD models carry a bias); got solver={self.solver!r}")
         source = _block_source(X)
         if source is not None:
             return self._fit_blocks(source, y)
@@ -256,9 +263,13 @@ class _WideEstimator(BaseEstimator):
         self._snapshot(trainer)
         return self
 
+    def _sgd(self):
+        return getattr(self, "solver", "sgd") != "scd"
+
+    @available_if(_sgd)
     def partial_fit(self, X, y, classes=None):
         """One epoch over (X, y), continuing the model of earlier calls (the first call fixes the
-        feature space and, for classifiers, needs classes)."""
+        feature space and, for classifiers, needs classes); SGD only."""
         first = not hasattr(self, "_fitted")
         X, y = validate_data(self, X, y, accept_sparse="csr", dtype=[np.float64, np.float32], reset=first,
                              y_numeric=self._kind == "regressor")
@@ -280,6 +291,8 @@ class _WideEstimator(BaseEstimator):
         return self
 
     def _raw(self, X):
+        if getattr(self, "_scd_fit", False):
+            return scd_raw(self, X)
         check_is_fitted(self, "_fitted")
         X = validate_data(self, X, accept_sparse="csr", dtype=[np.float64, np.float32], reset=False)
         return self._trainer_for_use().predict(_dataset(X)).cpu().double().numpy()
@@ -304,6 +317,9 @@ _COMMON_DOC = """
     n_iter_no_change epochs without a better validation loss, keeping the best epoch's model; mode:
     sync or async; backend: triton on a GPU (the PyTorch reference without one); random_state.
     Fitted: optimizer_, learning_rate_ and alpha_ (what trained the model, the auto race's winner).
+    solver: "sgd", or "scd" (coordinate descent to a duality gap below tol in at most epochs epochs;
+    alpha is then the L2 of mean loss + alpha/2 ||w||^2, fit_intercept adds a regularized constant
+    feature; alac.sklearn_scd).
 """
 
 
@@ -348,11 +364,12 @@ class _Linear:
     def __init__(self, learning_rate=None, epochs=defaults.EPOCHS, batch_size=defaults.BATCH_SIZE,
                  optimizer=defaults.OPTIMIZER, alpha=0.0, l1=0.0, early_stopping=True,
                  validation_fraction=defaults.VALID_SPLIT, n_iter_no_change=defaults.PATIENCE, mode="sync",
-                 backend="triton", random_state=None):
+                 backend="triton", random_state=None, solver="sgd", tol=1e-6, fit_intercept=True):
         self.learning_rate, self.epochs, self.batch_size, self.optimizer = learning_rate, epochs, batch_size, optimizer
         self.alpha, self.l1, self.early_stopping = alpha, l1, early_stopping
         self.validation_fraction, self.n_iter_no_change = validation_fraction, n_iter_no_change
         self.mode, self.backend, self.random_state = mode, backend, random_state
+        self.solver, self.tol, self.fit_intercept = solver, tol, fit_intercept
 
     def _build_model(self, l2):
         return _zoo(self._zoo_name)(l2=l2, l1=self.l1)
@@ -378,6 +395,19 @@ class LinearSVC(_Linear, _BinaryClassifier):
 class Ridge(_Linear, _Regressor):
     __doc__ = "Least squares with L2 (alpha) trained by alac's kernels." + _COMMON_DOC
     _zoo_name = "lsr"
+
+
+class Lasso(_Regressor):
+    """Least squares with L1, 1/(2N) ||y - X w||^2 + alpha ||w||_1 (scikit-learn's Lasso), by
+    coordinate descent on alac's SCD kernels to a duality gap below tol (alac.sklearn_scd); epochs:
+    the most epochs; fit_intercept: a regularized constant feature; backend: triton on a GPU (the
+    float64 sequential solver without one, or with "reference")."""
+
+    solver = "scd"
+
+    def __init__(self, alpha=1.0, epochs=1000, tol=1e-6, fit_intercept=True, backend="triton", random_state=None):
+        self.alpha, self.epochs, self.tol, self.fit_intercept = alpha, epochs, tol, fit_intercept
+        self.backend, self.random_state = backend, random_state
 
 
 class _FactorizationMachine:

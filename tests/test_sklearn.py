@@ -13,6 +13,7 @@ from sklearn.utils.estimator_checks import check_estimator
 from alac.sklearn import (
     FMClassifier,
     FMRegressor,
+    Lasso,
     LinearSVC,
     LogisticRegression,
     Ridge,
@@ -27,10 +28,14 @@ from alac.sklearn import (
 ESTIMATORS = [LogisticRegression(epochs=20), LinearSVC(optimizer="adagrad", epochs=20),
               Ridge(optimizer="adagrad", epochs=20), FMClassifier(optimizer="adagrad", epochs=20),
               FMRegressor(optimizer="adagrad", epochs=20), WideClassifier(model=_zoo("lr")(), epochs=20),
-              WideRegressor(model=_zoo("lsr")(), epochs=20)]
+              WideRegressor(model=_zoo("lsr")(), epochs=20),
+              # coordinate descent to a duality gap (alac.sklearn_scd)
+              LogisticRegression(solver="scd", alpha=1e-2, epochs=50, tol=1e-4),
+              LinearSVC(solver="scd", alpha=1e-2, epochs=50, tol=1e-2), Ridge(solver="scd", alpha=1e-2, epochs=50),
+              Lasso(alpha=1e-2, epochs=100)]
 
 
-@pytest.mark.parametrize("estimator", ESTIMATORS, ids=lambda e: type(e).__name__)
+@pytest.mark.parametrize("estimator", ESTIMATORS, ids=lambda e: type(e).__name__ + "_" + getattr(e, "solver", "sgd"))
 def test_check_estimator(estimator):
     """Every check passes, except the ones scikit-learn itself skips here (array-API input without
     SCIPY_ARRAY_API; pandas input without pandas). Multiclass checks are skipped by the tag

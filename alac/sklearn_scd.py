@@ -1,0 +1,91 @@
+"""solver="scd" of alac's linear estimators: stochastic coordinate descent to a duality-gap
+tolerance (alac.runtime.scd), instead of SGD epochs.
+
+The objective is P(beta) = 1/N sum_n loss(x_n . beta, y_n) + alpha/2 ||beta||^2 (+ l1 ||beta||_1
+for Ridge's elastic net), with the intercept (fit_intercept) a column of ones regularized like the
+others, as LIBLINEAR does. In scikit-learn's units: Ridge(alpha=alpha N), LinearSVC(C=1 / (alpha N)),
+LogisticRegression(C=1 / (alpha N)); Lasso's alpha is scikit-learn's. LogisticRegression and
+LinearSVC solve the dual (SDCA, logistic and hinge losses), Ridge and Lasso the primal. Fitted:
+coef_, intercept_, n_iter_ (epochs), duality_gap_ and gap_history_ (the gap after every epoch).
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import torch
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.utils.validation import check_is_fitted, validate_data
+
+# the problem each estimator solves: (form, loss)
+PROBLEMS = {"LogisticRegression": ("dual", "logistic"), "LinearSVC": ("dual", "hinge"),
+            "Ridge": ("primal", "squared"), "Lasso": ("primal", "squared")}
+
+
+def _with_intercept(data):
+    """The rows with a constant 1 appended to every row (feature n_features)."""
+    from alac.data.dataset import SparseDataset
+
+    lengths = data.indptr.diff()
+    rows = torch.repeat_interleave(torch.arange(data.n_rows), lengths)
+    position = torch.arange(data.indices.numel()) + rows           # every entry moves down by its row
+    indices = torch.full((data.indices.numel() + data.n_rows,), data.n_features, dtype=torch.int32)
+    indices[position] = data.indices
+    values = torch.ones(indices.numel())
+    if data.values is not None:
+        values[position] = data.values
+    indptr = data.indptr + torch.arange(data.n_rows + 1)
+    return SparseDataset(indptr, indices, values, data.labels, data.n_features + 1)
+
+
+def regularization(estimator):
+    """(l2, l1) of the estimator's objective, refused where the solver cannot take them."""
+    name = type(estimator).__name__
+    if name == "Lasso":
+        l1, l2 = float(estimator.alpha), 0.0
+    else:
+        l1, l2 = float(getattr(estimator, "l1", 0.0) or 0.0), float(estimator.alpha or 0.0)
+    if l1 < 0 or l2 < 0:
+        raise ValueError(f"{name}: alpha and l1 are >= 0, got alpha={estimator.alpha}")
+    if PROBLEMS[name][0] == "dual" and (l2 <= 0 or l1 > 0):
+        raise ValueError(f"{name}(solver='scd') solves the dual: it needs alpha > 0 (C = 1 / (alpha N)) and no l1, "
+                         f"got alpha={estimator.alpha}, l1={l1}")
+    return l2, l1
+
+
+def fit_scd(estimator, X, y):
+    from alac.runtime.scd import ScdSolver
+    from alac.sklearn import _dataset
+
+    l2, l1 = regularization(estimator)
+    X, y = validate_data(estimator, X, y, accept_sparse="csr", dtype=[np.float64, np.float32],
+                         y_numeric=estimator._kind == "regressor")
+    data = _dataset(X, estimator._targets(y, first=True))
+    if estimator.fit_intercept:
+        data = _with_intercept(data)
+    form, loss = PROBLEMS[type(estimator).__name__]
+    backend = "sequential" if estimator.backend == "reference" or not torch.cuda.is_available() else "triton"
+    solver = ScdSolver(data, form, loss, l2=l2, l1=l1, backend=backend, seed=estimator.random_state or 0)
+    solver.fit(max_epochs=estimator.epochs, tol=estimator.tol)
+    coef = solver.coef_.cpu().numpy()
+    weights, intercept = (coef[:-1], coef[-1]) if estimator.fit_intercept else (coef, 0.0)
+    estimator.coef_ = weights.reshape(1, -1) if estimator._kind == "classifier" else weights
+    estimator.intercept_ = np.array([intercept])
+    estimator.n_iter_ = solver.epochs
+    estimator.gap_history_ = [h["gap"] for h in solver.history]
+    estimator.duality_gap_ = estimator.gap_history_[-1]
+    estimator._scd_fit = True
+    if estimator.duality_gap_ > estimator.tol:
+        warnings.warn(f"{type(estimator).__name__}(solver='scd') stopped after {solver.epochs} epochs at duality gap "
+                      f"{estimator.duality_gap_:.2e} > tol={estimator.tol:g}: raise epochs", ConvergenceWarning,
+                      stacklevel=3)
+    return estimator
+
+
+def scd_raw(estimator, X):
+    """The margins x . coef + intercept (LogisticRegression: their probabilities)."""
+    check_is_fitted(estimator, "coef_")
+    X = validate_data(estimator, X, accept_sparse="csr", dtype=[np.float64, np.float32], reset=False)
+    scores = np.asarray(X @ estimator.coef_.reshape(-1)).reshape(-1) + estimator.intercept_[0]
+    return 1 / (1 + np.exp(-scores)) if getattr(estimator, "_probabilistic", False) else scores
