@@ -23,22 +23,6 @@ PROBLEMS = {"LogisticRegression": ("dual", "logistic"), "LinearSVC": ("dual", "h
             "Ridge": ("primal", "squared"), "Lasso": ("primal", "squared")}
 
 
-def _with_intercept(data):
-    """The rows with a constant 1 appended to every row (feature n_features)."""
-    from alac.data.dataset import SparseDataset
-
-    lengths = data.indptr.diff()
-    rows = torch.repeat_interleave(torch.arange(data.n_rows), lengths)
-    position = torch.arange(data.indices.numel()) + rows           # every entry moves down by its row
-    indices = torch.full((data.indices.numel() + data.n_rows,), data.n_features, dtype=torch.int32)
-    indices[position] = data.indices
-    values = torch.ones(indices.numel())
-    if data.values is not None:
-        values[position] = data.values
-    indptr = data.indptr + torch.arange(data.n_rows + 1)
-    return SparseDataset(indptr, indices, values, data.labels, data.n_features + 1)
-
-
 def regularization(estimator):
     """(l2, l1) of the estimator's objective, refused where the solver cannot take them."""
     name = type(estimator).__name__
@@ -55,7 +39,7 @@ def regularization(estimator):
 
 
 def fit_scd(estimator, X, y):
-    from alac.runtime.scd import ScdSolver
+    from alac.runtime.scd import ScdSolver, with_constant_feature
     from alac.sklearn import _dataset
 
     l2, l1 = regularization(estimator)
@@ -63,7 +47,7 @@ def fit_scd(estimator, X, y):
                          y_numeric=estimator._kind == "regressor")
     data = _dataset(X, estimator._targets(y, first=True))
     if estimator.fit_intercept:
-        data = _with_intercept(data)
+        data = with_constant_feature(data)
     form, loss = PROBLEMS[type(estimator).__name__]
     backend = "sequential" if estimator.backend == "reference" or not torch.cuda.is_available() else "triton"
     solver = ScdSolver(data, form, loss, l2=l2, l1=l1, backend=backend, seed=estimator.random_state or 0)

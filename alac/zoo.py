@@ -128,6 +128,10 @@ def parser_for(parser, module=None):
                         help="triton (GPU; falls back to reference without one), interpret (the generated "
                              "kernels in Triton's CPU interpreter, slow), reference (PyTorch)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--solver", default="sgd", choices=["sgd", "scd"],
+                        help="sgd: the generated kernels' epochs; scd: stochastic coordinate descent to a duality "
+                             "gap (lr, lsvm, lsr; --l2 is lambda of mean loss + lambda/2 ||w||^2, default 1/N)")
+    parser.add_argument("--tol", type=float, default=1e-6, help="--solver scd: the duality gap to reach")
     from alac.optimizers import OPTIMIZERS
     from alac.runtime.schedule import SCHEDULES
 
@@ -235,11 +239,20 @@ def parse_arguments(module, argv):
 
 def run_parsed(module, args, model_reference):
     """Train module's model as args say; returns the exit status (0, 2 bad input, 3 diverged)."""
+    given_l2 = args.l2       # SCD's lambda defaults to 1/N, not to the SGD model's l2
     complete_arguments(module, args)
     if args.backend == "interpret":
         # Triton picks the interpreter when it is first imported, which has not happened yet.
         os.environ["TRITON_INTERPRET"] = "1"
     try:
+        if args.solver == "scd":
+            from alac import scd_train
+
+            args.l2 = given_l2
+            scd_train.check_options(module, args)
+            if args.out:
+                check_output_folder(args.out, scd_train.OUTPUT_FILES)
+            return scd_train.train_scd(args, module, load_data(args, _plan(args)))
         if args.out:
             check_output_folder(args.out, OUTPUT_FILES)
         return _run(args, module, model_reference)

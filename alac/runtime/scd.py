@@ -86,6 +86,22 @@ def signed_labels(labels, loss):
     return torch.where(labels > 0, 1.0, -1.0).to(labels.dtype)
 
 
+def with_constant_feature(data):
+    """The rows with a constant 1 appended (feature n_features): an intercept regularized like the
+    other weights, as LIBLINEAR fits one."""
+    from alac.data.dataset import SparseDataset
+
+    rows = torch.repeat_interleave(torch.arange(data.n_rows), data.indptr.diff())
+    position = torch.arange(data.indices.numel()) + rows           # every entry moves down by its row
+    indices = torch.full((data.indices.numel() + data.n_rows,), data.n_features, dtype=torch.int32)
+    indices[position] = data.indices
+    values = torch.ones(indices.numel())
+    if data.values is not None:
+        values[position] = data.values
+    return SparseDataset(data.indptr + torch.arange(data.n_rows + 1), indices, values, data.labels,
+                         data.n_features + 1)
+
+
 class ScdSolver:
     def __init__(self, data, form="primal", loss="squared", l2=1e-3, l1=0.0, backend="auto", wild=False,
                  workers=1, aggregation="adaptive", seed=0, device=None):

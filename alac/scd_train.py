@@ -1,0 +1,89 @@
+"""`alac train --solver scd`: the zoo's linear models (lr, lsvm, lsr) fitted by stochastic
+coordinate descent to a duality-gap tolerance (alac.runtime.scd) instead of SGD epochs.
+
+lr solves the dual logistic problem, lsvm the dual hinge, lsr the primal squared loss (ridge, or
+lasso / elastic net with --l1), each with an intercept: a constant feature regularized like the
+others. --l2 is lambda of mean loss + lambda/2 ||w||^2 (default 1 / N: LIBLINEAR's C = 1),
+--epochs the most epochs and --tol the duality gap to reach. Outputs: metrics.json, history.csv
+(the gap and training seconds after every epoch) and weights.npy (the weights, the intercept last).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from alac import metrics
+from alac.errors import OptionError
+from alac.outputs import write_atomically, write_metrics_and_history
+
+PROBLEMS = {"lr": ("dual", "logistic"), "lsvm": ("dual", "hinge"), "lsr": ("primal", "squared")}
+OUTPUT_FILES = ("metrics.json", "history.csv", "weights.npy")
+
+
+def _name(module):
+    """The zoo name of a model module (alac.models.lr: lr); a user's model file is none of them."""
+    return module.__name__.rsplit(".", 1)[-1] if module.__name__.startswith("alac.models.") else module.__name__
+
+
+def check_options(module, args):
+    """Refuse what SCD cannot fit before any data is read."""
+    name = _name(module)
+    if name not in PROBLEMS:
+        raise OptionError(f"--solver scd fits the linear models {', '.join(PROBLEMS)}, not {name}")
+    if PROBLEMS[name][0] == "dual" and (args.l1 or args.l2 == 0):
+        raise OptionError(f"--solver scd solves {name}'s dual, which takes --l2 > 0 and no --l1")
+    if (args.l2 is not None and args.l2 < 0) or args.l1 < 0 or args.tol <= 0:
+        raise OptionError(f"--l2 and --l1 are >= 0 and --tol > 0, got {args.l2}, {args.l1}, {args.tol}")
+    if getattr(args, "out_of_core", False):
+        raise OptionError("--solver scd reads its training data in memory: leave out --out-of-core")
+
+
+def train_scd(args, module, data):
+    """Fit, print the first line, the gap of every epoch and the final metrics; write the outputs."""
+    from alac.data.dataset import SparseDataset
+    from alac.runtime.scd import ScdSolver, with_constant_feature
+
+    name = _name(module)
+    form, loss = PROBLEMS[name]
+    if not isinstance(data.train, SparseDataset):
+        raise OptionError("--solver scd reads its training data in memory, not from a block store")
+    l2 = args.l2 if args.l2 is not None else 1.0 / data.train.n_rows
+    backend = {"triton": "auto", "reference": "sequential", "interpret": "interpret"}[args.backend]
+    solver = ScdSolver(with_constant_feature(data.train), form, loss, l2=l2, l1=args.l1, backend=backend,
+                       seed=args.seed)
+    print(f"alac: {name} by stochastic coordinate descent ({form} {loss}, lambda {l2:.3g}"
+          + (f", l1 {args.l1:g}" if args.l1 else "") + f") on {solver.backend}, to duality gap {args.tol:g} "
+          f"in at most {args.epochs} epochs; training: {data.described}", flush=True)
+    solver.fit(args.epochs, args.tol, log=lambda line: print("  " + line, flush=True))
+    weights = solver.coef_.cpu()
+    final = {"epochs": solver.epochs, "duality_gap": solver.history[-1]["gap"], "seconds": solver.seconds}
+    for split, dataset in (("valid", data.valid), ("test", data.test)):
+        if dataset is not None:
+            final.update({f"{split}_{k}": v for k, v in _scores(dataset, weights, name).items()})
+    print(json.dumps({k: round(v, 6) if isinstance(v, float) else v for k, v in final.items()}))
+    if args.out:
+        out = Path(args.out)
+        write_metrics_and_history(out, final, solver.history)
+        write_atomically(out / "weights.npy", lambda handle: np.save(handle, weights.numpy(), allow_pickle=False))
+        print(f"wrote {out}/{', '.join(OUTPUT_FILES)}")
+    return 0
+
+
+def _scores(dataset, weights, name):
+    """The metrics of the weights (intercept last) on a dataset of the training feature space."""
+    n = weights.numel() - 1
+    values = torch.ones(dataset.indices.numel()) if dataset.values is None else dataset.values
+    keep = dataset.indices < n        # features the training data never had weigh nothing
+    rows = torch.repeat_interleave(torch.arange(dataset.n_rows), dataset.indptr.diff())
+    margins = torch.zeros(dataset.n_rows, dtype=torch.float64).index_add_(
+        0, rows[keep], values[keep].double() * weights[dataset.indices[keep].long()]) + weights[-1]
+    if name == "lsr":
+        return metrics.regression_metrics(margins, dataset.labels)
+    positive = dataset.labels > 0
+    if name == "lr":
+        return metrics.classification_metrics(torch.sigmoid(margins), positive)
+    return metrics.classification_metrics(margins, positive, kind="score")
