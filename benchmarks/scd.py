@@ -1,0 +1,236 @@
+"""Stochastic coordinate descent (alac.runtime.scd) against the sequential solver, scikit-learn's
+Ridge and Snap ML, side by side in one process: time to a duality gap.
+
+    PYTHONPATH=. python benchmarks/scd.py --out $OUT        # GPU: the webspam-shaped set, real data, workers
+    PYTHONPATH=. python benchmarks/scd.py --device cpu --rows 3000 --columns 5000 --nnz-per-row 20 --epochs 5
+
+The webspam-shaped set: `--rows` x `--columns` (webspam trigrams: 262,938 x 680,715) with
+`--nnz-per-row` entries a row (webspam has ~3,700; fewer keep the sequential solver's epochs short),
+their columns drawn from a power law (Zipf `--zipf` over the columns), uniform values, every row scaled
+to unit L2 norm, labels from a planted sparse model plus noise. Ridge (the primal: P(beta) =
+1/(2N) ||A beta - y||^2 + lambda/2 ||beta||^2) at each `--lambdas`; arms:
+
+- alac: the SCD kernels on the GPU (atomic), and wild (a negative control);
+- sequential: alac's float64 reference solver on the CPU (numba), the same permutations' algorithm;
+- sklearn_ridge: scikit-learn's Ridge(alpha = lambda N) by its sparse solvers, each tol one fit;
+- snapml_primal / snapml_dual: Snap ML's LinearRegression(regularizer = lambda N, use_gpu) on the
+  GPU, each max_iter one fit (when snapml imports; its wheel travels to the GPU machine).
+
+Every arm's `gap` after each epoch (or fit), `seconds` of training, and `time_to_gap` for 1e-3 ...
+1e-8 (None where not reached). The real-data part: dual logistic and hinge on a9a and w8a (test AUC
+against the data README's optimum) and ridge on 20news (rows L2-normalized) to gap 1e-6. The
+workers part: CoCoA's virtual workers K = 2, 4, 8, averaging against the adaptive gamma, on a
+smaller webspam-shaped set. Writes results/scd.json and .md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from alac import metrics
+from alac.data.dataset import SparseDataset
+from alac.runtime import duality
+from alac.runtime.scd import ScdSolver, with_constant_feature
+from benchmarks.report import environment, table, write
+
+GAPS = (1e-3, 1e-4, 1e-5, 1e-6, 1e-7, 1e-8)
+SHARED_DATA = Path(os.environ.get("ALAC_SHARED_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
+
+
+def webspam_like(rows, columns, nnz_per_row, zipf, seed):
+    """A SparseDataset (CPU) of the shape the module docstring describes."""
+    g = torch.Generator().manual_seed(seed)
+    weights = 1.0 / torch.arange(1, columns + 1, dtype=torch.float64) ** zipf
+    cols = torch.multinomial(weights, rows * nnz_per_row, replacement=True, generator=g)
+    # the popular columns spread over the id range, as a hashed feature space's are
+    cols = torch.randperm(columns, generator=g)[cols]
+    row_ids = torch.arange(rows).repeat_interleave(nnz_per_row)
+    matrix = torch.sparse_coo_tensor(torch.stack([row_ids, cols]), torch.rand(cols.numel(), generator=g),
+                                     (rows, columns)).coalesce().to_sparse_csr()
+    values = matrix.values()
+    lengths = matrix.crow_indices().diff()
+    norms = torch.zeros(rows).index_add_(0, torch.arange(rows).repeat_interleave(lengths), values * values).sqrt()
+    values = values / norms.repeat_interleave(lengths)
+    planted = torch.randn(columns, generator=g) * (torch.rand(columns, generator=g) < 0.1)
+    unit = torch.sparse_csr_tensor(matrix.crow_indices(), matrix.col_indices(), values, (rows, columns))
+    labels = unit @ planted + 0.1 * torch.randn(rows, generator=g)
+    return SparseDataset(matrix.crow_indices(), matrix.col_indices().int(), values.float(), labels.float(), columns)
+
+
+def time_to_gap(points):
+    """{threshold: the fewest seconds of a (seconds, gap) point at or below it, or None}."""
+    return {f"{t:g}": min((s for s, g in points if g <= t), default=None) for t in GAPS}
+
+
+def scd_arm(name, data, args, test=None, **options):
+    """An alac solver's arm: its gap and training seconds after every epoch; with test rows (the
+    training set's features and a constant last), their AUC."""
+    solver = ScdSolver(data, **options)
+    solver.fit(args.epochs, args.tol)
+    arm = {"name": name, "epochs": solver.epochs, "seconds": solver.seconds, "gap": [h["gap"] for h in solver.history],
+           "seconds_per_epoch": [h["seconds"] for h in solver.history], "drift": solver.drift(),
+           "gamma": [h["gamma"] for h in solver.history],
+           "time_to_gap": time_to_gap([(h["seconds"], h["gap"]) for h in solver.history])}
+    if test is not None:
+        A = torch.sparse_csr_tensor(test.indptr, test.indices.long(), test.values.double(),
+                                    (test.n_rows, test.n_features))
+        arm["test_auc"] = metrics.auc(A @ solver.coef_.cpu(), test.labels > 0)
+    return arm
+
+
+def _scipy(data):
+    import scipy.sparse
+
+    values = np.ones(data.indices.numel(), np.float32) if data.values is None else data.values.numpy()
+    return scipy.sparse.csr_matrix((values, data.indices.numpy(), data.indptr.numpy()),
+                                   shape=(data.n_rows, data.n_features))
+
+
+def _fits_arm(name, data, l2, fits):
+    """An arm of whole fits (fits: (label, fit returning coef)), each timed and its gap evaluated."""
+    A = torch.sparse_csr_tensor(data.indptr, data.indices.long(), data.values.double(), (data.n_rows, data.n_features))
+    points = []
+    for _, fit in fits:
+        start = time.perf_counter()
+        coef = fit()
+        seconds = time.perf_counter() - start
+        points.append((seconds, duality.primal_gap(A, data.labels, torch.as_tensor(coef, dtype=torch.float64), l2)))
+    return {"name": name, "epochs": [label for label, _ in fits], "seconds": [s for s, _ in points],
+            "gap": [g for _, g in points], "time_to_gap": time_to_gap(points)}
+
+
+def sklearn_arm(data, l2):
+    from sklearn.linear_model import Ridge
+
+    X, y, alpha = _scipy(data), data.labels.numpy(), l2 * data.n_rows
+
+    def fit(tol):
+        return lambda: Ridge(alpha=alpha, fit_intercept=False, solver="sparse_cg", tol=tol).fit(X, y).coef_
+    return _fits_arm("sklearn_ridge", data, l2, [(f"tol {t:g}", fit(t)) for t in (1e-2, 1e-3, 1e-4, 1e-5, 1e-6)])
+
+
+def snapml_arms(data, l2, device):
+    try:
+        import snapml
+    except ImportError as error:
+        return [], f"snapml: {error}"
+    X, y = _scipy(data), data.labels.numpy()
+    arms = []
+    for dual in (False, True):
+        def fit(iterations, dual=dual):
+            return lambda: np.asarray(snapml.LinearRegression(
+                max_iter=iterations, regularizer=l2 * data.n_rows, fit_intercept=False, tol=0.0, dual=dual,
+                use_gpu=device == "cuda").fit(X, y).coef_).ravel()
+        try:
+            arms.append(_fits_arm(f"snapml_{'dual' if dual else 'primal'}", data, l2,
+                                  [(f"{i} epochs", fit(i)) for i in (1, 2, 4, 8, 16, 32, 64)]))
+        except Exception as error:     # a GPU Snap ML cannot use: recorded, the other arms stand
+            return arms, f"snapml ({'dual' if dual else 'primal'}): {type(error).__name__}: {error}"
+    return arms, None
+
+
+def webspam_part(args, backend):
+    data = webspam_like(args.rows, args.columns, args.nnz_per_row, args.zipf, args.seed)
+    arms, missing = [], []
+    for l2 in args.lambdas:
+        group = [scd_arm("alac", data, args, form="primal", l2=l2, backend=backend, device=args.device),
+                 scd_arm("alac_wild", data, args, form="primal", l2=l2, backend=backend, wild=True,
+                         device=args.device) if backend != "sequential" else None,
+                 scd_arm("sequential", data, args, form="primal", l2=l2, backend="sequential", device="cpu"),
+                 sklearn_arm(data, l2)]
+        snap, why = snapml_arms(data, l2, args.device)
+        missing += [why] if why else []
+        arms += [dict(a, data="webspam_like", l2=l2) for a in group + snap if a is not None]
+    return arms, sorted(set(missing))
+
+
+def real_part(args, backend):
+    from alac.data import load_libsvm
+
+    arms = []
+    folder = SHARED_DATA
+    if not folder.is_dir():
+        return arms
+    splits = {"a9a": tuple(load_libsvm(folder / "a9a" / n, n_features=123) for n in ("a9a", "a9a.t"))}
+    w8a = load_libsvm(folder / "w8a" / "w8a")
+    rows = torch.arange(w8a.n_rows)
+    splits["w8a"] = (w8a.take(rows[rows % 5 != 4]), w8a.take(rows[rows % 5 == 4]))
+    for name, (train, test) in splits.items():
+        for loss in ("logistic", "hinge"):
+            arm = scd_arm(f"alac_dual_{loss}", with_constant_feature(train), args, with_constant_feature(test),
+                          form="dual", loss=loss, l2=1 / train.n_rows, backend=backend, device=args.device)
+            arms.append(dict(arm, data=name, l2=1 / train.n_rows))
+    news = load_libsvm(folder / "20news" / "20news.binary.train.svm").normalize_rows()
+    arms.append(dict(scd_arm("alac_ridge", news, args, form="primal", l2=0.1 / news.n_rows, backend=backend,
+                             device=args.device), data="20news", l2=0.1 / news.n_rows))
+    return arms
+
+
+def workers_part(args):
+    data = webspam_like(args.rows // 8, args.columns // 8, args.nnz_per_row, args.zipf, args.seed + 1)
+    arms = []
+    for form in ("primal", "dual"):
+        for workers in (2, 4, 8):
+            for aggregation in ("averaging", "adaptive"):
+                arm = scd_arm(f"{form}_K{workers}_{aggregation}", data, args, form=form, l2=1e-3, backend="sequential",
+                              device="cpu", workers=workers, aggregation=aggregation)
+                arms.append(dict(arm, data="webspam_like_small", l2=1e-3, workers=workers))
+    return arms
+
+
+def report(payload):
+    env = payload["environment"]
+    def seconds(arm, threshold):
+        reached = arm["time_to_gap"][f"{threshold:g}"]
+        return "-" if reached is None else f"{reached:.3f}"
+
+    rows = [[a["data"], f"{a['l2']:.3g}", a["name"], a["epochs"] if isinstance(a["epochs"], int) else len(a["epochs"]),
+             f"{a['gap'][-1]:.2e}"] + [seconds(a, t) for t in GAPS] for a in payload["arms"]]
+    aucs = "".join(f"\n\n{a['data']} {a['name']}: test AUC {a['test_auc']:.4f}" for a in payload["arms"]
+                   if "test_auc" in a)
+    missing = "".join(f"\n\nNot run: {m}." for m in payload.get("missing", []))
+    return (f"SCD ({env['device']}, {env['date']}; `PYTHONPATH=. python benchmarks/scd.py`)\n\n"
+            + table(["data", "lambda", "arm", "epochs / fits", "last gap"] + [f"s to {t:g}" for t in GAPS], rows)
+            + aucs + missing)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=262_938)
+    parser.add_argument("--columns", type=int, default=680_715)
+    parser.add_argument("--nnz-per-row", type=int, default=200)
+    parser.add_argument("--zipf", type=float, default=1.0)
+    parser.add_argument("--lambdas", type=float, nargs="+", default=[1e-3, 1e-5])
+    parser.add_argument("--epochs", type=int, default=100)
+    parser.add_argument("--tol", type=float, default=1e-8)
+    parser.add_argument("--parts", default="webspam,real,workers")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", default=None)
+    args = parser.parse_args()
+    backend = "triton" if args.device == "cuda" else "sequential"
+    parts = args.parts.split(",")
+    arms, missing = [], []
+    if "webspam" in parts:
+        found, missing = webspam_part(args, backend)
+        arms += found
+    if "real" in parts:
+        arms += real_part(args, backend)
+    if "workers" in parts:
+        arms += workers_part(args)
+    payload = {"environment": environment(), "arguments": vars(args), "arms": arms, "missing": missing}
+    write("scd", payload, report(payload), args.out)
+    print(report(payload))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,40 @@
+"""benchmarks/scd.py: its webspam-shaped set has the stated shape (unit rows, power-law columns), and
+a tiny run writes every arm's figures with the keys the results keep."""
+
+import json
+import sys
+
+import pytest
+import torch
+
+from benchmarks import scd
+
+
+def test_the_webspam_shaped_set_has_unit_rows_and_power_law_columns():
+    data = scd.webspam_like(2000, 5000, 30, 1.0, seed=0)
+    assert data.n_rows == 2000 and data.n_features == 5000
+    norms = torch.zeros(2000).index_add_(0, torch.arange(2000).repeat_interleave(data.indptr.diff()), data.values ** 2)
+    torch.testing.assert_close(norms, torch.ones(2000))
+    counts = torch.bincount(data.indices.long(), minlength=5000).sort(descending=True).values.double()
+    # Zipf 1: the most frequent column is far above the median one, and ranks fall off as 1/rank
+    assert counts[0] > 50 * counts[2500].clamp_min(1) and counts[9] / counts[99] == pytest.approx(10, rel=0.5)
+
+
+def test_time_to_gap_takes_the_first_time_at_or_below_each_threshold():
+    reached = scd.time_to_gap([(1.0, 1e-2), (2.0, 5e-4), (3.0, 2e-6), (4.0, 1e-9)])
+    assert reached == {"0.001": 2.0, "0.0001": 3.0, "1e-05": 3.0, "1e-06": 4.0, "1e-07": 4.0, "1e-08": 4.0}
+    assert scd.time_to_gap([(1.0, 1e-2)])["0.001"] is None
+
+
+def test_a_tiny_run_writes_every_arms_figures(tmp_path, monkeypatch):
+    monkeypatch.setattr(sys, "argv", ["scd.py", "--device", "cpu", "--rows", "800", "--columns", "1600",
+                                      "--nnz-per-row", "10", "--epochs", "3", "--parts", "webspam,workers",
+                                      "--out", str(tmp_path)])
+    scd.main()
+    result = json.loads((tmp_path / "scd.json").read_text())
+    names = [a["name"] for a in result["arms"]]
+    assert names[:3] == ["alac", "sequential", "sklearn_ridge"] and "primal_K8_adaptive" in names
+    for arm in result["arms"]:
+        assert {"name", "epochs", "seconds", "gap", "time_to_gap"} <= set(arm)
+        assert len(arm["gap"]) == (arm["epochs"] if isinstance(arm["epochs"], int) else len(arm["epochs"]))
+    assert (tmp_path / "scd.md").read_text().startswith("SCD (cpu")
