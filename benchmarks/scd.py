@@ -14,7 +14,8 @@ to unit L2 norm, labels from a planted sparse model plus noise. Ridge (the prima
 - sequential: alac's float64 reference solver on the CPU (numba), the same permutations' algorithm;
 - sklearn_ridge: scikit-learn's Ridge(alpha = lambda N) by its sparse solvers, each tol one fit;
 - snapml_primal / snapml_dual: Snap ML's LinearRegression(regularizer = lambda N, use_gpu) on the
-  GPU, each max_iter one fit (when snapml imports; its wheel travels to the GPU machine).
+  GPU, each max_iter one fit (when snapml imports; its wheel travels to the GPU machine). Its library
+  sets the process's flush-to-zero flag; the gaps compared are far above the subnormal range.
 
 Every arm's `gap` after each epoch (or fit), `seconds` of training, and `time_to_gap` for 1e-3 ...
 1e-8 (None where not reached). The real-data part: dual logistic and hinge on a9a and w8a (test AUC

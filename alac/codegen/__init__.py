@@ -8,8 +8,9 @@ from alac.codegen.manifest import ALLOCATED_ROLES, Argument, Sizes
 from alac.codegen.module_cache import interpreter_active, load_module, triton_installed
 from alac.codegen.torch_programs import TorchPrograms
 
-__all__ = ["ALLOCATED_ROLES", "Argument", "GeneratedKernels", "KernelSpec", "Sizes", "TorchPrograms",
-           "generate_bag_kernels", "generate_kernels", "interpreter_active", "load_module", "triton_installed"]
+__all__ = ["ALLOCATED_ROLES", "Argument", "GeneratedKernels", "KernelSpec", "ScdVariant", "Sizes", "TorchPrograms",
+           "generate_bag_kernels", "generate_kernels", "generate_scd_kernels", "interpreter_active", "load_module",
+           "triton_installed"]
 
 
 def __getattr__(name):
@@ -23,4 +24,8 @@ def __getattr__(name):
         from alac.codegen import bag_kernels
 
         return bag_kernels.generate_bag_kernels
+    if name in ("ScdVariant", "generate_scd_kernels"):
+        from alac.codegen import scd_kernels
+
+        return getattr(scd_kernels, name)
     raise AttributeError(name)

@@ -27,8 +27,9 @@ def _rows(A, beta):
     return A @ beta
 
 
-def _columns(A, alpha):
-    return A.t() @ alpha
+def columns_product(A, alpha):
+    """A^T alpha of a sparse CSR A (as a CSR transpose: cuSPARSE multiplies CSR, not every CSC)."""
+    return A.t().to_sparse_csr() @ alpha
 
 
 def loss_values(margins, y, loss):
@@ -69,13 +70,13 @@ def dual_value(A, y, alpha, loss, l2):
     """D(alpha) of an l2-regularized problem, in float64."""
     A, y, alpha = _f64(A), y.double(), alpha.double()
     n = y.numel()
-    v = _columns(A, alpha)
+    v = columns_product(A, alpha)
     return float(-conjugate_terms(alpha, y, loss).mean() - v.dot(v) / (2 * l2 * n * n))
 
 
 def beta_of_alpha(A, alpha, l2):
     """The primal point of a dual one: A^T alpha / (l2 N)."""
-    return _columns(_f64(A), alpha.double()) / (l2 * alpha.numel())
+    return columns_product(_f64(A), alpha.double()) / (l2 * alpha.numel())
 
 
 def alpha_of_beta(A, y, beta):
@@ -94,7 +95,7 @@ def primal_gap(A, y, beta, l2, l1=0.0):
     A, y, beta = _f64(A), y.double(), beta.double()
     n = y.numel()
     theta = (y - _rows(A, beta)) / n
-    correlation = _columns(A, theta)
+    correlation = columns_product(A, theta)
     if l2 == 0:
         largest = float(correlation.abs().max()) if correlation.numel() else 0.0
         scale = 1.0 if largest <= l1 else l1 / largest

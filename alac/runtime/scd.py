@@ -22,7 +22,6 @@ from dataclasses import dataclass
 
 import torch
 
-from alac.codegen.scd_kernels import ScdVariant
 from alac.errors import OptionError
 from alac.runtime import duality
 from alac.runtime.scd_launcher import ScdLauncher, tile_shape
@@ -143,7 +142,7 @@ class ScdSolver:
         self.shared = torch.zeros(n_shared, dtype=dtype, device=device)
         self.scale = self.problem.n_rows * (1.0 if form == "primal" else self.l2)
         self.launcher = None if backend == "sequential" else ScdLauncher(
-            ScdVariant(form, loss, wild), interpret=backend == "interpret")
+            form, loss, wild, interpret=backend == "interpret")
         self.generator = torch.Generator(device=device).manual_seed(seed)
         parts = torch.randperm(n_coordinates, generator=self.generator, device=device)
         self.parts = [p.sort().values for p in parts.tensor_split(workers)]
@@ -227,7 +226,7 @@ class ScdSolver:
         """max |A beta - w| / max |w| (primal), or of A^T alpha against v (dual): how far the shared
         vector the kernels kept has moved from the one their coordinates define."""
         A, x = self.problem.matrix, self.coordinates.double()
-        exact = A @ x if self.form == "primal" else A.t() @ x
+        exact = A @ x if self.form == "primal" else duality.columns_product(A, x)
         return float((exact - self.shared.double()).abs().max() / exact.abs().max().clamp_min(1e-300))
 
     @property

@@ -4,7 +4,6 @@ by role, never by name."""
 from __future__ import annotations
 
 from alac.codegen import load_module
-from alac.codegen.scd_kernels import ScdVariant, generate_scd_kernels
 from alac.plan import next_power_of_two
 
 # Entries a tile reads, and coordinates a program takes, from the coordinates' mean length: long
@@ -21,9 +20,11 @@ def tile_shape(mean_length):
 
 
 class ScdLauncher:
-    def __init__(self, variant: ScdVariant, interpret: bool):
-        self.variant = variant
-        self.generated = generate_scd_kernels(variant)
+    def __init__(self, form, loss, wild, interpret):
+        """The epoch kernel of an SCD problem (alac.codegen.ScdVariant's form, loss and wild)."""
+        from alac.codegen import ScdVariant, generate_scd_kernels
+
+        self.generated = generate_scd_kernels(ScdVariant(form, loss, wild))
         module = load_module(self.generated, interpret=interpret)
         self.kernel = getattr(module, self.generated.epoch.name)
 
