@@ -1,7 +1,8 @@
 """The objectives of alac's coordinate descent solvers, evaluated in float64, and the maps between
 primal and dual points (TPA-SCD's notation, the SDCA scaling of Shalev-Shwartz and Zhang).
 
-A is N x M (rows are examples), y the labels (+-1 for hinge, squared hinge and logistic).
+A is N x M (rows are examples; a sparse CSR tensor or an alac.runtime.compressed.CompressedMatrix),
+y the labels (+-1 for hinge, squared hinge and logistic).
 
     primal   P(beta) = 1/N sum_n phi(a_n . beta, y_n) + l2/2 ||beta||^2 + l1 ||beta||_1
     dual     D(alpha) = -1/N sum_n phi*(-alpha_n, y_n) - ||A^T alpha||^2 / (2 l2 N^2)     (l1 = 0)
@@ -28,8 +29,9 @@ def _rows(A, beta):
 
 
 def columns_product(A, alpha):
-    """A^T alpha of a sparse CSR A (as a CSR transpose: cuSPARSE multiplies CSR, not every CSC)."""
-    return A.t().to_sparse_csr() @ alpha
+    """A^T alpha: of an alac.runtime.compressed.CompressedMatrix, or of a sparse CSR tensor (as a CSR
+    transpose: cuSPARSE multiplies CSR, not every CSC)."""
+    return A.t_matmul(alpha) if hasattr(A, "t_matmul") else A.t().to_sparse_csr() @ alpha
 
 
 def loss_values(margins, y, loss):
@@ -115,4 +117,5 @@ def ridge_optimum(A, y, l2):
 
 
 def _f64(A):
-    return A if A.dtype == torch.float64 else A.double()
+    """A whose products are float64 (a CompressedMatrix's always are)."""
+    return A if hasattr(A, "t_matmul") or A.dtype == torch.float64 else A.double()

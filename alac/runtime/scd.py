@@ -18,60 +18,39 @@ in the dual denominator, beta and w taken before the epoch).
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 
 import torch
 
 from alac.errors import OptionError
 from alac.runtime import duality
-from alac.runtime.scd_launcher import ScdLauncher, tile_shape
+from alac.runtime.compressed import CompressedAxis, CompressedMatrix
+from alac.runtime.scd_launcher import ScdLauncher
 from alac.runtime.scd_sequential import LOSS_CODES, dual_epoch, primal_epoch
 
 AGGREGATIONS = ("adaptive", "averaging", "adding")
 BACKENDS = ("auto", "triton", "interpret", "sequential")
 
 
-@dataclass
-class CompressedAxis:
-    """A compressed along one axis: coordinate c's entries are start[c]:start[c + 1] (int64) of
-    index (int32, the other axis) and value (None: all ones); norm[c] = ||a_c||^2; tile: the
-    kernel's (COLS, BLOCK) for these lengths."""
-
-    start: torch.Tensor
-    index: torch.Tensor
-    value: torch.Tensor | None
-    norm: torch.Tensor
-    tile: tuple
-
-    @classmethod
-    def of(cls, start, index, value, dtype, device):
-        start, index = start.to(device, torch.int64), index.to(device, torch.int32)
-        value = None if value is None else value.to(device, dtype)
-        lengths = start.diff()
-        squares = torch.ones_like(index, dtype=dtype) if value is None else value * value
-        coordinate = torch.repeat_interleave(torch.arange(lengths.numel(), device=device), lengths)
-        norm = torch.zeros(lengths.numel(), dtype=dtype, device=device).index_add_(0, coordinate, squares)
-        return cls(start, index, value, norm, tile_shape(float(lengths.float().mean()) if lengths.numel() else 1.0))
-
-
 class ScdProblem:
-    """A SparseDataset as the solvers read it: rows (CSR), columns (CSC), labels, and the float64
-    matrix the objectives are evaluated on, all on `device`."""
+    """A SparseDataset as a solver reads it, on `device`: its labels and the axis the form steps
+    over (columns, CSC, for the primal; rows, CSR, for the dual), through which the objectives'
+    float64 products are computed (alac.runtime.compressed: no float64 copy of the data)."""
 
-    def __init__(self, data, loss, device, dtype=torch.float32):
+    def __init__(self, data, form, loss, device, dtype=torch.float32):
         if data.n_rows == 0 or data.indices.numel() == 0:
             raise OptionError("SCD needs a data set with at least one row and one entry")
         self.n_rows, self.n_features, self.loss = data.n_rows, data.n_features, loss
         self.labels = signed_labels(data.labels, loss).to(device, dtype)
-        values = data.values
-        ones = torch.ones(data.indices.numel()) if values is None else values
-        matrix = torch.sparse_csr_tensor(data.indptr, data.indices.long(), ones.double(),
-                                         (data.n_rows, data.n_features))
-        self.matrix = matrix.to(device)
-        self.rows = CompressedAxis.of(data.indptr, data.indices, values, dtype, device)
-        csc = matrix.to_sparse_csc()
-        self.columns = CompressedAxis.of(csc.ccol_indices(), csc.row_indices(),
-                                         None if values is None else csc.values().float(), dtype, device)
+        if form == "dual":
+            self.axis = CompressedAxis.of(data.indptr, data.indices, data.values, dtype, device)
+        else:
+            values = torch.ones(data.indices.numel()) if data.values is None else data.values
+            csc = torch.sparse_csr_tensor(data.indptr, data.indices.long(), values.to(data.indptr.device),
+                                          (data.n_rows, data.n_features)).to_sparse_csc()
+            self.axis = CompressedAxis.of(csc.ccol_indices(), csc.row_indices(),
+                                          None if data.values is None else csc.values(), dtype, device)
+        self.matrix = CompressedMatrix(self.axis, "rows" if form == "dual" else "columns",
+                                       (data.n_rows, data.n_features))
 
 
 def signed_labels(labels, loss):
@@ -133,8 +112,8 @@ class ScdSolver:
         self.form, self.loss, self.l2, self.l1 = form, loss, float(l2), float(l1)
         self.backend, self.workers, self.aggregation, self.device = backend, workers, aggregation, device
         dtype = torch.float64 if backend == "sequential" else torch.float32
-        self.problem = ScdProblem(data, loss, device, dtype)
-        self.axis = self.problem.columns if form == "primal" else self.problem.rows
+        self.problem = ScdProblem(data, form, loss, device, dtype)
+        self.axis = self.problem.axis
         n_coordinates = self.problem.n_features if form == "primal" else self.problem.n_rows
         n_shared = self.problem.n_rows if form == "primal" else self.problem.n_features
         # the coordinates (beta or alpha) and the shared vector (w = A beta or v = A^T alpha), both 0
@@ -226,7 +205,7 @@ class ScdSolver:
         """max |A beta - w| / max |w| (primal), or of A^T alpha against v (dual): how far the shared
         vector the kernels kept has moved from the one their coordinates define."""
         A, x = self.problem.matrix, self.coordinates.double()
-        exact = A @ x if self.form == "primal" else duality.columns_product(A, x)
+        exact = A @ x if self.form == "primal" else A.t_matmul(x)
         return float((exact - self.shared.double()).abs().max() / exact.abs().max().clamp_min(1e-300))
 
     @property

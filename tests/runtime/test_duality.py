@@ -12,7 +12,7 @@ L2 = 1e-2
 
 
 def _problem(loss, **kwargs):
-    problem = ScdProblem(planted(classes=loss != "squared", **kwargs), loss, "cpu", torch.float64)
+    problem = ScdProblem(planted(classes=loss != "squared", **kwargs), "dual", loss, "cpu", torch.float64)
     return problem.matrix, problem.labels
 
 
@@ -58,6 +58,6 @@ def test_the_lasso_gap_scales_its_dual_point_into_the_dual_domain():
     A, y = _problem("squared")
     zero = torch.zeros(A.shape[1], dtype=torch.float64)
     # at beta = 0 with l1 beyond ||A^T y||_inf / N, 0 is the lasso optimum: the gap is 0
-    l1 = float((A.t() @ y).abs().max()) / y.numel() * 1.01
+    l1 = float(duality.columns_product(A, y).abs().max()) / y.numel() * 1.01
     assert abs(duality.primal_gap(A, y, zero, 0.0, l1)) < 1e-12
     assert duality.primal_gap(A, y, zero, 0.0, l1 / 2) > 0

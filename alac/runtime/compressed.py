@@ -1,0 +1,103 @@
+"""A sparse matrix held along one compressed axis (rows as CSR, or columns as CSC) as the SCD
+kernels read it, and its float64 products A x and A^T a computed over chunks of entries.
+
+The solvers' certificates need A x and A^T a in float64. A float64 copy of A would not fit for the
+problems SCD is for (a 200M x 75M binary Criteo-shaped problem has 6.4 billion entries: 25 GB of
+int32 ids, 51 GB as float64 values), so the products gather and add one chunk of entries at a time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+# entries per chunk of a product: about 0.8 GB of float64 and int64 temporaries
+CHUNK_ENTRIES = 1 << 25
+
+
+@dataclass
+class CompressedAxis:
+    """A compressed along one axis: coordinate c's entries are start[c]:start[c + 1] (int64) of
+    index (int32, the other axis) and value (None: all ones); norm[c] = ||a_c||^2; tile: the SCD
+    kernel's (COLS, BLOCK) for these lengths (alac.runtime.scd_launcher.tile_shape)."""
+
+    start: torch.Tensor
+    index: torch.Tensor
+    value: torch.Tensor | None
+    norm: torch.Tensor
+    tile: tuple
+
+    @classmethod
+    def of(cls, start, index, value, dtype, device):
+        from alac.runtime.scd_launcher import tile_shape
+
+        start, index = start.to(device, torch.int64), index.to(device, torch.int32)
+        value = None if value is None else value.to(device, dtype)
+        axis = cls(start, index, value, None, (1, 1))
+        axis.norm = reduce_entries(axis, lambda _, value: value * value if value is not None else None,
+                                   dtype=dtype)
+        lengths = start.diff()
+        axis.tile = tile_shape(float(lengths.double().mean()) if lengths.numel() else 1.0)
+        return axis
+
+    @property
+    def n_coordinates(self):
+        return self.start.numel() - 1
+
+    def chunks(self):
+        """(coordinate of every entry, index, value or None) of consecutive chunks of entries."""
+        total = int(self.start[-1])
+        for first in range(0, total, CHUNK_ENTRIES):
+            positions = torch.arange(first, min(total, first + CHUNK_ENTRIES), device=self.start.device)
+            coordinate = torch.searchsorted(self.start, positions, right=True) - 1
+            value = None if self.value is None else self.value[first:first + positions.numel()]
+            yield coordinate, self.index[first:first + positions.numel()].long(), value
+
+
+def reduce_entries(axis, term, dtype=torch.float64):
+    """out[c] = sum over coordinate c's entries of term(index, value) (term None: the value, or 1)."""
+    out = torch.zeros(axis.n_coordinates, dtype=dtype, device=axis.start.device)
+    for coordinate, index, value in axis.chunks():
+        terms = term(index, value)
+        if terms is None:
+            terms = torch.ones(index.numel(), dtype=dtype, device=index.device)
+        out.index_add_(0, coordinate, terms.to(dtype))
+    return out
+
+
+class CompressedMatrix:
+    """A (shape N x M) through one compressed axis: by "rows" (CSR) or "columns" (CSC)."""
+
+    def __init__(self, axis, by, shape):
+        self.axis, self.by, self.shape = axis, by, tuple(shape)
+
+    def _gathered(self, vector):
+        def term(index, value):
+            gathered = vector[index].double()
+            return gathered if value is None else gathered * value.double()
+        return reduce_entries(self.axis, term)
+
+    def _scattered(self, vector, length):
+        out = torch.zeros(length, dtype=torch.float64, device=self.axis.start.device)
+        for coordinate, index, value in self.axis.chunks():
+            spread = vector[coordinate].double()
+            out.index_add_(0, index, spread if value is None else spread * value.double())
+        return out
+
+    def __matmul__(self, x):
+        """A x, in float64."""
+        return self._gathered(x) if self.by == "rows" else self._scattered(x, self.shape[0])
+
+    def t_matmul(self, a):
+        """A^T a, in float64."""
+        return self._scattered(a, self.shape[1]) if self.by == "rows" else self._gathered(a)
+
+    def to_dense(self):
+        """A as a dense float64 tensor (small problems: closed forms and tests)."""
+        dense = torch.zeros(self.shape, dtype=torch.float64, device=self.axis.start.device)
+        for coordinate, index, value in self.axis.chunks():
+            ones = torch.ones(index.numel(), dtype=torch.float64, device=index.device)
+            at = (coordinate, index) if self.by == "rows" else (index, coordinate)
+            dense.index_put_(at, ones if value is None else value.double(), accumulate=True)
+        return dense
