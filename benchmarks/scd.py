@@ -21,7 +21,9 @@ Every arm's `gap` after each epoch (or fit), `seconds` of training, and `time_to
 1e-8 (None where not reached). The real-data part: dual logistic and hinge on a9a and w8a (test AUC
 against the data README's optimum) and ridge on 20news (rows L2-normalized) to gap 1e-6. The
 workers part: CoCoA's virtual workers K = 2, 4, 8, averaging against the adaptive gamma, on a
-smaller webspam-shaped set. Writes results/scd.json and .md.
+smaller webspam-shaped set. The criteo part (`--parts criteo`, in a call of its own: 6.4 billion
+entries): a Criteo-shaped binary dual logistic problem (`--criteo-rows` x `--criteo-columns`, 25-39
+entries a row), its epoch against the bytes it must read. Writes results/scd.json and .md.
 """
 
 from __future__ import annotations
@@ -65,6 +67,32 @@ def webspam_like(rows, columns, nnz_per_row, zipf, seed):
     unit = torch.sparse_csr_tensor(matrix.crow_indices(), matrix.col_indices(), values, (rows, columns))
     labels = unit @ planted + 0.1 * torch.randn(rows, generator=g)
     return SparseDataset(matrix.crow_indices(), matrix.col_indices().int(), values.float(), labels.float(), columns)
+
+
+def criteo_dual_like(rows, columns, min_nnz, max_nnz, seed, device, chunk_rows=1 << 22):
+    """A binary SparseDataset on `device`: rows of min_nnz..max_nnz entries (uniform), ids power-law
+    (floor(columns ** u) - 1, u uniform: id j about as likely as 1 / j) scrambled over the id range
+    by a multiplicative hash, 0/1 labels from a planted logistic model (weights N(0, 0.3^2) on the
+    ids). Made in chunks of rows, so that billions of entries need no temporaries of their size."""
+    g = torch.Generator(device=device).manual_seed(seed)
+    lengths = torch.randint(min_nnz, max_nnz + 1, (rows,), generator=g, device=device)
+    indptr = torch.zeros(rows + 1, dtype=torch.int64, device=device)
+    indptr[1:] = lengths.cumsum(0)
+    indices = torch.empty(int(indptr[-1]), dtype=torch.int32, device=device)
+    for first in range(0, int(indptr[-1]), chunk_rows * max_nnz):
+        count = min(int(indptr[-1]) - first, chunk_rows * max_nnz)
+        u = torch.rand(count, generator=g, device=device, dtype=torch.float64)
+        ids = torch.floor(float(columns) ** u).long() - 1
+        indices[first:first + count] = ((ids * 2654435761) % columns).int()
+    data = SparseDataset(indptr, indices, None, torch.zeros(rows, device=device), columns)
+    from alac.runtime.compressed import CompressedAxis, CompressedMatrix
+
+    weights = 0.3 * torch.randn(columns, generator=g, device=device)
+    margins = CompressedMatrix(CompressedAxis.of(indptr, indices, None, torch.float32, device), "rows",
+                               (rows, columns)) @ weights
+    noise = torch.rand(rows, generator=g, device=device, dtype=torch.float64).clamp(1e-12, 1 - 1e-12)
+    data.labels = (margins + torch.log(noise / (1 - noise)) > 0).float()
+    return data
 
 
 def time_to_gap(points):
@@ -188,6 +216,41 @@ def workers_part(args):
     return arms
 
 
+def criteo_part(args, backend):
+    """The Criteo-shaped dual logistic problem: epochs, gap, and the epoch against the bytes it must
+    read at the device's measured copy bandwidth."""
+    data = criteo_dual_like(args.criteo_rows, args.criteo_columns, 25, 39, args.seed, args.device)
+    entries = data.indices.numel()
+    # per entry: its id twice (the dot product's pass and the update's) and the shared value it
+    # gathers; per row: its two offsets, alpha, label, norm and its place in the order
+    floor_bytes = entries * (4 + 4 + 4) + data.n_rows * (8 + 8 + 4 + 4 + 4 + 8)
+    probe = torch.empty(1 << 28, dtype=torch.float32, device=args.device)
+    copy_seconds = _median_seconds(probe.clone, args.device)
+    bandwidth = 2 * probe.numel() * 4 / copy_seconds           # read and write
+    del probe
+    arm = scd_arm("alac_dual_logistic", data, args, form="dual", loss="logistic", l2=1 / data.n_rows,
+                  backend=backend, device=args.device)
+    floor_seconds = floor_bytes / bandwidth
+    epochs = arm["seconds_per_epoch"]
+    first_epoch = [epochs[0]] + [b - a for a, b in zip(epochs, epochs[1:])]
+    return [dict(arm, data="criteo_dual_like", l2=1 / data.n_rows, rows=data.n_rows, columns=data.n_features,
+                 entries=entries, floor_bytes=floor_bytes, copy_gb_per_s=bandwidth / 1e9, floor_seconds=floor_seconds,
+                 epoch_seconds=first_epoch, epoch_over_floor=min(first_epoch) / floor_seconds)]
+
+
+def _median_seconds(work, device, repeats=5):
+    times = []
+    for _ in range(repeats):
+        if device == "cuda":
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        work()
+        if device == "cuda":
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - start)
+    return sorted(times)[len(times) // 2]
+
+
 def report(payload):
     env = payload["environment"]
     def seconds(arm, threshold):
@@ -198,10 +261,14 @@ def report(payload):
              f"{a['gap'][-1]:.2e}"] + [seconds(a, t) for t in GAPS] for a in payload["arms"]]
     aucs = "".join(f"\n\n{a['data']} {a['name']}: test AUC {a['test_auc']:.4f}" for a in payload["arms"]
                    if "test_auc" in a)
+    floors = "".join(f"\n\n{a['data']} ({a['rows']:,} x {a['columns']:,}, {a['entries']:,} entries): fastest "
+                     f"epoch {min(a['epoch_seconds']):.3f} s against {a['floor_seconds']:.3f} s for the "
+                     f"{a['floor_bytes'] / 1e9:.1f} GB it reads at {a['copy_gb_per_s']:.0f} GB/s "
+                     f"({a['epoch_over_floor']:.2f}x)" for a in payload["arms"] if "floor_seconds" in a)
     missing = "".join(f"\n\nNot run: {m}." for m in payload.get("missing", []))
     return (f"SCD ({env['device']}, {env['date']}; `PYTHONPATH=. python benchmarks/scd.py`)\n\n"
             + table(["data", "lambda", "arm", "epochs / fits", "last gap"] + [f"s to {t:g}" for t in GAPS], rows)
-            + aucs + missing)
+            + aucs + floors + missing)
 
 
 def main():
@@ -213,7 +280,9 @@ def main():
     parser.add_argument("--lambdas", type=float, nargs="+", default=[1e-3, 1e-5])
     parser.add_argument("--epochs", type=int, default=100)
     parser.add_argument("--tol", type=float, default=1e-8)
-    parser.add_argument("--parts", default="webspam,real,workers")
+    parser.add_argument("--parts", default="webspam,real,workers", help="of webspam, real, workers, criteo")
+    parser.add_argument("--criteo-rows", type=int, default=200_000_000)
+    parser.add_argument("--criteo-columns", type=int, default=75_000_000)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default=None)
@@ -228,6 +297,8 @@ def main():
         arms += real_part(args, backend)
     if "workers" in parts:
         arms += workers_part(args)
+    if "criteo" in parts:
+        arms += criteo_part(args, backend)
     payload = {"environment": environment(), "arguments": vars(args), "arms": arms, "missing": missing}
     write("scd", payload, report(payload), args.out)
     print(report(payload))

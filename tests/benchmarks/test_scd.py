@@ -41,3 +41,13 @@ def test_a_tiny_run_writes_every_arms_figures(tmp_path, monkeypatch):
         assert len(arm["gap"]) == (arm["epochs"] if isinstance(arm["epochs"], int) else len(arm["epochs"]))
     report = (tmp_path / "scd.md").read_text()
     assert report.startswith("SCD (cpu") and "Not run: snapml: left out of the smoke run." in report
+
+
+def test_the_criteo_shaped_dual_set_has_its_row_lengths_and_skewed_ids():
+    data = scd.criteo_dual_like(3000, 10_000, 25, 39, seed=0, device="cpu", chunk_rows=100)
+    lengths = data.indptr.diff()
+    assert int(lengths.min()) >= 25 and int(lengths.max()) <= 39 and data.values is None
+    assert bool((data.indices >= 0).all()) and bool((data.indices < 10_000).all())
+    counts = torch.bincount(data.indices.long(), minlength=10_000).sort(descending=True).values
+    assert counts[0] > 100 * counts[5000].clamp_min(1)
+    assert 0.2 < float(data.labels.mean()) < 0.8       # labels from the planted model, both classes
