@@ -5,7 +5,9 @@ lr solves the dual logistic problem, lsvm the dual hinge, lsr the primal squared
 lasso / elastic net with --l1), each with an intercept: a constant feature regularized like the
 others. --l2 is lambda of mean loss + lambda/2 ||w||^2 (default 1 / N: LIBLINEAR's C = 1),
 --epochs the most epochs and --tol the duality gap to reach. Outputs: metrics.json, history.csv
-(the gap and training seconds after every epoch) and weights.npy (the weights, the intercept last).
+(the gap and training seconds after every epoch), weights.npy (the weights, the intercept last) and
+model.alac: the zoo model's checkpoint with these weights and intercept, which `alac predict` and
+`alac export` read as they read an SGD run's.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from alac.errors import OptionError
 from alac.outputs import write_atomically, write_metrics_and_history
 
 PROBLEMS = {"lr": ("dual", "logistic"), "lsvm": ("dual", "hinge"), "lsr": ("primal", "squared")}
-OUTPUT_FILES = ("metrics.json", "history.csv", "weights.npy")
+OUTPUT_FILES = ("metrics.json", "history.csv", "weights.npy", "model.alac")
 
 
 def _name(module):
@@ -42,7 +44,7 @@ def check_options(module, args):
         raise OptionError("--solver scd reads its training data in memory: leave out --out-of-core")
 
 
-def train_scd(args, module, data):
+def train_scd(args, module, data, model_reference):
     """Fit, print the first line, the gap of every epoch and the final metrics; write the outputs."""
     from alac.data.dataset import SparseDataset
     from alac.runtime.scd import ScdSolver, with_constant_feature
@@ -64,13 +66,43 @@ def train_scd(args, module, data):
     for split, dataset in (("valid", data.valid), ("test", data.test)):
         if dataset is not None:
             final.update({f"{split}_{k}": v for k, v in _scores(dataset, weights, name).items()})
-    print(json.dumps({k: round(v, 6) if isinstance(v, float) else v for k, v in final.items()}))
+    print(json.dumps({k: round(v, 6) if isinstance(v, float) and k != "duality_gap" else v
+                      for k, v in final.items()}))
     if args.out:
         out = Path(args.out)
         write_metrics_and_history(out, final, solver.history)
         write_atomically(out / "weights.npy", lambda handle: np.save(handle, weights.numpy(), allow_pickle=False))
+        _save_checkpoint(args, module, model_reference, data, weights, solver.history, out)
         print(f"wrote {out}/{', '.join(OUTPUT_FILES)}")
     return 0
+
+
+def _save_checkpoint(args, module, model_reference, data, weights, history, out):
+    """The zoo model (w, and its bias b) holding the SCD weights, saved as `alac train` saves one."""
+    from alac import checkpoint
+    from alac.models import build_model
+    from alac.runtime.executor import LabelMap
+    from alac.runtime.state import ModelState
+    from alac.train import Trainer
+    from alac.zoo import CHECKPOINT_NAME, checkpoint_spec
+
+    model = build_model(module, args)
+    trainer = Trainer(model, lr=1.0, plan=_plan_of(args), backend="reference", device="cpu", seed=args.seed,
+                      optimizer="sgd")
+    order = torch.arange(data.train.n_features)
+    state = ModelState.initial(model, order, "cpu", args.seed, trainer.executor.ir.optimizer)
+    state.params["w"].copy_(weights[:-1].float())
+    state.globals["b"].fill_(float(weights[-1]))
+    trainer.executor.state, trainer.feature_order = state, order
+    trainer.labels = LabelMap.fit(model.labels, data.train.labels)
+    trainer.history, trainer.epoch = history, len(history)
+    checkpoint.save(trainer, out / CHECKPOINT_NAME, checkpoint_spec(module, args, model_reference), data.options)
+
+
+def _plan_of(args):
+    from alac.zoo import _plan
+
+    return _plan(args)
 
 
 def _scores(dataset, weights, name):

@@ -252,7 +252,7 @@ def run_parsed(module, args, model_reference):
             scd_train.check_options(module, args)
             if args.out:
                 check_output_folder(args.out, scd_train.OUTPUT_FILES)
-            return scd_train.train_scd(args, module, load_data(args, _plan(args)))
+            return scd_train.train_scd(args, module, load_data(args, _plan(args)), model_reference)
         if args.out:
             check_output_folder(args.out, OUTPUT_FILES)
         return _run(args, module, model_reference)

@@ -32,6 +32,13 @@ def test_logistic_regression_by_scd_reaches_the_a9a_optimum(shared_data, tmp_pat
     assert history[0] == "epoch,gamma,gap,seconds" and len(history) == final["epochs"] + 1
     weights = np.load(out / "weights.npy", allow_pickle=False)
     assert weights.shape == (124,)        # 123 features and the intercept
+    # the checkpoint is the zoo model's: alac predict reads it and scores the test rows as training did
+    assert main(["predict", "--model-dir", str(out), "--data", str(folder / "a9a.t"), "--output",
+                 str(tmp_path / "predictions.txt"), "--backend", "reference"]) == 0
+    predicted = torch.from_numpy(np.loadtxt(tmp_path / "predictions.txt"))
+    test = load_libsvm(folder / "a9a.t", n_features=123)
+    assert metrics.auc(predicted, test.labels > 0) == pytest.approx(final["test_auc"], abs=1e-6)
+    assert metrics.logloss(predicted, test.labels > 0) == pytest.approx(final["test_logloss"], abs=1e-5)
 
 
 def _split_w8a(shared_data):
