@@ -120,7 +120,8 @@ def test_on_a_gpu_the_wild_control_loses_updates():
     data = planted(n=64, m=20_000, density=0.5)
     atomic = ScdSolver(data, "primal", l2=L2, backend="triton").fit(30, 0)
     wild = ScdSolver(data, "primal", l2=L2, backend="triton", wild=True).fit(30, 0)
-    assert atomic.drift() <= 1e-5 < 1e-3 <= wild.drift()
+    # each of the 64 rows takes some 300,000 float32 additions: the atomic drift is their rounding alone
+    assert atomic.drift() <= 1e-4 < 1e-2 <= wild.drift()
     assert wild.history[-1]["gap"] > 1e-6 and wild.history[-1]["gap"] > 10 * atomic.history[-1]["gap"]
 
 
