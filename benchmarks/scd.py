@@ -251,6 +251,34 @@ def _median_seconds(work, device, repeats=5):
     return sorted(times)[len(times) // 2]
 
 
+def _epochs_to(arm, threshold):
+    return next((i + 1 for i, gap in enumerate(arm["gap"]) if gap <= threshold), None)
+
+
+def comparisons(arms):
+    """Per lambda of the webspam-shaped set, the figures the issue asks for: alac's epochs to 1e-8
+    over the sequential solver's, its drift, the wild control's last gap, and its time to each gap
+    over Snap ML's best arm and scikit-learn's."""
+    lines = []
+    for l2 in sorted({a["l2"] for a in arms if a.get("data") == "webspam_like"}, reverse=True):
+        by_name = {a["name"]: a for a in arms if a.get("data") == "webspam_like" and a["l2"] == l2}
+        ours, sequential = by_name.get("alac"), by_name.get("sequential")
+        if ours is None or sequential is None:
+            continue
+        parts = [f"epochs to 1e-8: alac {_epochs_to(ours, 1e-8)}, sequential {_epochs_to(sequential, 1e-8)}",
+                 f"alac's drift |A beta - w| / |w| {ours['drift']:.1e}"]
+        if "alac_wild" in by_name:
+            parts.append(f"the wild control's last gap {by_name['alac_wild']['gap'][-1]:.1e}")
+        for peer in ("snapml_primal", "snapml_dual", "sklearn_ridge"):
+            if peer in by_name:
+                ratios = [f"{t:g}: {by_name[peer]['time_to_gap'][f'{t:g}'] / ours['time_to_gap'][f'{t:g}']:.1f}x"
+                          for t in GAPS[:4] if by_name[peer]["time_to_gap"][f"{t:g}"] and
+                          ours["time_to_gap"][f"{t:g}"]]
+                parts.append(f"{peer} time / alac's at gap " + (", ".join(ratios) or "none reached by both"))
+        lines.append(f"lambda {l2:g}: " + "; ".join(parts) + ".")
+    return lines
+
+
 def report(payload):
     env = payload["environment"]
     def seconds(arm, threshold):
@@ -268,7 +296,7 @@ def report(payload):
     missing = "".join(f"\n\nNot run: {m}." for m in payload.get("missing", []))
     return (f"SCD ({env['device']}, {env['date']}; `PYTHONPATH=. python benchmarks/scd.py`)\n\n"
             + table(["data", "lambda", "arm", "epochs / fits", "last gap"] + [f"s to {t:g}" for t in GAPS], rows)
-            + aucs + floors + missing)
+            + "".join(f"\n\n{line}" for line in comparisons(payload["arms"])) + aucs + floors + missing)
 
 
 def main():
