@@ -45,7 +45,8 @@ def check_options(module, args):
 
 
 def train_scd(args, module, data, model_reference):
-    """Fit, print the first line, the gap of every epoch and the final metrics; write the outputs."""
+    """Fit, print the first line, the gap of every epoch and the final metrics; write the outputs.
+    Returns the exit status: 0, or 3 when the gap stopped being finite (as a diverged SGD run)."""
     from alac.data.dataset import SparseDataset
     from alac.runtime.scd import ScdSolver, with_constant_feature
 
@@ -62,7 +63,8 @@ def train_scd(args, module, data, model_reference):
           f"in at most {args.epochs} epochs; training: {data.described}", flush=True)
     solver.fit(args.epochs, args.tol, log=lambda line: print("  " + line, flush=True))
     weights = solver.coef_.cpu()
-    final = {"epochs": solver.epochs, "duality_gap": solver.history[-1]["gap"], "seconds": solver.seconds}
+    final = {"epochs": solver.epochs, "duality_gap": solver.history[-1]["gap"], "seconds": solver.seconds,
+             "stopped_because": solver.stopped_because}
     for split, dataset in (("valid", data.valid), ("test", data.test)):
         if dataset is not None:
             final.update({f"{split}_{k}": v for k, v in _scores(dataset, weights, name).items()})
@@ -74,7 +76,7 @@ def train_scd(args, module, data, model_reference):
         write_atomically(out / "weights.npy", lambda handle: np.save(handle, weights.numpy(), allow_pickle=False))
         _save_checkpoint(args, module, model_reference, data, weights, solver.history, out)
         print(f"wrote {out}/{', '.join(OUTPUT_FILES)}")
-    return 0
+    return 3 if solver.stopped_because == "diverged" else 0
 
 
 def _save_checkpoint(args, module, model_reference, data, weights, history, out):

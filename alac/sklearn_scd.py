@@ -60,9 +60,10 @@ def fit_scd(estimator, X, y):
     estimator.gap_history_ = [h["gap"] for h in solver.history]
     estimator.duality_gap_ = estimator.gap_history_[-1]
     estimator._scd_fit = True
-    if estimator.duality_gap_ > estimator.tol:
+    if solver.stopped_because != "tol":
+        advice = "raise epochs" if solver.stopped_because == "max_epochs" else "the gap diverged"
         warnings.warn(f"{type(estimator).__name__}(solver='scd') stopped after {solver.epochs} epochs at duality gap "
-                      f"{estimator.duality_gap_:.2e} > tol={estimator.tol:g}: raise epochs", ConvergenceWarning,
+                      f"{estimator.duality_gap_:.2e} > tol={estimator.tol:g}: {advice}", ConvergenceWarning,
                       stacklevel=3)
     return estimator
 

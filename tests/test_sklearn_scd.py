@@ -40,7 +40,7 @@ def test_the_scd_estimators_reach_scikit_learns_solutions(fit_intercept):
     X, y = _data(classes=True)
     # LIBLINEAR regularizes the intercept as a constant feature (intercept_scaling 1), as alac does
     svc = LinearSVC(solver="scd", alpha=ALPHA, fit_intercept=fit_intercept, epochs=2000, tol=1e-8).fit(X, y)
-    theirs = sklearn.svm.LinearSVC(C=1 / (ALPHA * n), loss="hinge", dual=True, **exact).fit(X, y)
+    theirs = sklearn.svm.LinearSVC(C=1 / (ALPHA * n), loss="hinge", dual=True, random_state=0, **exact).fit(X, y)
     _close(np.append(svc.coef_, svc.intercept_), np.append(theirs.coef_, theirs.intercept_), 1e-2)
     if not fit_intercept:
         logistic = LogisticRegression(solver="scd", alpha=ALPHA, fit_intercept=False, epochs=500, tol=1e-12).fit(X, y)

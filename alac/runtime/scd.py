@@ -17,6 +17,7 @@ in the dual denominator, beta and w taken before the epoch).
 
 from __future__ import annotations
 
+import math
 import time
 
 import torch
@@ -216,14 +217,17 @@ class ScdSolver:
         return duality.beta_of_alpha(self.problem.matrix, self.coordinates, self.l2)
 
     def fit(self, max_epochs=100, tol=1e-6, log=None):
-        """Epochs until the gap is below tol or max_epochs have run; history: per epoch its gap,
-        the training seconds so far (gap evaluations not counted) and gamma."""
+        """Epochs until the gap is below tol, or is no longer finite (diverged: CoCoA's adding can),
+        or max_epochs have run; history: per epoch its gap, the training seconds so far (gap
+        evaluations not counted) and gamma; stopped_because: "tol", "diverged" or "max_epochs"."""
+        self.stopped_because = "max_epochs"
         for _ in range(max_epochs):
             gamma = self.epoch()
             gap = self.gap()
             self.history.append({"epoch": self.epochs, "gap": gap, "seconds": self.seconds, "gamma": gamma})
             if log is not None:
                 log(f"epoch {self.epochs}: gap {gap:.3e}" + ("" if gamma is None else f", gamma {gamma:.3f}"))
-            if gap <= tol:
+            if gap <= tol or not math.isfinite(gap):
+                self.stopped_because = "tol" if gap <= tol else "diverged"
                 break
         return self

@@ -39,7 +39,8 @@ def test_the_gap_vanishes_at_scikit_learns_logistic_and_squared_hinge_optima():
     # optimality: alpha_n = -phi'(a_n . beta) = y_n sigmoid(-y_n a_n . beta)
     alpha = y * torch.sigmoid(-y * (A @ beta))
     assert duality.dual_gap(A, y, alpha, "logistic", L2) < 1e-8
-    svc = LinearSVC(C=c, loss="squared_hinge", dual=True, fit_intercept=False, tol=1e-12, max_iter=200_000)
+    svc = LinearSVC(C=c, loss="squared_hinge", dual=True, fit_intercept=False, tol=1e-12, max_iter=200_000,
+                    random_state=0)
     beta = torch.from_numpy(svc.fit(X, y.numpy()).coef_[0])
     alpha = 2 * y * torch.clamp(1 - y * (A @ beta), min=0)
     assert duality.dual_gap(A, y, alpha, "squared_hinge", L2) < 1e-6

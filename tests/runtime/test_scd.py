@@ -62,7 +62,7 @@ def _sklearn_coef(form, loss, l1, l2, data):
     elif loss == "logistic":
         model = LogisticRegression(C=1 / (l2 * n), **exact)
     else:
-        model = LinearSVC(C=1 / (l2 * n), loss=loss, dual=True, **exact)
+        model = LinearSVC(C=1 / (l2 * n), loss=loss, dual=True, random_state=0, **exact)
     return torch.from_numpy(model.fit(X, y).coef_.reshape(-1))
 
 
@@ -93,6 +93,14 @@ def test_adaptive_aggregation_takes_fewer_epochs_than_averaging(form):
         assert epochs[workers, "adaptive"] <= epochs[workers, "averaging"]
     if form == "primal":
         assert epochs[8, "adaptive"] <= 0.6 * epochs[8, "averaging"]
+
+
+def test_adding_eight_workers_changes_diverges_and_the_fit_stops_there():
+    """CoCoA with sigma = 1 and gamma = 1 overshoots K-fold on a dual with correlated rows."""
+    solver = ScdSolver(planted(n=400, m=100), "dual", l2=L2, backend="sequential", workers=8, aggregation="adding")
+    solver.fit(max_epochs=400, tol=1e-6)
+    assert solver.stopped_because == "diverged" and len(solver.history) < 400
+    assert ScdSolver(planted(), "primal", l2=L2, backend="sequential").fit(30, 1e-8).stopped_because == "tol"
 
 
 def test_one_virtual_worker_with_adding_is_plain_scd():
