@@ -19,26 +19,20 @@ CHUNK_ENTRIES = 1 << 25
 @dataclass
 class CompressedAxis:
     """A compressed along one axis: coordinate c's entries are start[c]:start[c + 1] (int64) of
-    index (int32, the other axis) and value (None: all ones); norm[c] = ||a_c||^2; tile: the SCD
-    kernel's (COLS, BLOCK) for these lengths (alac.runtime.scd_launcher.tile_shape)."""
+    index (int32, the other axis) and value (None: all ones); norm[c] = ||a_c||^2."""
 
     start: torch.Tensor
     index: torch.Tensor
     value: torch.Tensor | None
-    norm: torch.Tensor
-    tile: tuple
+    norm: torch.Tensor | None
 
     @classmethod
     def of(cls, start, index, value, dtype, device):
-        from alac.runtime.scd_launcher import tile_shape
-
         start, index = start.to(device, torch.int64), index.to(device, torch.int32)
         value = None if value is None else value.to(device, dtype)
-        axis = cls(start, index, value, None, (1, 1))
+        axis = cls(start, index, value, None)
         axis.norm = reduce_entries(axis, lambda _, value: value * value if value is not None else None,
                                    dtype=dtype)
-        lengths = start.diff()
-        axis.tile = tile_shape(float(lengths.double().mean()) if lengths.numel() else 1.0)
         return axis
 
     @property

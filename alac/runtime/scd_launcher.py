@@ -14,9 +14,10 @@ SHORT_COORDINATES_PER_PROGRAM = 4
 
 
 def tile_shape(mean_length):
-    """(COLS, BLOCK) for coordinates of this mean number of entries."""
+    """(COLS, BLOCK, warps) for coordinates of this mean number of entries: a warp per 64 entries of
+    a tile (Triton's default of 4 warps would leave most lanes of a 32-entry tile idle)."""
     block = min(MAX_BLOCK, max(MIN_BLOCK, next_power_of_two(max(1, int(mean_length)))))
-    return (SHORT_COORDINATES_PER_PROGRAM if mean_length < MIN_BLOCK else 1), block
+    return (SHORT_COORDINATES_PER_PROGRAM if mean_length < MIN_BLOCK else 1), block, max(1, block // 64)
 
 
 class ScdLauncher:
@@ -38,7 +39,7 @@ class ScdLauncher:
                   ("layout", "norm"): axis.norm, ("labels", ""): labels, ("param", "coordinate"): coordinates,
                   ("shared", ""): shared, ("hyper", "scale"): float(scale), ("hyper", "l1"): float(l1),
                   ("hyper", "l2"): float(l2)}
-        cols, block = axis.tile
+        cols, block, warps = tile_shape(axis.index.numel() / max(1, axis.n_coordinates))
         grid = (-(-order.numel() // cols),)
         self.kernel[grid](*[values[(a.role, a.of)] for a in self.generated.epoch.args],
-                          HAS_VALUES=axis.value is not None, COLS=cols, BLOCK=block)
+                          HAS_VALUES=axis.value is not None, COLS=cols, BLOCK=block, num_warps=warps)

@@ -151,3 +151,11 @@ def test_labels_of_more_than_two_classes_are_refused_for_a_classification_loss()
     data = planted()
     with pytest.raises(OptionError, match="two classes"):
         ScdSolver(data, "dual", "hinge", l2=L2)
+
+
+def test_short_coordinates_share_a_program_and_long_ones_loop_in_the_largest_tile():
+    from alac.runtime.scd_launcher import MAX_BLOCK, tile_shape
+
+    assert tile_shape(3) == (4, 16, 1)           # a few entries: four coordinates a program
+    assert tile_shape(32) == (1, 32, 1)          # Criteo-shaped rows: a tile a row, one warp
+    assert tile_shape(1e6) == (1, MAX_BLOCK, 4)  # long columns: looped in 256-entry tiles
