@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from benchmarks import scd
+from benchmarks.render import scd_comparisons
 
 
 def test_the_webspam_shaped_set_has_unit_rows_and_power_law_columns():
@@ -60,7 +61,7 @@ def test_the_comparisons_state_epochs_drift_and_time_ratios():
 
     arms = [arm("alac", [1e-2, 1e-5, 1e-9], [1.0, 2.0, 3.0]), arm("sequential", [1e-3, 1e-6, 1e-8, 1e-9], [1, 2, 3, 4]),
             arm("alac_wild", [1e-3, 5e-6], [1.0, 2.0]), arm("snapml_primal", [1e-4, 1e-7], [4.0, 8.0])]
-    [line] = scd.comparisons(arms)
+    [line] = scd_comparisons(arms)
     assert line.startswith("lambda 0.001: epochs to 1e-8: alac 3, sequential 3; alac's drift")
     assert "the wild control's last gap 5.0e-06" in line
     assert "snapml_primal time / alac's at gap 0.001: 2.0x, 0.0001: 2.0x, 1e-05: 4.0x, 1e-06: 2.7x" in line
