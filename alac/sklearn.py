@@ -319,7 +319,7 @@ _COMMON_DOC = """
     Fitted: optimizer_, learning_rate_ and alpha_ (what trained the model, the auto race's winner).
     solver: "sgd", or "scd" (coordinate descent to a duality gap below tol in at most epochs epochs;
     alpha is then the L2 of mean loss + alpha/2 ||w||^2, fit_intercept adds a regularized constant
-    feature; alac.sklearn_scd).
+    feature, verbose > 0 prints the gap after every epoch; alac.sklearn_scd).
 """
 
 
@@ -364,12 +364,12 @@ class _Linear:
     def __init__(self, learning_rate=None, epochs=defaults.EPOCHS, batch_size=defaults.BATCH_SIZE,
                  optimizer=defaults.OPTIMIZER, alpha=0.0, l1=0.0, early_stopping=True,
                  validation_fraction=defaults.VALID_SPLIT, n_iter_no_change=defaults.PATIENCE, mode="sync",
-                 backend="triton", random_state=None, solver="sgd", tol=1e-6, fit_intercept=True):
+                 backend="triton", random_state=None, solver="sgd", tol=1e-6, fit_intercept=True, verbose=0):
         self.learning_rate, self.epochs, self.batch_size, self.optimizer = learning_rate, epochs, batch_size, optimizer
         self.alpha, self.l1, self.early_stopping = alpha, l1, early_stopping
         self.validation_fraction, self.n_iter_no_change = validation_fraction, n_iter_no_change
         self.mode, self.backend, self.random_state = mode, backend, random_state
-        self.solver, self.tol, self.fit_intercept = solver, tol, fit_intercept
+        self.solver, self.tol, self.fit_intercept, self.verbose = solver, tol, fit_intercept, verbose
 
     def _build_model(self, l2):
         return _zoo(self._zoo_name)(l2=l2, l1=self.l1)
@@ -401,13 +401,14 @@ class Lasso(_Regressor):
     """Least squares with L1, 1/(2N) ||y - X w||^2 + alpha ||w||_1 (scikit-learn's Lasso), by
     coordinate descent on alac's SCD kernels to a duality gap below tol (alac.sklearn_scd); epochs:
     the most epochs; fit_intercept: a regularized constant feature; backend: triton on a GPU (the
-    float64 sequential solver without one, or with "reference")."""
+    float64 sequential solver without one, or with "reference"); verbose > 0: the gap every epoch."""
 
     solver = "scd"
 
-    def __init__(self, alpha=1.0, epochs=1000, tol=1e-6, fit_intercept=True, backend="triton", random_state=None):
+    def __init__(self, alpha=1.0, epochs=1000, tol=1e-6, fit_intercept=True, backend="triton", random_state=None,
+                 verbose=0):
         self.alpha, self.epochs, self.tol, self.fit_intercept = alpha, epochs, tol, fit_intercept
-        self.backend, self.random_state = backend, random_state
+        self.backend, self.random_state, self.verbose = backend, random_state, verbose
 
 
 class _FactorizationMachine:

@@ -51,7 +51,9 @@ def fit_scd(estimator, X, y):
     form, loss = PROBLEMS[type(estimator).__name__]
     backend = "sequential" if estimator.backend == "reference" or not torch.cuda.is_available() else "triton"
     solver = ScdSolver(data, form, loss, l2=l2, l1=l1, backend=backend, seed=estimator.random_state or 0)
-    solver.fit(max_epochs=estimator.epochs, tol=estimator.tol)
+    name = type(estimator).__name__
+    solver.fit(max_epochs=estimator.epochs, tol=estimator.tol,
+               log=(lambda line: print(f"{name}: {line}", flush=True)) if estimator.verbose else None)
     coef = solver.coef_.cpu().numpy()
     weights, intercept = (coef[:-1], coef[-1]) if estimator.fit_intercept else (coef, 0.0)
     estimator.coef_ = weights.reshape(1, -1) if estimator._kind == "classifier" else weights

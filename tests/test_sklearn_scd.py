@@ -50,10 +50,11 @@ def test_the_scd_estimators_reach_scikit_learns_solutions(fit_intercept):
         assert (logistic.predict(X) == theirs.predict(X)).all()
 
 
-def test_a_fit_reports_its_gap_history_and_warns_when_it_stops_short():
+def test_a_fit_reports_its_gap_history_and_warns_when_it_stops_short(capsys):
     X, y = _data(classes=True)
-    model = LogisticRegression(solver="scd", alpha=ALPHA, tol=1e-9, epochs=200).fit(X, y)
+    model = LogisticRegression(solver="scd", alpha=ALPHA, tol=1e-9, epochs=200, verbose=1).fit(X, y)
     assert model.duality_gap_ == model.gap_history_[-1] <= 1e-9 and model.n_iter_ == len(model.gap_history_)
+    assert capsys.readouterr().out.splitlines()[0].startswith("LogisticRegression: epoch 1: gap ")
     assert model.gap_history_[0] > 1e3 * model.duality_gap_
     with pytest.warns(ConvergenceWarning, match="duality gap"):
         LogisticRegression(solver="scd", alpha=ALPHA, tol=1e-12, epochs=2).fit(X, y)
