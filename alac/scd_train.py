@@ -1,13 +1,14 @@
 """`alac train --solver scd`: the zoo's linear models (lr, lsvm, lsr) fitted by stochastic
 coordinate descent to a duality-gap tolerance (alac.runtime.scd) instead of SGD epochs.
 
-lr solves the dual logistic problem, lsvm the dual hinge, lsr the primal squared loss (ridge, or
-lasso / elastic net with --l1), each with an intercept: a constant feature regularized like the
-others. --l2 is lambda of mean loss + lambda/2 ||w||^2 (default 1 / N: LIBLINEAR's C = 1),
---epochs the most epochs and --tol the duality gap to reach. Outputs: metrics.json, history.csv
-(the gap and training seconds after every epoch), weights.npy (the weights, the intercept last) and
-model.alac: the zoo model's checkpoint with these weights and intercept, which `alac predict` and
-`alac export` read as they read an SGD run's.
+lr solves the dual logistic problem, lsvm the dual hinge, lsr the squared loss (ridge: the primal,
+or the dual when there are fewer rows than features; lasso / elastic net with --l1: the primal),
+each with an intercept: a constant feature regularized like the others. --l2 is lambda of mean
+loss + lambda/2 ||w||^2 (default 1 / N: LIBLINEAR's C = 1), --epochs the most epochs and --tol
+the duality gap to reach. Outputs: metrics.json, history.csv (the gap and training seconds after
+every epoch), weights.npy (the weights, the intercept last) and model.alac: the zoo model's
+checkpoint with these weights and intercept, which `alac predict` and `alac export` read as they
+read an SGD run's.
 """
 
 from __future__ import annotations
@@ -52,6 +53,8 @@ def train_scd(args, module, data, model_reference):
 
     name = _name(module)
     form, loss = PROBLEMS[name]
+    if name == "lsr" and not args.l1 and args.l2 != 0 and data.train.n_rows < data.train.n_features:
+        form = "dual"          # fewer rows than features: the dual has the fewer coordinates
     if not isinstance(data.train, SparseDataset):
         raise OptionError("--solver scd reads its training data in memory, not from a block store")
     l2 = args.l2 if args.l2 is not None else 1.0 / data.train.n_rows

@@ -319,7 +319,8 @@ _COMMON_DOC = """
     Fitted: optimizer_, learning_rate_ and alpha_ (what trained the model, the auto race's winner).
     solver: "sgd", or "scd" (coordinate descent to a duality gap below tol in at most epochs epochs;
     alpha is then the L2 of mean loss + alpha/2 ||w||^2, fit_intercept adds a regularized constant
-    feature, verbose > 0 prints the gap after every epoch; alac.sklearn_scd).
+    feature, verbose > 0 prints the gap after every epoch, dual: Ridge's form ("auto", True, False; the
+    classifiers solve the dual); alac.sklearn_scd).
 """
 
 
@@ -364,12 +365,13 @@ class _Linear:
     def __init__(self, learning_rate=None, epochs=defaults.EPOCHS, batch_size=defaults.BATCH_SIZE,
                  optimizer=defaults.OPTIMIZER, alpha=0.0, l1=0.0, early_stopping=True,
                  validation_fraction=defaults.VALID_SPLIT, n_iter_no_change=defaults.PATIENCE, mode="sync",
-                 backend="triton", random_state=None, solver="sgd", tol=1e-6, fit_intercept=True, verbose=0):
+                 backend="triton", random_state=None, solver="sgd", tol=1e-6, fit_intercept=True, verbose=0,
+                 dual="auto"):
         self.learning_rate, self.epochs, self.batch_size, self.optimizer = learning_rate, epochs, batch_size, optimizer
         self.alpha, self.l1, self.early_stopping = alpha, l1, early_stopping
         self.validation_fraction, self.n_iter_no_change = validation_fraction, n_iter_no_change
         self.mode, self.backend, self.random_state = mode, backend, random_state
-        self.solver, self.tol, self.fit_intercept, self.verbose = solver, tol, fit_intercept, verbose
+        self.solver, self.tol, self.fit_intercept, self.verbose, self.dual = solver, tol, fit_intercept, verbose, dual
 
     def _build_model(self, l2):
         return _zoo(self._zoo_name)(l2=l2, l1=self.l1)

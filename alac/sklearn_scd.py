@@ -5,8 +5,10 @@ The objective is P(beta) = 1/N sum_n loss(x_n . beta, y_n) + alpha/2 ||beta||^2 
 for Ridge's elastic net), with the intercept (fit_intercept) a column of ones regularized like the
 others, as LIBLINEAR does. In scikit-learn's units: Ridge(alpha=alpha N), LinearSVC(C=1 / (alpha N)),
 LogisticRegression(C=1 / (alpha N)); Lasso's alpha is scikit-learn's. LogisticRegression and
-LinearSVC solve the dual (SDCA, logistic and hinge losses), Ridge and Lasso the primal. Fitted:
-coef_, intercept_, n_iter_ (epochs), duality_gap_ and gap_history_ (the gap after every epoch).
+LinearSVC solve the dual (SDCA, logistic and hinge losses), Lasso the primal, Ridge either (its `dual`:
+"auto" takes the dual when there are fewer rows than features). Fitted:
+coef_, intercept_, n_iter_ (epochs), form_ ("primal" or "dual"), duality_gap_ and gap_history_ (the
+gap after every epoch).
 """
 
 from __future__ import annotations
@@ -18,9 +20,27 @@ import torch
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-# the problem each estimator solves: (form, loss)
-PROBLEMS = {"LogisticRegression": ("dual", "logistic"), "LinearSVC": ("dual", "hinge"),
-            "Ridge": ("primal", "squared"), "Lasso": ("primal", "squared")}
+# each estimator's loss
+LOSSES = {"LogisticRegression": "logistic", "LinearSVC": "hinge", "Ridge": "squared", "Lasso": "squared"}
+
+
+def form_of(estimator, n_rows, n_features, l1):
+    """"primal" or "dual": the classifiers solve the dual (SCD's primal takes the squared loss only),
+    Lasso and an elastic net the primal, Ridge as `dual` says ("auto": the dual when there are fewer
+    rows than features, scikit-learn LinearSVC's rule)."""
+    name, dual = type(estimator).__name__, getattr(estimator, "dual", "auto")
+    if dual not in ("auto", True, False):
+        raise ValueError(f"{name}: dual is 'auto', True or False, got {dual!r}")
+    if LOSSES[name] != "squared":
+        if dual is False:
+            raise ValueError(f"{name}(solver='scd') solves the dual (SCD's primal takes the squared loss only): "
+                             "dual=False is Ridge's and Lasso's")
+        return "dual"
+    if name == "Lasso" or l1 > 0:
+        if dual is True:
+            raise ValueError(f"{name}(solver='scd') with l1 solves the primal: dual=True takes no l1")
+        return "primal"
+    return "dual" if dual is True or (dual == "auto" and n_rows < n_features) else "primal"
 
 
 def regularization(estimator):
@@ -32,7 +52,7 @@ def regularization(estimator):
         l1, l2 = float(getattr(estimator, "l1", 0.0) or 0.0), float(estimator.alpha or 0.0)
     if l1 < 0 or l2 < 0:
         raise ValueError(f"{name}: alpha and l1 are >= 0, got alpha={estimator.alpha}")
-    if PROBLEMS[name][0] == "dual" and (l2 <= 0 or l1 > 0):
+    if LOSSES[name] != "squared" and (l2 <= 0 or l1 > 0):
         raise ValueError(f"{name}(solver='scd') solves the dual: it needs alpha > 0 (C = 1 / (alpha N)) and no l1, "
                          f"got alpha={estimator.alpha}, l1={l1}")
     return l2, l1
@@ -48,7 +68,11 @@ def fit_scd(estimator, X, y):
     data = _dataset(X, estimator._targets(y, first=True))
     if estimator.fit_intercept:
         data = with_constant_feature(data)
-    form, loss = PROBLEMS[type(estimator).__name__]
+    loss = LOSSES[type(estimator).__name__]
+    form = form_of(estimator, data.n_rows, data.n_features, l1)
+    if form == "dual" and l2 <= 0:
+        raise ValueError(f"{type(estimator).__name__}(solver='scd') solving the dual needs alpha > 0, got "
+                         f"{estimator.alpha}")
     backend = "sequential" if estimator.backend == "reference" or not torch.cuda.is_available() else "triton"
     solver = ScdSolver(data, form, loss, l2=l2, l1=l1, backend=backend, seed=estimator.random_state or 0)
     name = type(estimator).__name__
@@ -58,7 +82,7 @@ def fit_scd(estimator, X, y):
     weights, intercept = (coef[:-1], coef[-1]) if estimator.fit_intercept else (coef, 0.0)
     estimator.coef_ = weights.reshape(1, -1) if estimator._kind == "classifier" else weights
     estimator.intercept_ = np.array([intercept])
-    estimator.n_iter_ = solver.epochs
+    estimator.n_iter_, estimator.form_ = solver.epochs, form
     estimator.gap_history_ = [h["gap"] for h in solver.history]
     estimator.duality_gap_ = estimator.gap_history_[-1]
     estimator._scd_fit = True

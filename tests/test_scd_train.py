@@ -85,3 +85,12 @@ def test_the_dual_svm_reaches_liblinears_test_auc_on_a9a(shared_data):
 def test_what_scd_cannot_fit_is_refused_before_reading_data(options, message, capsys):
     assert main(["train", *options, "--solver", "scd", "--train", "/nonexistent/file.svm"]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_least_squares_on_fewer_rows_than_features_solves_the_dual(shared_data, capsys):
+    news = shared_data / "20news"
+    assert main(["train", "--model", "lsr", "--solver", "scd", "--train", str(news / "20news.binary.train.svm"),
+                 "--normalize", "--valid-split", "0", "--epochs", "60", "--tol", "1e-6"]) == 0
+    printed = capsys.readouterr().out
+    assert "(dual squared, lambda" in printed.splitlines()[0]
+    assert json.loads(printed.splitlines()[-1])["duality_gap"] <= 1e-6

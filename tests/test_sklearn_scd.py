@@ -60,10 +60,26 @@ def test_a_fit_reports_its_gap_history_and_warns_when_it_stops_short(capsys):
         LogisticRegression(solver="scd", alpha=ALPHA, tol=1e-12, epochs=2).fit(X, y)
 
 
+def test_ridge_solves_the_dual_when_asked_or_when_rows_are_fewer_than_features():
+    X, y = _data()
+    n = X.shape[0]
+    theirs = sklearn.linear_model.Ridge(alpha=ALPHA * n, fit_intercept=False).fit(X, y).coef_
+    for dual, form in ((True, "dual"), (False, "primal"), ("auto", "primal")):
+        ours = Ridge(solver="scd", alpha=ALPHA, fit_intercept=False, dual=dual, epochs=1000, tol=1e-12).fit(X, y)
+        assert ours.form_ == form
+        _close(ours.coef_, theirs, 1e-4)
+    wide, y = _data(n=30, d=100)
+    assert Ridge(solver="scd", alpha=ALPHA, epochs=50).fit(wide, y).form_ == "dual"
+
+
 def test_what_the_scd_solver_cannot_fit_is_refused():
     X, y = _data(classes=True)
     with pytest.raises(ValueError, match="needs alpha > 0"):
         LogisticRegression(solver="scd").fit(X, y)
+    with pytest.raises(ValueError, match="dual=False is Ridge's and Lasso's"):
+        LogisticRegression(solver="scd", alpha=ALPHA, dual=False).fit(X, y)
+    with pytest.raises(ValueError, match="solving the dual needs alpha > 0"):
+        Ridge(solver="scd", dual=True).fit(*_data())
     with pytest.raises(ValueError, match="solver is 'sgd' or 'scd'"):
         LogisticRegression(solver="newton").fit(X, y)
     with pytest.raises(ValueError, match="fit_intercept=False needs solver='scd'"):
