@@ -1,6 +1,8 @@
 """The stochastic coordinate descent kernels (TPA-SCD, Parnell et al.): one epoch of exact coordinate
-steps over a permutation of the coordinates, every program taking COLS consecutive coordinates of
-it in turn.
+steps over a permutation of the coordinates, program p of P taking its slots p, p + P, p + 2P, ...
+one after the other: P coordinates are in flight at a time (the launcher bounds P by the problem's
+size, since steps computed from a shared vector that P - 1 others are changing overshoot when P is
+a large share of the coordinates).
 
 For each coordinate m (a column of A for the primal, a row for the dual, with its entries
 start[m]:start[m+1] of the compressed layout):
@@ -49,7 +51,7 @@ SCALE = m.Argument("scale", "hyper", "scale", "float", lifetime="call")
 L1 = m.Argument("l1", "hyper", "l1", "float", lifetime="call")
 L2 = m.Argument("l2", "hyper", "l2", "float", lifetime="call")
 
-CONSTEXPRS = ("HAS_VALUES", "COLS", "BLOCK")
+CONSTEXPRS = ("HAS_VALUES", "BLOCK")
 # Safeguarded Newton steps of a dual logistic coordinate: 20 leave |G| / (1 + q) below 4e-5 over
 # q in [1e-2, 1e5] and margins in [-30, 30] (float64 simulation of this loop); typical rows converge in 3-5
 NEWTON_STEPS = 20
@@ -147,10 +149,11 @@ def _step(w, variant):
 def _epoch(variant):
     w = Writer()
     shared = w.arg(SHARED)
-    w.comment("COLS consecutive coordinates of the epoch's order, one after the other")
-    w.line("for j in range(COLS):")
+    w.comment("every num_programs-th coordinate of the epoch's order, one after the other: as many")
+    w.comment("coordinates in flight as programs, whatever the problem's size")
+    w.line(f"for j in range(0, tl.cdiv({w.arg(N_COORDINATES)}, tl.num_programs(0))):")
     w.depth += 1
-    w.line("slot = tl.program_id(0) * COLS + j")
+    w.line("slot = tl.program_id(0) + j * tl.num_programs(0)")
     w.line(f"if slot < {w.arg(N_COORDINATES)}:")
     w.depth += 1
     w.line(f"coordinate = tl.load({w.arg(ORDER)} + slot)")

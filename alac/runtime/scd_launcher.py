@@ -3,21 +3,36 @@ by role, never by name."""
 
 from __future__ import annotations
 
+import torch
+
 from alac.codegen import load_module
 from alac.plan import next_power_of_two
 
-# Entries a tile reads, and coordinates a program takes, from the coordinates' mean length: long
-# ones looped in tiles of up to MAX_BLOCK, short ones several to a program (untuned defaults until
-# benchmarks/scd.py measures them on the GPU).
+# Entries a tile reads, from the coordinates' mean length: long ones looped in tiles of up to
+# MAX_BLOCK (untuned until benchmarks/scd.py measures them on the GPU).
 MIN_BLOCK, MAX_BLOCK = 16, 256
-SHORT_COORDINATES_PER_PROGRAM = 4
+# Programs, each stepping its coordinates one after the other: at most one per this many coordinates
+# (a bound on the steps computed from a stale shared vector: with every coordinate of a small
+# problem in flight at once the steps add up like Jacobi's and can diverge), and at most this many
+# per multiprocessor (untuned until benchmarks/scd.py measures them).
+COORDINATES_PER_PROGRAM = 64
+PROGRAMS_PER_MULTIPROCESSOR = 32
 
 
 def tile_shape(mean_length):
-    """(COLS, BLOCK, warps) for coordinates of this mean number of entries: a warp per 64 entries of
-    a tile (Triton's default of 4 warps would leave most lanes of a 32-entry tile idle)."""
+    """(BLOCK, warps) for coordinates of this mean number of entries: a warp per 64 entries of a tile
+    (Triton's default of 4 warps would leave most lanes of a 32-entry tile idle)."""
     block = min(MAX_BLOCK, max(MIN_BLOCK, next_power_of_two(max(1, int(mean_length)))))
-    return (SHORT_COORDINATES_PER_PROGRAM if mean_length < MIN_BLOCK else 1), block, max(1, block // 64)
+    return block, max(1, block // 64)
+
+
+def programs(n_coordinates, device, interpret):
+    """The epoch's programs: one under the interpreter (it runs programs one after another, so one
+    program is the sequential epoch), else bounded by the problem's size and the GPU's."""
+    if interpret:
+        return 1
+    resident = torch.cuda.get_device_properties(device).multi_processor_count * PROGRAMS_PER_MULTIPROCESSOR
+    return max(1, min(n_coordinates // COORDINATES_PER_PROGRAM, resident))
 
 
 class ScdLauncher:
@@ -26,6 +41,7 @@ class ScdLauncher:
         from alac.codegen import ScdVariant, generate_scd_kernels
 
         self.generated = generate_scd_kernels(ScdVariant(form, loss, wild))
+        self.interpret = interpret
         module = load_module(self.generated, interpret=interpret)
         self.kernel = getattr(module, self.generated.epoch.name)
 
@@ -39,7 +55,7 @@ class ScdLauncher:
                   ("layout", "norm"): axis.norm, ("labels", ""): labels, ("param", "coordinate"): coordinates,
                   ("shared", ""): shared, ("hyper", "scale"): float(scale), ("hyper", "l1"): float(l1),
                   ("hyper", "l2"): float(l2)}
-        cols, block, warps = tile_shape(axis.index.numel() / max(1, axis.n_coordinates))
-        grid = (-(-order.numel() // cols),)
+        block, warps = tile_shape(axis.index.numel() / max(1, axis.n_coordinates))
+        grid = (programs(order.numel(), order.device, self.interpret),)
         self.kernel[grid](*[values[(a.role, a.of)] for a in self.generated.epoch.args],
-                          HAS_VALUES=axis.value is not None, COLS=cols, BLOCK=block, num_warps=warps)
+                          HAS_VALUES=axis.value is not None, BLOCK=block, num_warps=warps)

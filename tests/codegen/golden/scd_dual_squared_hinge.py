@@ -6,10 +6,11 @@ import triton.language as tl
 @triton.jit
 def alac_scd_dual_squared_hinge(shared_ptr: "*fp32", n_coordinates, order_ptr: "*i64", start_ptr: "*i64",
         index_ptr: "*i32", value_ptr: "*fp32", norm_ptr: "*fp32", coordinate_ptr: "*fp32", label_ptr: "*fp32",
-        scale: "fp32", HAS_VALUES: tl.constexpr, COLS: tl.constexpr, BLOCK: tl.constexpr):
-    # COLS consecutive coordinates of the epoch's order, one after the other
-    for j in range(COLS):
-        slot = tl.program_id(0) * COLS + j
+        scale: "fp32", HAS_VALUES: tl.constexpr, BLOCK: tl.constexpr):
+    # every num_programs-th coordinate of the epoch's order, one after the other: as many
+    # coordinates in flight as programs, whatever the problem's size
+    for j in range(0, tl.cdiv(n_coordinates, tl.num_programs(0))):
+        slot = tl.program_id(0) + j * tl.num_programs(0)
         if slot < n_coordinates:
             coordinate = tl.load(order_ptr + slot)
             start = tl.load(start_ptr + coordinate)
