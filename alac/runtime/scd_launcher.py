@@ -13,10 +13,11 @@ from alac.plan import next_power_of_two
 MIN_BLOCK, MAX_BLOCK = 16, 256
 # Programs, each stepping its coordinates one after the other: at most one per this many coordinates
 # (a bound on the steps computed from a stale shared vector: with every coordinate of a small
-# problem in flight at once the steps add up like Jacobi's and can diverge), and at most this many
-# per multiprocessor (untuned until benchmarks/scd.py measures them).
+# problem in flight at once the steps add up like Jacobi's and can diverge; untuned until
+# benchmarks/scd.py measures it), and no more than a multiprocessor keeps resident (64 warps on
+# Hopper), so that they all run at once.
 COORDINATES_PER_PROGRAM = 64
-PROGRAMS_PER_MULTIPROCESSOR = 32
+WARPS_PER_MULTIPROCESSOR = 64
 
 
 def tile_shape(mean_length):
@@ -26,13 +27,14 @@ def tile_shape(mean_length):
     return block, max(1, block // 64)
 
 
-def programs(n_coordinates, device, interpret):
-    """The epoch's programs: one under the interpreter (it runs programs one after another, so one
-    program is the sequential epoch), else bounded by the problem's size and the GPU's."""
+def programs(n_coordinates, device, interpret, warps=1):
+    """The epoch's programs of `warps` warps: one under the interpreter (it runs programs one after
+    another, so one program is the sequential epoch), else bounded by the problem's size and by
+    what the GPU keeps resident."""
     if interpret:
         return 1
-    resident = torch.cuda.get_device_properties(device).multi_processor_count * PROGRAMS_PER_MULTIPROCESSOR
-    return max(1, min(n_coordinates // COORDINATES_PER_PROGRAM, resident))
+    multiprocessors = torch.cuda.get_device_properties(device).multi_processor_count
+    return max(1, min(n_coordinates // COORDINATES_PER_PROGRAM, multiprocessors * (WARPS_PER_MULTIPROCESSOR // warps)))
 
 
 class ScdLauncher:
@@ -56,6 +58,6 @@ class ScdLauncher:
                   ("shared", ""): shared, ("hyper", "scale"): float(scale), ("hyper", "l1"): float(l1),
                   ("hyper", "l2"): float(l2)}
         block, warps = tile_shape(axis.index.numel() / max(1, axis.n_coordinates))
-        grid = (programs(order.numel(), order.device, self.interpret),)
+        grid = (programs(order.numel(), order.device, self.interpret, warps),)
         self.kernel[grid](*[values[(a.role, a.of)] for a in self.generated.epoch.args],
                           HAS_VALUES=axis.value is not None, BLOCK=block, num_warps=warps)
