@@ -179,7 +179,8 @@ def webspam_part(args, backend):
         group = [scd_arm("alac", data, args, form="primal", l2=l2, backend=backend, device=args.device),
                  scd_arm("alac_wild", data, args, form="primal", l2=l2, backend=backend, wild=True,
                          device=args.device) if backend != "sequential" else None,
-                 scd_arm("sequential", data, args, form="primal", l2=l2, backend="sequential", device="cpu"),
+                 scd_arm("sequential", data, args, form="primal", l2=l2, backend="sequential", device="cpu",
+                         evaluate_on=args.device),
                  sklearn_arm(data, l2)]
         snap, why = snapml_arms(data, l2, args.device)
         missing += [why] if why else []

@@ -46,10 +46,11 @@ def loss_values(margins, y, loss):
     raise ValueError(f"unknown loss {loss!r}: one of {', '.join(LOSSES)}")
 
 
-def primal_value(A, y, beta, loss, l2, l1=0.0):
-    """P(beta), in float64."""
-    A, y, beta = _f64(A), y.double(), beta.double()
-    return float(loss_values(_rows(A, beta), y, loss).mean() + 0.5 * l2 * beta.dot(beta) + l1 * beta.abs().sum())
+def primal_value(A, y, beta, loss, l2, l1=0.0, margins=None):
+    """P(beta), in float64 (margins: A beta, when the caller has it)."""
+    y, beta = y.double(), beta.double()
+    margins = _rows(_f64(A), beta) if margins is None else margins
+    return float(loss_values(margins, y, loss).mean() + 0.5 * l2 * beta.dot(beta) + l1 * beta.abs().sum())
 
 
 def conjugate_terms(alpha, y, loss):
@@ -68,11 +69,11 @@ def conjugate_terms(alpha, y, loss):
     raise ValueError(f"unknown loss {loss!r}: one of {', '.join(LOSSES)}")
 
 
-def dual_value(A, y, alpha, loss, l2):
-    """D(alpha) of an l2-regularized problem, in float64."""
-    A, y, alpha = _f64(A), y.double(), alpha.double()
+def dual_value(A, y, alpha, loss, l2, v=None):
+    """D(alpha) of an l2-regularized problem, in float64 (v: A^T alpha, when the caller has it)."""
+    y, alpha = y.double(), alpha.double()
     n = y.numel()
-    v = columns_product(A, alpha)
+    v = columns_product(_f64(A), alpha) if v is None else v
     return float(-conjugate_terms(alpha, y, loss).mean() - v.dot(v) / (2 * l2 * n * n))
 
 
@@ -87,16 +88,21 @@ def alpha_of_beta(A, y, beta):
 
 
 def dual_gap(A, y, alpha, loss, l2):
-    """P(beta(alpha)) - D(alpha): the dual solver's certificate."""
-    return primal_value(A, y, beta_of_alpha(A, alpha, l2), loss, l2) - dual_value(A, y, alpha, loss, l2)
+    """P(beta(alpha)) - D(alpha): the dual solver's certificate (two passes over A)."""
+    alpha = alpha.double()
+    v = columns_product(_f64(A), alpha)
+    beta = v / (l2 * alpha.numel())
+    return primal_value(A, y, beta, loss, l2) - dual_value(A, y, alpha, loss, l2, v=v)
 
 
 def primal_gap(A, y, beta, l2, l1=0.0):
     """P(beta) - D(theta) of the squared loss with l1 and l2 (ridge, lasso, elastic net), theta the
-    residual over N; with l2 = 0 (lasso) theta is scaled into the dual's domain ||A^T theta||_inf <= l1."""
+    residual over N; with l2 = 0 (lasso) theta is scaled into the dual's domain ||A^T theta||_inf <= l1
+    (two passes over A)."""
     A, y, beta = _f64(A), y.double(), beta.double()
     n = y.numel()
-    theta = (y - _rows(A, beta)) / n
+    margins = _rows(A, beta)
+    theta = (y - margins) / n
     correlation = columns_product(A, theta)
     if l2 == 0:
         largest = float(correlation.abs().max()) if correlation.numel() else 0.0
@@ -106,7 +112,7 @@ def primal_gap(A, y, beta, l2, l1=0.0):
     else:
         conjugate = float((torch.clamp(correlation.abs() - l1, min=0) ** 2).sum() / (2 * l2))
     dual = float(-0.5 * n * theta.dot(theta) + theta.dot(y)) - conjugate
-    return primal_value(A, y, beta, "squared", l2, l1) - dual
+    return primal_value(A, y, beta, "squared", l2, l1, margins=margins) - dual
 
 
 def ridge_optimum(A, y, l2):

@@ -131,6 +131,16 @@ def test_on_a_gpu_the_kernels_converge_as_fast_as_sequential_scd_and_keep_the_sh
 
 
 @pytest.mark.skipif(not GPU, reason="needs a CUDA GPU")
+def test_the_sequential_solvers_gaps_computed_on_a_gpu_are_its_gaps():
+    data = planted(n=400, m=100)
+    here = ScdSolver(data, "dual", l2=L2, backend="sequential", device="cpu").fit(5, 0)
+    there = ScdSolver(data, "dual", l2=L2, backend="sequential", device="cpu", evaluate_on="cuda").fit(5, 0)
+    for mine, theirs in zip(here.history, there.history):
+        assert theirs["gap"] == pytest.approx(mine["gap"], rel=1e-9, abs=1e-15)
+    torch.testing.assert_close(there.coef_.cpu(), here.coef_)
+
+
+@pytest.mark.skipif(not GPU, reason="needs a CUDA GPU")
 def test_on_a_gpu_the_wild_control_loses_updates():
     """Few shared rows under many columns: concurrent programs add into the same rows, and the plain
     read-modify-write loses what the atomics keep."""
