@@ -89,10 +89,10 @@ def _save_checkpoint(args, module, model_reference, data, weights, history, out)
     from alac.runtime.executor import LabelMap
     from alac.runtime.state import ModelState
     from alac.train import Trainer
-    from alac.zoo import CHECKPOINT_NAME, checkpoint_spec
+    from alac.zoo import CHECKPOINT_NAME, _plan, checkpoint_spec
 
     model = build_model(module, args)
-    trainer = Trainer(model, lr=1.0, plan=_plan_of(args), backend="reference", device="cpu", seed=args.seed,
+    trainer = Trainer(model, lr=1.0, plan=_plan(args), backend="reference", device="cpu", seed=args.seed,
                       optimizer="sgd")
     order = torch.arange(data.train.n_features)
     state = ModelState.initial(model, order, "cpu", args.seed, trainer.executor.ir.optimizer)
@@ -104,18 +104,12 @@ def _save_checkpoint(args, module, model_reference, data, weights, history, out)
     checkpoint.save(trainer, out / CHECKPOINT_NAME, checkpoint_spec(module, args, model_reference), data.options)
 
 
-def _plan_of(args):
-    from alac.zoo import _plan
-
-    return _plan(args)
-
-
 def _scores(dataset, weights, name):
     """The metrics of the weights (intercept last) on a dataset of the training feature space."""
     n = weights.numel() - 1
-    values = torch.ones(dataset.indices.numel()) if dataset.values is None else dataset.values
+    values = dataset.values_or_ones()
     keep = dataset.indices < n        # features the training data never had weigh nothing
-    rows = torch.repeat_interleave(torch.arange(dataset.n_rows), dataset.indptr.diff())
+    rows = dataset.entry_rows()
     margins = torch.zeros(dataset.n_rows, dtype=torch.float64).index_add_(
         0, rows[keep], values[keep].double() * weights[dataset.indices[keep].long()]) + weights[-1]
     if name == "lsr":

@@ -44,7 +44,7 @@ def form_of(estimator, n_rows, n_features, l1):
 
 
 def regularization(estimator):
-    """(l2, l1) of the estimator's objective, refused where the solver cannot take them."""
+    """(l2, l1) of the estimator's objective, refused when negative."""
     name = type(estimator).__name__
     if name == "Lasso":
         l1, l2 = float(estimator.alpha), 0.0
@@ -52,9 +52,6 @@ def regularization(estimator):
         l1, l2 = float(getattr(estimator, "l1", 0.0) or 0.0), float(estimator.alpha or 0.0)
     if l1 < 0 or l2 < 0:
         raise ValueError(f"{name}: alpha and l1 are >= 0, got alpha={estimator.alpha}")
-    if LOSSES[name] != "squared" and (l2 <= 0 or l1 > 0):
-        raise ValueError(f"{name}(solver='scd') solves the dual: it needs alpha > 0 (C = 1 / (alpha N)) and no l1, "
-                         f"got alpha={estimator.alpha}, l1={l1}")
     return l2, l1
 
 
@@ -70,9 +67,9 @@ def fit_scd(estimator, X, y):
         data = with_constant_feature(data)
     loss = LOSSES[type(estimator).__name__]
     form = form_of(estimator, data.n_rows, data.n_features, l1)
-    if form == "dual" and l2 <= 0:
-        raise ValueError(f"{type(estimator).__name__}(solver='scd') solving the dual needs alpha > 0, got "
-                         f"{estimator.alpha}")
+    if form == "dual" and (l2 <= 0 or l1 > 0):
+        raise ValueError(f"{type(estimator).__name__}(solver='scd') solves the dual: it needs alpha > 0 "
+                         f"(C = 1 / (alpha N)) and no l1, got alpha={estimator.alpha}, l1={l1}")
     backend = "sequential" if estimator.backend == "reference" or not torch.cuda.is_available() else "triton"
     solver = ScdSolver(data, form, loss, l2=l2, l1=l1, backend=backend, seed=estimator.random_state or 0)
     name = type(estimator).__name__

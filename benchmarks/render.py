@@ -240,8 +240,7 @@ def scd_table(result):
     rows = [[a["data"], f"{a['l2']:.3g}", a["name"], a["epochs"] if isinstance(a["epochs"], int) else len(a["epochs"]),
              f"{a['gap'][-1]:.2e}"] + [seconds(a, t) for t in GAPS] for a in arms]
     text = table(["data", "lambda", "arm", "epochs / fits", "last gap"] + [f"s to {t:g}" for t in GAPS], rows)
-    workers = {(a["name"].split("_")[0], a["workers"], a["name"].rsplit("_", 1)[1]): a
-               for a in result["arms"] if "workers" in a}
+    workers = {(a["form"], a["workers"], a["aggregation"]): a for a in result["arms"] if "workers" in a}
     if workers:
         def epochs(form, k, aggregation):
             reached = _epochs_to(workers[form, k, aggregation], 1e-6)

@@ -59,14 +59,12 @@ def webspam_like(rows, columns, nnz_per_row, zipf, seed):
     row_ids = torch.arange(rows).repeat_interleave(nnz_per_row)
     matrix = torch.sparse_coo_tensor(torch.stack([row_ids, cols]), torch.rand(cols.numel(), generator=g),
                                      (rows, columns)).coalesce().to_sparse_csr()
-    values = matrix.values()
-    lengths = matrix.crow_indices().diff()
-    norms = torch.zeros(rows).index_add_(0, torch.arange(rows).repeat_interleave(lengths), values * values).sqrt()
-    values = values / norms.repeat_interleave(lengths)
+    data = SparseDataset(matrix.crow_indices(), matrix.col_indices().int(), matrix.values(), torch.zeros(rows),
+                         columns).normalize_rows()
     planted = torch.randn(columns, generator=g) * (torch.rand(columns, generator=g) < 0.1)
-    unit = torch.sparse_csr_tensor(matrix.crow_indices(), matrix.col_indices(), values, (rows, columns))
-    labels = unit @ planted + 0.1 * torch.randn(rows, generator=g)
-    return SparseDataset(matrix.crow_indices(), matrix.col_indices().int(), values.float(), labels.float(), columns)
+    unit = torch.sparse_csr_tensor(data.indptr, data.indices.long(), data.values, (rows, columns))
+    data.labels = (unit @ planted + 0.1 * torch.randn(rows, generator=g)).float()
+    return data
 
 
 def criteo_dual_like(rows, columns, min_nnz, max_nnz, seed, device, chunk_rows=1 << 22):
@@ -117,14 +115,6 @@ def scd_arm(name, data, args, test=None, **options):
     return arm
 
 
-def _scipy(data):
-    import scipy.sparse
-
-    values = np.ones(data.indices.numel(), np.float32) if data.values is None else data.values.numpy()
-    return scipy.sparse.csr_matrix((values, data.indices.numpy(), data.indptr.numpy()),
-                                   shape=(data.n_rows, data.n_features))
-
-
 def _fits_arm(name, data, l2, fits):
     """An arm of whole fits (fits: (label, fit returning coef)), each timed and its gap evaluated."""
     A = torch.sparse_csr_tensor(data.indptr, data.indices.long(), data.values.double(), (data.n_rows, data.n_features))
@@ -142,7 +132,7 @@ def _fits_arm(name, data, l2, fits):
 def sklearn_arm(data, l2):
     from sklearn.linear_model import Ridge
 
-    X, y, alpha = _scipy(data), data.labels.numpy(), l2 * data.n_rows
+    X, y, alpha = data.to_scipy(), data.labels.numpy(), l2 * data.n_rows
 
     def fit(tol):
         return lambda: Ridge(alpha=alpha, fit_intercept=False, solver="sparse_cg", tol=tol).fit(X, y).coef_
@@ -154,7 +144,7 @@ def snapml_arms(data, l2, device):
         import snapml
     except ImportError as error:
         return [], f"snapml: {error}"
-    X, y = _scipy(data), data.labels.numpy()
+    X, y = data.to_scipy(), data.labels.numpy()
     arms = []
     for dual in (False, True):
         def fit(iterations, dual=dual):
@@ -222,7 +212,8 @@ def workers_part(args):
             for aggregation in ("averaging", "adaptive"):
                 arm = scd_arm(f"{form}_K{workers}_{aggregation}", data, local, form=form, l2=1e-3,
                               backend="sequential", device="cpu", workers=workers, aggregation=aggregation)
-                arms.append(dict(arm, data="webspam_like_small", l2=1e-3, workers=workers))
+                arms.append(dict(arm, data="webspam_like_small", l2=1e-3, form=form, workers=workers,
+                                 aggregation=aggregation))
     return arms
 
 

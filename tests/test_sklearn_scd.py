@@ -78,7 +78,7 @@ def test_what_the_scd_solver_cannot_fit_is_refused():
         LogisticRegression(solver="scd").fit(X, y)
     with pytest.raises(ValueError, match="dual=False is Ridge's and Lasso's"):
         LogisticRegression(solver="scd", alpha=ALPHA, dual=False).fit(X, y)
-    with pytest.raises(ValueError, match="solving the dual needs alpha > 0"):
+    with pytest.raises(ValueError, match="solves the dual: it needs alpha > 0"):
         Ridge(solver="scd", dual=True).fit(*_data())
     with pytest.raises(ValueError, match="solver is 'sgd' or 'scd'"):
         LogisticRegression(solver="newton").fit(X, y)

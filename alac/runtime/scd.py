@@ -45,8 +45,7 @@ class ScdProblem:
         if form == "dual":
             self.axis = CompressedAxis.of(data.indptr, data.indices, data.values, dtype, device)
         else:
-            values = torch.ones(data.indices.numel()) if data.values is None else data.values
-            csc = torch.sparse_csr_tensor(data.indptr, data.indices.long(), values.to(data.indptr.device),
+            csc = torch.sparse_csr_tensor(data.indptr, data.indices.long(), data.values_or_ones(),
                                           (data.n_rows, data.n_features)).to_sparse_csc()
             self.axis = CompressedAxis.of(csc.ccol_indices(), csc.row_indices(),
                                           None if data.values is None else csc.values(), dtype, device)
@@ -80,14 +79,12 @@ def with_constant_feature(data):
     other weights, as LIBLINEAR fits one."""
     from alac.data.dataset import SparseDataset
 
-    rows = torch.repeat_interleave(torch.arange(data.n_rows), data.indptr.diff())
-    position = torch.arange(data.indices.numel()) + rows           # every entry moves down by its row
-    indices = torch.full((data.indices.numel() + data.n_rows,), data.n_features, dtype=torch.int32)
+    position = torch.arange(data.nnz, device=data.device) + data.entry_rows()   # each entry moves down by its row
+    indices = torch.full((data.nnz + data.n_rows,), data.n_features, dtype=torch.int32, device=data.device)
     indices[position] = data.indices
-    values = torch.ones(indices.numel())
-    if data.values is not None:
-        values[position] = data.values
-    return SparseDataset(data.indptr + torch.arange(data.n_rows + 1), indices, values, data.labels,
+    values = torch.ones(indices.numel(), device=data.device)
+    values[position] = data.values_or_ones()
+    return SparseDataset(data.indptr + torch.arange(data.n_rows + 1, device=data.device), indices, values, data.labels,
                          data.n_features + 1)
 
 
@@ -137,8 +134,12 @@ class ScdSolver:
         self.launcher = None if backend == "sequential" else ScdLauncher(
             form, loss, wild, interpret=backend == "interpret")
         self.generator = torch.Generator(device=device).manual_seed(seed)
-        parts = torch.randperm(n_coordinates, generator=self.generator, device=device)
-        self.parts = [p.sort().values for p in parts.tensor_split(workers)]
+        # CoCoA's parts (one worker: none; its epochs permute every coordinate)
+        self.parts = None if workers == 1 else [p.sort().values for p in torch.randperm(
+            n_coordinates, generator=self.generator, device=device).tensor_split(workers)]
+        # the sequential solver's entry values, all ones spelled out for binary data (made once)
+        self._values = None if backend != "sequential" else (
+            self.axis.value if self.axis.value is not None else torch.ones_like(self.axis.index, dtype=dtype))
         self.epochs, self.seconds, self.history = 0, 0.0, []
 
     # -- one epoch -------------------------------------------------------------------------------
@@ -147,8 +148,7 @@ class ScdSolver:
             self.launcher.epoch(self.axis, order, self.problem.labels, self.coordinates, shared, self.scale,
                                 self.l1, self.l2)
             return
-        a = self.axis
-        value = (a.value if a.value is not None else torch.ones_like(a.index, dtype=torch.float64)).numpy()
+        a, value = self.axis, self._values.numpy()
         if self.form == "primal":
             primal_epoch(order.numpy(), a.start.numpy(), a.index.numpy(), value, a.norm.numpy(),
                          self.problem.labels.numpy(), self.coordinates.numpy(), shared.numpy(),
@@ -164,8 +164,7 @@ class ScdSolver:
         start = time.perf_counter()
         if self.workers == 1:
             if order is None:
-                order = self.parts[0][torch.randperm(self.parts[0].numel(), generator=self.generator,
-                                                     device=self.device)]
+                order = torch.randperm(self.coordinates.numel(), generator=self.generator, device=self.device)
             self._local_epoch(order, self.shared)
             gamma = None
         else:
