@@ -62,7 +62,9 @@ def train_scd(args, module, data, model_reference):
     solver = ScdSolver(with_constant_feature(data.train), form, loss, l2=l2, l1=args.l1, backend=backend,
                        seed=args.seed)
     print(f"alac: {name} by stochastic coordinate descent ({form} {loss}, lambda {l2:.3g}"
-          + (f", l1 {args.l1:g}" if args.l1 else "") + f") on {solver.backend}, to duality gap {args.tol:g} "
+          + (f", l1 {args.l1:g}" if args.l1 else "") + f") on {solver.backend}"
+          + (f" ({solver.in_flight} coordinates in flight)" if solver.backend != "sequential" else "")
+          + f", to duality gap {args.tol:g} "
           f"in at most {args.epochs} epochs; training: {data.described}", flush=True)
     solver.fit(args.epochs, args.tol, log=lambda line: print("  " + line, flush=True))
     weights = solver.coef_.cpu()

@@ -105,13 +105,15 @@ def scd_arm(name, data, args, test=None, **options):
     solver.fit(args.epochs, args.tol)
     arm = {"name": name, "epochs": solver.epochs, "seconds": solver.seconds, "gap": [h["gap"] for h in solver.history],
            "seconds_per_epoch": [h["seconds"] for h in solver.history], "drift": solver.drift(),
-           "gamma": [h["gamma"] for h in solver.history],
+           "gamma": [h["gamma"] for h in solver.history], "coupling": solver.coupling,
+           "in_flight": [h["in_flight"] for h in solver.history], "undone": sum(h["undone"] for h in solver.history),
            "time_to_gap": time_to_gap([(h["seconds"], h["gap"]) for h in solver.history])}
     if test is not None:
         A = torch.sparse_csr_tensor(test.indptr, test.indices.long(), test.values.double(),
                                     (test.n_rows, test.n_features))
         arm["test_auc"] = metrics.auc(A @ solver.coef_.cpu(), test.labels > 0)
-    print(f"  {name}: {solver.epochs} epochs, gap {arm['gap'][-1]:.2e}, {solver.seconds:.3f} s", flush=True)
+    print(f"  {name}: {solver.epochs} epochs, gap {arm['gap'][-1]:.2e}, {solver.seconds:.3f} s, "
+          f"{solver.in_flight} in flight (coupling {solver.coupling:.2g})", flush=True)
     return arm
 
 
@@ -169,6 +171,7 @@ def webspam_part(args, backend):
         group = [scd_arm("alac", data, args, form="primal", l2=l2, backend=backend, device=args.device),
                  scd_arm("alac_wild", data, args, form="primal", l2=l2, backend=backend, wild=True,
                          device=args.device) if backend != "sequential" else None,
+                 scd_arm("alac_dual", data, args, form="dual", l2=l2, backend=backend, device=args.device),
                  scd_arm("sequential", data, args, form="primal", l2=l2, backend="sequential", device="cpu",
                          evaluate_on=args.device),
                  sklearn_arm(data, l2)]

@@ -29,7 +29,7 @@ def test_logistic_regression_by_scd_reaches_the_a9a_optimum(shared_data, tmp_pat
     assert final["test_logloss"] == pytest.approx(0.3241, abs=0.001)
     assert final["test_accuracy"] == pytest.approx(0.8497, abs=0.002)
     history = (out / "history.csv").read_text().splitlines()
-    assert history[0] == "epoch,gamma,gap,seconds" and len(history) == final["epochs"] + 1
+    assert history[0] == "epoch,gamma,gap,in_flight,seconds,undone" and len(history) == final["epochs"] + 1
     weights = np.load(out / "weights.npy", allow_pickle=False)
     assert weights.shape == (124,)        # 123 features and the intercept
     # the checkpoint is the zoo model's: alac predict reads it and scores the test rows as training did

@@ -1,15 +1,16 @@
-"""The stochastic coordinate descent kernels (TPA-SCD, Parnell et al.): one epoch of exact coordinate
-steps over a permutation of the coordinates, program p of P taking its slots p, p + P, p + 2P, ...
-one after the other: P coordinates are in flight at a time (the launcher bounds P by the problem's
-size, since steps computed from a shared vector that P - 1 others are changing overshoot when P is
-a large share of the coordinates).
+"""The stochastic coordinate descent kernels (TPA-SCD, Parnell et al.): one epoch of coordinate steps
+over a permutation of the coordinates, program p of P taking its slots p, p + P, p + 2P, ... one
+after the other: P coordinates are in flight at a time. Each step is computed as if its coordinate
+moved alone, so the curvature c_m it divides by is ||a_m||^2 for P = 1 (the exact step) and larger
+with P in flight (alac.runtime.scd.curvature), so that the steps of coordinates sharing entries
+cannot add up to an overshoot.
 
 For each coordinate m (a column of A for the primal, a row for the dual, with its entries
 start[m]:start[m+1] of the compressed layout):
 
     dot   = sum over its entries of a * (y[i] - w[i])   (primal: the residual)
           or      sum over its entries of a * v[j]            (dual: the shared vector)
-    delta = the exact step of the coordinate's 1-D problem, from dot, ||a_m||^2 and its value
+    delta = the step of the coordinate's 1-D problem, from dot, c_m and its value
     x[m] += delta;  shared[i] += a * delta for every entry (float atomics)
 
 The entries are read in BLOCK-wide tiles, looped over however long the coordinate is, and the
@@ -20,9 +21,9 @@ lose each other's updates.
 The steps (N rows, scale = N for the primal and lambda N for the dual; see alac.runtime.duality
 for the objectives they minimize):
 - primal, squared loss with l1 and l2 (ridge, lasso, elastic net): the soft-thresholded
-  closed form z = S(dot + ||a||^2 x, N l1) / (||a||^2 + N l2), delta = z - x;
-- dual (SDCA), squared loss: delta = (lambda N (y - x) - dot) / (lambda N + ||a||^2);
-- dual hinge: y * clip((1 - y u) / q + y x, 0, 1) - x, with u = dot / (lambda N), q = ||a||^2 / (lambda N);
+  closed form z = S(dot + c x, N l1) / (c + N l2), delta = z - x;
+- dual (SDCA), squared loss: delta = (lambda N (y - x) - dot) / (lambda N + c);
+- dual hinge: y * clip((1 - y u) / q + y x, 0, 1) - x, with u = dot / (lambda N), q = c / (lambda N);
 - dual squared hinge: y * max(-y x, (1 - y u - y x / 2) / (q + 1/2));
 - dual logistic: NEWTON_STEPS safeguarded Newton steps on the log-odds of b = y (x + delta) in (0, 1).
 """
@@ -43,7 +44,7 @@ ORDER = m.Argument("order_ptr", "order", "coordinates", "int64", ("coordinates",
 START = m.Argument("start_ptr", "layout", "start", "int64", ("coordinates+1",), lifetime="layout")
 INDEX = m.Argument("index_ptr", "layout", "index", "int32", ("entries",), lifetime="layout")
 VALUE = m.Argument("value_ptr", "layout", "value", "float32", ("entries",), lifetime="layout")
-NORM = m.Argument("norm_ptr", "layout", "norm", "float32", ("coordinates",), lifetime="layout")
+CURVATURE = m.Argument("curvature_ptr", "layout", "curvature", "float32", ("coordinates",), lifetime="layout")
 LABEL = m.Argument("label_ptr", "labels", "", "float32", ("rows",), lifetime="layout")
 COORDINATE = m.Argument("coordinate_ptr", "param", "coordinate", "float32", ("coordinates",))
 SHARED = m.Argument("shared_ptr", "shared", "", "float32", ("shared",))
@@ -106,23 +107,23 @@ def _tiles(w, body):
 
 
 def _step(w, variant):
-    """delta from dot, norm, x (the coordinate's value) and, for the dual, y (its label)."""
+    """delta from dot, curvature, x (the coordinate's value) and, for the dual, y (its label)."""
     scale = w.arg(SCALE)
     if variant.form == "primal":
         w.comment("the 1-D problem's minimizer: soft-thresholded (l1), shrunk (l2)")
-        w.line(f"denominator = norm + {scale} * {w.arg(L2)}")
+        w.line(f"denominator = curvature + {scale} * {w.arg(L2)}")
         w.line(f"threshold = {scale} * {w.arg(L1)}")
-        w.line("numerator = dot + norm * x")
+        w.line("numerator = dot + curvature * x")
         w.line("magnitude = tl.maximum(tl.abs(numerator) - threshold, 0.0)")
         w.line("shrunk = tl.where(numerator < 0.0, -magnitude, magnitude)")
         w.line("delta = tl.where(denominator > 0.0, shrunk / tl.maximum(denominator, 1e-30) - x, 0.0)")
         return
     if variant.loss == "squared":
-        w.line(f"delta = ({scale} * (y - x) - dot) / ({scale} + norm)")
+        w.line(f"delta = ({scale} * (y - x) - dot) / ({scale} + curvature)")
         return
     w.comment("u: the row's margin a . beta; q: its curvature ||a||^2 / (lambda N), kept positive")
     w.line(f"u = dot / {scale}")
-    w.line(f"q = tl.maximum(norm / {scale}, 1e-30)")
+    w.line(f"q = tl.maximum(curvature / {scale}, 1e-30)")
     if variant.loss == "hinge":
         w.line("delta = y * tl.minimum(tl.maximum((1.0 - y * u) / q + y * x, 0.0), 1.0) - x")
     elif variant.loss == "squared_hinge":
@@ -172,7 +173,7 @@ def _epoch(variant):
 
     _tiles(w, reduce)
     w.line("dot = tl.sum(partial, axis=0)")
-    w.line(f"norm = tl.load({w.arg(NORM)} + coordinate)")
+    w.line(f"curvature = tl.load({w.arg(CURVATURE)} + coordinate)")
     w.line(f"x = tl.load({w.arg(COORDINATE)} + coordinate)")
     if variant.form == "dual":
         w.line(f"y = tl.load({w.arg(LABEL)} + coordinate)")

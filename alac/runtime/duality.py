@@ -87,16 +87,21 @@ def alpha_of_beta(A, y, beta):
     return y.double() - _rows(_f64(A), beta.double())
 
 
-def dual_gap(A, y, alpha, loss, l2):
-    """P(beta(alpha)) - D(alpha): the dual solver's certificate (two passes over A)."""
+def dual_objectives(A, y, alpha, loss, l2):
+    """(P(beta(alpha)), D(alpha)): the dual solver's certificate (two passes over A)."""
     alpha = alpha.double()
     v = columns_product(_f64(A), alpha)
     beta = v / (l2 * alpha.numel())
-    return primal_value(A, y, beta, loss, l2) - dual_value(A, y, alpha, loss, l2, v=v)
+    return primal_value(A, y, beta, loss, l2), dual_value(A, y, alpha, loss, l2, v=v)
 
 
-def primal_gap(A, y, beta, l2, l1=0.0):
-    """P(beta) - D(theta) of the squared loss with l1 and l2 (ridge, lasso, elastic net), theta the
+def dual_gap(A, y, alpha, loss, l2):
+    primal, dual = dual_objectives(A, y, alpha, loss, l2)
+    return primal - dual
+
+
+def primal_objectives(A, y, beta, l2, l1=0.0):
+    """(P(beta), D(theta)) of the squared loss with l1 and l2 (ridge, lasso, elastic net), theta the
     residual over N; with l2 = 0 (lasso) theta is scaled into the dual's domain ||A^T theta||_inf <= l1
     (two passes over A)."""
     A, y, beta = _f64(A), y.double(), beta.double()
@@ -112,7 +117,12 @@ def primal_gap(A, y, beta, l2, l1=0.0):
     else:
         conjugate = float((torch.clamp(correlation.abs() - l1, min=0) ** 2).sum() / (2 * l2))
     dual = float(-0.5 * n * theta.dot(theta) + theta.dot(y)) - conjugate
-    return primal_value(A, y, beta, "squared", l2, l1, margins=margins) - dual
+    return primal_value(A, y, beta, "squared", l2, l1, margins=margins), dual
+
+
+def primal_gap(A, y, beta, l2, l1=0.0):
+    primal, dual = primal_objectives(A, y, beta, l2, l1)
+    return primal - dual
 
 
 def ridge_optimum(A, y, l2):

@@ -24,11 +24,18 @@ import torch
 
 from alac.errors import OptionError
 from alac.runtime import duality
-from alac.runtime.compressed import CompressedAxis, CompressedMatrix
-from alac.runtime.scd_launcher import ScdLauncher
+from alac.runtime.compressed import CompressedAxis, CompressedMatrix, reduce_entries
+from alac.runtime.scd_launcher import ScdLauncher, default_in_flight
 from alac.runtime.scd_sequential import LOSS_CODES, dual_epoch, primal_epoch
 
 AGGREGATIONS = ("adaptive", "averaging", "adding")
+# the conjugate losses' curvature in alpha, per lambda N, credited against the coupling: the squared
+# loss's 1 and the squared hinge's 1/2; none for the hinge, nor for the logistic, whose least (4, at
+# b = 1/2) let 300 rows in flight take 2.7 times sequential SCD's epochs (tests/runtime/test_scd.py)
+CONJUGATE_CURVATURE = {"squared": 1.0, "squared_hinge": 0.5, "logistic": 0.0, "hinge": 0.0}
+# "auto" steps on the CPU below this many coordinates in flight: a9a's dual logistic, one at a time,
+# took 150 ms an epoch on an H200 (4.6 us a coordinate) against 4.5 ms for the float64 CPU solver
+MIN_GPU_IN_FLIGHT = 32
 BACKENDS = ("auto", "triton", "interpret", "sequential")
 
 
@@ -88,14 +95,38 @@ def with_constant_feature(data):
                          data.n_features + 1)
 
 
+def curvature(axis, n_shared, in_flight, regularizer=0.0):
+    """(c, coupling): the coordinates' curvatures when `in_flight` of them step at once, and the mean
+    share of c - ||a||^2 per extra coordinate in flight, of ||a||^2 plus `regularizer`. The expected
+    separable over-approximation of Richtarik and Takac for tau-nice sampling: c_m = sum over m's
+    entries j of a^2 (1 + (omega_j - 1)(tau - 1) / (n - 1)), omega_j the coordinates sharing entry
+    j: steps of coordinates in flight together, each computed as if alone, add up on their common
+    entries (Criteo-shaped rows share their popular ids with a tenth of all rows) and, divided by
+    ||a_m||^2 alone, overshoot and diverge. With c they cannot in expectation; tau = 1 gives
+    ||a_m||^2, the exact step."""
+    n, sharing = axis.n_coordinates, torch.zeros(n_shared, dtype=torch.float64, device=axis.start.device)
+    for _, index, _ in axis.chunks():
+        sharing.index_add_(0, index, torch.ones(index.numel(), dtype=torch.float64, device=index.device))
+    extra = reduce_entries(axis, lambda index, value: (sharing[index] - 1) * (1.0 if value is None
+                                                                               else value.double() ** 2))
+    norm = axis.norm.double()
+    coupling = float(extra.sum() / (max(1, n - 1) * (norm.sum() + n * regularizer).clamp_min(1e-300)))
+    if in_flight <= 1:
+        return axis.norm, coupling
+    return (norm + extra * ((in_flight - 1) / max(1, n - 1))).to(axis.norm.dtype), coupling
+
+
 class ScdSolver:
     def __init__(self, data, form="primal", loss="squared", l2=1e-3, l1=0.0, backend="auto", wild=False,
-                 workers=1, aggregation="adaptive", seed=0, device=None, evaluate_on=None):
+                 workers=1, aggregation="adaptive", seed=0, device=None, evaluate_on=None, in_flight=None):
         """form: "primal" (columns; squared loss, l1 and l2) or "dual" (rows; any loss, l2 > 0);
         wild: non-atomic shared updates (a negative control); workers, aggregation: CoCoA's
         virtual workers (aggregation "adaptive" for the squared loss without l1); evaluate_on: the
         device of the certificates' float64 products (default the solver's: the sequential solver
-        on the CPU may have its gaps computed on a GPU, ten times faster on large problems)."""
+        on the CPU may have its gaps computed on a GPU, ten times faster on large problems);
+        in_flight: the kernels' concurrent coordinates (default: alac.runtime.scd_launcher.programs,
+        from the problem's size, its longest coordinate and its coupling; their steps are damped
+        by curvature())."""
         if form not in ("primal", "dual"):
             raise OptionError(f"SCD form is primal or dual, got {form!r}")
         if loss not in duality.LOSSES or (form == "primal" and loss != "squared"):
@@ -110,9 +141,12 @@ class ScdSolver:
         if workers > 1 and aggregation == "adaptive" and (loss != "squared" or l1 > 0):
             raise OptionError("adaptive aggregation is the squared loss's line search (no l1): choose averaging "
                               "or adding for this problem")
-        device = torch.device(device) if device is not None else torch.device(
-            "cuda" if torch.cuda.is_available() else "cpu")
-        if backend == "auto":
+        if in_flight is not None and (not isinstance(in_flight, int) or in_flight < 1):
+            raise OptionError(f"in_flight is a number of coordinates >= 1, got {in_flight!r}")
+        on_gpu = torch.cuda.is_available() and backend in ("auto", "triton")
+        device = torch.device(device) if device is not None else torch.device("cuda" if on_gpu else "cpu")
+        chosen = backend == "auto"
+        if chosen:
             backend = "triton" if device.type == "cuda" else "sequential"
         if (backend == "triton") != (device.type == "cuda"):
             raise OptionError(f"SCD backend {backend!r} runs {'on a GPU' if backend == 'triton' else 'on the CPU'}, "
@@ -120,33 +154,63 @@ class ScdSolver:
         if wild and backend == "sequential":
             raise OptionError("the wild control is a kernel variant: backend triton or interpret")
         self.form, self.loss, self.l2, self.l1 = form, loss, float(l2), float(l1)
-        self.backend, self.workers, self.aggregation, self.device = backend, workers, aggregation, device
-        dtype = torch.float64 if backend == "sequential" else torch.float32
-        self.problem = ScdProblem(data, form, loss, device, dtype)
-        self.axis = self.problem.axis
-        self.evaluation = _moved(self.problem, torch.device(evaluate_on) if evaluate_on is not None else device)
-        n_coordinates = self.problem.n_features if form == "primal" else self.problem.n_rows
-        n_shared = self.problem.n_rows if form == "primal" else self.problem.n_features
-        # the coordinates (beta or alpha) and the shared vector (w = A beta or v = A^T alpha), both 0
-        self.coordinates = torch.zeros(n_coordinates, dtype=dtype, device=device)
-        self.shared = torch.zeros(n_shared, dtype=dtype, device=device)
-        self.scale = self.problem.n_rows * (1.0 if form == "primal" else self.l2)
-        self.launcher = None if backend == "sequential" else ScdLauncher(
-            form, loss, wild, interpret=backend == "interpret")
+        self.workers, self.aggregation, self.wild = workers, aggregation, wild
+        self.scale = data.n_rows * (1.0 if form == "primal" else self.l2)
+        self._build(data, backend, device, evaluate_on)
+        self.coupling = self._coupling()
+        if backend != "sequential":
+            given, in_flight = in_flight is not None, in_flight or default_in_flight(
+                self.axis, self.coupling, backend == "interpret")
+            if chosen and not given and in_flight < MIN_GPU_IN_FLIGHT:
+                backend, device = "sequential", torch.device("cpu")
+                self._build(data, backend, device, evaluate_on if evaluate_on is not None else self.device)
+        self.backend = backend
+        self.launcher = None if backend == "sequential" else ScdLauncher(form, loss, wild, backend == "interpret",
+                                                                         self.axis, in_flight)
+        self._use_in_flight(1 if self.launcher is None else in_flight)
         self.generator = torch.Generator(device=device).manual_seed(seed)
         # CoCoA's parts (one worker: none; its epochs permute every coordinate)
         self.parts = None if workers == 1 else [p.sort().values for p in torch.randperm(
-            n_coordinates, generator=self.generator, device=device).tensor_split(workers)]
+            self.coordinates.numel(), generator=self.generator, device=device).tensor_split(workers)]
         # the sequential solver's entry values, all ones spelled out for binary data (made once)
         self._values = None if backend != "sequential" else (
-            self.axis.value if self.axis.value is not None else torch.ones_like(self.axis.index, dtype=dtype))
+            self.axis.value if self.axis.value is not None else torch.ones_like(self.axis.index,
+                                                                                dtype=self.coordinates.dtype))
         self.epochs, self.seconds, self.history = 0, 0.0, []
+
+    def _use_in_flight(self, in_flight):
+        self.in_flight = in_flight
+        if self.launcher is not None:
+            self.launcher.in_flight = in_flight
+        self.curvature = curvature(self.axis, self.n_shared, in_flight)[0] if in_flight > 1 else self.axis.norm
+
+    def _build(self, data, backend, device, evaluate_on):
+        """The problem, its certificates' copy and the zero point, for `backend` on `device`."""
+        dtype = torch.float64 if backend == "sequential" else torch.float32
+        self.device = device
+        self.problem = ScdProblem(data, self.form, self.loss, device, dtype)
+        self.axis = self.problem.axis
+        self.evaluation = _moved(self.problem, torch.device(evaluate_on) if evaluate_on is not None else device)
+        primal = self.form == "primal"
+        self.n_shared = self.problem.n_rows if primal else self.problem.n_features
+        # the coordinates (beta or alpha) and the shared vector (w = A beta or v = A^T alpha), both 0
+        self.coordinates = torch.zeros(self.problem.n_features if primal else self.problem.n_rows, dtype=dtype,
+                                       device=device)
+        self.shared = torch.zeros(self.n_shared, dtype=dtype, device=device)
+        self.curvature = self.axis.norm
+
+    def _coupling(self):
+        """curvature()'s coupling against the whole curvature of a coordinate's 1-D problem: the data's
+        plus the regularizer's (N l2 for the primal; the conjugate loss's, CONJUGATE_CURVATURE times
+        lambda N, for the dual), which keeps the steps apart: a large lambda decouples them."""
+        weight = 1.0 if self.form == "primal" else CONJUGATE_CURVATURE[self.loss]
+        return curvature(self.axis, self.n_shared, 1, regularizer=weight * self.scale)[1]
 
     # -- one epoch -------------------------------------------------------------------------------
     def _local_epoch(self, order, shared):
         if self.launcher is not None:
-            self.launcher.epoch(self.axis, order, self.problem.labels, self.coordinates, shared, self.scale,
-                                self.l1, self.l2)
+            self.launcher.epoch(self.axis, order, self.problem.labels, self.coordinates, shared, self.curvature,
+                                self.scale, self.l1, self.l2)
             return
         a, value = self.axis, self._values.numpy()
         if self.form == "primal":
@@ -207,13 +271,18 @@ class ScdSolver:
         return float(numerator / denominator) if float(denominator) > 0 else 1.0 / self.workers
 
     # -- certificates ----------------------------------------------------------------------------
-    def gap(self):
-        """The duality gap in float64 (its primal objective minus its dual's)."""
+    def objectives(self):
+        """(P, D): the primal and dual objectives in float64 at the current point."""
         A, y = self.evaluation
         x = self.coordinates.to(y.device)
         if self.form == "primal":
-            return duality.primal_gap(A, y, x, self.l2, self.l1)
-        return duality.dual_gap(A, y, x, self.loss, self.l2)
+            return duality.primal_objectives(A, y, x, self.l2, self.l1)
+        return duality.dual_objectives(A, y, x, self.loss, self.l2)
+
+    def gap(self):
+        """The duality gap in float64 (its primal objective minus its dual's)."""
+        primal, dual = self.objectives()
+        return primal - dual
 
     def drift(self):
         """max |A beta - w| / max |w| (primal), or of A^T alpha against v (dual): how far the shared
@@ -235,14 +304,34 @@ class ScdSolver:
     def fit(self, max_epochs=100, tol=1e-6, log=None):
         """Epochs until the gap is below tol, or is no longer finite (diverged: CoCoA's adding can),
         or max_epochs have run; history: per epoch its gap, the training seconds so far (gap
-        evaluations not counted) and gamma; stopped_because: "tol", "diverged" or "max_epochs"."""
+        evaluations not counted), gamma and the coordinates in flight; stopped_because: "tol",
+        "diverged" or "max_epochs".
+
+        An epoch of the kernels that worsens the objective the solver descends (P for the primal, D
+        for the dual) by more than half the gap before it had too many coordinates in flight for
+        this problem's coupling: it is undone, and the next runs with half as many (the epoch is
+        counted, marked undone in the history)."""
         self.stopped_because = "max_epochs"
+        primal, dual = self.objectives()
         for _ in range(max_epochs):
+            # the wild control keeps its lost updates: undoing them would hide what it shows
+            saved = (self.coordinates.clone(), self.shared.clone()) if self.in_flight > 1 and not self.wild else None
             gamma = self.epoch()
-            gap = self.gap()
-            self.history.append({"epoch": self.epochs, "gap": gap, "seconds": self.seconds, "gamma": gamma})
+            new_primal, new_dual = self.objectives()
+            worsened = new_primal - primal if self.form == "primal" else dual - new_dual
+            undone = saved is not None and not worsened <= 0.5 * (primal - dual)
+            if undone:
+                self.coordinates, self.shared = saved
+                self._use_in_flight(max(1, self.in_flight // 2))
+            else:
+                primal, dual = new_primal, new_dual
+            gap = primal - dual
+            self.history.append({"epoch": self.epochs, "gap": gap, "seconds": self.seconds, "gamma": gamma,
+                                 "in_flight": self.in_flight, "undone": undone})
             if log is not None:
-                log(f"epoch {self.epochs}: gap {gap:.3e}" + ("" if gamma is None else f", gamma {gamma:.3f}"))
+                log(f"epoch {self.epochs}: gap {gap:.3e}" + ("" if gamma is None else f", gamma {gamma:.3f}")
+                    + (f" (undone: {self.in_flight * 2} coordinates in flight overshot; now {self.in_flight})"
+                       if undone else ""))
             if gap <= tol or not math.isfinite(gap):
                 self.stopped_because = "tol" if gap <= tol else "diverged"
                 break

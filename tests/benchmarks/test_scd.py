@@ -36,12 +36,13 @@ def test_a_tiny_run_writes_every_arms_figures(tmp_path, monkeypatch):
     scd.main()
     result = json.loads((tmp_path / "scd.json").read_text())
     names = [a["name"] for a in result["arms"]]
-    assert names[:3] == ["alac", "sequential", "sklearn_ridge"] and "primal_K8_adaptive" in names
+    assert names[:4] == ["alac", "alac_dual", "sequential", "sklearn_ridge"] and "primal_K8_adaptive" in names
     for arm in result["arms"]:
         assert {"name", "epochs", "seconds", "gap", "time_to_gap"} <= set(arm)
         assert len(arm["gap"]) == (arm["epochs"] if isinstance(arm["epochs"], int) else len(arm["epochs"]))
     report = (tmp_path / "scd.md").read_text()
-    assert report.startswith("SCD (cpu") and "Not run: snapml: left out of the smoke run." in report
+    device = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"   # the machine's, as recorded
+    assert report.startswith(f"SCD ({device}") and "Not run: snapml: left out of the smoke run." in report
 
 
 def test_the_criteo_shaped_dual_set_has_its_row_lengths_and_skewed_ids():
@@ -64,4 +65,4 @@ def test_the_comparisons_state_epochs_drift_and_time_ratios():
     [line] = scd_comparisons(arms)
     assert line.startswith("lambda 0.001: epochs to 1e-8: alac 3, sequential 3; alac's drift")
     assert "the wild control's last gap 5.0e-06" in line
-    assert "snapml_primal time / alac's at gap 0.001: 2.0x, 0.0001: 2.0x, 1e-05: 4.0x, 1e-06: 2.7x" in line
+    assert "Snap ML (its faster form) time / alac's (its faster form) at gap 0.001: 2.0x, 0.0001: 2.0x, 1e-05: 4.0x, 1e-06: 2.7x" in line

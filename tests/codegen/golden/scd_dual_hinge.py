@@ -5,7 +5,7 @@ import triton.language as tl
 
 @triton.jit
 def alac_scd_dual_hinge(shared_ptr: "*fp32", n_coordinates, order_ptr: "*i64", start_ptr: "*i64", index_ptr: "*i32",
-        value_ptr: "*fp32", norm_ptr: "*fp32", coordinate_ptr: "*fp32", label_ptr: "*fp32", scale: "fp32",
+        value_ptr: "*fp32", curvature_ptr: "*fp32", coordinate_ptr: "*fp32", label_ptr: "*fp32", scale: "fp32",
         HAS_VALUES: tl.constexpr, BLOCK: tl.constexpr):
     # every num_programs-th coordinate of the epoch's order, one after the other: as many
     # coordinates in flight as programs, whatever the problem's size
@@ -28,12 +28,12 @@ def alac_scd_dual_hinge(shared_ptr: "*fp32", n_coordinates, order_ptr: "*i64", s
                 shared = tl.load(shared_ptr + index, mask=inside, other=0.0, cache_modifier=".cg")
                 partial += a * shared
             dot = tl.sum(partial, axis=0)
-            norm = tl.load(norm_ptr + coordinate)
+            curvature = tl.load(curvature_ptr + coordinate)
             x = tl.load(coordinate_ptr + coordinate)
             y = tl.load(label_ptr + coordinate)
             # u: the row's margin a . beta; q: its curvature ||a||^2 / (lambda N), kept positive
             u = dot / scale
-            q = tl.maximum(norm / scale, 1e-30)
+            q = tl.maximum(curvature / scale, 1e-30)
             delta = y * tl.minimum(tl.maximum((1.0 - y * u) / q + y * x, 0.0), 1.0) - x
             tl.store(coordinate_ptr + coordinate, x + delta)
             for tile in range(start, end, BLOCK):

@@ -5,7 +5,7 @@ import triton.language as tl
 
 @triton.jit
 def alac_scd_dual_squared(shared_ptr: "*fp32", n_coordinates, order_ptr: "*i64", start_ptr: "*i64", index_ptr: "*i32",
-        value_ptr: "*fp32", norm_ptr: "*fp32", coordinate_ptr: "*fp32", label_ptr: "*fp32", scale: "fp32",
+        value_ptr: "*fp32", curvature_ptr: "*fp32", coordinate_ptr: "*fp32", label_ptr: "*fp32", scale: "fp32",
         HAS_VALUES: tl.constexpr, BLOCK: tl.constexpr):
     # every num_programs-th coordinate of the epoch's order, one after the other: as many
     # coordinates in flight as programs, whatever the problem's size
@@ -28,10 +28,10 @@ def alac_scd_dual_squared(shared_ptr: "*fp32", n_coordinates, order_ptr: "*i64",
                 shared = tl.load(shared_ptr + index, mask=inside, other=0.0, cache_modifier=".cg")
                 partial += a * shared
             dot = tl.sum(partial, axis=0)
-            norm = tl.load(norm_ptr + coordinate)
+            curvature = tl.load(curvature_ptr + coordinate)
             x = tl.load(coordinate_ptr + coordinate)
             y = tl.load(label_ptr + coordinate)
-            delta = (scale * (y - x) - dot) / (scale + norm)
+            delta = (scale * (y - x) - dot) / (scale + curvature)
             tl.store(coordinate_ptr + coordinate, x + delta)
             for tile in range(start, end, BLOCK):
                 at = tile + tl.arange(0, BLOCK)

@@ -5,7 +5,7 @@ import triton.language as tl
 
 @triton.jit
 def alac_scd_primal_squared_wild(shared_ptr: "*fp32", n_coordinates, order_ptr: "*i64", start_ptr: "*i64",
-        index_ptr: "*i32", value_ptr: "*fp32", label_ptr: "*fp32", norm_ptr: "*fp32", coordinate_ptr: "*fp32",
+        index_ptr: "*i32", value_ptr: "*fp32", label_ptr: "*fp32", curvature_ptr: "*fp32", coordinate_ptr: "*fp32",
         scale: "fp32", l2: "fp32", l1: "fp32", HAS_VALUES: tl.constexpr, BLOCK: tl.constexpr):
     # every num_programs-th coordinate of the epoch's order, one after the other: as many
     # coordinates in flight as programs, whatever the problem's size
@@ -29,12 +29,12 @@ def alac_scd_primal_squared_wild(shared_ptr: "*fp32", n_coordinates, order_ptr: 
                 target = tl.load(label_ptr + index, mask=inside, other=0.0)
                 partial += a * (target - shared)
             dot = tl.sum(partial, axis=0)
-            norm = tl.load(norm_ptr + coordinate)
+            curvature = tl.load(curvature_ptr + coordinate)
             x = tl.load(coordinate_ptr + coordinate)
             # the 1-D problem's minimizer: soft-thresholded (l1), shrunk (l2)
-            denominator = norm + scale * l2
+            denominator = curvature + scale * l2
             threshold = scale * l1
-            numerator = dot + norm * x
+            numerator = dot + curvature * x
             magnitude = tl.maximum(tl.abs(numerator) - threshold, 0.0)
             shrunk = tl.where(numerator < 0.0, -magnitude, magnitude)
             delta = tl.where(denominator > 0.0, shrunk / tl.maximum(denominator, 1e-30) - x, 0.0)
