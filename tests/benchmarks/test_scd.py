@@ -65,4 +65,5 @@ def test_the_comparisons_state_epochs_drift_and_time_ratios():
     [line] = scd_comparisons(arms)
     assert line.startswith("lambda 0.001: epochs to 1e-8: alac 3, sequential 3; alac's drift")
     assert "the wild control's last gap 5.0e-06" in line
-    assert "Snap ML (its faster form) time / alac's (its faster form) at gap 0.001: 2.0x, 0.0001: 2.0x, 1e-05: 4.0x, 1e-06: 2.7x" in line
+    assert ("Snap ML (its faster form) time / alac's (its faster form) at gap "
+            "0.001: 2.0x, 0.0001: 2.0x, 1e-05: 4.0x, 1e-06: 2.7x") in line
