@@ -25,7 +25,7 @@ import torch
 from alac.errors import OptionError
 from alac.runtime import duality
 from alac.runtime.compressed import CompressedAxis, CompressedMatrix, reduce_entries
-from alac.runtime.scd_launcher import ScdLauncher, default_in_flight
+from alac.runtime.scd_launcher import ScdLauncher, band_programs, bands
 from alac.runtime.scd_sequential import LOSS_CODES, dual_epoch, primal_epoch
 
 AGGREGATIONS = ("adaptive", "averaging", "adding")
@@ -95,7 +95,7 @@ def with_constant_feature(data):
                          data.n_features + 1)
 
 
-def curvature(axis, n_shared, in_flight, regularizer=0.0):
+def curvature(axis, n_shared, in_flight, regularizer=0.0, members=None):
     """(c, coupling): the coordinates' curvatures when `in_flight` of them step at once, and the mean
     share of c - ||a||^2 per extra coordinate in flight, of ||a||^2 plus `regularizer`. The expected
     separable over-approximation of Richtarik and Takac for tau-nice sampling: c_m = sum over m's
@@ -103,14 +103,20 @@ def curvature(axis, n_shared, in_flight, regularizer=0.0):
     j: steps of coordinates in flight together, each computed as if alone, add up on their common
     entries (Criteo-shaped rows share their popular ids with a tenth of all rows) and, divided by
     ||a_m||^2 alone, overshoot and diverge. With c they cannot in expectation; tau = 1 gives
-    ||a_m||^2, the exact step."""
-    n, sharing = axis.n_coordinates, torch.zeros(n_shared, dtype=torch.float64, device=axis.start.device)
-    for _, index, _ in axis.chunks():
-        sharing.index_add_(0, index, torch.ones(index.numel(), dtype=torch.float64, device=index.device))
-    extra = reduce_entries(axis, lambda index, value: (sharing[index] - 1) * (1.0 if value is None
-                                                                               else value.double() ** 2))
+    ||a_m||^2, the exact step. members: the coordinates stepping together (a mask; None: all), the
+    others' entries not counted in omega and their c left ||a||^2."""
+    sharing = torch.zeros(n_shared, dtype=torch.float64, device=axis.start.device)
+    for coordinate, index, _ in axis.chunks():
+        sharing.index_add_(0, index, torch.ones(index.numel(), dtype=torch.float64, device=index.device)
+                           if members is None else members[coordinate].double())
+    extra = reduce_entries(axis, lambda index, value: (sharing[index] - 1).clamp_min(0) * (
+        1.0 if value is None else value.double() ** 2))
     norm = axis.norm.double()
-    coupling = float(extra.sum() / (max(1, n - 1) * (norm.sum() + n * regularizer).clamp_min(1e-300)))
+    if members is not None:
+        extra = torch.where(members, extra, 0.0)
+    n = axis.n_coordinates if members is None else int(members.sum())
+    inside = norm.sum() if members is None else norm[members].sum()
+    coupling = float(extra.sum() / (max(1, n - 1) * (inside + n * regularizer).clamp_min(1e-300)))
     if in_flight <= 1:
         return axis.norm, coupling
     return (norm + extra * ((in_flight - 1) / max(1, n - 1))).to(axis.norm.dtype), coupling
@@ -157,17 +163,20 @@ class ScdSolver:
         self.workers, self.aggregation, self.wild = workers, aggregation, wild
         self.scale = data.n_rows * (1.0 if form == "primal" else self.l2)
         self._build(data, backend, device, evaluate_on)
+        self.bands = []
         self.coupling = self._coupling()
         if backend != "sequential":
-            given, in_flight = in_flight is not None, in_flight or default_in_flight(
-                self.axis, self.coupling, backend == "interpret")
-            if chosen and not given and in_flight < MIN_GPU_IN_FLIGHT:
-                backend, device = "sequential", torch.device("cpu")
+            self.bands = bands(self.axis, backend == "interpret")
+            for band in self.bands:
+                band.in_flight = in_flight or band_programs(self.axis, band, self._coupling(band.members),
+                                                            backend == "interpret")
+            if chosen and in_flight is None and max(b.in_flight for b in self.bands) < MIN_GPU_IN_FLIGHT:
+                backend, device, self.bands = "sequential", torch.device("cpu"), []
                 self._build(data, backend, device, evaluate_on if evaluate_on is not None else self.device)
         self.backend = backend
         self.launcher = None if backend == "sequential" else ScdLauncher(form, loss, wild, backend == "interpret",
-                                                                         self.axis, in_flight)
-        self._use_in_flight(1 if self.launcher is None else in_flight)
+                                                                         self.bands)
+        self._use_bands()
         self.generator = torch.Generator(device=device).manual_seed(seed)
         # CoCoA's parts (one worker: none; its epochs permute every coordinate)
         self.parts = None if workers == 1 else [p.sort().values for p in torch.randperm(
@@ -178,11 +187,18 @@ class ScdSolver:
                                                                                 dtype=self.coordinates.dtype))
         self.epochs, self.seconds, self.history = 0, 0.0, []
 
-    def _use_in_flight(self, in_flight):
-        self.in_flight = in_flight
-        if self.launcher is not None:
-            self.launcher.in_flight = in_flight
-        self.curvature = curvature(self.axis, self.n_shared, in_flight)[0] if in_flight > 1 else self.axis.norm
+    @property
+    def in_flight(self):
+        """The most coordinates in flight at once (of any band; 1 for the sequential solver)."""
+        return max((b.in_flight for b in self.bands), default=1)
+
+    def _use_bands(self):
+        """The steps' curvatures for the bands' coordinates in flight."""
+        self.curvature = self.axis.norm
+        for band in self.bands:
+            if band.in_flight > 1:
+                mine = curvature(self.axis, self.n_shared, band.in_flight, members=band.members)[0]
+                self.curvature = mine if band.members is None else torch.where(band.members, mine, self.curvature)
 
     def _build(self, data, backend, device, evaluate_on):
         """The problem, its certificates' copy and the zero point, for `backend` on `device`."""
@@ -199,12 +215,13 @@ class ScdSolver:
         self.shared = torch.zeros(self.n_shared, dtype=dtype, device=device)
         self.curvature = self.axis.norm
 
-    def _coupling(self):
-        """curvature()'s coupling against the whole curvature of a coordinate's 1-D problem: the data's
-        plus the regularizer's (N l2 for the primal; the conjugate loss's, CONJUGATE_CURVATURE times
-        lambda N, for the dual), which keeps the steps apart: a large lambda decouples them."""
+    def _coupling(self, members=None):
+        """curvature()'s coupling (of `members`, default all) against the whole curvature of a
+        coordinate's 1-D problem: the data's plus the regularizer's (N l2 for the primal; the
+        conjugate loss's, CONJUGATE_CURVATURE times lambda N, for the dual), which keeps the steps
+        apart: a large lambda decouples them."""
         weight = 1.0 if self.form == "primal" else CONJUGATE_CURVATURE[self.loss]
-        return curvature(self.axis, self.n_shared, 1, regularizer=weight * self.scale)[1]
+        return curvature(self.axis, self.n_shared, 1, regularizer=weight * self.scale, members=members)[1]
 
     # -- one epoch -------------------------------------------------------------------------------
     def _local_epoch(self, order, shared):
@@ -322,7 +339,9 @@ class ScdSolver:
             undone = saved is not None and not worsened <= 0.5 * (primal - dual)
             if undone:
                 self.coordinates, self.shared = saved
-                self._use_in_flight(max(1, self.in_flight // 2))
+                for band in self.bands:
+                    band.in_flight = max(1, band.in_flight // 2)
+                self._use_bands()
             else:
                 primal, dual = new_primal, new_dual
             gap = primal - dual
@@ -330,7 +349,7 @@ class ScdSolver:
                                  "in_flight": self.in_flight, "undone": undone})
             if log is not None:
                 log(f"epoch {self.epochs}: gap {gap:.3e}" + ("" if gamma is None else f", gamma {gamma:.3f}")
-                    + (f" (undone: {self.in_flight * 2} coordinates in flight overshot; now {self.in_flight})"
+                    + (f" (undone: too many coordinates in flight overshot; now at most {self.in_flight})"
                        if undone else ""))
             if gap <= tol or not math.isfinite(gap):
                 self.stopped_because = "tol" if gap <= tol else "diverged"

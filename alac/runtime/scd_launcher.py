@@ -3,14 +3,16 @@ by role, never by name."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from alac.codegen import load_module
 from alac.plan import next_power_of_two
 
 # Entries a tile reads, from the coordinates' mean length: long ones looped in tiles of up to
-# MAX_BLOCK (untuned until benchmarks/scd.py measures them on the GPU).
-MIN_BLOCK, MAX_BLOCK = 16, 256
+# MAX_BLOCK, with a warp per 64 entries and at most MAX_WARPS (untuned).
+MIN_BLOCK, MAX_BLOCK, MAX_WARPS = 16, 1024, 8
 # Programs, each stepping its coordinates one after the other: at most one per this many coordinates
 # (a bound on the steps computed from a stale shared vector: with every coordinate of a small
 # problem in flight at once the steps add up like Jacobi's and can diverge; untuned until
@@ -24,7 +26,43 @@ def tile_shape(mean_length):
     """(BLOCK, warps) for coordinates of this mean number of entries: a warp per 64 entries of a tile
     (Triton's default of 4 warps would leave most lanes of a 32-entry tile idle)."""
     block = min(MAX_BLOCK, max(MIN_BLOCK, next_power_of_two(max(1, int(mean_length)))))
-    return block, max(1, block // 64)
+    return block, min(MAX_WARPS, max(1, block // 64))
+
+
+def resident(device, warps):
+    """Programs of `warps` warps the GPU keeps resident at once."""
+    return torch.cuda.get_device_properties(device).multi_processor_count * (WARPS_PER_MULTIPROCESSOR // warps)
+
+
+@dataclass
+class Band:
+    """Coordinates launched together in each epoch: members (a mask over the axis's coordinates; None:
+    all of them), their tile (block, warps) and how many are in flight."""
+
+    members: torch.Tensor | None
+    block: int
+    warps: int
+    in_flight: int = 1
+
+    def lengths(self, axis):
+        lengths = axis.start[1:] - axis.start[:-1]
+        return lengths if self.members is None else lengths[self.members]
+
+
+def bands(axis, interpret):
+    """One band, or two where some coordinates are longer than entries / (2 x the programs the GPU
+    keeps resident): those (a power-law head of columns) would bound every epoch's programs through
+    programs()' longest-coordinate rule, so they run first in a launch of their own, with wide tiles
+    and few programs, and the rest with as many as their coupling allows."""
+    lengths = axis.start[1:] - axis.start[:-1]
+    entries, n = int(axis.start[-1]), axis.n_coordinates
+    whole = Band(None, *tile_shape(entries / max(1, n)))
+    if interpret:
+        return [whole]
+    long = lengths > entries // (2 * resident(axis.start.device, whole.warps))
+    if not bool(long.any()) or bool(long.all()):
+        return [whole]
+    return [Band(members, *tile_shape(float(lengths[members].double().mean()))) for members in (long, ~long)]
 
 
 def programs(n_coordinates, entries, longest, coupling, device, interpret, warps=1):
@@ -44,42 +82,45 @@ def programs(n_coordinates, entries, longest, coupling, device, interpret, warps
       (c = 0.0002) a thousand."""
     if interpret:
         return 1
-    multiprocessors = torch.cuda.get_device_properties(device).multi_processor_count
     return max(1, min(n_coordinates // COORDINATES_PER_PROGRAM, entries // max(1, 2 * longest),
-                      int(1 + 1 / max(4 * coupling, 1e-12)), multiprocessors * (WARPS_PER_MULTIPROCESSOR // warps)))
+                      int(1 + 1 / max(4 * coupling, 1e-12)), resident(device, warps)))
 
 
-def default_in_flight(axis, coupling, interpret):
-    """programs() for a compressed axis of this coupling (alac.runtime.scd.curvature)."""
-    lengths = axis.start[1:] - axis.start[:-1]
-    return programs(axis.n_coordinates, int(axis.start[-1]), int(lengths.max()), coupling, axis.start.device,
-                    interpret, tile_shape(axis.index.numel() / max(1, axis.n_coordinates))[1])
+def band_programs(axis, band, coupling, interpret):
+    """programs() for a band of this coupling (alac.runtime.scd.curvature)."""
+    lengths = band.lengths(axis)
+    return programs(lengths.numel(), int(lengths.sum()), int(lengths.max()), coupling, axis.start.device,
+                    interpret, band.warps)
 
 
 class ScdLauncher:
-    def __init__(self, form, loss, wild, interpret, axis, in_flight):
-        """The epoch kernel of an SCD problem (alac.codegen.ScdVariant's form, loss and wild) over
-        `axis`, with `in_flight` programs."""
+    def __init__(self, form, loss, wild, interpret, bands):
+        """The epoch kernel of an SCD problem (alac.codegen.ScdVariant's form, loss and wild),
+        launched once per band of coordinates (bands())."""
         from alac.codegen import ScdVariant, generate_scd_kernels
 
         self.generated = generate_scd_kernels(ScdVariant(form, loss, wild))
         self.interpret = interpret
         module = load_module(self.generated, interpret=interpret)
         self.kernel = getattr(module, self.generated.epoch.name)
-        self.block, self.warps = tile_shape(axis.index.numel() / max(1, axis.n_coordinates))
-        self.in_flight = in_flight
+        self.bands = bands
 
     def epoch(self, axis, order, labels, coordinates, shared, curvature, scale, l1=0.0, l2=0.0):
-        """One epoch over `order` (int64 coordinate ids of the compressed axis) in place, the steps
-        taken with `curvature` (alac.runtime.scd.curvature for this launcher's in_flight)."""
-        if not order.numel():
-            return
+        """One epoch over `order` (int64 coordinate ids of the compressed axis) in place, band by band
+        in that order, the steps taken with `curvature` (alac.runtime.scd.curvature for the bands'
+        in_flight)."""
+        for band in self.bands:
+            members = order if band.members is None else order[band.members[order]]
+            if members.numel():
+                self._launch(band, axis, members, labels, coordinates, shared, curvature, scale, l1, l2)
+
+    def _launch(self, band, axis, order, labels, coordinates, shared, curvature, scale, l1, l2):
         values = {("size", "coordinates"): order.numel(), ("order", "coordinates"): order,
                   ("layout", "start"): axis.start, ("layout", "index"): axis.index,
                   ("layout", "value"): axis.value if axis.value is not None else curvature,
                   ("layout", "curvature"): curvature, ("labels", ""): labels, ("param", "coordinate"): coordinates,
                   ("shared", ""): shared, ("hyper", "scale"): float(scale), ("hyper", "l1"): float(l1),
                   ("hyper", "l2"): float(l2)}
-        grid = (min(self.in_flight, order.numel()),)
+        grid = (min(band.in_flight, order.numel()),)
         self.kernel[grid](*[values[(a.role, a.of)] for a in self.generated.epoch.args],
-                          HAS_VALUES=axis.value is not None, BLOCK=self.block, num_warps=self.warps)
+                          HAS_VALUES=axis.value is not None, BLOCK=band.block, num_warps=band.warps)

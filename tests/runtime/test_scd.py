@@ -178,7 +178,7 @@ def test_tiles_fit_the_coordinates_and_programs_are_bounded_by_the_problem():
 
     assert tile_shape(3) == (16, 1)              # a few entries: the smallest tile
     assert tile_shape(32) == (32, 1)             # Criteo-shaped rows: a tile a row, one warp
-    assert tile_shape(1e6) == (MAX_BLOCK, 4)     # long columns: looped in 256-entry tiles
+    assert tile_shape(1e6) == (MAX_BLOCK, 8)     # long columns: looped in 1,024-entry tiles of 8 warps
     assert programs(10**6, 10**7, 10, 1e-6, "cpu", interpret=True) == 1
     if GPU:
         assert programs(30, 300, 10, 1e-6, "cuda", interpret=False) == 1          # a small problem steps in sequence
@@ -187,12 +187,25 @@ def test_tiles_fit_the_coordinates_and_programs_are_bounded_by_the_problem():
         assert programs(10**6, 10**8, 10, 0.05, "cuda", interpret=False) == 6     # rows sharing much
 
 
+@pytest.mark.skipif(not GPU, reason="needs a CUDA GPU")
+def test_a_head_of_long_columns_is_launched_apart_with_wide_tiles():
+    from alac.runtime.scd_launcher import bands
+    from benchmarks.scd import webspam_like
+
+    solver = ScdSolver(webspam_like(20_000, 200_000, 50, 1.0, seed=0), "primal", l2=1e-4, backend="triton")
+    long, short = solver.bands
+    lengths = solver.axis.start[1:] - solver.axis.start[:-1]
+    assert int(lengths[long.members].min()) > int(lengths[short.members].max())
+    assert long.block > short.block and long.in_flight < short.in_flight
+    assert len(bands(solver.axis, interpret=True)) == 1
+
+
 def test_an_epoch_that_overshoots_is_undone_and_halves_the_coordinates_in_flight():
     """Steps divided by a hundredth of their curvature overshoot as too many coordinates in flight
     do: the solver undoes that epoch and goes on with half as many, from the same point."""
     data = planted()
     solver = ScdSolver(data, "primal", l2=L2, backend=KERNELS)
-    solver._use_in_flight(2)
+    solver.bands[0].in_flight = 2
     solver.curvature = solver.axis.norm / 100
     solver.fit(max_epochs=8, tol=0)
     first = solver.history[0]
