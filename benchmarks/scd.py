@@ -257,7 +257,9 @@ def _median_seconds(work, device, repeats=5):
 
 def report(payload):
     env = payload["environment"]
-    return (f"SCD ({env['device']}, {env['date']}; `PYTHONPATH=. python benchmarks/scd.py`)\n\n"
+    parts = payload["arguments"].get("parts", "webspam,real,workers")
+    command = "PYTHONPATH=. python benchmarks/scd.py" + (f" --parts {parts}" if parts != "webspam,real,workers" else "")
+    return (f"SCD ({env['device']}, {env['date']}; `{command}`)\n\n"
             + scd_table(payload))
 
 
