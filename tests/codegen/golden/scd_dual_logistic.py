@@ -41,15 +41,19 @@ def alac_scd_dual_logistic(shared_ptr: "*fp32", n_coordinates, order_ptr: "*i64"
             high = tl.minimum(-y * u + q * b0, 13.815510557964274)
             b = tl.minimum(tl.maximum(b0, 1e-06), 0.999999)
             t = tl.minimum(tl.maximum(tl.log(b / (1.0 - b)), low), high)
-            for _ in tl.static_range(20):
-                b = tl.sigmoid(t)
-                g = -t - y * u - (b - b0) * q
+            b = tl.sigmoid(t)
+            g = -t - y * u - (b - b0) * q
+            steps = tl.full([], 0, tl.int32)
+            while (steps < 64) & (tl.abs(g) > 1e-06 * (1.0 + q)):
                 low = tl.where(g > 0.0, t, low)
                 high = tl.where(g < 0.0, t, high)
                 newton = t + g / (1.0 + q * b * (1.0 - b))
                 middle = 0.5 * (tl.sigmoid(low) + tl.sigmoid(high))
                 t = tl.where((newton > low) & (newton < high), newton, tl.log(middle / (1.0 - middle)))
-            delta = y * tl.minimum(tl.maximum(tl.sigmoid(t), 1e-06), 0.999999) - x
+                b = tl.sigmoid(t)
+                g = -t - y * u - (b - b0) * q
+                steps += 1
+            delta = y * tl.minimum(tl.maximum(b, 1e-06), 0.999999) - x
             tl.store(coordinate_ptr + coordinate, x + delta)
             for tile in range(start, end, BLOCK):
                 at = tile + tl.arange(0, BLOCK)
