@@ -217,7 +217,9 @@ def scd_comparisons(arms):
         if ours is None or sequential is None:
             continue
         parts = [f"epochs to 1e-8: alac {_epochs_to(ours, 1e-8)}, sequential {_epochs_to(sequential, 1e-8)}",
-                 f"alac's drift |A beta - w| / |w| {ours['drift']:.1e}"]
+                 f"alac's drift |A beta - w| / |w| {ours['drift']:.1e}"
+                 + (f" ({ours['drift_after_30_epochs']:.1e} after 30 epochs)"
+                    if ours.get("drift_after_30_epochs") is not None else "")]
         if "alac_wild" in by_name:
             parts.append(f"the wild control's last gap {by_name['alac_wild']['gap'][-1]:.1e}")
         # alac's best form against each peer's best at each gap (seconds; None: not reached)

@@ -93,6 +93,9 @@ def criteo_dual_like(rows, columns, min_nnz, max_nnz, seed, device, chunk_rows=1
     return data
 
 
+DRIFT_EPOCHS = 30
+
+
 def time_to_gap(points):
     """{threshold: the fewest seconds of a (seconds, gap) point at or below it, or None}."""
     return {f"{t:g}": min((s for s, g in points if g <= t), default=None) for t in GAPS}
@@ -102,9 +105,14 @@ def scd_arm(name, data, args, test=None, **options):
     """An alac solver's arm: its gap and training seconds after every epoch; with test rows (the
     training set's features and a constant last), their AUC."""
     solver = ScdSolver(data, **options)
-    solver.fit(args.epochs, args.tol)
+    # the shared vector's drift after DRIFT_EPOCHS epochs (the issue's criterion), then on to the end
+    solver.fit(min(DRIFT_EPOCHS, args.epochs), args.tol)
+    drift_then = solver.drift() if solver.epochs == DRIFT_EPOCHS else None
+    if solver.stopped_because == "max_epochs" and args.epochs > DRIFT_EPOCHS:
+        solver.fit(args.epochs - DRIFT_EPOCHS, args.tol)
     arm = {"name": name, "epochs": solver.epochs, "seconds": solver.seconds, "gap": [h["gap"] for h in solver.history],
            "seconds_per_epoch": [h["seconds"] for h in solver.history], "drift": solver.drift(),
+           f"drift_after_{DRIFT_EPOCHS}_epochs": drift_then,
            "gamma": [h["gamma"] for h in solver.history], "coupling": solver.coupling,
            "in_flight": [h["in_flight"] for h in solver.history], "undone": sum(h["undone"] for h in solver.history),
            "time_to_gap": time_to_gap([(h["seconds"], h["gap"]) for h in solver.history])}

@@ -58,12 +58,13 @@ def test_the_criteo_shaped_dual_set_has_its_row_lengths_and_skewed_ids():
 def test_the_comparisons_state_epochs_drift_and_time_ratios():
     def arm(name, gaps, times):
         return {"name": name, "data": "webspam_like", "l2": 1e-3, "gap": gaps, "drift": 1e-7,
-                "time_to_gap": scd.time_to_gap(list(zip(times, gaps)))}
+                "drift_after_30_epochs": 2e-7, "time_to_gap": scd.time_to_gap(list(zip(times, gaps)))}
 
     arms = [arm("alac", [1e-2, 1e-5, 1e-9], [1.0, 2.0, 3.0]), arm("sequential", [1e-3, 1e-6, 1e-8, 1e-9], [1, 2, 3, 4]),
             arm("alac_wild", [1e-3, 5e-6], [1.0, 2.0]), arm("snapml_primal", [1e-4, 1e-7], [4.0, 8.0])]
     [line] = scd_comparisons(arms)
-    assert line.startswith("lambda 0.001: epochs to 1e-8: alac 3, sequential 3; alac's drift")
+    assert line.startswith("lambda 0.001: epochs to 1e-8: alac 3, sequential 3; alac's drift |A beta - w| / |w| "
+                           "1.0e-07 (2.0e-07 after 30 epochs)")
     assert "the wild control's last gap 5.0e-06" in line
     assert ("Snap ML (its faster form) time / alac's (its faster form) at gap "
             "0.001: 2.0x, 0.0001: 2.0x, 1e-05: 4.0x, 1e-06: 2.7x") in line
