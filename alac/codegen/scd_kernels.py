@@ -2,7 +2,7 @@
 over a permutation of the coordinates, program p of P taking its slots p, p + P, p + 2P, ... one
 after the other: P coordinates are in flight at a time. Each step is computed as if its coordinate
 moved alone, so the curvature c_m it divides by is ||a_m||^2 for P = 1 (the exact step) and larger
-with P in flight (alac.runtime.scd.curvature), so that the steps of coordinates sharing entries
+with P in flight (alac.runtime.scd.Overlap), so that the steps of coordinates sharing entries
 cannot add up to an overshoot.
 
 For each coordinate m (a column of A for the primal, a row for the dual, with its entries

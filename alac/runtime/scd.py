@@ -17,6 +17,7 @@ in the dual denominator, beta and w taken before the epoch).
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 
@@ -95,31 +96,39 @@ def with_constant_feature(data):
                          data.n_features + 1)
 
 
-def curvature(axis, n_shared, in_flight, regularizer=0.0, members=None):
-    """(c, coupling): the coordinates' curvatures when `in_flight` of them step at once, and the mean
-    share of c - ||a||^2 per extra coordinate in flight, of ||a||^2 plus `regularizer`. The expected
-    separable over-approximation of Richtarik and Takac for tau-nice sampling: c_m = sum over m's
-    entries j of a^2 (1 + (omega_j - 1)(tau - 1) / (n - 1)), omega_j the coordinates sharing entry
-    j: steps of coordinates in flight together, each computed as if alone, add up on their common
+class Overlap:
+    """How the steps of coordinates in flight together add up: the expected separable
+    over-approximation of Richtarik and Takac for tau-nice sampling. Each step is computed as if its
+    coordinate moved alone, so the steps of coordinates in flight together add up on their common
     entries (Criteo-shaped rows share their popular ids with a tenth of all rows) and, divided by
-    ||a_m||^2 alone, overshoot and diverge. With c they cannot in expectation; tau = 1 gives
-    ||a_m||^2, the exact step. members: the coordinates stepping together (a mask; None: all), the
-    others' entries not counted in omega and their c left ||a||^2."""
-    sharing = torch.zeros(n_shared, dtype=torch.float64, device=axis.start.device)
-    for coordinate, index, _ in axis.chunks():
-        sharing.index_add_(0, index, torch.ones(index.numel(), dtype=torch.float64, device=index.device)
-                           if members is None else members[coordinate].double())
-    extra = reduce_entries(axis, lambda index, value: (sharing[index] - 1).clamp_min(0) * (
-        1.0 if value is None else value.double() ** 2))
-    norm = axis.norm.double()
-    if members is not None:
-        extra = torch.where(members, extra, 0.0)
-    n = axis.n_coordinates if members is None else int(members.sum())
-    inside = norm.sum() if members is None else norm[members].sum()
-    coupling = float(extra.sum() / (max(1, n - 1) * (inside + n * regularizer).clamp_min(1e-300)))
-    if in_flight <= 1:
-        return axis.norm, coupling
-    return (norm + extra * ((in_flight - 1) / max(1, n - 1))).to(axis.norm.dtype), coupling
+    ||a_m||^2 alone, overshoot and diverge. With tau in flight the curvature
+    c_m = sum over m's entries j of a^2 (1 + (omega_j - 1)(tau - 1) / (n - 1)), omega_j the
+    coordinates sharing entry j, keeps them from it in expectation; tau = 1 gives ||a_m||^2, the
+    exact step. members: the coordinates stepping together (a mask; None: all), the others' entries
+    not counted in omega and their c left ||a||^2. One pass over the entries, made once."""
+
+    def __init__(self, axis, n_shared, members=None):
+        sharing = torch.zeros(n_shared, dtype=torch.float64, device=axis.start.device)
+        for coordinate, index, _ in axis.chunks():
+            sharing.index_add_(0, index, torch.ones(index.numel(), dtype=torch.float64, device=index.device)
+                               if members is None else members[coordinate].double())
+        extra = reduce_entries(axis, lambda index, value: (sharing[index] - 1).clamp_min(0) * (
+            1.0 if value is None else value.double() ** 2))
+        self.axis, self.members = axis, members
+        self.extra = extra if members is None else torch.where(members, extra, 0.0)
+        self.n = axis.n_coordinates if members is None else int(members.sum())
+
+    def curvature(self, in_flight):
+        """c for `in_flight` coordinates stepping at once (in the axis's dtype)."""
+        if in_flight <= 1:
+            return self.axis.norm
+        return (self.axis.norm.double() + self.extra * ((in_flight - 1) / max(1, self.n - 1))).to(self.axis.norm.dtype)
+
+    def coupling(self, regularizer=0.0):
+        """The mean share of c - ||a||^2 per extra coordinate in flight, of ||a||^2 plus `regularizer`."""
+        norm = self.axis.norm.double()
+        inside = norm.sum() if self.members is None else norm[self.members].sum()
+        return float(self.extra.sum() / (max(1, self.n - 1) * (inside + self.n * regularizer).clamp_min(1e-300)))
 
 
 class ScdSolver:
@@ -132,7 +141,7 @@ class ScdSolver:
         on the CPU may have its gaps computed on a GPU, ten times faster on large problems);
         in_flight: the kernels' concurrent coordinates (default: alac.runtime.scd_launcher.programs,
         from the problem's size, its longest coordinate and its coupling; their steps are damped
-        by curvature())."""
+        by Overlap's curvatures)."""
         if form not in ("primal", "dual"):
             raise OptionError(f"SCD form is primal or dual, got {form!r}")
         if loss not in duality.LOSSES or (form == "primal" and loss != "squared"):
@@ -163,15 +172,15 @@ class ScdSolver:
         self.workers, self.aggregation, self.wild = workers, aggregation, wild
         self.scale = data.n_rows * (1.0 if form == "primal" else self.l2)
         self._build(data, backend, device, evaluate_on)
-        self.bands = []
-        self.coupling = self._coupling()
+        self.bands, self._overlaps = [], []
         if backend != "sequential":
             self.bands = bands(self.axis, backend == "interpret")
-            for band in self.bands:
-                band.in_flight = in_flight or band_programs(self.axis, band, self._coupling(band.members),
+            self._overlaps = [Overlap(self.axis, self.n_shared, band.members) for band in self.bands]
+            for band, overlap in zip(self.bands, self._overlaps):
+                band.in_flight = in_flight or band_programs(self.axis, band, self._coupling(overlap),
                                                             backend == "interpret")
             if chosen and in_flight is None and max(b.in_flight for b in self.bands) < MIN_GPU_IN_FLIGHT:
-                backend, device, self.bands = "sequential", torch.device("cpu"), []
+                backend, device, self.bands, self._overlaps = "sequential", torch.device("cpu"), [], []
                 self._build(data, backend, device, evaluate_on if evaluate_on is not None else self.device)
         self.backend = backend
         self.launcher = None if backend == "sequential" else ScdLauncher(form, loss, wild, backend == "interpret",
@@ -192,12 +201,18 @@ class ScdSolver:
         """The most coordinates in flight at once (of any band; 1 for the sequential solver)."""
         return max((b.in_flight for b in self.bands), default=1)
 
+    @functools.cached_property
+    def coupling(self):
+        """The whole problem's coupling (_coupling), as reports show it."""
+        whole = next((o for o in self._overlaps if o.members is None), None)
+        return self._coupling(whole or Overlap(self.axis, self.n_shared))
+
     def _use_bands(self):
         """The steps' curvatures for the bands' coordinates in flight."""
         self.curvature = self.axis.norm
-        for band in self.bands:
+        for band, overlap in zip(self.bands, self._overlaps):
             if band.in_flight > 1:
-                mine = curvature(self.axis, self.n_shared, band.in_flight, members=band.members)[0]
+                mine = overlap.curvature(band.in_flight)
                 self.curvature = mine if band.members is None else torch.where(band.members, mine, self.curvature)
 
     def _build(self, data, backend, device, evaluate_on):
@@ -215,13 +230,13 @@ class ScdSolver:
         self.shared = torch.zeros(self.n_shared, dtype=dtype, device=device)
         self.curvature = self.axis.norm
 
-    def _coupling(self, members=None):
-        """curvature()'s coupling (of `members`, default all) against the whole curvature of a
-        coordinate's 1-D problem: the data's plus the regularizer's (N l2 for the primal; the
-        conjugate loss's, CONJUGATE_CURVATURE times lambda N, for the dual), which keeps the steps
-        apart: a large lambda decouples them."""
+    def _coupling(self, overlap):
+        """An Overlap's coupling against the whole curvature of a coordinate's 1-D problem: the
+        data's plus the regularizer's (N l2 for the primal; the conjugate loss's,
+        CONJUGATE_CURVATURE times lambda N, for the dual), which keeps the steps apart: a large
+        lambda decouples them."""
         weight = 1.0 if self.form == "primal" else CONJUGATE_CURVATURE[self.loss]
-        return curvature(self.axis, self.n_shared, 1, regularizer=weight * self.scale, members=members)[1]
+        return overlap.coupling(regularizer=weight * self.scale)
 
     # -- one epoch -------------------------------------------------------------------------------
     def _local_epoch(self, order, shared):

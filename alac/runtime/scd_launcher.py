@@ -73,7 +73,7 @@ def programs(n_coordinates, entries, longest, coupling, device, interpret, warps
       is computed from a shared vector that the others change meanwhile: webspam-shaped columns
       (benchmarks/scd.py, 263k of 52.6M entries) took sequential SCD's epochs to gap 1e-6 with
       the longest in flight for 0.6 of the epoch, stalled at 1e-4 with 2.6, diverged with 10;
-    - 1 + 1 / (4 coupling) (alac.runtime.scd.curvature): with coupling c and P in flight the
+    - 1 + 1 / (4 coupling) (alac.runtime.scd.Overlap): with coupling c and P in flight the
       steps' curvature is 1 + (P - 1) c times ||a||^2 for synchronous steps, and asynchronous ones
       overlap twice as many; a dual of 20,000 unit rows of 20 entries (c = 0.0027,
       tests/runtime/test_scd.py) took 3 times sequential SCD's epochs with 312 in flight
@@ -87,7 +87,7 @@ def programs(n_coordinates, entries, longest, coupling, device, interpret, warps
 
 
 def band_programs(axis, band, coupling, interpret):
-    """programs() for a band of this coupling (alac.runtime.scd.curvature)."""
+    """programs() for a band of this coupling (alac.runtime.scd.Overlap)."""
     lengths = band.lengths(axis)
     return programs(lengths.numel(), int(lengths.sum()), int(lengths.max()), coupling, axis.start.device,
                     interpret, band.warps)
@@ -107,7 +107,7 @@ class ScdLauncher:
 
     def epoch(self, axis, order, labels, coordinates, shared, curvature, scale, l1=0.0, l2=0.0):
         """One epoch over `order` (int64 coordinate ids of the compressed axis) in place, band by band
-        in that order, the steps taken with `curvature` (alac.runtime.scd.curvature for the bands'
+        in that order, the steps taken with `curvature` (alac.runtime.scd.Overlap for the bands'
         in_flight)."""
         for band in self.bands:
             members = order if band.members is None else order[band.members[order]]
