@@ -476,7 +476,7 @@ def render():
         if not path.is_file():
             continue
         result = json.loads(path.read_text())
-        lines += [f"## {title}", "", what, "", f"`{command}`. {run_line(result)}", "", render_table(result), ""]
+        lines += [f"## {title}", "", f"{what} `{command}`. {run_line(result)}", "", render_table(result), ""]
     not_kept = json.loads(NOT_KEPT.read_text())
     lines += ["## Tried and not kept", "",
               "Measured, then left out of the code (the code is in the repository's history).", "",
