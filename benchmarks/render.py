@@ -261,7 +261,9 @@ def scd_table(result):
         text += "\n\nVirtual workers (CoCoA, sequential local epochs), epochs to gap 1e-6:\n\n" + table(
             ["form", "K", "averaging", "adaptive", "smallest adaptive gamma from epoch 3"], rows)
     text += "".join(f"\n\n{line}" for line in scd_comparisons(result["arms"]))
-    text += "".join(f"\n\n{a['data']} {a['name']}: test AUC {a['test_auc']:.4f}" for a in arms if "test_auc" in a)
+    text += "".join(f"\n\n{a['data']} {a['name']}: test AUC {a['test_auc']:.4f}"
+                    + (f" (LIBLINEAR's solution, tol 1e-10: {a['liblinear_test_auc']:.4f})"
+                       if "liblinear_test_auc" in a else "") for a in arms if "test_auc" in a)
     text += "".join(f"\n\n{a['data']} ({a['rows']:,} x {a['columns']:,}, {a['entries']:,} entries): fastest "
                     f"epoch {min(a['epoch_seconds']):.3f} s against {a['floor_seconds']:.3f} s for the "
                     f"{a['floor_bytes'] / 1e9:.1f} GB it reads at {a['copy_gb_per_s']:.0f} GB/s "

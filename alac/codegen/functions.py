@@ -35,7 +35,8 @@ PROGRAM_CONSTANTS = {
 MODULE_NAMES = frozenset({"tl", "triton", "K", "BLOCK_K", "HOT_BLOCK"} | {h.fn.__name__ for h in HELPERS}
                          | set(dir(builtins)))
 # Kernel signatures say each argument's Triton type (manifest dtype -> Triton's name).
-TRITON_TYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16", "int32": "i32", "int64": "i64"}
+TRITON_TYPES = {"float64": "fp64", "float32": "fp32", "bfloat16": "bf16", "float16": "fp16", "int32": "i32",
+                "int64": "i64"}
 LINE_WIDTH = 120
 
 

@@ -29,8 +29,8 @@ ROLES = MODEL_ROLES + ALLOCATED_ROLES + SCALAR_ROLES + ("layout", "labels", "out
 LIFETIMES = ("model", "layout", "epoch", "launch", "call")
 # device: GPU memory; host: pinned host memory the kernels reach through mapped (UVA) pointers
 PLACEMENTS = ("device", "host")
-# (narrow floats: alac.nn's bfloat16 and float16 tables)
-TENSOR_DTYPES = ("float32", "bfloat16", "float16", "int32", "int64")
+# (narrow floats: alac.nn's bfloat16 and float16 tables; float64: the SCD kernels' coordinates and shared vector)
+TENSOR_DTYPES = ("float64", "float32", "bfloat16", "float16", "int32", "int64")
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,10 @@ start[m]:start[m+1] of the compressed layout):
     x[m] += delta;  shared[i] += a * delta for every entry (float atomics)
 
 The entries are read in BLOCK-wide tiles, looped over however long the coordinate is, and the
-shared vector is read past L1 (.cg), where other programs' atomic additions land. The wild variant
+shared vector is read past L1 (.cg), where other programs' atomic additions land. The coordinates,
+the shared vector and the sums are float64: float32 atomic additions round at every step, and on
+the webspam-shaped primal at lambda = 1e-5 (benchmarks/scd.py) their drift grew to 2.5e-5 in 150
+epochs and held the gap near 1e-7. The wild variant
 (a negative control, never a solver) adds with a plain load and store: concurrent programs then
 lose each other's updates.
 
@@ -46,17 +49,17 @@ INDEX = m.Argument("index_ptr", "layout", "index", "int32", ("entries",), lifeti
 VALUE = m.Argument("value_ptr", "layout", "value", "float32", ("entries",), lifetime="layout")
 CURVATURE = m.Argument("curvature_ptr", "layout", "curvature", "float32", ("coordinates",), lifetime="layout")
 LABEL = m.Argument("label_ptr", "labels", "", "float32", ("rows",), lifetime="layout")
-COORDINATE = m.Argument("coordinate_ptr", "param", "coordinate", "float32", ("coordinates",))
-SHARED = m.Argument("shared_ptr", "shared", "", "float32", ("shared",))
+COORDINATE = m.Argument("coordinate_ptr", "param", "coordinate", "float64", ("coordinates",))
+SHARED = m.Argument("shared_ptr", "shared", "", "float64", ("shared",))
 SCALE = m.Argument("scale", "hyper", "scale", "float", lifetime="call")
 L1 = m.Argument("l1", "hyper", "l1", "float", lifetime="call")
 L2 = m.Argument("l2", "hyper", "l2", "float", lifetime="call")
 
 CONSTEXPRS = ("HAS_VALUES", "BLOCK")
-# Safeguarded Newton steps of a dual logistic coordinate, until |G| <= NEWTON_TOLERANCE (1 + q) (float32's
-# resolution of G with room) or NEWTON_STEPS: a fixed 20 left some a9a rows inexact and the gap wandering
-# near 1e-5 on the GPU, where float32 emulation of this loop reaches 5e-11; typical rows take 3-5
-NEWTON_STEPS, NEWTON_TOLERANCE = 64, 1e-6
+# Safeguarded Newton steps of a dual logistic coordinate, until |G| <= NEWTON_TOLERANCE (1 + q) (in float64,
+# with room) or NEWTON_STEPS: a fixed 20 left some a9a rows inexact and the gap wandering near 1e-5 on
+# the GPU; typical rows take 3-5
+NEWTON_STEPS, NEWTON_TOLERANCE = 64, 1e-10
 # b = y alpha of the dual logistic loss is kept in [B_MARGIN, 1 - B_MARGIN]: its log-odds are finite
 B_MARGIN = 1e-6
 LOGIT_MARGIN = -13.815510557964274     # log(B_MARGIN / (1 - B_MARGIN))
@@ -165,7 +168,7 @@ def _epoch(variant):
     w.line(f"coordinate = tl.load({w.arg(ORDER)} + slot)")
     w.line(f"start = tl.load({w.arg(START)} + coordinate)")
     w.line(f"end = tl.load({w.arg(START)} + coordinate + 1)")
-    w.line("partial = tl.zeros([BLOCK], dtype=tl.float32)")
+    w.line("partial = tl.zeros([BLOCK], dtype=tl.float64)")
 
     def reduce():
         w.comment("past L1: other programs' atomic additions land in L2")

@@ -5,7 +5,7 @@ alac.runtime.duality evaluated in float64 after each epoch.
 
 Backends: "triton" (the generated kernels on the GPU: one program per few coordinates, the shared
 vector updated with float atomics), "interpret" (the same kernels in Triton's interpreter, which
-runs the programs one after the other: exactly sequential SCD in float32), "sequential" (the
+runs the programs one after the other: exactly sequential SCD, its data in float32), "sequential" (the
 float64 reference, alac.runtime.scd_sequential) and "auto" (triton on a GPU, else sequential).
 
 Virtual workers (CoCoA with sigma = 1): the coordinates cut into `workers` parts, each part's local
@@ -17,6 +17,7 @@ in the dual denominator, beta and w taken before the epoch).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import time
@@ -26,6 +27,7 @@ import torch
 from alac.errors import OptionError
 from alac.runtime import duality
 from alac.runtime.compressed import CompressedAxis, CompressedMatrix, reduce_entries
+from alac.runtime.host_copy import to_device
 from alac.runtime.scd_launcher import ScdLauncher, band_programs, bands
 from alac.runtime.scd_sequential import LOSS_CODES, dual_epoch, primal_epoch
 
@@ -50,6 +52,9 @@ class ScdProblem:
             raise OptionError("SCD needs a data set with at least one row and one entry")
         self.n_rows, self.n_features, self.loss = data.n_rows, data.n_features, loss
         self.labels = signed_labels(data.labels, loss).to(device, dtype)
+        # on the device first: the primal's CSC is made there (webspam-shaped: 2.3 s on the CPU, ms on a GPU)
+        data = dataclasses.replace(data, indptr=to_device(data.indptr, device), indices=to_device(data.indices, device),
+                                   values=to_device(data.values, device), labels=data.labels.to(device), fields=None)
         if form == "dual":
             self.axis = CompressedAxis.of(data.indptr, data.indices, data.values, dtype, device)
         else:
@@ -217,6 +222,7 @@ class ScdSolver:
 
     def _build(self, data, backend, device, evaluate_on):
         """The problem, its certificates' copy and the zero point, for `backend` on `device`."""
+        # the data in float32 for the kernels; their coordinates and shared vector in float64 (alac.codegen.scd_kernels)
         dtype = torch.float64 if backend == "sequential" else torch.float32
         self.device = device
         self.problem = ScdProblem(data, self.form, self.loss, device, dtype)
@@ -225,9 +231,9 @@ class ScdSolver:
         primal = self.form == "primal"
         self.n_shared = self.problem.n_rows if primal else self.problem.n_features
         # the coordinates (beta or alpha) and the shared vector (w = A beta or v = A^T alpha), both 0
-        self.coordinates = torch.zeros(self.problem.n_features if primal else self.problem.n_rows, dtype=dtype,
-                                       device=device)
-        self.shared = torch.zeros(self.n_shared, dtype=dtype, device=device)
+        self.coordinates = torch.zeros(self.problem.n_features if primal else self.problem.n_rows,
+                                       dtype=torch.float64, device=device)
+        self.shared = torch.zeros(self.n_shared, dtype=torch.float64, device=device)
         self.curvature = self.axis.norm
 
     def _coupling(self, overlap):
@@ -235,8 +241,9 @@ class ScdSolver:
         data's plus the regularizer's (N l2 for the primal; the conjugate loss's,
         CONJUGATE_CURVATURE times lambda N, for the dual), which keeps the steps apart: a large
         lambda decouples them."""
-        weight = 1.0 if self.form == "primal" else CONJUGATE_CURVATURE[self.loss]
-        return overlap.coupling(regularizer=weight * self.scale)
+        if self.form == "primal":
+            return overlap.coupling(regularizer=self.scale * self.l2)
+        return overlap.coupling(regularizer=CONJUGATE_CURVATURE[self.loss] * self.scale)
 
     # -- one epoch -------------------------------------------------------------------------------
     def _local_epoch(self, order, shared):

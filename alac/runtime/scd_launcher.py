@@ -19,6 +19,8 @@ MIN_BLOCK, MAX_BLOCK, MAX_WARPS = 16, 1024, 8
 # benchmarks/scd.py measures it), and no more than a multiprocessor keeps resident (64 warps on
 # Hopper), so that they all run at once.
 COORDINATES_PER_PROGRAM = 64
+# the entries of a launch per entry of its longest coordinate, at least (programs())
+LONGEST_SHARE = 5
 WARPS_PER_MULTIPROCESSOR = 64
 
 
@@ -69,21 +71,24 @@ def programs(n_coordinates, entries, longest, coupling, device, interpret, warps
     """The epoch's programs of `warps` warps: one under the interpreter (it runs programs one after
     another, so one program is the sequential epoch), else bounded by
     - the problem's size and what the GPU keeps resident;
-    - entries / (2 longest): the longest coordinate in flight for at most half the epoch. Its step
-      is computed from a shared vector that the others change meanwhile: webspam-shaped columns
-      (benchmarks/scd.py, 263k of 52.6M entries) took sequential SCD's epochs to gap 1e-6 with
-      the longest in flight for 0.6 of the epoch, stalled at 1e-4 with 2.6, diverged with 10;
-    - 1 + 1 / (4 coupling) (alac.runtime.scd.Overlap): with coupling c and P in flight the
-      steps' curvature is 1 + (P - 1) c times ||a||^2 for synchronous steps, and asynchronous ones
-      overlap twice as many; a dual of 20,000 unit rows of 20 entries (c = 0.0027,
+    - entries / (LONGEST_SHARE longest): the longest coordinate in flight for at most a fifth of
+      the launch. Its step is computed from a shared vector that the others change meanwhile, which
+      the separable over-approximation below does not see: the webspam-shaped primal's band of
+      1,507 long columns (benchmarks/scd.py, the longest 263k of 11M entries; lambda 1e-3) took
+      38-52 epochs to gap 1e-8 with 2 in flight (the longest in flight for 0.05 of the launch;
+      sequential SCD 40), 70-80 with 21 (0.5), 87-152 with 64 (1.5);
+    - 1 + 1 / (3 coupling) (alac.runtime.scd.Overlap): with coupling c and P in flight the
+      steps' curvature is 1 + (P - 1) c times ||a||^2, so more in flight take more epochs of
+      less time each: a dual of 20,000 unit rows of 20 entries (c = 0.0027,
       tests/runtime/test_scd.py) took 3 times sequential SCD's epochs with 312 in flight
-      (0.84 / c), 1.3 times with 64 (0.17 / c). a9a's dual (every row sharing the intercept and
-      popular features, c = 0.48) steps one coordinate at a time; the webspam-shaped primal
-      (c = 0.0002) a thousand."""
+      (0.84 / c), 1.3 times with 64 (0.17 / c); the webspam-shaped dual at lambda 1e-3
+      (c = 0.0024) reached gap 1e-6 in 21 ms with 104 (0.25 / c), 16 ms with 139 and 186,
+      14 ms with 256 (0.61 / c) on an H200. a9a's dual (every row sharing the intercept and
+      popular features, c = 0.48) steps one coordinate at a time."""
     if interpret:
         return 1
-    return max(1, min(n_coordinates // COORDINATES_PER_PROGRAM, entries // max(1, 2 * longest),
-                      int(1 + 1 / max(4 * coupling, 1e-12)), resident(device, warps)))
+    return max(1, min(n_coordinates // COORDINATES_PER_PROGRAM, entries // max(1, LONGEST_SHARE * longest),
+                      int(1 + 1 / max(3 * coupling, 1e-12)), resident(device, warps)))
 
 
 def band_programs(axis, band, coupling, interpret):

@@ -4,8 +4,8 @@ import triton
 import triton.language as tl
 
 @triton.jit
-def alac_scd_primal_squared(shared_ptr: "*fp32", n_coordinates, order_ptr: "*i64", start_ptr: "*i64", index_ptr: "*i32",
-        value_ptr: "*fp32", label_ptr: "*fp32", curvature_ptr: "*fp32", coordinate_ptr: "*fp32", scale: "fp32",
+def alac_scd_primal_squared(shared_ptr: "*fp64", n_coordinates, order_ptr: "*i64", start_ptr: "*i64", index_ptr: "*i32",
+        value_ptr: "*fp32", label_ptr: "*fp32", curvature_ptr: "*fp32", coordinate_ptr: "*fp64", scale: "fp32",
         l2: "fp32", l1: "fp32", HAS_VALUES: tl.constexpr, BLOCK: tl.constexpr):
     # every num_programs-th coordinate of the epoch's order, one after the other: as many
     # coordinates in flight as programs, whatever the problem's size
@@ -15,7 +15,7 @@ def alac_scd_primal_squared(shared_ptr: "*fp32", n_coordinates, order_ptr: "*i64
             coordinate = tl.load(order_ptr + slot)
             start = tl.load(start_ptr + coordinate)
             end = tl.load(start_ptr + coordinate + 1)
-            partial = tl.zeros([BLOCK], dtype=tl.float32)
+            partial = tl.zeros([BLOCK], dtype=tl.float64)
             for tile in range(start, end, BLOCK):
                 at = tile + tl.arange(0, BLOCK)
                 inside = at < end
