@@ -300,11 +300,15 @@ def _median_seconds(work, device, repeats=5):
 
 
 def report(payload):
+    """The tables, headed by the device and the run (or, for parts run in calls of their own and
+    merged, each part's command, date and note)."""
     env = payload["environment"]
     parts = payload["arguments"].get("parts", "webspam,real,workers")
     command = "PYTHONPATH=. python benchmarks/scd.py" + (f" --parts {parts}" if parts != "webspam,real,workers" else "")
-    return (f"SCD ({env['device']}, {env['date']}; `{command}`)\n\n"
-            + scd_table(payload))
+    runs = payload.get("runs") or [{"command": command, "date": env["date"]}]
+    heading = "; ".join(f"`{run['command']}` {run['date']}" + (f" ({run['note']})" if run.get("note") else "")
+                        for run in runs)
+    return f"SCD ({env['device']}: {heading})\n\n" + scd_table(payload)
 
 
 def main():
