@@ -8,7 +8,8 @@ cannot add up to an overshoot.
 For each coordinate m (a column of A for the primal, a row for the dual, with its entries
 start[m]:start[m+1] of the compressed layout):
 
-    dot   = sum over its entries of a * (y[i] - w[i])   (primal: the residual)
+    dot   = sum over its entries of a * (y[i] - w[i])   (primal, squared loss: the residual)
+          or      sum over its entries of -a * phi'(w[i])     (primal, smooth loss: w the margins)
           or      sum over its entries of a * v[j]            (dual: the shared vector)
     delta = the step of the coordinate's 1-D problem, from dot, c_m and its value
     x[m] += delta;  shared[i] += a * delta for every entry (float atomics)
@@ -25,6 +26,8 @@ The steps (N rows, scale = N for the primal and lambda N for the dual; see alac.
 for the objectives they minimize):
 - primal, squared loss with l1 and l2 (ridge, lasso, elastic net): the soft-thresholded
   closed form z = S(dot + c x, N l1) / (c + N l2), delta = z - x;
+- primal, logistic or squared hinge loss with l2: a Newton step delta = (dot - N l2 x) / (h + N l2),
+  h = sum of a^2 phi''(w[i]) times c / ||a||^2;
 - dual (SDCA), squared loss: delta = (lambda N (y - x) - dot) / (lambda N + c);
 - dual hinge: y * clip((1 - y u) / q + y x, 0, 1) - x, with u = dot / (lambda N), q = c / (lambda N);
 - dual squared hinge: y * max(-y x, (1 - y u - y x / 2) / (q + 1/2));
@@ -48,6 +51,7 @@ START = m.Argument("start_ptr", "layout", "start", "int64", ("coordinates+1",), 
 INDEX = m.Argument("index_ptr", "layout", "index", "int32", ("entries",), lifetime="layout")
 VALUE = m.Argument("value_ptr", "layout", "value", "float32", ("entries",), lifetime="layout")
 CURVATURE = m.Argument("curvature_ptr", "layout", "curvature", "float32", ("coordinates",), lifetime="layout")
+NORM = m.Argument("norm_ptr", "layout", "norm", "float32", ("coordinates",), lifetime="layout")
 LABEL = m.Argument("label_ptr", "labels", "", "float32", ("rows",), lifetime="layout")
 COORDINATE = m.Argument("coordinate_ptr", "param", "coordinate", "float64", ("coordinates",))
 SHARED = m.Argument("shared_ptr", "shared", "", "float64", ("shared",))
@@ -64,6 +68,8 @@ NEWTON_STEPS, NEWTON_TOLERANCE = 64, 1e-10
 B_MARGIN = 1e-6
 LOGIT_MARGIN = -13.815510557964274     # log(B_MARGIN / (1 - B_MARGIN))
 LOSSES = ("squared", "hinge", "squared_hinge", "logistic")
+# the primal's losses: smooth ones (Newton steps; the squared loss's is exact)
+PRIMAL_LOSSES = ("squared", "squared_hinge", "logistic")
 
 
 @dataclass(frozen=True)
@@ -78,8 +84,14 @@ class ScdVariant:
 
     def __post_init__(self):
         if self.form not in ("primal", "dual") or self.loss not in LOSSES or \
-                (self.form == "primal" and self.loss != "squared"):
-            raise ValueError(f"an SCD kernel is primal (squared loss) or dual ({', '.join(LOSSES)}), got {self}")
+                (self.form == "primal" and self.loss not in PRIMAL_LOSSES):
+            raise ValueError(f"an SCD kernel is primal ({', '.join(PRIMAL_LOSSES)}) or dual ({', '.join(LOSSES)}), "
+                             f"got {self}")
+
+    @property
+    def newton(self):
+        """The primal of a loss whose coordinate step is a Newton step (its curvature summed too)."""
+        return self.form == "primal" and self.loss != "squared"
 
     @property
     def name(self):
@@ -113,6 +125,14 @@ def _tiles(w, body):
 def _step(w, variant):
     """delta from dot, curvature, x (the coordinate's value) and, for the dual, y (its label)."""
     scale = w.arg(SCALE)
+    if variant.newton:
+        w.comment("a Newton step of the 1-D objective, its curvature damped as the separable over-approximation")
+        w.comment("damps ||a||^2 for the coordinates in flight")
+        w.line(f"bent = tl.sum(bend, axis=0) * curvature / tl.maximum(tl.load({w.arg(NORM)} + coordinate), 1e-30)")
+        w.line(f"denominator = bent + {scale} * {w.arg(L2)}")
+        w.line(f"numerator = dot - {scale} * {w.arg(L2)} * x")
+        w.line("delta = tl.where(denominator > 0.0, numerator / tl.maximum(denominator, 1e-30), 0.0)")
+        return
     if variant.form == "primal":
         w.comment("the 1-D problem's minimizer: soft-thresholded (l1), shrunk (l2)")
         w.line(f"denominator = curvature + {scale} * {w.arg(L2)}")
@@ -169,11 +189,24 @@ def _epoch(variant):
     w.line(f"start = tl.load({w.arg(START)} + coordinate)")
     w.line(f"end = tl.load({w.arg(START)} + coordinate + 1)")
     w.line("partial = tl.zeros([BLOCK], dtype=tl.float64)")
+    if variant.newton:
+        w.line("bend = tl.zeros([BLOCK], dtype=tl.float64)")
 
     def reduce():
         w.comment("past L1: other programs' atomic additions land in L2")
         w.line(f"shared = tl.load({shared} + index, mask=inside, other=0.0, cache_modifier=\".cg\")")
-        if variant.form == "primal":
+        if variant.newton:
+            w.comment("the rows' margins: -phi'(margin) summed into dot, phi''(margin) into bend")
+            w.line(f"target = tl.load({w.arg(LABEL)} + index, mask=inside, other=0.0)")
+            if variant.loss == "logistic":
+                w.line("s = tl.sigmoid(-target * shared)")
+                w.line("partial += a * (target * s)")
+                w.line("bend += a * a * (s * (1.0 - s))")
+            else:
+                w.line("slack = tl.maximum(1.0 - target * shared, 0.0)")
+                w.line("partial += a * (2.0 * target * slack)")
+                w.line("bend += a * a * tl.where(slack > 0.0, 2.0, 0.0)")
+        elif variant.form == "primal":
             w.line(f"target = tl.load({w.arg(LABEL)} + index, mask=inside, other=0.0)")
             w.line("partial += a * (target - shared)")
         else:

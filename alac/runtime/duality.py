@@ -87,6 +87,26 @@ def alpha_of_beta(A, y, beta):
     return y.double() - _rows(_f64(A), beta.double())
 
 
+def alpha_of_margins(margins, y, loss):
+    """The dual point of a primal one through its margins A beta: alpha = -phi'(margin) (a smooth
+    loss; the dual's optimum at the primal's)."""
+    y, margins = y.double(), margins.double()
+    if loss == "squared_hinge":
+        return 2 * y * torch.clamp(1 - y * margins, min=0)
+    if loss == "logistic":
+        return y * torch.sigmoid(-y * margins)
+    raise ValueError(f"alpha_of_margins takes the squared hinge or the logistic loss, got {loss!r}")
+
+
+def margin_objectives(A, y, beta, loss, l2):
+    """(P(beta), D(alpha(beta))) of a smooth classification loss: the primal solver's certificate
+    (two passes over A)."""
+    A, beta = _f64(A), beta.double()
+    margins = _rows(A, beta)
+    return (primal_value(A, y, beta, loss, l2, margins=margins),
+            dual_value(A, y, alpha_of_margins(margins, y, loss), loss, l2))
+
+
 def dual_objectives(A, y, alpha, loss, l2):
     """(P(beta(alpha)), D(alpha)): the dual solver's certificate (two passes over A)."""
     alpha = alpha.double()

@@ -1,5 +1,6 @@
 """Stochastic coordinate descent (TPA-SCD): the primal solver over A's columns (squared loss with l1
-and l2: ridge, lasso, elastic net) and the dual (SDCA) over its rows (squared, hinge, squared hinge,
+and l2: ridge, lasso, elastic net; squared hinge and logistic with l2, by Newton steps, the shared
+vector the rows' margins) and the dual (SDCA) over its rows (squared, hinge, squared hinge,
 logistic with l2), every epoch a fresh permutation of the coordinates, the gap of
 alac.runtime.duality evaluated in float64 after each epoch.
 
@@ -29,7 +30,7 @@ from alac.runtime import duality
 from alac.runtime.compressed import CompressedAxis, CompressedMatrix, reduce_entries
 from alac.runtime.host_copy import to_device
 from alac.runtime.scd_launcher import ScdLauncher, band_programs, bands
-from alac.runtime.scd_sequential import LOSS_CODES, dual_epoch, primal_epoch
+from alac.runtime.scd_sequential import LOSS_CODES, dual_epoch, margin_epoch, primal_epoch
 
 AGGREGATIONS = ("adaptive", "averaging", "adding")
 # the conjugate losses' curvature in alpha, per lambda N, credited against the coupling: the squared
@@ -40,6 +41,8 @@ CONJUGATE_CURVATURE = {"squared": 1.0, "squared_hinge": 0.5, "logistic": 0.0, "h
 # took 150 ms an epoch on an H200 (4.6 us a coordinate) against 4.5 ms for the float64 CPU solver
 MIN_GPU_IN_FLIGHT = 32
 BACKENDS = ("auto", "triton", "interpret", "sequential")
+# the primal's losses: the squared loss's exact steps, Newton steps of the smooth classification ones
+PRIMAL_LOSSES = ("squared", "squared_hinge", "logistic")
 
 
 class ScdProblem:
@@ -139,7 +142,8 @@ class Overlap:
 class ScdSolver:
     def __init__(self, data, form="primal", loss="squared", l2=1e-3, l1=0.0, backend="auto", wild=False,
                  workers=1, aggregation="adaptive", seed=0, device=None, evaluate_on=None, in_flight=None):
-        """form: "primal" (columns; squared loss, l1 and l2) or "dual" (rows; any loss, l2 > 0);
+        """form: "primal" (columns; squared loss with l1 and l2, or squared hinge and logistic with
+        l2 > 0) or "dual" (rows; any loss, l2 > 0);
         wild: non-atomic shared updates (a negative control); workers, aggregation: CoCoA's
         virtual workers (aggregation "adaptive" for the squared loss without l1); evaluate_on: the
         device of the certificates' float64 products (default the solver's: the sequential solver
@@ -149,11 +153,12 @@ class ScdSolver:
         by Overlap's curvatures)."""
         if form not in ("primal", "dual"):
             raise OptionError(f"SCD form is primal or dual, got {form!r}")
-        if loss not in duality.LOSSES or (form == "primal" and loss != "squared"):
-            raise OptionError(f"SCD loss: the primal solves the squared loss, the dual one of "
+        if loss not in duality.LOSSES or (form == "primal" and loss not in PRIMAL_LOSSES):
+            raise OptionError(f"SCD loss: the primal solves one of {', '.join(PRIMAL_LOSSES)}, the dual one of "
                               f"{', '.join(duality.LOSSES)}; got {form} {loss!r}")
-        if l2 < 0 or l1 < 0 or (form == "dual" and l2 <= 0) or (form == "dual" and l1 > 0):
-            raise OptionError(f"SCD needs l1, l2 >= 0, and the dual l2 > 0 without l1; got l1={l1}, l2={l2}")
+        if l2 < 0 or l1 < 0 or ((form == "dual" or loss != "squared") and (l2 <= 0 or l1 > 0)):
+            raise OptionError(f"SCD needs l1, l2 >= 0, and the dual l2 > 0 without l1 (the primal too, but for "
+                              f"its squared loss); got l1={l1}, l2={l2}")
         if backend not in BACKENDS:
             raise OptionError(f"SCD backend is one of {', '.join(BACKENDS)}, got {backend!r}")
         if aggregation not in AGGREGATIONS or not isinstance(workers, int) or workers < 1:
@@ -252,10 +257,14 @@ class ScdSolver:
                                 self.scale, self.l1, self.l2)
             return
         a, value = self.axis, self._values.numpy()
-        if self.form == "primal":
+        if self.form == "primal" and self.loss == "squared":
             primal_epoch(order.numpy(), a.start.numpy(), a.index.numpy(), value, a.norm.numpy(),
                          self.problem.labels.numpy(), self.coordinates.numpy(), shared.numpy(),
                          float(self.problem.n_rows), self.l1, self.l2)
+        elif self.form == "primal":
+            margin_epoch(order.numpy(), a.start.numpy(), a.index.numpy(), value, self.problem.labels.numpy(),
+                         self.coordinates.numpy(), shared.numpy(), float(self.problem.n_rows), self.l2,
+                         LOSS_CODES[self.loss])
         else:
             dual_epoch(order.numpy(), a.start.numpy(), a.index.numpy(), value, a.norm.numpy(),
                        self.problem.labels.numpy(), self.coordinates.numpy(), shared.numpy(), self.scale,
@@ -314,8 +323,10 @@ class ScdSolver:
         """(P, D): the primal and dual objectives in float64 at the current point."""
         A, y = self.evaluation
         x = self.coordinates.to(y.device)
-        if self.form == "primal":
+        if self.form == "primal" and self.loss == "squared":
             return duality.primal_objectives(A, y, x, self.l2, self.l1)
+        if self.form == "primal":
+            return duality.margin_objectives(A, y, x, self.loss, self.l2)
         return duality.dual_objectives(A, y, x, self.loss, self.l2)
 
     def gap(self):

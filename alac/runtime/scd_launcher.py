@@ -123,7 +123,8 @@ class ScdLauncher:
         values = {("size", "coordinates"): order.numel(), ("order", "coordinates"): order,
                   ("layout", "start"): axis.start, ("layout", "index"): axis.index,
                   ("layout", "value"): axis.value if axis.value is not None else curvature,
-                  ("layout", "curvature"): curvature, ("labels", ""): labels, ("param", "coordinate"): coordinates,
+                  ("layout", "curvature"): curvature, ("layout", "norm"): axis.norm,
+                  ("labels", ""): labels, ("param", "coordinate"): coordinates,
                   ("shared", ""): shared, ("hyper", "scale"): float(scale), ("hyper", "l1"): float(l1),
                   ("hyper", "l2"): float(l2)}
         grid = (min(band.in_flight, order.numel()),)

@@ -89,3 +89,30 @@ def dual_epoch(order, start, index, value, norm, y, alpha, v, lambda_n, loss):
 
 def as_float64(*arrays):
     return [np.ascontiguousarray(a, dtype=np.float64) for a in arrays]
+
+
+@numba.njit(cache=True)
+def margin_epoch(order, start, index, value, y, beta, margin, n_rows, l2, loss):
+    """One epoch of the primal's Newton steps of a smooth loss (LOSS_CODES: squared hinge or
+    logistic) over columns, in place: column m steps by -g / h, g and h the derivatives of its 1-D
+    objective at its rows' margins (margin = A beta), which then move."""
+    for m in order:
+        g = 0.0
+        h = 0.0
+        for e in range(start[m], start[m + 1]):
+            i = index[e]
+            if loss == 2:
+                slack = max(1.0 - y[i] * margin[i], 0.0)
+                slope, curve = -2.0 * y[i] * slack, 2.0 if slack > 0.0 else 0.0
+            else:
+                s = 1.0 / (1.0 + math.exp(y[i] * margin[i]))      # sigma(-y z)
+                slope, curve = -y[i] * s, s * (1.0 - s)
+            g += value[e] * slope
+            h += value[e] * value[e] * curve
+        denominator = h + n_rows * l2
+        if denominator <= 0.0:
+            continue
+        delta = -(g + n_rows * l2 * beta[m]) / denominator
+        beta[m] += delta
+        for e in range(start[m], start[m + 1]):
+            margin[index[e]] += value[e] * delta

@@ -14,7 +14,7 @@ import pytest
 
 from alac.codegen.bag_kernels import generate_bag_kernels
 from alac.codegen.kernels import generate_kernels
-from alac.codegen.scd_kernels import LOSSES, ScdVariant, generate_scd_kernels
+from alac.codegen.scd_kernels import LOSSES, PRIMAL_LOSSES, ScdVariant, generate_scd_kernels
 from alac.ir.pipeline import lower
 from alac.models.deep import FieldTables
 from alac.plan import Plan
@@ -63,8 +63,9 @@ def generate(model, optimizer, plan):
 CASES = list(cases())
 # alac.nn's kernels (alac.codegen.bag_kernels) of the deep models' tables (k = 6: masked lanes)
 BAG_OPTIMIZERS = ("sgd", "adagrad", "ftrl", "adam")
-# the SCD kernels (alac.codegen.scd_kernels): the primal, every dual loss, and the wild control
-SCD_VARIANTS = (ScdVariant("primal"), *(ScdVariant("dual", loss) for loss in LOSSES), ScdVariant("primal", wild=True))
+# the SCD kernels (alac.codegen.scd_kernels): every primal and dual loss, and the wild control
+SCD_VARIANTS = (*(ScdVariant("primal", loss) for loss in PRIMAL_LOSSES), *(ScdVariant("dual", loss) for loss in LOSSES),
+                ScdVariant("primal", wild=True))
 
 
 def snapshots():

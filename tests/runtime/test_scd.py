@@ -28,6 +28,7 @@ def test_sequential_ridge_reaches_gap_1e_8_in_at_most_30_epochs():
 
 
 CASES = [("primal", "squared", 0.0, L2), ("primal", "squared", 1e-2, 1e-3), ("primal", "squared", 1e-2, 0.0),
+         ("primal", "logistic", 0.0, L2), ("primal", "squared_hinge", 0.0, L2),
          *[("dual", loss, 0.0, L2) for loss in duality.LOSSES]]
 
 
@@ -139,7 +140,7 @@ def test_on_a_gpu_the_kernels_converge_as_fast_as_sequential_scd_and_keep_the_sh
 
     data = webspam_like(20_000, 20_000, 20, 0.5, seed=0)
     classes = dataclasses.replace(data, labels=(data.labels > data.labels.median()).float())
-    for form, loss in (("primal", "squared"), ("dual", "squared"), ("dual", "logistic")):
+    for form, loss in (("primal", "squared"), ("dual", "squared"), ("dual", "logistic"), ("primal", "logistic")):
         problem = data if loss == "squared" else classes
         # lambda 1e-5: 9 to 19 sequential epochs to 1e-7
         sequential = ScdSolver(problem, form, loss, l2=1e-5, backend="sequential").fit(200, 1e-7)
@@ -174,7 +175,8 @@ def test_on_a_gpu_the_wild_control_loses_updates():
 @pytest.mark.parametrize("options,message", [
     ({"form": "dual", "l2": 0.0}, "the dual l2 > 0"),
     ({"form": "dual", "l1": 1e-3}, "the dual l2 > 0 without l1"),
-    ({"form": "primal", "loss": "hinge"}, "the primal solves the squared loss"),
+    ({"form": "primal", "loss": "hinge"}, "the primal solves one of squared, squared_hinge, logistic"),
+    ({"form": "primal", "loss": "logistic", "l1": 1e-3}, "the primal too, but for its squared loss"),
     ({"workers": 4, "l1": 1e-3}, "adaptive aggregation is the squared loss"),
     ({"aggregation": "median", "workers": 2}, "aggregation one of"),
     ({"backend": "sequential", "wild": True}, "the wild control is a kernel variant"),
