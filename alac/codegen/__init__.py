@@ -9,8 +9,8 @@ from alac.codegen.module_cache import interpreter_active, load_module, triton_in
 from alac.codegen.torch_programs import TorchPrograms
 
 __all__ = ["ALLOCATED_ROLES", "Argument", "GeneratedKernels", "KernelSpec", "ScdVariant", "Sizes", "TorchPrograms",
-           "generate_bag_kernels", "generate_kernels", "generate_scd_kernels", "interpreter_active", "load_module",
-           "triton_installed"]
+           "generate_bag_kernels", "generate_kernels", "generate_scd_kernels", "generate_scd_split_kernels",
+           "interpreter_active", "load_module", "triton_installed"]
 
 
 def __getattr__(name):
@@ -28,4 +28,8 @@ def __getattr__(name):
         from alac.codegen import scd_kernels
 
         return getattr(scd_kernels, name)
+    if name == "generate_scd_split_kernels":
+        from alac.codegen import scd_split_kernels
+
+        return scd_split_kernels.generate_scd_split_kernels
     raise AttributeError(name)

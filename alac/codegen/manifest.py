@@ -23,9 +23,10 @@ ALLOCATED_ROLES = ("grad", "touched", "queue", "hot_sums", "edge_grad", "chunk_g
 # Scalars: a layout's or plan's size, a launch's position, a regulariser's coefficient, a hyper.
 SCALAR_ROLES = ("size", "launch", "gradient_l2", "update_l1", "update_l2", "hyper")
 # alac.nn's kernels (alac.codegen.bag_kernels): a call's entries and its bags' dLoss/dAccum
-# the SCD kernels (alac.codegen.scd_kernels): an epoch's coordinate order and the shared vector
+# the SCD kernels (alac.codegen.scd_kernels): an epoch's coordinate order and the shared vector; a split
+# coordinate's sums (alac.codegen.scd_split_kernels)
 ROLES = MODEL_ROLES + ALLOCATED_ROLES + SCALAR_ROLES + ("layout", "labels", "output", "entries", "deltas", "order",
-                                                       "shared")
+                                                       "shared", "sums")
 LIFETIMES = ("model", "layout", "epoch", "launch", "call")
 # device: GPU memory; host: pinned host memory the kernels reach through mapped (UVA) pointers
 PLACEMENTS = ("device", "host")

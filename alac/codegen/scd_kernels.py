@@ -107,9 +107,10 @@ class GeneratedScdKernels:
     manifest: tuple
 
 
-def _tiles(w, body):
-    """Loop over the coordinate's entries in BLOCK-wide tiles, loading index a and value a of each."""
-    w.line("for tile in range(start, end, BLOCK):")
+def tiles(w, body, first="start", stride="BLOCK"):
+    """Loop over the coordinate's entries in BLOCK-wide tiles (from `first`, every `stride` entries),
+    loading index a and value a of each."""
+    w.line(f"for tile in range({first}, end, {stride}):")
     w.depth += 1
     w.line("at = tile + tl.arange(0, BLOCK)")
     w.line("inside = at < end")
@@ -122,13 +123,13 @@ def _tiles(w, body):
     w.depth -= 1
 
 
-def _step(w, variant):
+def step(w, variant):
     """delta from dot, curvature, x (the coordinate's value) and, for the dual, y (its label)."""
     scale = w.arg(SCALE)
     if variant.newton:
         w.comment("a Newton step of the 1-D objective, its curvature damped as the separable over-approximation")
         w.comment("damps ||a||^2 for the coordinates in flight")
-        w.line(f"bent = tl.sum(bend, axis=0) * curvature / tl.maximum(tl.load({w.arg(NORM)} + coordinate), 1e-30)")
+        w.line(f"bent = bend_sum * curvature / tl.maximum(tl.load({w.arg(NORM)} + coordinate), 1e-30)")
         w.line(f"denominator = bent + {scale} * {w.arg(L2)}")
         w.line(f"numerator = dot - {scale} * {w.arg(L2)} * x")
         w.line("delta = tl.where(denominator > 0.0, numerator / tl.maximum(denominator, 1e-30), 0.0)")
@@ -175,9 +176,49 @@ def _step(w, variant):
         w.line(f"delta = y * tl.minimum(tl.maximum(b, {B_MARGIN}), {1 - B_MARGIN}) - x")
 
 
+def sums(w, variant):
+    """The per-lane sums a coordinate's tiles reduce into: dot's, and the Newton curvature's."""
+    w.line("partial = tl.zeros([BLOCK], dtype=tl.float64)")
+    if variant.newton:
+        w.line("bend = tl.zeros([BLOCK], dtype=tl.float64)")
+
+
+def reduce_tile(w, variant):
+    """A tile's terms of dot (and of the Newton curvature) from the shared vector."""
+    w.comment("past L1: other programs' atomic additions land in L2")
+    w.line(f"shared = tl.load({w.arg(SHARED)} + index, mask=inside, other=0.0, cache_modifier=\".cg\")")
+    if variant.newton:
+        w.comment("the rows' margins: -phi'(margin) summed into dot, phi''(margin) into bend")
+        w.line(f"target = tl.load({w.arg(LABEL)} + index, mask=inside, other=0.0)")
+        if variant.loss == "logistic":
+            w.line("s = tl.sigmoid(-target * shared)")
+            w.line("partial += a * (target * s)")
+            w.line("bend += a * a * (s * (1.0 - s))")
+        else:
+            w.line("slack = tl.maximum(1.0 - target * shared, 0.0)")
+            w.line("partial += a * (2.0 * target * slack)")
+            w.line("bend += a * a * tl.where(slack > 0.0, 2.0, 0.0)")
+    elif variant.form == "primal":
+        w.line(f"target = tl.load({w.arg(LABEL)} + index, mask=inside, other=0.0)")
+        w.line("partial += a * (target - shared)")
+    else:
+        w.line("partial += a * shared")
+
+
+def update_tile(w, variant):
+    """A tile's additions of a * delta into the shared vector."""
+    shared = w.arg(SHARED)
+    if variant.wild:
+        w.comment("wild: a plain read-modify-write, which loses concurrent programs' additions")
+        w.line(f"old = tl.load({shared} + index, mask=inside, other=0.0, cache_modifier=\".cg\")")
+        w.line(f"tl.store({shared} + index, old + a * delta, mask=inside)")
+    else:
+        w.line(f"tl.atomic_add({shared} + index, a * delta, mask=inside, sem=\"relaxed\")")
+
+
 def _epoch(variant):
     w = Writer()
-    shared = w.arg(SHARED)
+    w.arg(SHARED)           # the shared vector first among the kernel's arguments
     w.comment("every num_programs-th coordinate of the epoch's order, one after the other: as many")
     w.comment("coordinates in flight as programs, whatever the problem's size")
     w.line(f"for j in range(0, tl.cdiv({w.arg(N_COORDINATES)}, tl.num_programs(0))):")
@@ -188,48 +229,18 @@ def _epoch(variant):
     w.line(f"coordinate = tl.load({w.arg(ORDER)} + slot)")
     w.line(f"start = tl.load({w.arg(START)} + coordinate)")
     w.line(f"end = tl.load({w.arg(START)} + coordinate + 1)")
-    w.line("partial = tl.zeros([BLOCK], dtype=tl.float64)")
-    if variant.newton:
-        w.line("bend = tl.zeros([BLOCK], dtype=tl.float64)")
-
-    def reduce():
-        w.comment("past L1: other programs' atomic additions land in L2")
-        w.line(f"shared = tl.load({shared} + index, mask=inside, other=0.0, cache_modifier=\".cg\")")
-        if variant.newton:
-            w.comment("the rows' margins: -phi'(margin) summed into dot, phi''(margin) into bend")
-            w.line(f"target = tl.load({w.arg(LABEL)} + index, mask=inside, other=0.0)")
-            if variant.loss == "logistic":
-                w.line("s = tl.sigmoid(-target * shared)")
-                w.line("partial += a * (target * s)")
-                w.line("bend += a * a * (s * (1.0 - s))")
-            else:
-                w.line("slack = tl.maximum(1.0 - target * shared, 0.0)")
-                w.line("partial += a * (2.0 * target * slack)")
-                w.line("bend += a * a * tl.where(slack > 0.0, 2.0, 0.0)")
-        elif variant.form == "primal":
-            w.line(f"target = tl.load({w.arg(LABEL)} + index, mask=inside, other=0.0)")
-            w.line("partial += a * (target - shared)")
-        else:
-            w.line("partial += a * shared")
-
-    _tiles(w, reduce)
+    sums(w, variant)
+    tiles(w, lambda: reduce_tile(w, variant))
     w.line("dot = tl.sum(partial, axis=0)")
+    if variant.newton:
+        w.line("bend_sum = tl.sum(bend, axis=0)")
     w.line(f"curvature = tl.load({w.arg(CURVATURE)} + coordinate)")
     w.line(f"x = tl.load({w.arg(COORDINATE)} + coordinate)")
     if variant.form == "dual":
         w.line(f"y = tl.load({w.arg(LABEL)} + coordinate)")
-    _step(w, variant)
+    step(w, variant)
     w.line(f"tl.store({w.arg(COORDINATE)} + coordinate, x + delta)")
-
-    def update():
-        if variant.wild:
-            w.comment("wild: a plain read-modify-write, which loses concurrent programs' additions")
-            w.line(f"old = tl.load({shared} + index, mask=inside, other=0.0, cache_modifier=\".cg\")")
-            w.line(f"tl.store({shared} + index, old + a * delta, mask=inside)")
-        else:
-            w.line(f"tl.atomic_add({shared} + index, a * delta, mask=inside, sem=\"relaxed\")")
-
-    _tiles(w, update)
+    tiles(w, lambda: update_tile(w, variant))
     return kernel_source(variant.name, w, CONSTEXPRS), KernelSpec(variant.name, "epoch", ("epoch",), tuple(w.args))
 
 

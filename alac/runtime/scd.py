@@ -182,11 +182,13 @@ class ScdSolver:
         self._build(data, backend, device, evaluate_on)
         self.bands, self._overlaps = [], []
         if backend != "sequential":
-            self.bands = bands(self.axis, backend == "interpret")
-            self._overlaps = [Overlap(self.axis, self.n_shared, band.members) for band in self.bands]
+            self.bands = bands(self.axis, backend == "interpret", split=form == "primal" and not wild)
+            # a split band's coordinates step one at a time: nothing overlaps them
+            self._overlaps = [None if band.split else Overlap(self.axis, self.n_shared, band.members)
+                              for band in self.bands]
             for band, overlap in zip(self.bands, self._overlaps):
-                band.in_flight = in_flight or band_programs(self.axis, band, self._coupling(overlap),
-                                                            backend == "interpret")
+                band.in_flight = 1 if band.split else in_flight or band_programs(
+                    self.axis, band, self._coupling(overlap), backend == "interpret")
             if chosen and in_flight is None and max(b.in_flight for b in self.bands) < MIN_GPU_IN_FLIGHT:
                 backend, device, self.bands, self._overlaps = "sequential", torch.device("cpu"), [], []
                 self._build(data, backend, device, evaluate_on if evaluate_on is not None else self.device)
@@ -212,7 +214,7 @@ class ScdSolver:
     @functools.cached_property
     def coupling(self):
         """The whole problem's coupling (_coupling), as reports show it."""
-        whole = next((o for o in self._overlaps if o.members is None), None)
+        whole = next((o for o in self._overlaps if o is not None and o.members is None), None)
         return self._coupling(whole or Overlap(self.axis, self.n_shared))
 
     def _use_bands(self):

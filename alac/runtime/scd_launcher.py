@@ -19,6 +19,11 @@ MIN_BLOCK, MAX_BLOCK, MAX_WARPS = 16, 1024, 8
 # benchmarks/scd.py measures it), and no more than a multiprocessor keeps resident (64 warps on
 # Hopper), so that they all run at once.
 COORDINATES_PER_PROGRAM = 64
+# primal coordinates of more entries than this step one at a time, split over every program
+# (alac.codegen.scd_split_kernels): about a tile for each resident 8-warp program of an H100 (untuned)
+SPLIT_ENTRIES = 1 << 20
+# the programs a split coordinate's launches take under the interpreter (which runs them in turn)
+INTERPRETED_SPLIT_PROGRAMS = 3
 # the entries of a launch per entry of its longest coordinate, at least (programs())
 LONGEST_SHARE = 5
 WARPS_PER_MULTIPROCESSOR = 64
@@ -39,32 +44,42 @@ def resident(device, warps):
 @dataclass
 class Band:
     """Coordinates launched together in each epoch: members (a mask over the axis's coordinates; None:
-    all of them), their tile (block, warps) and how many are in flight."""
+    all of them), their tile (block, warps) and how many are in flight; split: one at a time, each
+    over every program (alac.codegen.scd_split_kernels)."""
 
     members: torch.Tensor | None
     block: int
     warps: int
     in_flight: int = 1
+    split: bool = False
 
     def lengths(self, axis):
         lengths = axis.start[1:] - axis.start[:-1]
         return lengths if self.members is None else lengths[self.members]
 
 
-def bands(axis, interpret):
-    """One band, or two where some coordinates are longer than entries / (2 x the programs the GPU
-    keeps resident): those (a power-law head of columns) would bound every epoch's programs through
-    programs()' longest-coordinate rule, so they run first in a launch of their own, with wide tiles
-    and few programs, and the rest with as many as their coupling allows."""
+def bands(axis, interpret, split=False):
+    """The epoch's launches in order: with split (the primal's atomic kernels), coordinates longer
+    than SPLIT_ENTRIES one at a time over every program; then one band, or two where some
+    coordinates are longer than entries / (2 x the programs the GPU keeps resident): those (a
+    power-law head of columns) would bound every epoch's programs through programs()'
+    longest-coordinate rule, so they run first in a launch of their own, with wide tiles and few
+    programs, and the rest with as many as their coupling allows."""
     lengths = axis.start[1:] - axis.start[:-1]
-    entries, n = int(axis.start[-1]), axis.n_coordinates
-    whole = Band(None, *tile_shape(entries / max(1, n)))
+    longest = lengths > SPLIT_ENTRIES if split else torch.zeros_like(lengths, dtype=torch.bool)
+    out = [Band(longest, MAX_BLOCK, MAX_WARPS, split=True)] if bool(longest.any()) else []
+    rest = ~longest
+    if not bool(rest.any()):
+        return out
+    entries, n = int(lengths[rest].sum()), int(rest.sum())
+    whole = Band(rest if out else None, *tile_shape(entries / max(1, n)))
     if interpret:
-        return [whole]
-    long = lengths > entries // (2 * resident(axis.start.device, whole.warps))
-    if not bool(long.any()) or bool(long.all()):
-        return [whole]
-    return [Band(members, *tile_shape(float(lengths[members].double().mean()))) for members in (long, ~long)]
+        return out + [whole]
+    long = rest & (lengths > entries // (2 * resident(axis.start.device, whole.warps)))
+    if not bool(long.any()) or bool((long == rest).all()):
+        return out + [whole]
+    return out + [Band(members, *tile_shape(float(lengths[members].double().mean())))
+                  for members in (long, rest & ~long)]
 
 
 def programs(n_coordinates, entries, longest, coupling, device, interpret, warps=1):
@@ -102,13 +117,20 @@ class ScdLauncher:
     def __init__(self, form, loss, wild, interpret, bands):
         """The epoch kernel of an SCD problem (alac.codegen.ScdVariant's form, loss and wild),
         launched once per band of coordinates (bands())."""
-        from alac.codegen import ScdVariant, generate_scd_kernels
+        from alac.codegen import ScdVariant, generate_scd_kernels, generate_scd_split_kernels
 
-        self.generated = generate_scd_kernels(ScdVariant(form, loss, wild))
+        variant = ScdVariant(form, loss, wild)
+        self.generated = generate_scd_kernels(variant)
         self.interpret = interpret
         module = load_module(self.generated, interpret=interpret)
         self.kernel = getattr(module, self.generated.epoch.name)
         self.bands = bands
+        self.split = None
+        if any(band.split for band in bands):
+            self.split = generate_scd_split_kernels(variant)
+            split_module = load_module(self.split, interpret=interpret)
+            self.split_sums = getattr(split_module, self.split.sums.name)
+            self.split_step = getattr(split_module, self.split.step.name)
 
     def epoch(self, axis, order, labels, coordinates, shared, curvature, scale, l1=0.0, l2=0.0):
         """One epoch over `order` (int64 coordinate ids of the compressed axis) in place, band by band
@@ -117,16 +139,31 @@ class ScdLauncher:
         for band in self.bands:
             members = order if band.members is None else order[band.members[order]]
             if members.numel():
-                self._launch(band, axis, members, labels, coordinates, shared, curvature, scale, l1, l2)
+                launch = self._launch_split if band.split else self._launch
+                launch(band, axis, members, labels, coordinates, shared, curvature, scale, l1, l2)
+
+    def _values(self, axis, order, labels, coordinates, shared, curvature, scale, l1, l2):
+        return {("size", "coordinates"): order.numel(), ("order", "coordinates"): order,
+                ("layout", "start"): axis.start, ("layout", "index"): axis.index,
+                ("layout", "value"): axis.value if axis.value is not None else curvature,
+                ("layout", "curvature"): curvature, ("layout", "norm"): axis.norm,
+                ("labels", ""): labels, ("param", "coordinate"): coordinates,
+                ("shared", ""): shared, ("hyper", "scale"): float(scale), ("hyper", "l1"): float(l1),
+                ("hyper", "l2"): float(l2)}
 
     def _launch(self, band, axis, order, labels, coordinates, shared, curvature, scale, l1, l2):
-        values = {("size", "coordinates"): order.numel(), ("order", "coordinates"): order,
-                  ("layout", "start"): axis.start, ("layout", "index"): axis.index,
-                  ("layout", "value"): axis.value if axis.value is not None else curvature,
-                  ("layout", "curvature"): curvature, ("layout", "norm"): axis.norm,
-                  ("labels", ""): labels, ("param", "coordinate"): coordinates,
-                  ("shared", ""): shared, ("hyper", "scale"): float(scale), ("hyper", "l1"): float(l1),
-                  ("hyper", "l2"): float(l2)}
+        values = self._values(axis, order, labels, coordinates, shared, curvature, scale, l1, l2)
         grid = (min(band.in_flight, order.numel()),)
         self.kernel[grid](*[values[(a.role, a.of)] for a in self.generated.epoch.args],
                           HAS_VALUES=axis.value is not None, BLOCK=band.block, num_warps=band.warps)
+
+    def _launch_split(self, band, axis, order, labels, coordinates, shared, curvature, scale, l1, l2):
+        """Each coordinate of the band in turn: its sums over every program, then its step."""
+        values = self._values(axis, order, labels, coordinates, shared, curvature, scale, l1, l2)
+        values[("sums", "")] = torch.zeros(3 * order.numel(), dtype=torch.float64, device=order.device)
+        grid = (INTERPRETED_SPLIT_PROGRAMS if self.interpret else resident(order.device, band.warps),)
+        for position in range(order.numel()):
+            values[("launch", "position")] = position
+            for kernel, spec in ((self.split_sums, self.split.sums), (self.split_step, self.split.step)):
+                kernel[grid](*[values[(a.role, a.of)] for a in spec.args], HAS_VALUES=axis.value is not None,
+                             BLOCK=band.block, num_warps=band.warps)

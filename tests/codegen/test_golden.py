@@ -15,6 +15,7 @@ import pytest
 from alac.codegen.bag_kernels import generate_bag_kernels
 from alac.codegen.kernels import generate_kernels
 from alac.codegen.scd_kernels import LOSSES, PRIMAL_LOSSES, ScdVariant, generate_scd_kernels
+from alac.codegen.scd_split_kernels import generate_scd_split_kernels
 from alac.ir.pipeline import lower
 from alac.models.deep import FieldTables
 from alac.plan import Plan
@@ -75,6 +76,8 @@ def snapshots():
         lower(FieldTables(6, squares=True), o, aggregate_only=True)).source) for o in BAG_OPTIMIZERS})
     table.update({f"{v.name.removeprefix('alac_')}.py": (lambda v=v: generate_scd_kernels(v).source)
                   for v in SCD_VARIANTS})
+    table.update({f"{v.name.removeprefix('alac_')}_split.py": (lambda v=v: generate_scd_split_kernels(v).source)
+                  for v in SCD_VARIANTS if v.form == "primal" and not v.wild})
     return table
 
 

@@ -252,3 +252,31 @@ def test_the_overlap_of_coordinates_in_flight_is_the_expected_separable_over_app
     torch.testing.assert_close(Overlap(dual.axis, 2).curvature(3), torch.tensor([4.0, 2.0, 8.0], dtype=torch.float64))
     assert dual.coupling == pytest.approx(7 / (2 * (7 + 3 * 0.5 * 3)))
     assert ScdSolver(data, "dual", "hinge", l2=0.5, backend="sequential").coupling == pytest.approx(7 / (2 * 7))
+
+
+@pytest.mark.parametrize("loss", ["squared", "logistic"])
+@pytest.mark.parametrize("binary", [False, True])
+def test_columns_split_over_programs_step_as_the_sequential_solver_does(loss, binary, monkeypatch):
+    """Columns longer than SPLIT_ENTRIES (here the median column's) step one at a time over several
+    programs (alac.codegen.scd_split_kernels), before the others (one in flight): the epoch in a
+    given order is the sequential solver's in the order the bands launch them."""
+    from alac.runtime import scd_launcher
+
+    data = planted(classes=loss != "squared", binary_values=binary, seed=4)
+    lengths = torch.bincount(data.indices.long(), minlength=data.n_features)
+    monkeypatch.setattr(scd_launcher, "SPLIT_ENTRIES", int(lengths.median()))
+    monkeypatch.setattr(scd_launcher, "MAX_BLOCK", 16)     # tiles of 16: each split column's over all 3 programs
+    kernels = ScdSolver(data, "primal", loss, l2=L2, backend=KERNELS, in_flight=1)
+    split = kernels.bands[0].members
+    assert kernels.bands[0].split and 0 < int(split.sum()) < split.numel()
+    assert int(lengths[split].min()) > 2 * kernels.bands[0].block
+    reference = ScdSolver(data, "primal", loss, l2=L2, backend="sequential")
+    g = torch.Generator().manual_seed(0)
+    for _ in range(3):
+        order = torch.randperm(split.numel(), generator=g)
+        kernels.epoch(order.to(kernels.device))
+        # the bands' launches in turn, each in the permutation's order
+        reference.epoch(torch.cat([order if band.members is None else order[band.members.cpu()[order]]
+                                   for band in kernels.bands]))
+    torch.testing.assert_close(kernels.coordinates.cpu(), reference.coordinates, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(kernels.shared.cpu(), reference.shared, rtol=1e-6, atol=1e-6)

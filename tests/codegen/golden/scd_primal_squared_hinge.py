@@ -33,11 +33,12 @@ def alac_scd_primal_squared_hinge(shared_ptr: "*fp64", n_coordinates, order_ptr:
                 partial += a * (2.0 * target * slack)
                 bend += a * a * tl.where(slack > 0.0, 2.0, 0.0)
             dot = tl.sum(partial, axis=0)
+            bend_sum = tl.sum(bend, axis=0)
             curvature = tl.load(curvature_ptr + coordinate)
             x = tl.load(coordinate_ptr + coordinate)
             # a Newton step of the 1-D objective, its curvature damped as the separable over-approximation
             # damps ||a||^2 for the coordinates in flight
-            bent = tl.sum(bend, axis=0) * curvature / tl.maximum(tl.load(norm_ptr + coordinate), 1e-30)
+            bent = bend_sum * curvature / tl.maximum(tl.load(norm_ptr + coordinate), 1e-30)
             denominator = bent + scale * l2
             numerator = dot - scale * l2 * x
             delta = tl.where(denominator > 0.0, numerator / tl.maximum(denominator, 1e-30), 0.0)
