@@ -264,8 +264,8 @@ def scd_table(result):
     text += "".join(f"\n\n{a['data']} {a['name']}: test AUC {a['test_auc']:.4f}"
                     + (f" (LIBLINEAR's solution, tol 1e-10: {a['liblinear_test_auc']:.4f})"
                        if "liblinear_test_auc" in a else "") for a in arms if "test_auc" in a)
-    text += "".join(f"\n\n{a['data']} ({a['rows']:,} x {a['columns']:,}, {a['entries']:,} entries): fastest "
-                    f"epoch {min(a['epoch_seconds']):.3f} s against {a['floor_seconds']:.3f} s for the "
+    text += "".join(f"\n\n{a['data']} {a['name']} ({a['rows']:,} x {a['columns']:,}, {a['entries']:,} entries): "
+                    f"fastest epoch {min(a['epoch_seconds']):.3f} s against {a['floor_seconds']:.3f} s for the "
                     f"{a['floor_bytes'] / 1e9:.1f} GB it reads at {a['copy_gb_per_s']:.0f} GB/s "
                     f"({a['epoch_over_floor']:.2f}x)" for a in arms if "floor_seconds" in a)
     return text + "".join(f"\n\nNot run: {m}." for m in result.get("missing", []))

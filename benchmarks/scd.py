@@ -26,8 +26,9 @@ a9a and w8a (test AUC against the data README's optimum) and ridge on 20news (la
 rows L2-normalized) to gap 1e-6, at most 1,000 epochs. The
 workers part: CoCoA's virtual workers K = 2, 4, 8, averaging against the adaptive gamma, on a
 webspam-shaped set of 1/32 the size. The criteo part (`--parts criteo`, in a call of its own: 6.4 billion
-entries): a Criteo-shaped binary dual logistic problem (`--criteo-rows` x `--criteo-columns`, 25-39
-entries a row), its epoch against the bytes it must read. Writes results/scd.json and .md.
+entries): a Criteo-shaped binary l2 logistic problem (`--criteo-rows` x `--criteo-columns`, 25-39
+entries a row) to gap 1e-6 in `--criteo-forms`, each epoch against the bytes it must read. Writes
+results/scd.json and .md.
 """
 
 from __future__ import annotations
@@ -265,25 +266,34 @@ def workers_part(args):
 
 
 def criteo_part(args, backend):
-    """The Criteo-shaped dual logistic problem: epochs, gap, and the epoch against the bytes it must
-    read at the device's measured copy bandwidth."""
+    """The Criteo-shaped l2 logistic problem in each of `--criteo-forms` (the primal over its columns,
+    the dual over its rows): epochs, gap, and each epoch against the bytes it must read at the
+    device's measured copy bandwidth."""
     data = criteo_dual_like(args.criteo_rows, args.criteo_columns, 25, 39, args.seed, args.device)
     entries = data.indices.numel()
-    # per entry: its id twice (the dot product's pass and the update's) and the shared value it
-    # gathers; per row: its two offsets, alpha, label, norm and its place in the order
-    floor_bytes = entries * (4 + 4 + 4) + data.n_rows * (8 + 8 + 4 + 4 + 4 + 8)
+    # what an epoch must read. primal, per entry: its row id twice (the sums' pass and the update's), the
+    # row's float64 margin and its label; per column: its two offsets, place in the order, beta,
+    # curvature and norm. dual, per entry: its id twice and the float64 shared value; per row: its
+    # two offsets, place in the order, alpha, label and curvature
+    floor_bytes = {"primal": entries * (4 + 4 + 8 + 4) + data.n_features * (8 + 8 + 8 + 8 + 4 + 4),
+                   "dual": entries * (4 + 4 + 8) + data.n_rows * (8 + 8 + 8 + 8 + 4 + 4)}
     probe = torch.empty(1 << 28, dtype=torch.float32, device=args.device)
     copy_seconds = _median_seconds(probe.clone, args.device)
     bandwidth = 2 * probe.numel() * 4 / copy_seconds           # read and write
     del probe
-    arm = scd_arm("alac_dual_logistic", data, args, form="dual", loss="logistic", l2=1 / data.n_rows,
-                  backend=backend, device=args.device)
-    floor_seconds = floor_bytes / bandwidth
-    after = arm["seconds_after_epoch"]
-    epoch_seconds = [b - a for a, b in zip([arm["setup_seconds"]] + after, after)]
-    return [dict(arm, data="criteo_dual_like", l2=1 / data.n_rows, rows=data.n_rows, columns=data.n_features,
-                 entries=entries, floor_bytes=floor_bytes, copy_gb_per_s=bandwidth / 1e9, floor_seconds=floor_seconds,
-                 epoch_seconds=epoch_seconds, epoch_over_floor=min(epoch_seconds) / floor_seconds)]
+    local = argparse.Namespace(**{**vars(args), "tol": 1e-6})
+    arms = []
+    for form in args.criteo_forms.split(","):
+        arm = scd_arm(f"alac_{form}_logistic", data, local, form=form, loss="logistic", l2=1 / data.n_rows,
+                      backend=backend, device=args.device)
+        floor_seconds = floor_bytes[form] / bandwidth
+        after = arm["seconds_after_epoch"]
+        epoch_seconds = [b - a for a, b in zip([arm["setup_seconds"]] + after, after)]
+        arms.append(dict(arm, data="criteo_like", l2=1 / data.n_rows, rows=data.n_rows, columns=data.n_features,
+                         entries=entries, floor_bytes=floor_bytes[form], copy_gb_per_s=bandwidth / 1e9,
+                         floor_seconds=floor_seconds, epoch_seconds=epoch_seconds,
+                         epoch_over_floor=min(epoch_seconds) / floor_seconds))
+    return arms
 
 
 def _median_seconds(work, device, repeats=5):
@@ -323,6 +333,8 @@ def main():
     parser.add_argument("--parts", default="webspam,real,workers", help="of webspam, real, workers, criteo")
     parser.add_argument("--criteo-rows", type=int, default=200_000_000)
     parser.add_argument("--criteo-columns", type=int, default=75_000_000)
+    parser.add_argument("--criteo-forms", default="primal", help="of primal, dual (the dual's rows share popular "
+                        "ids: few step at once)")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default=None)

@@ -68,3 +68,16 @@ def test_the_comparisons_state_epochs_drift_and_time_ratios():
     assert "the wild control's last gap 5.0e-06" in line
     assert ("Snap ML (its faster form) time / alac's (its faster form) at gap "
             "0.001: 2.0x, 0.0001: 2.0x, 1e-05: 4.0x, 1e-06: 2.7x") in line
+
+
+def test_a_tiny_criteo_part_solves_the_same_problem_in_both_forms(tmp_path, monkeypatch):
+    monkeypatch.setattr(sys, "argv", ["scd.py", "--device", "cpu", "--parts", "criteo", "--criteo-rows", "2000",
+                                      "--criteo-columns", "1000", "--criteo-forms", "primal,dual", "--epochs", "300",
+                                      "--out", str(tmp_path)])
+    scd.main()
+    arms = json.loads((tmp_path / "scd.json").read_text())["arms"]
+    assert [a["name"] for a in arms] == ["alac_primal_logistic", "alac_dual_logistic"]
+    for arm in arms:
+        assert arm["gap"][-1] <= 1e-6 and arm["floor_seconds"] > 0 and len(arm["epoch_seconds"]) == arm["epochs"]
+    report = (tmp_path / "scd.md").read_text()
+    assert "criteo_like alac_primal_logistic (2,000 x 1,000" in report
