@@ -437,7 +437,7 @@ SECTIONS = [
      "primal and dual (and the wild, non-atomic control), the float64 sequential solver, scikit-learn's Ridge and "
      "Snap ML's GPU solver, primal and dual (alac's seconds include its setup, the data onto the GPU); dual "
      "logistic and hinge on a9a and w8a beside LIBLINEAR's test AUC, ridge on 20news, CoCoA's virtual workers. "
-     "The Criteo-shaped dual part has not been run with the current solver.",
+     "The Criteo-shaped part (`--parts criteo`) has not been run with the current solver.",
      "PYTHONPATH=. python benchmarks/scd.py --parts webspam --epochs 200; the same with --parts real,workers",
      scd_table),
     ("layout_build", "Layout build, 4M × 39 synthetic rows", "Generating and laying out the data on the CPU and GPU.",
