@@ -1,5 +1,6 @@
-"""Launching the SCD kernels (alac.codegen.scd_kernels): arguments bound from the kernel's manifest
-by role, never by name."""
+"""Launching the SCD kernels (alac.codegen.scd_kernels, and alac.codegen.scd_split_kernels for
+coordinates split over every program): arguments bound from the kernels' manifests by role, never
+by name."""
 
 from __future__ import annotations
 
@@ -116,7 +117,8 @@ def band_programs(axis, band, coupling, interpret):
 class ScdLauncher:
     def __init__(self, form, loss, wild, interpret, bands):
         """The epoch kernel of an SCD problem (alac.codegen.ScdVariant's form, loss and wild),
-        launched once per band of coordinates (bands())."""
+        launched once per band of coordinates (bands()), and a split band's sums and step kernels,
+        launched for each of its coordinates in turn."""
         from alac.codegen import ScdVariant, generate_scd_kernels, generate_scd_split_kernels
 
         variant = ScdVariant(form, loss, wild)
