@@ -39,7 +39,7 @@ def to_device(tensor, device):
             done[slot] = torch.cuda.Event()
             done[slot].record(stream)
     torch.cuda.current_stream(device).wait_stream(stream)
-    out.record_stream(torch.cuda.current_stream(device))
+    out.record_stream(stream)                    # written on the copy stream: the allocator waits for it
     for event in done:
         if event is not None:
             event.synchronize()                  # the buffers go back to the pinned allocator only when idle
