@@ -319,8 +319,8 @@ _COMMON_DOC = """
     Fitted: optimizer_, learning_rate_ and alpha_ (what trained the model, the auto race's winner).
     solver: "sgd", or "scd" (coordinate descent to a duality gap below tol in at most epochs epochs;
     alpha is then the L2 of mean loss + alpha/2 ||w||^2, fit_intercept adds a regularized constant
-    feature, verbose > 0 prints the gap after every epoch, dual: Ridge's form ("auto", True, False; the
-    classifiers solve the dual); alac.sklearn_scd).
+    feature, verbose > 0 prints the gap after every epoch, dual: the form ("auto", True, False: Ridge's
+    and LogisticRegression's; LinearSVC solves the dual); alac.sklearn_scd).
 """
 
 

@@ -4,9 +4,10 @@ tolerance (alac.runtime.scd), instead of SGD epochs.
 The objective is P(beta) = 1/N sum_n loss(x_n . beta, y_n) + alpha/2 ||beta||^2 (+ l1 ||beta||_1
 for Ridge's elastic net), with the intercept (fit_intercept) a column of ones regularized like the
 others, as LIBLINEAR does. In scikit-learn's units: Ridge(alpha=alpha N), LinearSVC(C=1 / (alpha N)),
-LogisticRegression(C=1 / (alpha N)); Lasso's alpha is scikit-learn's. LogisticRegression and
-LinearSVC solve the dual (SDCA, logistic and hinge losses), Lasso the primal, Ridge either (its `dual`:
-"auto" takes the dual when there are fewer rows than features). Fitted:
+LogisticRegression(C=1 / (alpha N)); Lasso's alpha is scikit-learn's. LinearSVC solves the dual
+(SDCA, hinge loss), Lasso the primal, LogisticRegression either (the dual unless dual=False: rows
+that share popular features couple in the dual and few step at once, columns rarely do), Ridge
+either (its `dual`: "auto" takes the dual when there are fewer rows than features). Fitted:
 coef_, intercept_, n_iter_ (epochs), form_ ("primal" or "dual"), duality_gap_ and gap_history_ (the
 gap after every epoch).
 """
@@ -25,17 +26,20 @@ LOSSES = {"LogisticRegression": "logistic", "LinearSVC": "hinge", "Ridge": "squa
 
 
 def form_of(estimator, n_rows, n_features, l1):
-    """"primal" or "dual": the classifiers solve the dual (SCD's primal takes the squared loss only),
-    Lasso and an elastic net the primal, Ridge as `dual` says ("auto": the dual when there are fewer
-    rows than features, scikit-learn LinearSVC's rule)."""
+    """"primal" or "dual": LinearSVC the dual (the hinge's primal steps are not smooth),
+    LogisticRegression the dual unless dual=False, Lasso and an elastic net the primal, Ridge as
+    `dual` says ("auto": the dual when there are fewer rows than features, scikit-learn
+    LinearSVC's rule)."""
     name, dual = type(estimator).__name__, getattr(estimator, "dual", "auto")
     if dual not in ("auto", True, False):
         raise ValueError(f"{name}: dual is 'auto', True or False, got {dual!r}")
-    if LOSSES[name] != "squared":
+    if LOSSES[name] == "hinge":
         if dual is False:
-            raise ValueError(f"{name}(solver='scd') solves the dual (SCD's primal takes the squared loss only): "
-                             "dual=False is Ridge's and Lasso's")
+            raise ValueError(f"{name}(solver='scd') solves the dual (the hinge loss's primal steps are not smooth): "
+                             "dual=False is LogisticRegression's, Ridge's and Lasso's")
         return "dual"
+    if LOSSES[name] == "logistic":
+        return "primal" if dual is False else "dual"
     if name == "Lasso" or l1 > 0:
         if dual is True:
             raise ValueError(f"{name}(solver='scd') with l1 solves the primal: dual=True takes no l1")
@@ -67,9 +71,9 @@ def fit_scd(estimator, X, y):
         data = with_constant_feature(data)
     loss = LOSSES[type(estimator).__name__]
     form = form_of(estimator, data.n_rows, data.n_features, l1)
-    if form == "dual" and (l2 <= 0 or l1 > 0):
-        raise ValueError(f"{type(estimator).__name__}(solver='scd') solves the dual: it needs alpha > 0 "
-                         f"(C = 1 / (alpha N)) and no l1, got alpha={estimator.alpha}, l1={l1}")
+    if (form == "dual" or loss != "squared") and (l2 <= 0 or l1 > 0):
+        raise ValueError(f"{type(estimator).__name__}(solver='scd') solves the {form} of the {loss} loss: it needs "
+                         f"alpha > 0 (C = 1 / (alpha N)) and no l1, got alpha={estimator.alpha}, l1={l1}")
     backend = "sequential" if estimator.backend == "reference" or not torch.cuda.is_available() else "triton"
     solver = ScdSolver(data, form, loss, l2=l2, l1=l1, backend=backend, seed=estimator.random_state or 0)
     name = type(estimator).__name__

@@ -48,6 +48,10 @@ def test_the_scd_estimators_reach_scikit_learns_solutions(fit_intercept):
         _close(logistic.coef_, theirs.coef_, 1e-4)
         np.testing.assert_allclose(logistic.predict_proba(X), theirs.predict_proba(X), atol=1e-5)
         assert (logistic.predict(X) == theirs.predict(X)).all()
+        primal = LogisticRegression(solver="scd", alpha=ALPHA, fit_intercept=False, dual=False, epochs=500,
+                                    tol=1e-12).fit(X, y)
+        assert primal.form_ == "primal" and logistic.form_ == "dual"
+        _close(primal.coef_, theirs.coef_, 1e-4)
 
 
 def test_a_fit_reports_its_gap_history_and_warns_when_it_stops_short(capsys):
@@ -76,9 +80,11 @@ def test_what_the_scd_solver_cannot_fit_is_refused():
     X, y = _data(classes=True)
     with pytest.raises(ValueError, match="needs alpha > 0"):
         LogisticRegression(solver="scd").fit(X, y)
-    with pytest.raises(ValueError, match="dual=False is Ridge's and Lasso's"):
-        LogisticRegression(solver="scd", alpha=ALPHA, dual=False).fit(X, y)
-    with pytest.raises(ValueError, match="solves the dual: it needs alpha > 0"):
+    with pytest.raises(ValueError, match="dual=False is LogisticRegression's, Ridge's and Lasso's"):
+        LinearSVC(solver="scd", alpha=ALPHA, dual=False).fit(X, y)
+    with pytest.raises(ValueError, match="solves the primal of the logistic loss: it needs alpha > 0"):
+        LogisticRegression(solver="scd", dual=False).fit(X, y)
+    with pytest.raises(ValueError, match="solves the dual of the squared loss: it needs alpha > 0"):
         Ridge(solver="scd", dual=True).fit(*_data())
     with pytest.raises(ValueError, match="solver is 'sgd' or 'scd'"):
         LogisticRegression(solver="newton").fit(X, y)
