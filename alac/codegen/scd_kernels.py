@@ -107,6 +107,13 @@ class GeneratedScdKernels:
     manifest: tuple
 
 
+def coordinate_at(w, slot):
+    """The coordinate at `slot` of the order, and its entries' range start:end."""
+    w.line(f"coordinate = tl.load({w.arg(ORDER)} + {slot})")
+    w.line(f"start = tl.load({w.arg(START)} + coordinate)")
+    w.line(f"end = tl.load({w.arg(START)} + coordinate + 1)")
+
+
 def tiles(w, body, first="start", stride="BLOCK"):
     """Loop over the coordinate's entries in BLOCK-wide tiles (from `first`, every `stride` entries),
     loading index a and value a of each."""
@@ -226,9 +233,7 @@ def _epoch(variant):
     w.line("slot = tl.program_id(0) + j * tl.num_programs(0)")
     w.line(f"if slot < {w.arg(N_COORDINATES)}:")
     w.depth += 1
-    w.line(f"coordinate = tl.load({w.arg(ORDER)} + slot)")
-    w.line(f"start = tl.load({w.arg(START)} + coordinate)")
-    w.line(f"end = tl.load({w.arg(START)} + coordinate + 1)")
+    coordinate_at(w, "slot")
     sums(w, variant)
     tiles(w, lambda: reduce_tile(w, variant))
     w.line("dot = tl.sum(partial, axis=0)")

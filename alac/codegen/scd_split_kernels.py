@@ -22,11 +22,11 @@ from alac.codegen.functions import kernel_source
 from alac.codegen.kernels import module_source
 from alac.codegen.manifest import KernelSpec
 from alac.codegen.scd_kernels import (
+    CONSTEXPRS,
     COORDINATE,
     CURVATURE,
-    ORDER,
     SHARED,
-    START,
+    coordinate_at,
     reduce_tile,
     step,
     sums,
@@ -37,7 +37,6 @@ from alac.codegen.writer import Writer
 
 POSITION = m.Argument("position", "launch", "position", "int")
 SUMS = m.Argument("sums_ptr", "sums", "", "float64", ("positions", 3), lifetime="epoch")
-CONSTEXPRS = ("HAS_VALUES", "BLOCK")
 
 
 @dataclass(frozen=True)
@@ -51,9 +50,8 @@ class GeneratedScdSplitKernels:
 
 
 def _coordinate(w):
-    w.line(f"coordinate = tl.load({w.arg(ORDER)} + {w.arg(POSITION)})")
-    w.line(f"start = tl.load({w.arg(START)} + coordinate)")
-    w.line(f"end = tl.load({w.arg(START)} + coordinate + 1)")
+    """The position's coordinate, its entries, and this program's first tile of them."""
+    coordinate_at(w, w.arg(POSITION))
     w.line("first = start + tl.program_id(0) * BLOCK")
 
 

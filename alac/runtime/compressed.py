@@ -39,6 +39,10 @@ class CompressedAxis:
     def n_coordinates(self):
         return self.start.numel() - 1
 
+    def lengths(self):
+        """Every coordinate's number of entries."""
+        return self.start[1:] - self.start[:-1]
+
     def chunks(self):
         """(coordinate of every entry, index, value or None) of consecutive chunks of entries."""
         total = int(self.start[-1])

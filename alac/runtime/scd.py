@@ -57,7 +57,7 @@ class ScdProblem:
         self.labels = signed_labels(data.labels, loss).to(device, dtype)
         # on the device first, where the primal's CSC is made (the webspam-shaped set's: 2.3 s on the CPU)
         data = dataclasses.replace(data, indptr=to_device(data.indptr, device), indices=to_device(data.indices, device),
-                                   values=to_device(data.values, device), labels=data.labels.to(device), fields=None)
+                                   values=to_device(data.values, device), fields=None)
         if form == "dual":
             self.axis = CompressedAxis.of(data.indptr, data.indices, data.values, dtype, device)
         else:

@@ -55,7 +55,7 @@ class Band:
     split: bool = False
 
     def lengths(self, axis):
-        lengths = axis.start[1:] - axis.start[:-1]
+        lengths = axis.lengths()
         return lengths if self.members is None else lengths[self.members]
 
 
@@ -66,7 +66,7 @@ def bands(axis, interpret, split=False):
     power-law head of columns) would bound every epoch's programs through programs()'
     longest-coordinate rule, so they run first in a launch of their own, with wide tiles and few
     programs, and the rest with as many as their coupling allows."""
-    lengths = axis.start[1:] - axis.start[:-1]
+    lengths = axis.lengths()
     longest = lengths > SPLIT_ENTRIES if split else torch.zeros_like(lengths, dtype=torch.bool)
     out = [Band(longest, MAX_BLOCK, MAX_WARPS, split=True)] if bool(longest.any()) else []
     rest = ~longest

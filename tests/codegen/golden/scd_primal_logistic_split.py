@@ -4,7 +4,7 @@ import triton
 import triton.language as tl
 
 @triton.jit
-def alac_scd_primal_logistic_split_sums(shared_ptr: "*fp64", order_ptr: "*i64", position, start_ptr: "*i64",
+def alac_scd_primal_logistic_split_sums(shared_ptr: "*fp64", position, order_ptr: "*i64", start_ptr: "*i64",
         index_ptr: "*i32", value_ptr: "*fp32", label_ptr: "*fp32", sums_ptr: "*fp64", coordinate_ptr: "*fp64",
         HAS_VALUES: tl.constexpr, BLOCK: tl.constexpr):
     coordinate = tl.load(order_ptr + position)
@@ -35,7 +35,7 @@ def alac_scd_primal_logistic_split_sums(shared_ptr: "*fp64", order_ptr: "*i64", 
 
 
 @triton.jit
-def alac_scd_primal_logistic_split_step(shared_ptr: "*fp64", order_ptr: "*i64", position, start_ptr: "*i64",
+def alac_scd_primal_logistic_split_step(shared_ptr: "*fp64", position, order_ptr: "*i64", start_ptr: "*i64",
         sums_ptr: "*fp64", curvature_ptr: "*fp32", scale: "fp32", norm_ptr: "*fp32", l2: "fp32",
         coordinate_ptr: "*fp64", index_ptr: "*i32", value_ptr: "*fp32", HAS_VALUES: tl.constexpr, BLOCK: tl.constexpr):
     coordinate = tl.load(order_ptr + position)
