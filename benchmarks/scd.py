@@ -26,8 +26,9 @@ a9a and w8a (test AUC against the data README's optimum) and ridge on 20news (la
 rows L2-normalized) to gap 1e-6, at most 1,000 epochs. The
 workers part: CoCoA's virtual workers K = 2, 4, 8, averaging against the adaptive gamma, on a
 webspam-shaped set of 1/32 the size. The criteo part (`--parts criteo`, in a call of its own: 6.4 billion
-entries): a Criteo-shaped binary l2 logistic problem (`--criteo-rows` x `--criteo-columns`, 25-39
-entries a row) to gap 1e-6 in `--criteo-forms`, each epoch against the bytes it must read. Writes
+entries): Criteo-shaped binary problems (`--criteo-rows` x `--criteo-columns`, 25-39 entries a row;
+`--criteo-problems`, by default TPA-SCD's dual ridge at lambda 1e-3) to gap 1e-6, each epoch against
+the bytes it must read and against flat kernels of its accesses (benchmarks/scd_floor.py). Writes
 results/scd.json and .md.
 """
 
@@ -265,11 +266,21 @@ def workers_part(args):
     return arms
 
 
+def criteo_problems(text):
+    """--criteo-problems: form:loss[:l2] items, l2 1/N where left out."""
+    problems = []
+    for item in text.split(","):
+        form, loss, *l2 = item.split(":")
+        problems.append((form, loss, float(l2[0]) if l2 else None))
+    return problems
+
+
 def criteo_part(args, backend):
-    """The Criteo-shaped l2 logistic problem in each of `--criteo-forms` (the primal over its columns,
-    the dual over its rows): epochs, gap, and each epoch against the bytes it must read at the
-    device's measured copy bandwidth."""
+    """The Criteo-shaped problems of `--criteo-problems` (labels +-1): epochs, gap, and each epoch
+    against the bytes it must read at the device's measured copy bandwidth and, on a GPU, against
+    flat kernels that make only its gathers and atomic additions (benchmarks/scd_floor.py)."""
     data = criteo_dual_like(args.criteo_rows, args.criteo_columns, 25, 39, args.seed, args.device)
+    data.labels = data.labels * 2 - 1
     entries = data.indices.numel()
     # what an epoch must read. primal, per entry: its row id twice (the sums' pass and the update's), the
     # row's float64 margin and its label; per column: its two offsets, place in the order, beta,
@@ -281,18 +292,31 @@ def criteo_part(args, backend):
     copy_seconds = _median_seconds(probe.clone, args.device)
     bandwidth = 2 * probe.numel() * 4 / copy_seconds           # read and write
     del probe
+    problems = criteo_problems(args.criteo_problems)
+    flat = None
+    if args.device == "cuda" and any(form == "dual" for form, _, _ in problems):
+        from benchmarks.scd_floor import flat_floors
+
+        flat = flat_floors(data.indices, data.n_features)
     local = argparse.Namespace(**{**vars(args), "tol": 1e-6})
     arms = []
-    for form in args.criteo_forms.split(","):
-        arm = scd_arm(f"alac_{form}_logistic", data, local, form=form, loss="logistic", l2=1 / data.n_rows,
-                      backend=backend, device=args.device)
+    for form, loss, l2 in problems:
+        l2 = 1 / data.n_rows if l2 is None else l2
+        arm = scd_arm(f"alac_{form}_{loss}", data, local, form=form, loss=loss, l2=l2, backend=backend,
+                      device=args.device)
         floor_seconds = floor_bytes[form] / bandwidth
         after = arm["seconds_after_epoch"]
         epoch_seconds = [b - a for a, b in zip([arm["setup_seconds"]] + after, after)]
-        arms.append(dict(arm, data="criteo_like", l2=1 / data.n_rows, rows=data.n_rows, columns=data.n_features,
-                         entries=entries, floor_bytes=floor_bytes[form], copy_gb_per_s=bandwidth / 1e9,
-                         floor_seconds=floor_seconds, epoch_seconds=epoch_seconds,
-                         epoch_over_floor=min(epoch_seconds) / floor_seconds))
+        arm = dict(arm, data="criteo_like", form=form, l2=l2, rows=data.n_rows, columns=data.n_features,
+                   entries=entries, floor_bytes=floor_bytes[form], copy_gb_per_s=bandwidth / 1e9,
+                   floor_seconds=floor_seconds, epoch_seconds=epoch_seconds,
+                   epoch_over_floor=min(epoch_seconds) / floor_seconds)
+        if flat is not None and form == "dual":
+            # against the flat gathers and additions at ids that do not collide: the memory system's floor
+            # for accesses of this kind (the power-law ids' flat additions collide more than the epoch's)
+            arm.update(flat_floors=flat,
+                       epoch_over_flat=min(epoch_seconds) * 1e3 / (flat["gather_ms"] + flat["uniform_add_ms"]))
+        arms.append(arm)
     return arms
 
 
@@ -333,8 +357,10 @@ def main():
     parser.add_argument("--parts", default="webspam,real,workers", help="of webspam, real, workers, criteo")
     parser.add_argument("--criteo-rows", type=int, default=200_000_000)
     parser.add_argument("--criteo-columns", type=int, default=75_000_000)
-    parser.add_argument("--criteo-forms", default="primal", help="of primal, dual (the dual's rows share popular "
-                        "ids: few step at once)")
+    parser.add_argument("--criteo-problems", default="dual:squared:0.001",
+                        help="form:loss[:l2] items (l2 1/N where left out); the default is TPA-SCD's Criteo problem, "
+                        "the dual ridge at its lambda of 1e-3 (a lambda of 1/N couples the dual's rows through their "
+                        "popular ids: few step at once)")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default=None)

@@ -18,7 +18,7 @@ MIN_BLOCK, MAX_BLOCK, MAX_WARPS = 16, 1024, 8
 # (a bound on the steps computed from a stale shared vector: with every coordinate of a small
 # problem in flight at once the steps add up like Jacobi's and can diverge; untuned until
 # benchmarks/scd.py measures it), and no more than a multiprocessor keeps resident (64 warps on
-# Hopper), so that they all run at once.
+# Hopper, and at most 32 programs), so that they all run at once.
 COORDINATES_PER_PROGRAM = 64
 # primal coordinates of more entries than this step one at a time, split over every program
 # (alac.codegen.scd_split_kernels): about a tile for each resident 8-warp program of an H100 (untuned)
@@ -28,6 +28,8 @@ INTERPRETED_SPLIT_PROGRAMS = 3
 # the entries of a launch per entry of its longest coordinate, at least (programs())
 LONGEST_SHARE = 5
 WARPS_PER_MULTIPROCESSOR = 64
+# blocks a multiprocessor keeps resident whatever their size (CUDA's limit for compute capability 7.0-9.0)
+BLOCKS_PER_MULTIPROCESSOR = 32
 
 
 def tile_shape(mean_length):
@@ -39,7 +41,8 @@ def tile_shape(mean_length):
 
 def resident(device, warps):
     """Programs of `warps` warps the GPU keeps resident at once."""
-    return torch.cuda.get_device_properties(device).multi_processor_count * (WARPS_PER_MULTIPROCESSOR // warps)
+    per_multiprocessor = min(BLOCKS_PER_MULTIPROCESSOR, WARPS_PER_MULTIPROCESSOR // warps)
+    return torch.cuda.get_device_properties(device).multi_processor_count * per_multiprocessor
 
 
 @dataclass
@@ -62,7 +65,7 @@ class Band:
 def bands(axis, interpret, split=False):
     """The epoch's launches in order: with split (the primal's atomic kernels), coordinates longer
     than SPLIT_ENTRIES one at a time over every program; then one band, or two where some
-    coordinates are longer than entries / (2 x the programs the GPU keeps resident): those (a
+    coordinates are longer than entries / (2 x the warps the GPU keeps resident per warp of a program): those (a
     power-law head of columns) would bound every epoch's programs through programs()'
     longest-coordinate rule, so they run first in a launch of their own, with wide tiles and few
     programs, and the rest with as many as their coupling allows."""
@@ -76,7 +79,10 @@ def bands(axis, interpret, split=False):
     whole = Band(rest if out else None, *tile_shape(entries / max(1, n)))
     if interpret:
         return out + [whole]
-    long = rest & (lengths > entries // (2 * resident(axis.start.device, whole.warps)))
+    # against the warps the GPU keeps resident, not its programs (the webspam-shaped primal's bands were
+    # measured so; at the programs' 32 a multiprocessor, its lambda 1e-5 took 126 epochs to 1e-8, not 84)
+    warps = torch.cuda.get_device_properties(axis.start.device).multi_processor_count * WARPS_PER_MULTIPROCESSOR
+    long = rest & (lengths > entries // (2 * warps // whole.warps))
     if not bool(long.any()) or bool((long == rest).all()):
         return out + [whole]
     return out + [Band(members, *tile_shape(float(lengths[members].double().mean())))

@@ -72,12 +72,31 @@ def test_the_comparisons_state_epochs_drift_and_time_ratios():
 
 def test_a_tiny_criteo_part_solves_the_same_problem_in_both_forms(tmp_path, monkeypatch):
     monkeypatch.setattr(sys, "argv", ["scd.py", "--device", "cpu", "--parts", "criteo", "--criteo-rows", "2000",
-                                      "--criteo-columns", "1000", "--criteo-forms", "primal,dual", "--epochs", "300",
+                                      "--criteo-columns", "1000", "--criteo-problems",
+                                      "primal:logistic,dual:logistic,dual:squared:0.001", "--epochs", "300",
                                       "--out", str(tmp_path)])
     scd.main()
     arms = json.loads((tmp_path / "scd.json").read_text())["arms"]
-    assert [a["name"] for a in arms] == ["alac_primal_logistic", "alac_dual_logistic"]
+    assert [a["name"] for a in arms] == ["alac_primal_logistic", "alac_dual_logistic", "alac_dual_squared"]
+    assert [a["l2"] for a in arms] == [1 / 2000, 1 / 2000, 0.001]
     for arm in arms:
         assert arm["gap"][-1] <= 1e-6 and arm["floor_seconds"] > 0 and len(arm["epoch_seconds"]) == arm["epochs"]
     report = (tmp_path / "scd.md").read_text()
-    assert "criteo_like alac_primal_logistic (2,000 x 1,000" in report
+    assert "criteo_like alac_primal_logistic, lambda 0.0005 (2,000 x 1,000" in report
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the flat kernels are timed on a GPU")
+def test_the_flat_floor_kernels_read_and_add_at_every_entry():
+    from benchmarks import scd_floor
+
+    index = torch.tensor([3, 3, 0, 7] * 1000, dtype=torch.int32, device="cuda")
+    floors = scd_floor.flat_floors(index, 8)
+    assert floors["hottest_share"] == 0.5 and floors["gather_ms"] > 0 and floors["uniform_add_ms"] > 0
+    shared = torch.zeros(8, dtype=torch.float64, device="cuda")
+    scd_floor._add[(4,)](index, shared, index.numel(), BLOCK=scd_floor.BLOCK)
+    torch.testing.assert_close(shared.cpu(), torch.tensor([1000, 0, 0, 2000, 0, 0, 0, 1000]) * 1e-12,
+                               rtol=1e-9, atol=0)
+    out = torch.empty(4, dtype=torch.float64, device="cuda")
+    scd_floor._gather[(4,)](index, torch.arange(8.0, dtype=torch.float64, device="cuda"), out, index.numel(),
+                            BLOCK=scd_floor.BLOCK)
+    torch.testing.assert_close(out.cpu(), torch.full((4,), 250.0 * (3 + 3 + 0 + 7), dtype=torch.float64))

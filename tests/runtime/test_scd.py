@@ -267,7 +267,7 @@ def test_columns_split_over_programs_step_as_the_sequential_solver_does(loss, bi
     monkeypatch.setattr(scd_launcher, "SPLIT_ENTRIES", int(lengths.median()))
     monkeypatch.setattr(scd_launcher, "MAX_BLOCK", 16)     # tiles of 16: each split column's over all 3 programs
     kernels = ScdSolver(data, "primal", loss, l2=L2, backend=KERNELS, in_flight=1)
-    split = kernels.bands[0].members
+    split = kernels.bands[0].members.cpu()
     assert kernels.bands[0].split and 0 < int(split.sum()) < split.numel()
     assert int(lengths[split].min()) > 2 * kernels.bands[0].block
     reference = ScdSolver(data, "primal", loss, l2=L2, backend="sequential")
