@@ -94,8 +94,8 @@ def test_the_flat_floor_kernels_read_and_add_at_every_entry():
     assert floors["hottest_share"] == 0.5 and floors["gather_ms"] > 0 and floors["uniform_add_ms"] > 0
     shared = torch.zeros(8, dtype=torch.float64, device="cuda")
     scd_floor._add[(4,)](index, shared, index.numel(), BLOCK=scd_floor.BLOCK)
-    torch.testing.assert_close(shared.cpu(), torch.tensor([1000, 0, 0, 2000, 0, 0, 0, 1000]) * 1e-12,
-                               rtol=1e-9, atol=0)
+    expected = torch.tensor([1000.0, 0, 0, 2000, 0, 0, 0, 1000], dtype=torch.float64) * 1e-12
+    torch.testing.assert_close(shared.cpu(), expected, rtol=1e-9, atol=0)
     out = torch.empty(4, dtype=torch.float64, device="cuda")
     scd_floor._gather[(4,)](index, torch.arange(8.0, dtype=torch.float64, device="cuda"), out, index.numel(),
                             BLOCK=scd_floor.BLOCK)
