@@ -139,7 +139,8 @@ class Overlap:
 
 class ScdSolver:
     def __init__(self, data, form="primal", loss="squared", l2=1e-3, l1=0.0, backend="auto", wild=False,
-                 workers=1, aggregation="adaptive", seed=0, device=None, evaluate_on=None, in_flight=None):
+                 workers=1, aggregation="adaptive", seed=0, device=None, evaluate_on=None, in_flight=None,
+                 problem_rows=None):
         """form: "primal" (columns; squared loss with l1 and l2, or squared hinge and logistic with
         l2 > 0) or "dual" (rows; any loss, l2 > 0);
         wild: non-atomic shared updates (a negative control); workers, aggregation: CoCoA's
@@ -148,7 +149,8 @@ class ScdSolver:
         on the CPU may have its gaps computed on a GPU, ten times faster on large problems);
         in_flight: the kernels' concurrent coordinates (default: alac.runtime.scd_launcher.programs,
         from the problem's size, its longest coordinate and its coupling; their steps are damped
-        by Overlap's curvatures)."""
+        by Overlap's curvatures); problem_rows: N of the whole problem where `data` is a rank's share
+        of its rows (alac.runtime.scd_distributed; the dual's steps scale with lambda N)."""
         if form not in ("primal", "dual"):
             raise OptionError(f"SCD form is primal or dual, got {form!r}")
         if loss not in duality.LOSSES or (form == "primal" and loss not in PRIMAL_LOSSES):
@@ -178,7 +180,7 @@ class ScdSolver:
             raise OptionError("the wild control is a kernel variant: backend triton or interpret")
         self.form, self.loss, self.l2, self.l1 = form, loss, float(l2), float(l1)
         self.workers, self.aggregation, self.wild = workers, aggregation, wild
-        self.scale = data.n_rows * (1.0 if form == "primal" else self.l2)
+        self.scale = (problem_rows or data.n_rows) * (1.0 if form == "primal" else self.l2)
         self._build(data, backend, device, evaluate_on)
         self.bands, self._overlaps = [], []
         if backend != "sequential":
@@ -304,19 +306,11 @@ class ScdSolver:
         return gamma
 
     def _gamma(self, x, shared, dx, dshared):
-        if self.aggregation == "averaging":
-            return 1.0 / self.workers
-        if self.aggregation == "adding":
-            return 1.0
-        x, shared, dx, dshared = (t.double() for t in (x, shared, dx, dshared))
-        y, n = self.problem.labels.double(), self.problem.n_rows
-        if self.form == "primal":
-            numerator = (y - shared).dot(dshared) - n * self.l2 * x.dot(dx)
-            denominator = dshared.dot(dshared) + n * self.l2 * dx.dot(dx)
-        else:
-            numerator = n * dx.dot(y - x) - shared.dot(dshared) / self.l2
-            denominator = n * dx.dot(dx) + dshared.dot(dshared) / self.l2
-        return float(numerator / denominator) if float(denominator) > 0 else 1.0 / self.workers
+        if self.aggregation != "adaptive":
+            return cocoa_gamma(self.aggregation, self.workers)
+        labels = self.problem.labels
+        return cocoa_gamma(self.aggregation, self.workers, self.form, self.problem.n_rows, self.l2,
+                           coordinate_dots(self.form, x, dx, labels), shared_dots(self.form, shared, dshared, labels))
 
     # -- certificates ----------------------------------------------------------------------------
     def objectives(self):
@@ -388,3 +382,36 @@ class ScdSolver:
                 self.stopped_because = "tol" if gap <= tol else "diverged"
                 break
         return self
+
+
+def coordinate_dots(form, x, dx, labels):
+    """The adaptive gamma's sums over the coordinates, float64 (a rank's share of them adds up):
+    (beta . dbeta, dbeta . dbeta) for the primal, (dalpha . (y - alpha), dalpha . dalpha) for the dual."""
+    x, dx = x.double(), dx.double()
+    first = x.dot(dx) if form == "primal" else dx.dot(labels.double() - x)
+    return torch.stack([first, dx.dot(dx)])
+
+
+def shared_dots(form, shared, dshared, labels):
+    """The adaptive gamma's sums over the shared vector, float64: ((y - w) . dw, dw . dw) for the
+    primal, (v . dv, dv . dv) for the dual."""
+    shared, dshared = shared.double(), dshared.double()
+    first = (labels.double() - shared).dot(dshared) if form == "primal" else shared.dot(dshared)
+    return torch.stack([first, dshared.dot(dshared)])
+
+
+def cocoa_gamma(aggregation, workers, form=None, n=None, l2=None, coordinates=None, shared=None):
+    """CoCoA's aggregation factor: 1 / K (averaging), 1 (adding), or the exact line search of the
+    squared loss (adaptive; TPA-SCD Eq. 7 with its errata: y in the primal's numerator, and the dual's
+    denominator ||dv||^2 / l2 + N ||dalpha||^2) from coordinate_dots and shared_dots."""
+    if aggregation == "averaging":
+        return 1.0 / workers
+    if aggregation == "adding":
+        return 1.0
+    if form == "primal":
+        numerator = shared[0] - n * l2 * coordinates[0]
+        denominator = shared[1] + n * l2 * coordinates[1]
+    else:
+        numerator = n * coordinates[0] - shared[0] / l2
+        denominator = n * coordinates[1] + shared[1] / l2
+    return float(numerator / denominator) if float(denominator) > 0 else 1.0 / workers

@@ -1,0 +1,81 @@
+"""The ranks a run trains on and the collectives between them, through torch.distributed (NCCL
+between GPUs, gloo on CPUs; launched by torchrun, which sets RANK, WORLD_SIZE and LOCAL_RANK).
+One rank needs no process group: its collectives return their input, so that a one-rank run is the
+single-device run exactly. Every collective counts its bytes and the seconds it waited, for the
+compute / communication split that benchmarks/distributed.py reports."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+
+import torch
+import torch.distributed as dist
+
+from alac.errors import OptionError
+
+
+@dataclasses.dataclass
+class Traffic:
+    """What a rank's collectives moved: bytes a ring all-reduce sends from each rank (2 (W - 1) / W of
+    the payload), the collectives' count and the seconds from their launch to their end."""
+
+    bytes: int = 0
+    collectives: int = 0
+    seconds: float = 0.0
+
+
+@dataclasses.dataclass
+class Ranks:
+    rank: int = 0
+    world: int = 1
+    device: torch.device = dataclasses.field(default_factory=lambda: torch.device("cpu"))
+    backend: str | None = None
+    traffic: Traffic = dataclasses.field(default_factory=Traffic)
+
+    def describe(self):
+        """The run's first line's account of its ranks."""
+        if self.world == 1:
+            return "1 rank"
+        return f"{self.world} ranks ({self.backend}, this one rank {self.rank} on {self.device})"
+
+    def all_reduce(self, tensor, op="sum"):
+        """The elementwise sum (or max) of `tensor` over the ranks, on the tensor's device (moved to the
+        ranks' device for the collective where they differ: gloo reduces CPU tensors, NCCL CUDA ones)."""
+        if self.world == 1:
+            return tensor
+        moved = tensor.to(self.device).contiguous()
+        if moved is tensor:
+            moved = tensor.clone()
+        _synchronize(self.device)
+        start = time.perf_counter()
+        dist.all_reduce(moved, op=dist.ReduceOp.SUM if op == "sum" else dist.ReduceOp.MAX)
+        _synchronize(self.device)
+        self.traffic.seconds += time.perf_counter() - start
+        self.traffic.bytes += 2 * (self.world - 1) * moved.numel() * moved.element_size() // self.world
+        self.traffic.collectives += 1
+        return moved.to(tensor.device)
+
+
+def init_ranks(backend=None):
+    """The ranks of this process: torchrun's (a process group made here unless one exists; NCCL when
+    CUDA is there, else gloo; each rank on GPU LOCAL_RANK), or one rank."""
+    if dist.is_available() and dist.is_initialized():
+        backend = dist.get_backend()
+    elif int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        backend = backend or ("nccl" if torch.cuda.is_available() else "gloo")
+        if backend == "nccl":
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+        dist.init_process_group(backend)
+    else:
+        return Ranks()
+    if backend not in ("nccl", "gloo"):
+        raise OptionError(f"alac's collectives run on NCCL or gloo, got the process group's {backend!r}")
+    device = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else torch.device("cpu")
+    return Ranks(dist.get_rank(), dist.get_world_size(), device, backend)
+
+
+def _synchronize(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)

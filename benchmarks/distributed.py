@@ -1,0 +1,142 @@
+"""Several GPUs through torch.distributed (alac.runtime.distributed); run under torchrun, e.g.
+`PYTHONPATH=. torchrun --nproc-per-node 2 benchmarks/distributed.py --parts scd`.
+
+The scd part: (1) CoCoA over the ranks against the virtual workers: the dual ridge on a webspam-shaped
+set of 1/32 the size (8,216 x 21,272, lambda 1e-3), its rows split over the ranks, one coordinate in
+flight on each (deterministic kernels), against ScdSolver(workers=ranks) on rank 0's GPU, epoch by
+epoch; (2) TPA-SCD's Criteo problem, the dual ridge at lambda 1e-3 on the Criteo-shaped set of
+benchmarks/scd.py (200M x 75M, 25-39 entries a row), its rows split over the ranks, with the
+adaptive gamma, to gap 1e-6: seconds (every rank's share taken from the whole set and its solver
+set up, then its epochs), the seconds its collectives took (one all-reduce of the shared vector's
+change and one of two sums an epoch), the bytes each rank sent. Every arm: `name`, `ranks`,
+`ms_per_epoch`, `gap` per epoch, `time_to_gap`, `bytes_communicated` (per rank, per epoch, ring
+all-reduce). Rank 0 writes results/distributed.json and .md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from alac.runtime.distributed import init_ranks
+from alac.runtime.scd import ScdSolver
+from alac.runtime.scd_distributed import DistributedScdSolver
+from benchmarks.render import table
+from benchmarks.report import environment, write
+from benchmarks.scd import criteo_dual_like, time_to_gap, webspam_like
+
+
+def _device(ranks):
+    """The rank's GPU (one rank, with no process group: the current one)."""
+    return ranks.device if ranks.backend == "nccl" else torch.device("cuda", torch.cuda.current_device())
+
+
+def _now():
+    torch.cuda.synchronize()
+    return time.perf_counter()
+
+
+def scd_match(args, ranks):
+    """The ranks' CoCoA epochs against the virtual workers', gap by gap."""
+    data = webspam_like(args.rows // 32, args.columns // 32, args.nnz_per_row, 1.0, args.seed)
+    options = dict(form="dual", loss="squared", l2=1e-3, backend="triton", in_flight=1, seed=args.seed)
+    solver = DistributedScdSolver(data, ranks=ranks, device=_device(ranks), **options)
+    gaps = []
+    for _ in range(args.match_epochs):
+        solver.epoch()
+        gaps.append(solver.gap())
+    arm = {"name": "scd_dual_ridge_webspam_small", "ranks": ranks.world, "gap": gaps, "epochs": len(gaps),
+           "ms_per_epoch": 1e3 * solver.seconds / len(gaps)}
+    if ranks.rank == 0:
+        virtual = ScdSolver(data, workers=ranks.world, device=_device(ranks), **options)
+        expected = []
+        for _ in range(args.match_epochs):
+            virtual.epoch()
+            expected.append(virtual.gap())
+        arm.update(virtual_gap=expected,
+                   largest_relative_difference=max(abs(a - b) / abs(b) for a, b in zip(gaps, expected)))
+    return arm
+
+
+def scd_criteo(args, ranks):
+    """The Criteo-shaped dual ridge over the ranks to gap 1e-6."""
+    data = criteo_dual_like(args.criteo_rows, args.criteo_columns, 25, 39, args.seed, _device(ranks))
+    data.labels = data.labels * 2 - 1
+    options = dict(form="dual", loss="squared", l2=1e-3, backend="triton", seed=args.seed, ranks=ranks,
+                   device=_device(ranks))
+    start = _now()
+    solver = DistributedScdSolver(data, **options)
+    del data
+    setup = _now() - start
+    epochs = []
+    for _ in range(args.epochs):
+        waited, sent = ranks.traffic.seconds, ranks.traffic.bytes
+        gamma = solver.epoch()
+        epochs.append({"seconds": solver.seconds, "gamma": gamma, "bytes": ranks.traffic.bytes - sent,
+                       "communication_seconds": ranks.traffic.seconds - waited})
+        epochs[-1]["gap"] = solver.gap()        # the certificate's collectives after the epoch's count
+        if epochs[-1]["gap"] <= 1e-6:
+            break
+    return {"name": "scd_dual_ridge_criteo", "ranks": ranks.world, "rows": args.criteo_rows,
+            "columns": args.criteo_columns, "l2": 1e-3, "epochs": len(epochs), "gap": [e["gap"] for e in epochs],
+            "gamma": [e["gamma"] for e in epochs], "setup_seconds": setup, "seconds": setup + solver.seconds,
+            "ms_per_epoch": 1e3 * solver.seconds / len(epochs),
+            "communication_ms_per_epoch": 1e3 * sum(e["communication_seconds"] for e in epochs) / len(epochs),
+            "bytes_communicated": epochs[-1]["bytes"], "in_flight": solver.in_flight,
+            "time_to_gap": time_to_gap([(setup + e["seconds"], e["gap"]) for e in epochs])}
+
+
+def report(payload):
+    env = payload["environment"]
+    rows = [[a["name"], a["ranks"], a["epochs"], f"{a['ms_per_epoch']:.1f}",
+             f"{a.get('communication_ms_per_epoch', float('nan')):.1f}",
+             f"{a['bytes_communicated'] / 1e6:.1f}" if "bytes_communicated" in a else "-",
+             f"{a['gap'][-1]:.2e}",
+             "-" if a.get("time_to_gap", {}).get("1e-06") is None else f"{a['time_to_gap']['1e-06']:.2f}"]
+            for a in payload["arms"]]
+    text = (f"Distributed ({env['device']} x {payload['ranks']}, {env['date']}: "
+            f"`PYTHONPATH=. torchrun --nproc-per-node {payload['ranks']} benchmarks/distributed.py "
+            f"--parts {payload['arguments']['parts']}`)\n\n")
+    text += table(["arm", "ranks", "epochs", "ms / epoch", "of it communicating", "MB sent / epoch / rank",
+                   "last gap", "s to gap 1e-6"], rows)
+    notes = [f"{a['name']}: the largest relative difference of its gaps from {a['ranks']} virtual workers' over "
+             f"{a['epochs']} epochs {a['largest_relative_difference']:.1e}."
+             for a in payload["arms"] if "largest_relative_difference" in a]
+    return text + ("\n\n" + "\n".join(f"- {n}" for n in notes) if notes else "")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--parts", default="scd")
+    parser.add_argument("--rows", type=int, default=262_938)
+    parser.add_argument("--columns", type=int, default=680_715)
+    parser.add_argument("--nnz-per-row", type=int, default=200)
+    parser.add_argument("--match-epochs", type=int, default=10)
+    parser.add_argument("--criteo-rows", type=int, default=200_000_000)
+    parser.add_argument("--criteo-columns", type=int, default=75_000_000)
+    parser.add_argument("--epochs", type=int, default=30)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", default=None)
+    args = parser.parse_args()
+    ranks = init_ranks()
+    if not torch.cuda.is_available() or ranks.backend not in (None, "nccl"):
+        raise SystemExit("benchmarks/distributed.py runs on GPUs: launch it with torchrun on a machine with CUDA")
+    print(f"alac: {ranks.describe()}", flush=True)
+    arms = []
+    if "scd" in args.parts.split(","):
+        arms.append(scd_match(args, ranks))
+        arms.append(scd_criteo(args, ranks))
+    if ranks.rank == 0:
+        payload = {"environment": environment(), "arguments": vars(args), "ranks": ranks.world, "arms": arms}
+        write("distributed", payload, report(payload), args.out)
+        print(report(payload), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,108 @@
+"""CoCoA over ranks against the virtual workers: two gloo ranks on the CPU, each with the float64
+sequential local solver, step as ScdSolver(workers=2) does, epoch by epoch."""
+
+import dataclasses
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from alac.errors import OptionError
+from alac.runtime.distributed import Ranks, init_ranks
+from alac.runtime.scd import ScdSolver
+from alac.runtime.scd_distributed import DistributedScdSolver, columns_of, rows_of
+from tests.runtime.scd_problems import planted
+
+EPOCHS = 6
+# (form, loss, l2, l1, aggregation): the dual split by rows, the primal by columns
+CASES = [("dual", "squared", 1e-2, 0.0, "adaptive"), ("primal", "squared", 1e-2, 0.0, "adaptive"),
+         ("dual", "logistic", 1e-2, 0.0, "averaging"), ("primal", "logistic", 1e-2, 0.0, "adding"),
+         ("primal", "squared", 0.0, 1e-2, "averaging")]
+
+
+def _problem(loss):
+    return planted(n=120, m=40, seed=3, classes=loss != "squared")
+
+
+def _run_rank(rank, world, store, out):
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
+    try:
+        ranks = init_ranks()
+        results = []
+        for form, loss, l2, l1, aggregation in CASES:
+            solver = DistributedScdSolver(_problem(loss), form, loss, l2=l2, l1=l1, backend="sequential",
+                                          device="cpu", aggregation=aggregation, ranks=ranks)
+            gammas, gaps = [], []
+            for _ in range(EPOCHS):
+                gammas.append(solver.epoch())
+                gaps.append(solver.gap())
+            results.append({"gammas": gammas, "gaps": gaps, "coef": solver.coef_, "drift": solver.drift()})
+        torch.save({"results": results, "traffic": dataclasses.asdict(ranks.traffic), "first_line": ranks.describe()},
+                   f"{out}/{rank}.pt")
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.fixture(scope="module")
+def two_ranks(tmp_path_factory):
+    out = tmp_path_factory.mktemp("ranks")
+    mp.spawn(_run_rank, args=(2, str(out / "store"), str(out)), nprocs=2)
+    return [torch.load(out / f"{rank}.pt", weights_only=False) for rank in range(2)]
+
+
+@pytest.mark.parametrize("case", range(len(CASES)))
+def test_two_ranks_step_as_two_virtual_workers(two_ranks, case):
+    form, loss, l2, l1, aggregation = CASES[case]
+    virtual = ScdSolver(_problem(loss), form, loss, l2=l2, l1=l1, backend="sequential", device="cpu", workers=2,
+                        aggregation=aggregation)
+    gammas, gaps = [], []
+    for _ in range(EPOCHS):
+        gammas.append(virtual.epoch())
+        gaps.append(virtual.gap())
+    for rank in two_ranks:
+        mine = rank["results"][case]
+        assert mine["gammas"] == pytest.approx(gammas, rel=1e-9)
+        assert mine["gaps"] == pytest.approx(gaps, rel=1e-7, abs=1e-13)
+        torch.testing.assert_close(mine["coef"], virtual.coef_.double(), rtol=1e-9, atol=1e-12)
+        assert mine["drift"] < 1e-12
+    assert gaps[-1] < gaps[0]                  # they descend
+
+
+def test_every_rank_counts_its_collectives(two_ranks):
+    first, second = (rank["traffic"] for rank in two_ranks)
+    assert (first["bytes"], first["collectives"]) == (second["bytes"], second["collectives"])
+    assert first["collectives"] > 0 and first["seconds"] > 0
+    # a ring all-reduce of 2 ranks sends each payload's bytes once from each rank: the shared vector's change
+    # (n or m float64), the gamma's two sums, and the certificates' vector and sums every epoch
+    assert first["bytes"] > EPOCHS * 8 * 40
+    assert two_ranks[1]["first_line"] == "2 ranks (gloo, this one rank 1 on cpu)"
+
+
+@pytest.mark.parametrize("form", ["primal", "dual"])
+def test_one_rank_is_the_single_device_solver(form):
+    data = _problem("squared")
+    one = DistributedScdSolver(data, form, l2=1e-2, backend="sequential", device="cpu", ranks=Ranks())
+    alone = ScdSolver(data, form, l2=1e-2, backend="sequential", device="cpu")
+    for _ in range(3):
+        assert one.epoch() is None and alone.epoch() is None
+        assert one.gap() == alone.gap()
+    torch.testing.assert_close(one.coef_, alone.coef_, rtol=0, atol=0)
+    assert init_ranks().world == 1                     # no torchrun, no process group: one rank
+
+
+def test_shares_of_rows_and_columns_keep_their_entries():
+    data = _problem("squared")
+    rows = torch.tensor([1, 5, 6, 119])
+    share = rows_of(data, rows)
+    torch.testing.assert_close(share.to_scipy().toarray(), data.to_scipy().toarray()[rows.numpy()])
+    torch.testing.assert_close(share.labels, data.labels[rows])
+    columns = torch.tensor([0, 7, 39])
+    share = columns_of(data, columns)
+    assert share.n_features == 3 and share.n_rows == data.n_rows
+    torch.testing.assert_close(share.to_scipy().toarray(), data.to_scipy().toarray()[:, columns.numpy()])
+
+
+def test_adaptive_aggregation_is_refused_where_it_is_not_the_line_search():
+    with pytest.raises(OptionError, match="adaptive aggregation"):
+        DistributedScdSolver(_problem("logistic"), "dual", "logistic", ranks=Ranks(world=2))
