@@ -1,10 +1,10 @@
 """Several GPUs through torch.distributed (alac.runtime.distributed); run under torchrun, e.g.
 `PYTHONPATH=. torchrun --nproc-per-node 2 benchmarks/distributed.py --parts scd`.
 
-The scd part: (1) CoCoA over the ranks against the virtual workers: the dual ridge on a webspam-shaped
-set of 1/32 the size (8,216 x 21,272, lambda 1e-3), its rows split over the ranks, one coordinate in
-flight on each (deterministic kernels), against ScdSolver(workers=ranks) on rank 0's GPU, epoch by
-epoch; (2) TPA-SCD's Criteo problem, the dual ridge at lambda 1e-3 on the Criteo-shaped set of
+The scd part: (1) CoCoA over the ranks against the virtual workers: ridge on a webspam-shaped set of
+1/32 the size (8,216 x 21,272, lambda 1e-3), primal (columns split over the ranks) and dual (rows),
+the adaptive gamma, the float64 sequential local solver over gloo, against ScdSolver(workers=ranks)
+on rank 0, epoch by epoch; (2) TPA-SCD's Criteo problem, the dual ridge at lambda 1e-3 on the Criteo-shaped set of
 benchmarks/scd.py (200M x 75M, 25-39 entries a row), its rows split over the ranks, with the
 adaptive gamma, to gap 1e-6: seconds (every rank's share taken from the whole set and its solver
 set up, then its epochs), the seconds its collectives took (one all-reduce of the shared vector's
@@ -24,7 +24,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from alac.runtime.distributed import init_ranks
+from alac.runtime.distributed import gloo_ranks, init_ranks
 from alac.runtime.scd import ScdSolver
 from alac.runtime.scd_distributed import DistributedScdSolver
 from benchmarks.render import table
@@ -43,25 +43,31 @@ def _now():
 
 
 def scd_match(args, ranks):
-    """The ranks' CoCoA epochs against the virtual workers', gap by gap."""
+    """The ranks' CoCoA epochs against the virtual workers', gap by gap, for each form: the float64
+    sequential local solver on the CPU, over gloo (the GPU kernels' lanes race, so that two runs of
+    them differ; tests/runtime/test_scd_distributed.py checks them under the interpreter)."""
     data = webspam_like(args.rows // 32, args.columns // 32, args.nnz_per_row, 1.0, args.seed)
-    options = dict(form="dual", loss="squared", l2=1e-3, backend="triton", in_flight=1, seed=args.seed)
-    solver = DistributedScdSolver(data, ranks=ranks, device=_device(ranks), **options)
-    gaps = []
-    for _ in range(args.match_epochs):
-        solver.epoch()
-        gaps.append(solver.gap())
-    arm = {"name": "scd_dual_ridge_webspam_small", "ranks": ranks.world, "gap": gaps, "epochs": len(gaps),
-           "ms_per_epoch": 1e3 * solver.seconds / len(gaps)}
-    if ranks.rank == 0:
-        virtual = ScdSolver(data, workers=ranks.world, device=_device(ranks), **options)
-        expected = []
+    cpu = gloo_ranks(ranks)
+    arms = []
+    for form in ("primal", "dual"):
+        options = dict(form=form, loss="squared", l2=1e-3, backend="sequential", device="cpu", seed=args.seed)
+        solver = DistributedScdSolver(data, ranks=cpu, **options)
+        gaps = []
         for _ in range(args.match_epochs):
-            virtual.epoch()
-            expected.append(virtual.gap())
-        arm.update(virtual_gap=expected,
-                   largest_relative_difference=max(abs(a - b) / abs(b) for a, b in zip(gaps, expected)))
-    return arm
+            solver.epoch()
+            gaps.append(solver.gap())
+        arm = {"name": f"scd_{form}_ridge_webspam_small_sequential", "ranks": ranks.world, "gap": gaps,
+               "epochs": len(gaps), "ms_per_epoch": 1e3 * solver.seconds / len(gaps)}
+        if ranks.rank == 0:
+            virtual = ScdSolver(data, workers=ranks.world, **options)
+            expected = []
+            for _ in range(args.match_epochs):
+                virtual.epoch()
+                expected.append(virtual.gap())
+            arm.update(virtual_gap=expected,
+                       largest_relative_difference=max(abs(a - b) / abs(b) for a, b in zip(gaps, expected)))
+        arms.append(arm)
+    return arms
 
 
 def scd_criteo(args, ranks):
@@ -117,7 +123,7 @@ def main():
     parser.add_argument("--rows", type=int, default=262_938)
     parser.add_argument("--columns", type=int, default=680_715)
     parser.add_argument("--nnz-per-row", type=int, default=200)
-    parser.add_argument("--match-epochs", type=int, default=10)
+    parser.add_argument("--match-epochs", type=int, default=30)
     parser.add_argument("--criteo-rows", type=int, default=200_000_000)
     parser.add_argument("--criteo-columns", type=int, default=75_000_000)
     parser.add_argument("--epochs", type=int, default=30)
@@ -130,7 +136,7 @@ def main():
     print(f"alac: {ranks.describe()}", flush=True)
     arms = []
     if "scd" in args.parts.split(","):
-        arms.append(scd_match(args, ranks))
+        arms += scd_match(args, ranks)
         arms.append(scd_criteo(args, ranks))
     if ranks.rank == 0:
         payload = {"environment": environment(), "arguments": vars(args), "ranks": ranks.world, "arms": arms}

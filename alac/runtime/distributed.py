@@ -33,6 +33,7 @@ class Ranks:
     device: torch.device = dataclasses.field(default_factory=lambda: torch.device("cpu"))
     backend: str | None = None
     traffic: Traffic = dataclasses.field(default_factory=Traffic)
+    group: object = None            # a torch.distributed process group (None: the default one)
 
     def describe(self):
         """The run's first line's account of its ranks."""
@@ -50,7 +51,7 @@ class Ranks:
             moved = tensor.clone()
         _synchronize(self.device)
         start = time.perf_counter()
-        dist.all_reduce(moved, op=dist.ReduceOp.SUM if op == "sum" else dist.ReduceOp.MAX)
+        dist.all_reduce(moved, op=dist.ReduceOp.SUM if op == "sum" else dist.ReduceOp.MAX, group=self.group)
         _synchronize(self.device)
         self.traffic.seconds += time.perf_counter() - start
         self.traffic.bytes += 2 * (self.world - 1) * moved.numel() * moved.element_size() // self.world
@@ -74,6 +75,14 @@ def init_ranks(backend=None):
         raise OptionError(f"alac's collectives run on NCCL or gloo, got the process group's {backend!r}")
     device = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else torch.device("cpu")
     return Ranks(dist.get_rank(), dist.get_world_size(), device, backend)
+
+
+def gloo_ranks(ranks):
+    """The same ranks over gloo, on the CPU (a group of their own beside an NCCL one): for solvers that
+    step on the CPU, as the float64 sequential SCD solver does."""
+    if ranks.world == 1 or ranks.backend == "gloo":
+        return ranks
+    return Ranks(ranks.rank, ranks.world, torch.device("cpu"), "gloo", group=dist.new_group(backend="gloo"))
 
 
 def _synchronize(device):

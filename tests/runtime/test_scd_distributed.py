@@ -2,6 +2,7 @@
 sequential local solver, step as ScdSolver(workers=2) does, epoch by epoch."""
 
 import dataclasses
+import os
 
 import pytest
 import torch
@@ -15,24 +16,34 @@ from alac.runtime.scd_distributed import DistributedScdSolver, columns_of, rows_
 from tests.runtime.scd_problems import planted
 
 EPOCHS = 6
-# (form, loss, l2, l1, aggregation): the dual split by rows, the primal by columns
-CASES = [("dual", "squared", 1e-2, 0.0, "adaptive"), ("primal", "squared", 1e-2, 0.0, "adaptive"),
-         ("dual", "logistic", 1e-2, 0.0, "averaging"), ("primal", "logistic", 1e-2, 0.0, "adding"),
-         ("primal", "squared", 0.0, 1e-2, "averaging")]
+# (form, loss, l2, l1, aggregation, backend): the dual split by rows, the primal by columns; the kernels'
+# path under the interpreter, one coordinate in flight (it runs programs one after the other)
+CASES = [("dual", "squared", 1e-2, 0.0, "adaptive", "sequential"),
+         ("primal", "squared", 1e-2, 0.0, "adaptive", "sequential"),
+         ("dual", "logistic", 1e-2, 0.0, "averaging", "sequential"),
+         ("primal", "logistic", 1e-2, 0.0, "adding", "sequential"),
+         ("primal", "squared", 0.0, 1e-2, "averaging", "sequential"),
+         ("dual", "squared", 1e-2, 0.0, "adaptive", "interpret"),
+         ("primal", "logistic", 1e-2, 0.0, "averaging", "interpret")]
 
 
 def _problem(loss):
     return planted(n=120, m=40, seed=3, classes=loss != "squared")
 
 
+def _in_flight(backend):
+    return 1 if backend == "interpret" else None
+
+
 def _run_rank(rank, world, store, out):
+    os.environ["TRITON_INTERPRET"] = "1"              # before triton compiles any kernel in this process
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
     try:
         ranks = init_ranks()
         results = []
-        for form, loss, l2, l1, aggregation in CASES:
-            solver = DistributedScdSolver(_problem(loss), form, loss, l2=l2, l1=l1, backend="sequential",
-                                          device="cpu", aggregation=aggregation, ranks=ranks)
+        for form, loss, l2, l1, aggregation, backend in CASES:
+            solver = DistributedScdSolver(_problem(loss), form, loss, l2=l2, l1=l1, backend=backend, device="cpu",
+                                          aggregation=aggregation, ranks=ranks, in_flight=_in_flight(backend))
             gammas, gaps = [], []
             for _ in range(EPOCHS):
                 gammas.append(solver.epoch())
@@ -53,9 +64,9 @@ def two_ranks(tmp_path_factory):
 
 @pytest.mark.parametrize("case", range(len(CASES)))
 def test_two_ranks_step_as_two_virtual_workers(two_ranks, case):
-    form, loss, l2, l1, aggregation = CASES[case]
-    virtual = ScdSolver(_problem(loss), form, loss, l2=l2, l1=l1, backend="sequential", device="cpu", workers=2,
-                        aggregation=aggregation)
+    form, loss, l2, l1, aggregation, backend = CASES[case]
+    virtual = ScdSolver(_problem(loss), form, loss, l2=l2, l1=l1, backend=backend, device="cpu", workers=2,
+                        aggregation=aggregation, in_flight=_in_flight(backend))
     gammas, gaps = [], []
     for _ in range(EPOCHS):
         gammas.append(virtual.epoch())
