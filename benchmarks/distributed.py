@@ -24,6 +24,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from alac.data.synthetic import criteo_like
+from alac.runtime.data_parallel import DataParallelTrainer
 from alac.runtime.distributed import gloo_ranks, init_ranks
 from alac.runtime.scd import ScdSolver
 from alac.runtime.scd_distributed import DistributedScdSolver
@@ -81,11 +83,13 @@ def scd_criteo(args, ranks):
     del data
     setup = _now() - start
     epochs = []
+    ranks.wait_apart = True
     for _ in range(args.epochs):
-        waited, sent = ranks.traffic.seconds, ranks.traffic.bytes
+        collective, waited, sent = ranks.traffic.seconds, ranks.traffic.waiting_seconds, ranks.traffic.bytes
         gamma = solver.epoch()
         epochs.append({"seconds": solver.seconds, "gamma": gamma, "bytes": ranks.traffic.bytes - sent,
-                       "communication_seconds": ranks.traffic.seconds - waited})
+                       "collective_seconds": ranks.traffic.seconds - collective,
+                       "waiting_seconds": ranks.traffic.waiting_seconds - waited})
         epochs[-1]["gap"] = solver.gap()        # the certificate's collectives after the epoch's count
         if epochs[-1]["gap"] <= 1e-6:
             break
@@ -93,24 +97,114 @@ def scd_criteo(args, ranks):
             "columns": args.criteo_columns, "l2": 1e-3, "epochs": len(epochs), "gap": [e["gap"] for e in epochs],
             "gamma": [e["gamma"] for e in epochs], "setup_seconds": setup, "seconds": setup + solver.seconds,
             "ms_per_epoch": 1e3 * solver.seconds / len(epochs),
-            "communication_ms_per_epoch": 1e3 * sum(e["communication_seconds"] for e in epochs) / len(epochs),
+            # collectives: waiting at the barrier for the slowest rank, then the transfers
+            "waiting_ms_per_epoch": 1e3 * sum(e["waiting_seconds"] for e in epochs) / len(epochs),
+            "communication_ms_per_epoch": 1e3 * sum(e["collective_seconds"] - e["waiting_seconds"]
+                                                    for e in epochs) / len(epochs),
             "bytes_communicated": epochs[-1]["bytes"], "in_flight": solver.in_flight,
             "time_to_gap": time_to_gap([(setup + e["seconds"], e["gap"]) for e in epochs])}
 
 
+def flow_plan(model, device, seed):
+    """The async plan `alac train` would choose (the cost model's hot segment), from a layout of the
+    first 4M rows: one plan for every arm and every rank."""
+    from alac.ir.pipeline import lower
+    from alac.plan import Plan
+    from alac.runtime.layout import LayoutOptions, build_layout
+    from alac.runtime.planner import plan_for
+
+    sample = criteo_like(4_000_000, seed=seed, device=device)
+    base = Plan(semantics="async", batch_size=1024, chunk_size=32)
+    layout = build_layout(sample, LayoutOptions(chunk_size=32), device)
+    return plan_for(layout, lower(model), "async", 1024, base, device=device.type).plan
+
+
+def flow_arm(name, model, plan, train, valid, args, ranks, alone=False, **options):
+    """Epochs of a DataParallelTrainer over the ranks (alone: one rank's GPU, the others waiting), after
+    one epoch that compiles the kernels; ms per epoch (median), validation logloss per epoch, bytes
+    each rank sent per epoch."""
+    from alac.runtime.distributed import Ranks
+
+    trained_by = Ranks() if alone else ranks
+    common = dict(lr=args.lr, plan=plan, seed=args.seed, device=_device(ranks), ranks=trained_by, **options)
+    DataParallelTrainer(model, epochs=1, **common).fit(train)
+    sent = []          # bytes sent so far at each epoch's end
+    trainer = DataParallelTrainer(model, epochs=args.flow_epochs, callbacks=[
+        lambda _, record: sent.append(trained_by.traffic.bytes)], **common)
+    if ranks.rank == 0:
+        print(trainer.describe(), flush=True)
+    history = trainer.fit(train, valid)
+    seconds = sorted(r["seconds"] for r in history)
+    arm = {"name": name, "ranks": trained_by.world, "rows": train.n_rows, "epochs": len(history),
+           "ms_per_epoch": 1e3 * seconds[len(seconds) // 2], "epoch_seconds": [r["seconds"] for r in history],
+           "val_logloss": [r["valid_logloss"] for r in history],
+           # between epochs' ends: their all-reduces, not the feature counts' before the first
+           "bytes_communicated": (sent[-1] - sent[0]) // max(1, len(sent) - 1),
+           "sync_every": options.get("sync_every"), "aggregation": options.get("aggregation", "adding"),
+           "plan": plan.describe()}
+    del trainer
+    torch.cuda.empty_cache()
+    return arm
+
+
+def flow_part(args, ranks):
+    """LR and FM k = 16 on the synthetic Criteo-shaped sets: one GPU, then the ranks."""
+    from alac.models import zoo_model
+
+    arms = []
+    device = _device(ranks)
+    for rows in args.flow_rows:
+        train = criteo_like(rows, seed=args.seed, device=device)
+        valid = criteo_like(args.valid_rows, seed=args.seed, device=device, first_row=rows)
+        for label, model in (("lr", zoo_model("lr")), ("fm16", zoo_model("fm", k=16))):
+            plan = flow_plan(model, device, args.seed)
+            if ranks.rank == 0:
+                arms.append(flow_arm(f"flow_{label}_1gpu", model, plan, train, valid, args, ranks, alone=True))
+            _barrier(ranks)
+            for aggregation in ("adding", "averaging"):
+                arms.append(flow_arm(f"flow_{label}_{ranks.world}gpu_{aggregation}", model, plan, train, valid,
+                                     args, ranks, aggregation=aggregation))
+        del train, valid
+        torch.cuda.empty_cache()
+    return arms
+
+
+def _barrier(ranks):
+    if ranks.world > 1:
+        torch.distributed.barrier()
+
+
 def report(payload):
     env = payload["environment"]
-    rows = [[a["name"], a["ranks"], a["epochs"], f"{a['ms_per_epoch']:.1f}",
-             f"{a.get('communication_ms_per_epoch', float('nan')):.1f}",
-             f"{a['bytes_communicated'] / 1e6:.1f}" if "bytes_communicated" in a else "-",
-             f"{a['gap'][-1]:.2e}",
-             "-" if a.get("time_to_gap", {}).get("1e-06") is None else f"{a['time_to_gap']['1e-06']:.2f}"]
-            for a in payload["arms"]]
     text = (f"Distributed ({env['device']} x {payload['ranks']}, {env['date']}: "
             f"`PYTHONPATH=. torchrun --nproc-per-node {payload['ranks']} benchmarks/distributed.py "
-            f"--parts {payload['arguments']['parts']}`)\n\n")
-    text += table(["arm", "ranks", "epochs", "ms / epoch", "of it communicating", "MB sent / epoch / rank",
-                   "last gap", "s to gap 1e-6"], rows)
+            f"--parts {payload['arguments']['parts']}`)")
+    flow = [a for a in payload["arms"] if "val_logloss" in a]
+    if flow:
+        rows = []
+        for a in flow:
+            alone = next(b for b in flow if b["rows"] == a["rows"] and b["ranks"] == 1
+                         and b["name"].split("_")[1] == a["name"].split("_")[1])
+            rows.append([f"{a['rows']:,}", a["name"], a["ranks"], f"{a['ms_per_epoch']:.1f}",
+                         f"{alone['ms_per_epoch'] / a['ms_per_epoch']:.2f}×", f"{a['val_logloss'][-1]:.4f}",
+                         f"{a['val_logloss'][-1] - alone['val_logloss'][-1]:+.4f}",
+                         f"{a['bytes_communicated'] / 1e6:.1f}"])
+        text += "\n\nFlow training, async, " + f"{flow[0]['epochs']} epochs:\n\n" + table(
+            ["rows", "arm", "ranks", "ms / epoch", "speed-up", "val logloss", "vs 1 GPU", "MB sent / epoch / rank"],
+            rows)
+    scd = [a for a in payload["arms"] if "gap" in a]
+    if scd:
+        def ms(arm, key):
+            return f"{arm[key]:.1f}" if key in arm else "-"
+
+        rows = [[a["name"], a["ranks"], a["epochs"], f"{a['ms_per_epoch']:.1f}", ms(a, "waiting_ms_per_epoch"),
+                 ms(a, "communication_ms_per_epoch"),
+                 f"{a['bytes_communicated'] / 1e6:.1f}" if "bytes_communicated" in a else "-", f"{a['gap'][-1]:.2e}",
+                 "-" if a.get("time_to_gap", {}).get("1e-06") is None else f"{a['time_to_gap']['1e-06']:.2f}"]
+                for a in scd]
+        text += "\n\nCoCoA SCD:\n\n" + table(
+            ["arm", "ranks", "epochs", "ms / epoch", "of it waiting for a rank", "of it communicating",
+             "MB sent / epoch / rank", "last gap", "s to gap 1e-6"], rows)
     notes = [f"{a['name']}: the largest relative difference of its gaps from {a['ranks']} virtual workers' over "
              f"{a['epochs']} epochs {a['largest_relative_difference']:.1e}."
              for a in payload["arms"] if "largest_relative_difference" in a]
@@ -119,7 +213,11 @@ def report(payload):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--parts", default="scd")
+    parser.add_argument("--parts", default="flow,scd")
+    parser.add_argument("--flow-rows", type=int, nargs="+", default=[4_000_000, 64_000_000])
+    parser.add_argument("--valid-rows", type=int, default=500_000)
+    parser.add_argument("--flow-epochs", type=int, default=5)
+    parser.add_argument("--lr", type=float, default=2.0)   # benchmarks/flow.py's
     parser.add_argument("--rows", type=int, default=262_938)
     parser.add_argument("--columns", type=int, default=680_715)
     parser.add_argument("--nnz-per-row", type=int, default=200)
@@ -135,6 +233,8 @@ def main():
         raise SystemExit("benchmarks/distributed.py runs on GPUs: launch it with torchrun on a machine with CUDA")
     print(f"alac: {ranks.describe()}", flush=True)
     arms = []
+    if "flow" in args.parts.split(","):
+        arms += flow_part(args, ranks)
     if "scd" in args.parts.split(","):
         arms += scd_match(args, ranks)
         arms.append(scd_criteo(args, ranks))

@@ -24,6 +24,7 @@ class Traffic:
     bytes: int = 0
     collectives: int = 0
     seconds: float = 0.0
+    waiting_seconds: float = 0.0    # of seconds, at a barrier for the slowest rank (where Ranks.wait_apart)
 
 
 @dataclasses.dataclass
@@ -34,6 +35,9 @@ class Ranks:
     backend: str | None = None
     traffic: Traffic = dataclasses.field(default_factory=Traffic)
     group: object = None            # a torch.distributed process group (None: the default one)
+    # a barrier before each collective, so that its time splits into waiting for the slowest rank and
+    # moving the data (benchmarks; it costs a collective of its own)
+    wait_apart: bool = False
 
     def describe(self):
         """The run's first line's account of its ranks."""
@@ -51,6 +55,10 @@ class Ranks:
             moved = tensor.clone()
         _synchronize(self.device)
         start = time.perf_counter()
+        if self.wait_apart:
+            dist.barrier(group=self.group)
+            _synchronize(self.device)
+            self.traffic.waiting_seconds += time.perf_counter() - start
         dist.all_reduce(moved, op=dist.ReduceOp.SUM if op == "sum" else dist.ReduceOp.MAX, group=self.group)
         _synchronize(self.device)
         self.traffic.seconds += time.perf_counter() - start

@@ -1,0 +1,101 @@
+"""Data-parallel flow training over ranks (alac.runtime.distributed): every rank trains its share of
+the rows with the generated kernels, the parameters replicated on every rank; every `sync_every`
+batches (by default once an epoch) the ranks all-reduce the changes of their parameters and optimizer
+state since the last synchronisation and apply their sum ("adding": each rank's steps as they were
+made, as async training's concurrent programs apply theirs) or their mean ("averaging": model
+averaging). Every rank lays its share out in one feature order, its frequencies summed over the ranks,
+so that a parameter row means the same feature on every rank; one rank is Trainer exactly."""
+
+from __future__ import annotations
+
+import torch
+
+from alac.errors import OptionError
+from alac.runtime.distributed import init_ranks
+from alac.runtime.layout import order_by_frequency
+from alac.train import Trainer
+
+AGGREGATIONS = ("adding", "averaging")
+
+
+class DataParallelTrainer(Trainer):
+    def __init__(self, model, ranks=None, sync_every=None, aggregation="adding", **options):
+        """Trainer's options; ranks: alac.runtime.distributed.Ranks (default init_ranks()); sync_every:
+        batches between synchronisations (None: once an epoch); aggregation: "adding" or "averaging"
+        of the ranks' changes. fit(train, ...) takes the whole training set on every rank and trains
+        this rank's share of its rows (contiguous, as torch.tensor_split cuts them)."""
+        ranks = ranks or init_ranks()
+        if aggregation not in AGGREGATIONS:
+            raise OptionError(f"aggregation is one of {', '.join(AGGREGATIONS)}, got {aggregation!r}")
+        if sync_every is not None and (not isinstance(sync_every, int) or sync_every < 1):
+            raise OptionError(f"sync_every is a number of batches >= 1 (or None: once an epoch), got {sync_every!r}")
+        if ranks.world > 1 and ranks.backend == "nccl" and "device" not in options:
+            options["device"] = ranks.device
+        super().__init__(model, **options)
+        if ranks.world > 1 and self.plan.host_params:
+            raise OptionError("data-parallel training keeps every parameter on each rank's GPU: host_params is "
+                              "for one rank")
+        self.ranks, self.sync_every, self.aggregation = ranks, sync_every, aggregation
+        self._shares = {}
+
+    def describe(self):
+        """The run's first line: the ranks and how their parameters are synchronised."""
+        if self.ranks.world == 1:
+            return f"alac: {self.ranks.describe()} trains"
+        every = "every epoch" if self.sync_every is None else f"every {self.sync_every} batches"
+        how = "their sum" if self.aggregation == "adding" else "their mean"
+        return (f"alac: {self.ranks.describe()} train, each its share of the rows; parameters and optimizer "
+                f"state synchronised {every} by an all-reduce of their changes ({how})")
+
+    def prepare(self, train):
+        if self.ranks.world == 1:
+            return super().prepare(train)
+        share = self._shares.get(id(train))
+        if share is None:
+            rows = torch.arange(train.n_rows, device=train.device).tensor_split(self.ranks.world)[self.ranks.rank]
+            share = train.take(rows)
+            if self.feature_order is None:
+                counts = torch.bincount(share.indices.to(self.device).long(), minlength=share.n_features)
+                _, new_to_old, _ = order_by_frequency(self.ranks.all_reduce(counts))
+                self.feature_order = new_to_old.cpu()
+            self._shares = {id(train): share}
+        return super().prepare(share)
+
+    def _train_group(self, labels, count):
+        if self.ranks.world == 1:
+            return super()._train_group(labels, count)
+        layout, executor = self.train_layout, self.executor
+        per_sync = None if self.sync_every is None else self.sync_every * self.plan.chunks_per_batch
+        losses = []
+        for epoch in range(self.epoch, self.epoch + count):
+            order = layout.chunk_order(epoch, executor.seed)
+            loss_sum = torch.zeros(2, dtype=torch.float64, device=self.device)
+            for segment in (order,) if per_sync is None else order.split(per_sync):
+                before = self._tensors(clone=True)
+                loss_sum[0] += executor.train_epoch(layout, labels, epoch, self.lr, order=segment) * layout.n_rows
+                self._aggregate(before)
+            loss_sum[1] = layout.n_rows
+            total = self.ranks.all_reduce(loss_sum)
+            losses.append(float(total[0] / total[1]))
+        return losses
+
+    def _sample_loss(self, labels):
+        """The divergence guard's yardstick, the same on every rank: the ranks' mean."""
+        loss = super()._sample_loss(labels)
+        if self.ranks.world == 1:
+            return loss
+        return float(self.ranks.all_reduce(torch.tensor([loss], dtype=torch.float64))[0]) / self.ranks.world
+
+    def _tensors(self, clone=False):
+        state = self.executor.state
+        tensors = {**{("param", k): v for k, v in state.params.items()},
+                   **{("global", k): v for k, v in state.globals.items()},
+                   **{("state", k): v for k, v in state.states.items()}}
+        return {k: v.clone() for k, v in tensors.items()} if clone else tensors
+
+    def _aggregate(self, before):
+        """Each tensor set to its value before the segment plus the ranks' changes, summed or averaged."""
+        scale = 1.0 if self.aggregation == "adding" else 1.0 / self.ranks.world
+        for key, tensor in self._tensors().items():
+            change = self.ranks.all_reduce(tensor - before[key])
+            torch.add(before[key], change, alpha=scale, out=tensor)

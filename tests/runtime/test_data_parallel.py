@@ -1,0 +1,116 @@
+"""Data-parallel flow training: two gloo ranks on the CPU (the reference backend) against two plain
+Trainers, each trained on one rank's share from the same start, their changes added or averaged by
+hand; one rank against Trainer itself."""
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from alac.data.synthetic import criteo_like
+from alac.errors import OptionError
+from alac.models import zoo_model
+from alac.plan import Plan
+from alac.runtime.data_parallel import DataParallelTrainer
+from alac.runtime.distributed import Ranks, init_ranks
+from alac.train import Trainer
+
+PLAN = Plan(batch_size=64, chunk_size=16)
+OPTIONS = dict(lr=0.5, plan=PLAN, backend="reference", device="cpu", seed=1)
+# (model, aggregation, sync_every, optimizer)
+CASES = [("lr", "adding", None, "sgd"), ("fm", "averaging", None, "sgd"), ("fm", "adding", None, "adagrad"),
+         ("lr", "adding", 8, "sgd")]
+
+
+def _model(name):
+    return zoo_model("fm", k=4) if name == "fm" else zoo_model("lr")
+
+
+def _data():
+    data = criteo_like(2000, n_fields=6, seed=2, device="cpu")
+    return data.take(torch.arange(1600)), data.take(torch.arange(1600, 2000))
+
+
+def _run_rank(rank, world, store, out):
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
+    try:
+        train, valid = _data()
+        results = []
+        for name, aggregation, sync_every, optimizer in CASES:
+            trainer = DataParallelTrainer(_model(name), ranks=init_ranks(), sync_every=sync_every,
+                                          aggregation=aggregation, optimizer=optimizer, epochs=1, **OPTIONS)
+            history = trainer.fit(train, valid)
+            results.append({"params": trainer.parameters(), "history": history, "first_line": trainer.describe(),
+                            "order": trainer.feature_order})
+        torch.save(results, f"{out}/{rank}.pt")
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.fixture(scope="module")
+def two_ranks(tmp_path_factory):
+    out = tmp_path_factory.mktemp("ranks")
+    mp.spawn(_run_rank, args=(2, str(out / "store"), str(out)), nprocs=2)
+    return [torch.load(out / f"{rank}.pt", weights_only=False) for rank in range(2)]
+
+
+def _by_hand(name, aggregation, optimizer, order):
+    """The two shares' epochs from one start, each by a plain Trainer in the ranks' feature order."""
+    train, _ = _data()
+    start = Trainer(_model(name), epochs=0, optimizer=optimizer, **OPTIONS)
+    start.feature_order = order
+    start.fit(train)
+    initial, _ = start.parameters()
+    changes = []
+    for rows in torch.arange(train.n_rows).tensor_split(2):
+        alone = Trainer(_model(name), epochs=1, optimizer=optimizer, **OPTIONS)
+        alone.feature_order = order
+        alone.fit(train.take(rows))
+        params, _ = alone.parameters()
+        changes.append({k: params[k] - initial[k] for k in params})
+    scale = 1.0 if aggregation == "adding" else 0.5
+    return {k: initial[k] + scale * (changes[0][k] + changes[1][k]) for k in initial}
+
+
+@pytest.mark.parametrize("case", [0, 1, 2])
+def test_two_ranks_add_or_average_the_changes_of_their_shares(two_ranks, case):
+    name, aggregation, _, optimizer = CASES[case]
+    first, second = (rank[case] for rank in two_ranks)
+    expected = _by_hand(name, aggregation, optimizer, first["order"])
+    for rank in (first, second):
+        for key, value in expected.items():
+            torch.testing.assert_close(torch.as_tensor(rank["params"][0][key]), torch.as_tensor(value),
+                                       rtol=1e-5, atol=1e-6)
+    # both ranks hold the same model and report the same losses
+    assert first["history"] == second["history"] or all(
+        a["valid_logloss"] == b["valid_logloss"] and a["train_loss"] == b["train_loss"]
+        for a, b in zip(first["history"], second["history"]))
+
+
+def test_frequent_synchronisations_keep_the_ranks_equal_and_learning(two_ranks):
+    first, second = (rank[3] for rank in two_ranks)
+    for key in first["params"][0]:
+        torch.testing.assert_close(torch.as_tensor(first["params"][0][key]),
+                                   torch.as_tensor(second["params"][0][key]), rtol=0, atol=0)
+    assert first["history"][0]["valid_logloss"] < 0.69
+    assert first["first_line"] == ("alac: 2 ranks (gloo, this one rank 0 on cpu) train, each its share of the rows; "
+                                   "parameters and optimizer state synchronised every 8 batches by an all-reduce of "
+                                   "their changes (their sum)")
+
+
+@pytest.mark.parametrize("name", ["lr", "fm"])
+def test_one_rank_is_the_trainer(name):
+    train, valid = _data()
+    one = DataParallelTrainer(_model(name), ranks=Ranks(), epochs=2, **OPTIONS)
+    alone = Trainer(_model(name), epochs=2, **OPTIONS)
+    assert [r["valid_logloss"] for r in one.fit(train, valid)] == [r["valid_logloss"] for r in alone.fit(train, valid)]
+    for key, value in alone.parameters()[0].items():
+        assert (one.parameters()[0][key] == value).all()
+    assert one.describe() == "alac: 1 rank trains"
+
+
+def test_bad_options_are_refused():
+    with pytest.raises(OptionError, match="aggregation"):
+        DataParallelTrainer(_model("lr"), ranks=Ranks(), aggregation="median", **OPTIONS)
+    with pytest.raises(OptionError, match="sync_every"):
+        DataParallelTrainer(_model("lr"), ranks=Ranks(), sync_every=0, **OPTIONS)
