@@ -140,7 +140,7 @@ def flow_arm(name, model, plan, train, valid, args, ranks, alone=False, **option
            "val_logloss": [r["valid_logloss"] for r in history],
            # between epochs' ends: their all-reduces, not the feature counts' before the first
            "bytes_communicated": (sent[-1] - sent[0]) // max(1, len(sent) - 1),
-           "sync_every": options.get("sync_every"), "aggregation": options.get("aggregation", "adding"),
+           "sync_every": options.get("sync_every"), "aggregation": options.get("aggregation", "rows"),
            "plan": plan.describe()}
     del trainer
     torch.cuda.empty_cache()
@@ -161,7 +161,7 @@ def flow_part(args, ranks):
             if ranks.rank == 0:
                 arms.append(flow_arm(f"flow_{label}_1gpu", model, plan, train, valid, args, ranks, alone=True))
             _barrier(ranks)
-            for aggregation in ("adding", "averaging"):
+            for aggregation in ("rows", "adding", "averaging"):
                 arms.append(flow_arm(f"flow_{label}_{ranks.world}gpu_{aggregation}", model, plan, train, valid,
                                      args, ranks, aggregation=aggregation))
         del train, valid
@@ -236,6 +236,7 @@ def main():
     if "flow" in args.parts.split(","):
         arms += flow_part(args, ranks)
     if "scd" in args.parts.split(","):
+        ranks.timed = True
         arms += scd_match(args, ranks)
         arms.append(scd_criteo(args, ranks))
     if ranks.rank == 0:

@@ -124,7 +124,7 @@ def _cache_breakdown(cache):
         return run
 
     cache._load, cache._store = timed("load_s", cache._load), timed("store_s", cache._store)
-    cache.working._queue_epoch = timed("kernels_s", cache.working._queue_epoch)
+    cache.working.queue_epoch = timed("kernels_s", cache.working.queue_epoch)
     cache.refresh = timed("rerank_s", cache.refresh)
     return spent
 

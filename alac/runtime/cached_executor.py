@@ -66,11 +66,11 @@ def kernel_seconds(working, layout, labels, rows):
                                                                    layout.edge_feature % rows, -1),
                                   n_features=rows)
     order = layout.chunk_order(0, working.seed)[:CALIBRATION_BATCHES * working.plan.chunks_per_batch]
-    working._queue_epoch(scratch, labels, 0, 0.0, order)   # compiles the kernels off the clock
+    working.queue_epoch(scratch, labels, 0, 0.0, order)   # compiles the kernels off the clock
     if working.device.type == "cuda":
         torch.cuda.synchronize(working.device)
     started = time.perf_counter()
-    working._queue_epoch(scratch, labels, 0, 0.0, order)
+    working.queue_epoch(scratch, labels, 0, 0.0, order)
     if working.device.type == "cuda":
         torch.cuda.synchronize(working.device)
     seconds = (time.perf_counter() - started) * layout.n_chunks / max(order.numel(), 1)

@@ -1,9 +1,11 @@
 """Data-parallel flow training over ranks (alac.runtime.distributed): every rank trains its share of
 the rows with the generated kernels, the parameters replicated on every rank; every `sync_every`
 batches (by default once an epoch) the ranks all-reduce the changes of their parameters and optimizer
-state since the last synchronisation and apply their sum ("adding": each rank's steps as they were
-made, as async training's concurrent programs apply theirs) or their mean ("averaging": model
-averaging). Every rank lays its share out in one feature order, its frequencies summed over the ranks,
+state since the last synchronisation and apply, for each feature row, the mean of the changes of the
+ranks that changed it ("rows": a row one rank trained keeps that rank's steps whole, a popular row
+that every rank trained gets their mean), their sum ("adding": every rank's steps as they were made,
+as async training's concurrent programs apply theirs) or their mean ("averaging": model averaging).
+Every rank lays its share out in one feature order, its frequencies summed over the ranks,
 so that a parameter row means the same feature on every rank; one rank is Trainer exactly."""
 
 from __future__ import annotations
@@ -15,15 +17,16 @@ from alac.runtime.distributed import init_ranks
 from alac.runtime.layout import order_by_frequency
 from alac.train import Trainer
 
-AGGREGATIONS = ("adding", "averaging")
+AGGREGATIONS = ("rows", "adding", "averaging")
 
 
 class DataParallelTrainer(Trainer):
-    def __init__(self, model, ranks=None, sync_every=None, aggregation="adding", **options):
+    def __init__(self, model, ranks=None, sync_every=None, aggregation="rows", **options):
         """Trainer's options; ranks: alac.runtime.distributed.Ranks (default init_ranks()); sync_every:
-        batches between synchronisations (None: once an epoch); aggregation: "adding" or "averaging"
-        of the ranks' changes. fit(train, ...) takes the whole training set on every rank and trains
-        this rank's share of its rows (contiguous, as torch.tensor_split cuts them)."""
+        batches between synchronisations (None: once an epoch); aggregation: "rows", "adding" or
+        "averaging" of the ranks' changes (the module's docstring). fit(train, ...) takes the whole
+        training set on every rank and trains this rank's share of its rows (contiguous, as
+        torch.tensor_split cuts them)."""
         ranks = ranks or init_ranks()
         if aggregation not in AGGREGATIONS:
             raise OptionError(f"aggregation is one of {', '.join(AGGREGATIONS)}, got {aggregation!r}")
@@ -43,7 +46,8 @@ class DataParallelTrainer(Trainer):
         if self.ranks.world == 1:
             return f"alac: {self.ranks.describe()} trains"
         every = "every epoch" if self.sync_every is None else f"every {self.sync_every} batches"
-        how = "their sum" if self.aggregation == "adding" else "their mean"
+        how = {"rows": "each row's mean over the ranks that changed it", "adding": "their sum",
+               "averaging": "their mean"}[self.aggregation]
         return (f"alac: {self.ranks.describe()} train, each its share of the rows; parameters and optimizer "
                 f"state synchronised {every} by an all-reduce of their changes ({how})")
 
@@ -69,13 +73,15 @@ class DataParallelTrainer(Trainer):
         losses = []
         for epoch in range(self.epoch, self.epoch + count):
             order = layout.chunk_order(epoch, executor.seed)
+            # the epoch's loss sum and rows, added up on the device: one read at the epoch's end
             loss_sum = torch.zeros(2, dtype=torch.float64, device=self.device)
+            loss_sum[1] = layout.n_rows
             for segment in (order,) if per_sync is None else order.split(per_sync):
                 before = self._tensors(clone=True)
-                loss_sum[0] += executor.train_epoch(layout, labels, epoch, self.lr, order=segment) * layout.n_rows
+                executor.queue_epoch(layout, labels, epoch, self.lr, order=segment)
+                loss_sum[0] += executor.loss_sum[0]
                 self._aggregate(before)
-            loss_sum[1] = layout.n_rows
-            total = self.ranks.all_reduce(loss_sum)
+            total = self.ranks.all_reduce(loss_sum, in_place=True)
             losses.append(float(total[0] / total[1]))
         return losses
 
@@ -94,8 +100,20 @@ class DataParallelTrainer(Trainer):
         return {k: v.clone() for k, v in tensors.items()} if clone else tensors
 
     def _aggregate(self, before):
-        """Each tensor set to its value before the segment plus the ranks' changes, summed or averaged."""
-        scale = 1.0 if self.aggregation == "adding" else 1.0 / self.ranks.world
+        """Each tensor set to its value before the segment plus the ranks' changes: per row averaged over
+        the ranks that changed it, summed, or averaged."""
+        changes = {key: tensor - before[key] for key, tensor in self._tensors().items()}
+        movers = None
+        if self.aggregation == "rows":
+            # the ranks that changed each row: of the first param's rows (every param and state of the
+            # model is indexed by the same feature rows)
+            first = next(v for (kind, _), v in changes.items() if kind == "param")
+            moved = first != 0 if first.dim() == 1 else (first != 0).any(dim=1)
+            movers = self.ranks.all_reduce(moved.float(), in_place=True).clamp_min(1)
         for key, tensor in self._tensors().items():
-            change = self.ranks.all_reduce(tensor - before[key])
-            torch.add(before[key], change, alpha=scale, out=tensor)
+            change = self.ranks.all_reduce(changes[key], in_place=True)
+            if movers is not None and key[0] != "global":
+                change /= movers.view(-1, *([1] * (change.dim() - 1)))
+            elif self.aggregation != "adding":
+                change /= self.ranks.world
+            torch.add(before[key], change, out=tensor)

@@ -19,7 +19,8 @@ from alac.errors import OptionError
 @dataclasses.dataclass
 class Traffic:
     """What a rank's collectives moved: bytes a ring all-reduce sends from each rank (2 (W - 1) / W of
-    the payload), the collectives' count and the seconds from their launch to their end."""
+    the payload), the collectives' count and (where Ranks.timed) the seconds from their launch to
+    their end."""
 
     bytes: int = 0
     collectives: int = 0
@@ -35,8 +36,10 @@ class Ranks:
     backend: str | None = None
     traffic: Traffic = dataclasses.field(default_factory=Traffic)
     group: object = None            # a torch.distributed process group (None: the default one)
-    # a barrier before each collective, so that its time splits into waiting for the slowest rank and
-    # moving the data (benchmarks; it costs a collective of its own)
+    # timed: each collective waits for the device before and after it, so that its seconds are its own
+    # (the host otherwise queues it on the stream and goes on); wait_apart: a barrier before it too, so
+    # that its time splits into waiting for the slowest rank and moving the data (both for benchmarks)
+    timed: bool = False
     wait_apart: bool = False
 
     def describe(self):
@@ -45,25 +48,30 @@ class Ranks:
             return "1 rank"
         return f"{self.world} ranks ({self.backend}, this one rank {self.rank} on {self.device})"
 
-    def all_reduce(self, tensor, op="sum"):
+    def all_reduce(self, tensor, op="sum", in_place=False):
         """The elementwise sum (or max) of `tensor` over the ranks, on the tensor's device (moved to the
-        ranks' device for the collective where they differ: gloo reduces CPU tensors, NCCL CUDA ones)."""
+        ranks' device for the collective where they differ: gloo reduces CPU tensors, NCCL CUDA ones);
+        in_place: `tensor` itself becomes the result where it is on the ranks' device."""
         if self.world == 1:
             return tensor
         moved = tensor.to(self.device).contiguous()
-        if moved is tensor:
+        if moved is tensor and not in_place:
             moved = tensor.clone()
-        _synchronize(self.device)
+        if self.timed or self.wait_apart:
+            _synchronize(self.device)
         start = time.perf_counter()
         if self.wait_apart:
             dist.barrier(group=self.group)
             _synchronize(self.device)
             self.traffic.waiting_seconds += time.perf_counter() - start
         dist.all_reduce(moved, op=dist.ReduceOp.SUM if op == "sum" else dist.ReduceOp.MAX, group=self.group)
-        _synchronize(self.device)
-        self.traffic.seconds += time.perf_counter() - start
+        if self.timed or self.wait_apart:
+            _synchronize(self.device)
+            self.traffic.seconds += time.perf_counter() - start
         self.traffic.bytes += 2 * (self.world - 1) * moved.numel() * moved.element_size() // self.world
         self.traffic.collectives += 1
+        if moved is tensor:
+            return tensor
         return moved.to(tensor.device)
 
 

@@ -186,7 +186,7 @@ class Executor:
     def train_epoch(self, layout, labels, epoch, lr, order=None):
         """One epoch (its chunks in order, by default the layout's order of the epoch); returns the mean
         training loss over the epoch."""
-        self._queue_epoch(layout, labels, epoch, lr, order)
+        self.queue_epoch(layout, labels, epoch, lr, order)
         return float(self.loss_sum) / max(layout.n_rows, 1)
 
     def train_epochs(self, layout, labels, first_epoch, count, lr):
@@ -197,7 +197,7 @@ class Executor:
         async LR epoch at 1M rows)."""
         losses = torch.zeros(count, device=self.device)
         for index in range(count):
-            self._queue_epoch(layout, labels, first_epoch + index, lr)
+            self.queue_epoch(layout, labels, first_epoch + index, lr)
             losses[index] = self.loss_sum[0]
         return (losses.double() / max(layout.n_rows, 1)).tolist()
 
@@ -215,7 +215,7 @@ class Executor:
             if kernel_events is not None:
                 kernel_events.append((index, *(torch.cuda.Event(enable_timing=True) for _ in range(2))))
                 kernel_events[-1][1].record()
-            self._queue_epoch(block, labels_of(block), epoch, lr, order)
+            self.queue_epoch(block, labels_of(block), epoch, lr, order)
             if kernel_events is not None:
                 kernel_events[-1][2].record()
             statistics.add(position, index, self.loss_sum, block.n_rows)
@@ -224,7 +224,7 @@ class Executor:
         mean, self.block_losses = statistics.finish()
         return mean
 
-    def _queue_epoch(self, layout, labels, epoch, lr, order=None):
+    def queue_epoch(self, layout, labels, epoch, lr, order=None):
         """Launch an epoch (its chunks in order, by default the layout's order of the epoch; an order
         of fewer chunks trains those, in whole batches); its loss sum lands in self.loss_sum."""
         if self.state is None:

@@ -376,7 +376,7 @@ class HybridHash:
                 self._carried += carried.sum()
             prepared = self._streams.record_side()
         self._streams.compute_waits(prepared)
-        self.working._queue_epoch(working_layout, labels, epoch, lr, chunks)
+        self.working.queue_epoch(working_layout, labels, epoch, lr, chunks)
         loss += self.working.loss_sum
         done = self._streams.record_compute()
         if pending is not None:

@@ -40,6 +40,7 @@ def _run_rank(rank, world, store, out):
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
     try:
         ranks = init_ranks()
+        ranks.timed = True
         results = []
         for form, loss, l2, l1, aggregation, backend in CASES:
             solver = DistributedScdSolver(_problem(loss), form, loss, l2=l2, l1=l1, backend=backend, device="cpu",

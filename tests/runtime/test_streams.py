@@ -96,7 +96,7 @@ def test_a_streamed_epoch_queues_its_blocks_without_waiting_for_the_gpu(semantic
     torch.cuda.set_sync_debug_mode("error")
     try:
         for _, block, order in streamed.blocks_on_device(1, executor.seed):
-            executor._queue_epoch(block, label_map.model_labels(block.labels), 1, 0.3, order)
+            executor.queue_epoch(block, label_map.model_labels(block.labels), 1, 0.3, order)
     finally:
         torch.cuda.set_sync_debug_mode("default")
     streamed.close()
