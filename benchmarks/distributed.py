@@ -126,7 +126,8 @@ def flow_arm(name, model, plan, train, valid, args, ranks, alone=False, **option
     from alac.runtime.distributed import Ranks
 
     trained_by = Ranks() if alone else ranks
-    common = dict(lr=args.lr, plan=plan, seed=args.seed, device=_device(ranks), ranks=trained_by, **options)
+    common = dict(lr=args.lr, plan=plan, seed=args.seed, device=_device(ranks), ranks=trained_by)
+    common.update(options)
     DataParallelTrainer(model, epochs=1, **common).fit(train)
     sent = []          # bytes sent so far at each epoch's end
     trainer = DataParallelTrainer(model, epochs=args.flow_epochs, callbacks=[
@@ -141,6 +142,7 @@ def flow_arm(name, model, plan, train, valid, args, ranks, alone=False, **option
            # between epochs' ends: their all-reduces, not the feature counts' before the first
            "bytes_communicated": (sent[-1] - sent[0]) // max(1, len(sent) - 1),
            "sync_every": options.get("sync_every"), "aggregation": options.get("aggregation", "rows"),
+           "lr": common["lr"],
            "plan": plan.describe()}
     del trainer
     torch.cuda.empty_cache()
@@ -164,6 +166,9 @@ def flow_part(args, ranks):
             for aggregation in ("rows", "adding", "averaging"):
                 arms.append(flow_arm(f"flow_{label}_{ranks.world}gpu_{aggregation}", model, plan, train, valid,
                                      args, ranks, aggregation=aggregation))
+            # model averaging with the learning rate times the ranks (the linear scaling rule)
+            arms.append(flow_arm(f"flow_{label}_{ranks.world}gpu_averaging_lr_x{ranks.world}", model, plan, train,
+                                 valid, args, ranks, aggregation="averaging", lr=args.lr * ranks.world))
         del train, valid
         torch.cuda.empty_cache()
     return arms

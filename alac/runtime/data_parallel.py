@@ -101,19 +101,23 @@ class DataParallelTrainer(Trainer):
 
     def _aggregate(self, before):
         """Each tensor set to its value before the segment plus the ranks' changes: per row averaged over
-        the ranks that changed it, summed, or averaged."""
-        changes = {key: tensor - before[key] for key, tensor in self._tensors().items()}
-        movers = None
+        the ranks that changed it, summed, or averaged; every change (and for "rows" each row's movers)
+        in one buffer, so that a synchronisation is one all-reduce (a few microseconds each, against an
+        async LR epoch of 2 ms a rank at 4M rows)."""
+        tensors = self._tensors()
+        changes = {key: tensor - before[key] for key, tensor in tensors.items()}
+        parts = [change.reshape(-1) for change in changes.values()]
         if self.aggregation == "rows":
             # the ranks that changed each row: of the first param's rows (every param and state of the
             # model is indexed by the same feature rows)
             first = next(v for (kind, _), v in changes.items() if kind == "param")
-            moved = first != 0 if first.dim() == 1 else (first != 0).any(dim=1)
-            movers = self.ranks.all_reduce(moved.float(), in_place=True).clamp_min(1)
-        for key, tensor in self._tensors().items():
-            change = self.ranks.all_reduce(changes[key], in_place=True)
+            parts.append((first != 0 if first.dim() == 1 else (first != 0).any(dim=1)).float())
+        reduced = self.ranks.all_reduce(torch.cat(parts), in_place=True).split([p.numel() for p in parts])
+        movers = reduced[-1].clamp_min(1) if self.aggregation == "rows" else None
+        for (key, tensor), change in zip(tensors.items(), reduced):
+            change = change.view_as(tensor)
             if movers is not None and key[0] != "global":
-                change /= movers.view(-1, *([1] * (change.dim() - 1)))
+                change = change / movers.view(-1, *([1] * (change.dim() - 1)))
             elif self.aggregation != "adding":
-                change /= self.ranks.world
+                change = change / self.ranks.world
             torch.add(before[key], change, out=tensor)
