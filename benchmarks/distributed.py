@@ -166,9 +166,6 @@ def flow_part(args, ranks):
             for aggregation in ("rows", "adding", "averaging"):
                 arms.append(flow_arm(f"flow_{label}_{ranks.world}gpu_{aggregation}", model, plan, train, valid,
                                      args, ranks, aggregation=aggregation))
-            # model averaging with the learning rate times the ranks (the linear scaling rule)
-            arms.append(flow_arm(f"flow_{label}_{ranks.world}gpu_averaging_lr_x{ranks.world}", model, plan, train,
-                                 valid, args, ranks, aggregation="averaging", lr=args.lr * ranks.world))
         del train, valid
         torch.cuda.empty_cache()
     return arms
