@@ -176,25 +176,26 @@ def _barrier(ranks):
         torch.distributed.barrier()
 
 
-def report(payload):
-    env = payload["environment"]
-    text = (f"Distributed ({env['device']} x {payload['ranks']}, {env['date']}: "
-            f"`PYTHONPATH=. torchrun --nproc-per-node {payload['ranks']} benchmarks/distributed.py "
-            f"--parts {payload['arguments']['parts']}`)")
-    flow = [a for a in payload["arms"] if "val_logloss" in a]
+def tables(payload):
+    """The flow arms a row per set and model (one GPU against the ranks' aggregations), the SCD arms."""
+    text, arms = "", payload["arms"]
+    flow = [a for a in arms if "val_logloss" in a]
     if flow:
+        def arm(rows, model, suffix):
+            return next((a for a in flow if a["rows"] == rows and a["name"] == f"flow_{model}_{suffix}"), None)
+
+        ranks = max(a["ranks"] for a in flow)
         rows = []
-        for a in flow:
-            alone = next(b for b in flow if b["rows"] == a["rows"] and b["ranks"] == 1
-                         and b["name"].split("_")[1] == a["name"].split("_")[1])
-            rows.append([f"{a['rows']:,}", a["name"], a["ranks"], f"{a['ms_per_epoch']:.1f}",
-                         f"{alone['ms_per_epoch'] / a['ms_per_epoch']:.2f}×", f"{a['val_logloss'][-1]:.4f}",
-                         f"{a['val_logloss'][-1] - alone['val_logloss'][-1]:+.4f}",
-                         f"{a['bytes_communicated'] / 1e6:.1f}"])
-        text += "\n\nFlow training, async, " + f"{flow[0]['epochs']} epochs:\n\n" + table(
-            ["rows", "arm", "ranks", "ms / epoch", "speed-up", "val logloss", "vs 1 GPU", "MB sent / epoch / rank"],
-            rows)
-    scd = [a for a in payload["arms"] if "gap" in a]
+        for size, model in dict.fromkeys((a["rows"], a["name"].split("_")[1]) for a in flow):
+            alone, rowwise = arm(size, model, "1gpu"), arm(size, model, f"{ranks}gpu_rows")
+            deltas = [f"{other['val_logloss'][-1] - alone['val_logloss'][-1]:+.4f}" if other else "-"
+                      for other in (arm(size, model, f"{ranks}gpu_{a}") for a in ("rows", "averaging", "adding"))]
+            rows.append([f"{size:,}", model, f"{alone['ms_per_epoch']:.1f}", f"{rowwise['ms_per_epoch']:.1f}",
+                         f"{alone['ms_per_epoch'] / rowwise['ms_per_epoch']:.2f}×", f"{alone['val_logloss'][-1]:.4f}",
+                         *deltas, f"{rowwise['bytes_communicated'] / 1e6:.1f}"])
+        text += table(["rows", "model", "1 GPU ms / epoch", f"{ranks} GPUs (rows)", "speed-up", "1 GPU val logloss",
+                       "Δ rows", "Δ averaging", "Δ adding", "MB sent / epoch / rank"], rows)
+    scd = [a for a in arms if "gap" in a]
     if scd:
         def ms(arm, key):
             return f"{arm[key]:.1f}" if key in arm else "-"
@@ -204,13 +205,20 @@ def report(payload):
                  f"{a['bytes_communicated'] / 1e6:.1f}" if "bytes_communicated" in a else "-", f"{a['gap'][-1]:.2e}",
                  "-" if a.get("time_to_gap", {}).get("1e-06") is None else f"{a['time_to_gap']['1e-06']:.2f}"]
                 for a in scd]
-        text += "\n\nCoCoA SCD:\n\n" + table(
-            ["arm", "ranks", "epochs", "ms / epoch", "of it waiting for a rank", "of it communicating",
+        text += ("\n\n" if text else "") + table(
+            ["SCD arm", "ranks", "epochs", "ms / epoch", "of it waiting for a rank", "of it communicating",
              "MB sent / epoch / rank", "last gap", "s to gap 1e-6"], rows)
-    notes = [f"{a['name']}: the largest relative difference of its gaps from {a['ranks']} virtual workers' over "
-             f"{a['epochs']} epochs {a['largest_relative_difference']:.1e}."
-             for a in payload["arms"] if "largest_relative_difference" in a]
+    notes = [f"{a['name']}: its gaps differ from {a['ranks']} virtual workers' by "
+             f"{a['largest_relative_difference']:.1e} (relative, the largest over {a['epochs']} epochs)."
+             for a in arms if "largest_relative_difference" in a]
     return text + ("\n\n" + "\n".join(f"- {n}" for n in notes) if notes else "")
+
+
+def report(payload):
+    env = payload["environment"]
+    return (f"Distributed ({env['device']} x {payload['ranks']}, {env['date']}: "
+            f"`PYTHONPATH=. torchrun --nproc-per-node {payload['ranks']} benchmarks/distributed.py "
+            f"--parts {payload['arguments']['parts']}`)\n\n" + tables(payload))
 
 
 def main():

@@ -49,8 +49,8 @@ from alac import metrics
 from alac.data.dataset import SparseDataset
 from alac.runtime import duality
 from alac.runtime.scd import ScdSolver, with_constant_feature
-from benchmarks.render import GAPS, scd_table
 from benchmarks.report import environment, write
+from benchmarks.scd_tables import GAPS, scd_table
 
 SHARED_DATA = Path(os.environ.get("ALAC_SHARED_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from benchmarks import scd
-from benchmarks.render import scd_comparisons
+from benchmarks.scd_tables import scd_comparisons
 
 
 def test_the_webspam_shaped_set_has_unit_rows_and_power_law_columns():
