@@ -92,12 +92,14 @@ def read(path):
     return payload
 
 
-def load(path, model, backend="triton", device=None, log=None):
-    """A Trainer holding the checkpoint's model: ready to predict, or to fit further (resume)."""
-    return restore(read(path), model, backend, device, log)
+def load(path, model, backend="triton", device=None, log=None, ranks=None):
+    """A Trainer holding the checkpoint's model: ready to predict, or to fit further (resume); with
+    ranks of more than one (alac.runtime.distributed), a DataParallelTrainer over them, whatever
+    number of ranks wrote it."""
+    return restore(read(path), model, backend, device, log, ranks)
 
 
-def restore(payload, model, backend="triton", device=None, log=None):
+def restore(payload, model, backend="triton", device=None, log=None, ranks=None):
     """A Trainer from read()'s payload and the model it was trained with (checked by IR hash)."""
     from alac.optimizers import get_optimizer
     from alac.plan import Plan
@@ -115,8 +117,13 @@ def restore(payload, model, backend="triton", device=None, log=None):
     except (TypeError, ValueError, KeyError) as error:
         raise CheckpointError(f"{path}: damaged checkpoint ({type(error).__name__}: {error})") from None
     def trainer_of(plan):
-        return Trainer(model, lr=payload["lr"], plan=plan, backend=backend, device=device, seed=payload["seed"],
-                       log=log, optimizer=optimizer, schedule=schedule, exact_l2=payload["exact_l2"])
+        options = dict(lr=payload["lr"], plan=plan, backend=backend, device=device, seed=payload["seed"], log=log,
+                       optimizer=optimizer, schedule=schedule, exact_l2=payload["exact_l2"])
+        if ranks is not None and ranks.world > 1:
+            from alac.runtime.data_parallel import DataParallelTrainer
+
+            return DataParallelTrainer(model, ranks=ranks, **options)
+        return Trainer(model, **options)
 
     trainer = trainer_of(plan)
     placed = _placed_for_restore(plan, payload, trainer.device)

@@ -141,12 +141,20 @@ class _WideEstimator(BaseEstimator):
         return Plan(chunk_size=16, batch_size=batch, semantics=self.mode)
 
     def _new_trainer(self, arm):
+        """A Trainer; under torchrun (several ranks) a DataParallelTrainer: fit(X, y) given the whole
+        set on every rank trains each rank's share of its rows."""
         from alac.optimizers import get_optimizer
+        from alac.runtime.data_parallel import DataParallelTrainer
+        from alac.runtime.distributed import init_ranks
         from alac.train import Trainer
 
-        return Trainer(self._build_model(arm.l2), lr=arm.lr, epochs=self.epochs, plan=self._plan(),
-                       backend=self.backend, seed=self.random_state or 0, optimizer=get_optimizer(arm.optimizer),
+        options = dict(lr=arm.lr, epochs=self.epochs, plan=self._plan(), backend=self.backend,
+                       seed=self.random_state or 0, optimizer=get_optimizer(arm.optimizer),
                        early_stopping="patience" if self.early_stopping else None, patience=self.n_iter_no_change)
+        ranks = init_ranks()
+        if ranks.world > 1:
+            return DataParallelTrainer(self._build_model(arm.l2), ranks=ranks, **options)
+        return Trainer(self._build_model(arm.l2), **options)
 
     def _trainer_for_use(self):
         trainer = getattr(self, "_trainer", None)

@@ -132,6 +132,12 @@ def parser_for(parser, module=None):
                         help="sgd: the generated kernels' epochs; scd: stochastic coordinate descent to a duality "
                              "gap (lr, lsvm, lsr; --l2 is lambda of mean loss + lambda/2 ||w||^2, default 1/N)")
     parser.add_argument("--tol", type=float, default=1e-6, help="--solver scd: the duality gap to reach")
+    parser.add_argument("--sync-every", type=positive_int, default=None, metavar="BATCHES",
+                        help="under torchrun (several ranks, each training its share of the rows): batches between "
+                             "synchronisations of the parameters (default: once an epoch)")
+    parser.add_argument("--sync", default="rows", choices=["rows", "adding", "averaging"],
+                        help="under torchrun: how the ranks' parameter changes combine (rows: each feature row's "
+                             "mean over the ranks that changed it; adding: their sum; averaging: their mean)")
     from alac.optimizers import OPTIMIZERS
     from alac.runtime.schedule import SCHEDULES
 
@@ -288,11 +294,16 @@ def _plan(args):
 
 
 def _run(args, module, model_reference):
+    from alac.runtime.distributed import init_ranks
+
     data = load_data(args, _plan(args))
-    trainer, final, diverged = train_model(args, module, data, _Progress(args.epochs))
-    print(json.dumps({k: round(v, 6) for k, v in final.items()}))
-    if args.out:
-        _write_outputs(args, module, model_reference, trainer, final, data.options)
+    # under torchrun every rank trains; the first speaks and writes the outputs
+    first = init_ranks().rank == 0
+    trainer, final, diverged = train_model(args, module, data, _Progress(args.epochs) if first else None)
+    if first:
+        print(json.dumps({k: round(v, 6) for k, v in final.items()}))
+        if args.out:
+            _write_outputs(args, module, model_reference, trainer, final, data.options)
     return 3 if diverged else 0
 
 
@@ -324,6 +335,8 @@ def _train_one(args, module, data, log):
     from alac import out_of_core
     from alac.ir.trace import trace
     from alac.optimizers import get_optimizer
+    from alac.runtime.data_parallel import DataParallelTrainer
+    from alac.runtime.distributed import init_ranks
     from alac.runtime.executor import resolve_backend
     from alac.runtime.param_planner import predicted_line
     from alac.runtime.planner import hot_segment_for_data
@@ -340,11 +353,17 @@ def _train_one(args, module, data, log):
             # the traced model has k; its derivation (the Trainer's lowering) is not needed for it
             plan = hot_segment_for_data(data.train, plan, device, trace(model).factor_size)
     early_stopping = None if args.early_stopping == "none" or data.valid is None else args.early_stopping
-    trainer = Trainer(model, lr=args.lr, epochs=args.epochs, plan=plan, backend=args.backend, seed=args.seed,
-                      log=log, optimizer=optimizer,
-                      schedule=LearningRateSchedule(args.schedule, args.decay, args.power), exact_l2=args.exact_l2,
-                      early_stopping=early_stopping, patience=args.patience, unseen=args.unseen)
+    options = dict(lr=args.lr, epochs=args.epochs, plan=plan, backend=args.backend, seed=args.seed, log=log,
+                   optimizer=optimizer, schedule=LearningRateSchedule(args.schedule, args.decay, args.power),
+                   exact_l2=args.exact_l2, early_stopping=early_stopping, patience=args.patience, unseen=args.unseen)
     say = print if log is not None else (lambda *a, **k: None)
+    ranks = init_ranks()
+    if ranks.world > 1:
+        trainer = DataParallelTrainer(model, ranks=ranks, sync_every=args.sync_every, aggregation=args.sync,
+                                      **options)
+        say(trainer.describe(), flush=True)
+    else:
+        trainer = Trainer(model, **options)
     rows, features = out_of_core.rows_and_features(data.train)
     say(f"model {model.model_name()} on {data.described}: {rows:,} training rows, "
         f"{features:,} features; backend {trainer.backend} on {trainer.device}; {plan.describe()}; "

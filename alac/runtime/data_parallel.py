@@ -54,6 +54,8 @@ class DataParallelTrainer(Trainer):
     def prepare(self, train):
         if self.ranks.world == 1:
             return super().prepare(train)
+        if not hasattr(train, "take"):
+            raise OptionError("several ranks train data held in memory: a streamed block source is for one rank")
         share = self._shares.get(id(train))
         if share is None:
             rows = torch.arange(train.n_rows, device=train.device).tensor_split(self.ranks.world)[self.ranks.rank]
@@ -63,7 +65,12 @@ class DataParallelTrainer(Trainer):
                 _, new_to_old, _ = order_by_frequency(self.ranks.all_reduce(counts))
                 self.feature_order = new_to_old.cpu()
             self._shares = {id(train): share}
-        return super().prepare(share)
+        prepared = super().prepare(share)
+        if self.placement is not None and self.placement.mode != "device":
+            raise OptionError(f"the model's rows take more than one GPU's budget for them ({self.placement.mode} "
+                              "placement): each rank holds every row, and tables sharded over the ranks are not "
+                              "built yet")
+        return prepared
 
     def _train_group(self, labels, count):
         if self.ranks.world == 1:

@@ -1,0 +1,42 @@
+"""`torchrun -m alac train` on two CPU ranks (gloo): the run's first line, and its checkpoint read by
+one process, which scores the test rows as the two ranks did."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from alac import checkpoint
+from alac.data.split import split
+from alac.data.synthetic import criteo_like
+from alac.models import zoo_model
+from alac.zoo import CHECKPOINT_NAME
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_two_ranks_train_and_one_rank_resumes_their_checkpoint(tmp_path):
+    out = tmp_path / "run"
+    # no GPU for the ranks: gloo and the reference backend, as in CI
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m", "alac",
+               "train", "--model", "lr", "--synthetic", "3000", "--backend", "reference", "--epochs", "2",
+               "--optimizer", "sgd", "--lr", "0.5", "--sync-every", "4", "--out", str(out)]
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    lines = result.stdout.splitlines()
+    assert lines[0] == ("alac: 2 ranks (gloo, this one rank 0 on cpu) train, each its share of the rows; parameters "
+                        "and optimizer state synchronised every 4 batches by an all-reduce of their changes (each "
+                        "row's mean over the ranks that changed it)")
+    assert sum(line.startswith("wrote ") for line in lines) == 1          # the first rank writes, alone
+    final = json.loads((out / "metrics.json").read_text())
+    # one process resumes the two ranks' checkpoint: the CLI's synthetic test rows, scored the same
+    _, _, test = split(criteo_like(3000, seed=0), (0.8, 0.1, 0.1), seed=0)
+    trainer = checkpoint.load(out / CHECKPOINT_NAME, zoo_model("lr"), backend="reference", device="cpu")
+    assert trainer.epoch == 2
+    assert trainer.evaluate(test)["logloss"] == pytest.approx(final["logloss"], abs=1e-6)
+    trainer.fit(test, epochs=1)                                             # and trains on
+    assert trainer.epoch == 3
