@@ -49,7 +49,8 @@ def train_scd(args, module, data, model_reference):
     """Fit, print the first line, the gap of every epoch and the final metrics; write the outputs.
     Returns the exit status: 0, or 3 when the gap stopped being finite (as a diverged SGD run)."""
     from alac.data.dataset import SparseDataset
-    from alac.runtime.scd import ScdSolver, with_constant_feature
+    from alac.runtime.scd import with_constant_feature
+    from alac.runtime.scd_distributed import solver_over_ranks
 
     name = _name(module)
     form, loss = PROBLEMS[name]
@@ -59,23 +60,28 @@ def train_scd(args, module, data, model_reference):
         raise OptionError("--solver scd reads its training data in memory, not from a block store")
     l2 = args.l2 if args.l2 is not None else 1.0 / data.train.n_rows
     backend = {"triton": "auto", "reference": "sequential", "interpret": "interpret"}[args.backend]
-    solver = ScdSolver(with_constant_feature(data.train), form, loss, l2=l2, l1=args.l1, backend=backend,
-                       seed=args.seed)
-    print(f"alac: {name} by stochastic coordinate descent ({form} {loss}, lambda {l2:.3g}"
-          + (f", l1 {args.l1:g}" if args.l1 else "") + f") on {solver.backend}"
-          + (f" ({solver.in_flight} coordinates in flight)" if solver.backend != "sequential" else "")
-          + f", to duality gap {args.tol:g} "
-          f"in at most {args.epochs} epochs; training: {data.described}", flush=True)
-    solver.fit(args.epochs, args.tol, log=lambda line: print("  " + line, flush=True))
+    solver = solver_over_ranks(with_constant_feature(data.train), form, loss, l2=l2, l1=args.l1, backend=backend,
+                               seed=args.seed)
+    ranks = solver.ranks
+    # under torchrun every rank solves its share; the first speaks and writes the outputs
+    say = print if ranks.rank == 0 else (lambda *a, **k: None)
+    over = "" if ranks.world == 1 else (f", {ranks.describe()} each stepping its share of the "
+                                        f"{'rows' if form == 'dual' else 'columns'} (CoCoA, {solver.aggregation} "
+                                        "aggregation)")
+    say(f"alac: {name} by stochastic coordinate descent ({form} {loss}, lambda {l2:.3g}"
+        + (f", l1 {args.l1:g}" if args.l1 else "") + f") on {solver.backend}"
+        + (f" ({solver.in_flight} coordinates in flight)" if solver.backend != "sequential" else "") + over
+        + f", to duality gap {args.tol:g} in at most {args.epochs} epochs; training: {data.described}", flush=True)
+    solver.fit(args.epochs, args.tol, log=lambda line: say("  " + line, flush=True))
     weights = solver.coef_.cpu()
     final = {"epochs": solver.epochs, "duality_gap": solver.history[-1]["gap"], "seconds": solver.seconds,
              "stopped_because": solver.stopped_because}
     for split, dataset in (("valid", data.valid), ("test", data.test)):
         if dataset is not None:
             final.update({f"{split}_{k}": v for k, v in _scores(dataset, weights, name).items()})
-    print(json.dumps({k: round(v, 6) if isinstance(v, float) and k != "duality_gap" else v
-                      for k, v in final.items()}))
-    if args.out:
+    say(json.dumps({k: round(v, 6) if isinstance(v, float) and k != "duality_gap" else v
+                    for k, v in final.items()}))
+    if args.out and ranks.rank == 0:
         out = Path(args.out)
         write_metrics_and_history(out, final, solver.history)
         write_atomically(out / "weights.npy", lambda handle: np.save(handle, weights.numpy(), allow_pickle=False))

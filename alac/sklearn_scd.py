@@ -60,7 +60,8 @@ def regularization(estimator):
 
 
 def fit_scd(estimator, X, y):
-    from alac.runtime.scd import ScdSolver, with_constant_feature
+    from alac.runtime.scd import with_constant_feature
+    from alac.runtime.scd_distributed import solver_over_ranks
     from alac.sklearn import _dataset
 
     l2, l1 = regularization(estimator)
@@ -75,7 +76,8 @@ def fit_scd(estimator, X, y):
         raise ValueError(f"{type(estimator).__name__}(solver='scd') solves the {form} of the {loss} loss: it needs "
                          f"alpha > 0 (C = 1 / (alpha N)) and no l1, got alpha={estimator.alpha}, l1={l1}")
     backend = "sequential" if estimator.backend == "reference" or not torch.cuda.is_available() else "triton"
-    solver = ScdSolver(data, form, loss, l2=l2, l1=l1, backend=backend, seed=estimator.random_state or 0)
+    # under torchrun each rank steps its share of the coordinates (alac.runtime.scd_distributed)
+    solver = solver_over_ranks(data, form, loss, l2=l2, l1=l1, backend=backend, seed=estimator.random_state or 0)
     name = type(estimator).__name__
     solver.fit(max_epochs=estimator.epochs, tol=estimator.tol,
                log=(lambda line: print(f"{name}: {line}", flush=True)) if estimator.verbose else None)

@@ -40,3 +40,27 @@ def test_two_ranks_train_and_one_rank_resumes_their_checkpoint(tmp_path):
     assert trainer.evaluate(test)["logloss"] == pytest.approx(final["logloss"], abs=1e-6)
     trainer.fit(test, epochs=1)                                             # and trains on
     assert trainer.epoch == 3
+
+
+def test_two_ranks_solve_by_coordinate_descent_as_two_virtual_workers(tmp_path):
+    import numpy as np
+
+    from alac.runtime.scd import ScdSolver, with_constant_feature
+
+    out = tmp_path / "run"
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m", "alac",
+               "train", "--model", "lsr", "--solver", "scd", "--synthetic", "2000", "--backend", "reference",
+               "--l2", "0.01", "--epochs", "200", "--tol", "1e-6", "--out", str(out)]
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    first = result.stdout.splitlines()[0]
+    assert "2 ranks (gloo, this one rank 0 on cpu) each stepping its share of the rows (CoCoA, adaptive" in first
+    final = json.loads((out / "metrics.json").read_text())
+    assert final["duality_gap"] <= 1e-6 and final["stopped_because"] == "tol"
+    # the virtual workers of one process: the same problem (the CLI's synthetic training rows), the same steps
+    train, _, _ = split(criteo_like(2000, seed=0), (0.8, 0.1, 0.1), seed=0)
+    virtual = ScdSolver(with_constant_feature(train), "dual", "squared", l2=0.01, backend="sequential",
+                        workers=2, aggregation="adaptive").fit(200, 1e-6)
+    assert virtual.epochs == final["epochs"]
+    np.testing.assert_allclose(np.load(out / "weights.npy"), virtual.coef_.numpy(), rtol=1e-7, atol=1e-10)

@@ -142,6 +142,14 @@ class DistributedScdSolver(ScdSolver):
         return self.ranks.all_reduce(full)
 
 
+def solver_over_ranks(data, form, loss, l1=0.0, **options):
+    """The solver of a run: ScdSolver on one rank, else DistributedScdSolver over the ranks with the
+    adaptive gamma where it is the line search (the squared loss, no l1), averaging otherwise."""
+    ranks = init_ranks()
+    aggregation = "adaptive" if loss == "squared" and not l1 else "averaging"
+    return DistributedScdSolver(data, form, loss, l1=l1, aggregation=aggregation, ranks=ranks, **options)
+
+
 def rows_of(data, rows):
     """The SparseDataset of `rows` (sorted row ids), TAKE_ROWS at a time."""
     pieces = [data.take(chunk) for chunk in rows.split(TAKE_ROWS)]
