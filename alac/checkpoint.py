@@ -120,7 +120,7 @@ def restore(payload, model, backend="triton", device=None, log=None, ranks=None)
         options = dict(lr=payload["lr"], plan=plan, backend=backend, device=device, seed=payload["seed"], log=log,
                        optimizer=optimizer, schedule=schedule, exact_l2=payload["exact_l2"])
         if ranks is not None and ranks.world > 1:
-            from alac.runtime.data_parallel import DataParallelTrainer
+            from alac.data_parallel import DataParallelTrainer
 
             return DataParallelTrainer(model, ranks=ranks, **options)
         return Trainer(model, **options)

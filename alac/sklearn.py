@@ -143,8 +143,8 @@ class _WideEstimator(BaseEstimator):
     def _new_trainer(self, arm):
         """A Trainer; under torchrun (several ranks) a DataParallelTrainer: fit(X, y) given the whole
         set on every rank trains each rank's share of its rows."""
+        from alac.data_parallel import DataParallelTrainer
         from alac.optimizers import get_optimizer
-        from alac.runtime.data_parallel import DataParallelTrainer
         from alac.runtime.distributed import init_ranks
         from alac.train import Trainer
 

@@ -333,9 +333,9 @@ def train_model(args, module, data, log=None):
 
 def _train_one(args, module, data, log):
     from alac import out_of_core
+    from alac.data_parallel import DataParallelTrainer
     from alac.ir.trace import trace
     from alac.optimizers import get_optimizer
-    from alac.runtime.data_parallel import DataParallelTrainer
     from alac.runtime.distributed import init_ranks
     from alac.runtime.executor import resolve_backend
     from alac.runtime.param_planner import predicted_line

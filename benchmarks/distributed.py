@@ -25,7 +25,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from alac.data.synthetic import criteo_like
-from alac.runtime.data_parallel import DataParallelTrainer
+from alac.data_parallel import DataParallelTrainer
 from alac.runtime.distributed import gloo_ranks, init_ranks
 from alac.runtime.scd import ScdSolver
 from alac.runtime.scd_distributed import DistributedScdSolver

@@ -10,10 +10,10 @@ import torch.multiprocessing as mp
 
 from alac import checkpoint
 from alac.data.synthetic import criteo_like
+from alac.data_parallel import DataParallelTrainer
 from alac.errors import OptionError
 from alac.models import zoo_model
 from alac.plan import Plan
-from alac.runtime.data_parallel import DataParallelTrainer
 from alac.runtime.distributed import Ranks, init_ranks
 from alac.sklearn import LogisticRegression
 from alac.train import Trainer
