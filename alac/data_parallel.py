@@ -1,14 +1,19 @@
 """Data-parallel flow training over ranks (alac.runtime.distributed): every rank trains its share of
 the rows with the generated kernels, the parameters replicated on every rank; every `sync_every`
 batches (by default once an epoch) the ranks all-reduce the changes of their parameters and optimizer
-state since the last synchronisation and apply, for each feature row, the mean of the changes of the
-ranks that changed it ("rows": a row one rank trained keeps that rank's steps whole, a popular row
-that every rank trained gets their mean), their sum ("adding": every rank's steps as they were made,
-as async training's concurrent programs apply theirs) or their mean ("averaging": model averaging).
-Every rank lays its share out in one feature order, its frequencies summed over the ranks,
-so that a parameter row means the same feature on every rank; one rank is Trainer exactly."""
+state since the last synchronisation and combine them:
+- "sequential" (the default): each feature row's summed changes scaled to the change sequential SGD
+  over all the ranks' samples would make on a quadratic model of the row (sequential_factor: a row
+  few samples touch keeps every rank's steps, a row whose steps saturate on each rank gets their
+  mean; benchmarks/dp_aggregation.py: LR as one process, FM closest);
+- "rows": each row's mean over the ranks that changed it; "adding": their sum (every rank's steps as
+  made, as async training's concurrent programs apply theirs); "averaging": their mean.
+Every rank lays its share out in one feature order, its frequencies summed over the ranks, so that a
+parameter row means the same feature on every rank; one rank is Trainer exactly."""
 
 from __future__ import annotations
+
+import math
 
 import torch
 
@@ -17,16 +22,17 @@ from alac.runtime.distributed import init_ranks
 from alac.runtime.layout import order_by_frequency
 from alac.train import Trainer
 
-AGGREGATIONS = ("rows", "adding", "averaging")
+AGGREGATIONS = ("sequential", "rows", "adding", "averaging")
 
 
 class DataParallelTrainer(Trainer):
-    def __init__(self, model, ranks=None, sync_every=None, aggregation="rows", **options):
+    def __init__(self, model, ranks=None, sync_every=None, aggregation="sequential", curvature=0.25, **options):
         """Trainer's options; ranks: alac.runtime.distributed.Ranks (default init_ranks()); sync_every:
-        batches between synchronisations (None: once an epoch); aggregation: "rows", "adding" or
-        "averaging" of the ranks' changes (the module's docstring). fit(train, ...) takes the whole
-        training set on every rank and trains this rank's share of its rows (contiguous, as
-        torch.tensor_split cuts them)."""
+        batches between synchronisations (None: once an epoch); aggregation: "sequential", "rows",
+        "adding" or "averaging" of the ranks' changes (the module's docstring), curvature the loss's
+        curvature "sequential" assumes of a row (the logistic loss's largest, 1/4). fit(train, ...)
+        takes the whole training set on every rank and trains this rank's share of its rows
+        (contiguous, as torch.tensor_split cuts them)."""
         ranks = ranks or init_ranks()
         if aggregation not in AGGREGATIONS:
             raise OptionError(f"aggregation is one of {', '.join(AGGREGATIONS)}, got {aggregation!r}")
@@ -38,7 +44,7 @@ class DataParallelTrainer(Trainer):
         if ranks.world > 1 and self.plan.host_params:
             raise OptionError("data-parallel training keeps every parameter on each rank's GPU: host_params is "
                               "for one rank")
-        self.ranks, self.sync_every, self.aggregation = ranks, sync_every, aggregation
+        self.ranks, self.sync_every, self.aggregation, self.curvature = ranks, sync_every, aggregation, curvature
         self._shares = {}
 
     def describe(self):
@@ -47,7 +53,8 @@ class DataParallelTrainer(Trainer):
             return f"alac: {self.ranks.describe()} trains"
         every = "every epoch" if self.sync_every is None else f"every {self.sync_every} batches"
         how = {"rows": "each row's mean over the ranks that changed it", "adding": "their sum",
-               "averaging": "their mean"}[self.aggregation]
+               "averaging": "their mean",
+               "sequential": "each row's sum scaled to sequential SGD's change on a quadratic model"}[self.aggregation]
         return (f"alac: {self.ranks.describe()} train, each its share of the rows; parameters and optimizer "
                 f"state synchronised {every} by an all-reduce of their changes ({how})")
 
@@ -87,7 +94,7 @@ class DataParallelTrainer(Trainer):
                 before = self._tensors(clone=True)
                 executor.queue_epoch(layout, labels, epoch, self.lr, order=segment)
                 loss_sum[0] += executor.loss_sum[0]
-                self._aggregate(before)
+                self._aggregate(before, segment.numel() / order.numel())
             total = self.ranks.all_reduce(loss_sum, in_place=True)
             losses.append(float(total[0] / total[1]))
         return losses
@@ -106,11 +113,11 @@ class DataParallelTrainer(Trainer):
                    **{("state", k): v for k, v in state.states.items()}}
         return {k: v.clone() for k, v in tensors.items()} if clone else tensors
 
-    def _aggregate(self, before):
-        """Each tensor set to its value before the segment plus the ranks' changes: per row averaged over
-        the ranks that changed it, summed, or averaged; every change (and for "rows" each row's movers)
-        in one buffer, so that a synchronisation is one all-reduce (a few microseconds each, against an
-        async LR epoch of 2 ms a rank at 4M rows)."""
+    def _aggregate(self, before, share=1.0):
+        """Each tensor set to its value before the segment plus the ranks' changes, combined by
+        self.aggregation; every change (and the rows' movers or counts) in one buffer, so that a
+        synchronisation is one all-reduce (a few microseconds each, against an async LR epoch of 2 ms a
+        rank at 4M rows). share: the segment's part of the epoch's chunks."""
         tensors = self._tensors()
         changes = {key: tensor - before[key] for key, tensor in tensors.items()}
         parts = [change.reshape(-1) for change in changes.values()]
@@ -119,12 +126,52 @@ class DataParallelTrainer(Trainer):
             # model is indexed by the same feature rows)
             first = next(v for (kind, _), v in changes.items() if kind == "param")
             parts.append((first != 0 if first.dim() == 1 else (first != 0).any(dim=1)).float())
+        elif self.aggregation == "sequential":
+            # each row's expected occurrences in the segment and the share of its way to the optimum they
+            # take, 1 - q^n (sequential_factor)
+            occurrences = self.train_layout.frequency.to(self.device, torch.float32) * share
+            parts += [occurrences, -torch.expm1(occurrences * self._log_q())]
         reduced = self.ranks.all_reduce(torch.cat(parts), in_place=True).split([p.numel() for p in parts])
-        movers = reduced[-1].clamp_min(1) if self.aggregation == "rows" else None
+        factor = self._factors(reduced, share)
         for (key, tensor), change in zip(tensors.items(), reduced):
             change = change.view_as(tensor)
-            if movers is not None and key[0] != "global":
-                change = change / movers.view(-1, *([1] * (change.dim() - 1)))
-            elif self.aggregation != "adding":
-                change = change / self.ranks.world
+            row_factor = factor["rows"] if key[0] != "global" else factor["global"]
+            if isinstance(row_factor, torch.Tensor):
+                change = change * row_factor.view(-1, *([1] * (change.dim() - 1)))
+            elif row_factor != 1.0:
+                change = change * row_factor
             torch.add(before[key], change, out=tensor)
+
+    def _log_q(self):
+        """log(1 - eta h): eta the step a sample's gradient takes (the batch-mean gradient's lr / B), h
+        the loss's curvature the sequential combination assumes (`curvature`)."""
+        step = self.lr / self.plan.batch_size * self.curvature
+        if not 0 < step < 1:
+            raise OptionError(f"the sequential combination needs 0 < lr / batch_size x curvature < 1, got {step:g}")
+        return math.log1p(-step)
+
+    def _factors(self, reduced, share):
+        """What the summed changes are multiplied by, per feature row and for the globals."""
+        world = self.ranks.world
+        if self.aggregation == "adding":
+            return {"rows": 1.0, "global": 1.0}
+        if self.aggregation == "averaging":
+            return {"rows": 1.0 / world, "global": 1.0 / world}
+        if self.aggregation == "rows":
+            return {"rows": 1.0 / reduced[-1].clamp_min(1), "global": 1.0 / world}
+        # every sample moves the globals: each rank's segment rows are their occurrences
+        rows = self.train_layout.n_rows * share
+        return {"rows": sequential_factor(reduced[-2], reduced[-1], self._log_q()),
+                "global": float(sequential_factor(torch.tensor(world * rows), torch.tensor(world * -math.expm1(
+                    rows * self._log_q())), self._log_q()))}
+
+
+def sequential_factor(occurrences, reached, log_q):
+    """The factor that turns the sum of W ranks' changes of a row into the change sequential SGD over
+    all their samples would make, on a diagonal quadratic model of curvature h: a rank's n steps of
+    size eta take the row a share 1 - q^n (q = 1 - eta h) of its way to the optimum, so the ranks'
+    summed changes are D sum_r (1 - q^n_r) and the sequential one D (1 - q^(sum_r n_r)).
+    occurrences: sum_r n_r; reached: sum_r (1 - q^n_r). 1 where no rank saw the row in the linear
+    regime (q^n near 1: the changes add up), 1 / W where every rank's steps saturated it."""
+    total = -torch.expm1(occurrences * log_q)
+    return torch.where(reached > 0, total / reached.clamp_min(1e-30), torch.ones_like(total))

@@ -135,9 +135,10 @@ def parser_for(parser, module=None):
     parser.add_argument("--sync-every", type=positive_int, default=None, metavar="BATCHES",
                         help="under torchrun (several ranks, each training its share of the rows): batches between "
                              "synchronisations of the parameters (default: once an epoch)")
-    parser.add_argument("--sync", default="rows", choices=["rows", "adding", "averaging"],
-                        help="under torchrun: how the ranks' parameter changes combine (rows: each feature row's "
-                             "mean over the ranks that changed it; adding: their sum; averaging: their mean)")
+    parser.add_argument("--sync", default="sequential", choices=["sequential", "rows", "adding", "averaging"],
+                        help="under torchrun: how the ranks' parameter changes combine (sequential: each feature "
+                             "row's sum scaled to what sequential SGD would change; rows: each row's mean over the "
+                             "ranks that changed it; adding: their sum; averaging: their mean)")
     from alac.optimizers import OPTIMIZERS
     from alac.runtime.schedule import SCHEDULES
 

@@ -141,7 +141,7 @@ def flow_arm(name, model, plan, train, valid, args, ranks, alone=False, **option
            "val_logloss": [r["valid_logloss"] for r in history],
            # between epochs' ends: their all-reduces, not the feature counts' before the first
            "bytes_communicated": (sent[-1] - sent[0]) // max(1, len(sent) - 1),
-           "sync_every": options.get("sync_every"), "aggregation": options.get("aggregation", "rows"),
+           "sync_every": options.get("sync_every"), "aggregation": trainer.aggregation,
            "lr": common["lr"],
            "plan": plan.describe()}
     del trainer
@@ -163,7 +163,7 @@ def flow_part(args, ranks):
             if ranks.rank == 0:
                 arms.append(flow_arm(f"flow_{label}_1gpu", model, plan, train, valid, args, ranks, alone=True))
             _barrier(ranks)
-            for aggregation in ("rows", "adding", "averaging"):
+            for aggregation in ("sequential", "rows", "adding", "averaging"):
                 arms.append(flow_arm(f"flow_{label}_{ranks.world}gpu_{aggregation}", model, plan, train, valid,
                                      args, ranks, aggregation=aggregation))
         del train, valid
@@ -189,12 +189,13 @@ def tables(payload):
         for size, model in dict.fromkeys((a["rows"], a["name"].split("_")[1]) for a in flow):
             alone, rowwise = arm(size, model, "1gpu"), arm(size, model, f"{ranks}gpu_rows")
             deltas = [f"{other['val_logloss'][-1] - alone['val_logloss'][-1]:+.4f}" if other else "-"
-                      for other in (arm(size, model, f"{ranks}gpu_{a}") for a in ("rows", "averaging", "adding"))]
+                      for other in (arm(size, model, f"{ranks}gpu_{a}")
+                                    for a in ("sequential", "rows", "averaging", "adding"))]
             rows.append([f"{size:,}", model, f"{alone['ms_per_epoch']:.1f}", f"{rowwise['ms_per_epoch']:.1f}",
                          f"{alone['ms_per_epoch'] / rowwise['ms_per_epoch']:.2f}×", f"{alone['val_logloss'][-1]:.4f}",
                          *deltas, f"{rowwise['bytes_communicated'] / 1e6:.1f}"])
         text += table(["rows", "model", "1 GPU ms / epoch", f"{ranks} GPUs (rows)", "speed-up", "1 GPU val logloss",
-                       "Δ rows", "Δ averaging", "Δ adding", "MB sent / epoch / rank"], rows)
+                       "Δ sequential", "Δ rows", "Δ averaging", "Δ adding", "MB sent / epoch / rank"], rows)
     scd = [a for a in arms if "gap" in a]
     if scd:
         def ms(arm, key):

@@ -304,6 +304,12 @@ def streaming_table(result):
                       for a in big)).rstrip()
 
 
+def dp_aggregation_table(result):
+    from benchmarks.dp_aggregation import report  # it imports this module's table()
+
+    return report(result)
+
+
 def distributed_tables(result):
     from benchmarks.distributed import tables  # it imports this module's table()
 
@@ -392,10 +398,17 @@ SECTIONS = [
      "Async flow LR and FM k = 16 on the synthetic Criteo-shaped sets, 5 epochs at lr 2 with the cost model's "
      "plan, on one GPU (the other waiting) and on the ranks, each its share of the rows, the parameters' changes "
      "all-reduced once an epoch: Δ is the validation logloss against one GPU's, per aggregation (rows: each "
-     "feature row's changes averaged over the ranks that changed it). SCD: CoCoA over the ranks against the "
+     "feature row's changes averaged over the ranks that changed it; sequential, the default, is not in this "
+     "run: it is measured on the CPU in the next section). SCD: CoCoA over the ranks against the "
      "virtual workers (float64 sequential local solvers over gloo, 1/32 of the webspam-shaped set, λ 1e-3), and "
      "TPA-SCD's Criteo problem (dual ridge, λ 1e-3, 200M × 75M) to gap 1e-6, its rows split, the adaptive γ.",
      "PYTHONPATH=. torchrun --nproc-per-node 2 benchmarks/distributed.py", distributed_tables),
+    ("dp_aggregation", "How data-parallel ranks' changes combine",
+     "Two gloo ranks on the CPU with the reference backend (an async plan runs there as exact sequential SGD, "
+     "chunk after chunk), each training half the rows and synchronising once an epoch, against one process on "
+     "all of them: LR on 400,000 synthetic Criteo-shaped rows at lr 2, FM k = 8 on 200,000 at lr 0.5, "
+     "validated on 50,000.", "PYTHONPATH=. python benchmarks/dp_aggregation.py --out benchmarks/results",
+     dp_aggregation_table),
     ("layout_build", "Layout build, 4M × 39 synthetic rows", "Generating and laying out the data on the CPU and GPU.",
      "PYTHONPATH=. python benchmarks/layout_build.py", layout_table),
     ("parse_speed", "Parsing LIBSVM text",

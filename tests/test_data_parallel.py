@@ -2,6 +2,8 @@
 Trainers, each trained on one rank's share from the same start, their changes added or averaged by
 hand; one rank against Trainer itself."""
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -22,7 +24,8 @@ PLAN = Plan(batch_size=64, chunk_size=16)
 OPTIONS = dict(lr=0.5, plan=PLAN, backend="reference", device="cpu", seed=1)
 # (model, aggregation, sync_every, optimizer)
 CASES = [("lr", "adding", None, "sgd"), ("fm", "averaging", None, "sgd"), ("fm", "adding", None, "adagrad"),
-         ("lr", "adding", 8, "sgd"), ("fm", "rows", None, "sgd"), ("lr", "rows", None, "adagrad")]
+         ("lr", "adding", 8, "sgd"), ("fm", "rows", None, "sgd"), ("lr", "rows", None, "adagrad"),
+         ("lr", "sequential", None, "sgd")]
 
 
 def _model(name):
@@ -83,13 +86,24 @@ def _by_hand(name, aggregation, optimizer, order):
     start.feature_order = order
     start.fit(train)
     initial, _ = start.parameters()
-    changes = []
+    changes, counts = [], []
     for rows in torch.arange(train.n_rows).tensor_split(2):
         alone = Trainer(_model(name), epochs=1, optimizer=optimizer, **OPTIONS)
         alone.feature_order = order
         alone.fit(train.take(rows))
         params, _ = alone.parameters()
         changes.append({k: params[k] - initial[k] for k in params})
+        # the share's occurrences of every feature, in the user's ids as parameters() gives them
+        count = torch.empty(alone.train_layout.frequency.numel(), dtype=torch.float32)
+        count[order.long()] = alone.train_layout.frequency.float()
+        counts.append(count)
+    if aggregation == "sequential":
+        # sequential SGD's change on a quadratic model of curvature 1/4, each sample's step lr / B
+        q = 1 - OPTIONS["lr"] / PLAN.batch_size * 0.25
+        reached = sum(1 - q ** c for c in counts)
+        factor = torch.where(reached > 0, (1 - q ** (counts[0] + counts[1])) / reached.clamp_min(1e-30), 1.0).numpy()
+        return {k: initial[k] + (changes[0][k] + changes[1][k]) * factor.reshape(-1, *[1] * (initial[k].ndim - 1))
+                for k in initial}
     if aggregation == "rows":
         # each row's changes over the shares that changed it (by the first param's rows)
         first = next(iter(initial))
@@ -101,7 +115,7 @@ def _by_hand(name, aggregation, optimizer, order):
     return {k: initial[k] + scale * (changes[0][k] + changes[1][k]) for k in initial}
 
 
-@pytest.mark.parametrize("case", [0, 1, 2, 4, 5])
+@pytest.mark.parametrize("case", [0, 1, 2, 4, 5, 6])
 def test_two_ranks_add_or_average_the_changes_of_their_shares(two_ranks, case):
     name, aggregation, _, optimizer = CASES[case]
     first, second = (rank[case] for rank in two_ranks)
@@ -165,3 +179,22 @@ def test_a_checkpoint_of_one_process_resumes_on_two_ranks(two_ranks):
     assert first["kind"] == "DataParallelTrainer" and first["epoch"] == second["epoch"] == 2
     for key, value in first["params"][0].items():
         np.testing.assert_array_equal(value, second["params"][0][key])
+
+
+def test_the_sequential_factor_is_sequential_sgd_on_a_quadratic():
+    """SGD with steps eta on f(x) = h/2 (x - 1)^2 from 0: n0 steps on one rank, n1 on another, their
+    changes summed and scaled, against n0 + n1 steps in turn."""
+    from alac.data_parallel import sequential_factor
+
+    eta, h = 0.01, 0.5
+    log_q = math.log1p(-eta * h)
+    for n0, n1 in ((1, 0), (3, 5), (400, 900), (10_000, 20_000)):
+        def steps(n):
+            x = 0.0
+            for _ in range(n):
+                x -= eta * h * (x - 1)
+            return x
+        summed = steps(n0) + steps(n1)
+        reached = torch.tensor([-math.expm1(n0 * log_q) - math.expm1(n1 * log_q)], dtype=torch.float64)
+        factor = sequential_factor(torch.tensor([float(n0 + n1)], dtype=torch.float64), reached, log_q)
+        assert float(summed * factor) == pytest.approx(steps(n0 + n1), rel=1e-9)

@@ -30,7 +30,7 @@ def test_two_ranks_train_and_one_rank_resumes_their_checkpoint(tmp_path):
     lines = result.stdout.splitlines()
     assert lines[0] == ("alac: 2 ranks (gloo, this one rank 0 on cpu) train, each its share of the rows; parameters "
                         "and optimizer state synchronised every 4 batches by an all-reduce of their changes (each "
-                        "row's mean over the ranks that changed it)")
+                        "row's sum scaled to sequential SGD's change on a quadratic model)")
     assert sum(line.startswith("wrote ") for line in lines) == 1          # the first rank writes, alone
     final = json.loads((out / "metrics.json").read_text())
     # one process resumes the two ranks' checkpoint: the CLI's synthetic test rows, scored the same
