@@ -46,6 +46,8 @@ class DataParallelTrainer(Trainer):
                               "for one rank")
         self.ranks, self.sync_every, self.aggregation, self.curvature = ranks, sync_every, aggregation, curvature
         self._shares = {}
+        if ranks.world > 1 and aggregation == "sequential":
+            self._log_q()           # its step checked before any training
 
     def describe(self):
         """The run's first line: the ranks and how their parameters are synchronised."""
@@ -147,7 +149,9 @@ class DataParallelTrainer(Trainer):
         the loss's curvature the sequential combination assumes (`curvature`)."""
         step = self.lr / self.plan.batch_size * self.curvature
         if not 0 < step < 1:
-            raise OptionError(f"the sequential combination needs 0 < lr / batch_size x curvature < 1, got {step:g}")
+            raise OptionError(f"the sequential combination needs 0 < lr / batch_size x curvature < 1, got {self.lr:g} "
+                              f"/ {self.plan.batch_size} x {self.curvature:g} = {step:g}: choose another aggregation, "
+                              "or a smaller learning rate or curvature")
         return math.log1p(-step)
 
     def _factors(self, reduced, share):

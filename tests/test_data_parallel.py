@@ -157,6 +157,8 @@ def test_bad_options_are_refused():
         DataParallelTrainer(_model("lr"), ranks=Ranks(), aggregation="median", **OPTIONS)
     with pytest.raises(OptionError, match="sync_every"):
         DataParallelTrainer(_model("lr"), ranks=Ranks(), sync_every=0, **OPTIONS)
+    with pytest.raises(OptionError, match="sequential combination needs"):
+        DataParallelTrainer(_model("lr"), ranks=Ranks(world=2), **{**OPTIONS, "lr": 4096.0})
 
 
 def test_an_estimator_fits_over_the_ranks_as_over_one(two_ranks):
