@@ -20,6 +20,7 @@ import torch
 from alac.errors import OptionError
 from alac.runtime.distributed import init_ranks
 from alac.runtime.layout import order_by_frequency
+from alac.runtime.streams import StreamedLayout
 from alac.train import Trainer
 
 AGGREGATIONS = ("sequential", "rows", "adding", "averaging")
@@ -64,7 +65,8 @@ class DataParallelTrainer(Trainer):
         if self.ranks.world == 1:
             return super().prepare(train)
         if not hasattr(train, "take"):
-            raise OptionError("several ranks train data held in memory: a streamed block source is for one rank")
+            raise OptionError("several ranks train data held in memory (each its share, streamed from pinned host "
+                              "memory where it exceeds the GPU budget): a block store on disk is for one rank")
         share = self._shares.get(id(train))
         if share is None:
             rows = torch.arange(train.n_rows, device=train.device).tensor_split(self.ranks.world)[self.ranks.rank]
@@ -84,6 +86,8 @@ class DataParallelTrainer(Trainer):
     def _train_group(self, labels, count):
         if self.ranks.world == 1:
             return super()._train_group(labels, count)
+        if isinstance(self.train_layout, StreamedLayout):
+            return [self._streamed_epoch(epoch) for epoch in range(self.epoch, self.epoch + count)]
         layout, executor = self.train_layout, self.executor
         per_sync = None if self.sync_every is None else self.sync_every * self.plan.chunks_per_batch
         losses = []
@@ -100,6 +104,17 @@ class DataParallelTrainer(Trainer):
             total = self.ranks.all_reduce(loss_sum, in_place=True)
             losses.append(float(total[0] / total[1]))
         return losses
+
+    def _streamed_epoch(self, epoch):
+        """An epoch of this rank's share streamed block by block (its layout over the GPU budget), the
+        ranks synchronised at its end; the ranks' mean training loss."""
+        before = self._tensors(clone=True)
+        loss = self.executor.train_streamed_epoch(self.train_layout, self._block_labels, epoch, self.lr)
+        self._aggregate(before)
+        rows = self.train_layout.n_rows
+        total = self.ranks.all_reduce(torch.tensor([loss * rows, rows], dtype=torch.float64, device=self.device),
+                                      in_place=True)
+        return float(total[0] / total[1])
 
     def _sample_loss(self, labels):
         """The divergence guard's yardstick, the same on every rank: the ranks' mean."""
@@ -131,7 +146,9 @@ class DataParallelTrainer(Trainer):
         elif self.aggregation == "sequential":
             # each row's expected occurrences in the segment and the share of its way to the optimum they
             # take, 1 - q^n (sequential_factor)
-            occurrences = self.train_layout.frequency.to(self.device, torch.float32) * share
+            layout = self.train_layout
+            frequency = layout.host.frequency if isinstance(layout, StreamedLayout) else layout.frequency
+            occurrences = frequency.to(self.device, torch.float32) * share
             parts += [occurrences, -torch.expm1(occurrences * self._log_q())]
         reduced = self.ranks.all_reduce(torch.cat(parts), in_place=True).split([p.numel() for p in parts])
         factor = self._factors(reduced, share)

@@ -192,8 +192,10 @@ class Trainer:
         budget = streaming_budget(train, self.plan, self.device)
         if budget is None:
             return self.layout_of(train)
-        # built in host memory, the order fixed by this data set's own frequencies
-        layout = build_layout(train, LayoutOptions(chunk_size=self.plan.chunk_size), "cpu")
+        # built in host memory, the order fixed by this data set's own frequencies, or the model's where it
+        # has one (a resumed checkpoint's, the ranks' common one): its parameter rows are in that order
+        layout = build_layout(train, LayoutOptions(chunk_size=self.plan.chunk_size), "cpu",
+                              feature_order=self.feature_order)
         return StreamedLayout.from_layout(layout, self.plan.chunks_per_batch, budget, self.device)
 
     def _block_labels(self, block):

@@ -22,6 +22,8 @@ from alac.train import Trainer
 
 PLAN = Plan(batch_size=64, chunk_size=16)
 OPTIONS = dict(lr=0.5, plan=PLAN, backend="reference", device="cpu", seed=1)
+# a budget of a third of a share's layout (32 kB): each rank streams its share in blocks
+STREAMED = {**OPTIONS, "plan": Plan(batch_size=64, chunk_size=16, memory_budget=12_000)}
 # (model, aggregation, sync_every, optimizer)
 CASES = [("lr", "adding", None, "sgd"), ("fm", "averaging", None, "sgd"), ("fm", "adding", None, "adagrad"),
          ("lr", "adding", 8, "sgd"), ("fm", "rows", None, "sgd"), ("lr", "rows", None, "adagrad"),
@@ -53,6 +55,10 @@ def _run_rank(rank, world, store, out):
             history = trainer.fit(train, valid)
             results.append({"params": trainer.parameters(), "history": history, "first_line": trainer.describe(),
                             "order": trainer.feature_order})
+        streamed = DataParallelTrainer(_model("lr"), ranks=init_ranks(), aggregation="adding", epochs=1, **STREAMED)
+        streamed.fit(train)
+        results.append({"params": streamed.parameters(), "order": streamed.feature_order,
+                        "streamed": type(streamed.train_layout).__name__})
         resumed = checkpoint.load(f"{out}/one.alac", _model("lr"), backend="reference", device="cpu",
                                   ranks=init_ranks())
         resumed.fit(train, epochs=1)
@@ -79,23 +85,25 @@ def two_ranks(tmp_path_factory):
     return [torch.load(out / f"{rank}.pt", weights_only=False) for rank in range(2)]
 
 
-def _by_hand(name, aggregation, optimizer, order):
+def _by_hand(name, aggregation, optimizer, order, options=OPTIONS):
     """The two shares' epochs from one start, each by a plain Trainer in the ranks' feature order."""
     train, _ = _data()
-    start = Trainer(_model(name), epochs=0, optimizer=optimizer, **OPTIONS)
+    start = Trainer(_model(name), epochs=0, optimizer=optimizer, **options)
     start.feature_order = order
     start.fit(train)
     initial, _ = start.parameters()
     changes, counts = [], []
     for rows in torch.arange(train.n_rows).tensor_split(2):
-        alone = Trainer(_model(name), epochs=1, optimizer=optimizer, **OPTIONS)
+        alone = Trainer(_model(name), epochs=1, optimizer=optimizer, **options)
         alone.feature_order = order
         alone.fit(train.take(rows))
         params, _ = alone.parameters()
         changes.append({k: params[k] - initial[k] for k in params})
         # the share's occurrences of every feature, in the user's ids as parameters() gives them
-        count = torch.empty(alone.train_layout.frequency.numel(), dtype=torch.float32)
-        count[order.long()] = alone.train_layout.frequency.float()
+        layout = alone.train_layout
+        frequency = layout.host.frequency if hasattr(layout, "host") else layout.frequency
+        count = torch.empty(frequency.numel(), dtype=torch.float32)
+        count[order.long()] = frequency.float()
         counts.append(count)
     if aggregation == "sequential":
         # sequential SGD's change on a quadratic model of curvature 1/4, each sample's step lr / B
@@ -162,7 +170,7 @@ def test_bad_options_are_refused():
 
 
 def test_an_estimator_fits_over_the_ranks_as_over_one(two_ranks):
-    first, second = (rank[len(CASES) + 1] for rank in two_ranks)
+    first, second = (rank[len(CASES) + 2] for rank in two_ranks)
     np.testing.assert_array_equal(first["coef"], second["coef"])
     X, y = _held_out()
     alone = LogisticRegression(learning_rate=0.5, epochs=3, optimizer="sgd", early_stopping=False,
@@ -177,7 +185,7 @@ def _train_arrays():
 
 
 def test_a_checkpoint_of_one_process_resumes_on_two_ranks(two_ranks):
-    first, second = (rank[len(CASES)] for rank in two_ranks)
+    first, second = (rank[len(CASES) + 1] for rank in two_ranks)
     assert first["kind"] == "DataParallelTrainer" and first["epoch"] == second["epoch"] == 2
     for key, value in first["params"][0].items():
         np.testing.assert_array_equal(value, second["params"][0][key])
@@ -200,3 +208,13 @@ def test_the_sequential_factor_is_sequential_sgd_on_a_quadratic():
         reached = torch.tensor([-math.expm1(n0 * log_q) - math.expm1(n1 * log_q)], dtype=torch.float64)
         factor = sequential_factor(torch.tensor([float(n0 + n1)], dtype=torch.float64), reached, log_q)
         assert float(summed * factor) == pytest.approx(steps(n0 + n1), rel=1e-9)
+
+
+def test_shares_over_the_gpu_budget_stream_and_add_up_as_streamed_shares_do(two_ranks):
+    first, second = (rank[len(CASES)] for rank in two_ranks)
+    assert first["streamed"] == "StreamedLayout"
+    expected = _by_hand("lr", "adding", "sgd", first["order"], STREAMED)
+    for rank in (first, second):
+        for key, value in expected.items():
+            torch.testing.assert_close(torch.as_tensor(rank["params"][0][key]), torch.as_tensor(value),
+                                       rtol=1e-5, atol=1e-6)

@@ -72,3 +72,15 @@ def test_memory_sizes(text, size):
 def test_bad_memory_sizes_are_clear_errors(text):
     with pytest.raises(argparse.ArgumentTypeError, match="memory size|at least 1 byte"):
         memory_size(text)
+
+
+def test_a_streamed_layout_keeps_the_models_feature_order():
+    """A model with a feature order (a resumed checkpoint's, the data-parallel ranks' common one) lays a
+    streamed set out in it, not in the set's own frequency order: its parameter rows are in that order."""
+    data = criteo_like(3000, n_fields=6, seed=1, device="cpu")
+    order = torch.randperm(data.n_features, generator=torch.Generator().manual_seed(0)).int()
+    trainer = Trainer(zoo_model("lr"), lr=1.0, epochs=1, plan=PLAN, backend="reference", device="cpu")
+    trainer.feature_order = order
+    trainer.fit(data)
+    assert isinstance(trainer.train_layout, StreamedLayout)
+    assert torch.equal(trainer.train_layout.host.new_to_old.cpu(), order)
