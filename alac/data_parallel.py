@@ -65,8 +65,11 @@ class DataParallelTrainer(Trainer):
         if self.ranks.world == 1:
             return super().prepare(train)
         if not hasattr(train, "take"):
-            raise OptionError("several ranks train data held in memory (each its share, streamed from pinned host "
-                              "memory where it exceeds the GPU budget): a block store on disk is for one rank")
+            # a block store: its order is the whole data's; every rank trains its part of the blocks
+            prepared = super().prepare(train)
+            if self.train_layout.part is None:
+                self.train_layout.take_part(self.ranks.rank, self.ranks.world)
+            return prepared
         share = self._shares.get(id(train))
         if share is None:
             rows = torch.arange(train.n_rows, device=train.device).tensor_split(self.ranks.world)[self.ranks.rank]
@@ -147,7 +150,11 @@ class DataParallelTrainer(Trainer):
             # each row's expected occurrences in the segment and the share of its way to the optimum they
             # take, 1 - q^n (sequential_factor)
             layout = self.train_layout
-            frequency = layout.host.frequency if isinstance(layout, StreamedLayout) else layout.frequency
+            if isinstance(layout, StreamedLayout):
+                # a block store's frequencies are the whole data's: this rank's part of them, expected
+                frequency = layout.host.frequency * (layout.n_rows / layout.host.n_rows)
+            else:
+                frequency = layout.frequency
             occurrences = frequency.to(self.device, torch.float32) * share
             parts += [occurrences, -torch.expm1(occurrences * self._log_q())]
         reduced = self.ranks.all_reduce(torch.cat(parts), in_place=True).split([p.numel() for p in parts])

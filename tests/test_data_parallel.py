@@ -16,7 +16,9 @@ from alac.data_parallel import DataParallelTrainer
 from alac.errors import OptionError
 from alac.models import zoo_model
 from alac.plan import Plan
+from alac.runtime.block_store import DiskBlocks, synthetic_pieces, write_block_store
 from alac.runtime.distributed import Ranks, init_ranks
+from alac.runtime.layout import LayoutOptions
 from alac.sklearn import LogisticRegression
 from alac.train import Trainer
 
@@ -59,6 +61,11 @@ def _run_rank(rank, world, store, out):
         streamed.fit(train)
         results.append({"params": streamed.parameters(), "order": streamed.feature_order,
                         "streamed": type(streamed.train_layout).__name__})
+        blocks = DataParallelTrainer(_model("lr"), ranks=init_ranks(), aggregation="adding", epochs=1, **OPTIONS)
+        store = DiskBlocks(f"{out}/blocks")
+        blocks.fit(store)
+        results.append({"params": blocks.parameters(), "blocks": blocks.train_layout.block_order(0, 1)})
+        store.close()
         resumed = checkpoint.load(f"{out}/one.alac", _model("lr"), backend="reference", device="cpu",
                                   ranks=init_ranks())
         resumed.fit(train, epochs=1)
@@ -81,8 +88,16 @@ def two_ranks(tmp_path_factory):
     one = Trainer(_model("lr"), epochs=1, **OPTIONS)
     one.fit(train)
     checkpoint.save(one, out / "one.alac", {"model": "lr", "arguments": {}})
+    _store(out).close()
     mp.spawn(_run_rank, args=(2, str(out / "store"), str(out)), nprocs=2)
     return [torch.load(out / f"{rank}.pt", weights_only=False) for rank in range(2)]
+
+
+def _store(folder):
+    """A block store of the training rows on disk, in blocks of a few batches."""
+    pieces = synthetic_pieces(1600, 800, n_fields=6, seed=2, device="cpu")
+    return write_block_store(folder / "blocks", pieces, LayoutOptions(chunk_size=16), PLAN.chunks_per_batch, 8_000,
+                             device="cpu")
 
 
 def _by_hand(name, aggregation, optimizer, order, options=OPTIONS):
@@ -170,7 +185,7 @@ def test_bad_options_are_refused():
 
 
 def test_an_estimator_fits_over_the_ranks_as_over_one(two_ranks):
-    first, second = (rank[len(CASES) + 2] for rank in two_ranks)
+    first, second = (rank[len(CASES) + 3] for rank in two_ranks)
     np.testing.assert_array_equal(first["coef"], second["coef"])
     X, y = _held_out()
     alone = LogisticRegression(learning_rate=0.5, epochs=3, optimizer="sgd", early_stopping=False,
@@ -185,7 +200,7 @@ def _train_arrays():
 
 
 def test_a_checkpoint_of_one_process_resumes_on_two_ranks(two_ranks):
-    first, second = (rank[len(CASES) + 1] for rank in two_ranks)
+    first, second = (rank[len(CASES) + 2] for rank in two_ranks)
     assert first["kind"] == "DataParallelTrainer" and first["epoch"] == second["epoch"] == 2
     for key, value in first["params"][0].items():
         np.testing.assert_array_equal(value, second["params"][0][key])
@@ -214,6 +229,30 @@ def test_shares_over_the_gpu_budget_stream_and_add_up_as_streamed_shares_do(two_
     first, second = (rank[len(CASES)] for rank in two_ranks)
     assert first["streamed"] == "StreamedLayout"
     expected = _by_hand("lr", "adding", "sgd", first["order"], STREAMED)
+    for rank in (first, second):
+        for key, value in expected.items():
+            torch.testing.assert_close(torch.as_tensor(rank["params"][0][key]), torch.as_tensor(value),
+                                       rtol=1e-5, atol=1e-6)
+
+
+def test_a_block_store_on_disk_trains_each_rank_its_part_of_the_blocks(two_ranks, tmp_path):
+    first, second = (rank[len(CASES) + 1] for rank in two_ranks)
+    assert sorted(first["blocks"] + second["blocks"]) == list(range(len(first["blocks"]) + len(second["blocks"])))
+    assert set(first["blocks"]).isdisjoint(second["blocks"]) and len(first["blocks"]) > 1
+    # by hand: each part's epoch by a plain Trainer from the same start, the changes added
+    store = _store(tmp_path)
+    start = Trainer(_model("lr"), epochs=0, **OPTIONS)
+    start.fit(store)
+    initial, _ = start.parameters()
+    expected = dict(initial)
+    for rank in range(2):
+        alone = Trainer(_model("lr"), epochs=1, **OPTIONS)
+        alone.prepare(store)
+        alone.train_layout.take_part(rank, 2)
+        alone.fit(store)
+        params, _ = alone.parameters()
+        expected = {k: expected[k] + params[k] - initial[k] for k in expected}
+    store.close()
     for rank in (first, second):
         for key, value in expected.items():
             torch.testing.assert_close(torch.as_tensor(rank["params"][0][key]), torch.as_tensor(value),

@@ -50,6 +50,8 @@ class StreamedLayout:
         self.bytes_per_epoch = sum(packed_bytes(block, self.chunk_size, source.optional) for block in self.blocks)
         self._copy_stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" and overlap else None
         self.read_ahead = read_ahead
+        # (rank, ranks): the blocks this layout trains, every ranks-th of each epoch's order (take_part)
+        self.part = None
         # ((epoch, seed), reader, deque of (index, layout, copy done)) of the next epoch's first blocks
         self._prefetched = None
         # a list to collect (block index, copy started, copy done) CUDA events in (timelines), or None
@@ -79,11 +81,19 @@ class StreamedLayout:
         # the trained block, the one before it until its kernels end, and the blocks read ahead
         return cls(source, device, overlap, min(READ_AHEAD, max(1, blocks_in_budget - 2)))
 
+    def take_part(self, rank, ranks):
+        """Train blocks rank, rank + ranks, ... only (data-parallel ranks, each its part of a block
+        store: the blocks are whole batches of rows)."""
+        self.part = (rank, ranks)
+        self.n_rows = sum(block.rows for index, block in enumerate(self.blocks) if index % ranks == rank)
+
     def block_order(self, epoch, seed):
         """The blocks' visiting order of an epoch: the layout's last block (the one that may end in a
-        partial batch) stays last, so that the resident order of epoch_order makes the same batches."""
+        partial batch) stays last, so that the resident order of epoch_order makes the same batches
+        (of this layout's part, where it has one)."""
         last = len(self.blocks) - 1
-        return (chunk_order(last, seed, epoch, torch.device("cpu")).tolist() if last else []) + [last]
+        order = (chunk_order(last, seed, epoch, torch.device("cpu")).tolist() if last else []) + [last]
+        return order if self.part is None else [index for index in order if index % self.part[1] == self.part[0]]
 
     def chunk_order_in(self, index, epoch, seed):
         """The chunk order inside block index (block-local ids), its own permutation per epoch."""
