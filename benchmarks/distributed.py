@@ -1,16 +1,22 @@
-"""Several GPUs through torch.distributed (alac.runtime.distributed); run under torchrun, e.g.
-`PYTHONPATH=. torchrun --nproc-per-node 2 benchmarks/distributed.py --parts scd`.
+"""Several GPUs through torch.distributed (alac.runtime.distributed); run under torchrun:
+`PYTHONPATH=. torchrun --nproc-per-node 2 benchmarks/distributed.py [--parts flow,scd]`.
+
+The flow part: async LR and FM k = 16 on the synthetic Criteo-shaped sets (`--flow-rows`, 4M and 64M
+rows), `--flow-epochs` at `--lr` with the cost model's plan: one GPU (the other ranks waiting), then
+DataParallelTrainer over the ranks once for each aggregation (alac.data_parallel), synchronised once an
+epoch. Per arm `name`, `ranks`, `ms_per_epoch` (median), `val_logloss` per epoch, `bytes_communicated`
+(per rank and epoch, ring all-reduce).
 
 The scd part: (1) CoCoA over the ranks against the virtual workers: ridge on a webspam-shaped set of
 1/32 the size (8,216 x 21,272, lambda 1e-3), primal (columns split over the ranks) and dual (rows),
 the adaptive gamma, the float64 sequential local solver over gloo, against ScdSolver(workers=ranks)
-on rank 0, epoch by epoch; (2) TPA-SCD's Criteo problem, the dual ridge at lambda 1e-3 on the Criteo-shaped set of
-benchmarks/scd.py (200M x 75M, 25-39 entries a row), its rows split over the ranks, with the
-adaptive gamma, to gap 1e-6: seconds (every rank's share taken from the whole set and its solver
-set up, then its epochs), the seconds its collectives took (one all-reduce of the shared vector's
-change and one of two sums an epoch), the bytes each rank sent. Every arm: `name`, `ranks`,
-`ms_per_epoch`, `gap` per epoch, `time_to_gap`, `bytes_communicated` (per rank, per epoch, ring
-all-reduce). Rank 0 writes results/distributed.json and .md.
+on rank 0, epoch by epoch; (2) TPA-SCD's Criteo problem, the dual ridge at lambda 1e-3 on the
+Criteo-shaped set of benchmarks/scd.py (200M x 75M, 25-39 entries a row), its rows split over the
+ranks, with the adaptive gamma, to gap 1e-6: seconds (every rank's share taken from the whole set and
+its solver set up, then its epochs), the seconds its collectives took, split into waiting for the
+slowest rank and moving data (one all-reduce of the shared vector's change and one of two sums an
+epoch), the bytes each rank sent. Per arm `name`, `ranks`, `ms_per_epoch`, `gap` per epoch,
+`time_to_gap`, `bytes_communicated`. Rank 0 writes results/distributed.json and .md.
 """
 
 from __future__ import annotations
