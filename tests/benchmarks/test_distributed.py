@@ -1,0 +1,22 @@
+"""benchmarks/distributed.py's tables: one row per set and model, each aggregation's validation logloss
+against one GPU's, and the SCD arms with their split of an epoch."""
+
+from benchmarks import distributed
+
+
+def _flow(name, rows, ranks, ms, loss, sent=0):
+    return {"name": name, "rows": rows, "ranks": ranks, "ms_per_epoch": ms, "val_logloss": [0.7, loss],
+            "bytes_communicated": sent, "epochs": 2}
+
+
+def test_the_flow_table_compares_every_aggregation_with_one_gpu():
+    arms = [_flow("flow_lr_1gpu", 100, 1, 10.0, 0.50), _flow("flow_lr_2gpu_rows", 100, 2, 5.0, 0.51, 2e6),
+            _flow("flow_lr_2gpu_adding", 100, 2, 5.0, 0.55, 1e6), _flow("flow_lr_2gpu_averaging", 100, 2, 6.0, 0.49)]
+    scd = {"name": "scd_dual", "ranks": 2, "epochs": 3, "ms_per_epoch": 30.0, "waiting_ms_per_epoch": 1.0,
+           "communication_ms_per_epoch": 2.0, "bytes_communicated": 5e6, "gap": [1e-3, 1e-7],
+           "time_to_gap": {"1e-06": 0.25}, "largest_relative_difference": 2e-12}
+    text = distributed.tables({"arms": arms + [scd]})
+    assert "| 100 | lr | 10.0 | 5.0 | 2.00× | 0.5000 | - | +0.0100 | -0.0100 | +0.0500 | 2.0 |" in text
+    assert "| scd_dual | 2 | 3 | 30.0 | 1.0 | 2.0 | 5.0 | 1.00e-07 | 0.25 |" in text
+    assert ("- scd_dual: its gaps differ from 2 virtual workers' by 2.0e-12 (relative, the largest over 3 "
+            "epochs).") in text
