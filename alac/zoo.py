@@ -245,7 +245,16 @@ def parse_arguments(module, argv):
 
 
 def run_parsed(module, args, model_reference):
-    """Train module's model as args say; returns the exit status (0, 2 bad input, 3 diverged)."""
+    """Train module's model as args say; returns the exit status (0, 2 bad input, 3 diverged). Under
+    torchrun every rank ends its process group with the others before it returns."""
+    from alac.runtime.distributed import close_ranks
+
+    status = _run_parsed(module, args, model_reference)
+    close_ranks()
+    return status
+
+
+def _run_parsed(module, args, model_reference):
     given_l2 = args.l2       # SCD's lambda defaults to 1/N, not to the SGD model's l2
     complete_arguments(module, args)
     if args.backend == "interpret":
