@@ -96,16 +96,14 @@ class DataParallelTrainer(Trainer):
         losses = []
         for epoch in range(self.epoch, self.epoch + count):
             order = layout.chunk_order(epoch, executor.seed)
-            # the epoch's loss sum and rows, added up on the device: one read at the epoch's end
-            loss_sum = torch.zeros(2, dtype=torch.float64, device=self.device)
-            loss_sum[1] = layout.n_rows
+            # the epoch's loss sum, added up on the device: one read at the epoch's end
+            loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
             for segment in (order,) if per_sync is None else order.split(per_sync):
                 before = self._tensors(clone=True)
                 executor.queue_epoch(layout, labels, epoch, self.lr, order=segment)
-                loss_sum[0] += executor.loss_sum[0]
+                loss_sum += executor.loss_sum[0]
                 self._aggregate(before, segment.numel() / order.numel())
-            total = self.ranks.all_reduce(loss_sum, in_place=True)
-            losses.append(float(total[0] / total[1]))
+            losses.append(self._mean_over_ranks(loss_sum))
         return losses
 
     def _streamed_epoch(self, epoch):
@@ -114,9 +112,12 @@ class DataParallelTrainer(Trainer):
         before = self._tensors(clone=True)
         loss = self.executor.train_streamed_epoch(self.train_layout, self._block_labels, epoch, self.lr)
         self._aggregate(before)
-        rows = self.train_layout.n_rows
-        total = self.ranks.all_reduce(torch.tensor([loss * rows, rows], dtype=torch.float64, device=self.device),
-                                      in_place=True)
+        return self._mean_over_ranks(torch.tensor(loss * self.train_layout.n_rows, dtype=torch.float64))
+
+    def _mean_over_ranks(self, loss_sum):
+        """The ranks' mean loss per row from this rank's loss sum over its rows."""
+        total = self.ranks.all_reduce(torch.stack([loss_sum.to(self.device), torch.tensor(
+            float(self.train_layout.n_rows), dtype=torch.float64, device=self.device)]), in_place=True)
         return float(total[0] / total[1])
 
     def _sample_loss(self, labels):

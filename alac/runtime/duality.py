@@ -24,6 +24,11 @@ import torch
 LOSSES = ("squared", "hinge", "squared_hinge", "logistic")
 
 
+def one_process(tensor, op="sum"):
+    """The objectives' reduce of one process: its share of every sum is the whole sum."""
+    return tensor
+
+
 def _rows(A, beta):
     return A @ beta
 
@@ -46,13 +51,6 @@ def loss_values(margins, y, loss):
     raise ValueError(f"unknown loss {loss!r}: one of {', '.join(LOSSES)}")
 
 
-def primal_value(A, y, beta, loss, l2, l1=0.0, margins=None):
-    """P(beta), in float64 (margins: A beta, when the caller has it)."""
-    y, beta = y.double(), beta.double()
-    margins = _rows(_f64(A), beta) if margins is None else margins
-    return float(loss_values(margins, y, loss).mean() + 0.5 * l2 * beta.dot(beta) + l1 * beta.abs().sum())
-
-
 def conjugate_terms(alpha, y, loss):
     """phi*(-alpha_n, y_n) for every n (inf where alpha_n is outside the conjugate's domain)."""
     b = y * alpha
@@ -69,17 +67,9 @@ def conjugate_terms(alpha, y, loss):
     raise ValueError(f"unknown loss {loss!r}: one of {', '.join(LOSSES)}")
 
 
-def dual_value(A, y, alpha, loss, l2, v=None):
-    """D(alpha) of an l2-regularized problem, in float64 (v: A^T alpha, when the caller has it)."""
-    y, alpha = y.double(), alpha.double()
-    n = y.numel()
-    v = columns_product(_f64(A), alpha) if v is None else v
-    return float(-conjugate_terms(alpha, y, loss).mean() - v.dot(v) / (2 * l2 * n * n))
-
-
-def beta_of_alpha(A, alpha, l2):
-    """The primal point of a dual one: A^T alpha / (l2 N)."""
-    return columns_product(_f64(A), alpha.double()) / (l2 * alpha.numel())
+def beta_of_alpha(A, alpha, l2, n=None, reduce=one_process):
+    """The primal point of a dual one: A^T alpha / (l2 N) (n, reduce: as dual_objectives')."""
+    return reduce(columns_product(_f64(A), alpha.double())) / (l2 * (alpha.numel() if n is None else n))
 
 
 def alpha_of_beta(A, y, beta):
@@ -98,21 +88,30 @@ def alpha_of_margins(margins, y, loss):
     raise ValueError(f"alpha_of_margins takes the squared hinge or the logistic loss, got {loss!r}")
 
 
-def margin_objectives(A, y, beta, loss, l2):
+def margin_objectives(A, y, beta, loss, l2, reduce=one_process):
     """(P(beta), D(alpha(beta))) of a smooth classification loss: the primal solver's certificate
-    (two passes over A)."""
-    A, beta = _f64(A), beta.double()
-    margins = _rows(A, beta)
-    return (primal_value(A, y, beta, loss, l2, margins=margins),
-            dual_value(A, y, alpha_of_margins(margins, y, loss), loss, l2))
+    (two passes over A). reduce(tensor, op) adds up the ranks' shares of a sum where A's columns and
+    beta are split over ranks (alac.runtime.scd_distributed)."""
+    A, y, beta = _f64(A), y.double(), beta.double()
+    n = y.numel()
+    margins = reduce(_rows(A, beta))
+    alpha = alpha_of_margins(margins, y, loss)
+    v = columns_product(A, alpha)
+    sums = reduce(torch.stack([beta.dot(beta), v.dot(v)]))
+    return (float(loss_values(margins, y, loss).mean() + 0.5 * l2 * sums[0]),
+            float(-conjugate_terms(alpha, y, loss).mean() - sums[1] / (2 * l2 * n * n)))
 
 
-def dual_objectives(A, y, alpha, loss, l2):
-    """(P(beta(alpha)), D(alpha)): the dual solver's certificate (two passes over A)."""
-    alpha = alpha.double()
-    v = columns_product(_f64(A), alpha)
-    beta = v / (l2 * alpha.numel())
-    return primal_value(A, y, beta, loss, l2), dual_value(A, y, alpha, loss, l2, v=v)
+def dual_objectives(A, y, alpha, loss, l2, n=None, reduce=one_process):
+    """(P(beta(alpha)), D(alpha)): the dual solver's certificate (two passes over A). Where A's rows,
+    y and alpha are one rank's share, n is the whole problem's rows and reduce (margin_objectives)
+    adds the ranks' shares up."""
+    A, y, alpha = _f64(A), y.double(), alpha.double()
+    n = alpha.numel() if n is None else n
+    v = reduce(columns_product(A, alpha))
+    beta = v / (l2 * n)
+    sums = reduce(torch.stack([loss_values(_rows(A, beta), y, loss).sum(), conjugate_terms(alpha, y, loss).sum()]))
+    return float(sums[0] / n + 0.5 * l2 * beta.dot(beta)), float(-sums[1] / n - v.dot(v) / (2 * l2 * n * n))
 
 
 def dual_gap(A, y, alpha, loss, l2):
@@ -120,24 +119,26 @@ def dual_gap(A, y, alpha, loss, l2):
     return primal - dual
 
 
-def primal_objectives(A, y, beta, l2, l1=0.0):
+def primal_objectives(A, y, beta, l2, l1=0.0, reduce=one_process):
     """(P(beta), D(theta)) of the squared loss with l1 and l2 (ridge, lasso, elastic net), theta the
     residual over N; with l2 = 0 (lasso) theta is scaled into the dual's domain ||A^T theta||_inf <= l1
-    (two passes over A)."""
+    (two passes over A). reduce: as margin_objectives'."""
     A, y, beta = _f64(A), y.double(), beta.double()
     n = y.numel()
-    margins = _rows(A, beta)
+    margins = reduce(_rows(A, beta))
     theta = (y - margins) / n
     correlation = columns_product(A, theta)
     if l2 == 0:
-        largest = float(correlation.abs().max()) if correlation.numel() else 0.0
-        scale = 1.0 if largest <= l1 else l1 / largest
-        theta, correlation = theta * scale, correlation * scale
-        conjugate = 0.0
+        largest = (correlation.abs().max().reshape(1) if correlation.numel()
+                   else torch.zeros(1, dtype=torch.float64, device=y.device))
+        largest = float(reduce(largest, op="max")[0])
+        theta = theta * (1.0 if largest <= l1 else l1 / largest)
+        conjugate = torch.zeros((), dtype=torch.float64, device=y.device)
     else:
-        conjugate = float((torch.clamp(correlation.abs() - l1, min=0) ** 2).sum() / (2 * l2))
-    dual = float(-0.5 * n * theta.dot(theta) + theta.dot(y)) - conjugate
-    return primal_value(A, y, beta, "squared", l2, l1, margins=margins), dual
+        conjugate = (torch.clamp(correlation.abs() - l1, min=0) ** 2).sum() / (2 * l2)
+    sums = reduce(torch.stack([beta.dot(beta), beta.abs().sum(), conjugate]))
+    dual = float(-0.5 * n * theta.dot(theta) + theta.dot(y) - sums[2])
+    return float(loss_values(margins, y, "squared").mean() + 0.5 * l2 * sums[0] + l1 * sums[1]), dual
 
 
 def primal_gap(A, y, beta, l2, l1=0.0):

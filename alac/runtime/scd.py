@@ -180,7 +180,9 @@ class ScdSolver:
             raise OptionError("the wild control is a kernel variant: backend triton or interpret")
         self.form, self.loss, self.l2, self.l1 = form, loss, float(l2), float(l1)
         self.workers, self.aggregation, self.wild = workers, aggregation, wild
-        self.scale = (problem_rows or data.n_rows) * (1.0 if form == "primal" else self.l2)
+        # N of the whole problem (a rank's share of the dual's rows has fewer)
+        self.problem_rows = problem_rows or data.n_rows
+        self.scale = self.problem_rows * (1.0 if form == "primal" else self.l2)
         self._build(data, backend, device, evaluate_on)
         self.bands, self._overlaps = [], []
         if backend != "sequential":
@@ -292,25 +294,37 @@ class ScdSolver:
         return gamma
 
     def _cocoa_epoch(self):
+        """CoCoA: a local epoch of each part from the same shared vector, their changes summed (over the
+        ranks: _reduce) and applied times gamma."""
         before, shared_before = self.coordinates.clone(), self.shared
         change = torch.zeros_like(self.shared)
-        for part in self.parts:
+        for order in self._local_orders():
             local = shared_before.clone()
-            self._local_epoch(part[torch.randperm(part.numel(), generator=self.generator, device=self.device)],
-                              local)
+            self._local_epoch(order, local)
             change += local - shared_before
+        change = self._reduce(change)
         step = self.coordinates - before
         gamma = self._gamma(before, shared_before, step, change)
         self.coordinates = before + gamma * step
         self.shared = shared_before + gamma * change
         return gamma
 
+    def _local_orders(self):
+        """The epoch's order of each part this process steps: every virtual worker's, one after another."""
+        return [part[torch.randperm(part.numel(), generator=self.generator, device=self.device)]
+                for part in self.parts]
+
+    def _reduce(self, tensor, op="sum"):
+        """The sum (or max) of every rank's share of a tensor: one process holds the whole problem."""
+        return tensor
+
     def _gamma(self, x, shared, dx, dshared):
         if self.aggregation != "adaptive":
             return cocoa_gamma(self.aggregation, self.workers)
         labels = self.problem.labels
-        return cocoa_gamma(self.aggregation, self.workers, self.form, self.problem.n_rows, self.l2,
-                           coordinate_dots(self.form, x, dx, labels), shared_dots(self.form, shared, dshared, labels))
+        return cocoa_gamma(self.aggregation, self.workers, self.form, self.problem_rows, self.l2,
+                           self._reduce(coordinate_dots(self.form, x, dx, labels)),
+                           shared_dots(self.form, shared, dshared, labels))
 
     # -- certificates ----------------------------------------------------------------------------
     def objectives(self):
@@ -318,10 +332,10 @@ class ScdSolver:
         A, y = self.evaluation
         x = self.coordinates.to(y.device)
         if self.form == "primal" and self.loss == "squared":
-            return duality.primal_objectives(A, y, x, self.l2, self.l1)
+            return duality.primal_objectives(A, y, x, self.l2, self.l1, reduce=self._reduce)
         if self.form == "primal":
-            return duality.margin_objectives(A, y, x, self.loss, self.l2)
-        return duality.dual_objectives(A, y, x, self.loss, self.l2)
+            return duality.margin_objectives(A, y, x, self.loss, self.l2, reduce=self._reduce)
+        return duality.dual_objectives(A, y, x, self.loss, self.l2, n=self.problem_rows, reduce=self._reduce)
 
     def gap(self):
         """The duality gap in float64 (its primal objective minus its dual's)."""
@@ -333,7 +347,7 @@ class ScdSolver:
         vector the kernels kept has moved from the one their coordinates define."""
         A, y = self.evaluation
         x = self.coordinates.to(y.device, torch.float64)
-        exact = A @ x if self.form == "primal" else A.t_matmul(x)
+        exact = self._reduce(A @ x if self.form == "primal" else A.t_matmul(x))
         kept = self.shared.to(y.device, torch.float64)
         return float((exact - kept).abs().max() / exact.abs().max().clamp_min(1e-300))
 
@@ -341,9 +355,13 @@ class ScdSolver:
     def coef_(self):
         """The primal weights: beta, or beta(alpha) = A^T alpha / (l2 N)."""
         if self.form == "primal":
-            return self.coordinates.double()
+            return self._whole_beta(self.coordinates.double())
         A, y = self.evaluation
-        return duality.beta_of_alpha(A, self.coordinates.to(y.device), self.l2)
+        return duality.beta_of_alpha(A, self.coordinates.to(y.device), self.l2, self.problem_rows, self._reduce)
+
+    def _whole_beta(self, beta):
+        """The whole problem's beta from this process's coordinates (all of them)."""
+        return beta
 
     def fit(self, max_epochs=100, tol=1e-6, log=None):
         """Epochs until the gap is below tol, or is no longer finite (diverged: CoCoA's adding can),
