@@ -71,13 +71,16 @@ def _ranks(rank, world, store, args, out):
 
 
 def report(payload):
+    """A row per model: one process's validation logloss per epoch, each aggregation's last against it."""
     rows = []
-    for arm in payload["arms"]:
-        alone = next(a for a in payload["arms"] if a["model"] == arm["model"] and a["ranks"] == 1)
-        rows.append([arm["model"], arm["ranks"], arm["aggregation"] if arm["ranks"] > 1 else "-",
-                     " / ".join(f"{v:.4f}" for v in arm["val_logloss"]),
-                     f"{arm['val_logloss'][-1] - alone['val_logloss'][-1]:+.4f}"])
-    return table(["model", "ranks", "aggregation", "validation logloss per epoch", "last against one process"], rows)
+    for model in dict.fromkeys(a["model"] for a in payload["arms"]):
+        arms = [a for a in payload["arms"] if a["model"] == model]
+        alone = next(a for a in arms if a["ranks"] == 1)
+        last = {a["aggregation"]: a["val_logloss"][-1] - alone["val_logloss"][-1] for a in arms if a["ranks"] > 1}
+        rows.append([model, " / ".join(f"{v:.4f}" for v in alone["val_logloss"])]
+                    + [f"{last[a]:+.4f}" if a in last else "-" for a in AGGREGATIONS])
+    return table(["model", "one process: validation logloss per epoch"]
+                 + [f"2 ranks {a}: last against it" for a in AGGREGATIONS], rows)
 
 
 def main():

@@ -108,9 +108,20 @@ def sweep_table(result):
 
 
 def optimizers_table(result):
-    rows = [[r["model"], r["semantics"], r["optimizer"], r["lr"], f"{r['ms_per_epoch']:.2f}",
-             f"{r['cost_vs_sgd']:.2f}×", f"{_last(r['val_logloss']):.4f}"] for r in result["results"]]
-    return table(["model", "semantics", "optimizer", "lr", "ms / epoch", "vs SGD", "val logloss"], rows)
+    """A row per model and optimizer, sync and async side by side."""
+    by_key = {(r["model"], r["optimizer"], r["semantics"]): r for r in result["results"]}
+
+    def cells(model, optimizer, semantics):
+        r = by_key.get((model, optimizer, semantics))
+        if r is None:
+            return ["-", "-", "-"]
+        return [f"{r['ms_per_epoch']:.2f}", f"{r['cost_vs_sgd']:.2f}×", f"{_last(r['val_logloss']):.4f}"]
+
+    keys = dict.fromkeys((r["model"], r["optimizer"], r["lr"]) for r in result["results"])
+    rows = [[model, optimizer, lr, *cells(model, optimizer, "sync"), *cells(model, optimizer, "async")]
+            for model, optimizer, lr in keys]
+    return table(["model", "optimizer", "lr", "sync ms / epoch", "vs SGD", "val logloss", "async ms / epoch",
+                  "vs SGD", "val logloss"], rows)
 
 
 def sync_table(result):
@@ -160,11 +171,18 @@ def parse_table(result):
 
 
 def placement_table(result):
-    rows = [[a["op"], a["pattern"], a["row_floats"], a["placement"], f"{a['ms']:.2f}", f"{a['g_accesses_per_s']:.3f}",
-             f"{a['gb_per_s']:.1f}"] for a in result["arms"]]
-    return (table(["op", "ids", "floats per row", "placement", "ms", "G accesses/s", "GB/s of rows"], rows)
-            + f"\n\nPinned host → device copy: {result['copy_gb_per_s']:.1f} GB/s. Host / device time: "
-            + ", ".join(f"{name} {ratio:.1f}×" for name, ratio in result["host_over_device"].items()) + ".")
+    """A row per access pattern, the table on the device and in host memory side by side."""
+    by_key = {(a["op"], a["pattern"], a["row_floats"], a["placement"]): a for a in result["arms"]}
+    rows = []
+    for op, pattern, floats in dict.fromkeys((a["op"], a["pattern"], a["row_floats"]) for a in result["arms"]):
+        device, host = by_key[op, pattern, floats, "device"], by_key[op, pattern, floats, "host"]
+        rows.append([op, pattern, floats, f"{device['ms']:.2f}", f"{host['ms']:.2f}",
+                     f"{host['ms'] / device['ms']:.1f}×", f"{device['g_accesses_per_s']:.3f}",
+                     f"{host['g_accesses_per_s']:.3f}",
+                     f"{device['gb_per_s']:.1f}", f"{host['gb_per_s']:.1f}"])
+    return (table(["op", "ids", "floats per row", "device ms", "host ms", "host / device", "device G accesses/s",
+                   "host G accesses/s", "device GB/s of rows", "host GB/s of rows"], rows)
+            + f"\n\nPinned host → device copy: {result['copy_gb_per_s']:.1f} GB/s.")
 
 
 def fields_table(result):
@@ -221,7 +239,7 @@ def _kernel_schedule(arm):
 
 
 def tables_over_budget_table(result):
-    args, rows, notes = result["arguments"], [], []
+    args, rows, notes, breakdowns = result["arguments"], [], [], []
     # FAE's other schedules where every input is hot have nothing to schedule: R(50) stands for them
     unscheduled = [a for a in result["arms"] if a["name"].startswith("fae ") and a["name"] not in ("fae R(50)",
                                                                                                    "fae trainer")
@@ -240,12 +258,14 @@ def tables_over_budget_table(result):
                      _kernel_schedule(arm)])
         if "breakdown" in arm:
             b = arm["breakdown"]
-            notes.append(f"HybridHash at {arm['budget_mb']} MB, Zipf {arm['zipf']}, one epoch timed in parts with "
-                         f"its side stream's overlap taken away: {b['serialized_epoch_s']:.2f} s, of which kernels "
-                         f"{b['kernels_s']:.2f} s, loads into the cache {b['load_s']:.2f} s, write-backs "
-                         f"{b['store_s']:.2f} s, re-ranks {b['rerank_s']:.3f} s, bookkeeping the rest "
-                         f"({b['segments']} segments so far, "
-                         f"{b['rows_carried']:,} rows carried between staging halves).")
+            breakdowns.append(f"at {arm['budget_mb']} MB, Zipf {arm['zipf']}: {b['serialized_epoch_s']:.2f} s, of "
+                              f"which kernels {b['kernels_s']:.2f} s, loads into the cache {b['load_s']:.2f} s, "
+                              f"write-backs {b['store_s']:.2f} s, re-ranks {b['rerank_s']:.3f} s, bookkeeping the "
+                              f"rest ({b['segments']} segments so far, {b['rows_carried']:,} rows carried between "
+                              "staging halves)")
+    if breakdowns:
+        notes.append("HybridHash's epoch timed in parts with its side stream's overlap taken away, "
+                     + "; ".join(breakdowns) + ".")
     if (result.get("big") or {}).get("gpu_memory_bytes"):
         b = result["big"]
         scale = b.get("arguments", args)["big_scale"]
@@ -260,12 +280,13 @@ def tables_over_budget_table(result):
                      f"{b['logloss']:.4f}; epochs {' / '.join(f'{s:.1f}' for s in b['epoch_seconds'])} s, set-up "
                      f"{b['setup_seconds']:.0f} s, peak GPU memory {b['peak_gpu_bytes'] / 2**30:.1f} GiB "
                      f"(measured {b['environment']['date']}).")
-    for zipf in sorted({a["zipf"] for a in result["arms"]}):
-        chosen = [(a["budget_mb"], a["planner_mode"]) for a in result["arms"]
-                  if a["zipf"] == zipf and a["name"] == "hybrid_hash" and "planner_mode" in a]
-        if chosen:
-            notes.append(f"The Trainer's planner at Zipf {zipf} (FAE or HybridHash by their forecast row traffic): "
-                         + ", ".join(f"{mode} at {budget} MB" for budget, mode in chosen) + ".")
+    chosen = {zipf: [(a["budget_mb"], a["planner_mode"]) for a in result["arms"]
+                     if a["zipf"] == zipf and a["name"] == "hybrid_hash" and "planner_mode" in a]
+              for zipf in sorted({a["zipf"] for a in result["arms"]})}
+    if any(chosen.values()):
+        notes.append("The Trainer's planner (FAE or HybridHash by their forecast row traffic): " + "; ".join(
+            f"at Zipf {zipf} " + ", ".join(f"{mode} at {budget} MB" for budget, mode in modes)
+            for zipf, modes in chosen.items() if modes) + ".")
     if result.get("missing"):
         notes.append(f"Not measured with the current code: {result['missing']}.")
     header = ["zipf", "arm", "budget MB", "M samples/s", "vs host table", "all-GPU / arm", "hot input share",

@@ -60,12 +60,19 @@ def scd_table(result):
             reached = _epochs_to(workers[form, k, aggregation], 1e-6)
             return f"> {workers[form, k, aggregation]['epochs']}" if reached is None else reached
 
-        rows = [[form, k, epochs(form, k, "averaging"), epochs(form, k, "adaptive"),
-                 f"{min(workers[form, k, 'adaptive']['gamma'][2:], default=float('nan')):.3f}"]
-                for form, k in dict.fromkeys((f, k) for f, k, _ in workers)]
+        # a row per form, its K side by side
+        ks = list(dict.fromkeys(k for _, k, _ in workers))
+        rows = [[form] + [" / ".join(str(epochs(form, k, aggregation)) for k in ks)
+                          for aggregation in ("averaging", "adaptive")]
+                + [" / ".join(f"{min(workers[form, k, 'adaptive']['gamma'][2:], default=float('nan')):.3f}"
+                              for k in ks)]
+                for form in dict.fromkeys(f for f, _, _ in workers)]
+        label = "/".join(str(k) for k in ks)
         text += "\n\nVirtual workers (CoCoA, sequential local epochs), epochs to gap 1e-6:\n\n" + table(
-            ["form", "K", "averaging", "adaptive", "smallest adaptive gamma from epoch 3"], rows)
-    notes = scd_comparisons(result["arms"])
+            ["form", f"averaging, K = {label}", f"adaptive, K = {label}",
+             f"smallest adaptive gamma from epoch 3, K = {label}"], rows)
+    comparisons = scd_comparisons(result["arms"])
+    notes = [" ".join(comparisons)] if comparisons else []
     scored = [a for a in arms if "test_auc" in a]
     if scored:
         notes.append("Test AUC (in brackets LIBLINEAR's solution of the same problem, tol 1e-10): " + "; ".join(

@@ -14,9 +14,11 @@ def test_the_flow_table_compares_every_aggregation_with_one_gpu():
             _flow("flow_lr_2gpu_adding", 100, 2, 5.0, 0.55, 1e6), _flow("flow_lr_2gpu_averaging", 100, 2, 6.0, 0.49)]
     scd = {"name": "scd_dual", "ranks": 2, "epochs": 3, "ms_per_epoch": 30.0, "waiting_ms_per_epoch": 1.0,
            "communication_ms_per_epoch": 2.0, "bytes_communicated": 5e6, "gap": [1e-3, 1e-7],
-           "time_to_gap": {"1e-06": 0.25}, "largest_relative_difference": 2e-12}
-    text = distributed.tables({"arms": arms + [scd]})
+           "time_to_gap": {"1e-06": 0.25}}
+    match = {"name": "scd_match", "ranks": 2, "epochs": 30, "ms_per_epoch": 4.0, "gap": [1e-3, 1e-6],
+             "largest_relative_difference": 2e-12}
+    text = distributed.tables({"arms": arms + [scd, match]})
     assert "| 100 | lr | 10.0 | 5.0 | 2.00× | 0.5000 | - | +0.0100 | -0.0100 | +0.0500 | 2.0 |" in text
-    assert "| scd_dual | 2 | 3 | 30.0 | 1.0 | 2.0 | 5.0 | 1.00e-07 | 0.25 |" in text
-    assert ("- scd_dual: its gaps differ from 2 virtual workers' by 2.0e-12 (relative, the largest over 3 "
-            "epochs).") in text
+    assert "| scd_dual | 2 | 3 | 30.0 | 1.0 | 2.0 | 5.0 | 1.00e-07 | 0.25 |" in text and "| scd_match |" not in text
+    assert ("- CoCoA over the ranks against as many virtual workers, the largest relative difference of their gaps: "
+            "scd_match 2.0e-12 over 30 epochs (4.0 ms an epoch).") in text
