@@ -9,8 +9,8 @@ blocks overlapping the kernels of block i (2, 4 or 8 blocks per budget; ids as i
 narrow 16-bit form of alac.runtime.wire), the same without overlap (every copy in the kernels'
 stream), and streamed from a block store on disk whose pages are dropped from the page cache before
 every epoch (read at the disk's speed; its read bandwidth also per ring depth and reader threads).
-Epoch times are of epochs run back to back after a first one; the validation loss per epoch comes
-from a second run. copy_bound_ms is the bytes an epoch moves at the measured pinned host -> device
+Epoch times are of epochs run back to back after a first one; the validation loss per epoch is the
+median of --loss-runs runs from fresh parameters (async epochs are not reproducible). copy_bound_ms is the bytes an epoch moves at the measured pinned host -> device
 bandwidth, read_bound_ms at the measured read bandwidth of the store's files. The big arm trains
 async LR on --big-rows rows held as pinned blocks with int32 ids (more bytes than the GPU's memory)
 for 2 epochs. Writes results/streaming.json and .md and a timeline of copies and kernels per block
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -82,15 +83,19 @@ def _back_to_back(epoch, epochs):
     return _seconds(lambda: [epoch(e) for e in range(1, epochs + 1)]) / epochs
 
 
-def _losses(epoch, executor, trainer, valid_layout, valid, epochs):
-    """The validation logloss after each epoch of a second run from fresh parameters."""
-    executor.state = None
-    losses = []
-    for e in range(epochs):
-        epoch(e)
-        trainer.executor.state = executor.state   # the trainer's evaluation reads these params
-        losses.append(trainer.evaluate_layout(valid_layout, valid)["logloss"])
-    return losses
+def _losses(epoch, executor, trainer, valid_layout, valid, epochs, runs):
+    """(median over runs, every run) of the validation logloss after each epoch of runs from fresh
+    parameters: async epochs are not reproducible, and one run's bump is not the arm's."""
+    every = []
+    for _ in range(runs):
+        executor.state = None
+        losses = []
+        for e in range(epochs):
+            epoch(e)
+            trainer.executor.state = executor.state   # the trainer's evaluation reads these params
+            losses.append(trainer.evaluate_layout(valid_layout, valid)["logloss"])
+        every.append(losses)
+    return [statistics.median(run[e] for run in every) for e in range(epochs)], every
 
 
 def _arm(name, source, streamed, executor, epoch, args, trainer, valid_layout, valid, bandwidth):
@@ -101,13 +106,13 @@ def _arm(name, source, streamed, executor, epoch, args, trainer, valid_layout, v
     base_bytes = torch.cuda.memory_allocated()
     seconds = _back_to_back(epoch, args.epochs)
     peak = torch.cuda.max_memory_allocated()
-    losses = _losses(epoch, executor, trainer, valid_layout, valid, args.epochs)
+    losses, runs = _losses(epoch, executor, trainer, valid_layout, valid, args.epochs, args.loss_runs)
     ids = "narrow" if "edge_id16" in streamed.source.optional else "int32"
     return {"name": name, "source": source, "ids": ids, "blocks": len(streamed.blocks),
             "bytes_per_epoch": streamed.bytes_per_epoch,
             "bytes_per_edge": streamed.bytes_per_epoch / streamed.host.stats.nnz, "ms_per_epoch": 1000 * seconds,
             "copy_bound_ms": 1000 * streamed.bytes_per_epoch / (bandwidth * 1e9), "val_logloss": losses,
-            "peak_gpu_bytes": peak, "peak_gpu_bytes_above_start": peak - base_bytes}
+            "val_logloss_runs": runs, "peak_gpu_bytes": peak, "peak_gpu_bytes_above_start": peak - base_bytes}
 
 
 def run_model(k, train, valid, args, bandwidth, disk):
@@ -167,9 +172,9 @@ def run_model(k, train, valid, args, bandwidth, disk):
 
     resident(0)
     resident_ms = 1000 * _back_to_back(resident, args.epochs)
-    losses = _losses(resident, executor, trainer, valid_layout, valid, args.epochs)
+    losses, runs = _losses(resident, executor, trainer, valid_layout, valid, args.epochs, args.loss_runs)
     results.append({"name": f"{name}_resident", "source": "device", "ms_per_epoch": resident_ms,
-                    "val_logloss": losses})
+                    "val_logloss": losses, "val_logloss_runs": runs})
     for r in results:
         r["resident_ms"] = resident_ms
     return results
@@ -254,6 +259,7 @@ def main():
     parser.add_argument("--lr", type=float, default=2.0)
     parser.add_argument("--fm-lr", type=float, default=0.5)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--loss-runs", type=int, default=3, help="runs whose median validation loss an arm reports")
     parser.add_argument("--big-rows", type=int, default=540_000_000, help="0: no larger-than-GPU run")
     parser.add_argument("--big-budget-gb", type=float, default=4.0)
     parser.add_argument("--disk-dir", default=None, help="where the block store is written (a temporary folder)")

@@ -11,7 +11,8 @@ all chunks): a batch only mixes chunks of one block.
 
 On a GPU the copies run on a copy stream: blocks i + 1 .. i + read_ahead are copied while the
 kernels train block i (events order the two), and the next epoch's first blocks while they train the
-last.
+last. The host keeps at most read_ahead + 2 blocks on the device, waiting for an older block's kernels
+before it copies a new one, so that the budget holds however far the host runs ahead.
 """
 
 from __future__ import annotations
@@ -135,12 +136,18 @@ class StreamedLayout:
                 yield index, self._to_device(index, buffer, release), self.chunk_order_in(index, epoch, seed)
             return
         compute = torch.cuda.current_stream(self.device)
+        # (kernels queued) events of the blocks yielded whose kernels may still run: the device holds
+        # them, the blocks copying and the ones copied, at most read_ahead + 2 (the trained one and the
+        # one before it until its kernels end)
+        trained = deque()
 
         def start(reader):
+            while len(trained) + len(pending) + len(ahead) >= self.read_ahead + 2:
+                # the host waits for an older block's kernels, not the device: the copy's memory is
+                # then that block's, freed by the caching allocator once its kernels are done
+                trained.popleft().synchronize()
             index, buffer, release = next(reader)
             with torch.cuda.stream(self._copy_stream):
-                # the copy may overwrite memory the kernels of an earlier block still read
-                self._copy_stream.wait_stream(compute)
                 started = torch.cuda.Event(enable_timing=True) if self.copy_events is not None else None
                 if started is not None:
                     started.record()
@@ -178,12 +185,18 @@ class StreamedLayout:
             index, layout, done = pending.popleft()
             compute.wait_event(done)
             for tensor in layout.tensors().values():
-                # the copy stream made these; the compute stream reads them now
+                # the copy stream made these; the compute stream reads them now (the caching allocator
+                # reuses their memory once the kernels queued before they are freed have ended)
                 tensor.record_stream(compute)
+            yield index, layout, self.chunk_order_in(index, epoch, seed)
+            del layout
+            # the block's kernels are queued: the next copies start behind them on the host only, so
+            # that the first kernels of a block never wait for the host to start copies
+            trained.append(torch.cuda.Event())
+            trained[-1].record(compute)
             top_up()
             if position + 1 == len(order):
                 self._prefetched = ((epoch + 1, seed), following, ahead)
-            yield index, layout, self.chunk_order_in(index, epoch, seed)
 
     def stop_reading(self):
         """Drop the next epoch's read-ahead, giving back the ring buffers it holds (another reader of

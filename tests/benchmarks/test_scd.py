@@ -94,7 +94,9 @@ def test_the_flat_floor_kernels_read_and_add_at_every_entry():
     assert floors["hottest_share"] == 0.5 and floors["gather_ms"] > 0 and floors["uniform_add_ms"] > 0
     shared = torch.zeros(8, dtype=torch.float64, device="cuda")
     scd_floor._add[(4,)](index, shared, index.numel(), BLOCK=scd_floor.BLOCK)
-    expected = torch.tensor([1000.0, 0, 0, 2000, 0, 0, 0, 1000], dtype=torch.float64) * 1e-12
+    # the kernel adds the literal 1e-12 as a float32 constant
+    addend = float(torch.tensor(1e-12, dtype=torch.float32))
+    expected = torch.tensor([1000.0, 0, 0, 2000, 0, 0, 0, 1000], dtype=torch.float64) * addend
     torch.testing.assert_close(shared.cpu(), expected, rtol=1e-9, atol=0)
     out = torch.empty(4, dtype=torch.float64, device="cuda")
     scd_floor._gather[(4,)](index, torch.arange(8.0, dtype=torch.float64, device="cuda"), out, index.numel(),

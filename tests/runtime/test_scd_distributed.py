@@ -25,6 +25,10 @@ CASES = [("dual", "squared", 1e-2, 0.0, "adaptive", "sequential"),
          ("primal", "squared", 0.0, 1e-2, "averaging", "sequential"),
          ("dual", "squared", 1e-2, 0.0, "adaptive", "interpret"),
          ("primal", "logistic", 1e-2, 0.0, "averaging", "interpret")]
+if torch.cuda.is_available():
+    # the interpreter runs the kernels where CI does (the newest triton); a GPU machine's triton 3.6
+    # interpreter cannot take a range bounded by num_programs (its scalars are 1-element arrays)
+    CASES = [case for case in CASES if case[-1] != "interpret"]
 
 
 def _problem(loss):

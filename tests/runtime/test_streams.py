@@ -100,3 +100,38 @@ def test_a_streamed_epoch_queues_its_blocks_without_waiting_for_the_gpu(semantic
     finally:
         torch.cuda.set_sync_debug_mode("default")
     streamed.close()
+
+
+@pytest.mark.gpu
+def test_a_host_far_ahead_of_the_kernels_keeps_the_blocks_intact_and_within_the_budget():
+    """Each block's kernels delayed on the GPU (torch.cuda._sleep) so that the host could queue the
+    epoch at once: the copy of the n-th block visited starts only once the kernels of block
+    n - (read_ahead + 2) have ended (at most read_ahead + 2 blocks on the device), and sync training
+    still equals resident training bit for bit (no copy overwrote a block its kernels still read)."""
+    layout = _layout(rows=2000)
+    label_map = LabelMap.fit("binary", layout.labels)
+    plan = Plan(chunk_size=8, batch_size=16, deterministic=True)
+    streamed = StreamedLayout.from_layout(layout, plan.chunks_per_batch, 4 * 4000, "cuda", ids="narrow")
+    assert len(streamed.blocks) > 20
+    resident_layout = layout.to("cuda")
+    labels = label_map.model_labels(resident_layout.labels)
+    resident = Executor(ZOO["fm"](), plan, backend="triton", device="cuda", seed=4, optimizer="adagrad")
+    stream = Executor(ZOO["fm"](), plan, backend="triton", device="cuda", seed=4, optimizer="adagrad")
+
+    def slow_labels(block):
+        torch.cuda._sleep(2_000_000)            # ~1 ms of GPU time before the block's kernels
+        return label_map.model_labels(block.labels)
+
+    streamed.copy_events, kernels = [], []
+    for epoch in range(2):
+        resident.train_epoch(resident_layout, labels, epoch, 0.3, streamed.epoch_order(epoch, 4))
+        stream.train_streamed_epoch(streamed, slow_labels, epoch, 0.3, kernel_events=kernels)
+    torch.cuda.synchronize()
+    # copies start in visiting order, across epochs
+    assert [index for index, _, _ in streamed.copy_events[:len(kernels)]] == [index for index, _, _ in kernels]
+    on_device = streamed.read_ahead + 2
+    for n in range(on_device, len(kernels)):
+        assert kernels[n - on_device][2].elapsed_time(streamed.copy_events[n][1]) >= 0, n
+    for name, values in resident.state.params.items():
+        assert torch.equal(stream.state.params[name], values), name
+    streamed.close()
