@@ -101,4 +101,7 @@ def test_the_flat_floor_kernels_read_and_add_at_every_entry():
     out = torch.empty(4, dtype=torch.float64, device="cuda")
     scd_floor._gather[(4,)](index, torch.arange(8.0, dtype=torch.float64, device="cuda"), out, index.numel(),
                             BLOCK=scd_floor.BLOCK)
-    torch.testing.assert_close(out.cpu(), torch.full((4,), 250.0 * (3 + 3 + 0 + 7), dtype=torch.float64))
+    # program p sums the gathered values (here the ids themselves) of entries p * BLOCK .. (p + 1) * BLOCK
+    expected = torch.stack([index[p * scd_floor.BLOCK:(p + 1) * scd_floor.BLOCK].double().sum() for p in range(4)])
+    assert expected.tolist() == [3328, 3328, 3328, 3016]
+    torch.testing.assert_close(out, expected)
