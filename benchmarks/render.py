@@ -418,9 +418,10 @@ SECTIONS = [
     ("distributed", "Several GPUs: data-parallel flow training and CoCoA SCD",
      "Async flow LR and FM k = 16 on the synthetic Criteo-shaped sets, 5 epochs at lr 2 with the cost model's "
      "plan, on one GPU (the other waiting) and on the ranks, each its share of the rows, the parameters' changes "
-     "all-reduced once an epoch: Δ is the validation logloss against one GPU's, per aggregation (rows: each "
-     "feature row's changes averaged over the ranks that changed it; sequential, the default, is not in this "
-     "run: it is measured on the CPU in the next section). SCD: CoCoA over the ranks against the "
+     "all-reduced once an epoch: time, speed-up and traffic of the default aggregation (sequential: each row's "
+     "summed changes scaled to what sequential SGD would make of them), Δ the validation logloss against one "
+     "GPU's after the same epochs, per aggregation (rows: each feature row's changes averaged over the ranks "
+     "that changed it). SCD: CoCoA over the ranks against the "
      "virtual workers (float64 sequential local solvers over gloo, 1/32 of the webspam-shaped set, λ 1e-3), and "
      "TPA-SCD's Criteo problem (dual ridge, λ 1e-3, 200M × 75M) to gap 1e-6, its rows split, the adaptive γ.",
      "PYTHONPATH=. torchrun --nproc-per-node 2 benchmarks/distributed.py", distributed_tables),

@@ -10,8 +10,9 @@ narrow 16-bit form of alac.runtime.wire), the same without overlap (every copy i
 stream), and streamed from a block store on disk whose pages are dropped from the page cache before
 every epoch (read at the disk's speed; its read bandwidth also per ring depth and reader threads).
 Epoch times are of epochs run back to back after a first one; the validation loss per epoch is the
-median of --loss-runs runs from fresh parameters (async epochs are not reproducible). copy_bound_ms is the bytes an epoch moves at the measured pinned host -> device
-bandwidth, read_bound_ms at the measured read bandwidth of the store's files. The big arm trains
+median of --loss-runs runs from fresh parameters (async epochs are not reproducible). copy_bound_ms
+is the bytes an epoch moves at the measured pinned host -> device bandwidth, read_bound_ms at the
+measured read bandwidth of the store's files. The big arm trains
 async LR on --big-rows rows held as pinned blocks with int32 ids (more bytes than the GPU's memory)
 for 2 epochs. Writes results/streaming.json and .md and a timeline of copies and kernels per block
 (streaming_timeline.png).
