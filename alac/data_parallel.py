@@ -46,7 +46,8 @@ class DataParallelTrainer(Trainer):
             raise OptionError("data-parallel training keeps every parameter on each rank's GPU: host_params is "
                               "for one rank")
         self.ranks, self.sync_every, self.aggregation, self.curvature = ranks, sync_every, aggregation, curvature
-        self._shares = {}
+        # (training set, this rank's share of its rows): held, so that the identity test stays sound
+        self._share = None
         # (layout, (share, log q), each row's factor) of the sequential aggregation (_sequential_rows)
         self._terms = None
         if ranks.world > 1 and aggregation == "sequential":
@@ -72,15 +73,16 @@ class DataParallelTrainer(Trainer):
             if self.train_layout.part is None:
                 self.train_layout.take_part(self.ranks.rank, self.ranks.world)
             return prepared
-        share = self._shares.get(id(train))
-        if share is None:
+        if self._share is not None and self._share[0] is train:
+            share = self._share[1]
+        else:
             rows = torch.arange(train.n_rows, device=train.device).tensor_split(self.ranks.world)[self.ranks.rank]
             share = train.take(rows)
             if self.feature_order is None:
                 counts = torch.bincount(share.indices.to(self.device).long(), minlength=share.n_features)
                 _, new_to_old, _ = order_by_frequency(self.ranks.all_reduce(counts))
                 self.feature_order = new_to_old.cpu()
-            self._shares = {id(train): share}
+            self._share = (train, share)
         prepared = super().prepare(share)
         if self.placement is not None and self.placement.mode != "device":
             raise OptionError(f"the model's rows take more than one GPU's budget for them ({self.placement.mode} "
@@ -138,7 +140,7 @@ class DataParallelTrainer(Trainer):
 
     def _aggregate(self, before, share=1.0):
         """Each tensor set to its value before the segment plus the ranks' changes, combined by
-        self.aggregation; every change (and the rows' movers or counts) in one buffer, so that a
+        self.aggregation; every change (and, for "rows", the rows' movers) in one buffer, so that a
         synchronisation is one all-reduce (a few microseconds each, against an async LR epoch of 2 ms a
         rank at 4M rows). share: the segment's part of the epoch's chunks."""
         tensors = self._tensors()

@@ -18,15 +18,21 @@ from alac.zoo import CHECKPOINT_NAME
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_two_ranks_train_and_one_rank_resumes_their_checkpoint(tmp_path):
-    out = tmp_path / "run"
-    # no GPU for the ranks: gloo and the reference backend, as in CI
+def _train_on_two_ranks(folder, *options):
+    """`torchrun --nproc-per-node 2 -m alac train --backend reference ...` run in folder; its result,
+    checked to have succeeded. No GPU for the ranks: gloo and the reference backend, as in CI."""
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m", "alac",
-               "train", "--model", "lr", "--synthetic", "3000", "--backend", "reference", "--epochs", "2",
-               "--optimizer", "sgd", "--lr", "0.5", "--sync-every", "4", "--out", str(out)]
-    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
+               "train", "--backend", "reference", *options]
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600, cwd=folder)
     assert result.returncode == 0, result.stderr[-2000:]
+    return result
+
+
+def test_two_ranks_train_and_one_rank_resumes_their_checkpoint(tmp_path):
+    out = tmp_path / "run"
+    result = _train_on_two_ranks(tmp_path, "--model", "lr", "--synthetic", "3000", "--epochs", "2", "--optimizer",
+                                 "sgd", "--lr", "0.5", "--sync-every", "4", "--out", str(out))
     lines = result.stdout.splitlines()
     assert lines[0] == ("alac: 2 ranks (gloo, this one rank 0 on cpu) train, each its share of the rows; parameters "
                         "and optimizer state synchronised every 4 batches by an all-reduce of their changes (each "
@@ -48,12 +54,8 @@ def test_two_ranks_solve_by_coordinate_descent_as_two_virtual_workers(tmp_path):
     from alac.runtime.scd import ScdSolver, with_constant_feature
 
     out = tmp_path / "run"
-    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m", "alac",
-               "train", "--model", "lsr", "--solver", "scd", "--synthetic", "2000", "--backend", "reference",
-               "--l2", "0.01", "--epochs", "200", "--tol", "1e-6", "--out", str(out)]
-    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
-    assert result.returncode == 0, result.stderr[-2000:]
+    result = _train_on_two_ranks(tmp_path, "--model", "lsr", "--solver", "scd", "--synthetic", "2000", "--l2", "0.01",
+                                 "--epochs", "200", "--tol", "1e-6", "--out", str(out))
     first = result.stdout.splitlines()[0]
     assert "2 ranks (gloo, this one rank 0 on cpu) each stepping its share of the rows (CoCoA, adaptive" in first
     final = json.loads((out / "metrics.json").read_text())
