@@ -219,12 +219,12 @@ class Trainer:
     def _train_group(self, labels, count):
         """count epochs from self.epoch: their mean training losses."""
         if isinstance(self.train_layout, StreamedLayout):
-            def progress(epoch):
+            def progress(epoch, queued, blocks, latest):
                 if self.block_progress is not None:
-                    return lambda queued, blocks, latest: self.block_progress(epoch, queued, blocks, latest)
+                    self.block_progress(epoch + 1, queued, blocks, latest)
 
-            return [self.executor.train_streamed_epoch(self.train_layout, self._block_labels, self.epoch + i, self.lr,
-                                                       on_block=progress(self.epoch + i + 1)) for i in range(count)]
+            return self.executor.train_streamed_epochs(self.train_layout, self._block_labels, self.epoch, count,
+                                                       self.lr, on_block=progress)
         return self.executor.train_epochs(self.train_layout, labels, self.epoch, count, self.lr)
 
     def _sample_loss(self, labels):

@@ -380,7 +380,8 @@ SECTIONS = [
      "Async LR and FM k = 16 trained block by block (a 1 GB budget cut into 2, 4 or 8 blocks' worth) with the "
      "next blocks' copies overlapping the kernels, and without overlap, ids moved as int32 or in the narrow "
      "16-bit form (decoded on the device), from pinned host memory or from a block store on disk, against the "
-     "resident layout; epochs timed back to back, validation loss per epoch the median of three runs.",
+     "resident layout; ms/epoch the median of five runs of four epochs queued back to back, validation loss "
+     "per epoch the median of three runs (seeds 0, 1, 2: their own initial parameters and orders).",
      "PYTHONPATH=. python benchmarks/streaming.py", streaming_table),
     ("placement_access", "Rows in host memory against rows on the device",
      "Gathers and atomic additions of Triton kernels on a table in pinned host memory (mapped pointers) and on the "

@@ -9,8 +9,11 @@ blocks overlapping the kernels of block i (2, 4 or 8 blocks per budget; ids as i
 narrow 16-bit form of alac.runtime.wire), the same without overlap (every copy in the kernels'
 stream), and streamed from a block store on disk whose pages are dropped from the page cache before
 every epoch (read at the disk's speed; its read bandwidth also per ring depth and reader threads).
-Epoch times are of epochs run back to back after a first one; the validation loss per epoch is the
-median of --loss-runs runs from fresh parameters (async epochs are not reproducible). copy_bound_ms
+An arm's epoch time is the median over --time-runs runs of --epochs epochs queued back to back after
+a first one (as a fit without validation runs them: one wait for the GPU per run); its validation
+loss per epoch is the median of --loss-runs runs from fresh parameters, run r with seed --seed + r
+(its own initial parameters and chunk and block orders: async epochs are not reproducible, and one
+order's bump is not the arm's), every run's figures kept in the JSON. copy_bound_ms
 is the bytes an epoch moves at the measured pinned host -> device bandwidth, read_bound_ms at the
 measured read bandwidth of the store's files. The big arm trains
 async LR on --big-rows rows held as pinned blocks with int32 ids (more bytes than the GPU's memory)
@@ -78,40 +81,45 @@ def ring_sweep(folder):
     return sweep
 
 
-def _back_to_back(epoch, epochs):
-    """Seconds per epoch of epochs 1 .. epochs run back to back after epoch 0 (each epoch's copies
-    counted, the next epoch's first block included), as a fit without validation runs them."""
-    return _seconds(lambda: [epoch(e) for e in range(1, epochs + 1)]) / epochs
+def _back_to_back(epochs, args):
+    """(median, every run) of the milliseconds per epoch of --time-runs runs of --epochs epochs queued
+    back to back (each epoch's copies counted, the next epoch's first block included); epochs(first,
+    count) queues count epochs from first."""
+    runs = [1000 * _seconds(lambda: epochs(1 + run * args.epochs, args.epochs)) / args.epochs
+            for run in range(args.time_runs)]
+    return statistics.median(runs), runs
 
 
-def _losses(epoch, executor, trainer, valid_layout, valid, epochs, runs):
-    """(median over runs, every run) of the validation logloss after each epoch of runs from fresh
-    parameters: async epochs are not reproducible, and one run's bump is not the arm's."""
+def _losses(epochs, executor, trainer, valid_layout, valid, args):
+    """(median over runs, every run) of the validation logloss after each epoch of --loss-runs runs
+    from fresh parameters, run r with seed --seed + r."""
     every = []
-    for _ in range(runs):
-        executor.state = None
+    for run in range(args.loss_runs):
+        executor.state, executor.seed = None, args.seed + run
         losses = []
-        for e in range(epochs):
-            epoch(e)
+        for e in range(args.epochs):
+            epochs(e, 1)
             trainer.executor.state = executor.state   # the trainer's evaluation reads these params
             losses.append(trainer.evaluate_layout(valid_layout, valid)["logloss"])
         every.append(losses)
-    return [statistics.median(run[e] for run in every) for e in range(epochs)], every
+    executor.seed = args.seed
+    return [statistics.median(run[e] for run in every) for e in range(args.epochs)], every
 
 
-def _arm(name, source, streamed, executor, epoch, args, trainer, valid_layout, valid, bandwidth):
-    """Time and validation losses of a streamed arm; epoch(e) trains epoch e."""
-    epoch(0)  # compiles the kernels and makes the parameters off the clock
+def _arm(name, source, streamed, executor, epochs, args, trainer, valid_layout, valid, bandwidth):
+    """Time and validation losses of a streamed arm; epochs(first, count) trains count epochs from first."""
+    epochs(0, 1)  # compiles the kernels and makes the parameters off the clock
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
     base_bytes = torch.cuda.memory_allocated()
-    seconds = _back_to_back(epoch, args.epochs)
+    ms, ms_runs = _back_to_back(epochs, args)
     peak = torch.cuda.max_memory_allocated()
-    losses, runs = _losses(epoch, executor, trainer, valid_layout, valid, args.epochs, args.loss_runs)
+    losses, runs = _losses(epochs, executor, trainer, valid_layout, valid, args)
     ids = "narrow" if "edge_id16" in streamed.source.optional else "int32"
     return {"name": name, "source": source, "ids": ids, "blocks": len(streamed.blocks),
             "bytes_per_epoch": streamed.bytes_per_epoch,
-            "bytes_per_edge": streamed.bytes_per_epoch / streamed.host.stats.nnz, "ms_per_epoch": 1000 * seconds,
+            "bytes_per_edge": streamed.bytes_per_epoch / streamed.host.stats.nnz, "ms_per_epoch": ms,
+            "ms_per_epoch_runs": ms_runs,
             "copy_bound_ms": 1000 * streamed.bytes_per_epoch / (bandwidth * 1e9), "val_logloss": losses,
             "val_logloss_runs": runs, "peak_gpu_bytes": peak, "peak_gpu_bytes_above_start": peak - base_bytes}
 
@@ -143,19 +151,21 @@ def run_model(k, train, valid, args, bandwidth, disk):
         streamed = StreamedLayout.from_layout(layout, plan.chunks_per_batch, budget, "cuda", overlap, depth, ids=ids)
         executor = Executor(_model(k), plan, backend="triton", device="cuda", seed=args.seed)
 
-        def epoch(e, streamed=streamed, executor=executor):
-            return executor.train_streamed_epoch(streamed, model_labels, e, lr)
+        def epochs(first, count, streamed=streamed, executor=executor):
+            return executor.train_streamed_epochs(streamed, model_labels, first, count, lr)
 
         results.append(_arm(f"{name}_streamed_{depth}_per_budget_{ids}" + ("" if overlap else "_no_overlap"),
-                            "host_pinned", streamed, executor, epoch, args, trainer, valid_layout, valid, bandwidth))
+                            "host_pinned", streamed, executor, epochs, args, trainer, valid_layout, valid, bandwidth))
         streamed.close()
     store = DiskBlocks(disk["folder"], pin=True)
     streamed = StreamedLayout(store, "cuda")
     executor = Executor(_model(k), plan, backend="triton", device="cuda", seed=args.seed)
 
-    def from_disk(e):
-        drop_from_page_cache(store.folder)
-        return executor.train_streamed_epoch(streamed, model_labels, e, lr)
+    def from_disk(first, count):
+        # every epoch reads from the disk: one at a time, its pages dropped from the cache before it
+        for e in range(first, first + count):
+            drop_from_page_cache(store.folder)
+            executor.train_streamed_epoch(streamed, model_labels, e, lr)
 
     arm = _arm(f"{name}_streamed_from_disk", "disk", streamed, executor, from_disk, args, trainer, valid_layout, valid,
                bandwidth)
@@ -168,14 +178,14 @@ def run_model(k, train, valid, args, bandwidth, disk):
     trainer.executor.state = None
     executor = trainer.executor
 
-    def resident(e):
-        return executor.train_epoch(layout, labels, e, lr)
+    def resident(first, count):
+        return executor.train_epochs(layout, labels, first, count, lr)
 
-    resident(0)
-    resident_ms = 1000 * _back_to_back(resident, args.epochs)
-    losses, runs = _losses(resident, executor, trainer, valid_layout, valid, args.epochs, args.loss_runs)
+    resident(0, 1)
+    resident_ms, resident_runs = _back_to_back(resident, args)
+    losses, runs = _losses(resident, executor, trainer, valid_layout, valid, args)
     results.append({"name": f"{name}_resident", "source": "device", "ms_per_epoch": resident_ms,
-                    "val_logloss": losses, "val_logloss_runs": runs})
+                    "ms_per_epoch_runs": resident_runs, "val_logloss": losses, "val_logloss_runs": runs})
     for r in results:
         r["resident_ms"] = resident_ms
     return results
@@ -261,6 +271,7 @@ def main():
     parser.add_argument("--fm-lr", type=float, default=0.5)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--loss-runs", type=int, default=3, help="runs whose median validation loss an arm reports")
+    parser.add_argument("--time-runs", type=int, default=5, help="runs whose median epoch time an arm reports")
     parser.add_argument("--big-rows", type=int, default=540_000_000, help="0: no larger-than-GPU run")
     parser.add_argument("--big-budget-gb", type=float, default=4.0)
     parser.add_argument("--disk-dir", default=None, help="where the block store is written (a temporary folder)")

@@ -231,8 +231,10 @@ class KernelGenerator(StageEmitter, ParamAccess):
         self._chunk_body(w, stages, local_inputs, local_outputs)
         w.line("loss_rows += loss")
         if self.hot:
-            w.comment("flush the hot sums every flush_every chunks, and after the program's last")
-            w.line(f"if ((step + 1) % {w.arg(m.size('flush_every'))} == 0) | ({last}):")
+            w.comment("flush the hot sums every flush_every chunks, out of phase across programs, and after the")
+            w.comment("program's last (flushing in step, every program's first sums are gradients of the same params")
+            w.comment("applied at once: async FM spiked with an epoch cut into launches, streaming.py's blocks)")
+            w.line(f"if ((step + 1 + tl.program_id(0)) % {w.arg(m.size('flush_every'))} == 0) | ({last}):")
             w.depth += 1
             self._flush(w)
             w.depth -= 1

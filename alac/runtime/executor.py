@@ -202,27 +202,38 @@ class Executor:
         return (losses.double() / max(layout.n_rows, 1)).tolist()
 
     def train_streamed_epoch(self, streamed, labels_of, epoch, lr, kernel_events=None, on_block=None):
-        """One epoch over a StreamedLayout (alac.runtime.streams), block after block; labels_of(block)
-        gives a block's labels as the model reads them. Returns the mean training loss; the blocks'
-        own mean losses land in self.block_losses ([(block index, mean loss)] in visiting order).
-        kernel_events: a list to collect (block index, started, done) CUDA events in (timelines);
-        on_block(blocks queued, blocks, (block index, mean loss) of the latest block whose loss has
-        reached the host, or None): called as each block's kernels are queued (progress)."""
+        """One epoch over a StreamedLayout (train_streamed_epochs); returns its mean training loss."""
+        progress = None if on_block is None else (lambda _, *args: on_block(*args))
+        return self.train_streamed_epochs(streamed, labels_of, epoch, 1, lr, kernel_events, progress)[0]
+
+    def train_streamed_epochs(self, streamed, labels_of, first_epoch, count, lr, kernel_events=None, on_block=None):
+        """count epochs from first_epoch over a StreamedLayout (alac.runtime.streams), block after
+        block, queued back to back with one wait for the GPU at the end (as train_epochs: an epoch's
+        first copies and launches overlap the previous epoch's kernels); labels_of(block) gives a
+        block's labels as the model reads them. Returns the epochs' mean training losses; the last
+        epoch's blocks' own mean losses land in self.block_losses ([(block index, mean loss)] in
+        visiting order). kernel_events: a list to collect (block index, started, done) CUDA events in
+        (timelines); on_block(epoch, blocks queued, blocks, (block index, mean loss) of the latest
+        block whose loss has reached the host, or None): called as each block's kernels are queued."""
         if self.state is None:
             self.initialize(streamed.host, streamed.value_scale)
-        statistics = BlockStatistics(len(streamed.blocks), self.device)
-        for position, (index, block, order) in enumerate(streamed.blocks_on_device(epoch, self.seed)):
-            if kernel_events is not None:
-                kernel_events.append((index, *(torch.cuda.Event(enable_timing=True) for _ in range(2))))
-                kernel_events[-1][1].record()
-            self.queue_epoch(block, labels_of(block), epoch, lr, order)
-            if kernel_events is not None:
-                kernel_events[-1][2].record()
-            statistics.add(position, index, self.loss_sum, block.n_rows)
-            if on_block is not None:
-                on_block(position + 1, len(streamed.blocks), statistics.latest())
-        mean, self.block_losses = statistics.finish()
-        return mean
+        epochs = []
+        for epoch in range(first_epoch, first_epoch + count):
+            statistics = BlockStatistics(len(streamed.blocks), self.device)
+            for position, (index, block, order) in enumerate(streamed.blocks_on_device(epoch, self.seed)):
+                if kernel_events is not None:
+                    kernel_events.append((index, *(torch.cuda.Event(enable_timing=True) for _ in range(2))))
+                    kernel_events[-1][1].record()
+                self.queue_epoch(block, labels_of(block), epoch, lr, order)
+                if kernel_events is not None:
+                    kernel_events[-1][2].record()
+                statistics.add(position, index, self.loss_sum, block.n_rows)
+                if on_block is not None:
+                    on_block(epoch, position + 1, len(streamed.blocks), statistics.latest())
+            epochs.append(statistics)
+        finished = [statistics.finish() for statistics in epochs]
+        self.block_losses = finished[-1][1]
+        return [mean for mean, _ in finished]
 
     def queue_epoch(self, layout, labels, epoch, lr, order=None):
         """Launch an epoch (its chunks in order, by default the layout's order of the epoch; an order

@@ -56,13 +56,20 @@ def test_sync_streamed_training_equals_resident_training_in_the_same_order(backe
     optimizer = "adagrad"
     resident = Executor(ZOO[model](), plan, backend=backend, device=device, seed=4, optimizer=optimizer)
     stream = Executor(ZOO[model](), plan, backend=backend, device=device, seed=4, optimizer=optimizer)
+    expected = []
     for epoch in range(3):
         order = streamed.epoch_order(epoch, 4)
         assert sorted(order.tolist()) == list(range(layout.n_chunks))
-        expected = resident.train_epoch(resident_layout, labels, epoch, 0.3, order)
-        got = stream.train_streamed_epoch(streamed, lambda block: label_map.model_labels(block.labels), epoch, 0.3)
-        # the epoch's loss is summed per block, then over blocks: equal to rounding
-        assert got == pytest.approx(expected, rel=1e-6, abs=1e-7)
+        expected.append(resident.train_epoch(resident_layout, labels, epoch, 0.3, order))
+
+    def block_labels(block):
+        return label_map.model_labels(block.labels)
+
+    # one epoch alone, then two queued back to back with one wait at their end
+    got = [stream.train_streamed_epoch(streamed, block_labels, 0, 0.3),
+           *stream.train_streamed_epochs(streamed, block_labels, 1, 2, 0.3)]
+    # an epoch's loss is summed per block, then over blocks: equal to rounding
+    assert got == pytest.approx(expected, rel=1e-6, abs=1e-7)
     for name, values in resident.state.params.items():
         assert torch.equal(stream.state.params[name], values), name
     assert stream.batches_done == resident.batches_done

@@ -143,8 +143,10 @@ def alac_fm_squared_faee518c_async_hot_async(edge_feature_ptr: "*i32", edge_valu
                 apply(d_wx, x, w, d_vx, v, d_v2x2, present, feature, scale, lr, hot_base, l2_w, l2_v, hot_size, w_ptr,
                         hot_grad_w_ptr, v_ptr, hot_grad_v_ptr)
         loss_rows += loss
-        # flush the hot sums every flush_every chunks, and after the program's last
-        if ((step + 1) % flush_every == 0) | (step + 1 == my_chunks):
+        # flush the hot sums every flush_every chunks, out of phase across programs, and after the
+        # program's last (flushing in step, every program's first sums are gradients of the same params
+        # applied at once: async FM spiked with an epoch cut into launches, streaming.py's blocks)
+        if ((step + 1 + tl.program_id(0)) % flush_every == 0) | (step + 1 == my_chunks):
             # every thread's hot sums have landed before any is read back
             tl.debug_barrier()
             for hot_start in range(0, hot_size, HOT_BLOCK):
