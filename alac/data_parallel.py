@@ -50,6 +50,8 @@ class DataParallelTrainer(Trainer):
         self._share = None
         # (layout, (share, log q), each row's factor) of the sequential aggregation (_sequential_rows)
         self._terms = None
+        # (layout, the rows of every rank's share of it) (_rows_over_ranks)
+        self._rows = None
         if ranks.world > 1 and aggregation == "sequential":
             self._log_q()           # its step checked before any training
 
@@ -97,18 +99,23 @@ class DataParallelTrainer(Trainer):
             return [self._streamed_epoch(epoch) for epoch in range(self.epoch, self.epoch + count)]
         layout, executor = self.train_layout, self.executor
         per_sync = None if self.sync_every is None else self.sync_every * self.plan.chunks_per_batch
-        losses = []
-        for epoch in range(self.epoch, self.epoch + count):
+        # the epochs' loss sums over the ranks, added up on the device (each segment's rides on its
+        # synchronisation's all-reduce): one read at the group's end, as Trainer's queued epochs
+        loss_sums = torch.zeros(count, dtype=torch.float64, device=self.device)
+        for index, epoch in enumerate(range(self.epoch, self.epoch + count)):
             order = layout.chunk_order(epoch, executor.seed)
-            # the epoch's loss sum, added up on the device: one read at the epoch's end
-            loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
             for segment in (order,) if per_sync is None else order.split(per_sync):
                 before = self._tensors(clone=True)
                 executor.queue_epoch(layout, labels, epoch, self.lr, order=segment)
-                loss_sum += executor.loss_sum[0]
-                self._aggregate(before, segment.numel() / order.numel())
-            losses.append(self._mean_over_ranks(loss_sum))
-        return losses
+                loss_sums[index] += self._aggregate(before, segment.numel() / order.numel(), executor.loss_sum)
+        return (loss_sums / self._rows_over_ranks()).tolist()
+
+    def _rows_over_ranks(self):
+        """The rows the ranks train together (one all-reduce per training layout)."""
+        if self._rows is None or self._rows[0] is not self.train_layout:
+            total = self.ranks.all_reduce(torch.tensor([self.train_layout.n_rows], device=self.device))
+            self._rows = (self.train_layout, int(total[0]))
+        return self._rows[1]
 
     def _streamed_epoch(self, epoch):
         """An epoch of this rank's share streamed block by block (its layout over the GPU budget), the
@@ -138,29 +145,37 @@ class DataParallelTrainer(Trainer):
                    **{("state", k): v for k, v in state.states.items()}}
         return {k: v.clone() for k, v in tensors.items()} if clone else tensors
 
-    def _aggregate(self, before, share=1.0):
+    def _aggregate(self, before, share=1.0, loss_sum=None):
         """Each tensor set to its value before the segment plus the ranks' changes, combined by
-        self.aggregation; every change (and, for "rows", the rows' movers) in one buffer, so that a
-        synchronisation is one all-reduce (a few microseconds each, against an async LR epoch of 2 ms a
-        rank at 4M rows). share: the segment's part of the epoch's chunks."""
+        self.aggregation; every change (for "rows" the rows' movers, and the segment's loss sum) in one
+        buffer, written there by the subtraction itself, so that a synchronisation is one all-reduce
+        and two passes over the params (H200, 2 ranks, 4M rows: the separate loss all-reduce and its
+        read took 0.3 ms of a 2.4 ms LR epoch; benchmarks/distributed.py). share: the segment's part of
+        the epoch's chunks; loss_sum: this rank's (a one-element device tensor). Returns the ranks'
+        summed loss (a device scalar; 0 without loss_sum)."""
         tensors = self._tensors()
-        changes = {key: tensor - before[key] for key, tensor in tensors.items()}
-        parts = [change.reshape(-1) for change in changes.values()]
+        sizes = [tensor.numel() for tensor in tensors.values()]
+        rows = next(tensor for (kind, _), tensor in tensors.items() if kind == "param").shape[0]
+        flat = torch.empty(sum(sizes) + (rows if self.aggregation == "rows" else 0) + 1, device=self.device)
+        changes = {}
+        for (key, tensor), part in zip(tensors.items(), flat[:sum(sizes)].split(sizes)):
+            changes[key] = torch.sub(tensor, before[key], out=part.view_as(tensor))
         if self.aggregation == "rows":
             # the ranks that changed each row: of the first param's rows (every param and state of the
             # model is indexed by the same feature rows)
             first = next(v for (kind, _), v in changes.items() if kind == "param")
-            parts.append((first != 0 if first.dim() == 1 else (first != 0).any(dim=1)).float())
-        reduced = self.ranks.all_reduce(torch.cat(parts), in_place=True).split([p.numel() for p in parts])
-        factor = self._factors(reduced, share)
-        for (key, tensor), change in zip(tensors.items(), reduced):
+            flat[sum(sizes):-1] = first != 0 if first.dim() == 1 else (first != 0).any(dim=1)
+        flat[-1:] = 0.0 if loss_sum is None else loss_sum
+        reduced = self.ranks.all_reduce(flat, in_place=True)
+        factor = self._factors(reduced[sum(sizes):-1], share)
+        for (key, tensor), change in zip(tensors.items(), reduced[:sum(sizes)].split(sizes)):
             change = change.view_as(tensor)
             row_factor = factor["rows"] if key[0] != "global" else factor["global"]
             if isinstance(row_factor, torch.Tensor):
-                change = change * row_factor.view(-1, *([1] * (change.dim() - 1)))
-            elif row_factor != 1.0:
-                change = change * row_factor
-            torch.add(before[key], change, out=tensor)
+                torch.addcmul(before[key], change, row_factor.view(-1, *([1] * (change.dim() - 1))), out=tensor)
+            else:
+                torch.add(before[key], change, alpha=row_factor, out=tensor)
+        return reduced[-1]
 
     def _sequential_rows(self, share):
         """Each row's sequential_factor for a segment of this share of the epoch: from its expected
@@ -190,15 +205,16 @@ class DataParallelTrainer(Trainer):
                               "or a smaller learning rate or curvature")
         return math.log1p(-step)
 
-    def _factors(self, reduced, share):
-        """What the summed changes are multiplied by, per feature row and for the globals."""
+    def _factors(self, movers, share):
+        """What the summed changes are multiplied by, per feature row and for the globals; movers: the
+        number of ranks that changed each row (aggregation "rows")."""
         world = self.ranks.world
         if self.aggregation == "adding":
             return {"rows": 1.0, "global": 1.0}
         if self.aggregation == "averaging":
             return {"rows": 1.0 / world, "global": 1.0 / world}
         if self.aggregation == "rows":
-            return {"rows": 1.0 / reduced[-1].clamp_min(1), "global": 1.0 / world}
+            return {"rows": 1.0 / movers.clamp_min(1), "global": 1.0 / world}
         # every sample moves the globals: each rank's segment rows are their occurrences
         rows = self.train_layout.n_rows * share
         return {"rows": self._sequential_rows(share),
