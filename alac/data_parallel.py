@@ -9,7 +9,9 @@ state since the last synchronisation and combine them:
 - "rows": each row's mean over the ranks that changed it; "adding": their sum (every rank's steps as
   made, as async training's concurrent programs apply theirs); "averaging": their mean.
 Every rank lays its share out in one feature order, its frequencies summed over the ranks, so that a
-parameter row means the same feature on every rank; one rank is Trainer exactly."""
+parameter row means the same feature on every rank; one rank is Trainer exactly. With tables="sharded"
+no rank holds every row: each owns a share of the rows and gathers the rows of each segment it trains
+from their owners (alac.runtime.sharded_rows), the changes combined as above."""
 
 from __future__ import annotations
 
@@ -20,23 +22,30 @@ import torch
 from alac.errors import OptionError
 from alac.runtime.distributed import init_ranks
 from alac.runtime.layout import order_by_frequency
+from alac.runtime.sharded_rows import ShardedExecutor
 from alac.runtime.streams import StreamedLayout
 from alac.train import Trainer
 
 AGGREGATIONS = ("sequential", "rows", "adding", "averaging")
+TABLES = ("replicated", "sharded")
 
 
 class DataParallelTrainer(Trainer):
-    def __init__(self, model, ranks=None, sync_every=None, aggregation="sequential", curvature=0.25, **options):
+    def __init__(self, model, ranks=None, sync_every=None, aggregation="sequential", curvature=0.25,
+                 tables="replicated", **options):
         """Trainer's options; ranks: alac.runtime.distributed.Ranks (default init_ranks()); sync_every:
         batches between synchronisations (None: once an epoch); aggregation: "sequential", "rows",
         "adding" or "averaging" of the ranks' changes (the module's docstring), curvature the loss's
-        curvature "sequential" assumes of a row (the logistic loss's largest, 1/4). fit(train, ...)
-        takes the whole training set on every rank and trains this rank's share of its rows
-        (contiguous, as torch.tensor_split cuts them)."""
+        curvature "sequential" assumes of a row (the logistic loss's largest, 1/4); tables: "replicated"
+        (every rank holds every row) or "sharded" (each rank its share: alac.runtime.sharded_rows; the
+        whole state, as checkpoints and parameters() read it, is then assembled by every rank together).
+        fit(train, ...) takes the whole training set on every rank and trains this rank's share of its
+        rows (contiguous, as torch.tensor_split cuts them)."""
         ranks = ranks or init_ranks()
         if aggregation not in AGGREGATIONS:
             raise OptionError(f"aggregation is one of {', '.join(AGGREGATIONS)}, got {aggregation!r}")
+        if tables not in TABLES:
+            raise OptionError(f"tables are one of {', '.join(TABLES)}, got {tables!r}")
         if sync_every is not None and (not isinstance(sync_every, int) or sync_every < 1):
             raise OptionError(f"sync_every is a number of batches >= 1 (or None: once an epoch), got {sync_every!r}")
         if ranks.world > 1 and ranks.backend == "nccl" and "device" not in options:
@@ -46,6 +55,12 @@ class DataParallelTrainer(Trainer):
             raise OptionError("data-parallel training keeps every parameter on each rank's GPU: host_params is "
                               "for one rank")
         self.ranks, self.sync_every, self.aggregation, self.curvature = ranks, sync_every, aggregation, curvature
+        self.tables = tables
+        if tables == "sharded":
+            if self.plan.memory_budget is not None:
+                raise OptionError("sharded tables train resident shares of the rows: not with a memory budget "
+                                  "that streams them")
+            self.executor = ShardedExecutor(self.executor, ranks)
         # (training set, this rank's share of its rows): held, so that the identity test stays sound
         self._share = None
         # (layout, (share, log q), each row's factor) of the sequential aggregation (_sequential_rows)
@@ -63,6 +78,10 @@ class DataParallelTrainer(Trainer):
         how = {"rows": "each row's mean over the ranks that changed it", "adding": "their sum",
                "averaging": "their mean",
                "sequential": "each row's sum scaled to sequential SGD's change on a quadratic model"}[self.aggregation]
+        if self.tables == "sharded":
+            return (f"alac: {self.ranks.describe()} train, each its share of the rows; the tables sharded "
+                    f"row-wise over the ranks, each segment's rows gathered from their owners and their changes "
+                    f"sent back {every} by all-to-alls ({how})")
         return (f"alac: {self.ranks.describe()} train, each its share of the rows; parameters and optimizer "
                 f"state synchronised {every} by an all-reduce of their changes ({how})")
 
@@ -88,12 +107,12 @@ class DataParallelTrainer(Trainer):
         prepared = super().prepare(share)
         if self.placement is not None and self.placement.mode != "device":
             raise OptionError(f"the model's rows take more than one GPU's budget for them ({self.placement.mode} "
-                              "placement): each rank holds every row, and tables sharded over the ranks are not "
-                              "built yet")
+                              "placement): each rank holds every row with replicated tables; tables=\"sharded\" "
+                              "splits them over the ranks")
         return prepared
 
     def _train_group(self, labels, count):
-        if self.ranks.world == 1:
+        if self.ranks.world == 1 and self.tables == "replicated":
             return super()._train_group(labels, count)
         if isinstance(self.train_layout, StreamedLayout):
             return [self._streamed_epoch(epoch) for epoch in range(self.epoch, self.epoch + count)]
@@ -105,6 +124,12 @@ class DataParallelTrainer(Trainer):
         for index, epoch in enumerate(range(self.epoch, self.epoch + count)):
             order = layout.chunk_order(epoch, executor.seed)
             for segment in (order,) if per_sync is None else order.split(per_sync):
+                share = segment.numel() / order.numel()
+                if self.tables == "sharded":
+                    loss_sums[index] += executor.train_segment(
+                        layout, labels, epoch, self.lr, segment,
+                        lambda movers, share=share: self._factors(movers, share, executor.shards.owned))
+                    continue
                 before = self._tensors(clone=True)
                 executor.queue_epoch(layout, labels, epoch, self.lr, order=segment)
                 loss_sums[index] += self._aggregate(before, segment.numel() / order.numel(), executor.loss_sum)
@@ -205,9 +230,10 @@ class DataParallelTrainer(Trainer):
                               "or a smaller learning rate or curvature")
         return math.log1p(-step)
 
-    def _factors(self, movers, share):
+    def _factors(self, movers, share, owned=None):
         """What the summed changes are multiplied by, per feature row and for the globals; movers: the
-        number of ranks that changed each row (aggregation "rows")."""
+        number of ranks that changed each row (aggregation "rows"); owned: the rows the factors are of
+        (sharded tables: a rank's own), all by default."""
         world = self.ranks.world
         if self.aggregation == "adding":
             return {"rows": 1.0, "global": 1.0}
@@ -217,7 +243,8 @@ class DataParallelTrainer(Trainer):
             return {"rows": 1.0 / movers.clamp_min(1), "global": 1.0 / world}
         # every sample moves the globals: each rank's segment rows are their occurrences
         rows = self.train_layout.n_rows * share
-        return {"rows": self._sequential_rows(share),
+        factor = self._sequential_rows(share)
+        return {"rows": factor if owned is None else factor[owned],
                 "global": float(sequential_factor(torch.tensor(world * rows), torch.tensor(world * -math.expm1(
                     rows * self._log_q())), self._log_q()))}
 

@@ -4,8 +4,10 @@
 The flow part: async LR and FM k = 16 on the synthetic Criteo-shaped sets (`--flow-rows`, 4M and 64M
 rows), `--flow-epochs` at `--lr` with the cost model's plan: one GPU (the other ranks waiting), then
 DataParallelTrainer over the ranks once for each aggregation (alac.data_parallel), synchronised once an
-epoch. Per arm `name`, `ranks`, `ms_per_epoch` (median), `val_logloss` per epoch, `bytes_communicated`
-(per rank and epoch, ring all-reduce).
+epoch, and once with its tables sharded row-wise over the ranks (alac.runtime.sharded_rows, the
+sequential aggregation: each epoch's rows gathered by all-to-all and their changes sent back). Per
+arm `name`, `ranks`, `ms_per_epoch` (median), `val_logloss` per epoch, `bytes_communicated` (per rank
+and epoch: a ring all-reduce's, or the rows an all-to-all sends to other ranks).
 
 The scd part: (1) CoCoA over the ranks against the virtual workers: ridge on a webspam-shaped set of
 1/32 the size (8,216 x 21,272, lambda 1e-3), primal (columns split over the ranks) and dual (rows),
@@ -147,7 +149,7 @@ def flow_arm(name, model, plan, train, valid, args, ranks, alone=False, **option
            "val_logloss": [r["valid_logloss"] for r in history],
            # between epochs' ends: their all-reduces, not the feature counts' before the first
            "bytes_communicated": (sent[-1] - sent[0]) // max(1, len(sent) - 1),
-           "sync_every": options.get("sync_every"), "aggregation": trainer.aggregation,
+           "sync_every": options.get("sync_every"), "aggregation": trainer.aggregation, "tables": trainer.tables,
            "lr": common["lr"],
            "plan": plan.describe()}
     del trainer
@@ -173,6 +175,8 @@ def flow_part(args, ranks):
             for aggregation in ("sequential", "rows", "adding", "averaging"):
                 arms.append(flow_arm(f"flow_{label}_{ranks.world}gpu_{aggregation}", model, plan, train, valid,
                                      args, ranks, aggregation=aggregation))
+            arms.append(flow_arm(f"flow_{label}_{ranks.world}gpu_sharded", model, plan, train, valid, args, ranks,
+                                 aggregation="sequential", tables="sharded"))
         del train, valid
         torch.cuda.empty_cache()
     return arms
@@ -200,11 +204,16 @@ def tables(payload):
             deltas = [f"{other['val_logloss'][-1] - alone['val_logloss'][-1]:+.4f}" if other else "-"
                       for other in (arm(size, model, f"{ranks}gpu_{a}")
                                     for a in ("sequential", "rows", "averaging", "adding"))]
+            sharded = arm(size, model, f"{ranks}gpu_sharded")
             rows.append([f"{size:,}", model, f"{alone['ms_per_epoch']:.1f}", f"{ranked['ms_per_epoch']:.1f}",
                          f"{alone['ms_per_epoch'] / ranked['ms_per_epoch']:.2f}×", f"{alone['val_logloss'][-1]:.4f}",
-                         *deltas, f"{ranked['bytes_communicated'] / 1e6:.1f}"])
+                         *deltas, f"{ranked['bytes_communicated'] / 1e6:.1f}",
+                         *([f"{sharded['ms_per_epoch']:.1f}",
+                            f"{sharded['val_logloss'][-1] - alone['val_logloss'][-1]:+.4f}",
+                            f"{sharded['bytes_communicated'] / 1e6:.1f}"] if sharded else ["-"] * 3)])
         text += table(["rows", "model", "1 GPU ms / epoch", f"{ranks} GPUs ({shown})", "speed-up", "1 GPU val logloss",
-                       "Δ sequential", "Δ rows", "Δ averaging", "Δ adding", "MB sent / epoch / rank"], rows)
+                       "Δ sequential", "Δ rows", "Δ averaging", "Δ adding", "MB sent / epoch / rank",
+                       "sharded tables ms / epoch", "Δ sharded", "sharded MB / epoch / rank"], rows)
     # the matches against the virtual workers are a note each
     scd = [a for a in arms if "gap" in a and "largest_relative_difference" not in a]
     if scd:

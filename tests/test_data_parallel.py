@@ -7,8 +7,6 @@ import math
 import numpy as np
 import pytest
 import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
 
 from alac import checkpoint
 from alac.data.synthetic import criteo_like
@@ -21,6 +19,7 @@ from alac.runtime.distributed import Ranks, init_ranks
 from alac.runtime.layout import LayoutOptions
 from alac.sklearn import LogisticRegression
 from alac.train import Trainer
+from tests.two_ranks import gloo_group, spawned
 
 PLAN = Plan(batch_size=64, chunk_size=16)
 OPTIONS = dict(lr=0.5, plan=PLAN, backend="reference", device="cpu", seed=1)
@@ -47,8 +46,7 @@ def _held_out():
 
 
 def _run_rank(rank, world, store, out):
-    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
-    try:
+    with gloo_group(rank, world, store):
         train, valid = _data()
         results = []
         for name, aggregation, sync_every, optimizer in CASES:
@@ -76,8 +74,6 @@ def _run_rank(rank, world, store, out):
                                        backend="reference", random_state=1).fit(X, y)
         results.append({"coef": estimator.coef_, "accuracy": estimator.score(*_held_out())})
         torch.save(results, f"{out}/{rank}.pt")
-    finally:
-        dist.destroy_process_group()
 
 
 @pytest.fixture(scope="module")
@@ -89,8 +85,7 @@ def two_ranks(tmp_path_factory):
     one.fit(train)
     checkpoint.save(one, out / "one.alac", {"model": "lr", "arguments": {}})
     _store(out).close()
-    mp.spawn(_run_rank, args=(2, str(out / "store"), str(out)), nprocs=2)
-    return [torch.load(out / f"{rank}.pt", weights_only=False) for rank in range(2)]
+    return spawned(_run_rank, out)
 
 
 def _store(folder):

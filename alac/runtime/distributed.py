@@ -77,6 +77,19 @@ class Ranks:
             return tensor
         return moved.to(tensor.device)
 
+    def all_to_all(self, tensor, send_counts, receive_counts):
+        """Rows of `tensor` (dim 0) sent to the ranks, send_counts[r] of them to rank r in rank order;
+        returns the rows received, receive_counts[r] of them from rank r, on the tensor's device."""
+        if self.world == 1:
+            return tensor
+        moved = tensor.to(self.device).contiguous()
+        out = moved.new_empty((sum(receive_counts), *moved.shape[1:]))
+        dist.all_to_all_single(out, moved, list(receive_counts), list(send_counts), group=self.group)
+        row_bytes = moved[:1].numel() * moved.element_size()
+        self.traffic.bytes += (sum(send_counts) - send_counts[self.rank]) * row_bytes
+        self.traffic.collectives += 1
+        return out.to(tensor.device)
+
 
 def init_ranks(backend=None):
     """The ranks of this process: torchrun's (a process group made here unless one exists; NCCL when

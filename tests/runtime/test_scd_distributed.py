@@ -6,14 +6,13 @@ import os
 
 import pytest
 import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
 
 from alac.errors import OptionError
 from alac.runtime.distributed import Ranks, init_ranks
 from alac.runtime.scd import ScdSolver
 from alac.runtime.scd_distributed import DistributedScdSolver, columns_of, rows_of
 from tests.runtime.scd_problems import planted
+from tests.two_ranks import gloo_group, spawned
 
 EPOCHS = 6
 # (form, loss, l2, l1, aggregation, backend): the dual split by rows, the primal by columns; the kernels'
@@ -41,8 +40,7 @@ def _in_flight(backend):
 
 def _run_rank(rank, world, store, out):
     os.environ["TRITON_INTERPRET"] = "1"              # before triton compiles any kernel in this process
-    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
-    try:
+    with gloo_group(rank, world, store):
         ranks = init_ranks()
         ranks.timed = True
         results = []
@@ -56,15 +54,12 @@ def _run_rank(rank, world, store, out):
             results.append({"gammas": gammas, "gaps": gaps, "coef": solver.coef_, "drift": solver.drift()})
         torch.save({"results": results, "traffic": dataclasses.asdict(ranks.traffic), "first_line": ranks.describe()},
                    f"{out}/{rank}.pt")
-    finally:
-        dist.destroy_process_group()
 
 
 @pytest.fixture(scope="module")
 def two_ranks(tmp_path_factory):
     out = tmp_path_factory.mktemp("ranks")
-    mp.spawn(_run_rank, args=(2, str(out / "store"), str(out)), nprocs=2)
-    return [torch.load(out / f"{rank}.pt", weights_only=False) for rank in range(2)]
+    return spawned(_run_rank, out)
 
 
 @pytest.mark.parametrize("case", range(len(CASES)))

@@ -1,0 +1,122 @@
+"""Row-wise sharded tables: two gloo ranks on the CPU train with each rank holding only its share of
+the rows, against the replicated data-parallel trainer (every row on every rank, changes all-reduced)
+with the same aggregation and segments; one rank against a plain Trainer; the all-to-all routing
+against the rows asked for."""
+
+import pytest
+import torch
+
+from alac.data.synthetic import criteo_like
+from alac.data_parallel import DataParallelTrainer
+from alac.errors import OptionError
+from alac.models import zoo_model
+from alac.plan import Plan
+from alac.runtime.distributed import Ranks, init_ranks
+from alac.runtime.sharded_rows import RowShards
+from alac.train import Trainer
+from tests.two_ranks import gloo_group, spawned
+
+# the generated kernels: compiled on a GPU, Triton's interpreter without one
+KERNELS = "triton" if torch.cuda.is_available() else "interpret"
+
+PLAN = Plan(batch_size=64, chunk_size=16, hot_size=8)
+OPTIONS = dict(lr=0.5, plan=PLAN, backend="reference", device="cpu", seed=1)
+# (model, aggregation, sync_every, optimizer)
+CASES = [("lr", "adding", None, "sgd"), ("fm", "rows", None, "adagrad"), ("fm", "sequential", 8, "sgd"),
+         ("lr", "averaging", 4, "ftrl")]
+
+
+def _model(name):
+    return zoo_model("fm", k=4) if name == "fm" else zoo_model("lr")
+
+
+def _data():
+    data = criteo_like(2000, n_fields=6, seed=2, device="cpu")
+    return data.take(torch.arange(1600)), data.take(torch.arange(1600, 2000))
+
+
+def _run_rank(rank, world, store, out):
+    with gloo_group(rank, world, store):
+        ranks = init_ranks()
+        shards = RowShards(ranks, 11, torch.device("cpu"))
+        table = (shards.owned.double() * 10).view(-1, 1).repeat(1, 2)
+        asked = torch.tensor([0, 3, 4, 9, 10]) if rank == 0 else torch.tensor([1, 2, 3])
+        gathered, route = shards.gather(asked, table)
+        home, changes = shards.scatter(route, torch.ones(asked.numel(), 2) * (rank + 1))
+        results = {"gathered": gathered, "owned": shards.owned, "home": home, "changes": changes, "cases": []}
+        train, valid = _data()
+        for name, aggregation, sync_every, optimizer in CASES:
+            runs = {}
+            for tables in ("replicated", "sharded"):
+                trainer = DataParallelTrainer(_model(name), ranks=ranks, sync_every=sync_every, tables=tables,
+                                              aggregation=aggregation, optimizer=optimizer, epochs=2, **OPTIONS)
+                history = trainer.fit(train, valid)
+                runs[tables] = {"params": trainer.parameters(), "history": history,
+                                "first_line": trainer.describe()}
+                if tables == "sharded":
+                    runs[tables]["rows_held"] = trainer.executor.table.shape[0]
+                    runs[tables]["rows"] = trainer.executor.shards.n_rows
+            results["cases"].append(runs)
+        torch.save(results, f"{out}/{rank}.pt")
+
+
+@pytest.fixture(scope="module")
+def two_ranks(tmp_path_factory):
+    out = tmp_path_factory.mktemp("sharded")
+    return spawned(_run_rank, out)
+
+
+def test_rows_reach_their_readers_and_changes_their_owners(two_ranks):
+    first, second = two_ranks
+    assert first["owned"].tolist() == [0, 2, 4, 6, 8, 10] and second["owned"].tolist() == [1, 3, 5, 7, 9]
+    # each rank gets the rows it asked for, in its order, from whichever rank owns them
+    assert first["gathered"][:, 0].tolist() == [0.0, 30.0, 40.0, 90.0, 100.0]
+    assert second["gathered"][:, 1].tolist() == [10.0, 20.0, 30.0]
+    # owners receive (local index, change) of their rows from every rank, rank 0's first
+    assert first["home"].tolist() == [0, 2, 5, 1] and first["changes"][:, 0].tolist() == [1, 1, 1, 2]
+    assert second["home"].tolist() == [1, 4, 0, 1] and second["changes"][:, 0].tolist() == [1, 1, 2, 2]
+
+
+@pytest.mark.parametrize("case", range(len(CASES)))
+def test_sharded_tables_train_as_replicated_ones(two_ranks, case):
+    """The same params, losses and validation metrics as the replicated trainer, with each rank holding
+    about half of the rows."""
+    for rank in two_ranks:
+        runs = rank["cases"][case]
+        replicated, sharded = runs["replicated"], runs["sharded"]
+        for name, values in replicated["params"][0].items():
+            assert sharded["params"][0][name] == pytest.approx(values, rel=1e-5, abs=1e-6), name
+        for name, value in replicated["params"][1].items():
+            assert sharded["params"][1][name] == pytest.approx(value, rel=1e-5, abs=1e-6), name
+        for a, b in zip(replicated["history"], sharded["history"]):
+            assert b["train_loss"] == pytest.approx(a["train_loss"], rel=1e-5)
+            assert b["valid_logloss"] == pytest.approx(a["valid_logloss"], rel=1e-5)
+        assert sharded["rows_held"] <= sharded["rows"] // 2 + 1
+        assert "sharded row-wise" in sharded["first_line"]
+    # both ranks end with the same model
+    for name, values in two_ranks[0]["cases"][case]["sharded"]["params"][0].items():
+        assert torch.equal(torch.as_tensor(two_ranks[1]["cases"][case]["sharded"]["params"][0][name]),
+                           torch.as_tensor(values))
+
+
+@pytest.mark.parametrize("backend", ["reference", KERNELS])
+def test_one_rank_of_sharded_tables_is_a_plain_trainer(backend):
+    train, valid = _data()
+    options = {**OPTIONS, "backend": backend, "optimizer": "adagrad", "epochs": 2}
+    plain = Trainer(zoo_model("fm", k=4), **options)
+    plain_history = plain.fit(train, valid)
+    sharded = DataParallelTrainer(zoo_model("fm", k=4), ranks=Ranks(), tables="sharded", aggregation="adding",
+                                  **options)
+    history = sharded.fit(train, valid)
+    for name, values in plain.parameters()[0].items():
+        assert sharded.parameters()[0][name] == pytest.approx(values, rel=1e-5, abs=1e-6), name
+    assert [r["valid_logloss"] for r in history] == pytest.approx([r["valid_logloss"] for r in plain_history],
+                                                                  rel=1e-5)
+
+
+def test_sharded_tables_refuse_a_streaming_budget():
+    with pytest.raises(OptionError, match="sharded tables train resident shares"):
+        DataParallelTrainer(zoo_model("lr"), ranks=Ranks(), tables="sharded",
+                            **{**OPTIONS, "plan": Plan(batch_size=64, chunk_size=16, memory_budget=12_000)})
+    with pytest.raises(OptionError, match="tables are one of replicated, sharded"):
+        DataParallelTrainer(zoo_model("lr"), ranks=Ranks(), tables="split", **OPTIONS)
