@@ -27,7 +27,7 @@ from alac.runtime.streams import StreamedLayout
 from alac.train import Trainer
 
 AGGREGATIONS = ("sequential", "rows", "adding", "averaging")
-TABLES = ("replicated", "sharded")
+TABLES = ("replicated", "sharded", "hybrid")
 
 
 class DataParallelTrainer(Trainer):
@@ -37,8 +37,9 @@ class DataParallelTrainer(Trainer):
         batches between synchronisations (None: once an epoch); aggregation: "sequential", "rows",
         "adding" or "averaging" of the ranks' changes (the module's docstring), curvature the loss's
         curvature "sequential" assumes of a row (the logistic loss's largest, 1/4); tables: "replicated"
-        (every rank holds every row) or "sharded" (each rank its share: alac.runtime.sharded_rows; the
-        whole state, as checkpoints and parameters() read it, is then assembled by every rank together).
+        (every rank holds every row), "sharded" (each rank its share: alac.runtime.sharded_rows) or
+        "hybrid" (the plan's hot segment replicated, the cold rows sharded); sharded and hybrid tables'
+        whole state, as checkpoints and parameters() read it, is assembled by every rank together.
         fit(train, ...) takes the whole training set on every rank and trains this rank's share of its
         rows (contiguous, as torch.tensor_split cuts them)."""
         ranks = ranks or init_ranks()
@@ -56,11 +57,11 @@ class DataParallelTrainer(Trainer):
                               "for one rank")
         self.ranks, self.sync_every, self.aggregation, self.curvature = ranks, sync_every, aggregation, curvature
         self.tables = tables
-        if tables == "sharded":
+        if tables != "replicated":
             if self.plan.memory_budget is not None:
                 raise OptionError("sharded tables train resident shares of the rows: not with a memory budget "
                                   "that streams them")
-            self.executor = ShardedExecutor(self.executor, ranks)
+            self.executor = ShardedExecutor(self.executor, ranks, replicate_hot=tables == "hybrid")
         # (training set, this rank's share of its rows): held, so that the identity test stays sound
         self._share = None
         # (layout, (share, log q), each row's factor) of the sequential aggregation (_sequential_rows)
@@ -78,10 +79,11 @@ class DataParallelTrainer(Trainer):
         how = {"rows": "each row's mean over the ranks that changed it", "adding": "their sum",
                "averaging": "their mean",
                "sequential": "each row's sum scaled to sequential SGD's change on a quadratic model"}[self.aggregation]
-        if self.tables == "sharded":
+        if self.tables != "replicated":
+            hot = "; the hot segment replicated, its changes all-reduced" if self.tables == "hybrid" else ""
             return (f"alac: {self.ranks.describe()} train, each its share of the rows; the tables sharded "
                     f"row-wise over the ranks, each segment's rows gathered from their owners and their changes "
-                    f"sent back {every} by all-to-alls ({how})")
+                    f"sent back {every} by all-to-alls ({how}){hot}")
         return (f"alac: {self.ranks.describe()} train, each its share of the rows; parameters and optimizer "
                 f"state synchronised {every} by an all-reduce of their changes ({how})")
 
@@ -125,10 +127,10 @@ class DataParallelTrainer(Trainer):
             order = layout.chunk_order(epoch, executor.seed)
             for segment in (order,) if per_sync is None else order.split(per_sync):
                 share = segment.numel() / order.numel()
-                if self.tables == "sharded":
+                if self.tables != "replicated":
                     loss_sums[index] += executor.train_segment(
                         layout, labels, epoch, self.lr, segment,
-                        lambda movers, share=share: self._factors(movers, share, executor.shards.owned))
+                        lambda movers, rows, share=share: self._factors(movers, share, rows))
                     continue
                 before = self._tensors(clone=True)
                 executor.queue_epoch(layout, labels, epoch, self.lr, order=segment)

@@ -4,8 +4,9 @@
 The flow part: async LR and FM k = 16 on the synthetic Criteo-shaped sets (`--flow-rows`, 4M and 64M
 rows), `--flow-epochs` at `--lr` with the cost model's plan: one GPU (the other ranks waiting), then
 DataParallelTrainer over the ranks once for each aggregation (alac.data_parallel), synchronised once an
-epoch, and once with its tables sharded row-wise over the ranks (alac.runtime.sharded_rows, the
-sequential aggregation: each epoch's rows gathered by all-to-all and their changes sent back). Per
+epoch, and with its tables sharded row-wise over the ranks (alac.runtime.sharded_rows, the sequential
+aggregation: each epoch's rows gathered by all-to-all and their changes sent back), all of them or the
+cold ones only (hybrid: the hot segment replicated, its changes all-reduced). Per
 arm `name`, `ranks`, `ms_per_epoch` (median), `val_logloss` per epoch, `bytes_communicated` (per rank
 and epoch: a ring all-reduce's, or the rows an all-to-all sends to other ranks).
 
@@ -175,8 +176,9 @@ def flow_part(args, ranks):
             for aggregation in ("sequential", "rows", "adding", "averaging"):
                 arms.append(flow_arm(f"flow_{label}_{ranks.world}gpu_{aggregation}", model, plan, train, valid,
                                      args, ranks, aggregation=aggregation))
-            arms.append(flow_arm(f"flow_{label}_{ranks.world}gpu_sharded", model, plan, train, valid, args, ranks,
-                                 aggregation="sequential", tables="sharded"))
+            for tables in ("sharded", "hybrid"):
+                arms.append(flow_arm(f"flow_{label}_{ranks.world}gpu_{tables}", model, plan, train, valid, args,
+                                     ranks, aggregation="sequential", tables=tables))
         del train, valid
         torch.cuda.empty_cache()
     return arms
@@ -204,16 +206,25 @@ def tables(payload):
             deltas = [f"{other['val_logloss'][-1] - alone['val_logloss'][-1]:+.4f}" if other else "-"
                       for other in (arm(size, model, f"{ranks}gpu_{a}")
                                     for a in ("sequential", "rows", "averaging", "adding"))]
-            sharded = arm(size, model, f"{ranks}gpu_sharded")
             rows.append([f"{size:,}", model, f"{alone['ms_per_epoch']:.1f}", f"{ranked['ms_per_epoch']:.1f}",
                          f"{alone['ms_per_epoch'] / ranked['ms_per_epoch']:.2f}×", f"{alone['val_logloss'][-1]:.4f}",
-                         *deltas, f"{ranked['bytes_communicated'] / 1e6:.1f}",
-                         *([f"{sharded['ms_per_epoch']:.1f}",
-                            f"{sharded['val_logloss'][-1] - alone['val_logloss'][-1]:+.4f}",
-                            f"{sharded['bytes_communicated'] / 1e6:.1f}"] if sharded else ["-"] * 3)])
+                         *deltas, f"{ranked['bytes_communicated'] / 1e6:.1f}"])
         text += table(["rows", "model", "1 GPU ms / epoch", f"{ranks} GPUs ({shown})", "speed-up", "1 GPU val logloss",
-                       "Δ sequential", "Δ rows", "Δ averaging", "Δ adding", "MB sent / epoch / rank",
-                       "sharded tables ms / epoch", "Δ sharded", "sharded MB / epoch / rank"], rows)
+                       "Δ sequential", "Δ rows", "Δ averaging", "Δ adding", "MB sent / epoch / rank"], rows)
+        # the tables' placements over the ranks (sequential aggregation), where a run has them
+        placed = [(size, model, tables, found) for size, model in dict.fromkeys(
+            (a["rows"], a["name"].split("_")[1]) for a in flow) for tables in ("sequential", "sharded", "hybrid")
+            if (found := arm(size, model, f"{ranks}gpu_{tables}"))]
+        if any(tables != "sequential" for _, _, tables, _ in placed):
+            alone = {(a["rows"], a["name"].split("_")[1]): a for a in flow if a["name"].endswith("_1gpu")}
+            text += "\n\n" + table(
+                ["rows", "model", "tables", f"{ranks} GPUs ms / epoch", "speed-up", "Δ val logloss",
+                 "MB sent / epoch / rank"],
+                [[f"{size:,}", model, "replicated" if tables == "sequential" else tables,
+                  f"{found['ms_per_epoch']:.1f}",
+                  f"{alone[size, model]['ms_per_epoch'] / found['ms_per_epoch']:.2f}×",
+                  f"{found['val_logloss'][-1] - alone[size, model]['val_logloss'][-1]:+.4f}",
+                  f"{found['bytes_communicated'] / 1e6:.1f}"] for size, model, tables, found in placed])
     # the matches against the virtual workers are a note each
     scd = [a for a in arms if "gap" in a and "largest_relative_difference" not in a]
     if scd:

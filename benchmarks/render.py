@@ -422,7 +422,9 @@ SECTIONS = [
      "all-reduced once an epoch: time, speed-up and traffic of the default aggregation (sequential: each row's "
      "summed changes scaled to what sequential SGD would make of them), Δ the validation logloss against one "
      "GPU's after the same epochs, per aggregation (rows: each feature row's changes averaged over the ranks "
-     "that changed it). SCD: CoCoA over the ranks against the "
+     "that changed it); the tables replicated, sharded row-wise over the ranks (alac.runtime.sharded_rows) "
+     "or hybrid (the hot segment replicated, the cold rows sharded), where a run has them. SCD: CoCoA over "
+     "the ranks against the "
      "virtual workers (float64 sequential local solvers over gloo, 1/32 of the webspam-shaped set, λ 1e-3), and "
      "TPA-SCD's Criteo problem (dual ridge, λ 1e-3, 200M × 75M) to gap 1e-6, its rows split, the adaptive γ.",
      "PYTHONPATH=. torchrun --nproc-per-node 2 benchmarks/distributed.py", distributed_tables),

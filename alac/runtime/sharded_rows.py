@@ -10,11 +10,16 @@ segment's edges re-pointed at its rows, alac.runtime.cache_remap), and sends eac
 to its owner with a second all-to-all; the owner combines the ranks' changes of a row as the
 replicated data-parallel trainer combines its all-reduced ones (alac.data_parallel's aggregations),
 so that a sharded run is the replicated run of the same segments. The globals stay replicated and
-are all-reduced. A rank holds its share of the rows plus the rows of its segment."""
+are all-reduced. A rank holds its share of the rows plus the rows of its segment.
+
+PICASSO's hybrid (replicate_hot): the hot segment's rows, which nearly every segment reads, are
+replicated on every rank and their changes all-reduced, only the cold rows sharded and moved by the
+all-to-alls."""
 
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import torch
 
@@ -30,19 +35,21 @@ class RowShards:
     """Which rank owns which rows, and the two all-to-alls that move rows to their readers and their
     changes back to their owners."""
 
-    def __init__(self, ranks, n_rows, device):
-        self.ranks, self.n_rows = ranks, n_rows
-        self.owned = torch.arange(ranks.rank, n_rows, ranks.world, device=device)
+    def __init__(self, ranks, n_rows, device, first=0):
+        """Rows first .. n_rows - 1 sharded (those before it are not: replicated hot rows)."""
+        self.ranks, self.n_rows, self.first = ranks, n_rows, first
+        self.owned = torch.arange(first + ranks.rank, n_rows, ranks.world, device=device)
 
     def _route(self, rows):
         """(order of rows by owner, rows sent to each owner, rows each rank asks of this one, their
         local indices here) for sorted distinct rows."""
         world = self.ranks.world
-        order = torch.argsort(rows % world, stable=True)
-        send = torch.bincount(rows % world, minlength=world).tolist()
+        offset = rows - self.first
+        order = torch.argsort(offset % world, stable=True)
+        send = torch.bincount(offset % world, minlength=world).tolist()
         receive = self.ranks.all_to_all(torch.tensor(send, dtype=torch.int64).view(-1, 1), [1] * world,
                                         [1] * world).view(-1).tolist()
-        asked = self.ranks.all_to_all(rows[order] // world, send, receive)
+        asked = self.ranks.all_to_all(offset[order] // world, send, receive)
         return order, send, receive, asked
 
     def gather(self, rows, table):
@@ -69,9 +76,11 @@ class ShardedExecutor:
     # the whole state is assembled in host memory (snapshots check there is room)
     host_rows = True
 
-    def __init__(self, working, ranks):
-        self.working, self.ranks = working, ranks
+    def __init__(self, working, ranks, replicate_hot=False):
+        """replicate_hot: the plan's hot segment replicated on every rank (PICASSO's hybrid)."""
+        self.working, self.ranks, self.replicate_hot = working, ranks, replicate_hot
         self.shards = self.table = self.globals = None
+        self.hot, self.hot_table = 0, None     # replicated rows 0 .. hot - 1, packed
         self._columns = ()     # (name, "params" or "states", shape of a row) of the packed table's columns
         # (layout, its edge ids re-pointed at a segment's rows, rows' slots, touched marks) of the last two
         # layouts (training and validation): made once per layout, not per segment
@@ -93,7 +102,8 @@ class ShardedExecutor:
         values = [getattr(state, part)[name] for name, part, _ in self._columns]
         if rows is not None:
             values = [value[rows] for value in values]
-        return torch.cat([value.reshape(value.shape[0], -1) for value in values], dim=1)
+        return torch.cat([value.reshape(value.shape[0], math.prod(row)) for value, (_, _, row)
+                          in zip(values, self._columns)], dim=1)
 
     def _unpack(self, table):
         """{"params": ..., "states": ...} of a packed matrix, each tensor a copy of its own (the
@@ -111,8 +121,8 @@ class ShardedExecutor:
         """Every row's state in host memory (None before initialize), assembled piece by piece."""
         if self.table is None:
             return None
-        pieces = []
-        for first in range(0, self.shards.n_rows, ASSEMBLY_ROWS):
+        pieces = [self.hot_table.cpu()]
+        for first in range(self.hot, self.shards.n_rows, ASSEMBLY_ROWS):
             rows = torch.arange(first, min(first + ASSEMBLY_ROWS, self.shards.n_rows), device=self.device)
             pieces.append(self.shards.gather(rows, self.table)[0].cpu())
         parts = self._unpack(torch.cat(pieces))
@@ -127,13 +137,15 @@ class ShardedExecutor:
         self._columns = tuple((name, part, tuple(tensor.shape[1:])) for part in ("params", "states")
                               for name, tensor in getattr(value, part).items())
         where = next(iter(value.params.values())).device
+        self.hot_table = self._pack(value, torch.arange(self.hot, device=where)).to(self.device)
         self.table = self._pack(value, self.shards.owned.to(where)).to(self.device)
         self.globals = {k: v.to(self.device).clone() for k, v in value.globals.items()}
 
     def initialize(self, layout, value_scale=None):
         """Initial rows drawn as a one-device run draws them (in host memory, then this rank's kept)."""
         self.value_scale = layout.value_scale() if value_scale is None else value_scale
-        self.shards = RowShards(self.ranks, layout.n_features, self.device)
+        self.hot = min(self.plan.hot_size, layout.n_features) if self.replicate_hot else 0
+        self.shards = RowShards(self.ranks, layout.n_features, self.device, first=self.hot)
         whole = ModelState.initial(self.working.model, layout.new_to_old, "cpu", self.seed, self.working.ir.optimizer)
         self.state = whole
         self.batches_done = 0
@@ -167,38 +179,53 @@ class ShardedExecutor:
         return dataclasses.replace(layout, edge_feature=edges, n_features=rows.numel())
 
     def _gathered(self, layout, chunks):
+        """The rows of the chunks: (rows, their values, the cold ones' route, the working layout), the
+        working executor's state made of the values (the replicated hot rows, then the gathered ones)."""
         rows = self._rows_of(layout, chunks)
-        values, route = self.shards.gather(rows, self.table)
+        gathered, route = self.shards.gather(rows[self.hot:], self.table)
+        values = torch.cat([self.hot_table, gathered])
         parts = self._unpack(values)
         self.working.state = ModelState(parts["params"], self.globals, parts["states"])
         return rows, values, route, self._working_layout(layout, chunks, rows)
 
     def train_segment(self, layout, labels, epoch, lr, chunks, factors):
         """Train the chunks (whole batches of the layout's chunk order) on their gathered rows and
-        combine the ranks' changes at the rows' owners; factors(movers) gives what the summed changes
-        are multiplied by ({"rows": a float or [owned] tensor, "global": a float}; movers: how many
-        ranks changed each owned row). Returns the ranks' summed loss of the segment (a device scalar)."""
+        combine the ranks' changes at the rows' owners (the replicated hot rows' by an all-reduce);
+        factors(movers, rows) gives what the summed changes of rows are multiplied by ({"rows": a float
+        or a tensor of one per row, "global": a float}; movers: how many ranks changed each of the
+        rows). Returns the ranks' summed loss of the segment (a device scalar)."""
         rows, before, route, working_layout = self._gathered(layout, chunks)
         globals_before = {k: v.clone() for k, v in self.globals.items()}
         self.working.queue_epoch(working_layout, labels, epoch, lr, chunks)
-        after = self._pack(self.working.state)
-        asked, changes = self.shards.scatter(route, after - before)
+        change = self._pack(self.working.state) - before
+        asked, changes = self.shards.scatter(route, change[self.hot:])
         summed = torch.zeros_like(self.table).index_add_(0, asked, changes)
-        # the ranks that changed each row, by its first param's columns (as the replicated trainer counts)
-        first = self._columns[0][2][0] if self._columns[0][2] else 1
-        movers = torch.zeros(self.table.shape[0], device=self.device).index_add_(
-            0, asked, (changes[:, :first] != 0).any(dim=1).float())
-        flat = torch.cat([*(self.working.state.globals[k] - globals_before[k] for k in self.globals),
+        movers = torch.zeros(self.table.shape[0], device=self.device).index_add_(0, asked, self._moved(changes))
+        hot = change[:self.hot]
+        flat = torch.cat([hot.reshape(-1), self._moved(hot),
+                          *(self.working.state.globals[k] - globals_before[k] for k in self.globals),
                           self.working.loss_sum.reshape(1)])
         reduced = self.ranks.all_reduce(flat, in_place=True)
-        factor = factors(movers)
-        if isinstance(factor["rows"], torch.Tensor):
-            self.table.addcmul_(summed, factor["rows"].view(-1, 1))
-        else:
-            self.table.add_(summed, alpha=factor["rows"])
-        for (name, value), change in zip(self.globals.items(), reduced[:-1]):
-            torch.add(globals_before[name], change, alpha=factor["global"], out=value)
+        hot_summed, hot_movers, global_changes = reduced[:hot.numel()].view_as(hot), \
+            reduced[hot.numel():hot.numel() + self.hot], reduced[hot.numel() + self.hot:-1]
+        for table, summed_rows, moved, of in ((self.table, summed, movers, self.shards.owned),
+                                             (self.hot_table, hot_summed, hot_movers,
+                                              torch.arange(self.hot, device=self.device))):
+            factor = factors(moved, of)
+            if isinstance(factor["rows"], torch.Tensor):
+                table.addcmul_(summed_rows, factor["rows"].view(-1, 1))
+            else:
+                table.add_(summed_rows, alpha=factor["rows"])
+        # every sample moves the globals: their factor is the same whichever rows the factors were of
+        for (name, value), moved in zip(self.globals.items(), global_changes):
+            torch.add(globals_before[name], moved, alpha=factor["global"], out=value)
         return reduced[-1]
+
+    def _moved(self, changes):
+        """1 for each row whose first param changed (the rows a rank moved, as the replicated trainer
+        counts them), else 0."""
+        first = self._columns[0][2][0] if self._columns[0][2] else 1
+        return (changes[:, :first] != 0).any(dim=1).float()
 
     def sample_loss(self, layout, labels, max_rows=4096):
         """The divergence guard's loss of the first chunks of the epoch-0 order, on their gathered rows."""

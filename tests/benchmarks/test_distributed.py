@@ -12,18 +12,21 @@ def _flow(name, rows, ranks, ms, loss, sent=0):
 def test_the_flow_table_compares_every_aggregation_with_one_gpu():
     arms = [_flow("flow_lr_1gpu", 100, 1, 10.0, 0.50), _flow("flow_lr_2gpu_rows", 100, 2, 5.0, 0.51, 2e6),
             _flow("flow_lr_2gpu_adding", 100, 2, 5.0, 0.55, 1e6), _flow("flow_lr_2gpu_averaging", 100, 2, 6.0, 0.49),
-            _flow("flow_lr_2gpu_sharded", 100, 2, 8.0, 0.52, 3e6), _flow("flow_fm_1gpu", 100, 1, 20.0, 0.45),
-            _flow("flow_fm_2gpu_rows", 100, 2, 12.0, 0.46, 4e6)]
+            _flow("flow_lr_2gpu_sequential", 100, 2, 4.0, 0.50, 1e6),
+            _flow("flow_lr_2gpu_sharded", 100, 2, 8.0, 0.52, 3e6),
+            _flow("flow_fm_1gpu", 100, 1, 20.0, 0.45), _flow("flow_fm_2gpu_sequential", 100, 2, 12.0, 0.46, 4e6)]
     scd = {"name": "scd_dual", "ranks": 2, "epochs": 3, "ms_per_epoch": 30.0, "waiting_ms_per_epoch": 1.0,
            "communication_ms_per_epoch": 2.0, "bytes_communicated": 5e6, "gap": [1e-3, 1e-7],
            "time_to_gap": {"1e-06": 0.25}}
     match = {"name": "scd_match", "ranks": 2, "epochs": 30, "ms_per_epoch": 4.0, "gap": [1e-3, 1e-6],
              "largest_relative_difference": 2e-12}
     text = distributed.tables({"arms": arms + [scd, match]})
-    assert "| 100 | lr | 10.0 | 5.0 | 2.00× | 0.5000 | - | +0.0100 | -0.0100 | +0.0500 | 2.0 | 8.0 | +0.0200 | 3.0 |" \
-        in text
-    # a model without a sharded arm
-    assert "| 100 | fm | 20.0 | 12.0 | 1.67× | 0.4500 | - | +0.0100 | - | - | 4.0 | - | - | - |" in text
+    assert "| 100 | lr | 10.0 | 4.0 | 2.50× | 0.5000 | +0.0000 | +0.0100 | -0.0100 | +0.0500 | 1.0 |" in text
+    assert "| 100 | fm | 20.0 | 12.0 | 1.67× | 0.4500 | +0.0100 | - | - | - | 4.0 |" in text
+    # the tables' placements: replicated (the sequential arm) beside sharded, for the models that have them
+    assert "| 100 | lr | replicated | 4.0 | 2.50× | +0.0000 | 1.0 |" in text
+    assert "| 100 | lr | sharded | 8.0 | 1.25× | +0.0200 | 3.0 |" in text
+    assert "| 100 | fm | replicated | 12.0 | 1.67× | +0.0100 | 4.0 |" in text
     assert "| scd_dual | 2 | 3 | 30.0 | 1.0 | 2.0 | 5.0 | 1.00e-07 | 0.25 |" in text and "| scd_match |" not in text
     assert ("- CoCoA over the ranks against as many virtual workers, the largest relative difference of their gaps: "
             "scd_match 2.0e-12 over 30 epochs (4.0 ms an epoch).") in text

@@ -1,7 +1,7 @@
 """Row-wise sharded tables: two gloo ranks on the CPU train with each rank holding only its share of
-the rows, against the replicated data-parallel trainer (every row on every rank, changes all-reduced)
-with the same aggregation and segments; one rank against a plain Trainer; the all-to-all routing
-against the rows asked for."""
+the rows (or the hot rows replicated and its share of the cold ones), against the replicated
+data-parallel trainer (every row on every rank, changes all-reduced) with the same aggregation and
+segments; one rank against a plain Trainer; the all-to-all routing against the rows asked for."""
 
 import pytest
 import torch
@@ -43,18 +43,19 @@ def _run_rank(rank, world, store, out):
         asked = torch.tensor([0, 3, 4, 9, 10]) if rank == 0 else torch.tensor([1, 2, 3])
         gathered, route = shards.gather(asked, table)
         home, changes = shards.scatter(route, torch.ones(asked.numel(), 2) * (rank + 1))
-        results = {"gathered": gathered, "owned": shards.owned, "home": home, "changes": changes, "cases": []}
+        results = {"gathered": gathered, "owned": shards.owned, "home": home, "changes": changes, "cases": [],
+                   "cold_owned": RowShards(ranks, 11, torch.device("cpu"), first=3).owned}
         train, valid = _data()
         for name, aggregation, sync_every, optimizer in CASES:
             runs = {}
-            for tables in ("replicated", "sharded"):
+            for tables in ("replicated", "sharded", "hybrid"):
                 trainer = DataParallelTrainer(_model(name), ranks=ranks, sync_every=sync_every, tables=tables,
                                               aggregation=aggregation, optimizer=optimizer, epochs=2, **OPTIONS)
                 history = trainer.fit(train, valid)
                 runs[tables] = {"params": trainer.parameters(), "history": history,
                                 "first_line": trainer.describe()}
-                if tables == "sharded":
-                    runs[tables]["rows_held"] = trainer.executor.table.shape[0]
+                if tables != "replicated":
+                    runs[tables]["rows_held"] = trainer.executor.table.shape[0] + trainer.executor.hot_table.shape[0]
                     runs[tables]["rows"] = trainer.executor.shards.n_rows
             results["cases"].append(runs)
         torch.save(results, f"{out}/{rank}.pt")
@@ -75,15 +76,18 @@ def test_rows_reach_their_readers_and_changes_their_owners(two_ranks):
     # owners receive (local index, change) of their rows from every rank, rank 0's first
     assert first["home"].tolist() == [0, 2, 5, 1] and first["changes"][:, 0].tolist() == [1, 1, 1, 2]
     assert second["home"].tolist() == [1, 4, 0, 1] and second["changes"][:, 0].tolist() == [1, 1, 2, 2]
+    # rows below `first` (replicated hot rows) are nobody's
+    assert first["cold_owned"].tolist() == [3, 5, 7, 9] and second["cold_owned"].tolist() == [4, 6, 8, 10]
 
 
+@pytest.mark.parametrize("tables", ["sharded", "hybrid"])
 @pytest.mark.parametrize("case", range(len(CASES)))
-def test_sharded_tables_train_as_replicated_ones(two_ranks, case):
+def test_sharded_tables_train_as_replicated_ones(two_ranks, case, tables):
     """The same params, losses and validation metrics as the replicated trainer, with each rank holding
-    about half of the rows."""
+    about half of the rows (and the hybrid the 8 hot rows besides)."""
     for rank in two_ranks:
         runs = rank["cases"][case]
-        replicated, sharded = runs["replicated"], runs["sharded"]
+        replicated, sharded = runs["replicated"], runs[tables]
         for name, values in replicated["params"][0].items():
             assert sharded["params"][0][name] == pytest.approx(values, rel=1e-5, abs=1e-6), name
         for name, value in replicated["params"][1].items():
@@ -91,21 +95,23 @@ def test_sharded_tables_train_as_replicated_ones(two_ranks, case):
         for a, b in zip(replicated["history"], sharded["history"]):
             assert b["train_loss"] == pytest.approx(a["train_loss"], rel=1e-5)
             assert b["valid_logloss"] == pytest.approx(a["valid_logloss"], rel=1e-5)
-        assert sharded["rows_held"] <= sharded["rows"] // 2 + 1
+        hot = PLAN.hot_size if tables == "hybrid" else 0
+        assert sharded["rows_held"] <= hot + (sharded["rows"] - hot) // 2 + 1
         assert "sharded row-wise" in sharded["first_line"]
+        assert ("hot segment replicated" in sharded["first_line"]) == (tables == "hybrid")
     # both ranks end with the same model
-    for name, values in two_ranks[0]["cases"][case]["sharded"]["params"][0].items():
-        assert torch.equal(torch.as_tensor(two_ranks[1]["cases"][case]["sharded"]["params"][0][name]),
+    for name, values in two_ranks[0]["cases"][case][tables]["params"][0].items():
+        assert torch.equal(torch.as_tensor(two_ranks[1]["cases"][case][tables]["params"][0][name]),
                            torch.as_tensor(values))
 
 
-@pytest.mark.parametrize("backend", ["reference", KERNELS])
-def test_one_rank_of_sharded_tables_is_a_plain_trainer(backend):
+@pytest.mark.parametrize(("backend", "tables"), [("reference", "sharded"), (KERNELS, "hybrid")])
+def test_one_rank_of_sharded_tables_is_a_plain_trainer(backend, tables):
     train, valid = _data()
     options = {**OPTIONS, "backend": backend, "optimizer": "adagrad", "epochs": 2}
     plain = Trainer(zoo_model("fm", k=4), **options)
     plain_history = plain.fit(train, valid)
-    sharded = DataParallelTrainer(zoo_model("fm", k=4), ranks=Ranks(), tables="sharded", aggregation="adding",
+    sharded = DataParallelTrainer(zoo_model("fm", k=4), ranks=Ranks(), tables=tables, aggregation="adding",
                                   **options)
     history = sharded.fit(train, valid)
     for name, values in plain.parameters()[0].items():
@@ -118,5 +124,5 @@ def test_sharded_tables_refuse_a_streaming_budget():
     with pytest.raises(OptionError, match="sharded tables train resident shares"):
         DataParallelTrainer(zoo_model("lr"), ranks=Ranks(), tables="sharded",
                             **{**OPTIONS, "plan": Plan(batch_size=64, chunk_size=16, memory_budget=12_000)})
-    with pytest.raises(OptionError, match="tables are one of replicated, sharded"):
+    with pytest.raises(OptionError, match="tables are one of replicated, sharded, hybrid"):
         DataParallelTrainer(zoo_model("lr"), ranks=Ranks(), tables="split", **OPTIONS)
