@@ -11,6 +11,7 @@ checkpoint DIR/model.alac and, with --plot, DIR/loss.png; the folder is checked 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -139,6 +140,10 @@ def parser_for(parser, module=None):
                         help="under torchrun: how the ranks' parameter changes combine (sequential: each feature "
                              "row's sum scaled to what sequential SGD would change; rows: each row's mean over the "
                              "ranks that changed it; adding: their sum; averaging: their mean)")
+    parser.add_argument("--rank-tables", default="replicated", choices=["replicated", "sharded", "hybrid"],
+                        help="under torchrun: every rank holds every parameter row (replicated), its share of them "
+                             "(sharded: each segment's rows gathered from their owners), or the hot segment and its "
+                             "share of the cold rows (hybrid)")
     from alac.optimizers import OPTIMIZERS
     from alac.runtime.schedule import SCHEDULES
 
@@ -310,10 +315,12 @@ def _run(args, module, model_reference):
     # under torchrun every rank trains; the first speaks and writes the outputs
     first = init_ranks().rank == 0
     trainer, final, diverged = train_model(args, module, data, _Progress(args.epochs) if first else None)
-    if first:
-        print(json.dumps({k: round(v, 6) for k, v in final.items()}))
-        if args.out:
-            _write_outputs(args, module, model_reference, trainer, final, data.options)
+    # tables sharded over the ranks are assembled by all of them for the first one's outputs
+    with getattr(trainer.executor, "assembled", contextlib.nullcontext)():
+        if first:
+            print(json.dumps({k: round(v, 6) for k, v in final.items()}))
+            if args.out:
+                _write_outputs(args, module, model_reference, trainer, final, data.options)
     return 3 if diverged else 0
 
 
@@ -370,7 +377,7 @@ def _train_one(args, module, data, log):
     ranks = init_ranks()
     if ranks.world > 1:
         trainer = DataParallelTrainer(model, ranks=ranks, sync_every=args.sync_every, aggregation=args.sync,
-                                      **options)
+                                      tables=args.rank_tables, **options)
         say(trainer.describe(), flush=True)
     else:
         trainer = Trainer(model, **options)

@@ -29,14 +29,25 @@ def _train_on_two_ranks(folder, *options):
     return result
 
 
-def test_two_ranks_train_and_one_rank_resumes_their_checkpoint(tmp_path):
+FIRST_LINES = {
+    "replicated": "alac: 2 ranks (gloo, this one rank 0 on cpu) train, each its share of the rows; parameters and "
+                  "optimizer state synchronised every 4 batches by an all-reduce of their changes (each row's sum "
+                  "scaled to sequential SGD's change on a quadratic model)",
+    "hybrid": "alac: 2 ranks (gloo, this one rank 0 on cpu) train, each its share of the rows; the tables sharded "
+              "row-wise over the ranks, each segment's rows gathered from their owners and their changes sent back "
+              "every 4 batches by all-to-alls (each row's sum scaled to sequential SGD's change on a quadratic "
+              "model); the hot segment replicated, its changes all-reduced"}
+
+
+@pytest.mark.parametrize("tables", ["replicated", "hybrid"])
+def test_two_ranks_train_and_one_rank_resumes_their_checkpoint(tmp_path, tables):
+    """The first rank writes the outputs alone (hybrid tables: of the whole state every rank assembled)."""
     out = tmp_path / "run"
     result = _train_on_two_ranks(tmp_path, "--model", "lr", "--synthetic", "3000", "--epochs", "2", "--optimizer",
-                                 "sgd", "--lr", "0.5", "--sync-every", "4", "--out", str(out))
+                                 "sgd", "--lr", "0.5", "--sync-every", "4", "--rank-tables", tables, "--hot-size", "16",
+                                 "--out", str(out))
     lines = result.stdout.splitlines()
-    assert lines[0] == ("alac: 2 ranks (gloo, this one rank 0 on cpu) train, each its share of the rows; parameters "
-                        "and optimizer state synchronised every 4 batches by an all-reduce of their changes (each "
-                        "row's sum scaled to sequential SGD's change on a quadratic model)")
+    assert lines[0] == FIRST_LINES[tables]
     assert sum(line.startswith("wrote ") for line in lines) == 1          # the first rank writes, alone
     final = json.loads((out / "metrics.json").read_text())
     # one process resumes the two ranks' checkpoint: the CLI's synthetic test rows, scored the same

@@ -18,6 +18,7 @@ all-to-alls."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 
@@ -81,6 +82,7 @@ class ShardedExecutor:
         self.working, self.ranks, self.replicate_hot = working, ranks, replicate_hot
         self.shards = self.table = self.globals = None
         self.hot, self.hot_table = 0, None     # replicated rows 0 .. hot - 1, packed
+        self._whole = None                     # the whole state, while assembled() holds it
         self._columns = ()     # (name, "params" or "states", shape of a row) of the packed table's columns
         # (layout, its edge ids re-pointed at a segment's rows, rows' slots, touched marks) of the last two
         # layouts (training and validation): made once per layout, not per segment
@@ -118,7 +120,10 @@ class ShardedExecutor:
 
     @property
     def state(self):
-        """Every row's state in host memory (None before initialize), assembled piece by piece."""
+        """Every row's state in host memory (None before initialize), assembled piece by piece by every
+        rank together (inside assembled(), the one it holds)."""
+        if self._whole is not None:
+            return self._whole
         if self.table is None:
             return None
         pieces = [self.hot_table.cpu()]
@@ -140,6 +145,16 @@ class ShardedExecutor:
         self.hot_table = self._pack(value, torch.arange(self.hot, device=where)).to(self.device)
         self.table = self._pack(value, self.shards.owned.to(where)).to(self.device)
         self.globals = {k: v.to(self.device).clone() for k, v in value.globals.items()}
+
+    @contextlib.contextmanager
+    def assembled(self):
+        """The whole state assembled once, by every rank together: inside, reading it (a checkpoint,
+        parameters(), predictions) needs no other rank, so that one rank alone may write the outputs."""
+        self._whole = self.state
+        try:
+            yield self._whole
+        finally:
+            self._whole = None
 
     def initialize(self, layout, value_scale=None):
         """Initial rows drawn as a one-device run draws them (in host memory, then this rank's kept)."""
@@ -180,10 +195,14 @@ class ShardedExecutor:
 
     def _gathered(self, layout, chunks):
         """The rows of the chunks: (rows, their values, the cold ones' route, the working layout), the
-        working executor's state made of the values (the replicated hot rows, then the gathered ones)."""
+        working executor's state made of the values (the replicated hot rows, then the gathered ones;
+        inside assembled(), all of them from the whole state, with no route)."""
         rows = self._rows_of(layout, chunks)
-        gathered, route = self.shards.gather(rows[self.hot:], self.table)
-        values = torch.cat([self.hot_table, gathered])
+        if self._whole is not None:
+            values, route = self._pack(self._whole, rows.cpu()).to(self.device), None
+        else:
+            gathered, route = self.shards.gather(rows[self.hot:], self.table)
+            values = torch.cat([self.hot_table, gathered])
         parts = self._unpack(values)
         self.working.state = ModelState(parts["params"], self.globals, parts["states"])
         return rows, values, route, self._working_layout(layout, chunks, rows)
