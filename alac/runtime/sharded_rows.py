@@ -24,12 +24,17 @@ import math
 
 import torch
 
+from alac.errors import OptionError
 from alac.runtime.cache_remap import mark_touched, remap
+from alac.runtime.memory import available_bytes
 from alac.runtime.state import ModelState
 
 # rows gathered per piece when the whole table is assembled in host memory (checkpoints, snapshots):
 # the device holds one piece at a time, not the table
 ASSEMBLY_ROWS = 1 << 20
+# copies of a segment's rows on the device while it trains: gathered, the working state, its packed
+# form after training, and their change
+SEGMENT_COPIES = 4
 
 
 class RowShards:
@@ -193,11 +198,14 @@ class ShardedExecutor:
         slot_of[rows] = -1
         return dataclasses.replace(layout, edge_feature=edges, n_features=rows.numel())
 
-    def _gathered(self, layout, chunks):
+    def _gathered(self, layout, chunks, training=False):
         """The rows of the chunks: (rows, their values, the cold ones' route, the working layout), the
         working executor's state made of the values (the replicated hot rows, then the gathered ones;
-        inside assembled(), all of them from the whole state, with no route)."""
+        inside assembled(), all of them from the whole state, with no route); training: checked to fit
+        first (a segment of fewer rows is the cure)."""
         rows = self._rows_of(layout, chunks)
+        if training:
+            self._check_fits(rows.numel())
         if self._whole is not None:
             values, route = self._pack(self._whole, rows.cpu()).to(self.device), None
         else:
@@ -207,13 +215,25 @@ class ShardedExecutor:
         self.working.state = ModelState(parts["params"], self.globals, parts["states"])
         return rows, values, route, self._working_layout(layout, chunks, rows)
 
+    def _check_fits(self, rows):
+        """An OptionError on every rank, before any allocation, when a segment's rows do not fit a
+        rank's free device memory (all ranks stop together: one alone would leave the others waiting in
+        the next collective)."""
+        need = SEGMENT_COPIES * rows * self.table.shape[1] * self.table.element_size()
+        free = available_bytes(self.device)
+        short = torch.tensor([float(free is not None and need > free)], device=self.device)
+        if self.ranks.all_reduce(short, op="max")[0] > 0:
+            raise OptionError(f"a segment touches {rows:,} parameter rows here, {need / 2**30:,.1f} GiB on "
+                              f"{self.device} while it trains, more than a rank's free memory: synchronise more often "
+                              "(sync_every, --sync-every) so that a segment touches fewer rows")
+
     def train_segment(self, layout, labels, epoch, lr, chunks, factors):
         """Train the chunks (whole batches of the layout's chunk order) on their gathered rows and
         combine the ranks' changes at the rows' owners (the replicated hot rows' by an all-reduce);
         factors(movers, rows) gives what the summed changes of rows are multiplied by ({"rows": a float
         or a tensor of one per row, "global": a float}; movers: how many ranks changed each of the
         rows). Returns the ranks' summed loss of the segment (a device scalar)."""
-        rows, before, route, working_layout = self._gathered(layout, chunks)
+        rows, before, route, working_layout = self._gathered(layout, chunks, training=True)
         globals_before = {k: v.clone() for k, v in self.globals.items()}
         self.working.queue_epoch(working_layout, labels, epoch, lr, chunks)
         change = self._pack(self.working.state) - before

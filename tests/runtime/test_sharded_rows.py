@@ -126,3 +126,17 @@ def test_sharded_tables_refuse_a_streaming_budget():
                             **{**OPTIONS, "plan": Plan(batch_size=64, chunk_size=16, memory_budget=12_000)})
     with pytest.raises(OptionError, match="tables are one of replicated, sharded, hybrid"):
         DataParallelTrainer(zoo_model("lr"), ranks=Ranks(), tables="split", **OPTIONS)
+
+
+def test_a_segment_whose_rows_do_not_fit_is_refused_before_it_trains(monkeypatch):
+    import alac.runtime.sharded_rows as sharded_rows
+
+    train, _ = _data()
+    trainer = DataParallelTrainer(zoo_model("fm", k=4), ranks=Ranks(), tables="sharded", epochs=1, **OPTIONS)
+    trainer.initialize_model(train)
+    before = trainer.executor.table.clone()
+    monkeypatch.setattr(sharded_rows, "available_bytes", lambda device: 10_000)
+    with pytest.raises(OptionError, match=r"a segment touches [\d,]+ parameter rows here, .* synchronise more often"):
+        trainer.fit(train)
+    assert torch.equal(trainer.executor.table, before)
+
