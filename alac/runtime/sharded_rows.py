@@ -95,7 +95,9 @@ class ShardedExecutor:
 
     def __getattr__(self, name):
         # what the Trainer reads of an executor (ir, plan, optimizer, seed, device, loss_sum, settings, ...)
-        # is the working executor's
+        # is the working executor's (none before __init__ made it: copies and unpickling ask first)
+        if name == "working":
+            raise AttributeError(name)
         return getattr(self.working, name)
 
     # counters the Trainer also sets (a restored snapshot's): the working executor's
@@ -146,7 +148,11 @@ class ShardedExecutor:
             return
         self._columns = tuple((name, part, tuple(tensor.shape[1:])) for part in ("params", "states")
                               for name, tensor in getattr(value, part).items())
-        where = next(iter(value.params.values())).device
+        first = next(iter(value.params.values()))
+        if self.shards is None or self.shards.n_rows != first.shape[0]:
+            # a state of a table not initialized here (a checkpoint's): its rows shared out as initialize does
+            self._share_rows(first.shape[0])
+        where = first.device
         self.hot_table = self._pack(value, torch.arange(self.hot, device=where)).to(self.device)
         self.table = self._pack(value, self.shards.owned.to(where)).to(self.device)
         self.globals = {k: v.to(self.device).clone() for k, v in value.globals.items()}
@@ -161,11 +167,14 @@ class ShardedExecutor:
         finally:
             self._whole = None
 
+    def _share_rows(self, n_rows):
+        self.hot = min(self.plan.hot_size, n_rows) if self.replicate_hot else 0
+        self.shards = RowShards(self.ranks, n_rows, self.device, first=self.hot)
+
     def initialize(self, layout, value_scale=None):
         """Initial rows drawn as a one-device run draws them (in host memory, then this rank's kept)."""
         self.value_scale = layout.value_scale() if value_scale is None else value_scale
-        self.hot = min(self.plan.hot_size, layout.n_features) if self.replicate_hot else 0
-        self.shards = RowShards(self.ranks, layout.n_features, self.device, first=self.hot)
+        self._share_rows(layout.n_features)
         whole = ModelState.initial(self.working.model, layout.new_to_old, "cpu", self.seed, self.working.ir.optimizer)
         self.state = whole
         self.batches_done = 0

@@ -140,3 +140,17 @@ def test_a_segment_whose_rows_do_not_fit_is_refused_before_it_trains(monkeypatch
         trainer.fit(train)
     assert torch.equal(trainer.executor.table, before)
 
+
+
+def test_a_whole_state_set_on_sharded_tables_predicts_as_it_did():
+    """A state from elsewhere (a plain Trainer's, as a checkpoint's would be) shared out over sharded
+    tables before they were initialized: the same predictions, the same whole state read back."""
+    train, valid = _data()
+    plain = Trainer(zoo_model("fm", k=4), epochs=1, **OPTIONS)
+    plain.fit(train)
+    sharded = DataParallelTrainer(zoo_model("fm", k=4), ranks=Ranks(), tables="hybrid", epochs=1, **OPTIONS)
+    sharded.prepare(train)
+    sharded.executor.state = plain.executor.state.clone()
+    assert torch.equal(sharded.predict(valid), plain.predict(valid))
+    for name, values in plain.executor.state.params.items():
+        assert torch.equal(sharded.executor.state.params[name], values), name
