@@ -21,25 +21,29 @@ import torch
 
 from alac.errors import OptionError
 from alac.runtime.distributed import init_ranks
+from alac.runtime.executor import Executor
 from alac.runtime.layout import order_by_frequency
-from alac.runtime.sharded_rows import ShardedExecutor
+from alac.runtime.param_planner import ParamPlacement, plan_placement
+from alac.runtime.sharded_rows import SEGMENT_COPIES, ShardedExecutor, segment_batches
 from alac.runtime.streams import StreamedLayout
 from alac.train import Trainer
 
 AGGREGATIONS = ("sequential", "rows", "adding", "averaging")
-TABLES = ("replicated", "sharded", "hybrid")
+TABLES = ("auto", "replicated", "sharded", "hybrid")
 
 
 class DataParallelTrainer(Trainer):
     def __init__(self, model, ranks=None, sync_every=None, aggregation="sequential", curvature=0.25,
-                 tables="replicated", **options):
+                 tables="auto", **options):
         """Trainer's options; ranks: alac.runtime.distributed.Ranks (default init_ranks()); sync_every:
         batches between synchronisations (None: once an epoch); aggregation: "sequential", "rows",
         "adding" or "averaging" of the ranks' changes (the module's docstring), curvature the loss's
         curvature "sequential" assumes of a row (the logistic loss's largest, 1/4); tables: "replicated"
-        (every rank holds every row), "sharded" (each rank its share: alac.runtime.sharded_rows) or
-        "hybrid" (the plan's hot segment replicated, the cold rows sharded); sharded and hybrid tables'
-        whole state, as checkpoints and parameters() read it, is assembled by every rank together.
+        (every rank holds every row), "sharded" (each rank its share: alac.runtime.sharded_rows),
+        "hybrid" (the plan's hot segment replicated, the cold rows sharded) or "auto" (replicated where
+        the rows fit the plan's GPU budget for them, else hybrid, synchronised every segment_batches
+        batches unless sync_every says); sharded and hybrid tables' whole state, as checkpoints and
+        parameters() read it, is assembled by every rank together.
         fit(train, ...) takes the whole training set on every rank and trains this rank's share of its
         rows (contiguous, as torch.tensor_split cuts them)."""
         ranks = ranks or init_ranks()
@@ -57,10 +61,7 @@ class DataParallelTrainer(Trainer):
                               "for one rank")
         self.ranks, self.sync_every, self.aggregation, self.curvature = ranks, sync_every, aggregation, curvature
         self.tables = tables
-        if tables != "replicated":
-            if self.plan.memory_budget is not None:
-                raise OptionError("sharded tables train resident shares of the rows: not with a memory budget "
-                                  "that streams them")
+        if tables in ("sharded", "hybrid"):
             self.executor = ShardedExecutor(self.executor, ranks, replicate_hot=tables == "hybrid")
         # (training set, this rank's share of its rows): held, so that the identity test stays sound
         self._share = None
@@ -79,7 +80,7 @@ class DataParallelTrainer(Trainer):
         how = {"rows": "each row's mean over the ranks that changed it", "adding": "their sum",
                "averaging": "their mean",
                "sequential": "each row's sum scaled to sequential SGD's change on a quadratic model"}[self.aggregation]
-        if self.tables != "replicated":
+        if self.tables in ("sharded", "hybrid"):
             hot = "; the hot segment replicated, its changes all-reduced" if self.tables == "hybrid" else ""
             return (f"alac: {self.ranks.describe()} train, each its share of the rows; the tables sharded "
                     f"row-wise over the ranks, each segment's rows gathered from their owners and their changes "
@@ -88,6 +89,13 @@ class DataParallelTrainer(Trainer):
                 f"state synchronised {every} by an all-reduce of their changes ({how})")
 
     def prepare(self, train):
+        prepared = self._prepare_share(train)
+        if self.tables in ("sharded", "hybrid") and isinstance(self.train_layout, StreamedLayout):
+            raise OptionError("sharded tables train resident shares of the rows: this rank's share exceeds the "
+                              "memory budget for the training data and would stream (a larger budget, or more ranks)")
+        return prepared
+
+    def _prepare_share(self, train):
         if self.ranks.world == 1:
             return super().prepare(train)
         if not hasattr(train, "take"):
@@ -107,14 +115,50 @@ class DataParallelTrainer(Trainer):
                 self.feature_order = new_to_old.cpu()
             self._share = (train, share)
         prepared = super().prepare(share)
-        if self.placement is not None and self.placement.mode != "device":
+        if self.tables == "replicated" and self.placement is not None and self.placement.mode != "device":
             raise OptionError(f"the model's rows take more than one GPU's budget for them ({self.placement.mode} "
                               "placement): each rank holds every row with replicated tables; tables=\"sharded\" "
-                              "splits them over the ranks")
+                              "or \"hybrid\" splits them over the ranks")
         return prepared
 
+    def _place_params(self, train, streamed):
+        """tables="auto" over several ranks: replicated where every row fits the GPU budget for them,
+        else hybrid (_shard_over_ranks); elsewhere Trainer's placement."""
+        if self.ranks.world == 1 or self.tables != "auto" or streamed or self.executor.state is not None:
+            super()._place_params(train, streamed)
+            return
+        placement = plan_placement(self.executor.ir, self.plan, train, self.train_layout, self.device)
+        if placement.mode == "device":
+            self.placement, self.tables = placement, "replicated"
+            return
+        self._shard_over_ranks(placement)
+
+    def _shard_over_ranks(self, placement):
+        """Hybrid tables for rows over the GPU budget: the hot segment and this rank's share of the cold
+        rows held, each segment's rows in what they leave (sync_every from segment_batches, the ranks'
+        smallest, unless given)."""
+        layout, world, row_bytes = self.train_layout, self.ranks.world, placement.row_bytes
+        n, hot = layout.n_features, min(self.plan.hot_size, layout.n_features)
+        held = (hot + -(-(n - hot) // world)) * row_bytes
+        room = (placement.budget_bytes - held) // (SEGMENT_COPIES * row_bytes)
+        batches = -(-layout.n_chunks // self.plan.chunks_per_batch)
+        every = self.sync_every or (segment_batches(layout.frequency, layout.stats.nnz / batches, batches, room, hot)
+                                    if room > 0 else 0)
+        every = -int(self.ranks.all_reduce(torch.tensor([-every], device=self.device), op="max")[0])
+        if every < 1:
+            raise OptionError(f"{n:,} parameter rows of {row_bytes} bytes leave no room for a batch's rows in the "
+                              f"{placement.budget_bytes:,}-byte GPU budget for them, even sharded over {world} ranks "
+                              f"({held:,} bytes a rank): more ranks or a larger budget")
+        self.sync_every, self.tables = every, "hybrid"
+        self.executor = ShardedExecutor(Executor(*self._executor_arguments), self.ranks, replicate_hot=True)
+        why = (f"{n:,} rows x {row_bytes} bytes exceed the {placement.budget_bytes:,}-byte budget: each of {world} "
+               f"ranks holds the {hot:,} hot rows and its share of the cold ones, {held:,} bytes")
+        self.placement = ParamPlacement("hybrid tables", row_bytes, n * row_bytes, placement.budget_bytes, reasons=(
+            ("placement", f"hybrid tables over {world} ranks", why),
+            ("sync every", f"{every} batches", "the most whose rows are expected to fit what the shard leaves")))
+
     def _train_group(self, labels, count):
-        if self.ranks.world == 1 and self.tables == "replicated":
+        if self.ranks.world == 1 and self.tables not in ("sharded", "hybrid"):
             return super()._train_group(labels, count)
         if isinstance(self.train_layout, StreamedLayout):
             return [self._streamed_epoch(epoch) for epoch in range(self.epoch, self.epoch + count)]
@@ -127,7 +171,7 @@ class DataParallelTrainer(Trainer):
             order = layout.chunk_order(epoch, executor.seed)
             for segment in (order,) if per_sync is None else order.split(per_sync):
                 share = segment.numel() / order.numel()
-                if self.tables != "replicated":
+                if self.tables in ("sharded", "hybrid"):
                     loss_sums[index] += executor.train_segment(
                         layout, labels, epoch, self.lr, segment,
                         lambda movers, rows, share=share: self._factors(movers, share, rows))

@@ -140,10 +140,11 @@ def parser_for(parser, module=None):
                         help="under torchrun: how the ranks' parameter changes combine (sequential: each feature "
                              "row's sum scaled to what sequential SGD would change; rows: each row's mean over the "
                              "ranks that changed it; adding: their sum; averaging: their mean)")
-    parser.add_argument("--rank-tables", default="replicated", choices=["replicated", "sharded", "hybrid"],
+    parser.add_argument("--rank-tables", default="auto", choices=["auto", "replicated", "sharded", "hybrid"],
                         help="under torchrun: every rank holds every parameter row (replicated), its share of them "
                              "(sharded: each segment's rows gathered from their owners), or the hot segment and its "
-                             "share of the cold rows (hybrid)")
+                             "share of the cold rows (hybrid); auto: replicated where the rows fit the GPU budget "
+                             "(--gpu-memory), else hybrid with segments whose rows fit what is left")
     from alac.optimizers import OPTIMIZERS
     from alac.runtime.schedule import SCHEDULES
 

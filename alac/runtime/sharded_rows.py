@@ -35,6 +35,30 @@ ASSEMBLY_ROWS = 1 << 20
 # copies of a segment's rows on the device while it trains: gathered, the working state, its packed
 # form after training, and their change
 SEGMENT_COPIES = 4
+# a segment's distinct rows vary around their expectation (segment_batches): room for a quarter more
+SEGMENT_ROWS_MARGIN = 1.25
+
+
+def expected_rows(frequency, edges):
+    """The expected distinct rows among `edges` edges drawn as a layout's edges fall (row r with
+    probability frequency[r] / all edges): sum_r 1 - (1 - p_r)^edges."""
+    p = frequency.double() / max(float(frequency.sum()), 1.0)
+    return float(-torch.expm1(edges * torch.log1p(-p.clamp(max=1 - 1e-12))).sum())
+
+
+def segment_batches(frequency, edges_per_batch, batches, max_rows, fixed_rows=0):
+    """The most batches (up to `batches`) a segment may hold for fixed_rows plus its expected distinct
+    rows, with SEGMENT_ROWS_MARGIN, to stay within max_rows; 0 when one batch does not."""
+    def fits(count):
+        return fixed_rows + SEGMENT_ROWS_MARGIN * expected_rows(frequency, count * edges_per_batch) <= max_rows
+
+    if not fits(1):
+        return 0
+    low, high = 1, max(1, batches)
+    while low < high:
+        middle = (low + high + 1) // 2
+        low, high = (middle, high) if fits(middle) else (low, middle - 1)
+    return low
 
 
 class RowShards:

@@ -3,6 +3,8 @@ the rows (or the hot rows replicated and its share of the cold ones), against th
 data-parallel trainer (every row on every rank, changes all-reduced) with the same aggregation and
 segments; one rank against a plain Trainer; the all-to-all routing against the rows asked for."""
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -12,7 +14,8 @@ from alac.errors import OptionError
 from alac.models import zoo_model
 from alac.plan import Plan
 from alac.runtime.distributed import Ranks, init_ranks
-from alac.runtime.sharded_rows import RowShards
+from alac.runtime.planner import layout_bytes
+from alac.runtime.sharded_rows import RowShards, expected_rows, segment_batches
 from alac.train import Trainer
 from tests.two_ranks import gloo_group, spawned
 
@@ -58,6 +61,16 @@ def _run_rank(rank, world, store, out):
                     runs[tables]["rows_held"] = trainer.executor.table.shape[0] + trainer.executor.hot_table.shape[0]
                     runs[tables]["rows"] = trainer.executor.shards.n_rows
             results["cases"].append(runs)
+        # rows over the GPU budget for them, tables left to choose: hybrid, segments sized to the room left
+        budget = layout_bytes(train.take(torch.arange(800)), PLAN.chunk_size) + 1_250_000
+        auto = DataParallelTrainer(_model("fm"), ranks=ranks, optimizer="adagrad", epochs=1,
+                                   **{**OPTIONS, "plan": dataclasses.replace(PLAN, memory_budget=budget)})
+        auto.fit(train, valid)
+        hybrid = DataParallelTrainer(_model("fm"), ranks=ranks, tables="hybrid", sync_every=auto.sync_every,
+                                     optimizer="adagrad", epochs=1, **OPTIONS)
+        hybrid.fit(train, valid)
+        results["auto"] = {"tables": auto.tables, "sync_every": auto.sync_every, "lines": auto.placement.lines(),
+                           "params": auto.parameters(), "hybrid": hybrid.parameters()}
         torch.save(results, f"{out}/{rank}.pt")
 
 
@@ -121,10 +134,11 @@ def test_one_rank_of_sharded_tables_is_a_plain_trainer(backend, tables):
 
 
 def test_sharded_tables_refuse_a_streaming_budget():
-    with pytest.raises(OptionError, match="sharded tables train resident shares"):
-        DataParallelTrainer(zoo_model("lr"), ranks=Ranks(), tables="sharded",
-                            **{**OPTIONS, "plan": Plan(batch_size=64, chunk_size=16, memory_budget=12_000)})
-    with pytest.raises(OptionError, match="tables are one of replicated, sharded, hybrid"):
+    trainer = DataParallelTrainer(zoo_model("lr"), ranks=Ranks(), tables="sharded",
+                                  **{**OPTIONS, "plan": Plan(batch_size=64, chunk_size=16, memory_budget=12_000)})
+    with pytest.raises(OptionError, match="sharded tables train resident shares of the rows: this rank's share"):
+        trainer.fit(_data()[0])
+    with pytest.raises(OptionError, match="tables are one of auto, replicated, sharded, hybrid"):
         DataParallelTrainer(zoo_model("lr"), ranks=Ranks(), tables="split", **OPTIONS)
 
 
@@ -154,3 +168,30 @@ def test_a_whole_state_set_on_sharded_tables_predicts_as_it_did():
     assert torch.equal(sharded.predict(valid), plain.predict(valid))
     for name, values in plain.executor.state.params.items():
         assert torch.equal(sharded.executor.state.params[name], values), name
+
+
+def test_rows_over_the_budget_choose_hybrid_tables_with_segments_that_fit(two_ranks):
+    for rank in two_ranks:
+        auto = rank["auto"]
+        assert auto["tables"] == "hybrid"
+        # 800 rows a rank in batches of 64: 13 batches an epoch, cut into segments
+        assert 1 <= auto["sync_every"] < 13
+        assert auto["lines"][0].startswith("placement = hybrid tables over 2 ranks: ")
+        assert auto["lines"][1].startswith(f"sync every = {auto['sync_every']} batches")
+        for name, values in auto["hybrid"][0].items():
+            assert auto["params"][0][name] == pytest.approx(values, rel=1e-6, abs=1e-7), name
+
+
+def test_expected_rows_and_segment_batches_against_closed_forms():
+    # uniform over N rows: N (1 - (1 - 1/N)^e) distinct rows among e edges
+    frequency = torch.full((1000,), 7)
+    assert expected_rows(frequency, 500) == pytest.approx(1000 * (1 - (1 - 1 / 1000) ** 500), rel=1e-9)
+    # one row takes every edge: one row, however many edges
+    assert expected_rows(torch.tensor([5, 0, 0]), 10_000) == pytest.approx(1.0)
+    # segments of b batches of 100 edges hold 1.25 x expected rows + 10 fixed within 400 rows
+    found = segment_batches(frequency, 100, 50, 400, fixed_rows=10)
+    assert 10 + 1.25 * expected_rows(frequency, found * 100) <= 400 < 10 + 1.25 * expected_rows(frequency,
+                                                                                             (found + 1) * 100)
+    assert segment_batches(frequency, 100, 50, 100) == 0      # one batch's rows do not fit
+    assert segment_batches(frequency, 100, 3, 10_000) == 3    # the whole epoch fits
+
