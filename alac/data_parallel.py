@@ -85,8 +85,11 @@ class DataParallelTrainer(Trainer):
             return (f"alac: {self.ranks.describe()} train, each its share of the rows; the tables sharded "
                     f"row-wise over the ranks, each segment's rows gathered from their owners and their changes "
                     f"sent back {every} by all-to-alls ({how}){hot}")
+        # auto is settled once the data is laid out: this says what it may become
+        unsettled = "; the tables replicated, or hybrid where the rows exceed the GPU budget for them" \
+            if self.tables == "auto" else ""
         return (f"alac: {self.ranks.describe()} train, each its share of the rows; parameters and optimizer "
-                f"state synchronised {every} by an all-reduce of their changes ({how})")
+                f"state synchronised {every} by an all-reduce of their changes ({how}){unsettled}")
 
     def prepare(self, train):
         prepared = self._prepare_share(train)
