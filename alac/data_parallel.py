@@ -26,7 +26,7 @@ from alac.runtime.layout import order_by_frequency
 from alac.runtime.param_planner import ParamPlacement, plan_placement
 from alac.runtime.sharded_rows import SEGMENT_COPIES, ShardedExecutor, segment_batches
 from alac.runtime.streams import StreamedLayout
-from alac.train import Trainer
+from alac.train import FINITE_CHECK_VALUES, Trainer
 
 AGGREGATIONS = ("sequential", "rows", "adding", "averaging")
 TABLES = ("auto", "replicated", "sharded", "hybrid")
@@ -127,7 +127,7 @@ class DataParallelTrainer(Trainer):
     def _place_params(self, train, streamed):
         """tables="auto" over several ranks: replicated where every row fits the GPU budget for them,
         else hybrid (_shard_over_ranks); elsewhere Trainer's placement."""
-        if self.ranks.world == 1 or self.tables != "auto" or streamed or self.executor.state is not None:
+        if self.ranks.world == 1 or self.tables != "auto" or streamed or self._has_state():
             super()._place_params(train, streamed)
             return
         placement = plan_placement(self.executor.ir, self.plan, train, self.train_layout, self.device)
@@ -211,6 +211,20 @@ class DataParallelTrainer(Trainer):
         if self.ranks.world == 1:
             return loss
         return float(self.ranks.all_reduce(torch.tensor([loss], dtype=torch.float64))[0]) / self.ranks.world
+
+    def _sharded(self):
+        return self.tables in ("sharded", "hybrid") and self._has_state()
+
+    def _checkpoint_in_memory(self):
+        """Sharded tables: each rank snapshots its own rows (ShardSnapshot), not the whole table."""
+        if self._sharded():
+            return self.executor.snapshot(), self.epoch, self.executor.batches_done, len(self.history)
+        return super()._checkpoint_in_memory()
+
+    def _finite_state(self):
+        if self._sharded():
+            return self.executor.finite(FINITE_CHECK_VALUES)
+        return super()._finite_state()
 
     def _tensors(self, clone=False):
         state = self.executor.state

@@ -169,7 +169,7 @@ class Trainer:
         """The planner's placement of the model's rows (alac.runtime.param_planner): over the GPU budget
         for them, the executor becomes a CachedExecutor (rows in pinned host memory, a HybridHash cache
         of the budget on the GPU) or an FaeExecutor (FAE's hot table of the budget)."""
-        if self.executor.state is not None or getattr(self.executor, "host_rows", False):
+        if self._has_state() or getattr(self.executor, "host_rows", False):
             return
         if streamed:
             row_bytes = row_bytes_of(self.executor.ir)
@@ -198,6 +198,12 @@ class Trainer:
                               feature_order=self.feature_order)
         return StreamedLayout.from_layout(layout, self.plan.chunks_per_batch, budget, self.device)
 
+    def _has_state(self):
+        """Whether the model has its parameters (an executor whose whole state is costly to assemble,
+        over sharded rows, answers without assembling it)."""
+        has_state = getattr(self.executor, "has_state", None)
+        return self.executor.state is not None if has_state is None else has_state()
+
     def _block_labels(self, block):
         return self.labels.model_labels(block.labels)
 
@@ -213,7 +219,7 @@ class Trainer:
         """Lay the data out and draw the initial parameters now (fit does it when not yet done): a
         cached model's forecast is complete (its kernels timed) after this."""
         _, labels = self.prepare(train)
-        if self.executor.state is None:
+        if not self._has_state():
             self._initialize(labels)
 
     def _train_group(self, labels, count):
@@ -266,7 +272,7 @@ class Trainer:
         report_layout = self.layout_of(report)
         if isinstance(self.executor, FaeExecutor) and valid_layout is not None:
             self.executor.steer_with(valid_layout, self.labels.model_labels(valid_layout.labels))
-        if self.executor.state is None:
+        if not self._has_state():
             self._initialize(layout_labels)
         start = self._sample_loss(layout_labels)
         # the fit's start and the last two group ends: an epoch's loss is measured on the parameters
@@ -393,7 +399,7 @@ class Trainer:
 
     def predict(self, dataset):
         """Predictions (probability, score or value, as the model says) in the data set's row order."""
-        if self.executor.state is None:
+        if not self._has_state():
             raise AlacError("the model is not trained yet: call fit first (or load a checkpoint)")
         return self.predict_layout(self.layout_of(dataset))
 

@@ -98,6 +98,16 @@ class RowShards:
         return asked, self.ranks.all_to_all(changes[order], send, receive)
 
 
+@dataclasses.dataclass(frozen=True)
+class ShardSnapshot:
+    """One rank's rows and the globals, copied to host memory (the Trainer's in-memory snapshots of a
+    sharded model: each rank keeps its own, no rank the whole table)."""
+
+    table: torch.Tensor
+    hot_table: torch.Tensor
+    globals: dict
+
+
 class ShardedExecutor:
     """An Executor over sharded rows: `working` (an Executor on the rank's GPU) trains each segment's
     gathered rows; the shard is this rank's rows. Answers as an Executor does where the Trainer asks
@@ -166,9 +176,13 @@ class ShardedExecutor:
 
     @state.setter
     def state(self, value):
-        """A whole state (a snapshot, a checkpoint): this rank keeps its rows of it."""
+        """A whole state (a checkpoint's) or this rank's ShardSnapshot: this rank keeps its rows of it."""
         if value is None:
             self.table = self.globals = None
+            return
+        if isinstance(value, ShardSnapshot):
+            self.table, self.hot_table = value.table.to(self.device), value.hot_table.to(self.device)
+            self.globals = {k: v.to(self.device).clone() for k, v in value.globals.items()}
             return
         self._columns = tuple((name, part, tuple(tensor.shape[1:])) for part in ("params", "states")
                               for name, tensor in getattr(value, part).items())
@@ -180,6 +194,22 @@ class ShardedExecutor:
         self.hot_table = self._pack(value, torch.arange(self.hot, device=where)).to(self.device)
         self.table = self._pack(value, self.shards.owned.to(where)).to(self.device)
         self.globals = {k: v.to(self.device).clone() for k, v in value.globals.items()}
+
+    def has_state(self):
+        """Whether this rank holds its rows (initialized or given a state), without assembling them."""
+        return self.table is not None
+
+    def snapshot(self):
+        """This rank's rows and the globals in host memory (ShardSnapshot)."""
+        return ShardSnapshot(self.table.cpu().clone(), self.hot_table.cpu().clone(),
+                             {k: v.cpu().clone() for k, v in self.globals.items()})
+
+    def finite(self, piece_values):
+        """Whether every row and global is finite, on every rank (sums of pieces of piece_values, no
+        mask the size of the table)."""
+        local = all(bool(torch.isfinite(piece.sum())) for table in (self.table, self.hot_table, *self.globals.values())
+                    for piece in table.reshape(-1).split(piece_values))
+        return float(self.ranks.all_reduce(torch.tensor([float(not local)], device=self.device), op="max")[0]) == 0
 
     @contextlib.contextmanager
     def assembled(self):

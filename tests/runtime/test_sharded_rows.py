@@ -15,8 +15,8 @@ from alac.models import zoo_model
 from alac.plan import Plan
 from alac.runtime.distributed import Ranks, init_ranks
 from alac.runtime.planner import layout_bytes
-from alac.runtime.sharded_rows import RowShards, expected_rows, segment_batches
-from alac.train import Trainer
+from alac.runtime.sharded_rows import RowShards, ShardSnapshot, expected_rows, segment_batches
+from alac.train import Trainer, TrainingDiverged
 from tests.two_ranks import gloo_group, spawned
 
 # the generated kernels: compiled on a GPU, Triton's interpreter without one
@@ -195,3 +195,24 @@ def test_expected_rows_and_segment_batches_against_closed_forms():
     assert segment_batches(frequency, 100, 50, 100) == 0      # one batch's rows do not fit
     assert segment_batches(frequency, 100, 3, 10_000) == 3    # the whole epoch fits
 
+
+
+@pytest.mark.parametrize("lr", [3.0, 1e4])
+def test_sharded_tables_keep_the_best_epoch_and_recover_from_divergence_as_a_plain_trainer(lr):
+    """Early stopping (lr 3: validation loss rises in epoch 3, epoch 2's model kept) and the divergence
+    guard (lr 1e4: NaN in epoch 1, the initial model restored) from each rank's own snapshots."""
+    train, valid = _data()
+    options = {**OPTIONS, "lr": lr, "optimizer": "sgd", "epochs": 8, "early_stopping": "patience", "patience": 1}
+    runs = [Trainer(zoo_model("fm", k=4), **options),
+            DataParallelTrainer(zoo_model("fm", k=4), ranks=Ranks(), tables="hybrid", aggregation="adding", **options)]
+    outcomes = []
+    for trainer in runs:
+        try:
+            trainer.fit(train, valid)
+            outcomes.append(("stopped", trainer.best_epoch))
+        except TrainingDiverged:
+            outcomes.append(("diverged", trainer.epoch))
+    assert outcomes[0] == outcomes[1] == (("stopped", 2) if lr == 3.0 else ("diverged", 0))
+    assert isinstance(runs[1]._checkpoint_in_memory()[0], ShardSnapshot)
+    for name, values in runs[0].parameters()[0].items():
+        assert runs[1].parameters()[0][name] == pytest.approx(values, rel=1e-5, abs=1e-6), name
