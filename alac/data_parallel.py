@@ -80,8 +80,8 @@ class DataParallelTrainer(Trainer):
         how = {"rows": "each row's mean over the ranks that changed it", "adding": "their sum",
                "averaging": "their mean",
                "sequential": "each row's sum scaled to sequential SGD's change on a quadratic model"}[self.aggregation]
-        if self.tables in ("sharded", "hybrid"):
-            hot = "; the hot segment replicated, its changes all-reduced" if self.tables == "hybrid" else ""
+        if self.sharded_tables:
+            hot = "; the hot segment replicated, its changes all-reduced" if self.executor.replicate_hot else ""
             return (f"alac: {self.ranks.describe()} train, each its share of the rows; the tables sharded "
                     f"row-wise over the ranks, each segment's rows gathered from their owners and their changes "
                     f"sent back {every} by all-to-alls ({how}){hot}")
@@ -91,9 +91,14 @@ class DataParallelTrainer(Trainer):
         return (f"alac: {self.ranks.describe()} train, each its share of the rows; parameters and optimizer "
                 f"state synchronised {every} by an all-reduce of their changes ({how}){unsettled}")
 
+    @property
+    def sharded_tables(self):
+        """Whether no rank holds every row (sharded or hybrid tables, chosen or settled by auto)."""
+        return isinstance(self.executor, ShardedExecutor)
+
     def prepare(self, train):
         prepared = self._prepare_share(train)
-        if self.tables in ("sharded", "hybrid") and isinstance(self.train_layout, StreamedLayout):
+        if self.sharded_tables and isinstance(self.train_layout, StreamedLayout):
             raise OptionError("sharded tables train resident shares of the rows: this rank's share exceeds the "
                               "memory budget for the training data and would stream (a larger budget, or more ranks)")
         return prepared
@@ -161,7 +166,7 @@ class DataParallelTrainer(Trainer):
             ("sync every", f"{every} batches", "the most whose rows are expected to fit what the shard leaves")))
 
     def _train_group(self, labels, count):
-        if self.ranks.world == 1 and self.tables not in ("sharded", "hybrid"):
+        if self.ranks.world == 1 and not self.sharded_tables:
             return super()._train_group(labels, count)
         if isinstance(self.train_layout, StreamedLayout):
             return [self._streamed_epoch(epoch) for epoch in range(self.epoch, self.epoch + count)]
@@ -174,14 +179,14 @@ class DataParallelTrainer(Trainer):
             order = layout.chunk_order(epoch, executor.seed)
             for segment in (order,) if per_sync is None else order.split(per_sync):
                 share = segment.numel() / order.numel()
-                if self.tables in ("sharded", "hybrid"):
+                if self.sharded_tables:
                     loss_sums[index] += executor.train_segment(
                         layout, labels, epoch, self.lr, segment,
                         lambda movers, rows, share=share: self._factors(movers, share, rows))
                     continue
                 before = self._tensors(clone=True)
                 executor.queue_epoch(layout, labels, epoch, self.lr, order=segment)
-                loss_sums[index] += self._aggregate(before, segment.numel() / order.numel(), executor.loss_sum)
+                loss_sums[index] += self._aggregate(before, share, executor.loss_sum)
         return (loss_sums / self._rows_over_ranks()).tolist()
 
     def _rows_over_ranks(self):
@@ -196,14 +201,8 @@ class DataParallelTrainer(Trainer):
         ranks synchronised at its end; the ranks' mean training loss."""
         before = self._tensors(clone=True)
         loss = self.executor.train_streamed_epoch(self.train_layout, self._block_labels, epoch, self.lr)
-        self._aggregate(before)
-        return self._mean_over_ranks(torch.tensor(loss * self.train_layout.n_rows, dtype=torch.float64))
-
-    def _mean_over_ranks(self, loss_sum):
-        """The ranks' mean loss per row from this rank's loss sum over its rows."""
-        total = self.ranks.all_reduce(torch.stack([loss_sum.to(self.device), torch.tensor(
-            float(self.train_layout.n_rows), dtype=torch.float64, device=self.device)]), in_place=True)
-        return float(total[0] / total[1])
+        loss_sum = torch.tensor([loss * self.train_layout.n_rows], device=self.device)
+        return float(self._aggregate(before, loss_sum=loss_sum)) / self._rows_over_ranks()
 
     def _sample_loss(self, labels):
         """The divergence guard's yardstick, the same on every rank: the ranks' mean."""
@@ -213,7 +212,7 @@ class DataParallelTrainer(Trainer):
         return float(self.ranks.all_reduce(torch.tensor([loss], dtype=torch.float64))[0]) / self.ranks.world
 
     def _sharded(self):
-        return self.tables in ("sharded", "hybrid") and self._has_state()
+        return self.sharded_tables and self._has_state()
 
     def _checkpoint_in_memory(self):
         """Sharded tables: each rank snapshots its own rows (ShardSnapshot), not the whole table."""

@@ -153,7 +153,7 @@ class ShardedExecutor:
         kernels' layout; training them leaves the matrix as it was)."""
         parts, start = {"params": {}, "states": {}}, 0
         for name, part, row in self._columns:
-            width = row[0] if row else 1
+            width = math.prod(row)
             parts[part][name] = table[:, start:start + width].reshape(-1, *row).clone(
                 memory_format=torch.contiguous_format)
             start += width
@@ -262,7 +262,7 @@ class ShardedExecutor:
         return dataclasses.replace(layout, edge_feature=edges, n_features=rows.numel())
 
     def _gathered(self, layout, chunks, training=False):
-        """The rows of the chunks: (rows, their values, the cold ones' route, the working layout), the
+        """The rows of the chunks: (their values, the cold ones' route, the working layout), the
         working executor's state made of the values (the replicated hot rows, then the gathered ones;
         inside assembled(), all of them from the whole state, with no route); training: checked to fit
         first (a segment of fewer rows is the cure)."""
@@ -276,7 +276,7 @@ class ShardedExecutor:
             values = torch.cat([self.hot_table, gathered])
         parts = self._unpack(values)
         self.working.state = ModelState(parts["params"], self.globals, parts["states"])
-        return rows, values, route, self._working_layout(layout, chunks, rows)
+        return values, route, self._working_layout(layout, chunks, rows)
 
     def _check_fits(self, rows):
         """An OptionError on every rank, before any allocation, when a segment's rows do not fit a
@@ -296,7 +296,7 @@ class ShardedExecutor:
         factors(movers, rows) gives what the summed changes of rows are multiplied by ({"rows": a float
         or a tensor of one per row, "global": a float}; movers: how many ranks changed each of the
         rows). Returns the ranks' summed loss of the segment (a device scalar)."""
-        rows, before, route, working_layout = self._gathered(layout, chunks, training=True)
+        before, route, working_layout = self._gathered(layout, chunks, training=True)
         globals_before = {k: v.clone() for k, v in self.globals.items()}
         self.working.queue_epoch(working_layout, labels, epoch, lr, chunks)
         change = self._pack(self.working.state) - before
@@ -305,7 +305,7 @@ class ShardedExecutor:
         movers = torch.zeros(self.table.shape[0], device=self.device).index_add_(0, asked, self._moved(changes))
         hot = change[:self.hot]
         flat = torch.cat([hot.reshape(-1), self._moved(hot),
-                          *(self.working.state.globals[k] - globals_before[k] for k in self.globals),
+                          *(self.globals[k] - globals_before[k] for k in self.globals),
                           self.working.loss_sum.reshape(1)])
         reduced = self.ranks.all_reduce(flat, in_place=True)
         hot_summed, hot_movers, global_changes = reduced[:hot.numel()].view_as(hot), \
@@ -326,7 +326,7 @@ class ShardedExecutor:
     def _moved(self, changes):
         """1 for each row whose first param changed (the rows a rank moved, as the replicated trainer
         counts them), else 0."""
-        first = self._columns[0][2][0] if self._columns[0][2] else 1
+        first = math.prod(self._columns[0][2])
         return (changes[:, :first] != 0).any(dim=1).float()
 
     def sample_loss(self, layout, labels, max_rows=4096):
