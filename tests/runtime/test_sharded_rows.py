@@ -121,7 +121,8 @@ def test_sharded_tables_train_as_replicated_ones(two_ranks, case, tables):
 @pytest.mark.parametrize(("backend", "tables"), [("reference", "sharded"), (KERNELS, "hybrid")])
 def test_one_rank_of_sharded_tables_is_a_plain_trainer(backend, tables):
     train, valid = _data()
-    options = {**OPTIONS, "backend": backend, "optimizer": "adagrad", "epochs": 2}
+    device = "cuda" if backend == "triton" else "cpu"
+    options = {**OPTIONS, "backend": backend, "device": device, "optimizer": "adagrad", "epochs": 2}
     plain = Trainer(zoo_model("fm", k=4), **options)
     plain_history = plain.fit(train, valid)
     sharded = DataParallelTrainer(zoo_model("fm", k=4), ranks=Ranks(), tables=tables, aggregation="adding",
