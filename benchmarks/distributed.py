@@ -7,7 +7,9 @@ other ranks waiting), then DataParallelTrainer over the ranks once for each aggr
 (alac.data_parallel), synchronised once an epoch, and with its tables sharded row-wise over the ranks
 (alac.runtime.sharded_rows, the sequential aggregation: each epoch's rows gathered by all-to-all and
 their changes sent back), all of them or the cold ones only (hybrid: the hot segment replicated, its
-changes all-reduced). Per arm `name`, `ranks`, `ms_per_epoch` (median), `val_logloss` per epoch,
+changes all-reduced). Per arm `name`, `ranks`, `ms_per_epoch` (the median of epochs queued back to
+back), `ms_per_epoch_validated` (the median with the validation set evaluated between epochs),
+`val_logloss` per epoch,
 `bytes_communicated` (per rank and epoch: a ring all-reduce's, or the rows an all-to-all sends to
 other ranks).
 
@@ -131,23 +133,30 @@ def flow_plan(model, device, seed):
 
 def flow_arm(name, model, plan, train, valid, args, ranks, alone=False, **options):
     """Epochs of a DataParallelTrainer over the ranks (alone: one rank's GPU, the others waiting), after
-    one epoch that compiles the kernels; ms per epoch (median), validation logloss per epoch, bytes
-    each rank sent per epoch."""
+    one epoch that compiles the kernels: queued back to back as `alac train` runs them with nothing
+    to evaluate between epochs (ms per epoch, the median epoch), then again with the validation set
+    evaluated after each epoch (its logloss per epoch, and the median epoch's time with a group of
+    one epoch's start and end in it); bytes each rank sent per epoch."""
     from alac.runtime.distributed import Ranks
 
     trained_by = Ranks() if alone else ranks
     common = dict(plan=plan, seed=args.seed, device=_device(ranks), ranks=trained_by)
     common.update(options)
     DataParallelTrainer(model, epochs=1, **common).fit(train)
+    queued = DataParallelTrainer(model, epochs=args.flow_epochs, **common).fit(train)
     sent = []          # bytes sent so far at each epoch's end
     trainer = DataParallelTrainer(model, epochs=args.flow_epochs, callbacks=[
         lambda _, record: sent.append(trained_by.traffic.bytes)], **common)
     if ranks.rank == 0:
         print(trainer.describe(), flush=True)
     history = trainer.fit(train, valid)
-    seconds = sorted(r["seconds"] for r in history)
+
+    def median_ms(records):
+        return 1e3 * sorted(r["seconds"] for r in records)[len(records) // 2]
+
     arm = {"name": name, "ranks": trained_by.world, "rows": train.n_rows, "epochs": len(history),
-           "ms_per_epoch": 1e3 * seconds[len(seconds) // 2], "epoch_seconds": [r["seconds"] for r in history],
+           "ms_per_epoch": median_ms(queued), "queued_epoch_seconds": [r["seconds"] for r in queued],
+           "ms_per_epoch_validated": median_ms(history), "epoch_seconds": [r["seconds"] for r in history],
            "val_logloss": [r["valid_logloss"] for r in history],
            # between epochs' ends: their all-reduces, not the feature counts' before the first
            "bytes_communicated": (sent[-1] - sent[0]) // max(1, len(sent) - 1),
@@ -155,7 +164,8 @@ def flow_arm(name, model, plan, train, valid, args, ranks, alone=False, **option
            "lr": common["lr"],
            "plan": plan.describe()}
     if ranks.rank == 0:
-        print(f"{name} {arm['rows']:,} rows: {arm['ms_per_epoch']:.2f} ms/epoch, val {arm['val_logloss']}", flush=True)
+        print(f"{name} {arm['rows']:,} rows: {arm['ms_per_epoch']:.2f} ms/epoch queued, "
+              f"{arm['ms_per_epoch_validated']:.2f} validated, val {arm['val_logloss']}", flush=True)
     del trainer
     torch.cuda.empty_cache()
     return arm
@@ -192,6 +202,12 @@ def _barrier(ranks):
         torch.distributed.barrier()
 
 
+def _validated_speedup(alone, ranked):
+    if "ms_per_epoch_validated" not in alone:
+        return "-"
+    return f"{alone['ms_per_epoch_validated'] / ranked['ms_per_epoch_validated']:.2f}×"
+
+
 def tables(payload):
     """The flow arms a row per set and model (one GPU against the ranks' aggregations), the SCD arms."""
     text, arms = "", payload["arms"]
@@ -211,11 +227,12 @@ def tables(payload):
                                     for a in ("sequential", "rows", "averaging", "adding"))]
             rows.append([f"{size:,}", model, alone.get("lr", "-"), f"{alone['ms_per_epoch']:.1f}",
                          f"{ranked['ms_per_epoch']:.1f}",
-                         f"{alone['ms_per_epoch'] / ranked['ms_per_epoch']:.2f}×", f"{alone['val_logloss'][-1]:.4f}",
+                         f"{alone['ms_per_epoch'] / ranked['ms_per_epoch']:.2f}×", _validated_speedup(alone, ranked),
+                         f"{alone['val_logloss'][-1]:.4f}",
                          *deltas, f"{ranked['bytes_communicated'] / 1e6:.1f}"])
         text += table(["rows", "model", "lr", "1 GPU ms / epoch", f"{ranks} GPUs ({shown})", "speed-up",
-                       "1 GPU val logloss", "Δ sequential", "Δ rows", "Δ averaging", "Δ adding",
-                       "MB sent / epoch / rank"], rows)
+                       "speed-up, validating each epoch", "1 GPU val logloss", "Δ sequential", "Δ rows",
+                       "Δ averaging", "Δ adding", "MB sent / epoch / rank"], rows)
         # the tables' placements over the ranks (sequential aggregation), where a run has them
         placed = [(size, model, tables, found) for size, model in dict.fromkeys(
             (a["rows"], a["name"].split("_")[1]) for a in flow) for tables in ("sequential", "sharded", "hybrid")

@@ -69,8 +69,11 @@ def _run_rank(rank, world, store, out):
         hybrid = DataParallelTrainer(_model("fm"), ranks=ranks, tables="hybrid", sync_every=auto.sync_every,
                                      optimizer="adagrad", epochs=1, **OPTIONS)
         hybrid.fit(train, valid)
+        fits = DataParallelTrainer(_model("lr"), ranks=ranks, epochs=1, **OPTIONS)
+        fits.fit(train)
         results["auto"] = {"tables": auto.tables, "sync_every": auto.sync_every, "lines": auto.placement.lines(),
-                           "params": auto.parameters(), "hybrid": hybrid.parameters()}
+                           "params": auto.parameters(), "hybrid": hybrid.parameters(),
+                           "fits": (fits.tables, fits.placement.lines())}
         torch.save(results, f"{out}/{rank}.pt")
 
 
@@ -181,6 +184,10 @@ def test_rows_over_the_budget_choose_hybrid_tables_with_segments_that_fit(two_ra
         assert auto["lines"][1].startswith(f"sync every = {auto['sync_every']} batches")
         for name, values in auto["hybrid"][0].items():
             assert auto["params"][0][name] == pytest.approx(values, rel=1e-6, abs=1e-7), name
+        # rows that fit are replicated, the measured reason given
+        tables, lines = auto["fits"]
+        assert tables == "replicated"
+        assert any(line.startswith("tables = replicated over 2 ranks: every row fits") for line in lines)
 
 
 def test_expected_rows_and_segment_batches_against_closed_forms():
