@@ -194,6 +194,14 @@ class DataParallelTrainer(Trainer):
                 loss_sums[index] += self._aggregate(before, share, executor.loss_sum)
         return (loss_sums / self._rows_over_ranks()).tolist()
 
+    def _group_size(self, grouped, remaining, seconds):
+        """Trainer's, the ranks' smallest: each rank measures its own epochs, and a group's end holds
+        collectives (sharded tables' finiteness check) that every rank must reach together."""
+        count = super()._group_size(grouped, remaining, seconds)
+        if self.ranks.world == 1 or not grouped or seconds is None:
+            return count
+        return -int(self.ranks.all_reduce(torch.tensor([-count], device=self.device), op="max")[0])
+
     def _rows_over_ranks(self):
         """The rows the ranks train together (one all-reduce per training layout)."""
         if self._rows is None or self._rows[0] is not self.train_layout:

@@ -16,7 +16,7 @@ from alac.plan import Plan
 from alac.runtime.distributed import Ranks, init_ranks
 from alac.runtime.planner import layout_bytes
 from alac.runtime.sharded_rows import RowShards, ShardSnapshot, expected_rows, segment_batches
-from alac.train import Trainer, TrainingDiverged
+from alac.train import QUEUE_SECONDS, Trainer, TrainingDiverged
 from tests.two_ranks import gloo_group, spawned
 
 # the generated kernels: compiled on a GPU, Triton's interpreter without one
@@ -71,6 +71,8 @@ def _run_rank(rank, world, store, out):
         hybrid.fit(train, valid)
         fits = DataParallelTrainer(_model("lr"), ranks=ranks, epochs=1, **OPTIONS)
         fits.fit(train)
+        # epochs measured apart: one rank's 1 ms would queue many more than the other's 200 ms
+        results["group_size"] = fits._group_size(True, 50, 1e-3 if rank == 0 else 0.2)
         results["auto"] = {"tables": auto.tables, "sync_every": auto.sync_every, "lines": auto.placement.lines(),
                            "params": auto.parameters(), "hybrid": hybrid.parameters(),
                            "fits": (fits.tables, fits.placement.lines())}
@@ -188,6 +190,13 @@ def test_rows_over_the_budget_choose_hybrid_tables_with_segments_that_fit(two_ra
         tables, lines = auto["fits"]
         assert tables == "replicated"
         assert any(line.startswith("tables = replicated over 2 ranks: every row fits") for line in lines)
+
+
+def test_ranks_queue_as_many_epochs_whatever_each_measured(two_ranks):
+    """A group's end holds collectives (sharded tables' finiteness check): ranks that queued groups of
+    different sizes would wait in different collectives."""
+    first, second = two_ranks
+    assert first["group_size"] == second["group_size"] == max(1, int(QUEUE_SECONDS / 0.2))
 
 
 def test_expected_rows_and_segment_batches_against_closed_forms():
