@@ -33,7 +33,7 @@ AGGREGATIONS = ("sequential", "rows", "adding", "averaging")
 TABLES = ("auto", "replicated", "sharded", "hybrid")
 # why auto replicates tables that fit: 2 x H200, benchmarks/distributed.py, 4M and 64M rows, LR and FM k = 16
 REPLICATED_WHY = ("every row fits each rank's GPU: replicated tables synchronised by one all-reduce trained "
-                  "1.2-3.5x faster than sharded or hybrid ones, whose segments gather and return rows by all-to-alls")
+                  "1.2-2.7x faster than sharded or hybrid ones, whose segments gather and return rows by all-to-alls")
 
 
 class DataParallelTrainer(Trainer):

@@ -417,9 +417,11 @@ SECTIONS = [
      "with --parts criteo --epochs 30",
      scd_table),
     ("distributed", "Several GPUs: data-parallel flow training and CoCoA SCD",
-     "Async flow LR and FM k = 16 on the synthetic Criteo-shaped sets, 5 epochs at lr 2 with the cost model's "
-     "plan, on one GPU (the other waiting) and on the ranks, each its share of the rows, the parameters' changes "
-     "all-reduced once an epoch: time, speed-up and traffic of the default aggregation (sequential: each row's "
+     "Async flow LR and FM k = 16 on the synthetic Criteo-shaped sets, 5 epochs (LR at lr 2, FM at 0.5) with the "
+     "cost model's plan, on one GPU (the other waiting) and on the ranks, each its share of the rows, the "
+     "parameters' changes all-reduced once an epoch: time (the median of epochs queued back to back, and the "
+     "speed-up with the validation set evaluated after each epoch), speed-up and traffic of the default "
+     "aggregation (sequential: each row's "
      "summed changes scaled to what sequential SGD would make of them), Δ the validation logloss against one "
      "GPU's after the same epochs, per aggregation (rows: each feature row's changes averaged over the ranks "
      "that changed it); the tables replicated, sharded row-wise over the ranks (alac.runtime.sharded_rows) "
