@@ -118,6 +118,8 @@ def _inspect(args):
                             f"random {choice.costs.random_ns:.4f} ns per 4-byte access, copy "
                             f"{choice.costs.copy_gb_per_s:.0f} GB/s")
         planning += [f"# plan {decision} = {value}: {why}" for decision, value, why in choice.reasons]
+        if plan.semantics == "async":
+            planning.append(f"# {_roofline(ir, plan, layout)}")
     generated = generate_kernels(ir, plan)
     graph = build_stage_graph(ir)
     print(f"# IR {ir.hash}  (passes: trace, {', '.join(name for name, _ in PASSES)})")
@@ -141,6 +143,17 @@ def _inspect(args):
         print(f"# wrote {path}: python {path} trains and times these kernels (edits included) on synthetic data")
     print("\n" + generated.source)
     return 0
+
+
+def _roofline(ir, plan, layout):
+    """The async epoch's accesses and, on a GPU, the floor its flat kernels measure."""
+    from alac.runtime.roofline import epoch_accesses, measure_floor
+    from alac.runtime.schedule import async_programs
+
+    accesses = epoch_accesses(ir, layout, plan.hot_size)
+    if layout.device.type != "cuda":
+        return accesses.line() + " (the floor is measured on a GPU)"
+    return accesses.line(measure_floor(accesses, layout, plan.hot_size, async_programs(plan, layout)))
 
 
 def _placement(args, ir, dataset, layout, plan):

@@ -8,6 +8,7 @@ of the same data, in one process.
 Per edge, an async epoch gathers the edge's params and adds its change to them atomically; with a
 hot segment, hot edges (re-indexed id < H) add into their program's own sums instead (flushed
 later; the flushes are left out here, 3 % of the LR epoch in async_breakdown). The flat kernels
+(alac.runtime.roofline.edge_traffic)
 make those accesses alone and in the kernel's combinations, for LR's w (one float per feature) and
 FM's v (K floats per feature, the generated kernel's 16-byte vector loads and atomics), and, to
 show why the updates are atomic, plain stores of the read-modify-written value (lock-free Hogwild
@@ -24,64 +25,22 @@ import statistics
 import sys
 from pathlib import Path
 
-import triton
-import triton.language as tl
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from alac.runtime.roofline import (
+    ATOMIC_ALL,
+    ATOMIC_COLD,
+    ATOMIC_HOT,
+    ATOMIC_SPLIT,
+    NO_UPDATE,
+    STORE_COLD,
+    run_traffic,
+)
 from alac.runtime.timing import gpu_milliseconds
 from benchmarks.report import environment, table, write
 
-# Param values (edges x K) per flat program. Chosen on H100 (4M x 39 set, scratch probes): LR at
-# 512 and 2048 edges within 3 % (gather 0.35 / 0.38 ms, gather + the hot split 4.00 / 4.01 ms);
-# FM k = 16's gather + split 5.57 ms at 64 edges, 5.87 at 256, 6.76 at 512. 1024 values is FM's
-# best (64 edges of 16) and inside LR's flat range.
-VALUES_PER_PROGRAM = 1024
-
-
-def edges_per_program(factor):
-    return max(1, VALUES_PER_PROGRAM // factor)
-
-
 # launches timed per traffic kind (median), after one warm-up
 REPEATS = 7
-
-# What a flat kernel does at each edge's param row (`UPDATE`).
-NO_UPDATE, ATOMIC_ALL, ATOMIC_COLD, ATOMIC_HOT, ATOMIC_SPLIT, STORE_COLD = range(6)
-
-
-@triton.jit
-def edge_traffic(feature_ptr, param_ptr, hot_sums_ptr, gathered_ptr, n_edges, hot_size, copies, scale,
-                 K: tl.constexpr, GATHER: tl.constexpr, UPDATE: tl.constexpr, BLOCK: tl.constexpr):
-    """Each edge's [K] param row: gathered (GATHER; the sum of what a program gathered goes to
-    gathered_ptr[pid], so nothing is dead code), and updated per UPDATE: 1 an atomic addition into
-    the params at every edge; 2 cold edges only; 3 hot edges only, into the program's copy
-    (pid % copies) of the [H, K] hot sums; 4 both (the async kernel's split); 5 a plain store of the
-    gathered value, changed, at cold edges. The value added is the gathered one (times `scale` into
-    the params: the benchmark's 1e-12 keeps them near their start), or 1 without a gather."""
-    pid = tl.program_id(0)
-    edge = pid.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    feature = tl.load(feature_ptr + edge, mask=edge < n_edges, other=-1)
-    present = feature >= 0
-    feature = tl.where(present, feature, 0).to(tl.int64)
-    lanes = tl.arange(0, K)[None, :]
-    row = param_ptr + feature[:, None] * K + lanes
-    if GATHER:
-        value = tl.load(row, mask=present[:, None], other=0.0)
-        tl.store(gathered_ptr + pid, tl.sum(tl.sum(value, axis=1), axis=0))
-    else:
-        value = tl.full([BLOCK, K], 1.0, tl.float32)
-    hot = present & (feature < hot_size)
-    cold = present & ~hot
-    if UPDATE == 1:
-        tl.atomic_add(row, value * scale, mask=present[:, None], sem="relaxed")
-    if (UPDATE == 2) | (UPDATE == 4):
-        tl.atomic_add(row, value * scale, mask=cold[:, None], sem="relaxed")
-    if (UPDATE == 3) | (UPDATE == 4):
-        sums = hot_sums_ptr + ((pid % copies).to(tl.int64) * hot_size + feature)[:, None] * K + lanes
-        tl.atomic_add(sums, value, mask=hot[:, None], sem="relaxed")
-    if UPDATE == 5:
-        tl.store(row, value * 0.999, mask=cold[:, None])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -106,19 +65,6 @@ TRAFFIC = (
 )
 
 
-def run_traffic(traffic, edge_feature, params, hot_sums, hot_size, copies, scale=1e-12):
-    """One launch of the flat kernel over every edge; returns what the programs gathered."""
-    import torch
-
-    block = edges_per_program(traffic.factor)
-    programs = triton.cdiv(edge_feature.numel(), block)
-    gathered = torch.zeros(programs, dtype=torch.float32, device=edge_feature.device)
-    edge_traffic[(programs,)](edge_feature, params, hot_sums, gathered, edge_feature.numel(), hot_size, copies, scale,
-                              K=traffic.factor, GATHER=traffic.gather, UPDATE=traffic.update,
-                              BLOCK=block, num_warps=4)
-    return gathered
-
-
 def measure_traffic(train, plan, model, factor, hot_size):
     """The TRAFFIC rows of a model (LR: w, factor 1; FM: v, factor k) on the plan's layout of train,
     with as many copies of the hot sums as the plan's async programs."""
@@ -137,7 +83,8 @@ def measure_traffic(train, plan, model, factor, hot_size):
             continue
         traffic = dataclasses.replace(traffic, factor=factor)
         milliseconds, _ = gpu_milliseconds(
-            lambda: run_traffic(traffic, layout.edge_feature, params, hot_sums, hot_size, copies), REPEATS)
+            lambda: run_traffic(layout.edge_feature, params, hot_sums, hot_size, copies, traffic.factor,
+                                traffic.gather, traffic.update), REPEATS)
         rows.append({"model": model, "traffic": traffic.name, "factor": factor, "hot_size": hot_size, "copies": copies,
                      "ms": milliseconds, "gaccesses_per_s": layout.edge_feature.numel() / milliseconds / 1e6})
         print(f"{milliseconds:8.3f} ms  {model}: {traffic.name}", flush=True)

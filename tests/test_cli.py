@@ -108,6 +108,11 @@ def test_inspect_with_data_prints_the_plan_and_its_reasons(shared_data, capsys):
     out = capsys.readouterr().out
     assert "#   rows: 26,773" in out and "# plan chunk_size = 32" in out and "# plan hot_size =" in out
     assert "semantics=async" in out and "one persistent" in out and "def alac_lr_" in out
+    # the roofline: every non-zero an edge of the epoch, each reading and changing LR's one float
+    nnz = next(line for line in out.splitlines() if line.startswith("#   non-zeros: ")).split(": ")[1]
+    roofline = next(line for line in out.splitlines() if line.startswith("# roofline: "))
+    assert roofline.startswith(f"# roofline: {nnz} edges an epoch") and "reading and changing 1 float (w 1)" in roofline
+    assert ("floor (flat kernels of these accesses)" in roofline) == torch.cuda.is_available()
 
 
 def _run_alac(*args, env_extra=None):
