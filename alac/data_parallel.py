@@ -38,7 +38,7 @@ REPLICATED_WHY = ("every row fits each rank's GPU: replicated tables synchronise
 
 class DataParallelTrainer(Trainer):
     def __init__(self, model, ranks=None, sync_every=None, aggregation="sequential", curvature=0.25,
-                 tables="auto", **options):
+                 tables="auto", data="whole", **options):
         """Trainer's options; ranks: alac.runtime.distributed.Ranks (default init_ranks()); sync_every:
         batches between synchronisations (None: once an epoch); aggregation: "sequential", "rows",
         "adding" or "averaging" of the ranks' changes (the module's docstring), curvature the loss's
@@ -48,13 +48,18 @@ class DataParallelTrainer(Trainer):
         the rows fit the plan's GPU budget for them, else hybrid, synchronised every segment_batches
         batches unless sync_every says); sharded and hybrid tables' whole state, as checkpoints and
         parameters() read it, is assembled by every rank together.
-        fit(train, ...) takes the whole training set on every rank and trains this rank's share of its
-        rows (contiguous, as torch.tensor_split cuts them)."""
+        data: "whole" (fit(train, ...) takes the whole training set on every rank and trains this
+        rank's share of its rows, contiguous, as torch.tensor_split cuts them) or "own" (each rank's
+        fit gets its own rows, as DistributedSampler hands DDP ranks theirs: a set too large for one
+        process is made or read by each rank in its part)."""
         ranks = ranks or init_ranks()
         if aggregation not in AGGREGATIONS:
             raise OptionError(f"aggregation is one of {', '.join(AGGREGATIONS)}, got {aggregation!r}")
         if tables not in TABLES:
             raise OptionError(f"tables are one of {', '.join(TABLES)}, got {tables!r}")
+        if data not in ("whole", "own"):
+            raise OptionError(f"data is \"whole\" (every rank gets the whole set) or \"own\" (each its own rows), "
+                              f"got {data!r}")
         if sync_every is not None and (not isinstance(sync_every, int) or sync_every < 1):
             raise OptionError(f"sync_every is a number of batches >= 1 (or None: once an epoch), got {sync_every!r}")
         if ranks.world > 1 and ranks.backend == "nccl" and "device" not in options:
@@ -64,7 +69,7 @@ class DataParallelTrainer(Trainer):
             raise OptionError("data-parallel training keeps every parameter on each rank's GPU: host_params is "
                               "for one rank")
         self.ranks, self.sync_every, self.aggregation, self.curvature = ranks, sync_every, aggregation, curvature
-        self.tables = tables
+        self.tables, self.data = tables, data
         if tables in ("sharded", "hybrid"):
             self.executor = ShardedExecutor(self.executor, ranks, replicate_hot=tables == "hybrid")
         # (training set, this rank's share of its rows): held, so that the identity test stays sound
@@ -80,19 +85,20 @@ class DataParallelTrainer(Trainer):
         """The run's first line: the ranks and how their parameters are synchronised."""
         if self.ranks.world == 1:
             return f"alac: {self.ranks.describe()} trains"
+        share = "its own rows" if self.data == "own" else "its share of the rows"
         every = "every epoch" if self.sync_every is None else f"every {self.sync_every} batches"
         how = {"rows": "each row's mean over the ranks that changed it", "adding": "their sum",
                "averaging": "their mean",
                "sequential": "each row's sum scaled to sequential SGD's change on a quadratic model"}[self.aggregation]
         if self.sharded_tables:
             hot = "; the hot segment replicated, its changes all-reduced" if self.executor.replicate_hot else ""
-            return (f"alac: {self.ranks.describe()} train, each its share of the rows; the tables sharded "
+            return (f"alac: {self.ranks.describe()} train, each {share}; the tables sharded "
                     f"row-wise over the ranks, each segment's rows gathered from their owners and their changes "
                     f"sent back {every} by all-to-alls ({how}){hot}")
         # auto is settled once the data is laid out: this says what it may become
         unsettled = "; the tables replicated, or hybrid where the rows exceed the GPU budget for them" \
             if self.tables == "auto" else ""
-        return (f"alac: {self.ranks.describe()} train, each its share of the rows; parameters and optimizer "
+        return (f"alac: {self.ranks.describe()} train, each {share}; parameters and optimizer "
                 f"state synchronised {every} by an all-reduce of their changes ({how}){unsettled}")
 
     @property
@@ -113,14 +119,18 @@ class DataParallelTrainer(Trainer):
         if not hasattr(train, "take"):
             # a block store: its order is the whole data's; every rank trains its part of the blocks
             prepared = super().prepare(train)
-            if self.train_layout.part is None:
+            if self.train_layout.part is None and self.data == "whole":
                 self.train_layout.take_part(self.ranks.rank, self.ranks.world)
             return prepared
         if self._share is not None and self._share[0] is train:
             share = self._share[1]
         else:
-            rows = torch.arange(train.n_rows, device=train.device).tensor_split(self.ranks.world)[self.ranks.rank]
-            share = train.take(rows)
+            if self.data == "own":
+                self._check_same_features(train)
+                share = train
+            else:
+                rows = torch.arange(train.n_rows, device=train.device).tensor_split(self.ranks.world)[self.ranks.rank]
+                share = train.take(rows)
             if self.feature_order is None:
                 counts = torch.bincount(share.indices.to(self.device).long(), minlength=share.n_features)
                 _, new_to_old, _ = order_by_frequency(self.ranks.all_reduce(counts))
@@ -132,6 +142,16 @@ class DataParallelTrainer(Trainer):
                               "placement): each rank holds every row with replicated tables; tables=\"sharded\" "
                               "or \"hybrid\" splits them over the ranks")
         return prepared
+
+    def _check_same_features(self, share):
+        """Ranks given their own rows must declare as many features (their counts are all-reduced,
+        their rows indexed alike): an OptionError on every rank otherwise."""
+        widths = self.ranks.all_reduce(torch.tensor([share.n_features, -share.n_features], device=self.device),
+                                       op="max")
+        most, fewest = int(widths[0]), -int(widths[1])
+        if most != fewest:
+            raise OptionError(f"the ranks' own rows declare between {fewest:,} and {most:,} features (this rank's: "
+                              f"{share.n_features:,}): every rank's rows must index one feature space")
 
     def _place_params(self, train, streamed):
         """tables="auto" over several ranks: replicated where every row fits the GPU budget for them,

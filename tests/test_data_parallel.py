@@ -2,6 +2,7 @@
 Trainers, each trained on one rank's share from the same start, their changes added or averaged by
 hand; one rank against Trainer itself."""
 
+import dataclasses
 import math
 
 import numpy as np
@@ -55,6 +56,18 @@ def _run_rank(rank, world, store, out):
             history = trainer.fit(train, valid)
             results.append({"params": trainer.parameters(), "history": history, "first_line": trainer.describe(),
                             "order": trainer.feature_order})
+        # each rank handed its own half, as DistributedSampler hands DDP ranks theirs
+        own = DataParallelTrainer(_model("lr"), ranks=init_ranks(), aggregation="adding", data="own", epochs=1,
+                                  **OPTIONS)
+        own.fit(train.take(torch.arange(800 * rank, 800 * rank + 800)), valid)
+        mismatched = DataParallelTrainer(_model("lr"), ranks=init_ranks(), data="own", epochs=1, **OPTIONS)
+        wider = dataclasses.replace(train, n_features=train.n_features + rank)
+        try:
+            mismatched.fit(wider)
+            refused = None
+        except OptionError as error:
+            refused = str(error)
+        results.append({"params": own.parameters(), "first_line": own.describe(), "refused": refused})
         streamed = DataParallelTrainer(_model("lr"), ranks=init_ranks(), aggregation="adding", epochs=1, **STREAMED)
         streamed.fit(train)
         results.append({"params": streamed.parameters(), "order": streamed.feature_order,
@@ -159,6 +172,19 @@ def test_frequent_synchronisations_keep_the_ranks_equal_and_learning(two_ranks):
                                    "their changes (their sum)")
 
 
+def test_ranks_given_their_own_rows_train_as_ranks_given_the_whole_set(two_ranks):
+    for index, rank in enumerate(two_ranks):
+        whole, own = rank[0], rank[len(CASES)]
+        for key, value in whole["params"][0].items():
+            assert torch.equal(torch.as_tensor(own["params"][0][key]), torch.as_tensor(value)), key
+        assert own["first_line"].startswith("alac: 2 ranks (gloo, this one rank ") and \
+            " train, each its own rows; " in own["first_line"]
+        # one feature space: ranks whose rows declare different ones stop together, before training
+        n = _data()[0].n_features
+        assert own["refused"] == (f"the ranks' own rows declare between {n:,} and {n + 1:,} features (this rank's: "
+                                  f"{n + index:,}): every rank's rows must index one feature space")
+
+
 @pytest.mark.parametrize("name", ["lr", "fm"])
 def test_one_rank_is_the_trainer(name):
     train, valid = _data()
@@ -180,7 +206,7 @@ def test_bad_options_are_refused():
 
 
 def test_an_estimator_fits_over_the_ranks_as_over_one(two_ranks):
-    first, second = (rank[len(CASES) + 3] for rank in two_ranks)
+    first, second = (rank[len(CASES) + 4] for rank in two_ranks)
     np.testing.assert_array_equal(first["coef"], second["coef"])
     X, y = _held_out()
     alone = LogisticRegression(learning_rate=0.5, epochs=3, optimizer="sgd", early_stopping=False,
@@ -195,7 +221,7 @@ def _train_arrays():
 
 
 def test_a_checkpoint_of_one_process_resumes_on_two_ranks(two_ranks):
-    first, second = (rank[len(CASES) + 2] for rank in two_ranks)
+    first, second = (rank[len(CASES) + 3] for rank in two_ranks)
     assert first["kind"] == "DataParallelTrainer" and first["epoch"] == second["epoch"] == 2
     for key, value in first["params"][0].items():
         np.testing.assert_array_equal(value, second["params"][0][key])
@@ -221,7 +247,7 @@ def test_the_sequential_factor_is_sequential_sgd_on_a_quadratic():
 
 
 def test_shares_over_the_gpu_budget_stream_and_add_up_as_streamed_shares_do(two_ranks):
-    first, second = (rank[len(CASES)] for rank in two_ranks)
+    first, second = (rank[len(CASES) + 1] for rank in two_ranks)
     assert first["streamed"] == "StreamedLayout"
     expected = _by_hand("lr", "adding", "sgd", first["order"], STREAMED)
     for rank in (first, second):
@@ -231,7 +257,7 @@ def test_shares_over_the_gpu_budget_stream_and_add_up_as_streamed_shares_do(two_
 
 
 def test_a_block_store_on_disk_trains_each_rank_its_part_of_the_blocks(two_ranks, tmp_path):
-    first, second = (rank[len(CASES) + 1] for rank in two_ranks)
+    first, second = (rank[len(CASES) + 2] for rank in two_ranks)
     assert sorted(first["blocks"] + second["blocks"]) == list(range(len(first["blocks"]) + len(second["blocks"])))
     assert set(first["blocks"]).isdisjoint(second["blocks"]) and len(first["blocks"]) > 1
     # by hand: each part's epoch by a plain Trainer from the same start, the changes added
