@@ -1,5 +1,7 @@
 """Several GPUs through torch.distributed (alac.runtime.distributed); run under torchrun:
-`PYTHONPATH=. torchrun --nproc-per-node 2 benchmarks/distributed.py [--parts flow,scd]`.
+`PYTHONPATH=. torchrun --nproc-per-node 2 benchmarks/distributed.py [--parts flow,scd]`;
+a scaling run: `torchrun --nproc-per-node 4 benchmarks/distributed.py --gpus 2 --own-rows
+--flow-rows 256000000` (the first 1, 2 and 4 ranks, each making only its share of the rows).
 
 The flow part: async LR and FM k = 16 on the synthetic Criteo-shaped sets (`--flow-rows`, 4M and 64M
 rows), `--flow-epochs` at `--lr` (LR) and `--fm-lr` (FM) with the cost model's plan: one GPU (the
@@ -38,7 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from alac.data.synthetic import criteo_like
 from alac.data_parallel import DataParallelTrainer
-from alac.runtime.distributed import gloo_ranks, init_ranks
+from alac.runtime.distributed import first_ranks, gloo_ranks, init_ranks
 from alac.runtime.scd import ScdSolver
 from alac.runtime.scd_distributed import DistributedScdSolver
 from benchmarks.render import table
@@ -131,30 +133,28 @@ def flow_plan(model, device, seed):
     return plan_for(layout, lower(model), "async", 1024, base, device=device.type).plan
 
 
-def flow_arm(name, model, plan, train, valid, args, ranks, alone=False, **options):
-    """Epochs of a DataParallelTrainer over the ranks (alone: one rank's GPU, the others waiting), after
-    one epoch that compiles the kernels: queued back to back as `alac train` runs them with nothing
-    to evaluate between epochs (ms per epoch, the median epoch), then again with the validation set
-    evaluated after each epoch (its logloss per epoch, and the median epoch's time with a group of
-    one epoch's start and end in it); bytes each rank sent per epoch."""
-    from alac.runtime.distributed import Ranks
-
-    trained_by = Ranks() if alone else ranks
-    common = dict(plan=plan, seed=args.seed, device=_device(ranks), ranks=trained_by)
+def flow_arm(name, model, plan, train, valid, args, trained_by, rows, **options):
+    """Epochs of a DataParallelTrainer over trained_by (one rank's GPU alone, or the first W of the
+    launched ranks: alac.runtime.distributed.first_ranks), after one epoch that compiles the
+    kernels: queued back to back as `alac train` runs them with nothing to evaluate between epochs
+    (ms per epoch, the median epoch), then again with the validation set evaluated after each epoch
+    (its logloss per epoch, and the median epoch's time with a group of one epoch's start and end in
+    it); bytes each rank sent per epoch. rows: the whole set's (train may be this rank's share)."""
+    common = dict(plan=plan, seed=args.seed, device=_device(trained_by), ranks=trained_by)
     common.update(options)
     DataParallelTrainer(model, epochs=1, **common).fit(train)
     queued = DataParallelTrainer(model, epochs=args.flow_epochs, **common).fit(train)
     sent = []          # bytes sent so far at each epoch's end
     trainer = DataParallelTrainer(model, epochs=args.flow_epochs, callbacks=[
         lambda _, record: sent.append(trained_by.traffic.bytes)], **common)
-    if ranks.rank == 0:
+    if trained_by.rank == 0:
         print(trainer.describe(), flush=True)
     history = trainer.fit(train, valid)
 
     def median_ms(records):
         return 1e3 * sorted(r["seconds"] for r in records)[len(records) // 2]
 
-    arm = {"name": name, "ranks": trained_by.world, "rows": train.n_rows, "epochs": len(history),
+    arm = {"name": name, "ranks": trained_by.world, "rows": rows, "epochs": len(history),
            "ms_per_epoch": median_ms(queued), "queued_epoch_seconds": [r["seconds"] for r in queued],
            "ms_per_epoch_validated": median_ms(history), "epoch_seconds": [r["seconds"] for r in history],
            "val_logloss": [r["valid_logloss"] for r in history],
@@ -163,7 +163,7 @@ def flow_arm(name, model, plan, train, valid, args, ranks, alone=False, **option
            "sync_every": options.get("sync_every"), "aggregation": trainer.aggregation, "tables": trainer.tables,
            "lr": common["lr"],
            "plan": plan.describe()}
-    if ranks.rank == 0:
+    if trained_by.rank == 0:
         print(f"{name} {arm['rows']:,} rows: {arm['ms_per_epoch']:.2f} ms/epoch queued, "
               f"{arm['ms_per_epoch_validated']:.2f} validated, val {arm['val_logloss']}", flush=True)
     del trainer
@@ -172,29 +172,72 @@ def flow_arm(name, model, plan, train, valid, args, ranks, alone=False, **option
 
 
 def flow_part(args, ranks):
-    """LR and FM k = 16 on the synthetic Criteo-shaped sets: one GPU, then the ranks."""
+    """LR and FM k = 16 on the synthetic Criteo-shaped sets: one GPU, the first W ranks for each W of
+    --gpus (the sequential aggregation), and all of them with every aggregation and placement."""
     from alac.models import zoo_model
 
     arms = []
     device = _device(ranks)
     models = [(label, model, flow_plan(model, device, args.seed), lr)
               for label, model, lr in (("lr", zoo_model("lr"), args.lr), ("fm16", zoo_model("fm", k=16), args.fm_lr))]
+    # every rank makes every group together (torch.distributed.new_group)
+    groups = {world: first_ranks(ranks, world) for world in sorted({1, ranks.world, *args.gpus})}
+    data = "own" if args.own_rows else "whole"
     for rows in args.flow_rows:
-        train = criteo_like(rows, seed=args.seed, device=device)
         valid = criteo_like(args.valid_rows, seed=args.seed, device=device, first_row=rows)
-        for label, model, plan, lr in models:
-            if ranks.rank == 0:
-                arms.append(flow_arm(f"flow_{label}_1gpu", model, plan, train, valid, args, ranks, alone=True, lr=lr))
+        whole = None if args.own_rows else criteo_like(rows, seed=args.seed, device=device)
+        for world, trained_by in groups.items():
+            if trained_by is not None:
+                train = whole if whole is not None else share_rows(rows, world, trained_by.rank, args.seed, device)
+                for label, model, plan, lr in models:
+                    arms += flow_arms(f"flow_{label}_{world}gpu", model, plan, train, valid, args, trained_by,
+                                      every=world == ranks.world, rows=rows, lr=lr, data=data)
+                del train
+                torch.cuda.empty_cache()
             _barrier(ranks)
-            for aggregation in ("sequential", "rows", "adding", "averaging"):
-                arms.append(flow_arm(f"flow_{label}_{ranks.world}gpu_{aggregation}", model, plan, train, valid,
-                                     args, ranks, aggregation=aggregation, lr=lr))
-            for tables in ("sharded", "hybrid"):
-                arms.append(flow_arm(f"flow_{label}_{ranks.world}gpu_{tables}", model, plan, train, valid, args,
-                                     ranks, aggregation="sequential", tables=tables, lr=lr))
-        del train, valid
+        del whole, valid
         torch.cuda.empty_cache()
     return arms
+
+
+def flow_arms(name, model, plan, train, valid, args, trained_by, every, **options):
+    """One GPU's arm (name ..._1gpu), or the ranks' with the sequential aggregation, and where every,
+    with each other aggregation and with sharded and hybrid tables."""
+    if trained_by.world == 1:
+        return [flow_arm(name, model, plan, train, valid, args, trained_by, **options)]
+    arms = []
+    for aggregation in ("sequential", "rows", "adding", "averaging") if every else ("sequential",):
+        arms.append(flow_arm(f"{name}_{aggregation}", model, plan, train, valid, args, trained_by,
+                             aggregation=aggregation, **options))
+    for tables in ("sharded", "hybrid") if every else ():
+        arms.append(flow_arm(f"{name}_{tables}", model, plan, train, valid, args, trained_by,
+                             aggregation="sequential", tables=tables, **options))
+    return arms
+
+
+def share_rows(rows, world, rank, seed, device, piece_rows=1 << 24):
+    """Rank `rank`'s contiguous share of the first `rows` synthetic rows (as torch.tensor_split cuts
+    them), each rank making only its own: made piece by piece on the device into tensors of the
+    share's size, without field ids (LR and FM read none; they would double an edge's bytes)."""
+    from alac.data.dataset import SparseDataset
+
+    counts = [rows // world + (r < rows % world) for r in range(world)]
+    first, count = sum(counts[:rank]), counts[rank]
+    indptr = torch.zeros(count + 1, dtype=torch.int64, device=device)
+    indices, labels = None, torch.empty(count, dtype=torch.float32, device=device)
+    for start in range(0, count, piece_rows):
+        piece = criteo_like(min(piece_rows, count - start), seed=seed, device=device, first_row=first + start)
+        if indices is None:
+            # one-hot rows: a field an entry, as many entries in every row
+            per_row = piece.nnz // piece.n_rows
+            indices = torch.empty(count * per_row, dtype=piece.indices.dtype, device=device)
+            n_features = piece.n_features
+        offset = start * per_row
+        indices[offset:offset + piece.nnz] = piece.indices
+        indptr[start + 1:start + piece.n_rows + 1] = piece.indptr[1:] + offset
+        labels[start:start + piece.n_rows] = piece.labels
+        del piece
+    return SparseDataset(indptr, indices, None, labels, n_features)
 
 
 def _barrier(ranks):
@@ -206,6 +249,26 @@ def _validated_speedup(alone, ranked):
     if "ms_per_epoch_validated" not in alone:
         return "-"
     return f"{alone['ms_per_epoch_validated'] / ranked['ms_per_epoch_validated']:.2f}×"
+
+
+def _scaling_table(flow):
+    """Where a run trained on more than one count of ranks beside one GPU: the sequential arm of each
+    count against one GPU, its speed-up over the count (the scaling efficiency)."""
+    counts = sorted({a["ranks"] for a in flow})
+    if len(counts) < 3:
+        return ""
+    rows = []
+    for size, model in dict.fromkeys((a["rows"], a["name"].split("_")[1]) for a in flow):
+        alone = next((a for a in flow if a["rows"] == size and a["name"] == f"flow_{model}_1gpu"), None)
+        for world in counts[1:]:
+            found = next((a for a in flow if a["rows"] == size and a["name"] == f"flow_{model}_{world}gpu_sequential"),
+                         None)
+            if alone is None or found is None:
+                continue
+            speedup = alone["ms_per_epoch"] / found["ms_per_epoch"]
+            rows.append([f"{size:,}", model, world, f"{found['ms_per_epoch']:.1f}", f"{speedup:.2f}×",
+                         f"{speedup / world:.2f}", f"{found['val_logloss'][-1] - alone['val_logloss'][-1]:+.4f}"])
+    return "\n\n" + table(["rows", "model", "GPUs", "ms / epoch", "speed-up", "of linear", "Δ val logloss"], rows)
 
 
 def tables(payload):
@@ -247,6 +310,7 @@ def tables(payload):
                   f"{alone[size, model]['ms_per_epoch'] / found['ms_per_epoch']:.2f}×",
                   f"{found['val_logloss'][-1] - alone[size, model]['val_logloss'][-1]:+.4f}",
                   f"{found['bytes_communicated'] / 1e6:.1f}"] for size, model, tables, found in placed])
+    text += _scaling_table(flow)
     # the matches against the virtual workers are a note each
     scd = [a for a in arms if "gap" in a and "largest_relative_difference" not in a]
     if scd:
@@ -281,6 +345,10 @@ def main():
     parser.add_argument("--parts", default="flow,scd")
     parser.add_argument("--flow-rows", type=int, nargs="+", default=[4_000_000, 64_000_000])
     parser.add_argument("--valid-rows", type=int, default=500_000)
+    parser.add_argument("--gpus", type=int, nargs="*", default=[],
+                        help="also train on the first W ranks for each W (sequential aggregation): a scaling run")
+    parser.add_argument("--own-rows", action="store_true",
+                        help="each rank makes only its share of the rows (no rank holds the whole set)")
     parser.add_argument("--flow-epochs", type=int, default=5)
     parser.add_argument("--lr", type=float, default=2.0)   # benchmarks/flow.py's
     # at 2.0 one GPU's own FM validation loss rises after epoch 3 and differs by 0.004 between seeds

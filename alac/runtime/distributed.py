@@ -120,6 +120,22 @@ def close_ranks():
         _MADE_HERE.clear()
 
 
+def first_ranks(ranks, world):
+    """The first `world` of the ranks as ranks of their own, for runs over fewer ranks than were
+    launched (scaling runs); None on the others. Every rank must call it: torch.distributed's
+    new_group is made by all of them together."""
+    if world < 1 or world > ranks.world:
+        raise OptionError(f"the first {world} ranks of {ranks.world}: between 1 and {ranks.world}")
+    if world == ranks.world:
+        return ranks
+    group = dist.new_group(list(range(world))) if world > 1 else None
+    if ranks.rank >= world:
+        return None
+    if world == 1:
+        return Ranks(device=ranks.device)
+    return Ranks(ranks.rank, world, ranks.device, ranks.backend, group=group)
+
+
 def gloo_ranks(ranks):
     """The same ranks over gloo, on the CPU (a group of their own beside an NCCL one): for solvers that
     step on the CPU, as the float64 sequential SCD solver does."""

@@ -1,6 +1,10 @@
 """benchmarks/distributed.py's tables: one row per set and model, each aggregation's validation logloss
 against one GPU's, sharded tables beside them, and the SCD arms with their split of an epoch."""
 
+import pytest
+import torch
+
+from alac.data.synthetic import criteo_like
 from benchmarks import distributed
 
 
@@ -32,3 +36,26 @@ def test_the_flow_table_compares_every_aggregation_with_one_gpu():
     assert "| scd_dual | 2 | 3 | 30.0 | 1.0 | 2.0 | 5.0 | 1.00e-07 | 0.25 |" in text and "| scd_match |" not in text
     assert ("- CoCoA over the ranks against as many virtual workers, the largest relative difference of their gaps: "
             "scd_match 2.0e-12 over 30 epochs (4.0 ms an epoch).") in text
+
+
+def test_a_scaling_run_reports_each_count_of_ranks_against_one_gpu():
+    arms = [_flow("flow_lr_1gpu", 100, 1, 8.0, 0.50), _flow("flow_lr_2gpu_sequential", 100, 2, 4.4, 0.501),
+            _flow("flow_lr_4gpu_sequential", 100, 4, 2.5, 0.502)]
+    text = distributed.tables({"arms": arms})
+    assert "| 100 | lr | 2 | 4.4 | 1.82× | 0.91 | +0.0010 |" in text
+    assert "| 100 | lr | 4 | 2.5 | 3.20× | 0.80 | +0.0020 |" in text
+    # two counts (one GPU and the ranks): no scaling table
+    assert "of linear" not in distributed.tables({"arms": arms[:2]})
+
+
+@pytest.mark.parametrize(("world", "rank"), [(1, 0), (3, 0), (3, 2)])
+def test_each_rank_makes_only_its_share_of_the_rows(world, rank):
+    """The share equals the whole set's rows as tensor_split cuts them (without field ids), made in
+    pieces smaller than it."""
+    whole = criteo_like(1000, seed=4, device="cpu")
+    rows = torch.arange(1000).tensor_split(world)[rank]
+    expected = whole.take(rows)
+    share = distributed.share_rows(1000, world, rank, 4, torch.device("cpu"), piece_rows=128)
+    assert torch.equal(share.indptr, expected.indptr) and torch.equal(share.indices, expected.indices)
+    assert torch.equal(share.labels, expected.labels) and share.n_features == whole.n_features
+    assert share.fields is None
