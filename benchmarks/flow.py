@@ -23,7 +23,8 @@ that the bytes it must read represent, an async arm's epoch against the floor of
 must make (alac.runtime.roofline: flat kernels of the same gathers and additions; its roofline line
 printed), validation logloss after every epoch, and the training time to reach the target (the
 sync batch-1024 validation logloss after all epochs + 0.002).
-Writes results/flow_<model>.json, .md and .png (and the scaling / real-data tables when asked).
+`--sync-batches 256 4096 16384` adds the fused sync arm at those batch sizes (time to the target
+beside epoch time). Writes results/flow_<model>.json, .md and .png (and the scaling / real-data tables when asked).
 """
 
 from __future__ import annotations
@@ -279,6 +280,10 @@ def run_arms(args, train, valid, k):
         ("alac_async_hot_queue", lambda: alac_arm(train, valid, args.epochs, args.lr, k, args.seed,
                                                   dataclasses.replace(async_choice.plan, chunk_queue=True))),
     ]
+    # the sync epoch at other batch sizes, for time to the target beside its epoch time
+    arms += [(f"alac_fused_sync_b{size}", lambda size=size: alac_arm(
+        train, valid, args.epochs, args.lr, k, args.seed, dataclasses.replace(b1024, batch_size=size)))
+        for size in args.sync_batches if size != 1024]
     selected = [a for a in arms if not args.arms or a[0] in args.arms.split(",")]
     results, plans = [], {"sync": sync_choice.reasons, "async": async_choice.reasons,
                           "plans": {"sync_hot": sync_choice.plan.describe(), "async_hot": async_choice.plan.describe(),
@@ -419,6 +424,8 @@ def main():
     parser.add_argument("--max-in-flight", type=int, default=132 * 128)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--arms", default="", help="comma-separated subset of the arms")
+    parser.add_argument("--sync-batches", type=int, nargs="*", default=[],
+                        help="also the fused sync arm at these batch sizes (e.g. 256 4096 16384)")
     parser.add_argument("--scaling", default="", help="comma-separated row counts for the scaling run")
     parser.add_argument("--real-data", default="", help="the shared data folder, for the real-data run")
     parser.add_argument("--backend", default="triton", choices=["triton", "interpret"],
