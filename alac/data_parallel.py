@@ -38,7 +38,7 @@ REPLICATED_WHY = ("every row fits each rank's GPU: replicated tables synchronise
 
 class DataParallelTrainer(Trainer):
     def __init__(self, model, ranks=None, sync_every=None, aggregation="sequential", curvature=0.25,
-                 tables="auto", data="whole", **options):
+                 tables="auto", rows="whole", **options):
         """Trainer's options; ranks: alac.runtime.distributed.Ranks (default init_ranks()); sync_every:
         batches between synchronisations (None: once an epoch); aggregation: "sequential", "rows",
         "adding" or "averaging" of the ranks' changes (the module's docstring), curvature the loss's
@@ -48,7 +48,7 @@ class DataParallelTrainer(Trainer):
         the rows fit the plan's GPU budget for them, else hybrid, synchronised every segment_batches
         batches unless sync_every says); sharded and hybrid tables' whole state, as checkpoints and
         parameters() read it, is assembled by every rank together.
-        data: "whole" (fit(train, ...) takes the whole training set on every rank and trains this
+        rows: "whole" (fit(train, ...) takes the whole training set on every rank and trains this
         rank's share of its rows, contiguous, as torch.tensor_split cuts them) or "own" (each rank's
         fit gets its own rows, as DistributedSampler hands DDP ranks theirs: a set too large for one
         process is made or read by each rank in its part)."""
@@ -57,9 +57,9 @@ class DataParallelTrainer(Trainer):
             raise OptionError(f"aggregation is one of {', '.join(AGGREGATIONS)}, got {aggregation!r}")
         if tables not in TABLES:
             raise OptionError(f"tables are one of {', '.join(TABLES)}, got {tables!r}")
-        if data not in ("whole", "own"):
-            raise OptionError(f"data is \"whole\" (every rank gets the whole set) or \"own\" (each its own rows), "
-                              f"got {data!r}")
+        if rows not in ("whole", "own"):
+            raise OptionError(f"rows are \"whole\" (every rank gets the whole set) or \"own\" (each its own), "
+                              f"got {rows!r}")
         if sync_every is not None and (not isinstance(sync_every, int) or sync_every < 1):
             raise OptionError(f"sync_every is a number of batches >= 1 (or None: once an epoch), got {sync_every!r}")
         if ranks.world > 1 and ranks.backend == "nccl" and "device" not in options:
@@ -69,7 +69,7 @@ class DataParallelTrainer(Trainer):
             raise OptionError("data-parallel training keeps every parameter on each rank's GPU: host_params is "
                               "for one rank")
         self.ranks, self.sync_every, self.aggregation, self.curvature = ranks, sync_every, aggregation, curvature
-        self.tables, self.data = tables, data
+        self.tables, self.rows = tables, rows
         if tables in ("sharded", "hybrid"):
             self.executor = ShardedExecutor(self.executor, ranks, replicate_hot=tables == "hybrid")
         # (training set, this rank's share of its rows): held, so that the identity test stays sound
@@ -85,7 +85,7 @@ class DataParallelTrainer(Trainer):
         """The run's first line: the ranks and how their parameters are synchronised."""
         if self.ranks.world == 1:
             return f"alac: {self.ranks.describe()} trains"
-        share = "its own rows" if self.data == "own" else "its share of the rows"
+        share = "its own rows" if self.rows == "own" else "its share of the rows"
         every = "every epoch" if self.sync_every is None else f"every {self.sync_every} batches"
         how = {"rows": "each row's mean over the ranks that changed it", "adding": "their sum",
                "averaging": "their mean",
@@ -119,13 +119,13 @@ class DataParallelTrainer(Trainer):
         if not hasattr(train, "take"):
             # a block store: its order is the whole data's; every rank trains its part of the blocks
             prepared = super().prepare(train)
-            if self.train_layout.part is None and self.data == "whole":
+            if self.train_layout.part is None and self.rows == "whole":
                 self.train_layout.take_part(self.ranks.rank, self.ranks.world)
             return prepared
         if self._share is not None and self._share[0] is train:
             share = self._share[1]
         else:
-            if self.data == "own":
+            if self.rows == "own":
                 self._check_same_features(train)
                 share = train
             else:

@@ -133,13 +133,13 @@ def flow_plan(model, device, seed):
     return plan_for(layout, lower(model), "async", 1024, base, device=device.type).plan
 
 
-def flow_arm(name, model, plan, train, valid, args, trained_by, rows, **options):
+def flow_arm(name, model, plan, train, valid, args, trained_by, set_rows, **options):
     """Epochs of a DataParallelTrainer over trained_by (one rank's GPU alone, or the first W of the
     launched ranks: alac.runtime.distributed.first_ranks), after one epoch that compiles the
     kernels: queued back to back as `alac train` runs them with nothing to evaluate between epochs
     (ms per epoch, the median epoch), then again with the validation set evaluated after each epoch
     (its logloss per epoch, and the median epoch's time with a group of one epoch's start and end in
-    it); bytes each rank sent per epoch. rows: the whole set's (train may be this rank's share)."""
+    it); bytes each rank sent per epoch. set_rows: the whole set's rows (train may be this rank's share)."""
     common = dict(plan=plan, seed=args.seed, device=_device(trained_by), ranks=trained_by)
     common.update(options)
     DataParallelTrainer(model, epochs=1, **common).fit(train)
@@ -154,7 +154,7 @@ def flow_arm(name, model, plan, train, valid, args, trained_by, rows, **options)
     def median_ms(records):
         return 1e3 * sorted(r["seconds"] for r in records)[len(records) // 2]
 
-    arm = {"name": name, "ranks": trained_by.world, "rows": rows, "epochs": len(history),
+    arm = {"name": name, "ranks": trained_by.world, "rows": set_rows, "epochs": len(history),
            "ms_per_epoch": median_ms(queued), "queued_epoch_seconds": [r["seconds"] for r in queued],
            "ms_per_epoch_validated": median_ms(history), "epoch_seconds": [r["seconds"] for r in history],
            "val_logloss": [r["valid_logloss"] for r in history],
@@ -182,7 +182,7 @@ def flow_part(args, ranks):
               for label, model, lr in (("lr", zoo_model("lr"), args.lr), ("fm16", zoo_model("fm", k=16), args.fm_lr))]
     # every rank makes every group together (torch.distributed.new_group)
     groups = {world: first_ranks(ranks, world) for world in sorted({1, ranks.world, *args.gpus})}
-    data = "own" if args.own_rows else "whole"
+    share = "own" if args.own_rows else "whole"
     for rows in args.flow_rows:
         valid = criteo_like(args.valid_rows, seed=args.seed, device=device, first_row=rows)
         whole = None if args.own_rows else criteo_like(rows, seed=args.seed, device=device)
@@ -191,7 +191,7 @@ def flow_part(args, ranks):
                 train = whole if whole is not None else share_rows(rows, world, trained_by.rank, args.seed, device)
                 for label, model, plan, lr in models:
                     arms += flow_arms(f"flow_{label}_{world}gpu", model, plan, train, valid, args, trained_by,
-                                      every=world == ranks.world, rows=rows, lr=lr, data=data)
+                                      every=world == ranks.world, set_rows=rows, lr=lr, rows=share)
                 del train
                 torch.cuda.empty_cache()
             _barrier(ranks)

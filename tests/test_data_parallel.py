@@ -57,10 +57,10 @@ def _run_rank(rank, world, store, out):
             results.append({"params": trainer.parameters(), "history": history, "first_line": trainer.describe(),
                             "order": trainer.feature_order})
         # each rank handed its own half, as DistributedSampler hands DDP ranks theirs
-        own = DataParallelTrainer(_model("lr"), ranks=init_ranks(), aggregation="adding", data="own", epochs=1,
+        own = DataParallelTrainer(_model("lr"), ranks=init_ranks(), aggregation="adding", rows="own", epochs=1,
                                   **OPTIONS)
         own.fit(train.take(torch.arange(800 * rank, 800 * rank + 800)), valid)
-        mismatched = DataParallelTrainer(_model("lr"), ranks=init_ranks(), data="own", epochs=1, **OPTIONS)
+        mismatched = DataParallelTrainer(_model("lr"), ranks=init_ranks(), rows="own", epochs=1, **OPTIONS)
         wider = dataclasses.replace(train, n_features=train.n_features + rank)
         try:
             mismatched.fit(wider)
