@@ -24,12 +24,20 @@ TAKE_ROWS = 1 << 22
 
 class DistributedScdSolver(ScdSolver):
     def __init__(self, data, form="primal", loss="squared", l2=1e-3, l1=0.0, backend="auto",
-                 aggregation="adaptive", seed=0, device=None, ranks=None, **options):
+                 aggregation="adaptive", seed=0, device=None, ranks=None, rows="whole", **options):
         """ScdSolver's problem over `ranks` (default alac.runtime.distributed.init_ranks()): the
         dual's rows or the primal's columns of `data` (every rank given the whole set) split as
         ScdSolver(workers=ranks.world) splits them; aggregation as its virtual workers'. On NCCL
-        ranks the solver runs on the rank's GPU."""
+        ranks the solver runs on the rank's GPU. rows="own" (the dual): `data` is this rank's own
+        rows, made or read by each rank for a problem no rank holds whole; the epochs' orders are
+        still the virtual workers', so that ranks given their parts step as they do."""
         ranks = ranks or init_ranks()
+        if rows not in ("whole", "own"):
+            raise OptionError(f"rows are \"whole\" (every rank gets the whole set) or \"own\" (each its own), "
+                              f"got {rows!r}")
+        if rows == "own" and form != "dual" and ranks.world > 1:
+            raise OptionError("ranks given their own rows solve the dual (split by rows); the primal splits the "
+                              "columns: give every rank the whole set (rows=\"whole\")")
         if aggregation not in AGGREGATIONS:
             raise OptionError(f"aggregation is one of {', '.join(AGGREGATIONS)}, got {aggregation!r}")
         if ranks.world > 1 and aggregation == "adaptive" and (loss != "squared" or l1 > 0):
@@ -44,16 +52,37 @@ class DistributedScdSolver(ScdSolver):
         generator_device = torch.device(device) if device is not None else torch.device(
             "cuda" if torch.cuda.is_available() and backend in ("auto", "triton") else "cpu")
         generator = torch.Generator(device=generator_device).manual_seed(seed)
-        n = data.n_rows if form == "dual" else data.n_features
-        parts = [p.sort().values for p in torch.randperm(n, generator=generator, device=generator_device)
-                 .tensor_split(ranks.world)]
-        self.mine, self.part_sizes = parts[ranks.rank], [p.numel() for p in parts]
-        share = (rows_of(data, self.mine.to(data.device)) if form == "dual"
-                 else columns_of(data, self.mine.to(data.device)))
-        super().__init__(share, form, loss, l2, l1, backend, seed=seed, device=device, problem_rows=data.n_rows,
+        if rows == "own":
+            share, self.mine, self.part_sizes = data, None, self._own_parts(data, generator, generator_device)
+            problem_rows = sum(self.part_sizes)
+        else:
+            n = data.n_rows if form == "dual" else data.n_features
+            parts = [p.sort().values for p in torch.randperm(n, generator=generator, device=generator_device)
+                     .tensor_split(ranks.world)]
+            self.mine, self.part_sizes = parts[ranks.rank], [p.numel() for p in parts]
+            share = (rows_of(data, self.mine.to(data.device)) if form == "dual"
+                     else columns_of(data, self.mine.to(data.device)))
+            problem_rows = data.n_rows
+        super().__init__(share, form, loss, l2, l1, backend, seed=seed, device=device, problem_rows=problem_rows,
                          aggregation=aggregation, **options)
         # the ranks are its workers (ScdSolver's CoCoA epoch), the parts drawn with this generator
         self.generator, self.workers = generator, ranks.world
+
+    def _own_parts(self, data, generator, generator_device):
+        """Every rank's row count (one all-reduce), the feature spaces checked alike; the generator
+        drawn past the split the whole set's solver would draw, so that the epochs' orders follow."""
+        world, rank = self.ranks.world, self.ranks.rank
+        counts = torch.zeros(world + 2, dtype=torch.int64, device=self.ranks.device)
+        counts[rank] = data.n_rows
+        counts[world:] = torch.tensor([data.n_features, -data.n_features])
+        counts[world:] = self.ranks.all_reduce(counts[world:].clone(), op="max")
+        counts[:world] = self.ranks.all_reduce(counts[:world].clone())
+        if int(counts[world]) != -int(counts[world + 1]):
+            raise OptionError(f"the ranks' own rows declare between {-int(counts[world + 1]):,} and "
+                              f"{int(counts[world]):,} features: every rank's rows must index one feature space")
+        sizes = counts[:world].tolist()
+        torch.randperm(sum(sizes), generator=generator, device=generator_device)
+        return sizes
 
     def _local_orders(self):
         """This rank's part's order, every part's drawn as the virtual workers draw them in turn."""

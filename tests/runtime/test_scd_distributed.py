@@ -52,8 +52,19 @@ def _run_rank(rank, world, store, out):
                 gammas.append(solver.epoch())
                 gaps.append(solver.gap())
             results.append({"gammas": gammas, "gaps": gaps, "coef": solver.coef_, "drift": solver.drift()})
-        torch.save({"results": results, "traffic": dataclasses.asdict(ranks.traffic), "first_line": ranks.describe()},
-                   f"{out}/{rank}.pt")
+        # each rank given its own rows, the very rows the first case's solver took from the whole set
+        form, loss, l2, l1, aggregation, backend = CASES[0]
+        data = _problem(loss)
+        generator = torch.Generator().manual_seed(0)
+        part = torch.randperm(data.n_rows, generator=generator).tensor_split(world)[rank].sort().values
+        own = DistributedScdSolver(rows_of(data, part), form, loss, l2=l2, l1=l1, backend=backend, device="cpu",
+                                   aggregation=aggregation, ranks=ranks, rows="own")
+        own_gaps = []
+        for _ in range(EPOCHS):
+            own.epoch()
+            own_gaps.append(own.gap())
+        torch.save({"results": results, "traffic": dataclasses.asdict(ranks.traffic), "first_line": ranks.describe(),
+                    "own_gaps": own_gaps}, f"{out}/{rank}.pt")
 
 
 @pytest.fixture(scope="module")
@@ -78,6 +89,18 @@ def test_two_ranks_step_as_two_virtual_workers(two_ranks, case):
         torch.testing.assert_close(mine["coef"], virtual.coef_.double(), rtol=1e-9, atol=1e-12)
         assert mine["drift"] < 1e-12
     assert gaps[-1] < gaps[0]                  # they descend
+
+
+def test_ranks_given_their_own_rows_step_as_ranks_given_the_whole_set(two_ranks):
+    for rank in two_ranks:
+        assert rank["own_gaps"] == rank["results"][0]["gaps"]
+
+
+def test_own_rows_are_the_duals_and_one_feature_space():
+    with pytest.raises(OptionError, match="ranks given their own rows solve the dual"):
+        DistributedScdSolver(_problem("squared"), "primal", ranks=Ranks(world=2), rows="own")
+    with pytest.raises(OptionError, match="rows are \"whole\""):
+        DistributedScdSolver(_problem("squared"), "dual", ranks=Ranks(), rows="mine")
 
 
 def test_every_rank_counts_its_collectives(two_ranks):
