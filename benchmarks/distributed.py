@@ -87,11 +87,13 @@ def scd_match(args, ranks):
 
 
 def scd_criteo(args, ranks):
-    """The Criteo-shaped dual ridge over the ranks to gap 1e-6."""
-    data = criteo_dual_like(args.criteo_rows, args.criteo_columns, 25, 39, args.seed, _device(ranks))
+    """The Criteo-shaped dual ridge over the ranks to gap 1e-6 (--own-rows: each rank makes and is
+    given only its contiguous share of the rows)."""
+    first, count = share_range(args.criteo_rows, ranks.world, ranks.rank) if args.own_rows else (0, args.criteo_rows)
+    data = criteo_dual_like(count, args.criteo_columns, 25, 39, args.seed, _device(ranks), first_row=first)
     data.labels = data.labels * 2 - 1
     options = dict(form="dual", loss="squared", l2=1e-3, backend="triton", seed=args.seed, ranks=ranks,
-                   device=_device(ranks))
+                   device=_device(ranks), rows="own" if args.own_rows else "whole")
     start = _now()
     solver = DistributedScdSolver(data, **options)
     del data
@@ -215,14 +217,19 @@ def flow_arms(name, model, plan, train, valid, args, trained_by, every, **option
     return arms
 
 
+def share_range(rows, world, rank):
+    """(first row, rows) of rank `rank`'s contiguous share of `rows`, as torch.tensor_split cuts them."""
+    counts = [rows // world + (r < rows % world) for r in range(world)]
+    return sum(counts[:rank]), counts[rank]
+
+
 def share_rows(rows, world, rank, seed, device, piece_rows=1 << 24):
     """Rank `rank`'s contiguous share of the first `rows` synthetic rows (as torch.tensor_split cuts
     them), each rank making only its own: made piece by piece on the device into tensors of the
     share's size, without field ids (LR and FM read none; they would double an edge's bytes)."""
     from alac.data.dataset import SparseDataset
 
-    counts = [rows // world + (r < rows % world) for r in range(world)]
-    first, count = sum(counts[:rank]), counts[rank]
+    first, count = share_range(rows, world, rank)
     indptr = torch.zeros(count + 1, dtype=torch.int64, device=device)
     indices, labels = None, torch.empty(count, dtype=torch.float32, device=device)
     for start in range(0, count, piece_rows):

@@ -73,28 +73,56 @@ def webspam_like(rows, columns, nnz_per_row, zipf, seed):
     return data
 
 
-def criteo_dual_like(rows, columns, min_nnz, max_nnz, seed, device, chunk_rows=1 << 22):
-    """A binary SparseDataset on `device`: rows of min_nnz..max_nnz entries (uniform), ids power-law
-    (floor(columns ** u) - 1, u uniform: id j about as likely as 1 / j) scrambled over the id range
-    by a multiplicative hash, 0/1 labels from a planted logistic model (weights N(0, 0.3^2) on the
-    ids). Made in chunks of rows, so that billions of entries need no temporaries of their size."""
-    g = torch.Generator(device=device).manual_seed(seed)
-    lengths = torch.randint(min_nnz, max_nnz + 1, (rows,), generator=g, device=device)
-    indptr = torch.zeros(rows + 1, dtype=torch.int64, device=device)
-    indptr[1:] = lengths.cumsum(0)
-    indices = torch.empty(int(indptr[-1]), dtype=torch.int32, device=device)
-    for first in range(0, int(indptr[-1]), chunk_rows * max_nnz):
-        count = min(int(indptr[-1]) - first, chunk_rows * max_nnz)
-        u = torch.rand(count, generator=g, device=device, dtype=torch.float64)
-        ids = torch.floor(float(columns) ** u).long() - 1
-        indices[first:first + count] = ((ids * 2654435761) % columns).int()
-    data = SparseDataset(indptr, indices, None, torch.zeros(rows, device=device), columns)
+# rows of the Criteo-shaped dual set drawn per block by a generator of the block's own: any range of
+# rows is made alone (each rank its share) and equals those rows of the whole set
+DUAL_BLOCK_ROWS = 1 << 22
+
+
+def criteo_dual_like(rows, columns, min_nnz, max_nnz, seed, device, first_row=0, block_rows=DUAL_BLOCK_ROWS):
+    """Rows [first_row, first_row + rows) of a binary SparseDataset on `device`: rows of
+    min_nnz..max_nnz entries (uniform), ids power-law (floor(columns ** u) - 1, u uniform: id j about
+    as likely as 1 / j) scrambled over the id range by a multiplicative hash, 0/1 labels from a
+    planted logistic model (weights N(0, 0.3^2) on the ids, the same for any range). Each block of
+    block_rows rows is drawn by its own generator, so that billions of entries need no temporaries
+    of their size and each rank can make only its rows."""
     from alac.runtime.compressed import CompressedAxis, CompressedMatrix
 
-    weights = 0.3 * torch.randn(columns, generator=g, device=device)
+    blocks = range(first_row // block_rows, -(-(first_row + rows) // block_rows))
+
+    def drawn(block):
+        """(the block's generator after its lengths, its lengths, the range's rows of them)."""
+        g = torch.Generator(device=device).manual_seed(seed * 1_000_003 + block)
+        start = block * block_rows
+        lengths = torch.randint(min_nnz, max_nnz + 1, (block_rows,), generator=g, device=device)
+        keep = slice(max(first_row - start, 0), min(first_row + rows - start, block_rows))
+        return g, lengths, keep
+
+    indptr = torch.zeros(rows + 1, dtype=torch.int64, device=device)
+    row = 0
+    for block in blocks:
+        _, lengths, keep = drawn(block)
+        count = keep.stop - keep.start
+        indptr[row + 1:row + count + 1] = lengths[keep].cumsum(0) + indptr[row]
+        row += count
+    indices = torch.empty(int(indptr[-1]), dtype=torch.int32, device=device)
+    noise = torch.empty(rows, dtype=torch.float64, device=device)
+    row = 0
+    for block in blocks:
+        g, lengths, keep = drawn(block)
+        u = torch.rand(int(lengths.sum()), generator=g, device=device, dtype=torch.float64)
+        ids = ((torch.floor(float(columns) ** u).long() - 1) * 2654435761) % columns
+        offsets = lengths.cumsum(0) - lengths
+        count = keep.stop - keep.start
+        first = int(offsets[keep.start])
+        entries = int(indptr[row + count] - indptr[row])
+        indices[int(indptr[row]):int(indptr[row]) + entries] = ids[first:first + entries].int()
+        noise[row:row + count] = torch.rand(block_rows, generator=g, device=device, dtype=torch.float64)[keep]
+        row += count
+    data = SparseDataset(indptr, indices, None, torch.zeros(rows, device=device), columns)
+    weights = 0.3 * torch.randn(columns, generator=torch.Generator(device=device).manual_seed(seed), device=device)
     margins = CompressedMatrix(CompressedAxis.of(indptr, indices, None, torch.float32, device), "rows",
                                (rows, columns)) @ weights
-    noise = torch.rand(rows, generator=g, device=device, dtype=torch.float64).clamp(1e-12, 1 - 1e-12)
+    noise = noise.clamp(1e-12, 1 - 1e-12)
     data.labels = (margins + torch.log(noise / (1 - noise)) > 0).float()
     return data
 

@@ -46,13 +46,21 @@ def test_a_tiny_run_writes_every_arms_figures(tmp_path, monkeypatch):
 
 
 def test_the_criteo_shaped_dual_set_has_its_row_lengths_and_skewed_ids():
-    data = scd.criteo_dual_like(3000, 10_000, 25, 39, seed=0, device="cpu", chunk_rows=100)
+    data = scd.criteo_dual_like(3000, 10_000, 25, 39, seed=0, device="cpu", block_rows=256)
     lengths = data.indptr.diff()
     assert int(lengths.min()) >= 25 and int(lengths.max()) <= 39 and data.values is None
     assert bool((data.indices >= 0).all()) and bool((data.indices < 10_000).all())
     counts = torch.bincount(data.indices.long(), minlength=10_000).sort(descending=True).values
     assert counts[0] > 100 * counts[5000].clamp_min(1)
     assert 0.2 < float(data.labels.mean()) < 0.8       # labels from the planted model, both classes
+
+
+def test_any_range_of_the_criteo_shaped_rows_is_made_alone_as_in_the_whole_set():
+    whole = scd.criteo_dual_like(3000, 10_000, 25, 39, seed=1, device="cpu", block_rows=256)
+    part = scd.criteo_dual_like(700, 10_000, 25, 39, seed=1, device="cpu", first_row=1150, block_rows=256)
+    rows = whole.take(torch.arange(1150, 1850))
+    assert torch.equal(part.indptr, rows.indptr) and torch.equal(part.indices, rows.indices)
+    assert torch.equal(part.labels, rows.labels)
 
 
 def test_the_comparisons_state_epochs_drift_and_time_ratios():
