@@ -24,7 +24,13 @@ ranks, with the adaptive gamma, to gap 1e-6: seconds (every rank's share taken f
 its solver set up, then its epochs), the seconds its collectives took, split into waiting for the
 slowest rank and moving data (one all-reduce of the shared vector's change and one of two sums an
 epoch), the bytes each rank sent. Per arm `name`, `ranks`, `ms_per_epoch`, `gap` per epoch,
-`time_to_gap`, `bytes_communicated`. Rank 0 writes results/distributed.json and .md.
+`time_to_gap`, `bytes_communicated`.
+
+The placement part: FM k = 16 with AdaGrad on the Kaggle-shaped set with its cardinalities scaled
+until the model's rows exceed one GPU (x32: 1.08 billion rows, 82 GB), each rank making its share
+of the rows, the tables left to DataParallelTrainer's auto (hybrid where they exceed a rank's
+budget): epoch time, validation logloss, the rows each rank holds. Rank 0 writes
+results/distributed.json and .md.
 """
 
 from __future__ import annotations
@@ -247,6 +253,48 @@ def share_rows(rows, world, rank, seed, device, piece_rows=1 << 24):
     return SparseDataset(indptr, indices, None, labels, n_features)
 
 
+def placement_part(args, ranks):
+    """FM k = 16 with AdaGrad on the Kaggle-shaped set, its cardinalities times --placement-scale
+    (labels from a planted LR: no planted table of factors), each rank making only its share of the
+    rows: tables left to DataParallelTrainer's auto, which shards them (hybrid) where the model's rows
+    exceed the GPU budget for them. Epoch time, validation logloss, the table's bytes against one GPU's
+    memory and the rows each rank holds."""
+    from alac.data.synthetic import kaggle_like
+    from alac.models import zoo_model
+    from alac.plan import Plan
+    from alac.runtime.planner import hot_size_for_data
+
+    device = _device(ranks)
+    first, count = share_range(args.placement_rows, ranks.world, ranks.rank)
+    options = dict(zipf=1.1, seed=args.seed, model="lr", device=device, scale=args.placement_scale)
+    train = kaggle_like(count, first_row=first, **options)
+    valid = kaggle_like(args.valid_rows, first_row=args.placement_rows, **options)
+    base = Plan(semantics="async", batch_size=1024, chunk_size=32)
+    plan = Plan(semantics="async", batch_size=1024, chunk_size=32,
+                hot_size=hot_size_for_data(train, base, device.type, 16))
+    sent = []
+    trainer = DataParallelTrainer(zoo_model("fm", k=16), optimizer="adagrad", lr=args.placement_lr, plan=plan,
+                                  seed=args.seed, device=device, ranks=ranks, rows="own", epochs=args.placement_epochs,
+                                  callbacks=[lambda _, record: sent.append(ranks.traffic.bytes)])
+    history = trainer.fit(train, valid)
+    if ranks.rank == 0:
+        print(trainer.describe(), flush=True)
+    held = (trainer.executor.table.shape[0] + trainer.executor.hot_table.shape[0]) if trainer.sharded_tables else None
+    arm = {"name": f"placement_fm16_adagrad_kaggle_x{args.placement_scale}", "ranks": ranks.world,
+           "rows": args.placement_rows, "features": train.n_features, "tables": trainer.tables,
+           "sync_every": trainer.sync_every, "table_bytes": trainer.placement.table_bytes,
+           "budget_bytes": trainer.placement.budget_bytes,
+           "gpu_bytes": torch.cuda.get_device_properties(device).total_memory, "rows_held": held,
+           "epochs": len(history), "epoch_seconds": [r["seconds"] for r in history],
+           "ms_per_epoch": 1e3 * sorted(r["seconds"] for r in history)[len(history) // 2],
+           "val_logloss": [r["valid_logloss"] for r in history],
+           "bytes_communicated": (sent[-1] - sent[0]) // max(1, len(sent) - 1) if len(sent) > 1 else None,
+           "placement": trainer.placement.lines()}
+    del trainer, train, valid
+    torch.cuda.empty_cache()
+    return arm
+
+
 def _barrier(ranks):
     if ranks.world > 1:
         torch.distributed.barrier()
@@ -256,6 +304,19 @@ def _validated_speedup(alone, ranked):
     if "ms_per_epoch_validated" not in alone:
         return "-"
     return f"{alone['ms_per_epoch_validated'] / ranked['ms_per_epoch_validated']:.2f}×"
+
+
+def _placement_table(placed):
+    """The placement runs: the model's table against one GPU's memory, what each rank holds."""
+    if not placed:
+        return ""
+    return "\n\n" + table(
+        ["placement run", "ranks", "tables", "table GB", "one GPU's GB", "rows a rank holds", "sync every",
+         "ms / epoch", "val logloss", "MB sent / epoch / rank"],
+        [[a["name"], a["ranks"], a["tables"], f"{a['table_bytes'] / 1e9:.1f}", f"{a['gpu_bytes'] / 1e9:.1f}",
+          "-" if a["rows_held"] is None else f"{a['rows_held']:,} of {a['features']:,}",
+          a["sync_every"] or "epoch", f"{a['ms_per_epoch']:.0f}", f"{a['val_logloss'][-1]:.4f}",
+          "-" if a["bytes_communicated"] is None else f"{a['bytes_communicated'] / 1e6:.0f}"] for a in placed])
 
 
 def _scaling_table(flow):
@@ -281,7 +342,7 @@ def _scaling_table(flow):
 def tables(payload):
     """The flow arms a row per set and model (one GPU against the ranks' aggregations), the SCD arms."""
     text, arms = "", payload["arms"]
-    flow = [a for a in arms if "val_logloss" in a]
+    flow = [a for a in arms if a["name"].startswith("flow_")]
     if flow:
         def arm(rows, model, suffix):
             return next((a for a in flow if a["rows"] == rows and a["name"] == f"flow_{model}_{suffix}"), None)
@@ -317,7 +378,7 @@ def tables(payload):
                   f"{alone[size, model]['ms_per_epoch'] / found['ms_per_epoch']:.2f}×",
                   f"{found['val_logloss'][-1] - alone[size, model]['val_logloss'][-1]:+.4f}",
                   f"{found['bytes_communicated'] / 1e6:.1f}"] for size, model, tables, found in placed])
-    text += _scaling_table(flow)
+    text += _scaling_table(flow) + _placement_table([a for a in arms if a["name"].startswith("placement_")])
     # the matches against the virtual workers are a note each
     scd = [a for a in arms if "gap" in a and "largest_relative_difference" not in a]
     if scd:
@@ -342,9 +403,10 @@ def tables(payload):
 
 def report(payload):
     env = payload["environment"]
+    command = payload.get("command", f"--parts {payload['arguments']['parts']}")
     return (f"Distributed ({env['device']} x {payload['ranks']}, {env['date']}: "
             f"`PYTHONPATH=. torchrun --nproc-per-node {payload['ranks']} benchmarks/distributed.py "
-            f"--parts {payload['arguments']['parts']}`)\n\n" + tables(payload))
+            f"{command}`)\n\n" + tables(payload))
 
 
 def main():
@@ -368,6 +430,11 @@ def main():
     parser.add_argument("--criteo-rows", type=int, default=200_000_000)
     parser.add_argument("--criteo-columns", type=int, default=75_000_000)
     parser.add_argument("--epochs", type=int, default=30)
+    parser.add_argument("--placement-rows", type=int, default=64_000_000)
+    # x32: 1.08 billion feature rows of FM k = 16 with AdaGrad, 82 GB: over an H100's memory
+    parser.add_argument("--placement-scale", type=int, default=32)
+    parser.add_argument("--placement-epochs", type=int, default=2)
+    parser.add_argument("--placement-lr", type=float, default=0.1)   # benchmarks/placement.py's
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
@@ -382,8 +449,11 @@ def main():
         ranks.timed = True
         arms += scd_match(args, ranks)
         arms.append(scd_criteo(args, ranks))
+    if "placement" in args.parts.split(","):
+        arms.append(placement_part(args, ranks))
     if ranks.rank == 0:
-        payload = {"environment": environment(), "arguments": vars(args), "ranks": ranks.world, "arms": arms}
+        payload = {"environment": environment(), "arguments": vars(args), "ranks": ranks.world, "arms": arms,
+                   "command": " ".join(sys.argv[1:])}
         write("distributed", payload, report(payload), args.out)
         print(report(payload), flush=True)
 

@@ -280,11 +280,11 @@ def run_arms(args, train, valid, k):
         ("alac_async_hot_queue", lambda: alac_arm(train, valid, args.epochs, args.lr, k, args.seed,
                                                   dataclasses.replace(async_choice.plan, chunk_queue=True))),
     ]
+    selected = [a for a in arms if not args.arms or a[0] in args.arms.split(",")]
     # the sync epoch at other batch sizes, for time to the target beside its epoch time
-    arms += [(f"alac_fused_sync_b{size}", lambda size=size: alac_arm(
+    selected += [(f"alac_fused_sync_b{size}", lambda size=size: alac_arm(
         train, valid, args.epochs, args.lr, k, args.seed, dataclasses.replace(b1024, batch_size=size)))
         for size in args.sync_batches if size != 1024]
-    selected = [a for a in arms if not args.arms or a[0] in args.arms.split(",")]
     results, plans = [], {"sync": sync_choice.reasons, "async": async_choice.reasons,
                           "plans": {"sync_hot": sync_choice.plan.describe(), "async_hot": async_choice.plan.describe(),
                                     "async_hot_flush1": every_chunk.plan.describe()}}

@@ -59,3 +59,12 @@ def test_each_rank_makes_only_its_share_of_the_rows(world, rank):
     assert torch.equal(share.indptr, expected.indptr) and torch.equal(share.indices, expected.indices)
     assert torch.equal(share.labels, expected.labels) and share.n_features == whole.n_features
     assert share.fields is None
+
+
+def test_a_placement_run_reports_its_table_against_one_gpu():
+    arm = {"name": "placement_fm16_adagrad_kaggle_x32", "ranks": 4, "tables": "hybrid", "table_bytes": 82e9,
+           "gpu_bytes": 80e9, "rows_held": 270_000_000, "features": 1_080_000_000, "sync_every": 64,
+           "ms_per_epoch": 5123.4, "val_logloss": [0.5, 0.49], "bytes_communicated": 3e9}
+    text = distributed.tables({"arms": [arm]})
+    assert ("| placement_fm16_adagrad_kaggle_x32 | 4 | hybrid | 82.0 | 80.0 | 270,000,000 of 1,080,000,000 | 64 | "
+            "5123 | 0.4900 | 3000 |") in text
