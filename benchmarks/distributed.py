@@ -30,7 +30,7 @@ The placement part: FM k = 16 with AdaGrad on the Kaggle-shaped set with its car
 until the model's rows exceed one GPU (x32: 1.08 billion rows, 82 GB), each rank making its share
 of the rows, the tables left to DataParallelTrainer's auto (hybrid where they exceed a rank's
 budget): epoch time, validation logloss, the rows each rank holds. Rank 0 writes
-results/distributed.json and .md.
+results/distributed.json and .md (distributed_<W>gpu.* for W ranks other than 2).
 """
 
 from __future__ import annotations
@@ -401,6 +401,11 @@ def tables(payload):
     return text
 
 
+def result_name(world):
+    """results/distributed.json for two ranks (the 2-GPU machine's runs), distributed_<W>gpu.json for W."""
+    return "distributed" if world == 2 else f"distributed_{world}gpu"
+
+
 def report(payload):
     env = payload["environment"]
     command = payload.get("command", f"--parts {payload['arguments']['parts']}")
@@ -454,7 +459,7 @@ def main():
     if ranks.rank == 0:
         payload = {"environment": environment(), "arguments": vars(args), "ranks": ranks.world, "arms": arms,
                    "command": " ".join(sys.argv[1:])}
-        write("distributed", payload, report(payload), args.out)
+        write(result_name(ranks.world), payload, report(payload), args.out)
         print(report(payload), flush=True)
 
 

@@ -430,6 +430,12 @@ SECTIONS = [
      "virtual workers (float64 sequential local solvers over gloo, 1/32 of the webspam-shaped set, λ 1e-3), and "
      "TPA-SCD's Criteo problem (dual ridge, λ 1e-3, 200M × 75M) to gap 1e-6, its rows split, the adaptive γ.",
      "PYTHONPATH=. torchrun --nproc-per-node 2 benchmarks/distributed.py", distributed_tables),
+    *((f"distributed_{world}gpu", f"Scaling over {world} GPUs",
+       f"The flow arms on the first 1, 2, ... {world} ranks (each making only its share of the rows), the SCD arm "
+       f"over {world} ranks, and a placement run whose tables exceed one GPU's memory, sharded over them.",
+       f"PYTHONPATH=. torchrun --nproc-per-node {world} benchmarks/distributed.py --parts flow,scd,placement "
+       f"--gpus {' '.join(str(w) for w in (2, 4, 8) if w < world)} --own-rows --flow-rows 256000000",
+       distributed_tables) for world in (4, 8)),
     ("dp_aggregation", "How data-parallel ranks' changes combine",
      "Two gloo ranks on the CPU with the reference backend (an async plan runs there as exact sequential SGD, "
      "chunk after chunk), each training half the rows and synchronising once an epoch, against one process on "
