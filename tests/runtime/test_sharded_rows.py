@@ -26,7 +26,9 @@ PLAN = Plan(batch_size=64, chunk_size=16, hot_size=8)
 OPTIONS = dict(lr=0.5, plan=PLAN, backend="reference", device="cpu", seed=1)
 # (model, aggregation, sync_every, optimizer)
 CASES = [("lr", "adding", None, "sgd"), ("fm", "rows", None, "adagrad"), ("fm", "sequential", 8, "sgd"),
-         ("lr", "averaging", 4, "ftrl")]
+         ("lr", "averaging", 4, "ftrl"),
+         # every batch: PICASSO's hybrid, the hot rows all-reduced and the cold ones moved by all-to-alls per batch
+         ("fm", "sequential", 1, "adagrad")]
 
 
 def _model(name):
