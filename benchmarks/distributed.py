@@ -92,11 +92,11 @@ def scd_match(args, ranks):
     return arms
 
 
-def scd_criteo(args, ranks):
-    """The Criteo-shaped dual ridge over the ranks to gap 1e-6 (--own-rows: each rank makes and is
-    given only its contiguous share of the rows)."""
-    first, count = share_range(args.criteo_rows, ranks.world, ranks.rank) if args.own_rows else (0, args.criteo_rows)
-    data = criteo_dual_like(count, args.criteo_columns, 25, 39, args.seed, _device(ranks), first_row=first)
+def scd_criteo(args, ranks, rows, columns, name="scd_dual_ridge_criteo"):
+    """The Criteo-shaped dual ridge of rows x columns over the ranks to gap 1e-6 (--own-rows: each rank
+    makes and is given only its contiguous share of the rows)."""
+    first, count = share_range(rows, ranks.world, ranks.rank) if args.own_rows else (0, rows)
+    data = criteo_dual_like(count, columns, 25, 39, args.seed, _device(ranks), first_row=first)
     data.labels = data.labels * 2 - 1
     options = dict(form="dual", loss="squared", l2=1e-3, backend="triton", seed=args.seed, ranks=ranks,
                    device=_device(ranks), rows="own" if args.own_rows else "whole")
@@ -115,8 +115,8 @@ def scd_criteo(args, ranks):
         epochs[-1]["gap"] = solver.gap()        # the certificate's collectives after the epoch's count
         if epochs[-1]["gap"] <= 1e-6:
             break
-    return {"name": "scd_dual_ridge_criteo", "ranks": ranks.world, "rows": args.criteo_rows,
-            "columns": args.criteo_columns, "l2": 1e-3, "epochs": len(epochs), "gap": [e["gap"] for e in epochs],
+    return {"name": name, "ranks": ranks.world, "rows": rows,
+            "columns": columns, "l2": 1e-3, "epochs": len(epochs), "gap": [e["gap"] for e in epochs],
             "gamma": [e["gamma"] for e in epochs], "setup_seconds": setup, "seconds": setup + solver.seconds,
             "ms_per_epoch": 1e3 * solver.seconds / len(epochs),
             # collectives: waiting at the barrier for the slowest rank, then the transfers
@@ -434,6 +434,8 @@ def main():
     parser.add_argument("--match-epochs", type=int, default=30)
     parser.add_argument("--criteo-rows", type=int, default=200_000_000)
     parser.add_argument("--criteo-columns", type=int, default=75_000_000)
+    parser.add_argument("--criteo-scale", type=int, default=1,
+                        help="also the Criteo-shaped problem this many times larger in rows and columns")
     parser.add_argument("--epochs", type=int, default=30)
     parser.add_argument("--placement-rows", type=int, default=64_000_000)
     # x32: 1.08 billion feature rows of FM k = 16 with AdaGrad, 82 GB: over an H100's memory
@@ -453,7 +455,12 @@ def main():
     if "scd" in args.parts.split(","):
         ranks.timed = True
         arms += scd_match(args, ranks)
-        arms.append(scd_criteo(args, ranks))
+        arms.append(scd_criteo(args, ranks, args.criteo_rows, args.criteo_columns))
+        if args.criteo_scale > 1:
+            # and one --criteo-scale times larger in rows and columns (x4: 800M x 300M)
+            arms.append(scd_criteo(args, ranks, args.criteo_rows * args.criteo_scale,
+                                   args.criteo_columns * args.criteo_scale,
+                                   name=f"scd_dual_ridge_criteo_x{args.criteo_scale}"))
     if "placement" in args.parts.split(","):
         arms.append(placement_part(args, ranks))
     if ranks.rank == 0:

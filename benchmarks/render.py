@@ -434,7 +434,8 @@ SECTIONS = [
        f"The flow arms on the first 1, 2, ... {world} ranks (each making only its share of the rows), the SCD arm "
        f"over {world} ranks, and a placement run whose tables exceed one GPU's memory, sharded over them.",
        f"PYTHONPATH=. torchrun --nproc-per-node {world} benchmarks/distributed.py --parts flow,scd,placement "
-       f"--gpus {' '.join(str(w) for w in (2, 4, 8) if w < world)} --own-rows --flow-rows 256000000",
+       f"--gpus {' '.join(str(w) for w in (2, 4, 8) if w < world)} --own-rows --flow-rows 256000000 "
+       "--criteo-scale 4",
        distributed_tables) for world in (4, 8)),
     ("dp_aggregation", "How data-parallel ranks' changes combine",
      "Two gloo ranks on the CPU with the reference backend (an async plan runs there as exact sequential SGD, "
