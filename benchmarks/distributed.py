@@ -300,6 +300,14 @@ def _barrier(ranks):
         torch.distributed.barrier()
 
 
+def _placed(alone, found):
+    """A sharded or hybrid arm (sequential aggregation) against one GPU, in one cell."""
+    if found is None:
+        return "-"
+    return (f"{found['ms_per_epoch']:.1f}, {alone['ms_per_epoch'] / found['ms_per_epoch']:.2f}×, "
+            f"{found['val_logloss'][-1] - alone['val_logloss'][-1]:+.4f}, {found['bytes_communicated'] / 1e6:.1f}")
+
+
 def _validated_speedup(alone, ranked):
     if "ms_per_epoch_validated" not in alone:
         return "-"
@@ -360,24 +368,12 @@ def tables(payload):
                          f"{ranked['ms_per_epoch']:.1f}",
                          f"{alone['ms_per_epoch'] / ranked['ms_per_epoch']:.2f}×", _validated_speedup(alone, ranked),
                          f"{alone['val_logloss'][-1]:.4f}",
-                         *deltas, f"{ranked['bytes_communicated'] / 1e6:.1f}"])
+                         *deltas, f"{ranked['bytes_communicated'] / 1e6:.1f}",
+                         *(_placed(alone, arm(size, model, f"{ranks}gpu_{kind}")) for kind in ("sharded", "hybrid"))])
         text += table(["rows", "model", "lr", "1 GPU ms / epoch", f"{ranks} GPUs ({shown})", "speed-up",
                        "speed-up, validating each epoch", "1 GPU val logloss", "Δ sequential", "Δ rows",
-                       "Δ averaging", "Δ adding", "MB sent / epoch / rank"], rows)
-        # the tables' placements over the ranks (sequential aggregation), where a run has them
-        placed = [(size, model, tables, found) for size, model in dict.fromkeys(
-            (a["rows"], a["name"].split("_")[1]) for a in flow) for tables in ("sequential", "sharded", "hybrid")
-            if (found := arm(size, model, f"{ranks}gpu_{tables}"))]
-        if any(tables != "sequential" for _, _, tables, _ in placed):
-            alone = {(a["rows"], a["name"].split("_")[1]): a for a in flow if a["name"].endswith("_1gpu")}
-            text += "\n\n" + table(
-                ["rows", "model", "tables", f"{ranks} GPUs ms / epoch", "speed-up", "Δ val logloss",
-                 "MB sent / epoch / rank"],
-                [[f"{size:,}", model, "replicated" if tables == "sequential" else tables,
-                  f"{found['ms_per_epoch']:.1f}",
-                  f"{alone[size, model]['ms_per_epoch'] / found['ms_per_epoch']:.2f}×",
-                  f"{found['val_logloss'][-1] - alone[size, model]['val_logloss'][-1]:+.4f}",
-                  f"{found['bytes_communicated'] / 1e6:.1f}"] for size, model, tables, found in placed])
+                       "Δ averaging", "Δ adding", "MB sent / epoch / rank",
+                       "sharded tables: ms, speed-up, Δ, MB sent", "hybrid tables: ms, speed-up, Δ, MB sent"], rows)
     text += _scaling_table(flow) + _placement_table([a for a in arms if a["name"].startswith("placement_")])
     # the matches against the virtual workers are a note each
     scd = [a for a in arms if "gap" in a and "largest_relative_difference" not in a]
