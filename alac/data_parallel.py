@@ -21,7 +21,7 @@ import math
 import torch
 
 from alac.errors import OptionError
-from alac.runtime.distributed import init_ranks
+from alac.runtime.distributed import check_rows, init_ranks
 from alac.runtime.executor import Executor
 from alac.runtime.layout import order_by_frequency
 from alac.runtime.param_planner import ParamPlacement, plan_placement
@@ -57,9 +57,7 @@ class DataParallelTrainer(Trainer):
             raise OptionError(f"aggregation is one of {', '.join(AGGREGATIONS)}, got {aggregation!r}")
         if tables not in TABLES:
             raise OptionError(f"tables are one of {', '.join(TABLES)}, got {tables!r}")
-        if rows not in ("whole", "own"):
-            raise OptionError(f"rows are \"whole\" (every rank gets the whole set) or \"own\" (each its own), "
-                              f"got {rows!r}")
+        check_rows(rows)
         if sync_every is not None and (not isinstance(sync_every, int) or sync_every < 1):
             raise OptionError(f"sync_every is a number of batches >= 1 (or None: once an epoch), got {sync_every!r}")
         if ranks.world > 1 and ranks.backend == "nccl" and "device" not in options:
@@ -126,7 +124,7 @@ class DataParallelTrainer(Trainer):
             share = self._share[1]
         else:
             if self.rows == "own":
-                self._check_same_features(train)
+                self.ranks.check_one_feature_space(train.n_features)
                 share = train
             else:
                 rows = torch.arange(train.n_rows, device=train.device).tensor_split(self.ranks.world)[self.ranks.rank]
@@ -142,16 +140,6 @@ class DataParallelTrainer(Trainer):
                               "placement): each rank holds every row with replicated tables; tables=\"sharded\" "
                               "or \"hybrid\" splits them over the ranks")
         return prepared
-
-    def _check_same_features(self, share):
-        """Ranks given their own rows must declare as many features (their counts are all-reduced,
-        their rows indexed alike): an OptionError on every rank otherwise."""
-        widths = self.ranks.all_reduce(torch.tensor([share.n_features, -share.n_features], device=self.device),
-                                       op="max")
-        most, fewest = int(widths[0]), -int(widths[1])
-        if most != fewest:
-            raise OptionError(f"the ranks' own rows declare between {fewest:,} and {most:,} features (this rank's: "
-                              f"{share.n_features:,}): every rank's rows must index one feature space")
 
     def _place_params(self, train, streamed):
         """tables="auto" over several ranks: replicated where every row fits the GPU budget for them,
@@ -177,7 +165,7 @@ class DataParallelTrainer(Trainer):
         batches = -(-layout.n_chunks // self.plan.chunks_per_batch)
         every = self.sync_every or (segment_batches(layout.frequency, layout.stats.nnz / batches, batches, room, hot)
                                     if room > 0 else 0)
-        every = -int(self.ranks.all_reduce(torch.tensor([-every], device=self.device), op="max")[0])
+        every, _ = self.ranks.extremes(every)
         if every < 1:
             raise OptionError(f"{n:,} parameter rows of {row_bytes} bytes leave no room for a batch's rows in the "
                               f"{placement.budget_bytes:,}-byte GPU budget for them, even sharded over {world} ranks "
@@ -218,9 +206,9 @@ class DataParallelTrainer(Trainer):
         """Trainer's, the ranks' smallest: each rank measures its own epochs, and a group's end holds
         collectives (sharded tables' finiteness check) that every rank must reach together."""
         count = super()._group_size(grouped, remaining, seconds)
-        if self.ranks.world == 1 or not grouped or seconds is None:
+        if not grouped or seconds is None:
             return count
-        return -int(self.ranks.all_reduce(torch.tensor([-count], device=self.device), op="max")[0])
+        return self.ranks.extremes(count)[0]
 
     def _rows_over_ranks(self):
         """The rows the ranks train together (one all-reduce per training layout)."""

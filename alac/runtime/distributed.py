@@ -77,6 +77,21 @@ class Ranks:
             return tensor
         return moved.to(tensor.device)
 
+    def extremes(self, value):
+        """(smallest, largest) of an integer over the ranks: one all-reduce."""
+        if self.world == 1:
+            return value, value
+        both = self.all_reduce(torch.tensor([value, -value], dtype=torch.int64, device=self.device), op="max")
+        return -int(both[1]), int(both[0])
+
+    def check_one_feature_space(self, n_features):
+        """Ranks given their own rows must index one feature space (their counts are all-reduced, their
+        rows laid out alike): an OptionError on every rank otherwise, before any training."""
+        fewest, most = self.extremes(n_features)
+        if fewest != most:
+            raise OptionError(f"the ranks' own rows declare between {fewest:,} and {most:,} features (this rank's: "
+                              f"{n_features:,}): every rank's rows must index one feature space")
+
     def all_to_all(self, tensor, send_counts, receive_counts):
         """Rows of `tensor` (dim 0) sent to the ranks, send_counts[r] of them to rank r in rank order;
         returns the rows received, receive_counts[r] of them from rank r, on the tensor's device."""
@@ -89,6 +104,17 @@ class Ranks:
         self.traffic.bytes += (sum(send_counts) - send_counts[self.rank]) * row_bytes
         self.traffic.collectives += 1
         return out.to(tensor.device)
+
+
+# where a rank's training rows come from: every rank given the whole set (and taking its share), or
+# each given its own rows, as DistributedSampler hands DDP ranks theirs
+ROWS = ("whole", "own")
+
+
+def check_rows(rows):
+    if rows not in ROWS:
+        raise OptionError(f"rows are \"whole\" (every rank gets the whole set) or \"own\" (each its own), got "
+                          f"{rows!r}")
 
 
 def init_ranks(backend=None):

@@ -14,7 +14,7 @@ import dataclasses
 import torch
 
 from alac.errors import OptionError
-from alac.runtime.distributed import init_ranks
+from alac.runtime.distributed import check_rows, init_ranks
 from alac.runtime.scd import AGGREGATIONS, ScdSolver
 
 # rows taken into a rank's share at a time (the Criteo-shaped set's 200M rows at once would want
@@ -32,9 +32,7 @@ class DistributedScdSolver(ScdSolver):
         rows, made or read by each rank for a problem no rank holds whole; the epochs' orders are
         still the virtual workers', so that ranks given their parts step as they do."""
         ranks = ranks or init_ranks()
-        if rows not in ("whole", "own"):
-            raise OptionError(f"rows are \"whole\" (every rank gets the whole set) or \"own\" (each its own), "
-                              f"got {rows!r}")
+        check_rows(rows)
         if rows == "own" and form != "dual" and ranks.world > 1:
             raise OptionError("ranks given their own rows solve the dual (split by rows); the primal splits the "
                               "columns: give every rank the whole set (rows=\"whole\")")
@@ -71,16 +69,10 @@ class DistributedScdSolver(ScdSolver):
     def _own_parts(self, data, generator, generator_device):
         """Every rank's row count (one all-reduce), the feature spaces checked alike; the generator
         drawn past the split the whole set's solver would draw, so that the epochs' orders follow."""
-        world, rank = self.ranks.world, self.ranks.rank
-        counts = torch.zeros(world + 2, dtype=torch.int64, device=self.ranks.device)
-        counts[rank] = data.n_rows
-        counts[world:] = torch.tensor([data.n_features, -data.n_features])
-        counts[world:] = self.ranks.all_reduce(counts[world:].clone(), op="max")
-        counts[:world] = self.ranks.all_reduce(counts[:world].clone())
-        if int(counts[world]) != -int(counts[world + 1]):
-            raise OptionError(f"the ranks' own rows declare between {-int(counts[world + 1]):,} and "
-                              f"{int(counts[world]):,} features: every rank's rows must index one feature space")
-        sizes = counts[:world].tolist()
+        self.ranks.check_one_feature_space(data.n_features)
+        counts = torch.zeros(self.ranks.world, dtype=torch.int64, device=self.ranks.device)
+        counts[self.ranks.rank] = data.n_rows
+        sizes = self.ranks.all_reduce(counts).tolist()
         torch.randperm(sum(sizes), generator=generator, device=generator_device)
         return sizes
 

@@ -1,5 +1,5 @@
 """Ranks over a sub-group: three gloo ranks on the CPU, the first two reducing among themselves while
-the third takes no part, the first alone as one rank."""
+the third takes no part, the first alone as one rank; an integer's extremes over the ranks."""
 
 import pytest
 import torch
@@ -20,6 +20,7 @@ def _run_rank(rank, world, store, out):
         if alone is not None:
             found["alone_sum"] = float(alone.all_reduce(torch.tensor([rank + 1.0]))[0])
         found["every_sum"] = float(ranks.all_reduce(torch.tensor([rank + 1.0]))[0])
+        found["extremes"] = ranks.extremes(10 * rank - 7)
         torch.save(found, f"{out}/{rank}.pt")
 
 
@@ -29,6 +30,8 @@ def test_the_first_ranks_reduce_among_themselves(tmp_path):
     assert first["pair_sum"] == second["pair_sum"] == 3.0 and "pair_sum" not in third
     assert first["alone"] == 1 and first["alone_sum"] == 1.0 and second["alone"] is None and third["alone"] is None
     assert all(rank["every"] and rank["every_sum"] == 6.0 for rank in (first, second, third))
+    # the smallest and largest of an integer over the ranks, every rank told both
+    assert all(rank["extremes"] == (-7, 13) for rank in (first, second, third))
 
 
 def test_more_ranks_than_there_are_is_refused():
