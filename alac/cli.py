@@ -147,13 +147,11 @@ def _inspect(args):
 
 def _roofline(ir, plan, layout):
     """The async epoch's accesses and, on a GPU, the floor its flat kernels measure."""
-    from alac.runtime.roofline import epoch_accesses, measure_floor
+    from alac.runtime.roofline import epoch_roofline
     from alac.runtime.schedule import async_programs
 
-    accesses = epoch_accesses(ir, layout, plan.hot_size)
-    if layout.device.type != "cuda":
-        return accesses.line() + " (the floor is measured on a GPU)"
-    return accesses.line(measure_floor(accesses, layout, plan.hot_size, async_programs(plan, layout)))
+    accesses, floor = epoch_roofline(ir, layout, plan.hot_size, async_programs(plan, layout))
+    return accesses.line(floor) + (" (the floor is measured on a GPU)" if floor is None else "")
 
 
 def _placement(args, ir, dataset, layout, plan):

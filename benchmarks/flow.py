@@ -165,24 +165,8 @@ class History(list):
     programs = resident_programs = roofline = None
 
 
-# measured floors by (layout, hot size, programs): arms of one plan measure theirs once
-_FLOORS = {}
-
-
-def _roofline(trainer, layout):
-    """An async arm's epoch accesses and the floor of their flat kernels (None off a GPU)."""
-    from alac.runtime.roofline import epoch_accesses, measure_floor
-
-    hot_size = trainer.plan.hot_size
-    accesses = epoch_accesses(trainer.executor.ir, layout, hot_size)
-    programs = trainer.executor.backend.async_programs
-    key = (layout.edge_feature.data_ptr(), hot_size, programs)
-    if key not in _FLOORS:
-        _FLOORS[key] = measure_floor(accesses, layout, hot_size, programs) if layout.device.type == "cuda" else None
-    return accesses, _FLOORS[key]
-
-
 def alac_arm(train, valid, epochs, lr, k, seed, plan, optimizer="sgd"):
+    from alac.runtime.roofline import epoch_roofline
     from alac.train import Trainer
 
     model = _model(k)
@@ -198,7 +182,8 @@ def alac_arm(train, valid, epochs, lr, k, seed, plan, optimizer="sgd"):
     history.programs = trainer.executor.backend.async_programs
     history.resident_programs = trainer.executor.backend.resident_async_programs()
     if plan.semantics == "async":
-        accesses, floor = _roofline(trainer, layout)
+        accesses, floor = epoch_roofline(trainer.executor.ir, layout, trainer.plan.hot_size,
+                                         trainer.executor.backend.async_programs)
         kernel_ms = 1000 * statistics.median(s for s, _ in history)
         print(accesses.line(floor, kernel_ms), flush=True)
         history.roofline = {"edges": accesses.edges, "hot_edges": accesses.hot_edges,

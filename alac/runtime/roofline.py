@@ -153,3 +153,11 @@ def measure_floor(accesses, layout, hot_size, copies):
                                                                width, True, ATOMIC_SPLIT), FLOOR_REPEATS)
         total += milliseconds
     return total
+
+
+def epoch_roofline(ir, layout, hot_size, copies):
+    """(the accesses of an async epoch, their floor in milliseconds; None off a GPU)."""
+    accesses = epoch_accesses(ir, layout, hot_size)
+    if layout.device.type != "cuda":
+        return accesses, None
+    return accesses, measure_floor(accesses, layout, hot_size, copies)
