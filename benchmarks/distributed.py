@@ -141,6 +141,11 @@ def flow_plan(model, device, seed):
     return plan_for(layout, lower(model), "async", 1024, base, device=device.type).plan
 
 
+def median_ms(records):
+    """The median epoch of a fit's records, in milliseconds."""
+    return 1e3 * sorted(r["seconds"] for r in records)[len(records) // 2]
+
+
 def flow_arm(name, model, plan, train, valid, args, trained_by, set_rows, **options):
     """Epochs of a DataParallelTrainer over trained_by (one rank's GPU alone, or the first W of the
     launched ranks: alac.runtime.distributed.first_ranks), after one epoch that compiles the
@@ -158,10 +163,6 @@ def flow_arm(name, model, plan, train, valid, args, trained_by, set_rows, **opti
     if trained_by.rank == 0:
         print(trainer.describe(), flush=True)
     history = trainer.fit(train, valid)
-
-    def median_ms(records):
-        return 1e3 * sorted(r["seconds"] for r in records)[len(records) // 2]
-
     arm = {"name": name, "ranks": trained_by.world, "rows": set_rows, "epochs": len(history),
            "ms_per_epoch": median_ms(queued), "queued_epoch_seconds": [r["seconds"] for r in queued],
            "ms_per_epoch_validated": median_ms(history), "epoch_seconds": [r["seconds"] for r in history],
@@ -286,7 +287,7 @@ def placement_part(args, ranks):
            "budget_bytes": trainer.placement.budget_bytes,
            "gpu_bytes": torch.cuda.get_device_properties(device).total_memory, "rows_held": held,
            "epochs": len(history), "epoch_seconds": [r["seconds"] for r in history],
-           "ms_per_epoch": 1e3 * sorted(r["seconds"] for r in history)[len(history) // 2],
+           "ms_per_epoch": median_ms(history),
            "val_logloss": [r["valid_logloss"] for r in history],
            "bytes_communicated": (sent[-1] - sent[0]) // max(1, len(sent) - 1) if len(sent) > 1 else None,
            "placement": trainer.placement.lines()}
