@@ -49,6 +49,7 @@ from alac.data_parallel import DataParallelTrainer
 from alac.runtime.distributed import first_ranks, gloo_ranks, init_ranks
 from alac.runtime.scd import ScdSolver
 from alac.runtime.scd_distributed import DistributedScdSolver
+from alac.train import TrainingDiverged
 from benchmarks.render import table
 from benchmarks.report import environment, write
 from benchmarks.scd import criteo_dual_like, time_to_gap, webspam_like
@@ -155,14 +156,21 @@ def flow_arm(name, model, plan, train, valid, args, trained_by, set_rows, **opti
     it); bytes each rank sent per epoch. set_rows: the whole set's rows (train may be this rank's share)."""
     common = dict(plan=plan, seed=args.seed, device=_device(trained_by), ranks=trained_by)
     common.update(options)
-    DataParallelTrainer(model, epochs=1, **common).fit(train)
-    queued = DataParallelTrainer(model, epochs=args.flow_epochs, **common).fit(train)
     sent = []          # bytes sent so far at each epoch's end
     trainer = DataParallelTrainer(model, epochs=args.flow_epochs, callbacks=[
         lambda _, record: sent.append(trained_by.traffic.bytes)], **common)
-    if trained_by.rank == 0:
-        print(trainer.describe(), flush=True)
-    history = trainer.fit(train, valid)
+    try:
+        DataParallelTrainer(model, epochs=1, **common).fit(train)
+        queued = DataParallelTrainer(model, epochs=args.flow_epochs, **common).fit(train)
+        if trained_by.rank == 0:
+            print(trainer.describe(), flush=True)
+        history = trainer.fit(train, valid)
+    except TrainingDiverged as error:
+        # every rank sees the same mean loss and the same replicated parameters: all stop here together
+        if trained_by.rank == 0:
+            print(f"{name}: {error}", flush=True)
+        return {"name": name, "ranks": trained_by.world, "rows": set_rows, "lr": common["lr"],
+                "aggregation": options.get("aggregation"), "diverged": str(error)}
     arm = {"name": name, "ranks": trained_by.world, "rows": set_rows, "epochs": len(history),
            "ms_per_epoch": median_ms(queued), "queued_epoch_seconds": [r["seconds"] for r in queued],
            "ms_per_epoch_validated": median_ms(history), "epoch_seconds": [r["seconds"] for r in history],
@@ -188,7 +196,8 @@ def flow_part(args, ranks):
     arms = []
     device = _device(ranks)
     models = [(label, model, flow_plan(model, device, args.seed), lr)
-              for label, model, lr in (("lr", zoo_model("lr"), args.lr), ("fm16", zoo_model("fm", k=16), args.fm_lr))]
+              for label, model, lr in (("lr", zoo_model("lr"), args.lr), ("fm16", zoo_model("fm", k=16), args.fm_lr))
+              if label in args.models.split(",")]
     # every rank makes every group together (torch.distributed.new_group)
     groups = {world: first_ranks(ranks, world) for world in sorted({1, ranks.world, *args.gpus})}
     share = "own" if args.own_rows else "whole"
@@ -214,11 +223,11 @@ def flow_arms(name, model, plan, train, valid, args, trained_by, every, **option
     with each other aggregation and with sharded and hybrid tables."""
     if trained_by.world == 1:
         return [flow_arm(name, model, plan, train, valid, args, trained_by, **options)]
-    arms = []
-    for aggregation in ("sequential", "rows", "adding", "averaging") if every else ("sequential",):
+    arms, chosen = [], args.all_ranks_arms.split(",") if every else []
+    for aggregation in ("sequential", *(a for a in ("rows", "adding", "averaging") if a in chosen)):
         arms.append(flow_arm(f"{name}_{aggregation}", model, plan, train, valid, args, trained_by,
                              aggregation=aggregation, **options))
-    for tables in ("sharded", "hybrid") if every else ():
+    for tables in (t for t in ("sharded", "hybrid") if t in chosen):
         arms.append(flow_arm(f"{name}_{tables}", model, plan, train, valid, args, trained_by,
                              aggregation="sequential", tables=tables, **options))
     return arms
@@ -301,12 +310,23 @@ def _barrier(ranks):
         torch.distributed.barrier()
 
 
+def _delta(alone, other):
+    """An arm's last validation logloss against one GPU's."""
+    if other is None:
+        return "-"
+    if "diverged" in other:
+        return "diverged"
+    return f"{other['val_logloss'][-1] - alone['val_logloss'][-1]:+.4f}"
+
+
 def _placed(alone, found):
     """A sharded or hybrid arm (sequential aggregation) against one GPU, in one cell."""
     if found is None:
         return "-"
+    if "diverged" in found:
+        return "diverged"
     return (f"{found['ms_per_epoch']:.1f}, {alone['ms_per_epoch'] / found['ms_per_epoch']:.2f}×, "
-            f"{found['val_logloss'][-1] - alone['val_logloss'][-1]:+.4f}, {found['bytes_communicated'] / 1e6:.1f}")
+            f"{_delta(alone, found)}, {found['bytes_communicated'] / 1e6:.1f}")
 
 
 def _validated_speedup(alone, ranked):
@@ -340,11 +360,11 @@ def _scaling_table(flow):
         for world in counts[1:]:
             found = next((a for a in flow if a["rows"] == size and a["name"] == f"flow_{model}_{world}gpu_sequential"),
                          None)
-            if alone is None or found is None:
+            if alone is None or found is None or "diverged" in alone or "diverged" in found:
                 continue
             speedup = alone["ms_per_epoch"] / found["ms_per_epoch"]
             rows.append([f"{size:,}", model, world, f"{found['ms_per_epoch']:.1f}", f"{speedup:.2f}×",
-                         f"{speedup / world:.2f}", f"{found['val_logloss'][-1] - alone['val_logloss'][-1]:+.4f}"])
+                         f"{speedup / world:.2f}", _delta(alone, found)])
     return "\n\n" + table(["rows", "model", "GPUs", "ms / epoch", "speed-up", "of linear", "Δ val logloss"], rows)
 
 
@@ -362,9 +382,8 @@ def tables(payload):
         rows = []
         for size, model in dict.fromkeys((a["rows"], a["name"].split("_")[1]) for a in flow):
             alone, ranked = arm(size, model, "1gpu"), arm(size, model, f"{ranks}gpu_{shown}")
-            deltas = [f"{other['val_logloss'][-1] - alone['val_logloss'][-1]:+.4f}" if other else "-"
-                      for other in (arm(size, model, f"{ranks}gpu_{a}")
-                                    for a in ("sequential", "rows", "averaging", "adding"))]
+            deltas = [_delta(alone, arm(size, model, f"{ranks}gpu_{a}"))
+                      for a in ("sequential", "rows", "averaging", "adding")]
             rows.append([f"{size:,}", model, alone.get("lr", "-"), f"{alone['ms_per_epoch']:.1f}",
                          f"{ranked['ms_per_epoch']:.1f}",
                          f"{alone['ms_per_epoch'] / ranked['ms_per_epoch']:.2f}×", _validated_speedup(alone, ranked),
@@ -421,6 +440,9 @@ def main():
     parser.add_argument("--own-rows", action="store_true",
                         help="each rank makes only its share of the rows (no rank holds the whole set)")
     parser.add_argument("--flow-epochs", type=int, default=5)
+    parser.add_argument("--models", default="lr,fm16", help="flow models: of lr, fm16")
+    parser.add_argument("--all-ranks-arms", default="rows,adding,averaging,sharded,hybrid",
+                        help="flow arms on all the ranks beside the sequential aggregation")
     parser.add_argument("--lr", type=float, default=2.0)   # benchmarks/flow.py's
     # at 2.0 one GPU's own FM validation loss rises after epoch 3 and differs by 0.004 between seeds
     # (H100, 3 seeds, 5 epochs); at 0.5 it falls every epoch (benchmarks/streaming.py's FM)

@@ -242,25 +242,25 @@ PREFIX_BLOCK = 1 << 27
 
 
 def _hot_cold_counts(edge_feature, chunk_start, hot_size):
-    def per_chunk(flags):
-        # the prefix sum of flags at every chunk boundary, one block of edges at a time
-        at_bounds = torch.zeros(chunk_start.numel(), dtype=torch.int64, device=flags.device)
-        carried = torch.zeros((), dtype=torch.int64, device=flags.device)
-        for start in range(0, flags.numel(), PREFIX_BLOCK):
-            prefix = torch.cumsum(flags[start:start + PREFIX_BLOCK], 0)
+    def per_chunk(flag):
+        # the prefix sum of flag(edges) at every chunk boundary, one block of edges at a time (whole
+        # flag tensors of a 10-billion-edge layout would take 10 GB each)
+        at_bounds = torch.zeros(chunk_start.numel(), dtype=torch.int64, device=edge_feature.device)
+        carried = torch.zeros((), dtype=torch.int64, device=edge_feature.device)
+        for start in range(0, edge_feature.numel(), PREFIX_BLOCK):
+            prefix = torch.cumsum(flag(edge_feature[start:start + PREFIX_BLOCK]), 0)
             inside = (chunk_start > start) & (chunk_start <= start + prefix.numel())
             at_bounds[inside] = carried + prefix[chunk_start[inside] - start - 1]
             carried = carried + prefix[-1]
         return at_bounds[1:] - at_bounds[:-1]
 
-    real = edge_feature >= 0
-    hot = per_chunk(real & (edge_feature < hot_size))
-    return hot, per_chunk(real) - hot
+    hot = per_chunk(lambda features: (features >= 0) & (features < hot_size))
+    return hot, per_chunk(lambda features: features >= 0) - hot
 
 
 def reindex_by_frequency(indices, n_features):
     """(frequency in new order, new_to_old, old_to_new): descending frequency, stable ties."""
-    return order_by_frequency(torch.bincount(indices.long(), minlength=n_features))
+    return order_by_frequency(torch.bincount(indices, minlength=n_features))
 
 
 def order_by_frequency(frequency):
@@ -298,6 +298,28 @@ def _scatter_edges(values, fill, destination, edges):
     return out
 
 
+def _fixed_width_edges(entries, mapping, fill, rows, width, chunk_size, piece_chunks=1 << 16):
+    """`rows` rows of `width` entries each (row-major), mapped through `mapping` where given, laid out
+    slot-major inside every chunk of chunk_size rows, fill in the last chunk's empty slots (None stays
+    None). Piece by piece: a whole-set int64 index tensor of a 256M-row set would take 80 GB."""
+    if entries is None:
+        return None
+    n_chunks = math.ceil(rows / chunk_size)
+    dtype = mapping.dtype if mapping is not None else entries.dtype
+    out = torch.full((n_chunks * chunk_size * width,), fill, dtype=dtype, device=entries.device)
+    chunks = out.view(n_chunks, width, chunk_size)
+    for first in range(0, n_chunks, piece_chunks):
+        last = min(first + piece_chunks, n_chunks)
+        present = min(last * chunk_size, rows) - first * chunk_size
+        piece = entries[first * chunk_size * width:(first * chunk_size + present) * width]
+        if mapping is not None:
+            piece = mapping[piece]
+        whole = torch.full(((last - first) * chunk_size, width), fill, dtype=dtype, device=entries.device)
+        whole[:present] = piece.view(present, width)
+        chunks[first:last] = whole.view(last - first, chunk_size, width).transpose(1, 2)
+    return out
+
+
 def _synchronize(device):
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -329,7 +351,7 @@ def build_layout(dataset, options=LayoutOptions(), device=None, feature_order=No
             raise OptionError(f"the layout whose maps are shared has {maps_of.n_features} features, not "
                               f"{data.n_features}")
         new_to_old, old_to_new = maps_of.new_to_old, maps_of.old_to_new
-        frequency = torch.bincount(data.indices.long(), minlength=data.n_features)[new_to_old.long()]
+        frequency = torch.bincount(data.indices, minlength=data.n_features)[new_to_old.long()]
     elif feature_order is None:
         frequency, new_to_old, old_to_new = reindex_by_frequency(data.indices, data.n_features)
     else:
@@ -338,17 +360,17 @@ def build_layout(dataset, options=LayoutOptions(), device=None, feature_order=No
         new_to_old = feature_order.to(device=device, dtype=torch.int32)
         old_to_new = torch.empty_like(new_to_old)
         old_to_new[new_to_old.long()] = torch.arange(data.n_features, device=device, dtype=torch.int32)
-        frequency = torch.bincount(data.indices.long(), minlength=data.n_features)[new_to_old.long()]
-    features = old_to_new[data.indices.long()]
+        frequency = torch.bincount(data.indices, minlength=data.n_features)[new_to_old.long()]
 
     if fixed_width is not None:
         order = torch.arange(n, device=device)
         chunk_width = torch.full((n_chunks,), fixed_width, dtype=torch.int32, device=device)
         edges = slots * fixed_width
-        # Row-major [rows, W] padded to whole chunks, transposed to slot-major inside every chunk.
-        destination = torch.arange(slots * fixed_width, device=device).view(
-            n_chunks, fixed_width, C).transpose(1, 2).reshape(-1)[:nnz]
+        edge_feature = _fixed_width_edges(data.indices, old_to_new, -1, n, fixed_width, C)
+        edge_value = _fixed_width_edges(data.values, None, 0.0, n, fixed_width, C)
+        edge_field = _fixed_width_edges(data.fields, None, -1, n, fixed_width, C)
     else:
+        features = old_to_new[data.indices]
         window = torch.arange(n, device=device) // (C * options.bin_window_chunks)
         order = torch.argsort(window * (max_nnz + 1) + (max_nnz - row_nnz), stable=True)
         slot_nnz = torch.zeros(slots, dtype=torch.int64, device=device)
@@ -363,12 +385,12 @@ def build_layout(dataset, options=LayoutOptions(), device=None, feature_order=No
         del entry_row
         destination = _chunk_starts(chunk_width, C)[slot // C] + k * C + slot % C
         del k, slot
+        edge_feature = _scatter_edges(features.int(), -1, destination, edges)
+        del features
+        edge_value = _scatter_edges(data.values, 0.0, destination, edges)
+        edge_field = _scatter_edges(data.fields, -1, destination, edges)
+        del destination
     chunk_start = _chunk_starts(chunk_width, C)
-
-    edge_feature = _scatter_edges(features.int(), -1, destination, edges)
-    edge_value = _scatter_edges(data.values, 0.0, destination, edges)
-    edge_field = _scatter_edges(data.fields, -1, destination, edges)
-    del destination
 
     row_of_slot = torch.full((slots,), -1, dtype=torch.int64, device=device)
     row_of_slot[:n] = order

@@ -45,6 +45,14 @@ def test_a_scaling_run_reports_each_count_of_ranks_against_one_gpu():
     assert "of linear" not in distributed.tables({"arms": arms[:2]})
 
 
+def test_a_diverged_arm_is_reported_as_diverged():
+    arms = [_flow("flow_fm_1gpu", 100, 1, 20.0, 0.45), _flow("flow_fm_4gpu_sequential", 100, 4, 6.0, 0.46, 4e6),
+            {"name": "flow_fm_4gpu_adding", "rows": 100, "ranks": 4, "lr": 0.5, "aggregation": "adding",
+             "diverged": "training diverged in epoch 4"}]
+    text = distributed.tables({"arms": arms})
+    assert "| 100 | fm | 0.5 | 20.0 | 6.0 | 3.33× | 3.00× | 0.4500 | +0.0100 | - | - | diverged | 4.0 | - | - |" in text
+
+
 @pytest.mark.parametrize(("world", "rank"), [(1, 0), (3, 0), (3, 2)])
 def test_each_rank_makes_only_its_share_of_the_rows(world, rank):
     """The share equals the whole set's rows as tensor_split cuts them (without field ids), made in

@@ -225,3 +225,17 @@ def test_an_evaluation_layout_shares_the_training_layouts_maps_and_lays_out_the_
     assert shared.old_to_new.data_ptr() == trained.old_to_new.data_ptr()
     for name in ("edge_feature", "frequency", "row_of_slot", "chunk_start", "labels"):
         assert torch.equal(getattr(shared, name), getattr(copied, name)), name
+
+
+def test_fixed_width_edges_piece_by_piece_are_slot_major_chunks():
+    rows, width, chunk = 7, 3, 2
+    entries = torch.arange(rows * width, dtype=torch.int32)
+    mapping = torch.arange(rows * width, dtype=torch.int32).flip(0)
+    # by hand: rows padded to whole chunks, each chunk's [slot, entry] block stored entry-major
+    padded = np.full((8, width), -1)
+    padded[:rows] = mapping.numpy()[entries.numpy()].reshape(rows, width)
+    expected = padded.reshape(4, chunk, width).transpose(0, 2, 1).reshape(-1)
+    for piece_chunks in (1, 3, 64):
+        got = layout_module._fixed_width_edges(entries, mapping, -1, rows, width, chunk, piece_chunks=piece_chunks)
+        assert got.dtype == torch.int32
+        np.testing.assert_array_equal(got.numpy(), expected)
