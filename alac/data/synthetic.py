@@ -20,6 +20,7 @@ import torch
 
 from alac.counter_random import normal, uniform
 from alac.data.dataset import DataSource, SparseDataset
+from alac.data.table import MAX_FEATURES
 from alac.errors import OptionError
 
 # Independent random streams.
@@ -152,6 +153,10 @@ def kaggle_like(n_rows, zipf=1.1, seed=0, model="fm", k=16, device=None, first_r
     scaled, the GPU)."""
     if zipf <= 0 or scale < 1:
         raise OptionError(f"the Zipf exponent must be positive and the scale at least 1, got {zipf} and {scale}")
+    if sum(KAGGLE_CARDINALITIES) * scale > MAX_FEATURES:
+        raise OptionError(f"scale {scale} gives {sum(KAGGLE_CARDINALITIES) * scale:,} features: feature ids are "
+                          f"int32 (at most {MAX_FEATURES:,}); the largest scale is "
+                          f"{MAX_FEATURES // sum(KAGGLE_CARDINALITIES)}")
     planted = planted_model(seed=seed, model=model, k=k, device=device,
                             cardinalities=[c * scale for c in KAGGLE_CARDINALITIES])
 

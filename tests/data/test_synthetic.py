@@ -103,3 +103,12 @@ def test_tabulated_planted_params_are_the_hashed_ones(model):
     ids = torch.randint(0, planted.n_features, (2000, 5), generator=torch.Generator().manual_seed(0))
     assert torch.equal(tabulated.logits(ids), planted.logits(ids))
     assert torch.equal(tabulated.weights, planted.weights)
+
+
+def test_a_kaggle_scale_past_int32_ids_is_refused_before_any_row_is_made():
+    from alac.data.synthetic import KAGGLE_CARDINALITIES, kaggle_like
+    from alac.errors import OptionError
+
+    largest = (2**31 - 1) // sum(KAGGLE_CARDINALITIES)
+    with pytest.raises(OptionError, match=f"the largest scale is {largest}"):
+        kaggle_like(10, scale=largest + 1, model="lr", device="cpu")
