@@ -130,9 +130,7 @@ class DataParallelTrainer(Trainer):
                 rows = torch.arange(train.n_rows, device=train.device).tensor_split(self.ranks.world)[self.ranks.rank]
                 share = train.take(rows)
             if self.feature_order is None:
-                counts = torch.bincount(share.indices.to(self.device).long(), minlength=share.n_features)
-                _, new_to_old, _ = order_by_frequency(self.ranks.all_reduce(counts))
-                self.feature_order = new_to_old.cpu()
+                self.feature_order = self._common_feature_order(share)
             self._share = (train, share)
         prepared = super().prepare(share)
         if self.tables == "replicated" and self.placement is not None and self.placement.mode != "device":
@@ -140,6 +138,14 @@ class DataParallelTrainer(Trainer):
                               "placement): each rank holds every row with replicated tables; tables=\"sharded\" "
                               "or \"hybrid\" splits them over the ranks")
         return prepared
+
+    def _common_feature_order(self, share):
+        """new_to_old (on the CPU) by the ranks' summed feature counts: the same on every rank. Its own
+        function so that the counts and the order's other tables (8 bytes a feature each) are freed
+        before the layout is built."""
+        counts = torch.bincount(share.indices.to(self.device), minlength=share.n_features)
+        _, new_to_old, _ = order_by_frequency(self.ranks.all_reduce(counts, in_place=True))
+        return new_to_old.cpu()
 
     def _place_params(self, train, streamed):
         """tables="auto" over several ranks: replicated where every row fits the GPU budget for them,

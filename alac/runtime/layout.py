@@ -268,17 +268,32 @@ def order_by_frequency(frequency):
     # Only seen features need sorting (hashed spaces are mostly empty: criteo-tiny sees 8k of 41M
     # ids); unseen ones follow in id order, which is what a stable sort of all ids would give.
     seen = torch.nonzero(frequency).squeeze(1)
-    unseen = torch.nonzero(frequency == 0).squeeze(1)
-    new_to_old = torch.cat([seen[torch.argsort(frequency[seen], descending=True, stable=True)], unseen])
+    new_to_old = torch.empty(frequency.numel(), dtype=torch.int32, device=frequency.device)
+    new_to_old[:seen.numel()] = seen[torch.argsort(frequency[seen], descending=True, stable=True)]
+    at = seen.numel()
+    del seen
+    # the unseen block by block: as one int64 list they would take 8 bytes per feature (17 GB at 2.1 billion)
+    for start in range(0, frequency.numel(), PREFIX_BLOCK):
+        unseen = torch.nonzero(frequency[start:start + PREFIX_BLOCK] == 0).squeeze(1) + start
+        new_to_old[at:at + unseen.numel()] = unseen
+        at += unseen.numel()
+    return frequency[new_to_old], new_to_old, inverse_order(new_to_old)
+
+
+def inverse_order(new_to_old):
+    """old_to_new (int32) of a permutation, block by block (no arange or int64 copy of its size)."""
     old_to_new = torch.empty_like(new_to_old)
-    old_to_new[new_to_old] = torch.arange(frequency.numel(), device=frequency.device)
-    return frequency[new_to_old], new_to_old.int(), old_to_new.int()
+    for start in range(0, new_to_old.numel(), PREFIX_BLOCK):
+        part = new_to_old[start:start + PREFIX_BLOCK]
+        old_to_new[part] = torch.arange(start, start + part.numel(), dtype=old_to_new.dtype, device=part.device)
+    return old_to_new
 
 
 def top_share(frequency, nnz):
     """((fraction of seen features, share of accesses), ...) for TOP_FEATURE_FRACTIONS."""
-    seen = int((frequency > 0).sum())
-    cumulative = torch.cumsum(torch.sort(frequency, descending=True).values, 0)
+    present = frequency[frequency > 0]      # sorting only these: the feature space may be billions
+    seen = present.numel()
+    cumulative = torch.cumsum(torch.sort(present, descending=True).values, 0)
     return tuple((fraction, float(cumulative[max(1, math.ceil(fraction * seen)) - 1]) / nnz if nnz else 0.0)
                  for fraction in TOP_FEATURE_FRACTIONS)
 
@@ -351,16 +366,15 @@ def build_layout(dataset, options=LayoutOptions(), device=None, feature_order=No
             raise OptionError(f"the layout whose maps are shared has {maps_of.n_features} features, not "
                               f"{data.n_features}")
         new_to_old, old_to_new = maps_of.new_to_old, maps_of.old_to_new
-        frequency = torch.bincount(data.indices, minlength=data.n_features)[new_to_old.long()]
+        frequency = torch.bincount(data.indices, minlength=data.n_features)[new_to_old]
     elif feature_order is None:
         frequency, new_to_old, old_to_new = reindex_by_frequency(data.indices, data.n_features)
     else:
         if feature_order.numel() != data.n_features:
             raise OptionError(f"feature_order has {feature_order.numel()} ids for {data.n_features} features")
         new_to_old = feature_order.to(device=device, dtype=torch.int32)
-        old_to_new = torch.empty_like(new_to_old)
-        old_to_new[new_to_old.long()] = torch.arange(data.n_features, device=device, dtype=torch.int32)
-        frequency = torch.bincount(data.indices, minlength=data.n_features)[new_to_old.long()]
+        old_to_new = inverse_order(new_to_old)
+        frequency = torch.bincount(data.indices, minlength=data.n_features)[new_to_old]
 
     if fixed_width is not None:
         order = torch.arange(n, device=device)
