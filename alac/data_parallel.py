@@ -24,7 +24,9 @@ from alac.errors import OptionError
 from alac.runtime.distributed import check_rows, init_ranks
 from alac.runtime.executor import Executor
 from alac.runtime.layout import order_by_frequency
+from alac.runtime.memory import available_bytes
 from alac.runtime.param_planner import ParamPlacement, plan_placement
+from alac.runtime.planner import layout_bytes
 from alac.runtime.sharded_rows import SEGMENT_COPIES, ShardedExecutor, segment_batches
 from alac.runtime.streams import StreamedLayout
 from alac.train import FINITE_CHECK_VALUES, Trainer
@@ -153,7 +155,13 @@ class DataParallelTrainer(Trainer):
         if self.ranks.world == 1 or self.tables != "auto" or streamed or self._has_state():
             super()._place_params(train, streamed)
             return
-        placement = plan_placement(self.executor.ir, self.plan, train, self.train_layout, self.device)
+        plan = self.plan
+        if plan.memory_budget is None and self.device.type == "cuda":
+            # without a budget, this GPU's free memory (the layout's already counted) decides whether
+            # every row fits a rank: replicated tables of a larger model would stop at initialization
+            plan = dataclasses.replace(plan, memory_budget=available_bytes(self.device) +
+                                       layout_bytes(train, plan.chunk_size))
+        placement = plan_placement(self.executor.ir, plan, train, self.train_layout, self.device)
         if placement.mode == "device":
             self.placement, self.tables = dataclasses.replace(placement, reasons=(*placement.reasons, (
                 "tables", f"replicated over {self.ranks.world} ranks", REPLICATED_WHY))), "replicated"

@@ -27,7 +27,7 @@ import torch
 from alac.errors import OptionError
 from alac.runtime.cache_remap import mark_touched, remap
 from alac.runtime.memory import available_bytes
-from alac.runtime.state import ModelState
+from alac.runtime.state import DRAW_ROWS, ModelState
 
 # rows gathered per piece when the whole table is assembled in host memory (checkpoints, snapshots):
 # the device holds one piece at a time, not the table
@@ -226,12 +226,28 @@ class ShardedExecutor:
         self.shards = RowShards(self.ranks, n_rows, self.device, first=self.hot)
 
     def initialize(self, layout, value_scale=None):
-        """Initial rows drawn as a one-device run draws them (in host memory, then this rank's kept)."""
+        """The hot rows and this rank's share of the others, drawn as a one-device run draws them, piece
+        by piece on this rank's device (the whole table may exceed every GPU and the host's memory over
+        the ranks)."""
         self.value_scale = layout.value_scale() if value_scale is None else value_scale
         self._share_rows(layout.n_features)
-        whole = ModelState.initial(self.working.model, layout.new_to_old, "cpu", self.seed, self.working.ir.optimizer)
-        self.state = whole
         self.batches_done = 0
+        model, optimizer = self.working.model, self.working.ir.optimizer
+        if layout.n_features <= DRAW_ROWS:
+            # one CPU generator draws such a table whole (no row alone): it fits host memory
+            self.state = ModelState.initial(model, layout.new_to_old, "cpu", self.seed, optimizer)
+            return
+        hot = ModelState.initial(model, layout.new_to_old, self.device, self.seed, optimizer,
+                                 rows=torch.arange(self.hot))
+        self._columns = tuple((name, part, tuple(tensor.shape[1:])) for part in ("params", "states")
+                              for name, tensor in getattr(hot, part).items())
+        self.hot_table, self.globals = self._pack(hot), hot.globals
+        owned = self.shards.owned
+        self.table = torch.empty(owned.numel(), self.hot_table.shape[1], device=self.device)
+        for first in range(0, owned.numel(), ASSEMBLY_ROWS):
+            rows = owned[first:first + ASSEMBLY_ROWS]
+            self.table[first:first + rows.numel()] = self._pack(ModelState.initial(
+                model, layout.new_to_old, self.device, self.seed, optimizer, rows=rows))
 
     # -- a segment's rows ---------------------------------------------------------------------------
 

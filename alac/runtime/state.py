@@ -57,8 +57,15 @@ def _empty(shape, device, host):
 def counter_values(init, first, rows, width, seed, index, device):
     """Initial values of the user's rows first .. first + rows - 1 of the index-th param (width values
     a row) from the counter-based generator: the same on any device and for any piece size."""
-    start = (index << 40) + first * width
-    counters = torch.arange(start, start + rows * width, dtype=torch.int64, device=device)
+    return counter_values_of(init, torch.arange(first, first + rows, device=device), width, seed, index)
+
+
+def counter_values_of(init, ids, width, seed, index):
+    """counter_values of the user's rows `ids` (any order), on their device."""
+    rows = ids.numel()
+    counters = ((index << 40) + ids.long().view(-1, 1) * width +
+                torch.arange(width, dtype=torch.int64, device=ids.device)).view(-1)
+    device = ids.device
     if isinstance(init, Constant):
         values = torch.full((counters.numel(),), float(init.value), device=device)
     elif isinstance(init, Normal):
@@ -98,19 +105,29 @@ class ModelState:
     states: dict = field(default_factory=dict)   # "<param>_<state>" -> the optimizer's state
 
     @classmethod
-    def initial(cls, model, new_to_old, device, seed=0, optimizer=None, host=()):
+    def initial(cls, model, new_to_old, device, seed=0, optimizer=None, host=(), rows=None):
         """Initial values drawn in the user's feature order (a CPU generator, or for tables over
         DRAW_ROWS rows a counter-based one: the same on any device and under any re-indexing), then
         permuted to the layout's ids. Params named in host
         (and their optimizer state) live in pinned host memory, which kernels reach through mapped
-        pointers; without CUDA, host memory is where every tensor is."""
+        pointers; without CUDA, host memory is where every tensor is. rows (layout ids): only these rows
+        of that state, in this order (a rank's share of a table no GPU holds whole)."""
         declared_params, declared_globals = model.declarations()
         generator = torch.Generator().manual_seed(seed)
         order = new_to_old.long().cpu()
         params = {}
         for index, (name, param) in enumerate(declared_params.items()):
             shape = (order.numel(),) if param.size == 1 else (order.numel(), param.size)
-            params[name] = _drawn(param.init, shape, generator, order, device, name in host, seed, index)
+            if rows is None:
+                params[name] = _drawn(param.init, shape, generator, order, device, name in host, seed, index)
+            elif order.numel() <= DRAW_ROWS:
+                params[name] = _placed(_initial_values(param.init, shape, generator)[order[rows.cpu()]].float(),
+                                       device, name in host)
+            else:
+                # the table's generator is counter-based: these rows' draws alone
+                params[name] = _placed(counter_values_of(param.init, new_to_old[rows.to(new_to_old.device)].to(device),
+                                                         param.size, seed, index).view(rows.numel(), *shape[1:]),
+                                       device, name in host)
         globals_ = {name: _initial_values(g.init, (1,), generator).to(device=device, dtype=torch.float32)
                     for name, g in declared_globals.items()}
         states = {}

@@ -77,6 +77,14 @@ def test_a_table_past_draw_rows_is_drawn_piece_by_piece_into_the_layouts_order(m
         assert torch.equal(tables[0][name], expected) and torch.equal(tables[1][name], expected)
     assert abs(float(tables[0]["w"].mean()) - 0.2) < 0.01 and abs(float(tables[0]["w"].min()) + 0.2) < 0.001
     assert abs(float(tables[0]["v"].mean()) - 1.0) < 0.02 and abs(float(tables[0]["v"].std()) - 0.5) < 0.02
+    # some rows alone (a rank's share of a sharded table) are those rows of the whole, for either generator
+    rows = torch.tensor([19_999, 3, 7_000, 0])
+    for draw_rows in (64, n):
+        monkeypatch.setattr(state, "DRAW_ROWS", draw_rows)
+        whole = state.ModelState.initial(zoo_model("fm", k=3), new_to_old, "cpu", seed=5)
+        part = state.ModelState.initial(zoo_model("fm", k=3), new_to_old, "cpu", seed=5, rows=rows)
+        for name in whole.params:
+            assert torch.equal(part.params[name], whole.params[name][rows])
     # the two params draw from different counters
     assert float(torch.corrcoef(torch.stack([tables[0]["w"], tables[0]["v"][:, 0]]))[0, 1]) < 0.05
     if torch.cuda.is_available():

@@ -13,6 +13,8 @@ from alac.data_parallel import DataParallelTrainer
 from alac.errors import OptionError
 from alac.models import zoo_model
 from alac.plan import Plan
+from alac.runtime import sharded_rows
+from alac.runtime import state as state_module
 from alac.runtime.distributed import Ranks, init_ranks
 from alac.runtime.planner import layout_bytes
 from alac.runtime.sharded_rows import RowShards, ShardSnapshot, expected_rows, segment_batches
@@ -125,8 +127,13 @@ def test_sharded_tables_train_as_replicated_ones(two_ranks, case, tables):
                            torch.as_tensor(values))
 
 
-@pytest.mark.parametrize(("backend", "tables"), [("reference", "sharded"), (KERNELS, "hybrid")])
-def test_one_rank_of_sharded_tables_is_a_plain_trainer(backend, tables):
+@pytest.mark.parametrize(("backend", "tables", "counter_drawn"),
+                         [("reference", "sharded", False), (KERNELS, "hybrid", False), ("reference", "hybrid", True)])
+def test_one_rank_of_sharded_tables_is_a_plain_trainer(backend, tables, counter_drawn, monkeypatch):
+    if counter_drawn:
+        # tables past DRAW_ROWS: each rank draws only its rows, the plain trainer the whole table
+        monkeypatch.setattr(state_module, "DRAW_ROWS", 8)
+        monkeypatch.setattr(sharded_rows, "DRAW_ROWS", 8)
     train, valid = _data()
     device = "cuda" if backend == "triton" else "cpu"
     options = {**OPTIONS, "backend": backend, "device": device, "optimizer": "adagrad", "epochs": 2}
