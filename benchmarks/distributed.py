@@ -36,6 +36,7 @@ results/distributed.json and .md (distributed_<W>gpu.* for W ranks other than 2)
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -51,7 +52,7 @@ from alac.runtime.scd import ScdSolver
 from alac.runtime.scd_distributed import DistributedScdSolver
 from alac.train import TrainingDiverged
 from benchmarks.render import table
-from benchmarks.report import environment, write
+from benchmarks.report import environment, merge, write
 from benchmarks.scd import criteo_dual_like, time_to_gap, webspam_like
 
 
@@ -274,21 +275,31 @@ def placement_part(args, ranks):
     from alac.plan import Plan
     from alac.runtime.planner import hot_size_for_data
 
-    device = _device(ranks)
+    device, started = _device(ranks), _now()
+
+    def progress(text):
+        # minutes of work on billions of rows: each stage said as it ends
+        if ranks.rank == 0:
+            print(f"placement, {_now() - started:.0f} s: {text}", flush=True)
+
     first, count = share_range(args.placement_rows, ranks.world, ranks.rank)
     options = dict(zipf=1.1, seed=args.seed, model="lr", device=device, scale=args.placement_scale)
     train = kaggle_like(count, first_row=first, **options)
     valid = kaggle_like(args.valid_rows, first_row=args.placement_rows, **options)
+    progress(f"{count:,} rows a rank made, {train.n_features:,} features")
     base = Plan(semantics="async", batch_size=1024, chunk_size=32)
     plan = Plan(semantics="async", batch_size=1024, chunk_size=32,
                 hot_size=hot_size_for_data(train, base, device.type, 16))
+    progress(f"hot segment {plan.hot_size:,} rows")
     sent = []
     trainer = DataParallelTrainer(zoo_model("fm", k=16), optimizer="adagrad", lr=args.placement_lr, plan=plan,
                                   seed=args.seed, device=device, ranks=ranks, rows="own", epochs=args.placement_epochs,
-                                  callbacks=[lambda _, record: sent.append(ranks.traffic.bytes)])
+                                  callbacks=[lambda _, record: sent.append(ranks.traffic.bytes)],
+                                  log=lambda record: progress(f"epoch {record['epoch']}: {record['seconds']:.1f} s, "
+                                                              f"val logloss {record.get('valid_logloss', 0):.4f}"))
+    trainer.prepare(train)
+    progress(f"laid out; {trainer.describe()}")
     history = trainer.fit(train, valid)
-    if ranks.rank == 0:
-        print(trainer.describe(), flush=True)
     held = (trainer.executor.table.shape[0] + trainer.executor.hot_table.shape[0]) if trainer.sharded_tables else None
     arm = {"name": f"placement_fm16_adagrad_kaggle_x{args.placement_scale}", "ranks": ranks.world,
            "rows": args.placement_rows, "features": train.n_features, "tables": trainer.tables,
@@ -417,17 +428,25 @@ def tables(payload):
     return text
 
 
+def recorded_command(argv):
+    """The run's arguments as a shell would take them, less --out (results go to results/ by default)."""
+    kept = [a for i, a in enumerate(argv) if a != "--out" and (i == 0 or argv[i - 1] != "--out")]
+    return shlex.join(kept)
+
+
 def result_name(world):
     """results/distributed.json for two ranks (the 2-GPU machine's runs), distributed_<W>gpu.json for W."""
     return "distributed" if world == 2 else f"distributed_{world}gpu"
 
 
 def report(payload):
-    env = payload["environment"]
-    command = payload.get("command", f"--parts {payload['arguments']['parts']}")
-    return (f"Distributed ({env['device']} x {payload['ranks']}, {env['date']}: "
-            f"`PYTHONPATH=. torchrun --nproc-per-node {payload['ranks']} benchmarks/distributed.py "
-            f"{command}`)\n\n" + tables(payload))
+    env, ranks = payload["environment"], payload["ranks"]
+    runs = payload.get("runs") or [{"command": payload.get("command", f"--parts {payload['arguments']['parts']}"),
+                                    "date": env["date"]}]
+    # runs merged (--merge): each its command, date and what became of its arms
+    said = "; ".join(f"`PYTHONPATH=. torchrun --nproc-per-node {ranks} benchmarks/distributed.py {run['command']}` "
+                     f"{run['date']}" + (f" ({run['note']})" if run.get("note") else "") for run in runs)
+    return f"Distributed ({env['device']} x {ranks}: {said})\n\n" + tables(payload)
 
 
 def main():
@@ -463,7 +482,12 @@ def main():
     parser.add_argument("--placement-lr", type=float, default=0.1)   # benchmarks/placement.py's
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default=None)
+    parser.add_argument("--merge", nargs="+", metavar="JSON", help="write one result of these runs' JSON files")
     args = parser.parse_args()
+    if args.merge:
+        payload = merge(args.merge, "distributed.py")
+        write(result_name(payload["ranks"]), payload, report(payload), args.out)
+        return
     ranks = init_ranks()
     if not torch.cuda.is_available() or ranks.backend not in (None, "nccl"):
         raise SystemExit("benchmarks/distributed.py runs on GPUs: launch it with torchrun on a machine with CUDA")
@@ -484,7 +508,7 @@ def main():
         arms.append(placement_part(args, ranks))
     if ranks.rank == 0:
         payload = {"environment": environment(), "arguments": vars(args), "ranks": ranks.world, "arms": arms,
-                   "command": " ".join(sys.argv[1:])}
+                   "command": recorded_command(sys.argv[1:])}
         write(result_name(ranks.world), payload, report(payload), args.out)
         print(report(payload), flush=True)
 

@@ -37,7 +37,6 @@ from the data).
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import time
@@ -53,7 +52,7 @@ from alac.interleave import Interleaving, interleaved_step, split_rows
 from alac.models.deep import DeepFM, mlp
 from alac.nn import GraphedStep, KeyedBags, PackedEmbeddingBags, Table, whole_step
 from benchmarks.render import fields_table
-from benchmarks.report import environment, write
+from benchmarks.report import environment, merge, write
 
 DIMS = (4, 8, 16, 32)
 SEED = 7
@@ -397,18 +396,6 @@ def report(payload):
     return f"Many fields ({env['device']}, {env['date']}; {commands})\n\n" + fields_table(payload)
 
 
-def merge(paths):
-    """One payload of several runs' arms (each part in its own process, so that each fits the GPU
-    machine's ten-minute calls), refused unless every run was on the same device."""
-    payloads = [json.loads(Path(path).read_text()) for path in paths]
-    devices = {p["environment"]["device"] for p in payloads}
-    if len(devices) != 1:
-        raise SystemExit(f"fields.py --merge: runs on different devices ({', '.join(sorted(devices))}) do not merge")
-    runs = [run for p in payloads for run in p.get("runs", [p["arguments"]])]
-    return {"environment": payloads[0]["environment"], "arguments": runs[0], "runs": runs,
-            "arms": [a for p in payloads for a in p["arms"]]}
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--fields", type=int, default=200)
@@ -434,7 +421,7 @@ def main():
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
     if args.merge:
-        payload = merge(args.merge)
+        payload = merge(args.merge, "fields.py")
         write("fields", payload, report(payload), args.out)
         print(report(payload))
         return

@@ -80,6 +80,21 @@ def flow_table(result):
     return table(["arm", "ms / epoch", "vs PyTorch b1024", "val logloss", "G nnz/s"], rows)
 
 
+def flow_pair_table(results):
+    """flow.py's LR and FM k = 16 runs side by side, a row per arm (their arms are the same)."""
+    columns = []
+    for result in results:
+        arms = {a["name"]: a for a in result["arms"]}
+        baseline = arms.get("pytorch_embeddingbag_b1024")
+        columns.append({name: [f"{a['ms_per_epoch']:.2f}",
+                               f"{baseline['ms_per_epoch'] / a['ms_per_epoch']:,.0f}×" if baseline else "-",
+                               f"{_last(a['val_logloss']):.4f}", f"{a['gnnz_per_s']:.2f}"] for name, a in arms.items()})
+    names = dict.fromkeys(name for column in columns for name in column)
+    rows = [[name, *(cell for column in columns for cell in column.get(name, ["-"] * 4))] for name in names]
+    return table(["arm", *(f"{model} {what}" for model in ("LR", "FM") for what in
+                           ("ms / epoch", "vs PyTorch b1024", "val logloss", "G nnz/s"))], rows)
+
+
 def scaling_table(result):
     rows = [[f"{r['rows']:,}", "queue" if r["chunk_queue"] else "fixed shares", f"{r['ms_per_epoch']:.2f}",
              f"{r['ns_per_nnz']:.4f}", f"{r['ms_per_epoch_queued']:.2f}", f"{r['ns_per_nnz_queued']:.4f}"]
@@ -100,8 +115,9 @@ def sweep_table(result):
             runs = [r for r in result["results"] if r["model"] == model and r["semantics"] == semantics]
             if not runs:
                 continue
-            for label, run in (("fastest", min(runs, key=lambda r: r["ms_per_epoch"])),
-                               ("best logloss", min(runs, key=lambda r: r["val_logloss"]))):
+            fastest, best = min(runs, key=lambda r: r["ms_per_epoch"]), min(runs, key=lambda r: r["val_logloss"])
+            for label, run in ((("fastest and best logloss", fastest),) if fastest is best else
+                               (("fastest", fastest), ("best logloss", best))):
                 rows.append([model, semantics, label, run["chunk_size"], run["hot_size"], run["flush_every"] or "-",
                              run["programs"], f"{run['ms_per_epoch']:.2f}", f"{run['val_logloss']:.4f}"])
     return table(["model", "semantics", "run", "C", "H", "K", "programs", "ms / epoch", "val logloss"], rows)
@@ -343,12 +359,11 @@ SECTIONS = [
      "`alac train` with no options against the best of a sweep (optimizers sgd, adagrad, ftrl, adam × 3 learning "
      "rates; FM also k 8/16 × L2 0/0.01; chosen on validation), test metric, on the shared real data sets.",
      "PYTHONPATH=. python benchmarks/defaults.py", defaults_table),
-    ("flow_lr", "LR, 4M × 39 synthetic rows: alac against PyTorch",
+    (("flow_lr", "flow_fm"), "LR and FM k = 16, 4M × 39 synthetic rows: alac against PyTorch",
      "Epoch time and validation logloss after 10 epochs of every execution arm, side by side in one process "
-     "(PyTorch: idiomatic nn.EmbeddingBag(sparse=True) + SGD).",
-     "PYTHONPATH=. python benchmarks/flow.py --model lr --baseline-epochs 2", flow_table),
-    ("flow_fm", "FM k = 16, 4M × 39 synthetic rows", "As above, factorization machine with 16 factors.",
-     "PYTHONPATH=. python benchmarks/flow.py --model fm --k 16 --lr 0.5 --baseline-epochs 2", flow_table),
+     "(PyTorch: idiomatic nn.EmbeddingBag(sparse=True) + SGD); LR and FM in a process each.",
+     "PYTHONPATH=. python benchmarks/flow.py --model lr --baseline-epochs 2` and `PYTHONPATH=. python "
+     "benchmarks/flow.py --model fm --k 16 --lr 0.5 --baseline-epochs 2", flow_pair_table),
     ("flow_fm_k32", "FM k = 32", "The sync and async arms at 32 factors.",
      "PYTHONPATH=. python benchmarks/flow.py --model fm --k 32 --lr 0.5 --arms alac_fused_sync_b1024,alac_async,"
      "alac_async_hot", flow_table),
@@ -431,11 +446,12 @@ SECTIONS = [
      "TPA-SCD's Criteo problem (dual ridge, λ 1e-3, 200M × 75M) to gap 1e-6, its rows split, the adaptive γ.",
      "PYTHONPATH=. torchrun --nproc-per-node 2 benchmarks/distributed.py", distributed_tables),
     *((f"distributed_{world}gpu", f"Scaling over {world} GPUs",
-       f"The flow arms on the first 1, 2, ... {world} ranks (each making only its share of the rows), the SCD arm "
-       f"over {world} ranks, and a placement run whose tables exceed one GPU's memory, sharded over them.",
-       f"PYTHONPATH=. torchrun --nproc-per-node {world} benchmarks/distributed.py --parts flow,scd,placement "
-       f"--gpus {' '.join(str(w) for w in (2, 4, 8) if w < world)} --own-rows --flow-rows 256000000 "
-       "--criteo-scale 4",
+       f"The flow arms (LR and FM k = 16, the sequential aggregation) on the first 1, 2, ... {world} ranks, each "
+       f"making only its share of the 256M rows, and the SCD arms over {world} ranks: TPA-SCD's Criteo-shaped dual "
+       "problem and one 4× larger in rows and columns.",
+       f"PYTHONPATH=. torchrun --nproc-per-node {world} benchmarks/distributed.py --parts flow --models lr "
+       f"--all-ranks-arms '' --gpus {' '.join(str(w) for w in (2, 4, 8) if w < world)} --own-rows --flow-rows "
+       "256000000`, the same with `--models fm16`, and `--parts scd --own-rows --criteo-scale 4",
        distributed_tables) for world in (4, 8)),
     ("dp_aggregation", "How data-parallel ranks' changes combine",
      "Two gloo ranks on the CPU with the reference backend (an async plan runs there as exact sequential SGD, "
@@ -478,12 +494,15 @@ def render():
              "writes its JSON (device, versions, every figure) with `--out DIR` or `$OUT` into DIR, else into "
              "`benchmarks/results/`. The last table: what was measured, then left out of the code (the code is "
              "in the repository's history).", ""]
-    for name, title, what, command, render_table in SECTIONS:
-        path = RESULTS / f"{name}.json"
-        if not path.is_file():
+    for names, title, what, command, render_table in SECTIONS:
+        # a section of one result, or (a tuple of names) of several side by side
+        paths = [RESULTS / f"{name}.json" for name in ((names,) if isinstance(names, str) else names)]
+        if not all(path.is_file() for path in paths):
             continue
-        result = json.loads(path.read_text())
-        lines += [f"## {title}", "", f"{what} `{command}`. {run_line(result)}", "", render_table(result), ""]
+        results = [json.loads(path.read_text()) for path in paths]
+        runs = "Run: " + "; ".join(dict.fromkeys(run_line(result)[len("Run: "):-1] for result in results)) + "."
+        lines += [f"## {title}", "", f"{what} `{command}`. {runs}", "",
+                  render_table(results[0] if isinstance(names, str) else results), ""]
     not_kept = json.loads(NOT_KEPT.read_text())
     lines += ["## Tried and not kept", "",
               table(["what", "figure", "why not"], [[n["what"], n["figure"], n["why"]] for n in not_kept]), ""]

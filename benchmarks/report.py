@@ -55,6 +55,22 @@ def write(name, payload, markdown, out_dir=None):
         (folder / f"{name}.md").write_text(markdown + "\n")
 
 
+def merge(paths, script):
+    """One payload of several runs' arms (each part in its own process, so that each fits the GPU
+    machine's ten-minute calls), refused unless every run was on the same device; `runs` lists each
+    run's arguments with its command and date where the payload has them."""
+    payloads = [json.loads(Path(path).read_text()) for path in paths]
+    devices = {p["environment"]["device"] for p in payloads}
+    if len(devices) != 1:
+        raise SystemExit(f"{script} --merge: runs on different devices ({', '.join(sorted(devices))}) do not merge")
+    runs = [run for p in payloads for run in p.get("runs") or [
+        {**p["arguments"], **{key: p[key] for key in ("command", "note") if key in p},
+         "date": p["environment"]["date"]}]]
+    return {"environment": payloads[0]["environment"], "arguments": runs[0], "runs": runs,
+            "arms": [a for p in payloads for a in p["arms"]], **({"ranks": payloads[0]["ranks"]} if "ranks" in
+                                                                  payloads[0] else {})}
+
+
 def table(header, rows):
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]

@@ -98,10 +98,3 @@ def test_plain_and_alac_ffm_give_the_same_logits_and_step():
         ours.model.tables.w.copy_(plain.w.weight.squeeze(1))
     _same_logits_and_step(plain, ours, torch.randint(0, 10, (16, 4)) + 10 * torch.arange(4))
 
-
-def test_runs_on_different_devices_do_not_merge(tmp_path):
-    for name, device in (("a", "NVIDIA H100 80GB HBM3"), ("b", "cpu")):
-        (tmp_path / f"{name}.json").write_text(json.dumps({"environment": {"device": device}, "arguments": {},
-                                                           "arms": []}))
-    with pytest.raises(SystemExit, match="different devices"):
-        fields.merge([tmp_path / "a.json", tmp_path / "b.json"])
