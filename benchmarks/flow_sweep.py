@@ -45,6 +45,27 @@ def settings(model):
     return k, out
 
 
+def tile_settings(k):
+    """FM k's async edge tiles (issue: FM kernels toward their floors): chunk sizes 16 and 32, [S, C]
+    tiles of 2,048 to 16,384 values with the factor block, at the automatic warp count and twice it,
+    each with the cost model's hot segment."""
+    from alac.plan import Plan, next_power_of_two
+    from alac.runtime.schedule import VALUES_PER_THREAD
+
+    lanes = next_power_of_two(k)
+    out = []
+    for chunk_size in (16, 32):
+        for slots in (1, 2, 4, 8, 16, 32, 64):
+            values = slots * chunk_size * lanes
+            if not 2048 <= values <= 16384:
+                continue
+            auto = min(8, max(4, next_power_of_two(max(1, values // VALUES_PER_THREAD // 32))))
+            for warps in (auto, 2 * auto):
+                out.append(("async", Plan(semantics="async", batch_size=1024, chunk_size=chunk_size,
+                                          slots_per_step=slots, num_warps=warps), "model"))
+    return k, out
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rows", type=int, default=4_000_000)
@@ -53,33 +74,44 @@ def main():
     parser.add_argument("--models", default="lr,fm")
     parser.add_argument("--lr", type=float, default=2.0)
     parser.add_argument("--fm-lr", type=float, default=0.5)
+    parser.add_argument("--tiles", default="", help="instead: FM's async edge tiles at these k (e.g. 16,32,64)")
     parser.add_argument("--out", default=os.environ.get("OUT"))
     args = parser.parse_args()
 
     from alac.ir.pipeline import lower
     from alac.runtime.layout import LayoutOptions, build_layout
     from alac.runtime.planner import plan_for
+    from alac.runtime.roofline import epoch_roofline
     from alac.runtime.schedule import async_programs, slots_per_step
     from alac.train import Trainer
 
     train, valid = synthetic_train_valid(args.rows, args.valid_rows, "cuda")
     results = []
-    for model_name in args.models.split(","):
-        k, configurations = settings(model_name)
+    sweeps = [("fm", *tile_settings(int(k))) for k in args.tiles.split(",")] if args.tiles else \
+        [(name, *settings(name)) for name in args.models.split(",")]
+    for model_name, k, configurations in sweeps:
         lr = args.fm_lr if k else args.lr
+        layouts = {}       # the cost model's H per chunk size, from a layout of that chunk size
         for semantics, plan, hot in configurations:
             if hot == "model":
-                layout = build_layout(train, LayoutOptions(chunk_size=plan.chunk_size), "cuda")
-                chosen = plan_for(layout, lower(_model(k)), semantics, 1024, plan, use_hot_segment=True).plan
+                if plan.chunk_size not in layouts:
+                    layouts[plan.chunk_size] = build_layout(train, LayoutOptions(chunk_size=plan.chunk_size), "cuda")
+                chosen = plan_for(layouts[plan.chunk_size], lower(_model(k)), semantics, 1024, plan,
+                                  use_hot_segment=True).plan
                 plan = dataclasses.replace(plan, hot_size=chosen.hot_size)
-                del layout
             elif hot is not None:
                 plan = dataclasses.replace(plan, hot_size=hot)
             trainer = Trainer(_model(k), lr=lr, plan=plan, backend="triton", device="cuda", seed=0)
             layout, labels = trainer.prepare(train)
             times = [_seconds(lambda: trainer.executor.train_epoch(layout, labels, e, lr)) for e in range(args.epochs)]
             loss = trainer.evaluate(valid)["logloss"]
-            row = {"model": model_name, "semantics": semantics, "chunk_size": plan.chunk_size,
+            floor = None
+            if args.tiles:
+                # the floor of this plan's accesses (its H, its programs' hot sums)
+                _, floor = epoch_roofline(trainer.executor.ir, layout, plan.hot_size,
+                                          trainer.executor.backend.async_programs)
+            row = {"model": model_name, "k": k, "floor_ms": floor, "semantics": semantics,
+                   "chunk_size": plan.chunk_size,
                    "slots": slots_per_step(plan, layout, k), "warps": plan.num_warps,
                    "programs": async_programs(plan, layout) if semantics == "async" else plan.chunks_per_batch,
                    "hot_size": plan.hot_size, "flush_every": plan.flush_every if semantics == "async" else None,
@@ -95,12 +127,16 @@ def _write(args, results):
     markdown = "\n".join([
         f"Plan sweep, {args.rows:,} × 39 synthetic rows, {env['device']}, triton {env['triton']}, {env['date']}: "
         f"median ms per epoch of epochs 2-{args.epochs} (the first compiles), validation logloss after "
-        f"{args.epochs} epochs (LR lr {args.lr}, FM k = 16 lr {args.fm_lr}).", "",
-        table(["model", "semantics", "C", "S", "warps", "programs", "H", "flush every", "ms / epoch", "val logloss"],
-              [[r["model"], r["semantics"], r["chunk_size"], r["slots"], r["warps"], r["programs"], r["hot_size"],
-                r["flush_every"] or "-", f"{r['ms_per_epoch']:.2f}", f"{r['val_logloss']:.4f}"] for r in results])])
-    write("flow_sweep", {"device": env["device"], "environment": env, "arguments": vars(args),
-                         "results": results}, markdown, args.out)
+        f"{args.epochs} epochs (LR lr {args.lr}, FM lr {args.fm_lr}, k = 16 where no k is given); x its floor: "
+        "against flat kernels of the same accesses (alac.runtime.roofline).", "",
+        table(["model", "k", "semantics", "C", "S", "warps", "programs", "H", "flush every", "ms / epoch",
+               "x its floor", "val logloss"],
+              [[r["model"], r.get("k") or "-", r["semantics"], r["chunk_size"], r["slots"], r["warps"], r["programs"],
+                r["hot_size"], r["flush_every"] or "-", f"{r['ms_per_epoch']:.2f}",
+                f"{r['ms_per_epoch'] / r['floor_ms']:.2f}" if r.get("floor_ms") else "-",
+                f"{r['val_logloss']:.4f}"] for r in results])])
+    payload = {"device": env["device"], "environment": env, "arguments": vars(args), "results": results}
+    write("flow_tiles" if args.tiles else "flow_sweep", payload, markdown, args.out)
     print(markdown)
 
 

@@ -114,13 +114,16 @@ class ModelState:
         of that state, in this order (a rank's share of a table no GPU holds whole)."""
         declared_params, declared_globals = model.declarations()
         generator = torch.Generator().manual_seed(seed)
-        order = new_to_old.long().cpu()
+        n = new_to_old.numel()
+        # the whole order in host memory only where it is used whole (a piece of a table of billions of
+        # rows would copy 17 GB for each piece)
+        order = new_to_old.long().cpu() if rows is None or n <= DRAW_ROWS else None
         params = {}
         for index, (name, param) in enumerate(declared_params.items()):
-            shape = (order.numel(),) if param.size == 1 else (order.numel(), param.size)
+            shape = (n,) if param.size == 1 else (n, param.size)
             if rows is None:
                 params[name] = _drawn(param.init, shape, generator, order, device, name in host, seed, index)
-            elif order.numel() <= DRAW_ROWS:
+            elif order is not None:
                 params[name] = _placed(_initial_values(param.init, shape, generator)[order[rows.cpu()]].float(),
                                        device, name in host)
             else:
