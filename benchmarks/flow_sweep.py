@@ -28,7 +28,8 @@ def settings(model):
     from alac.plan import Plan
 
     k = 16 if model == "fm" else 0
-    out = [("sync", Plan(batch_size=1024, chunk_size=c), None) for c in (16, 32)]
+    # smaller chunks give a batch's phases more programs (1024 / C, one multiprocessor each at most)
+    out = [("sync", Plan(batch_size=1024, chunk_size=c), None) for c in (4, 8, 16, 32)]
     async_plan = Plan(semantics="async", batch_size=1024, chunk_size=32)
     for chunk_size in (16, 32, 64):
         for warps in (4, 8):
