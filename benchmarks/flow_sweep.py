@@ -54,7 +54,8 @@ def tile_settings(k):
     from alac.runtime.schedule import VALUES_PER_THREAD
 
     lanes = next_power_of_two(k)
-    out = []
+    # the planner's own tile (S and warps left automatic) first
+    out = [("async", Plan(semantics="async", batch_size=1024, chunk_size=32), "model")]
     for chunk_size in (16, 32):
         for slots in (1, 2, 4, 8, 16, 32, 64):
             values = slots * chunk_size * lanes
@@ -83,7 +84,7 @@ def main():
     from alac.runtime.layout import LayoutOptions, build_layout
     from alac.runtime.planner import plan_for
     from alac.runtime.roofline import epoch_roofline
-    from alac.runtime.schedule import async_programs, slots_per_step
+    from alac.runtime.schedule import async_programs, slots_per_step, warps_for_tile
     from alac.train import Trainer
 
     train, valid = synthetic_train_valid(args.rows, args.valid_rows, "cuda")
@@ -112,8 +113,10 @@ def main():
                 _, floor = epoch_roofline(trainer.executor.ir, layout, plan.hot_size,
                                           trainer.executor.backend.async_programs)
             row = {"model": model_name, "k": k, "floor_ms": floor, "semantics": semantics,
+                   "automatic_tile": plan.slots_per_step is None and plan.num_warps is None,
                    "chunk_size": plan.chunk_size,
-                   "slots": slots_per_step(plan, layout, k), "warps": plan.num_warps,
+                   "slots": slots_per_step(plan, layout, k),
+                   "warps": warps_for_tile(plan, slots_per_step(plan, layout, k), k),
                    "programs": async_programs(plan, layout) if semantics == "async" else plan.chunks_per_batch,
                    "hot_size": plan.hot_size, "flush_every": plan.flush_every if semantics == "async" else None,
                    "ms_per_epoch": 1000 * statistics.median(times[1:]), "val_logloss": loss,

@@ -123,6 +123,22 @@ def sweep_table(result):
     return table(["model", "semantics", "run", "C", "H", "K", "programs", "ms / epoch", "val logloss"], rows)
 
 
+def tiles_table(result):
+    """Per k: the planner's automatic tile and the fastest swept one, each against its floor."""
+    rows = []
+    for k in dict.fromkeys(r["k"] for r in result["results"]):
+        runs = [r for r in result["results"] if r["k"] == k]
+        automatic = next((r for r in runs if r["automatic_tile"]), None)
+        fastest = min(runs, key=lambda r: r["ms_per_epoch"])
+        for label, run in (("automatic", automatic), ("fastest", fastest)):
+            if run is not None:
+                rows.append([k, label, run["chunk_size"], run["slots"], run["warps"], run["programs"],
+                             f"{run['ms_per_epoch']:.2f}", f"{run['floor_ms']:.2f}",
+                             f"{run['ms_per_epoch'] / run['floor_ms']:.2f}×", f"{run['val_logloss']:.4f}"])
+    return table(["k", "tile", "C", "S", "warps", "programs", "ms / epoch", "floor ms", "× its floor",
+                  "val logloss"], rows)
+
+
 def optimizers_table(result):
     """A row per model and optimizer, sync and async side by side."""
     by_key = {(r["model"], r["optimizer"], r["semantics"]): r for r in result["results"]}
@@ -383,6 +399,11 @@ SECTIONS = [
     ("flow_sweep", "Plan sweep",
      "Chunk size, hot segment and flush period swept for LR and FM; the fastest run and the best-logloss run.",
      "PYTHONPATH=. python benchmarks/flow_sweep.py", sweep_table),
+    ("flow_tiles", "FM's async edge tiles against their floors",
+     "Async FM (the cost model's hot segment) at k = 16, 32 and 64 over chunk sizes 16 and 32, [S, C] edge tiles "
+     "of 2,048 to 16,384 values with the factor block and two warp counts, each against flat kernels of its own "
+     "accesses (alac.runtime.roofline); the planner's automatic tile and the fastest.",
+     "PYTHONPATH=. python benchmarks/flow_sweep.py --tiles 16,32,64 --epochs 4", tiles_table),
     ("flow_lr_scaling", "Async LR from 1M to 64M rows", "Per-non-zero time of one async epoch, alone and queued.",
      "PYTHONPATH=. python benchmarks/flow.py --model lr --scaling 1000000,4000000,16000000,64000000",
      scaling_table),

@@ -14,3 +14,17 @@ def test_benchmarks_md_is_generated_from_the_results():
 
 def test_the_readme_table_is_generated_from_the_results():
     assert headline_table() in (ROOT / "README.md").read_text()
+
+
+def test_the_tiles_table_shows_each_k_automatic_and_fastest_against_its_floor():
+    from benchmarks.render import tiles_table
+
+    def run(k, automatic, ms, floor):
+        return {"k": k, "automatic_tile": automatic, "chunk_size": 32, "slots": 8, "warps": 8, "programs": 528,
+                "ms_per_epoch": ms, "floor_ms": floor, "val_logloss": 0.5}
+
+    text = tiles_table({"results": [run(16, True, 12.0, 8.0), run(16, False, 10.0, 8.0), run(16, False, 11.0, 8.0),
+                                    run(32, True, 20.0, 10.0)]})
+    assert "| 16 | automatic | 32 | 8 | 8 | 528 | 12.00 | 8.00 | 1.50× | 0.5000 |" in text
+    assert "| 16 | fastest | 32 | 8 | 8 | 528 | 10.00 | 8.00 | 1.25× | 0.5000 |" in text
+    assert "| 32 | automatic |" in text and "| 32 | fastest | 32 | 8 | 8 | 528 | 20.00 |" in text
