@@ -19,7 +19,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.flow import _model, _seconds, synthetic_train_valid
-from benchmarks.report import environment, table, write
+from benchmarks.report import environment, merge, table, write
 
 
 def settings(model):
@@ -47,16 +47,16 @@ def settings(model):
 
 
 def tile_settings(k):
-    """FM k's async edge tiles (issue: FM kernels toward their floors): chunk sizes 16 and 32, [S, C]
-    tiles of 2,048 to 16,384 values with the factor block, at the automatic warp count and twice it,
-    each with the cost model's hot segment."""
+    """FM k's async edge tiles: chunk sizes 8, 16 and 32, [S, C] tiles of 2,048 to 16,384 values with
+    the factor block, at the automatic warp count and twice it, each with the cost model's hot segment;
+    S = 64 holds a whole 39-edge row (ONE_TILE: the apply pass gathers no params again)."""
     from alac.plan import Plan, next_power_of_two
     from alac.runtime.schedule import VALUES_PER_THREAD
 
     lanes = next_power_of_two(k)
     # the planner's own tile (S and warps left automatic) first
     out = [("async", Plan(semantics="async", batch_size=1024, chunk_size=32), "model")]
-    for chunk_size in (16, 32):
+    for chunk_size in (8, 16, 32):
         for slots in (1, 2, 4, 8, 16, 32, 64):
             values = slots * chunk_size * lanes
             if not 2048 <= values <= 16384:
@@ -77,8 +77,13 @@ def main():
     parser.add_argument("--lr", type=float, default=2.0)
     parser.add_argument("--fm-lr", type=float, default=0.5)
     parser.add_argument("--tiles", default="", help="instead: FM's async edge tiles at these k (e.g. 16,32,64)")
+    parser.add_argument("--merge", nargs="+", metavar="JSON", help="write one result of these --tiles runs' JSON")
     parser.add_argument("--out", default=os.environ.get("OUT"))
     args = parser.parse_args()
+    if args.merge:
+        payload = merge(args.merge, "flow_sweep.py")
+        write("flow_tiles", payload, sweep_markdown(payload), args.out)
+        return
 
     from alac.ir.pipeline import lower
     from alac.runtime.layout import LayoutOptions, build_layout
@@ -88,7 +93,7 @@ def main():
     from alac.train import Trainer
 
     train, valid = synthetic_train_valid(args.rows, args.valid_rows, "cuda")
-    results = []
+    results, floors = [], {}
     sweeps = [("fm", *tile_settings(int(k))) for k in args.tiles.split(",")] if args.tiles else \
         [(name, *settings(name)) for name in args.models.split(",")]
     for model_name, k, configurations in sweeps:
@@ -109,9 +114,12 @@ def main():
             loss = trainer.evaluate(valid)["logloss"]
             floor = None
             if args.tiles:
-                # the floor of this plan's accesses (its H, its programs' hot sums)
-                _, floor = epoch_roofline(trainer.executor.ir, layout, plan.hot_size,
-                                          trainer.executor.backend.async_programs)
+                # the floor of this plan's accesses (its H, its programs' hot sums): the same for every tile
+                # of a chunk size
+                key = (k, plan.chunk_size, plan.hot_size, trainer.executor.backend.async_programs)
+                if key not in floors:
+                    floors[key] = epoch_roofline(trainer.executor.ir, layout, *key[2:])[1]
+                floor = floors[key]
             row = {"model": model_name, "k": k, "floor_ms": floor, "semantics": semantics,
                    "automatic_tile": plan.slots_per_step is None and plan.num_warps is None,
                    "chunk_size": plan.chunk_size,
@@ -128,20 +136,25 @@ def main():
 
 def _write(args, results):
     env = environment()
-    markdown = "\n".join([
-        f"Plan sweep, {args.rows:,} × 39 synthetic rows, {env['device']}, triton {env['triton']}, {env['date']}: "
-        f"median ms per epoch of epochs 2-{args.epochs} (the first compiles), validation logloss after "
-        f"{args.epochs} epochs (LR lr {args.lr}, FM lr {args.fm_lr}, k = 16 where no k is given); x its floor: "
-        "against flat kernels of the same accesses (alac.runtime.roofline).", "",
+    payload = {"device": env["device"], "environment": env, "arguments": vars(args), "results": results}
+    write("flow_tiles" if args.tiles else "flow_sweep", payload, sweep_markdown(payload), args.out)
+    print(sweep_markdown(payload))
+
+
+def sweep_markdown(payload):
+    """results/flow_sweep.md or flow_tiles.md: every setting, a row each."""
+    env, args, results = payload["environment"], payload["arguments"], payload["results"]
+    return "\n".join([
+        f"Plan sweep, {args['rows']:,} × 39 synthetic rows, {env['device']}, triton {env['triton']}, {env['date']}: "
+        f"median ms per epoch of epochs 2-{args['epochs']} (the first compiles), validation logloss after "
+        f"{args['epochs']} epochs (LR lr {args['lr']}, FM lr {args['fm_lr']}, k = 16 where no k is given); x its "
+        "floor: against flat kernels of the same accesses (alac.runtime.roofline).", "",
         table(["model", "k", "semantics", "C", "S", "warps", "programs", "H", "flush every", "ms / epoch",
                "x its floor", "val logloss"],
               [[r["model"], r.get("k") or "-", r["semantics"], r["chunk_size"], r["slots"], r["warps"], r["programs"],
                 r["hot_size"], r["flush_every"] or "-", f"{r['ms_per_epoch']:.2f}",
                 f"{r['ms_per_epoch'] / r['floor_ms']:.2f}" if r.get("floor_ms") else "-",
                 f"{r['val_logloss']:.4f}"] for r in results])])
-    payload = {"device": env["device"], "environment": env, "arguments": vars(args), "results": results}
-    write("flow_tiles" if args.tiles else "flow_sweep", payload, markdown, args.out)
-    print(markdown)
 
 
 if __name__ == "__main__":

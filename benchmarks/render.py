@@ -400,7 +400,7 @@ SECTIONS = [
      "Chunk size, hot segment and flush period swept for LR and FM; the fastest run and the best-logloss run.",
      "PYTHONPATH=. python benchmarks/flow_sweep.py", sweep_table),
     ("flow_tiles", "FM's async edge tiles against their floors",
-     "Async FM (the cost model's hot segment) at k = 16, 32 and 64 over chunk sizes 16 and 32, [S, C] edge tiles "
+     "Async FM (the cost model's hot segment) at k = 16, 32 and 64 over chunk sizes 8, 16 and 32, [S, C] edge tiles "
      "of 2,048 to 16,384 values with the factor block and two warp counts, each against flat kernels of its own "
      "accesses (alac.runtime.roofline); the planner's automatic tile and the fastest.",
      "PYTHONPATH=. python benchmarks/flow_sweep.py --tiles 16,32,64 --epochs 4", tiles_table),

@@ -66,9 +66,10 @@ def merge(paths, script):
     runs = [run for p in payloads for run in p.get("runs") or [
         {**p["arguments"], **{key: p[key] for key in ("command", "note") if key in p},
          "date": p["environment"]["date"]}]]
-    return {"environment": payloads[0]["environment"], "arguments": runs[0], "runs": runs,
-            "arms": [a for p in payloads for a in p["arms"]], **({"ranks": payloads[0]["ranks"]} if "ranks" in
-                                                                  payloads[0] else {})}
+    # the measured rows: "arms" (most benchmarks) or "results" (the sweeps)
+    rows = {key: [row for p in payloads for row in p[key]] for key in ("arms", "results") if key in payloads[0]}
+    kept = {key: payloads[0][key] for key in ("ranks", "device") if key in payloads[0]}
+    return {"environment": payloads[0]["environment"], "arguments": runs[0], "runs": runs, **rows, **kept}
 
 
 def table(header, rows):
