@@ -57,9 +57,18 @@ from alac.plan import next_power_of_two
 _LAYOUT_ARGS = (*m.LAYOUT, m.LABELS, m.CHUNK_ORDER, m.CHUNK_OFFSET)
 
 
-# Hot features per step of the update kernel's dense pass over the hot segment: a block of 256
-# float32 keeps the pass coalesced and small enough for every program count.
+# Hot features per step of the dense passes over the hot segment (the update kernel's, the async
+# flush): a block of 256 float32 keeps the pass coalesced and small enough for every program count;
+# with a factor block, [HOT_BLOCK, BLOCK_K] tiles of at most HOT_TILE_VALUES. ptxas -v (sm_90) of the
+# async FM kernel for each tile of benchmarks/flow_sweep.py --tiles: at k = 64 a [256, 64] flush tile
+# spilled in every edge tile (up to 2 KB a thread); [64, 64] in none of C = 8 (114-179 registers).
 HOT_BLOCK = 256
+HOT_TILE_VALUES = 4096
+
+
+def hot_block(block_k):
+    """HOT_BLOCK for vector params of block_k lanes (at least 16 features a step)."""
+    return max(16, min(HOT_BLOCK, HOT_TILE_VALUES // max(block_k, 1)))
 
 
 def _manifest(specs):
@@ -456,9 +465,9 @@ class KernelGenerator(StageEmitter, ParamAccess):
         source, predict = self._chunk_kernel("predict", ["aggregate", "predict"], {}, {})
         kernels.append(source)
         functions = [f.source for f in self.functions.values()]
-        hot_block = ("# hot features one program of the update kernel reduces at a time\n"
-                     f"HOT_BLOCK = tl.constexpr({HOT_BLOCK})\n\n\n") if self.hot else ""
-        text = module_source(self._header(plan_text), self.k, self.block_k, [*functions, *kernels], hot_block)
+        hot_constant = ("# hot features one program of the update kernel reduces at a time\n"
+                     f"HOT_BLOCK = tl.constexpr({hot_block(self.block_k)})\n\n\n") if self.hot else ""
+        text = module_source(self._header(plan_text), self.k, self.block_k, [*functions, *kernels], hot_constant)
         return GeneratedKernels(self.ir.name, self.ir.hash, plan_text, text, tuple(train), predict,
                                 _manifest([*train, predict]),
                                 tuple(p.name for p in self.ir.params if p.name in self.derived))

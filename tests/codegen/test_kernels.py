@@ -289,13 +289,14 @@ def _flush_periods_by_autograd(model, params, layout, labels, order, lr, flush_e
     return {"w": w, **({"v": v} if model.k else {})}
 
 
-@pytest.mark.parametrize("k", [0, 4])
+@pytest.mark.parametrize("k", [0, 4, 64])
 @pytest.mark.parametrize("flush_every", [3, 4])
 def test_async_flushes_of_an_all_hot_model_step_by_the_summed_gradient_of_a_period(k, flush_every):
     """Every feature hot, one program, a flush every K chunks: the params move once per K chunks by
     their summed gradient / (K B), which is sync SGD with batches of K chunks at lr / K. With K = 3
     the epoch's 8 chunks end in a flush of 2, also divided by K B: a chunk weighs the same in every
-    flush (a program's last one included), as the hand-written autograd reference says."""
+    flush (a program's last one included), as the hand-written autograd reference says. (k = 64 flushes
+    in blocks of 64 features, kernels.hot_block.)"""
     model = _BiasFree(k)
     dataset = awkward_dataset(21, n_rows=64)
     device, layout, labels = laid_out(dataset, "binary")
@@ -496,3 +497,10 @@ def test_deterministic_plan_equals_the_reference_and_repeats(model_name, kernels
     reference_losses = [reference.train_epoch(layout, labels, epoch, 0.05) for epoch in range(2)]
     _assert_states_close(reference.state, runs[0][0])
     assert reference_losses == pytest.approx(runs[0][1], rel=1e-5)
+
+
+def test_hot_blocks_keep_a_flush_tile_within_its_values():
+    from alac.codegen.kernels import HOT_TILE_VALUES, hot_block
+
+    assert [hot_block(b) for b in (0, 1, 4, 16, 32, 64, 128, 1024)] == [256, 256, 256, 256, 128, 64, 32, 16]
+    assert all(hot_block(b) * b <= HOT_TILE_VALUES for b in (16, 32, 64, 128, 256))
