@@ -59,9 +59,9 @@ _LAYOUT_ARGS = (*m.LAYOUT, m.LABELS, m.CHUNK_ORDER, m.CHUNK_OFFSET)
 
 # Hot features per step of the dense passes over the hot segment (the update kernel's, the async
 # flush): a block of 256 float32 keeps the pass coalesced and small enough for every program count;
-# with a factor block, [HOT_BLOCK, BLOCK_K] tiles of at most HOT_TILE_VALUES. ptxas -v (sm_90) of the
-# async FM kernel for each tile of benchmarks/flow_sweep.py --tiles: at k = 64 a [256, 64] flush tile
-# spilled in every edge tile (up to 2 KB a thread); [64, 64] in none of C = 8 (114-179 registers).
+# with a factor block, [HOT_BLOCK, BLOCK_K] tiles of at most HOT_TILE_VALUES. benchmarks/kernel_registers.py
+# (ptxas -v, sm_90): at k = 64 a [256, 64] flush tile spilled in every edge tile (up to 2 KB a thread);
+# with [64, 64] no edge tile of 2,048-4,096 values at 8 warps spills (114-184 registers).
 HOT_BLOCK = 256
 HOT_TILE_VALUES = 4096
 
