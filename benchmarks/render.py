@@ -15,19 +15,24 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # run as a script: benchmarks.* importable
 
+from benchmarks.distributed_tables import tables as distributed_tables
+from benchmarks.flow_tables import (
+    fit_queue_table,
+    floor_table,
+    flow_pair_table,
+    flow_table,
+    optimizers_table,
+    real_data_table,
+    scaling_table,
+    sweep_table,
+    sync_table,
+    tiles_table,
+)
+from benchmarks.report import last, table
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 NOT_KEPT = ROOT / "benchmarks" / "not_kept.json"
-
-
-def table(header, rows):
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
-    return "\n".join(lines)
-
-
-def _last(value):
-    return value[-1] if isinstance(value, list) else value
 
 
 def run_line(result):
@@ -69,121 +74,6 @@ def defaults_table(result):
             text += (f"\n\n{r['data']}: FM with defaults RMSE {r['defaults']['rmse']:.4f}, scikit-learn Ridge on the "
                      f"one-hot ids {r['ridge']['rmse']:.4f} (alpha {r['ridge']['alpha']:g}).")
     return text
-
-
-def flow_table(result):
-    arms = result["arms"]
-    baseline = next((a["ms_per_epoch"] for a in arms if a["name"] == "pytorch_embeddingbag_b1024"), None)
-    rows = [[a["name"], f"{a['ms_per_epoch']:.2f}",
-             f"{baseline / a['ms_per_epoch']:,.0f}×" if baseline else "-",
-             f"{_last(a['val_logloss']):.4f}", f"{a['gnnz_per_s']:.2f}"] for a in arms]
-    return table(["arm", "ms / epoch", "vs PyTorch b1024", "val logloss", "G nnz/s"], rows)
-
-
-def flow_pair_table(results):
-    """flow.py's LR and FM k = 16 runs side by side, a row per arm (their arms are the same)."""
-    columns = []
-    for result in results:
-        arms = {a["name"]: a for a in result["arms"]}
-        baseline = arms.get("pytorch_embeddingbag_b1024")
-        columns.append({name: [f"{a['ms_per_epoch']:.2f}",
-                               f"{baseline['ms_per_epoch'] / a['ms_per_epoch']:,.0f}×" if baseline else "-",
-                               f"{_last(a['val_logloss']):.4f}", f"{a['gnnz_per_s']:.2f}"] for name, a in arms.items()})
-    names = dict.fromkeys(name for column in columns for name in column)
-    rows = [[name, *(cell for column in columns for cell in column.get(name, ["-"] * 4))] for name in names]
-    return table(["arm", *(f"{model} {what}" for model in ("LR", "FM") for what in
-                           ("ms / epoch", "vs PyTorch b1024", "val logloss", "G nnz/s"))], rows)
-
-
-def scaling_table(result):
-    rows = [[f"{r['rows']:,}", "queue" if r["chunk_queue"] else "fixed shares", f"{r['ms_per_epoch']:.2f}",
-             f"{r['ns_per_nnz']:.4f}", f"{r['ms_per_epoch_queued']:.2f}", f"{r['ns_per_nnz_queued']:.4f}"]
-            for r in result["scaling"]]
-    return table(["rows", "chunks", "ms / epoch", "ns / nnz", "ms / epoch (queued)", "ns / nnz (queued)"], rows)
-
-
-def real_data_table(result):
-    rows = [[r["data"], r["lr"], r["batch_size"], f"{r['sync_auc']:.4f}", f"{r['async_auc']:.4f}"]
-            for r in result["real_data"]]
-    return table(["data", "lr", "batch", "sync test AUC", "async test AUC"], rows)
-
-
-def sweep_table(result):
-    rows = []
-    for model in dict.fromkeys(r["model"] for r in result["results"]):
-        for semantics in ("sync", "async"):
-            runs = [r for r in result["results"] if r["model"] == model and r["semantics"] == semantics]
-            if not runs:
-                continue
-            fastest, best = min(runs, key=lambda r: r["ms_per_epoch"]), min(runs, key=lambda r: r["val_logloss"])
-            for label, run in ((("fastest and best logloss", fastest),) if fastest is best else
-                               (("fastest", fastest), ("best logloss", best))):
-                rows.append([model, semantics, label, run["chunk_size"], run["hot_size"], run["flush_every"] or "-",
-                             run["programs"], f"{run['ms_per_epoch']:.2f}", f"{run['val_logloss']:.4f}"])
-    return table(["model", "semantics", "run", "C", "H", "K", "programs", "ms / epoch", "val logloss"], rows)
-
-
-def tiles_table(result):
-    """Per k: the planner's automatic tile and the fastest swept one, each against its floor."""
-    rows = []
-    for k in dict.fromkeys(r["k"] for r in result["results"]):
-        runs = [r for r in result["results"] if r["k"] == k]
-        automatic = next((r for r in runs if r["automatic_tile"]), None)
-        fastest = min(runs, key=lambda r: r["ms_per_epoch"])
-        for label, run in (("automatic", automatic), ("fastest", fastest)):
-            if run is not None:
-                rows.append([k, label, run["chunk_size"], run["slots"], run["warps"], run["programs"],
-                             f"{run['ms_per_epoch']:.2f}", f"{run['floor_ms']:.2f}",
-                             f"{run['ms_per_epoch'] / run['floor_ms']:.2f}×", f"{run['val_logloss']:.4f}"])
-    return table(["k", "tile", "C", "S", "warps", "programs", "ms / epoch", "floor ms", "× its floor",
-                  "val logloss"], rows)
-
-
-def optimizers_table(result):
-    """A row per model and optimizer, sync and async side by side."""
-    by_key = {(r["model"], r["optimizer"], r["semantics"]): r for r in result["results"]}
-
-    def cells(model, optimizer, semantics):
-        r = by_key.get((model, optimizer, semantics))
-        if r is None:
-            return ["-", "-", "-"]
-        return [f"{r['ms_per_epoch']:.2f}", f"{r['cost_vs_sgd']:.2f}×", f"{_last(r['val_logloss']):.4f}"]
-
-    keys = dict.fromkeys((r["model"], r["optimizer"], r["lr"]) for r in result["results"])
-    rows = [[model, optimizer, lr, *cells(model, optimizer, "sync"), *cells(model, optimizer, "async")]
-            for model, optimizer, lr in keys]
-    return table(["model", "optimizer", "lr", "sync ms / epoch", "vs SGD", "val logloss", "async ms / epoch",
-                  "vs SGD", "val logloss"], rows)
-
-
-def sync_table(result):
-    barriers = ", ".join(f"{b['us_per_barrier']:.2f} µs at {b['programs']} programs" for b in result["barriers"])
-    configs = [c for c in result["configs"] if "H = " not in c["config"]]
-    models = list(dict.fromkeys(c["model"] for c in configs))
-    by_key = {(c["config"], c["model"]): c for c in configs}
-    rows = [[config] + [cell for model in models for cell in
-                        ((f"{by_key[config, model]['ms']:.2f}", f"{by_key[config, model]['val_logloss']:.4f}")
-                         if (config, model) in by_key else ("-", "-"))]
-            for config in dict.fromkeys(c["config"] for c in configs)]
-    header = ["configuration"] + [f"{model.upper()} {what}" for model in models for what in ("ms / epoch",
-                                                                                              "val logloss")]
-    return f"A grid barrier alone: {barriers}.\n\n" + table(header, rows)
-
-
-def floor_table(result):
-    kernels = ", ".join(f"{model} {k['ms_per_epoch']:.2f} ms (H = {k['hot_size']:,})"
-                        for model, k in result["kernels"].items())
-    rows = [[r["model"], r["traffic"], f"{r['ms']:.2f}", f"{r['gaccesses_per_s']:.0f}"] for r in result["traffic"]]
-    return (f"The generated async epochs, same process: {kernels}.\n\n"
-            + table(["model", "traffic alone", "ms", "G accesses/s"], rows))
-
-
-def fit_queue_table(result):
-    rows = [[f"{r['rows']:,}", r["mode"], r["measurements"], f"{r['ms_per_epoch_median']:.3f}",
-             f"{r['ns_per_nnz_median']:.4f}", "–".join(f"{v:.4f}" for v in r["ns_per_nnz_range"])]
-            for r in result["summary"]]
-    return table(["rows", "epochs", "measurements", "ms / epoch (median)", "ns / nnz (median)", "ns / nnz (range)"],
-                 rows)
 
 
 def layout_table(result):
@@ -363,12 +253,6 @@ def dp_aggregation_table(result):
     return report(result)
 
 
-def distributed_tables(result):
-    from benchmarks.distributed import tables  # it imports this module's table()
-
-    return tables(result)
-
-
 # (result file, title, what it measures, command, table)
 SECTIONS = [
     ("defaults", "Defaults that learn",
@@ -501,7 +385,7 @@ def headline_table():
             text = f"{arm['ms_per_epoch']:,.{0 if arm is baseline else 1}f} ms"
             if ratio:
                 text += f" ({baseline['ms_per_epoch'] / arm['ms_per_epoch']:,.0f}×)"
-            return f"{text}, {_last(arm['val_logloss']):.4f}"
+            return f"{text}, {last(arm['val_logloss']):.4f}"
 
         rows.append([model, cell(baseline, False), cell(arms[sync_arm]), cell(arms["alac_async_hot"])])
     return table(["model", "PyTorch `nn.EmbeddingBag` + SGD, batch 1024",

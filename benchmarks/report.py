@@ -72,6 +72,11 @@ def merge(paths, script):
     return {"environment": payloads[0]["environment"], "arguments": runs[0], "runs": runs, **rows, **kept}
 
 
+def last(value):
+    """A per-epoch list's last value (a single figure stays as it is)."""
+    return value[-1] if isinstance(value, list) else value
+
+
 def table(header, rows):
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]

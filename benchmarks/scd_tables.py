@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from benchmarks.render import bullets, table
+from benchmarks.render import bullets
+from benchmarks.report import table
 
 GAPS = (1e-3, 1e-4, 1e-5, 1e-6, 1e-7, 1e-8)
 

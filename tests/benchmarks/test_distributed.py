@@ -1,11 +1,11 @@
-"""benchmarks/distributed.py's tables: one row per set and model, each aggregation's validation logloss
+"""benchmarks/distributed_tables.py: one row per set and model, each aggregation's validation logloss
 against one GPU's, sharded tables beside them, and the SCD arms with their split of an epoch."""
 
 import pytest
 import torch
 
 from alac.data.synthetic import criteo_like
-from benchmarks import distributed
+from benchmarks import distributed, distributed_tables
 
 
 def _flow(name, rows, ranks, ms, loss, sent=0):
@@ -25,7 +25,7 @@ def test_the_flow_table_compares_every_aggregation_with_one_gpu():
            "time_to_gap": {"1e-06": 0.25}}
     match = {"name": "scd_match", "ranks": 2, "epochs": 30, "ms_per_epoch": 4.0, "gap": [1e-3, 1e-6],
              "largest_relative_difference": 2e-12}
-    text = distributed.tables({"arms": arms + [scd, match]})
+    text = distributed_tables.tables({"arms": arms + [scd, match]})
     # the replicated tables (the sequential arm) and, beside them, sharded ones for the models that have them
     assert ("| 100 | lr | 2.0 | 10.0 | 4.0 | 2.50× | 2.20× | 0.5000 | +0.0000 | +0.0100 | -0.0100 | +0.0500 | 1.0 "
             "| 8.0, 1.25×, +0.0200, 3.0 | - |") in text
@@ -38,18 +38,18 @@ def test_the_flow_table_compares_every_aggregation_with_one_gpu():
 def test_a_scaling_run_reports_each_count_of_ranks_against_one_gpu():
     arms = [_flow("flow_lr_1gpu", 100, 1, 8.0, 0.50), _flow("flow_lr_2gpu_sequential", 100, 2, 4.4, 0.501),
             _flow("flow_lr_4gpu_sequential", 100, 4, 2.5, 0.502)]
-    text = distributed.tables({"arms": arms})
+    text = distributed_tables.tables({"arms": arms})
     assert "| 100 | lr | 2 | 4.4 | 1.82× | 0.91 | +0.0010 |" in text
     assert "| 100 | lr | 4 | 2.5 | 3.20× | 0.80 | +0.0020 |" in text
     # two counts (one GPU and the ranks): no scaling table
-    assert "of linear" not in distributed.tables({"arms": arms[:2]})
+    assert "of linear" not in distributed_tables.tables({"arms": arms[:2]})
 
 
 def test_a_diverged_arm_is_reported_as_diverged():
     arms = [_flow("flow_fm_1gpu", 100, 1, 20.0, 0.45), _flow("flow_fm_4gpu_sequential", 100, 4, 6.0, 0.46, 4e6),
             {"name": "flow_fm_4gpu_adding", "rows": 100, "ranks": 4, "lr": 0.5, "aggregation": "adding",
              "diverged": "training diverged in epoch 4"}]
-    text = distributed.tables({"arms": arms})
+    text = distributed_tables.tables({"arms": arms})
     assert "| 100 | fm | 0.5 | 20.0 | 6.0 | 3.33× | 3.00× | 0.4500 | +0.0100 | - | - | diverged | 4.0 | - | - |" in text
 
 
@@ -70,6 +70,6 @@ def test_a_placement_run_reports_its_table_against_one_gpu():
     arm = {"name": "placement_fm16_adagrad_kaggle_x32", "ranks": 4, "tables": "hybrid", "table_bytes": 82e9,
            "gpu_bytes": 80e9, "rows_held": 270_000_000, "features": 1_080_000_000, "sync_every": 64,
            "ms_per_epoch": 5123.4, "val_logloss": [0.5, 0.49], "bytes_communicated": 3e9}
-    text = distributed.tables({"arms": [arm]})
+    text = distributed_tables.tables({"arms": [arm]})
     assert ("| placement_fm16_adagrad_kaggle_x32 | 4 | hybrid | 82.0 | 80.0 | 270,000,000 of 1,080,000,000 | 64 | "
             "5123 | 0.4900 | 3000 |") in text

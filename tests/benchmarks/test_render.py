@@ -17,7 +17,7 @@ def test_the_readme_table_is_generated_from_the_results():
 
 
 def test_the_tiles_table_shows_each_k_automatic_and_fastest_against_its_floor():
-    from benchmarks.render import tiles_table
+    from benchmarks.flow_tables import tiles_table
 
     def run(k, automatic, ms, floor):
         return {"k": k, "automatic_tile": automatic, "chunk_size": 32, "slots": 8, "warps": 8, "programs": 528,

@@ -1,0 +1,121 @@
+"""The tables of the flow benchmarks' sections of BENCHMARKS.md (flow.py, flow_sweep.py,
+optimizers.py, sync_breakdown.py, async_floor.py, fit_queue.py), one function per result."""
+
+from __future__ import annotations
+
+from benchmarks.report import last, table
+
+
+def flow_table(result):
+    arms = result["arms"]
+    baseline = next((a["ms_per_epoch"] for a in arms if a["name"] == "pytorch_embeddingbag_b1024"), None)
+    rows = [[a["name"], f"{a['ms_per_epoch']:.2f}",
+             f"{baseline / a['ms_per_epoch']:,.0f}×" if baseline else "-",
+             f"{last(a['val_logloss']):.4f}", f"{a['gnnz_per_s']:.2f}"] for a in arms]
+    return table(["arm", "ms / epoch", "vs PyTorch b1024", "val logloss", "G nnz/s"], rows)
+
+
+def flow_pair_table(results):
+    """flow.py's LR and FM k = 16 runs side by side, a row per arm (their arms are the same)."""
+    columns = []
+    for result in results:
+        arms = {a["name"]: a for a in result["arms"]}
+        baseline = arms.get("pytorch_embeddingbag_b1024")
+        columns.append({name: [f"{a['ms_per_epoch']:.2f}",
+                               f"{baseline['ms_per_epoch'] / a['ms_per_epoch']:,.0f}×" if baseline else "-",
+                               f"{last(a['val_logloss']):.4f}", f"{a['gnnz_per_s']:.2f}"] for name, a in arms.items()})
+    names = dict.fromkeys(name for column in columns for name in column)
+    rows = [[name, *(cell for column in columns for cell in column.get(name, ["-"] * 4))] for name in names]
+    return table(["arm", *(f"{model} {what}" for model in ("LR", "FM") for what in
+                           ("ms / epoch", "vs PyTorch b1024", "val logloss", "G nnz/s"))], rows)
+
+
+def scaling_table(result):
+    rows = [[f"{r['rows']:,}", "queue" if r["chunk_queue"] else "fixed shares", f"{r['ms_per_epoch']:.2f}",
+             f"{r['ns_per_nnz']:.4f}", f"{r['ms_per_epoch_queued']:.2f}", f"{r['ns_per_nnz_queued']:.4f}"]
+            for r in result["scaling"]]
+    return table(["rows", "chunks", "ms / epoch", "ns / nnz", "ms / epoch (queued)", "ns / nnz (queued)"], rows)
+
+
+def real_data_table(result):
+    rows = [[r["data"], r["lr"], r["batch_size"], f"{r['sync_auc']:.4f}", f"{r['async_auc']:.4f}"]
+            for r in result["real_data"]]
+    return table(["data", "lr", "batch", "sync test AUC", "async test AUC"], rows)
+
+
+def sweep_table(result):
+    rows = []
+    for model in dict.fromkeys(r["model"] for r in result["results"]):
+        for semantics in ("sync", "async"):
+            runs = [r for r in result["results"] if r["model"] == model and r["semantics"] == semantics]
+            if not runs:
+                continue
+            fastest, best = min(runs, key=lambda r: r["ms_per_epoch"]), min(runs, key=lambda r: r["val_logloss"])
+            for label, run in ((("fastest and best logloss", fastest),) if fastest is best else
+                               (("fastest", fastest), ("best logloss", best))):
+                rows.append([model, semantics, label, run["chunk_size"], run["hot_size"], run["flush_every"] or "-",
+                             run["programs"], f"{run['ms_per_epoch']:.2f}", f"{run['val_logloss']:.4f}"])
+    return table(["model", "semantics", "run", "C", "H", "K", "programs", "ms / epoch", "val logloss"], rows)
+
+
+def tiles_table(result):
+    """Per k: the planner's automatic tile and the fastest swept one, each against its floor."""
+    rows = []
+    for k in dict.fromkeys(r["k"] for r in result["results"]):
+        runs = [r for r in result["results"] if r["k"] == k]
+        automatic = next((r for r in runs if r["automatic_tile"]), None)
+        fastest = min(runs, key=lambda r: r["ms_per_epoch"])
+        for label, run in (("automatic", automatic), ("fastest", fastest)):
+            if run is not None:
+                rows.append([k, label, run["chunk_size"], run["slots"], run["warps"], run["programs"],
+                             f"{run['ms_per_epoch']:.2f}", f"{run['floor_ms']:.2f}",
+                             f"{run['ms_per_epoch'] / run['floor_ms']:.2f}×", f"{run['val_logloss']:.4f}"])
+    return table(["k", "tile", "C", "S", "warps", "programs", "ms / epoch", "floor ms", "× its floor",
+                  "val logloss"], rows)
+
+
+def optimizers_table(result):
+    """A row per model and optimizer, sync and async side by side."""
+    by_key = {(r["model"], r["optimizer"], r["semantics"]): r for r in result["results"]}
+
+    def cells(model, optimizer, semantics):
+        r = by_key.get((model, optimizer, semantics))
+        if r is None:
+            return ["-", "-", "-"]
+        return [f"{r['ms_per_epoch']:.2f}", f"{r['cost_vs_sgd']:.2f}×", f"{last(r['val_logloss']):.4f}"]
+
+    keys = dict.fromkeys((r["model"], r["optimizer"], r["lr"]) for r in result["results"])
+    rows = [[model, optimizer, lr, *cells(model, optimizer, "sync"), *cells(model, optimizer, "async")]
+            for model, optimizer, lr in keys]
+    return table(["model", "optimizer", "lr", "sync ms / epoch", "vs SGD", "val logloss", "async ms / epoch",
+                  "vs SGD", "val logloss"], rows)
+
+
+def sync_table(result):
+    barriers = ", ".join(f"{b['us_per_barrier']:.2f} µs at {b['programs']} programs" for b in result["barriers"])
+    configs = [c for c in result["configs"] if "H = " not in c["config"]]
+    models = list(dict.fromkeys(c["model"] for c in configs))
+    by_key = {(c["config"], c["model"]): c for c in configs}
+    rows = [[config] + [cell for model in models for cell in
+                        ((f"{by_key[config, model]['ms']:.2f}", f"{by_key[config, model]['val_logloss']:.4f}")
+                         if (config, model) in by_key else ("-", "-"))]
+            for config in dict.fromkeys(c["config"] for c in configs)]
+    header = ["configuration"] + [f"{model.upper()} {what}" for model in models for what in ("ms / epoch",
+                                                                                              "val logloss")]
+    return f"A grid barrier alone: {barriers}.\n\n" + table(header, rows)
+
+
+def floor_table(result):
+    kernels = ", ".join(f"{model} {k['ms_per_epoch']:.2f} ms (H = {k['hot_size']:,})"
+                        for model, k in result["kernels"].items())
+    rows = [[r["model"], r["traffic"], f"{r['ms']:.2f}", f"{r['gaccesses_per_s']:.0f}"] for r in result["traffic"]]
+    return (f"The generated async epochs, same process: {kernels}.\n\n"
+            + table(["model", "traffic alone", "ms", "G accesses/s"], rows))
+
+
+def fit_queue_table(result):
+    rows = [[f"{r['rows']:,}", r["mode"], r["measurements"], f"{r['ms_per_epoch_median']:.3f}",
+             f"{r['ns_per_nnz_median']:.4f}", "–".join(f"{v:.4f}" for v in r["ns_per_nnz_range"])]
+            for r in result["summary"]]
+    return table(["rows", "epochs", "measurements", "ms / epoch (median)", "ns / nnz (median)", "ns / nnz (range)"],
+                 rows)
