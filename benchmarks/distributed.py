@@ -110,14 +110,25 @@ def scd_criteo(args, ranks, rows, columns, name="scd_dual_ridge_criteo"):
     ranks.wait_apart = True
     for _ in range(args.epochs):
         collective, waited, sent = ranks.traffic.seconds, ranks.traffic.waiting_seconds, ranks.traffic.bytes
+        before = solver.seconds
         gamma = solver.epoch()
         epochs.append({"seconds": solver.seconds, "gamma": gamma, "bytes": ranks.traffic.bytes - sent,
                        "collective_seconds": ranks.traffic.seconds - collective,
                        "waiting_seconds": ranks.traffic.waiting_seconds - waited})
+        # this rank's own part of the epoch: its local solver, before it waits for the others
+        epochs[-1]["local_seconds"] = solver.seconds - before - epochs[-1]["collective_seconds"]
         epochs[-1]["gap"] = solver.gap()        # the certificate's collectives after the epoch's count
         if epochs[-1]["gap"] <= 1e-6:
             break
+    # every rank's mean local epoch and coordinates in flight: which rank the others wait for, and why
+    own = torch.zeros(ranks.world, 2, dtype=torch.float64, device=ranks.device)
+    own[ranks.rank] = torch.tensor([1e3 * sum(e["local_seconds"] for e in epochs) / len(epochs), solver.in_flight],
+                                   dtype=torch.float64)
+    per_rank = ranks.all_reduce(own).cpu().tolist() if ranks.world > 1 else own.cpu().tolist()
+    if ranks.rank == 0:
+        print(f"{name}: each rank's own epoch (ms) and coordinates in flight: {per_rank}", flush=True)
     return {"name": name, "ranks": ranks.world, "rows": rows,
+            "local_ms_per_epoch_by_rank": [r[0] for r in per_rank], "in_flight_by_rank": [int(r[1]) for r in per_rank],
             "columns": columns, "l2": 1e-3, "epochs": len(epochs), "gap": [e["gap"] for e in epochs],
             "gamma": [e["gamma"] for e in epochs], "setup_seconds": setup, "seconds": setup + solver.seconds,
             "ms_per_epoch": 1e3 * solver.seconds / len(epochs),
