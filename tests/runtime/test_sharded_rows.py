@@ -77,6 +77,14 @@ def _run_rank(rank, world, store, out):
         fits.fit(train)
         # epochs measured apart: one rank's 1 ms would queue many more than the other's 200 ms
         results["group_size"] = fits._group_size(True, 50, 1e-3 if rank == 0 else 0.2)
+        # tables past DRAW_ROWS: each rank draws only its own rows (counter-based), as the replicated draw
+        state_module.DRAW_ROWS = sharded_rows.DRAW_ROWS = 8
+        results["counter_drawn"] = {}
+        for tables in ("replicated", "hybrid"):
+            trainer = DataParallelTrainer(_model("fm"), ranks=ranks, tables=tables, optimizer="adagrad", epochs=1,
+                                          **OPTIONS)
+            trainer.fit(train, valid)
+            results["counter_drawn"][tables] = trainer.parameters()
         results["auto"] = {"tables": auto.tables, "sync_every": auto.sync_every, "lines": auto.placement.lines(),
                            "params": auto.parameters(), "hybrid": hybrid.parameters(),
                            "fits": (fits.tables, fits.placement.lines())}
@@ -100,6 +108,13 @@ def test_rows_reach_their_readers_and_changes_their_owners(two_ranks):
     assert second["home"].tolist() == [1, 4, 0, 1] and second["changes"][:, 0].tolist() == [1, 1, 2, 2]
     # rows below `first` (replicated hot rows) are nobody's
     assert first["cold_owned"].tolist() == [3, 5, 7, 9] and second["cold_owned"].tolist() == [4, 6, 8, 10]
+
+
+def test_ranks_drawing_only_their_rows_train_as_one_drawing_the_whole_table(two_ranks):
+    for rank in two_ranks:
+        replicated, hybrid = rank["counter_drawn"]["replicated"], rank["counter_drawn"]["hybrid"]
+        for name, values in replicated[0].items():
+            assert hybrid[0][name] == pytest.approx(values, rel=1e-5, abs=1e-6), name
 
 
 @pytest.mark.parametrize("tables", ["sharded", "hybrid"])
