@@ -313,7 +313,12 @@ def _scatter_edges(values, fill, destination, edges):
     return out
 
 
-def _fixed_width_edges(entries, mapping, fill, rows, width, chunk_size, piece_chunks=1 << 16):
+# Chunks a piece of _fixed_width_edges lays out at once: 2M rows of 32, a few hundred MB of
+# temporaries at 39 entries a row, whatever the set's size
+FIXED_WIDTH_PIECE_CHUNKS = 1 << 16
+
+
+def _fixed_width_edges(entries, mapping, fill, rows, width, chunk_size, piece_chunks=FIXED_WIDTH_PIECE_CHUNKS):
     """`rows` rows of `width` entries each (row-major), mapped through `mapping` where given, laid out
     slot-major inside every chunk of chunk_size rows, fill in the last chunk's empty slots (None stays
     None). Piece by piece: a whole-set int64 index tensor of a 256M-row set would take 80 GB."""
