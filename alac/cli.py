@@ -121,6 +121,8 @@ def _inspect(args):
         if plan.semantics == "async":
             planning.append(f"# {_roofline(ir, plan, layout)}")
     generated = generate_kernels(ir, plan)
+    if args.registers:
+        planning += _registers(args, ir, plan, generated, layout if args.data else None)
     graph = build_stage_graph(ir)
     print(f"# IR {ir.hash}  (passes: trace, {', '.join(name for name, _ in PASSES)})")
     print(ir)
@@ -143,6 +145,20 @@ def _inspect(args):
         print(f"# wrote {path}: python {path} trains and times these kernels (edits included) on synthetic data")
     print("\n" + generated.source)
     return 0
+
+
+def _registers(args, ir, plan, generated, layout):
+    """The kernels' registers and spills on args.registers (ptxas, no GPU), with this data's tiles."""
+    from alac.codegen.module_cache import load_module
+    from alac.codegen.registers import generated_registers
+    from alac.runtime.triton_backend import launch_constants
+
+    if layout is None:
+        raise AlacError("--registers needs --data: the kernels' tiles follow the data's rows")
+    constants = launch_constants(plan, layout, ir.factor_size)
+    found = generated_registers(generated, load_module(generated), constants, args.registers)
+    tile = f"C = {constants['C']}, S = {constants['S']}, {constants['num_warps']} warps"
+    return [f"# registers ({args.registers}, {tile}): {kernel.line()}" for kernel in found]
 
 
 def _roofline(ir, plan, layout):
@@ -341,6 +357,9 @@ def build_parser():
                          help="rows over the GPU budget for them: auto (the planner's cheaper), a HybridHash cache "
                               "(hybrid_hash) or FAE's hot table (fae)")
     _add_load_options(inspect)
+    inspect.add_argument("--registers", nargs="?", const="sm_90a", metavar="ARCH",
+                         help="with --data: each kernel's registers and spills for ARCH (default sm_90a), from "
+                              "the ptxas Triton ships (no GPU needed)")
     inspect.add_argument("--dump", metavar="DIR", help="also write the generated kernels to DIR")
     inspect.set_defaults(handler=_inspect)
 

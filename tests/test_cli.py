@@ -115,6 +115,21 @@ def test_inspect_with_data_prints_the_plan_and_its_reasons(shared_data, capsys):
     assert ("floor (flat kernels of these accesses)" in roofline) == torch.cuda.is_available()
 
 
+def test_inspect_counts_each_kernels_registers_without_a_gpu(tmp_path):
+    """--registers compiles the kernels for sm_90a with the data's tiles (ptxas, no GPU): FM's epoch kernel
+    holds more per thread than LR's, and the predict kernels fewer than the training ones."""
+    path = tmp_path / "small.svm"
+    path.write_text("".join(f"{i % 2} {i % 7 + 1}:1 {i % 5 + 10}:1 {i % 3 + 20}:1\n" for i in range(200)))
+    found = {}
+    for model in ("lr", "fm"):
+        result = _run_alac("inspect", "--model", model, "--data", str(path), "--registers")
+        assert result.returncode == 0, result.stderr[-2000:]
+        line = r"^# registers \(sm_90a, C = \d+, S = \d+, \d+ warps\): alac_\w+?_(epoch|predict): (\d+) registers"
+        found[model] = {kind: int(n) for kind, n in re.findall(line, result.stdout, re.M)}
+    assert found["lr"]["predict"] < found["lr"]["epoch"] < found["fm"]["epoch"] <= 255
+    assert "--registers needs --data" in _run_alac("inspect", "--model", "lr", "--registers").stderr
+
+
 def _run_alac(*args, env_extra=None):
     import os
     environment = dict(os.environ)

@@ -30,6 +30,16 @@ WIDE_ID_LIMIT = 2 ** 31
 HOT_ROW_ALIGNMENT = 16
 
 
+def launch_constants(plan, layout, factor_size):
+    """The generated kernels' constexprs and num_warps for this plan on this layout (the edge tile
+    [S, C], whether a whole row fits it, 64-bit offsets)."""
+    slots = slots_per_step(plan, layout, factor_size)
+    widest = layout.fixed_width if layout.fixed_width is not None else layout.stats.max_nnz
+    return {"HAS_VALUES": layout.edge_value is not None, "C": layout.chunk_size, "S": slots,
+            "ONE_TILE": widest <= slots, "num_warps": warps_for_tile(plan, slots, factor_size),
+            "WIDE_IDS": layout.n_features * max(factor_size, 1) >= WIDE_ID_LIMIT}
+
+
 def _same_objects(first, second):
     """True when two tuples hold the very same objects (compared by identity; other items by ==)."""
     return first is not None and len(first) == len(second) and all(
@@ -117,12 +127,7 @@ class TritonBackend:
         return self._find("schedule", entry)
 
     def _constants(self, layout):
-        slots = slots_per_step(self.plan, layout, self.ir.factor_size)
-        widest = layout.fixed_width if layout.fixed_width is not None else layout.stats.max_nnz
-        return {"HAS_VALUES": layout.edge_value is not None, "C": layout.chunk_size, "S": slots,
-                "ONE_TILE": widest <= slots,
-                "num_warps": warps_for_tile(self.plan, slots, self.ir.factor_size),
-                "WIDE_IDS": layout.n_features * max(self.ir.factor_size, 1) >= WIDE_ID_LIMIT}
+        return launch_constants(self.plan, layout, self.ir.factor_size)
 
     def _value(self, argument, state, layout, labels, settings, sizes, outputs):
         """What a manifest.Argument is bound to: found by its role, never by its name (outputs
