@@ -101,11 +101,12 @@ def tables(payload):
         rows = [[a["name"], a["ranks"], a["epochs"], f"{a['ms_per_epoch']:.1f}", ms(a, "waiting_ms_per_epoch"),
                  ms(a, "communication_ms_per_epoch"),
                  f"{a['bytes_communicated'] / 1e6:.1f}" if "bytes_communicated" in a else "-", f"{a['gap'][-1]:.2e}",
-                 "-" if a.get("time_to_gap", {}).get("1e-06") is None else f"{a['time_to_gap']['1e-06']:.2f}"]
+                 "-" if a.get("time_to_gap", {}).get("1e-06") is None else f"{a['time_to_gap']['1e-06']:.2f}",
+                 " ".join("-" if g is None else f"{g:.2f}" for g in a.get("gamma", [])) or "-"]
                 for a in scd]
         text += ("\n\n" if text else "") + table(
             ["SCD arm", "ranks", "epochs", "ms / epoch", "of it waiting for a rank", "of it communicating",
-             "MB sent / epoch / rank", "last gap", "s to gap 1e-6"], rows)
+             "MB sent / epoch / rank", "last gap", "s to gap 1e-6", "γ per epoch"], rows)
     matches = [a for a in arms if "largest_relative_difference" in a]
     if matches:
         text += ("\n\n- CoCoA over the ranks against as many virtual workers, the largest relative difference of "
