@@ -17,10 +17,11 @@ other ranks).
 
 The scd part: (1) CoCoA over the ranks against the virtual workers: ridge on a webspam-shaped set of
 1/32 the size (8,216 x 21,272, lambda 1e-3), primal (columns split over the ranks) and dual (rows),
-the adaptive gamma, the float64 sequential local solver over gloo, against ScdSolver(workers=ranks)
-on rank 0, epoch by epoch; (2) TPA-SCD's Criteo problem, the dual ridge at lambda 1e-3 on the
-Criteo-shaped set of benchmarks/scd.py (200M x 75M, 25-39 entries a row), its rows split over the
-ranks, with the adaptive gamma, to gap 1e-6: seconds (every rank's share taken from the whole set and
+the default aggregation, the float64 sequential local solver over gloo, against
+ScdSolver(workers=ranks) on rank 0, epoch by epoch; (2) TPA-SCD's Criteo problem, the dual ridge at
+lambda 1e-3 on the Criteo-shaped set of benchmarks/scd.py (200M x 75M, 25-39 entries a row), its rows
+split over the ranks, with the adaptive gamma (TPA-SCD's line search) and the plane search
+(`--scd-aggregations`; alac.runtime.cocoa), to gap 1e-6: seconds (every rank's share taken from the whole set and
 its solver set up, then its epochs), the seconds its collectives took, split into waiting for the
 slowest rank and moving data (one all-reduce of the shared vector's change and one of two sums an
 epoch), the bytes each rank sent. Per arm `name`, `ranks`, `ms_per_epoch`, `gap` per epoch,
@@ -75,7 +76,7 @@ def scd_match(args, ranks):
     arms = []
     for form in ("primal", "dual"):
         options = dict(form=form, loss="squared", l2=1e-3, backend="sequential", device="cpu", seed=args.seed)
-        solver = DistributedScdSolver(data, ranks=cpu, **options)
+        solver = DistributedScdSolver(data, ranks=cpu, **options)     # the default aggregation
         gaps = []
         for _ in range(args.match_epochs):
             solver.epoch()
@@ -94,14 +95,15 @@ def scd_match(args, ranks):
     return arms
 
 
-def scd_criteo(args, ranks, rows, columns, name="scd_dual_ridge_criteo"):
+def scd_criteo(args, ranks, rows, columns, name="scd_dual_ridge_criteo", aggregation="adaptive"):
     """The Criteo-shaped dual ridge of rows x columns over the ranks to gap 1e-6 (--own-rows: each rank
-    makes and is given only its contiguous share of the rows)."""
+    makes and is given only its contiguous share of the rows), the ranks' changes aggregated by
+    TPA-SCD's line search (adaptive) or the plane search (subspace; alac.runtime.cocoa)."""
     first, count = share_range(rows, ranks.world, ranks.rank) if args.own_rows else (0, rows)
     data = criteo_dual_like(count, columns, 25, 39, args.seed, _device(ranks), first_row=first)
     data.labels = data.labels * 2 - 1
     options = dict(form="dual", loss="squared", l2=1e-3, backend="triton", seed=args.seed, ranks=ranks,
-                   device=_device(ranks), rows="own" if args.own_rows else "whole")
+                   device=_device(ranks), rows="own" if args.own_rows else "whole", aggregation=aggregation)
     start = _now()
     solver = DistributedScdSolver(data, **options)
     del data
@@ -127,7 +129,7 @@ def scd_criteo(args, ranks, rows, columns, name="scd_dual_ridge_criteo"):
     per_rank = ranks.all_reduce(own).cpu().tolist() if ranks.world > 1 else own.cpu().tolist()
     if ranks.rank == 0:
         print(f"{name}: each rank's own epoch (ms) and coordinates in flight: {per_rank}", flush=True)
-    return {"name": name, "ranks": ranks.world, "rows": rows,
+    return {"name": name, "ranks": ranks.world, "rows": rows, "aggregation": aggregation,
             "local_ms_per_epoch_by_rank": [r[0] for r in per_rank], "in_flight_by_rank": [int(r[1]) for r in per_rank],
             "columns": columns, "l2": 1e-3, "epochs": len(epochs), "gap": [e["gap"] for e in epochs],
             "gamma": [e["gamma"] for e in epochs], "setup_seconds": setup, "seconds": setup + solver.seconds,
@@ -379,6 +381,8 @@ def main():
     parser.add_argument("--criteo-scale", type=int, default=1,
                         help="also the Criteo-shaped problem this many times larger in rows and columns")
     parser.add_argument("--epochs", type=int, default=30)
+    parser.add_argument("--scd-aggregations", default="adaptive,subspace",
+                        help="the Criteo-shaped SCD arms' aggregations (alac.runtime.cocoa)")
     parser.add_argument("--placement-rows", type=int, default=64_000_000)
     # x32: 1.08 billion feature rows of FM k = 16 with AdaGrad, 82 GB: over an H100's memory
     parser.add_argument("--placement-scale", type=int, default=32)
@@ -402,12 +406,15 @@ def main():
     if "scd" in args.parts.split(","):
         ranks.timed = True
         arms += scd_match(args, ranks)
-        arms.append(scd_criteo(args, ranks, args.criteo_rows, args.criteo_columns))
-        if args.criteo_scale > 1:
-            # and one --criteo-scale times larger in rows and columns (x4: 800M x 300M)
-            arms.append(scd_criteo(args, ranks, args.criteo_rows * args.criteo_scale,
-                                   args.criteo_columns * args.criteo_scale,
-                                   name=f"scd_dual_ridge_criteo_x{args.criteo_scale}"))
+        for aggregation in args.scd_aggregations.split(","):
+            suffix = "" if aggregation == "adaptive" else f"_{aggregation}"
+            arms.append(scd_criteo(args, ranks, args.criteo_rows, args.criteo_columns,
+                                   name=f"scd_dual_ridge_criteo{suffix}", aggregation=aggregation))
+            if args.criteo_scale > 1:
+                # and one --criteo-scale times larger in rows and columns (x4: 800M x 300M)
+                arms.append(scd_criteo(args, ranks, args.criteo_rows * args.criteo_scale,
+                                       args.criteo_columns * args.criteo_scale, aggregation=aggregation,
+                                       name=f"scd_dual_ridge_criteo_x{args.criteo_scale}{suffix}"))
     if "placement" in args.parts.split(","):
         arms.append(placement_part(args, ranks))
     if ranks.rank == 0:

@@ -331,10 +331,11 @@ SECTIONS = [
      "Ridge on a webspam-shaped set (262,938 × 680,715, power-law columns, unit rows) by alac's SCD kernels, "
      "primal and dual (and the wild, non-atomic control), the float64 sequential solver, scikit-learn's Ridge and "
      "Snap ML's GPU solver, primal and dual (alac's seconds include its setup, the data onto the GPU); dual "
-     "logistic and hinge on a9a and w8a beside LIBLINEAR's test AUC, ridge on 20news, CoCoA's virtual workers; "
+     "logistic and hinge on a9a and w8a beside LIBLINEAR's test AUC, ridge on 20news, CoCoA's virtual workers "
+     "(averaging, TPA-SCD's adaptive line search, the plane search of alac.runtime.cocoa); "
      "TPA-SCD's Criteo problem (dual ridge, 200M × 75M Criteo-shaped) against its bytes and flat access kernels.",
-     "PYTHONPATH=. python benchmarks/scd.py --parts webspam --epochs 200; the same with --parts real,workers; "
-     "with --parts criteo --epochs 30",
+     "PYTHONPATH=. python benchmarks/scd.py --parts webspam --epochs 200; the same with --parts real; with --parts "
+     "workers --device cpu; with --parts criteo --epochs 30",
      scd_table),
     ("distributed", "Several GPUs: data-parallel flow training and CoCoA SCD",
      "Async flow LR and FM k = 16 on the synthetic Criteo-shaped sets, 5 epochs (LR at lr 2, FM at 0.5) with the "

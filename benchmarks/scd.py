@@ -24,7 +24,7 @@ discarded one-epoch solver; the gap evaluations are not counted. Snap ML's are w
 data onto the GPU included), after one untimed fit. The real-data part: dual logistic and hinge on
 a9a and w8a (test AUC against the data README's optimum) and ridge on 20news (lambda = 0.1 / N,
 rows L2-normalized) to gap 1e-6, at most 1,000 epochs. The
-workers part: CoCoA's virtual workers K = 2, 4, 8, averaging against the adaptive gamma, on a
+workers part: CoCoA's virtual workers K = 2, 4, 8: averaging, the adaptive gamma and the plane search, on a
 webspam-shaped set of 1/32 the size. The criteo part (`--parts criteo`, in a call of its own: 6.4 billion
 entries): Criteo-shaped binary problems (`--criteo-rows` x `--criteo-columns`, 25-39 entries a row;
 `--criteo-problems`, by default TPA-SCD's dual ridge at lambda 1e-3) to gap 1e-6, each epoch against
@@ -278,7 +278,8 @@ def liblinear_auc(loss, train, test):
 
 
 def workers_part(args):
-    """K = 2, 4, 8 virtual workers, averaging against adaptive, to gap 1e-6 in at most 1,000 epochs on a
+    """K = 2, 4, 8 virtual workers, averaging, TPA-SCD's adaptive line search and the plane search
+    (alac.runtime.cocoa), to gap 1e-6 in at most 1,000 epochs on a
     webspam-shaped set of 1/32 the rows and columns (sequential local epochs: the aggregation is what
     is measured)."""
     data = webspam_like(args.rows // 32, args.columns // 32, args.nnz_per_row, args.zipf, args.seed + 1)
@@ -286,7 +287,7 @@ def workers_part(args):
     arms = []
     for form in ("primal", "dual"):
         for workers in (2, 4, 8):
-            for aggregation in ("averaging", "adaptive"):
+            for aggregation in ("averaging", "adaptive", "subspace"):
                 arm = scd_arm(f"{form}_K{workers}_{aggregation}", data, local, form=form, l2=1e-3,
                               backend="sequential", device="cpu", workers=workers, aggregation=aggregation)
                 arms.append(dict(arm, data="webspam_like_small", l2=1e-3, form=form, workers=workers,

@@ -61,16 +61,16 @@ def scd_table(result):
             reached = _epochs_to(workers[form, k, aggregation], 1e-6)
             return f"> {workers[form, k, aggregation]['epochs']}" if reached is None else reached
 
-        # a row per form, its K side by side
+        # a row per form, its K side by side, for each aggregation the run has
         ks = list(dict.fromkeys(k for _, k, _ in workers))
-        rows = [[form] + [" / ".join(str(epochs(form, k, aggregation)) for k in ks)
-                          for aggregation in ("averaging", "adaptive")]
+        aggregations = [a for a in ("averaging", "adaptive", "subspace") if any(key[2] == a for key in workers)]
+        rows = [[form] + [" / ".join(str(epochs(form, k, aggregation)) for k in ks) for aggregation in aggregations]
                 + [" / ".join(f"{min(workers[form, k, 'adaptive']['gamma'][2:], default=float('nan')):.3f}"
                               for k in ks)]
                 for form in dict.fromkeys(f for f, _, _ in workers)]
         label = "/".join(str(k) for k in ks)
         text += "\n\nVirtual workers (CoCoA, sequential local epochs), epochs to gap 1e-6:\n\n" + table(
-            ["form", f"averaging, K = {label}", f"adaptive, K = {label}",
+            ["form", *(f"{aggregation}, K = {label}" for aggregation in aggregations),
              f"smallest adaptive gamma from epoch 3, K = {label}"], rows)
     comparisons = scd_comparisons(result["arms"])
     notes = [" ".join(comparisons)] if comparisons else []

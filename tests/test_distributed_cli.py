@@ -68,12 +68,12 @@ def test_two_ranks_solve_by_coordinate_descent_as_two_virtual_workers(tmp_path):
     result = _train_on_two_ranks(tmp_path, "--model", "lsr", "--solver", "scd", "--synthetic", "2000", "--l2", "0.01",
                                  "--epochs", "200", "--tol", "1e-6", "--out", str(out))
     first = result.stdout.splitlines()[0]
-    assert "2 ranks (gloo, this one rank 0 on cpu) each stepping its share of the rows (CoCoA, adaptive" in first
+    assert "2 ranks (gloo, this one rank 0 on cpu) each stepping its share of the rows (CoCoA, subspace" in first
     final = json.loads((out / "metrics.json").read_text())
     assert final["duality_gap"] <= 1e-6 and final["stopped_because"] == "tol"
     # the virtual workers of one process: the same problem (the CLI's synthetic training rows), the same steps
     train, _, _ = split(criteo_like(2000, seed=0), (0.8, 0.1, 0.1), seed=0)
     virtual = ScdSolver(with_constant_feature(train), "dual", "squared", l2=0.01, backend="sequential",
-                        workers=2, aggregation="adaptive").fit(200, 1e-6)
+                        workers=2, aggregation="subspace").fit(200, 1e-6)
     assert virtual.epochs == final["epochs"]
     np.testing.assert_allclose(np.load(out / "weights.npy"), virtual.coef_.numpy(), rtol=1e-7, atol=1e-10)

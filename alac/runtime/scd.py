@@ -11,9 +11,10 @@ float64 reference, alac.runtime.scd_sequential) and "auto" (triton on a GPU, els
 
 Virtual workers (CoCoA with sigma = 1): the coordinates cut into `workers` parts, each part's local
 epoch run in turn from the same shared vector, their changes aggregated with gamma: 1 / K
-("averaging"), 1 ("adding") or the exact line search of the squared loss ("adaptive", with the
+("averaging"), 1 ("adding"), the exact line search of the squared loss ("adaptive", with the
 corrected formulas of TPA-SCD's errata: y in the primal numerator, ||dv||^2 / lambda + N ||dalpha||^2
-in the dual denominator, beta and w taken before the epoch).
+in the dual denominator, beta and w taken before the epoch) or its exact search over the plane of
+this direction and the previous step ("subspace"; alac.runtime.cocoa).
 """
 
 from __future__ import annotations
@@ -27,12 +28,12 @@ import torch
 
 from alac.errors import OptionError
 from alac.runtime import duality
+from alac.runtime.cocoa import AGGREGATIONS, SEARCHES, cocoa_gammas, coordinate_dots, default_aggregation, shared_dots
 from alac.runtime.compressed import CompressedAxis, CompressedMatrix, reduce_entries, transposed
 from alac.runtime.host_copy import to_device
 from alac.runtime.scd_launcher import ScdLauncher, band_programs, bands
 from alac.runtime.scd_sequential import LOSS_CODES, dual_epoch, margin_epoch, primal_epoch
 
-AGGREGATIONS = ("adaptive", "averaging", "adding")
 # the conjugate losses' curvature in alpha, per lambda N, credited against the coupling: the squared
 # loss's 1 and the squared hinge's 1/2; none for the hinge, nor for the logistic, whose least (4, at
 # b = 1/2) let 300 rows in flight take 2.7 times sequential SCD's epochs (tests/runtime/test_scd.py)
@@ -139,12 +140,13 @@ class Overlap:
 
 class ScdSolver:
     def __init__(self, data, form="primal", loss="squared", l2=1e-3, l1=0.0, backend="auto", wild=False,
-                 workers=1, aggregation="adaptive", seed=0, device=None, evaluate_on=None, in_flight=None,
+                 workers=1, aggregation=None, seed=0, device=None, evaluate_on=None, in_flight=None,
                  problem_rows=None):
         """form: "primal" (columns; squared loss with l1 and l2, or squared hinge and logistic with
         l2 > 0) or "dual" (rows; any loss, l2 > 0);
         wild: non-atomic shared updates (a negative control); workers, aggregation: CoCoA's
-        virtual workers (aggregation "adaptive" for the squared loss without l1); evaluate_on: the
+        virtual workers (alac.runtime.cocoa: "subspace" or "adaptive" for the squared loss without l1,
+        "averaging" or "adding" for any; None: default_aggregation's); evaluate_on: the
         device of the certificates' float64 products (default the solver's: the sequential solver
         on the CPU may have its gaps computed on a GPU, ten times faster on large problems);
         in_flight: the kernels' concurrent coordinates (default: alac.runtime.scd_launcher.programs,
@@ -161,11 +163,12 @@ class ScdSolver:
                               f"its squared loss); got l1={l1}, l2={l2}")
         if backend not in BACKENDS:
             raise OptionError(f"SCD backend is one of {', '.join(BACKENDS)}, got {backend!r}")
+        aggregation = default_aggregation(loss, l1) if aggregation is None else aggregation
         if aggregation not in AGGREGATIONS or not isinstance(workers, int) or workers < 1:
             raise OptionError(f"workers is an integer >= 1 and aggregation one of {', '.join(AGGREGATIONS)}")
-        if workers > 1 and aggregation == "adaptive" and (loss != "squared" or l1 > 0):
-            raise OptionError("adaptive aggregation is the squared loss's line search (no l1): choose averaging "
-                              "or adding for this problem")
+        if workers > 1 and aggregation in SEARCHES and (loss != "squared" or l1 > 0):
+            raise OptionError(f"{aggregation} aggregation searches the squared loss's objective (no l1): choose "
+                              "averaging or adding for this problem")
         if in_flight is not None and (not isinstance(in_flight, int) or in_flight < 1):
             raise OptionError(f"in_flight is a number of coordinates >= 1, got {in_flight!r}")
         on_gpu = torch.cuda.is_available() and backend in ("auto", "triton")
@@ -180,6 +183,7 @@ class ScdSolver:
             raise OptionError("the wild control is a kernel variant: backend triton or interpret")
         self.form, self.loss, self.l2, self.l1 = form, loss, float(l2), float(l1)
         self.workers, self.aggregation, self.wild = workers, aggregation, wild
+        self._previous = None     # the last CoCoA step (coordinates, shared), which "subspace" searches beside
         # N of the whole problem (a rank's share of the dual's rows has fewer)
         self.problem_rows = problem_rows or data.n_rows
         self.scale = self.problem_rows * (1.0 if form == "primal" else self.l2)
@@ -295,7 +299,8 @@ class ScdSolver:
 
     def _cocoa_epoch(self):
         """CoCoA: a local epoch of each part from the same shared vector, their changes summed (over the
-        ranks: _reduce) and applied times gamma."""
+        ranks: _reduce) and applied times gamma (alac.runtime.cocoa; "subspace": with the previous
+        epoch's step beside them, times gamma_2); returns this epoch's direction's gamma."""
         before, shared_before = self.coordinates.clone(), self.shared
         change = torch.zeros_like(self.shared)
         for order in self._local_orders():
@@ -303,11 +308,17 @@ class ScdSolver:
             self._local_epoch(order, local)
             change += local - shared_before
         change = self._reduce(change)
-        step = self.coordinates - before
-        gamma = self._gamma(before, shared_before, step, change)
-        self.coordinates = before + gamma * step
-        self.shared = shared_before + gamma * change
-        return gamma
+        directions = [(self.coordinates - before, change)]
+        if self.aggregation == "subspace" and self._previous is not None:
+            directions.append(self._previous)
+        gammas = self._gammas(before, shared_before, directions)
+        step = gammas[0] * directions[0][0]
+        taken = gammas[0] * directions[0][1]
+        for gamma, (coordinates, shared) in zip(gammas[1:], directions[1:]):
+            step, taken = step + gamma * coordinates, taken + gamma * shared
+        self.coordinates, self.shared = before + step, shared_before + taken
+        self._previous = (step, taken) if self.aggregation == "subspace" else None
+        return gammas[0]
 
     def _local_orders(self):
         """The epoch's order of each part this process steps: every virtual worker's, one after another."""
@@ -318,13 +329,13 @@ class ScdSolver:
         """The sum (or max) of every rank's share of a tensor: one process holds the whole problem."""
         return tensor
 
-    def _gamma(self, x, shared, dx, dshared):
-        if self.aggregation != "adaptive":
-            return cocoa_gamma(self.aggregation, self.workers)
+    def _gammas(self, x, shared, directions):
+        if self.aggregation not in SEARCHES:
+            return cocoa_gammas(self.aggregation, self.workers)
         labels = self.problem.labels
-        return cocoa_gamma(self.aggregation, self.workers, self.form, self.problem_rows, self.l2,
-                           self._reduce(coordinate_dots(self.form, x, dx, labels)),
-                           shared_dots(self.form, shared, dshared, labels))
+        return cocoa_gammas(self.aggregation, self.workers, self.form, self.problem_rows, self.l2,
+                            self._reduce(coordinate_dots(self.form, x, [d[0] for d in directions], labels)),
+                            shared_dots(self.form, shared, [d[1] for d in directions], labels))
 
     # -- certificates ----------------------------------------------------------------------------
     def objectives(self):
@@ -383,7 +394,7 @@ class ScdSolver:
             worsened = new_primal - primal if self.form == "primal" else dual - new_dual
             undone = saved is not None and not worsened <= 0.5 * (primal - dual)
             if undone:
-                self.coordinates, self.shared = saved
+                self.coordinates, self.shared, self._previous = (*saved, None)
                 for band in self.bands:
                     band.in_flight = max(1, band.in_flight // 2)
                 self._use_bands()
@@ -400,36 +411,3 @@ class ScdSolver:
                 self.stopped_because = "tol" if gap <= tol else "diverged"
                 break
         return self
-
-
-def coordinate_dots(form, x, dx, labels):
-    """The adaptive gamma's sums over the coordinates, float64 (a rank's share of them adds up):
-    (beta . dbeta, dbeta . dbeta) for the primal, (dalpha . (y - alpha), dalpha . dalpha) for the dual."""
-    x, dx = x.double(), dx.double()
-    first = x.dot(dx) if form == "primal" else dx.dot(labels.double() - x)
-    return torch.stack([first, dx.dot(dx)])
-
-
-def shared_dots(form, shared, dshared, labels):
-    """The adaptive gamma's sums over the shared vector, float64: ((y - w) . dw, dw . dw) for the
-    primal, (v . dv, dv . dv) for the dual."""
-    shared, dshared = shared.double(), dshared.double()
-    first = (labels.double() - shared).dot(dshared) if form == "primal" else shared.dot(dshared)
-    return torch.stack([first, dshared.dot(dshared)])
-
-
-def cocoa_gamma(aggregation, workers, form=None, n=None, l2=None, coordinates=None, shared=None):
-    """CoCoA's aggregation factor: 1 / K (averaging), 1 (adding), or the exact line search of the
-    squared loss (adaptive; TPA-SCD Eq. 7 with its errata: y in the primal's numerator, and the dual's
-    denominator ||dv||^2 / l2 + N ||dalpha||^2) from coordinate_dots and shared_dots."""
-    if aggregation == "averaging":
-        return 1.0 / workers
-    if aggregation == "adding":
-        return 1.0
-    if form == "primal":
-        numerator = shared[0] - n * l2 * coordinates[0]
-        denominator = shared[1] + n * l2 * coordinates[1]
-    else:
-        numerator = n * coordinates[0] - shared[0] / l2
-        denominator = n * coordinates[1] + shared[1] / l2
-    return float(numerator / denominator) if float(denominator) > 0 else 1.0 / workers

@@ -14,8 +14,9 @@ import dataclasses
 import torch
 
 from alac.errors import OptionError
+from alac.runtime.cocoa import AGGREGATIONS, SEARCHES, default_aggregation
 from alac.runtime.distributed import check_rows, init_ranks
-from alac.runtime.scd import AGGREGATIONS, ScdSolver
+from alac.runtime.scd import ScdSolver
 
 # rows taken into a rank's share at a time (the Criteo-shaped set's 200M rows at once would want
 # int64 temporaries of its 6.4 billion entries)
@@ -24,7 +25,7 @@ TAKE_ROWS = 1 << 22
 
 class DistributedScdSolver(ScdSolver):
     def __init__(self, data, form="primal", loss="squared", l2=1e-3, l1=0.0, backend="auto",
-                 aggregation="adaptive", seed=0, device=None, ranks=None, rows="whole", **options):
+                 aggregation=None, seed=0, device=None, ranks=None, rows="whole", **options):
         """ScdSolver's problem over `ranks` (default alac.runtime.distributed.init_ranks()): the
         dual's rows or the primal's columns of `data` (every rank given the whole set) split as
         ScdSolver(workers=ranks.world) splits them; aggregation as its virtual workers'. On NCCL
@@ -36,11 +37,12 @@ class DistributedScdSolver(ScdSolver):
         if rows == "own" and form != "dual" and ranks.world > 1:
             raise OptionError("ranks given their own rows solve the dual (split by rows); the primal splits the "
                               "columns: give every rank the whole set (rows=\"whole\")")
+        aggregation = default_aggregation(loss, l1) if aggregation is None else aggregation
         if aggregation not in AGGREGATIONS:
             raise OptionError(f"aggregation is one of {', '.join(AGGREGATIONS)}, got {aggregation!r}")
-        if ranks.world > 1 and aggregation == "adaptive" and (loss != "squared" or l1 > 0):
-            raise OptionError("adaptive aggregation is the squared loss's line search (no l1): choose averaging "
-                              "or adding for this problem")
+        if ranks.world > 1 and aggregation in SEARCHES and (loss != "squared" or l1 > 0):
+            raise OptionError(f"{aggregation} aggregation searches the squared loss's objective (no l1): choose "
+                              "averaging or adding for this problem")
         if device is None and ranks.backend == "nccl":
             device = ranks.device
         self.ranks, self.total_features = ranks, data.n_features
@@ -94,10 +96,8 @@ class DistributedScdSolver(ScdSolver):
 
 def solver_over_ranks(data, form, loss, l1=0.0, **options):
     """The solver of a run: ScdSolver on one rank, else DistributedScdSolver over the ranks with the
-    adaptive gamma where it is the line search (the squared loss, no l1), averaging otherwise."""
-    ranks = init_ranks()
-    aggregation = "adaptive" if loss == "squared" and not l1 else "averaging"
-    return DistributedScdSolver(data, form, loss, l1=l1, aggregation=aggregation, ranks=ranks, **options)
+    default aggregation (alac.runtime.cocoa.default_aggregation)."""
+    return DistributedScdSolver(data, form, loss, l1=l1, ranks=init_ranks(), **options)
 
 
 def rows_of(data, rows):

@@ -43,6 +43,7 @@ def test_a_tiny_run_writes_every_arms_figures(tmp_path, monkeypatch):
     report = (tmp_path / "scd.md").read_text()
     device = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"   # the machine's, as recorded
     assert report.startswith(f"SCD ({device}") and "Not run: snapml: left out of the smoke run." in report
+    assert "| form | averaging, K = 2/4/8 | adaptive, K = 2/4/8 | subspace, K = 2/4/8 |" in report
 
 
 def test_the_criteo_shaped_dual_set_has_its_row_lengths_and_skewed_ids():

@@ -22,6 +22,8 @@ CASES = [("dual", "squared", 1e-2, 0.0, "adaptive", "sequential"),
          ("dual", "logistic", 1e-2, 0.0, "averaging", "sequential"),
          ("primal", "logistic", 1e-2, 0.0, "adding", "sequential"),
          ("primal", "squared", 0.0, 1e-2, "averaging", "sequential"),
+         ("dual", "squared", 1e-2, 0.0, "subspace", "sequential"),
+         ("primal", "squared", 1e-2, 0.0, "subspace", "sequential"),
          ("dual", "squared", 1e-2, 0.0, "adaptive", "interpret"),
          ("primal", "logistic", 1e-2, 0.0, "averaging", "interpret")]
 if torch.cuda.is_available():
@@ -137,6 +139,15 @@ def test_shares_of_rows_and_columns_keep_their_entries():
     torch.testing.assert_close(share.to_scipy().toarray(), data.to_scipy().toarray()[:, columns.numpy()])
 
 
-def test_adaptive_aggregation_is_refused_where_it_is_not_the_line_search():
-    with pytest.raises(OptionError, match="adaptive aggregation"):
-        DistributedScdSolver(_problem("logistic"), "dual", "logistic", ranks=Ranks(world=2))
+def test_the_searches_are_refused_where_the_objective_is_not_the_squared_loss():
+    for aggregation in ("adaptive", "subspace"):
+        with pytest.raises(OptionError, match=f"{aggregation} aggregation"):
+            DistributedScdSolver(_problem("logistic"), "dual", "logistic", ranks=Ranks(world=2),
+                                 aggregation=aggregation)
+
+
+def test_the_default_aggregation_is_the_plane_search_where_it_applies():
+    assert DistributedScdSolver(_problem("squared"), "dual", "squared", l2=1e-2, backend="sequential",
+                                device="cpu").aggregation == "subspace"
+    assert ScdSolver(_problem("logistic"), "dual", "logistic", l2=1e-2, backend="sequential", workers=2,
+                     device="cpu").aggregation == "averaging"
