@@ -13,6 +13,10 @@ vector, their changes are summed into one direction (d_alpha, d_v) and applied t
   problem at 1e-3; the sequential local solver) it reaches gap 1e-6 in 6 / 5 / 6 epochs at K = 2 /
   4 / 8 against the line search's 6 / 10 / 10.
 
+One worker may search too (alac.runtime.scd.ScdSolver(aggregation="subspace")): its epoch's change and its
+previous step, the plain epoch being the plane's point (1, 0); on the webspam-shaped primal ridge at 1/32
+size it reaches gap 1e-8 in 29 epochs against plain SCD's 82.
+
 Both searches need a few float64 sums: over the coordinates (each rank's share, added up by one
 all-reduce) and over the shared vector (the same on every rank after its own all-reduce).
 """
@@ -26,8 +30,11 @@ AGGREGATIONS = ("adaptive", "subspace", "averaging", "adding")
 SEARCHES = ("adaptive", "subspace")
 
 
-def default_aggregation(loss, l1):
-    """The plane search where the objective is the squared loss's (no l1), averaging elsewhere."""
+def default_aggregation(loss, l1, workers):
+    """Over several workers the plane search where the objective is the squared loss's (no l1), averaging
+    elsewhere; one worker steps plainly ("adding": its epoch's change as it is)."""
+    if workers == 1:
+        return "adding"
     return "subspace" if loss == "squared" and not l1 else "averaging"
 # a plane whose two directions are this close to parallel (the Gram determinant over the product of
 # its diagonal) is searched along the first direction alone

@@ -146,7 +146,8 @@ class ScdSolver:
         l2 > 0) or "dual" (rows; any loss, l2 > 0);
         wild: non-atomic shared updates (a negative control); workers, aggregation: CoCoA's
         virtual workers (alac.runtime.cocoa: "subspace" or "adaptive" for the squared loss without l1,
-        "averaging" or "adding" for any; None: default_aggregation's); evaluate_on: the
+        "averaging" or "adding" for any; None: default_aggregation's; one worker steps plainly unless
+        given a search); evaluate_on: the
         device of the certificates' float64 products (default the solver's: the sequential solver
         on the CPU may have its gaps computed on a GPU, ten times faster on large problems);
         in_flight: the kernels' concurrent coordinates (default: alac.runtime.scd_launcher.programs,
@@ -163,10 +164,10 @@ class ScdSolver:
                               f"its squared loss); got l1={l1}, l2={l2}")
         if backend not in BACKENDS:
             raise OptionError(f"SCD backend is one of {', '.join(BACKENDS)}, got {backend!r}")
-        aggregation = default_aggregation(loss, l1) if aggregation is None else aggregation
+        aggregation = default_aggregation(loss, l1, workers) if aggregation is None else aggregation
         if aggregation not in AGGREGATIONS or not isinstance(workers, int) or workers < 1:
             raise OptionError(f"workers is an integer >= 1 and aggregation one of {', '.join(AGGREGATIONS)}")
-        if workers > 1 and aggregation in SEARCHES and (loss != "squared" or l1 > 0):
+        if aggregation in SEARCHES and (loss != "squared" or l1 > 0):
             raise OptionError(f"{aggregation} aggregation searches the squared loss's objective (no l1): choose "
                               "averaging or adding for this problem")
         if in_flight is not None and (not isinstance(in_flight, int) or in_flight < 1):
@@ -279,17 +280,19 @@ class ScdSolver:
                        LOSS_CODES[self.loss])
 
     def epoch(self, order=None):
-        """One epoch (order: the coordinates' order, one worker only; default a fresh permutation of
-        each worker's part); returns gamma (None for one worker)."""
+        """One epoch (order: the coordinates' order, one worker stepping plainly; default a fresh
+        permutation of each worker's part); returns gamma (None for one worker stepping plainly). One
+        worker with a search ("adaptive", "subspace") searches along its epoch's change as CoCoA does
+        along the workers' sum: the plane search then extrapolates across epochs."""
         start = time.perf_counter()
-        if self.workers == 1:
+        if self.workers == 1 and self.aggregation not in SEARCHES:
             if order is None:
                 order = torch.randperm(self.coordinates.numel(), generator=self.generator, device=self.device)
             self._local_epoch(order, self.shared)
             gamma = None
         else:
             if order is not None:
-                raise OptionError("an explicit order is for one worker")
+                raise OptionError("an explicit order is for one worker stepping plainly")
             gamma = self._cocoa_epoch()
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
@@ -321,7 +324,10 @@ class ScdSolver:
         return gammas[0]
 
     def _local_orders(self):
-        """The epoch's order of each part this process steps: every virtual worker's, one after another."""
+        """The epoch's order of each part this process steps: every virtual worker's, one after another
+        (one worker: every coordinate, drawn as a plain epoch draws them)."""
+        if self.parts is None:
+            return [torch.randperm(self.coordinates.numel(), generator=self.generator, device=self.device)]
         return [part[torch.randperm(part.numel(), generator=self.generator, device=self.device)]
                 for part in self.parts]
 

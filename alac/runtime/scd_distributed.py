@@ -37,7 +37,7 @@ class DistributedScdSolver(ScdSolver):
         if rows == "own" and form != "dual" and ranks.world > 1:
             raise OptionError("ranks given their own rows solve the dual (split by rows); the primal splits the "
                               "columns: give every rank the whole set (rows=\"whole\")")
-        aggregation = default_aggregation(loss, l1) if aggregation is None else aggregation
+        aggregation = default_aggregation(loss, l1, ranks.world) if aggregation is None else aggregation
         if aggregation not in AGGREGATIONS:
             raise OptionError(f"aggregation is one of {', '.join(AGGREGATIONS)}, got {aggregation!r}")
         if ranks.world > 1 and aggregation in SEARCHES and (loss != "squared" or l1 > 0):

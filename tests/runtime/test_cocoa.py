@@ -87,3 +87,20 @@ def test_the_plane_search_halves_the_epochs_where_the_line_search_zigzags():
                   .fit(4, 0).history]
         assert gammas[1] < gammas[0] - 0.1 and gammas[2] > gammas[1] + 0.1      # the zig-zag
         assert epochs["subspace"] <= 0.6 * epochs["adaptive"]
+
+
+def test_one_worker_searching_across_epochs_reaches_the_gap_in_fewer_epochs():
+    """One worker with the plane search: its epoch's change and its previous step searched together
+    (an epoch stepping plainly is the plane's point (1, 0)): the primal ridge on a webspam-shaped set
+    reaches gap 1e-8 in 29 epochs against plain SCD's 82 when written."""
+    from benchmarks.scd import webspam_like
+
+    data = webspam_like(262_938 // 32, 680_715 // 32, 200, 1.0, 1)
+    epochs = {}
+    for aggregation in (None, "subspace"):
+        solver = ScdSolver(data, "primal", l2=1e-3, backend="sequential", aggregation=aggregation)
+        solver.fit(max_epochs=300, tol=1e-8)
+        assert solver.stopped_because == "tol"
+        epochs[aggregation] = solver.epochs
+        assert all(h["gamma"] is None for h in solver.history) == (aggregation is None)
+    assert epochs["subspace"] <= 0.5 * epochs[None]

@@ -147,7 +147,10 @@ def test_the_searches_are_refused_where_the_objective_is_not_the_squared_loss():
 
 
 def test_the_default_aggregation_is_the_plane_search_where_it_applies():
-    assert DistributedScdSolver(_problem("squared"), "dual", "squared", l2=1e-2, backend="sequential",
-                                device="cpu").aggregation == "subspace"
-    assert ScdSolver(_problem("logistic"), "dual", "logistic", l2=1e-2, backend="sequential", workers=2,
-                     device="cpu").aggregation == "averaging"
+    def aggregation(loss, workers):
+        return ScdSolver(_problem(loss), "dual", loss, l2=1e-2, backend="sequential", workers=workers,
+                         device="cpu").aggregation
+
+    assert aggregation("squared", 2) == "subspace" and aggregation("logistic", 2) == "averaging"
+    # one worker steps plainly (its epoch's change as it is) unless given a search
+    assert aggregation("squared", 1) == "adding" and aggregation("logistic", 1) == "adding"
