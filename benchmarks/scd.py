@@ -230,6 +230,11 @@ def webspam_part(args, backend):
                  scd_arm("alac_wild", data, args, form="primal", l2=l2, backend=backend, wild=True,
                          device=args.device) if backend != "sequential" else None,
                  scd_arm("alac_dual", data, args, form="dual", l2=l2, backend=backend, device=args.device),
+                 # one worker searching across epochs (alac.runtime.cocoa's plane search)
+                 scd_arm("alac_plane", data, args, form="primal", l2=l2, backend=backend, device=args.device,
+                         aggregation="subspace"),
+                 scd_arm("alac_dual_plane", data, args, form="dual", l2=l2, backend=backend, device=args.device,
+                         aggregation="subspace"),
                  scd_arm("sequential", data, args, form="primal", l2=l2, backend="sequential", device="cpu",
                          evaluate_on=args.device),
                  sklearn_arm(data, l2)]

@@ -36,7 +36,8 @@ def test_a_tiny_run_writes_every_arms_figures(tmp_path, monkeypatch):
     scd.main()
     result = json.loads((tmp_path / "scd.json").read_text())
     names = [a["name"] for a in result["arms"]]
-    assert names[:4] == ["alac", "alac_dual", "sequential", "sklearn_ridge"] and "primal_K8_adaptive" in names
+    assert names[:6] == ["alac", "alac_dual", "alac_plane", "alac_dual_plane", "sequential", "sklearn_ridge"]
+    assert "primal_K8_adaptive" in names and "dual_K2_subspace" in names
     for arm in result["arms"]:
         assert {"name", "epochs", "seconds", "gap", "time_to_gap"} <= set(arm)
         assert len(arm["gap"]) == (arm["epochs"] if isinstance(arm["epochs"], int) else len(arm["epochs"]))
