@@ -25,6 +25,7 @@ CASES = [("dual", "squared", 1e-2, 0.0, "adaptive", "sequential"),
          ("dual", "squared", 1e-2, 0.0, "subspace", "sequential"),
          ("primal", "squared", 1e-2, 0.0, "subspace", "sequential"),
          ("dual", "squared", 1e-2, 0.0, "adaptive", "interpret"),
+         ("primal", "squared", 1e-2, 0.0, "subspace", "interpret"),
          ("primal", "logistic", 1e-2, 0.0, "averaging", "interpret")]
 if torch.cuda.is_available():
     # the interpreter runs the kernels where CI does (the newest triton); a GPU machine's triton 3.6
