@@ -120,11 +120,11 @@ def main():
                 if key not in floors:
                     floors[key] = epoch_roofline(trainer.executor.ir, layout, *key[2:])[1]
                 floor = floors[key]
+            slots = slots_per_step(plan, layout, k)
             row = {"model": model_name, "k": k, "floor_ms": floor, "semantics": semantics,
                    "automatic_tile": plan.slots_per_step is None and plan.num_warps is None,
                    "chunk_size": plan.chunk_size,
-                   "slots": slots_per_step(plan, layout, k),
-                   "warps": warps_for_tile(plan, slots_per_step(plan, layout, k), k),
+                   "slots": slots, "warps": warps_for_tile(plan, slots, k),
                    "programs": async_programs(plan, layout) if semantics == "async" else plan.chunks_per_batch,
                    "hot_size": plan.hot_size, "flush_every": plan.flush_every if semantics == "async" else None,
                    "ms_per_epoch": 1000 * statistics.median(times[1:]), "val_logloss": loss,

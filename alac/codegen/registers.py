@@ -45,12 +45,16 @@ def ptxas_path():
 
 
 def kernel_registers(kernel, constexprs, num_warps, arch=DEFAULT_ARCH):
-    """KernelRegisters of a @triton.jit kernel compiled with these constexprs for `arch` (sm_90a)."""
+    """KernelRegisters of a @triton.jit kernel compiled for `arch` (sm_90a) with the constexprs it
+    takes of `constexprs`."""
     import triton
     from triton.backends.compiler import GPUTarget
 
-    parameters = list(inspect.signature(_compilable(kernel).fn).parameters.items())
+    if not hasattr(kernel, "fn"):
+        raise AlacError("counting registers compiles for a GPU: start the process with TRITON_INTERPRET unset")
+    parameters = list(inspect.signature(kernel.fn).parameters.items())
     names = [name for name, _ in parameters]
+    constexprs = {name: value for name, value in constexprs.items() if name in names}
     # the generated kernels annotate pointers and floats ("*fp32", "fp32"); the other arguments are ints
     signature = {name: "constexpr" if name in constexprs else
                  (p.annotation.strip("'\"") if isinstance(p.annotation, str) and p.annotation else "i32")
@@ -75,16 +79,5 @@ def kernel_registers(kernel, constexprs, num_warps, arch=DEFAULT_ARCH):
 def generated_registers(generated, module, constants, arch=DEFAULT_ARCH):
     """KernelRegisters of every kernel of a generated module (its training kernels and its predict
     kernel) with these launch constants (alac.runtime.triton_backend.launch_constants)."""
-    found = []
-    for spec in (*generated.train, generated.predict):
-        kernel = _compilable(getattr(module, spec.name))
-        parameters = inspect.signature(kernel.fn).parameters
-        constexprs = {name: value for name, value in constants.items() if name in parameters}
-        found.append(kernel_registers(kernel, constexprs, constants["num_warps"], arch))
-    return found
-
-
-def _compilable(kernel):
-    if not hasattr(kernel, "fn"):
-        raise AlacError("counting registers compiles for a GPU: start the process with TRITON_INTERPRET unset")
-    return kernel
+    return [kernel_registers(getattr(module, spec.name), constants, constants["num_warps"], arch)
+            for spec in (*generated.train, generated.predict)]

@@ -25,17 +25,27 @@ from __future__ import annotations
 
 import torch
 
+from alac.errors import OptionError
+
 AGGREGATIONS = ("adaptive", "subspace", "averaging", "adding")
 # the aggregations that search the squared loss's objective (no l1)
 SEARCHES = ("adaptive", "subspace")
 
 
-def default_aggregation(loss, l1, workers):
-    """Over several workers the plane search where the objective is the squared loss's (no l1), averaging
-    elsewhere; one worker steps plainly ("adding": its epoch's change as it is)."""
-    if workers == 1:
-        return "adding"
-    return "subspace" if loss == "squared" and not l1 else "averaging"
+def resolve_aggregation(aggregation, loss, l1, workers):
+    """The aggregation of a solver of `workers` workers, checked (OptionError): by default (None) over
+    several workers the plane search where the objective is the squared loss's (no l1), averaging
+    elsewhere, and for one worker "adding" (its epoch's change as it is: plain SCD)."""
+    if aggregation is None:
+        if workers == 1:
+            return "adding"
+        return "subspace" if loss == "squared" and not l1 else "averaging"
+    if aggregation not in AGGREGATIONS:
+        raise OptionError(f"aggregation is one of {', '.join(AGGREGATIONS)}, got {aggregation!r}")
+    if aggregation in SEARCHES and (loss != "squared" or l1 > 0):
+        raise OptionError(f"{aggregation} aggregation searches the squared loss's objective (no l1): choose "
+                          "averaging or adding for this problem")
+    return aggregation
 # a plane whose two directions are this close to parallel (the Gram determinant over the product of
 # its diagonal) is searched along the first direction alone
 PARALLEL = 1e-10

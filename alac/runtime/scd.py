@@ -28,7 +28,7 @@ import torch
 
 from alac.errors import OptionError
 from alac.runtime import duality
-from alac.runtime.cocoa import AGGREGATIONS, SEARCHES, cocoa_gammas, coordinate_dots, default_aggregation, shared_dots
+from alac.runtime.cocoa import SEARCHES, cocoa_gammas, coordinate_dots, resolve_aggregation, shared_dots
 from alac.runtime.compressed import CompressedAxis, CompressedMatrix, reduce_entries, transposed
 from alac.runtime.host_copy import to_device
 from alac.runtime.scd_launcher import ScdLauncher, band_programs, bands
@@ -146,7 +146,7 @@ class ScdSolver:
         l2 > 0) or "dual" (rows; any loss, l2 > 0);
         wild: non-atomic shared updates (a negative control); workers, aggregation: CoCoA's
         virtual workers (alac.runtime.cocoa: "subspace" or "adaptive" for the squared loss without l1,
-        "averaging" or "adding" for any; None: default_aggregation's; one worker steps plainly unless
+        "averaging" or "adding" for any; None: resolve_aggregation's; one worker steps plainly unless
         given a search); evaluate_on: the
         device of the certificates' float64 products (default the solver's: the sequential solver
         on the CPU may have its gaps computed on a GPU, ten times faster on large problems);
@@ -164,12 +164,9 @@ class ScdSolver:
                               f"its squared loss); got l1={l1}, l2={l2}")
         if backend not in BACKENDS:
             raise OptionError(f"SCD backend is one of {', '.join(BACKENDS)}, got {backend!r}")
-        aggregation = default_aggregation(loss, l1, workers) if aggregation is None else aggregation
-        if aggregation not in AGGREGATIONS or not isinstance(workers, int) or workers < 1:
-            raise OptionError(f"workers is an integer >= 1 and aggregation one of {', '.join(AGGREGATIONS)}")
-        if aggregation in SEARCHES and (loss != "squared" or l1 > 0):
-            raise OptionError(f"{aggregation} aggregation searches the squared loss's objective (no l1): choose "
-                              "averaging or adding for this problem")
+        if not isinstance(workers, int) or workers < 1:
+            raise OptionError(f"workers is an integer >= 1, got {workers!r}")
+        aggregation = resolve_aggregation(aggregation, loss, l1, workers)
         if in_flight is not None and (not isinstance(in_flight, int) or in_flight < 1):
             raise OptionError(f"in_flight is a number of coordinates >= 1, got {in_flight!r}")
         on_gpu = torch.cuda.is_available() and backend in ("auto", "triton")

@@ -14,7 +14,7 @@ import dataclasses
 import torch
 
 from alac.errors import OptionError
-from alac.runtime.cocoa import AGGREGATIONS, SEARCHES, default_aggregation
+from alac.runtime.cocoa import resolve_aggregation
 from alac.runtime.distributed import check_rows, init_ranks
 from alac.runtime.scd import ScdSolver
 
@@ -37,17 +37,14 @@ class DistributedScdSolver(ScdSolver):
         if rows == "own" and form != "dual" and ranks.world > 1:
             raise OptionError("ranks given their own rows solve the dual (split by rows); the primal splits the "
                               "columns: give every rank the whole set (rows=\"whole\")")
-        aggregation = default_aggregation(loss, l1, ranks.world) if aggregation is None else aggregation
-        if aggregation not in AGGREGATIONS:
-            raise OptionError(f"aggregation is one of {', '.join(AGGREGATIONS)}, got {aggregation!r}")
-        if ranks.world > 1 and aggregation in SEARCHES and (loss != "squared" or l1 > 0):
-            raise OptionError(f"{aggregation} aggregation searches the squared loss's objective (no l1): choose "
-                              "averaging or adding for this problem")
+        # checked before any rank takes its share of the data
+        aggregation = resolve_aggregation(aggregation, loss, l1, ranks.world)
         if device is None and ranks.backend == "nccl":
             device = ranks.device
         self.ranks, self.total_features = ranks, data.n_features
         if ranks.world == 1:
-            super().__init__(data, form, loss, l2, l1, backend, seed=seed, device=device, **options)
+            super().__init__(data, form, loss, l2, l1, backend, seed=seed, device=device, aggregation=aggregation,
+                             **options)
             return
         generator_device = torch.device(device) if device is not None else torch.device(
             "cuda" if torch.cuda.is_available() and backend in ("auto", "triton") else "cpu")
@@ -96,7 +93,7 @@ class DistributedScdSolver(ScdSolver):
 
 def solver_over_ranks(data, form, loss, l1=0.0, **options):
     """The solver of a run: ScdSolver on one rank, else DistributedScdSolver over the ranks with the
-    default aggregation (alac.runtime.cocoa.default_aggregation)."""
+    default aggregation (alac.runtime.cocoa.resolve_aggregation)."""
     return DistributedScdSolver(data, form, loss, l1=l1, ranks=init_ranks(), **options)
 
 

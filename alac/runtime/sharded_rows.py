@@ -98,6 +98,12 @@ class RowShards:
         return asked, self.ranks.all_to_all(changes[order], send, receive)
 
 
+def _columns_of(state):
+    """(name, "params" or "states", shape of a row) of each tensor of a state: a packed table's columns."""
+    return tuple((name, part, tuple(tensor.shape[1:])) for part in ("params", "states")
+                 for name, tensor in getattr(state, part).items())
+
+
 @dataclasses.dataclass(frozen=True)
 class ShardSnapshot:
     """One rank's rows and the globals, copied to host memory (the Trainer's in-memory snapshots of a
@@ -184,8 +190,7 @@ class ShardedExecutor:
             self.table, self.hot_table = value.table.to(self.device), value.hot_table.to(self.device)
             self.globals = {k: v.to(self.device).clone() for k, v in value.globals.items()}
             return
-        self._columns = tuple((name, part, tuple(tensor.shape[1:])) for part in ("params", "states")
-                              for name, tensor in getattr(value, part).items())
+        self._columns = _columns_of(value)
         first = next(iter(value.params.values()))
         if self.shards is None or self.shards.n_rows != first.shape[0]:
             # a state of a table not initialized here (a checkpoint's): its rows shared out as initialize does
@@ -239,8 +244,7 @@ class ShardedExecutor:
             return
         hot = ModelState.initial(model, layout.new_to_old, self.device, self.seed, optimizer,
                                  rows=torch.arange(self.hot))
-        self._columns = tuple((name, part, tuple(tensor.shape[1:])) for part in ("params", "states")
-                              for name, tensor in getattr(hot, part).items())
+        self._columns = _columns_of(hot)
         self.hot_table, self.globals = self._pack(hot), hot.globals
         owned = self.shards.owned
         self.table = torch.empty(owned.numel(), self.hot_table.shape[1], device=self.device)

@@ -178,7 +178,7 @@ def test_on_a_gpu_the_wild_control_loses_updates():
     ({"form": "primal", "loss": "hinge"}, "the primal solves one of squared, squared_hinge, logistic"),
     ({"form": "primal", "loss": "logistic", "l1": 1e-3}, "the primal too, but for its squared loss"),
     ({"workers": 4, "l1": 1e-3, "aggregation": "adaptive"}, "adaptive aggregation searches the squared loss"),
-    ({"aggregation": "median", "workers": 2}, "aggregation one of"),
+    ({"aggregation": "median", "workers": 2}, "aggregation is one of"),
     ({"backend": "sequential", "wild": True}, "the wild control is a kernel variant"),
     ({"backend": "triton", "device": "cpu"}, "runs on a GPU"),
 ])

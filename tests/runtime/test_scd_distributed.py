@@ -153,5 +153,7 @@ def test_the_default_aggregation_is_the_plane_search_where_it_applies():
                          device="cpu").aggregation
 
     assert aggregation("squared", 2) == "subspace" and aggregation("logistic", 2) == "averaging"
-    # one worker steps plainly (its epoch's change as it is) unless given a search
+    # one worker steps plainly (its epoch's change as it is) unless given a search; one rank keeps the one given
     assert aggregation("squared", 1) == "adding" and aggregation("logistic", 1) == "adding"
+    assert DistributedScdSolver(_problem("squared"), "dual", "squared", l2=1e-2, backend="sequential", device="cpu",
+                                ranks=Ranks(), aggregation="subspace").aggregation == "subspace"
