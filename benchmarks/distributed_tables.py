@@ -46,30 +46,32 @@ def _placement_table(placed):
 
 
 def _scaling_table(flow):
-    """Where a run trained on more than one count of ranks beside one GPU: the sequential arm of each
-    count against one GPU, its speed-up over the count (the scaling efficiency)."""
-    counts = sorted({a["ranks"] for a in flow})
-    if len(counts) < 3:
-        return ""
+    """Where a run trained on more than one count of ranks beside one GPU (in place of the table of
+    aggregations): the sequential arm of each count against one GPU, its speed-up over the count (the
+    scaling efficiency)."""
     rows = []
     for size, model in dict.fromkeys((a["rows"], a["name"].split("_")[1]) for a in flow):
         alone = next((a for a in flow if a["rows"] == size and a["name"] == f"flow_{model}_1gpu"), None)
-        for world in counts[1:]:
+        for world in sorted({a["ranks"] for a in flow})[1:]:
             found = next((a for a in flow if a["rows"] == size and a["name"] == f"flow_{model}_{world}gpu_sequential"),
                          None)
             if alone is None or found is None or "diverged" in alone or "diverged" in found:
                 continue
             speedup = alone["ms_per_epoch"] / found["ms_per_epoch"]
-            rows.append([f"{size:,}", model, world, f"{found['ms_per_epoch']:.1f}", f"{speedup:.2f}×",
-                         f"{speedup / world:.2f}", _delta(alone, found)])
-    return "\n\n" + table(["rows", "model", "GPUs", "ms / epoch", "speed-up", "of linear", "Δ val logloss"], rows)
+            rows.append([f"{size:,}", model, f"{alone['ms_per_epoch']:.1f}", world, f"{found['ms_per_epoch']:.1f}",
+                         f"{speedup:.2f}×", _validated_speedup(alone, found), f"{speedup / world:.2f}",
+                         _delta(alone, found)])
+    return table(["rows", "model", "1 GPU ms / epoch", "GPUs", "ms / epoch", "speed-up",
+                  "speed-up, validating each epoch", "of linear", "Δ val logloss"], rows)
 
 
 def tables(payload):
     """The flow arms a row per set and model (one GPU against the ranks' aggregations), the SCD arms."""
     text, arms = "", payload["arms"]
     flow = [a for a in arms if a["name"].startswith("flow_")]
-    if flow:
+    if len({a["ranks"] for a in flow}) > 2:
+        text += _scaling_table(flow)
+    elif flow:
         def arm(rows, model, suffix):
             return next((a for a in flow if a["rows"] == rows and a["name"] == f"flow_{model}_{suffix}"), None)
 
@@ -91,7 +93,7 @@ def tables(payload):
                        "speed-up, validating each epoch", "1 GPU val logloss", "Δ sequential", "Δ rows",
                        "Δ averaging", "Δ adding", "MB sent / epoch / rank",
                        "sharded tables: ms, speed-up, Δ, MB sent", "hybrid tables: ms, speed-up, Δ, MB sent"], rows)
-    text += _scaling_table(flow) + _placement_table([a for a in arms if a["name"].startswith("placement_")])
+    text += _placement_table([a for a in arms if a["name"].startswith("placement_")])
     # the matches against the virtual workers are a note each
     scd = [a for a in arms if "gap" in a and "largest_relative_difference" not in a]
     if scd:

@@ -40,10 +40,12 @@ def test_a_scaling_run_reports_each_count_of_ranks_against_one_gpu():
     arms = [_flow("flow_lr_1gpu", 100, 1, 8.0, 0.50), _flow("flow_lr_2gpu_sequential", 100, 2, 4.4, 0.501),
             _flow("flow_lr_4gpu_sequential", 100, 4, 2.5, 0.502)]
     text = distributed_tables.tables({"arms": arms})
-    assert "| 100 | lr | 2 | 4.4 | 1.82× | 0.91 | +0.0010 |" in text
-    assert "| 100 | lr | 4 | 2.5 | 3.20× | 0.80 | +0.0020 |" in text
-    # two counts (one GPU and the ranks): no scaling table
-    assert "of linear" not in distributed_tables.tables({"arms": arms[:2]})
+    assert "| 100 | lr | 8.0 | 2 | 4.4 | 1.82× | 1.67× | 0.91 | +0.0010 |" in text
+    assert "| 100 | lr | 8.0 | 4 | 2.5 | 3.20× | 2.57× | 0.80 | +0.0020 |" in text
+    # in place of the table of aggregations, which two counts (one GPU and the ranks) get instead
+    assert "Δ adding" not in text
+    two = distributed_tables.tables({"arms": arms[:2]})
+    assert "of linear" not in two and "Δ adding" in two
 
 
 def test_a_diverged_arm_is_reported_as_diverged():
