@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 
 import torch
 
@@ -33,6 +34,8 @@ from alac.train import FINITE_CHECK_VALUES, Trainer
 
 AGGREGATIONS = ("sequential", "rows", "adding", "averaging")
 TABLES = ("auto", "replicated", "sharded", "hybrid")
+# rows of the sequential factors computed and all-reduced at once (1 GiB of float32 terms a piece)
+SEQUENTIAL_PIECE = 1 << 27
 # why auto replicates tables that fit: 2 x H200, benchmarks/distributed.py, 4M and 64M rows, LR and FM k = 16
 REPLICATED_WHY = ("every row fits each rank's GPU: replicated tables synchronised by one all-reduce trained "
                   "1.2-2.7x faster than sharded or hybrid ones, whose segments gather and return rows by all-to-alls")
@@ -250,10 +253,23 @@ class DataParallelTrainer(Trainer):
         return self.sharded_tables and self._has_state()
 
     def _checkpoint_in_memory(self):
-        """Sharded tables: each rank snapshots its own rows (ShardSnapshot), not the whole table."""
+        """Sharded tables: each rank snapshots its own rows (ShardSnapshot), not the whole table, where
+        the shards of every rank on this host fit its memory at once (4 ranks of 40 GB each, snapshotted
+        three times, overran a 512 GB host in benchmarks/distributed.py's placement run)."""
         if self._sharded():
+            size = self.executor.held_bytes() * int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+            if not self._snapshot_fits(size):
+                return None
             return self.executor.snapshot(), self.epoch, self.executor.batches_done, len(self.history)
         return super()._checkpoint_in_memory()
+
+    def _agreed(self, fits):
+        # a restore runs every rank's collectives: all ranks snapshot, or none
+        return self.ranks.extremes(int(fits))[0] == 1
+
+    def _said(self, text):
+        if self.ranks.rank == 0:
+            super()._said(text)
 
     def _finite_state(self):
         if self._sharded():
@@ -312,10 +328,14 @@ class DataParallelTrainer(Trainer):
             frequency = layout.host.frequency * (layout.n_rows / layout.host.n_rows)
         else:
             frequency = layout.frequency
-        occurrences = frequency.to(self.device, torch.float32) * share
-        terms = self.ranks.all_reduce(torch.cat([occurrences, -torch.expm1(occurrences * log_q)]), in_place=True)
-        self._terms = (layout, (share, log_q), sequential_factor(*terms.split(occurrences.numel()), log_q))
-        return self._terms[2]
+        factor = torch.empty(frequency.numel(), dtype=torch.float32, device=self.device)
+        # in pieces: over 2.1 billion rows (distributed.py's placement run) whole-space temporaries took 40 GB
+        for first in range(0, frequency.numel(), SEQUENTIAL_PIECE):
+            occurrences = frequency[first:first + SEQUENTIAL_PIECE].to(self.device, torch.float32) * share
+            terms = self.ranks.all_reduce(torch.cat([occurrences, -torch.expm1(occurrences * log_q)]), in_place=True)
+            factor[first:first + occurrences.numel()] = sequential_factor(*terms.split(occurrences.numel()), log_q)
+        self._terms = (layout, (share, log_q), factor)
+        return factor
 
     def _log_q(self):
         """log(1 - eta h): eta the step a sample's gradient takes (the batch-mean gradient's lr / B), h

@@ -349,21 +349,36 @@ class Trainer:
         state = self.executor.state
         if getattr(self.executor, "host_rows", False):
             size = sum(v.numel() * v.element_size() for v in [*state.params.values(), *state.states.values()])
-            free = available_bytes("cpu")
-            if free is not None and size > free // 2:
-                if not self._said_no_snapshots:
-                    print(f"alac: the model's {size / 2**30:,.1f} GiB of rows are too large to snapshot in host "
-                          "memory: a diverged or early-stopped run keeps its last parameters", file=sys.stderr)
-                    self._said_no_snapshots = True
+            if not self._snapshot_fits(size):
                 return None
         return state.clone(), self.epoch, self.executor.batches_done, len(self.history)
+
+    def _snapshot_fits(self, size):
+        """Whether a snapshot of `size` bytes takes at most half of the host memory free now (a fit keeps
+        up to three: each one's check sees the others'); said once where not."""
+        free = available_bytes("cpu")
+        fits = self._agreed(free is None or size <= free // 2)
+        if not fits and not self._said_no_snapshots:
+            self._said(f"alac: the model's {size / 2**30:,.1f} GiB of rows are too large to snapshot in host memory: a "
+                       "diverged or early-stopped run keeps its last parameters")
+            self._said_no_snapshots = True
+        return fits
+
+    @staticmethod
+    def _agreed(fits):
+        """Whether every process training this model fits its snapshot (one process here)."""
+        return fits
+
+    @staticmethod
+    def _said(text):
+        print(text, file=sys.stderr)
 
     def _restore_sound(self, snapshots, start, lowest, labels):
         """Restore the newest snapshot whose parameters' sample loss has not diverged (the fit's
         start is taken as it is); False when there are no snapshots to restore."""
         if snapshots[0] is None:
             return False
-        for saved in reversed(snapshots[1:]):
+        for saved in reversed([saved for saved in snapshots[1:] if saved is not None]):
             self._restore(saved)
             if not diverged(self._sample_loss(labels), start, lowest):
                 return True

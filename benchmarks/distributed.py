@@ -37,6 +37,7 @@ results/distributed.json and .md (distributed_<W>gpu.* for W ranks other than 2)
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import shlex
 import sys
 import time
@@ -289,6 +290,9 @@ def placement_part(args, ranks):
     from alac.runtime.planner import hot_size_for_data
 
     device, started = _device(ranks), _now()
+    if ranks.rank == 0:
+        # where the minutes go on billions of rows: every thread's stack each minute until the run ends
+        faulthandler.dump_traceback_later(60, repeat=True)
 
     def progress(text):
         # minutes of work on billions of rows: each stage said as it ends
@@ -326,6 +330,7 @@ def placement_part(args, ranks):
            "placement": trainer.placement.lines()}
     del trainer, train, valid
     torch.cuda.empty_cache()
+    faulthandler.cancel_dump_traceback_later()
     return arm
 
 

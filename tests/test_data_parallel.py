@@ -246,6 +246,26 @@ def test_the_sequential_factor_is_sequential_sgd_on_a_quadratic():
         assert float(summed * factor) == pytest.approx(steps(n0 + n1), rel=1e-9)
 
 
+def test_the_sequential_factors_in_pieces_equal_them_at_once(monkeypatch):
+    """Each row's factor from its occurrences (the closed form of sequential_factor), whether the rows
+    are taken at once or 7 at a time."""
+    import alac.data_parallel
+    from alac.data_parallel import sequential_factor
+
+    train = _data()[0]
+    trainer = DataParallelTrainer(_model("lr"), ranks=Ranks(), aggregation="sequential", **OPTIONS)
+    trainer.prepare(train)
+    whole = trainer._sequential_rows(0.5).clone()
+    occurrences = trainer.train_layout.frequency.float() * 0.5
+    log_q = trainer._log_q()
+    expected = sequential_factor(occurrences, -torch.expm1(occurrences * log_q), log_q)
+    torch.testing.assert_close(whole, expected, rtol=0, atol=0)
+    monkeypatch.setattr(alac.data_parallel, "SEQUENTIAL_PIECE", 7)
+    trainer._terms = None
+    assert trainer.train_layout.n_features > 7
+    torch.testing.assert_close(trainer._sequential_rows(0.5), whole, rtol=0, atol=0)
+
+
 def test_shares_over_the_gpu_budget_stream_and_add_up_as_streamed_shares_do(two_ranks):
     first, second = (rank[len(CASES) + 1] for rank in two_ranks)
     assert first["streamed"] == "StreamedLayout"

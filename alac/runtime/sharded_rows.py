@@ -204,10 +204,16 @@ class ShardedExecutor:
         """Whether this rank holds its rows (initialized or given a state), without assembling them."""
         return self.table is not None
 
+    def held_bytes(self):
+        """The bytes of the rows this rank holds (its shard and the replicated hot rows)."""
+        return sum(t.numel() * t.element_size() for t in (self.table, self.hot_table))
+
     def snapshot(self):
-        """This rank's rows and the globals in host memory (ShardSnapshot)."""
-        return ShardSnapshot(self.table.cpu().clone(), self.hot_table.cpu().clone(),
-                             {k: v.cpu().clone() for k, v in self.globals.items()})
+        """This rank's rows and the globals in host memory (ShardSnapshot), copied once."""
+        def copied(tensor):
+            return tensor.to("cpu", copy=True)
+        return ShardSnapshot(copied(self.table), copied(self.hot_table),
+                             {k: copied(v) for k, v in self.globals.items()})
 
     def finite(self, piece_values):
         """Whether every row and global is finite, on every rank (sums of pieces of piece_values, no
@@ -333,17 +339,19 @@ class ShardedExecutor:
         reduced = self.ranks.all_reduce(flat, in_place=True)
         hot_summed, hot_movers, global_changes = reduced[:hot.numel()].view_as(hot), \
             reduced[hot.numel():hot.numel() + self.hot], reduced[hot.numel() + self.hot:-1]
-        for table, at, summed_rows, moved, of in (
-                (self.table, touched, summed, movers, self.shards.owned[touched]),
-                (self.hot_table, None, hot_summed, hot_movers, torch.arange(self.hot, device=self.device))):
-            factor = factors(moved, of)
-            rows = table if at is None else table[at]
-            if isinstance(factor["rows"], torch.Tensor):
-                rows.addcmul_(summed_rows, factor["rows"].view(-1, 1))
-            else:
-                rows.add_(summed_rows, alpha=factor["rows"])
-            if at is not None:
-                table[at] = rows
+        factor = factors(movers, self.shards.owned[touched])
+        scale = 1.0
+        if isinstance(factor["rows"], torch.Tensor):
+            summed.mul_(factor["rows"].view(-1, 1))
+        else:
+            scale = factor["rows"]
+        # in place, the touched rows distinct: no copy of them
+        self.table.index_add_(0, touched, summed, alpha=scale)
+        factor = factors(hot_movers, torch.arange(self.hot, device=self.device))
+        if isinstance(factor["rows"], torch.Tensor):
+            self.hot_table.addcmul_(hot_summed, factor["rows"].view(-1, 1))
+        else:
+            self.hot_table.add_(hot_summed, alpha=factor["rows"])
         # every sample moves the globals: their factor is the same whichever rows the factors were of
         for (name, value), moved in zip(self.globals.items(), global_changes):
             torch.add(globals_before[name], moved, alpha=factor["global"], out=value)

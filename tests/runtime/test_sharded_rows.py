@@ -8,6 +8,7 @@ import dataclasses
 import pytest
 import torch
 
+import alac.train
 from alac.data.synthetic import criteo_like
 from alac.data_parallel import DataParallelTrainer
 from alac.errors import OptionError
@@ -85,6 +86,17 @@ def _run_rank(rank, world, store, out):
                                           **OPTIONS)
             trainer.fit(train, valid)
             results["counter_drawn"][tables] = trainer.parameters()
+        # host memory for a snapshot on rank 1 only: neither rank snapshots, and a divergence ends both
+        if rank == 1:
+            alac.train.available_bytes = lambda device: 1000
+        diverging = DataParallelTrainer(_model("fm"), ranks=ranks, tables="hybrid", optimizer="sgd", epochs=3,
+                                        aggregation="adding",
+                                        **{**OPTIONS, "lr": 1e4})
+        try:
+            diverging.fit(train)
+            results["unsnapshotted"] = "trained"
+        except TrainingDiverged as error:
+            results["unsnapshotted"] = str(error)
         results["auto"] = {"tables": auto.tables, "sync_every": auto.sync_every, "lines": auto.placement.lines(),
                            "params": auto.parameters(), "hybrid": hybrid.parameters(),
                            "fits": (fits.tables, fits.placement.lines())}
@@ -95,6 +107,25 @@ def _run_rank(rank, world, store, out):
 def two_ranks(tmp_path_factory):
     out = tmp_path_factory.mktemp("sharded")
     return spawned(_run_rank, out)
+
+
+def test_ranks_snapshot_together_or_not_at_all(two_ranks):
+    """One rank without the host memory for its shard's snapshot: no rank snapshots (a restore is
+    collective), and the divergence ends both ranks' fits alike, their last parameters kept."""
+    for rank in two_ranks:
+        assert "too large to snapshot in host memory: its last parameters are kept" in rank["unsnapshotted"]
+
+
+def test_a_snapshot_counts_the_shards_of_every_rank_on_the_host(monkeypatch):
+    trainer = DataParallelTrainer(zoo_model("fm", k=4), ranks=Ranks(), tables="hybrid", epochs=1, **OPTIONS)
+    trainer.fit(_data()[0])
+    held = trainer.executor.held_bytes()
+    assert held == (trainer.executor.table.numel() + trainer.executor.hot_table.numel()) * 4
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")
+    monkeypatch.setattr(alac.train, "available_bytes", lambda device: 2 * 4 * held)
+    assert isinstance(trainer._checkpoint_in_memory()[0], ShardSnapshot)
+    monkeypatch.setattr(alac.train, "available_bytes", lambda device: 2 * 4 * held - 2)
+    assert trainer._checkpoint_in_memory() is None
 
 
 def test_rows_reach_their_readers_and_changes_their_owners(two_ranks):
