@@ -349,12 +349,15 @@ SECTIONS = [
      "or hybrid (the hot segment replicated, the cold rows sharded), where a run has them. SCD: CoCoA over "
      "the ranks against the "
      "virtual workers (float64 sequential local solvers over gloo, 1/32 of the webspam-shaped set, λ 1e-3), and "
-     "TPA-SCD's Criteo problem (dual ridge, λ 1e-3, 200M × 75M) to gap 1e-6, its rows split, the adaptive γ.",
+     "TPA-SCD's Criteo problem (dual ridge, λ 1e-3, 200M × 75M) to gap 1e-6, its rows split, TPA-SCD's adaptive γ "
+     "and the plane search (_subspace); the adaptive arm ran first and its first epochs hold the kernels' "
+     "compilation (its later epochs take the plane search's 363 ms).",
      "PYTHONPATH=. torchrun --nproc-per-node 2 benchmarks/distributed.py", distributed_tables),
     *((f"distributed_{world}gpu", f"Scaling over {world} GPUs",
        f"The flow arms (LR and FM k = 16, the sequential aggregation) on the first 1, 2, ... {world} ranks, each "
        f"making only its share of the 256M rows, and the SCD arms over {world} ranks: TPA-SCD's Criteo-shaped dual "
-       "problem and one 4× larger in rows and columns.",
+       "problem and one 4× larger in rows and columns (the first SCD arm's first epochs hold the kernels' "
+       "compilation).",
        f"PYTHONPATH=. torchrun --nproc-per-node {world} benchmarks/distributed.py --parts flow --models lr "
        f"--all-ranks-arms '' --gpus {' '.join(str(w) for w in (2, 4, 8) if w < world)} --own-rows --flow-rows "
        "256000000`, the same with `--models fm16`, and `--parts scd --own-rows --criteo-scale 4",
