@@ -1,5 +1,6 @@
-"""A HybridHash segment's bookkeeping (alac.runtime.hybrid_hash): the rows its edges touch, and its
-edges re-pointed at cache slots with the hot store's hits per batch. On a CUDA device each is one
+"""A HybridHash segment's bookkeeping (alac.runtime.hybrid_hash): the rows its edges touch (counted,
+and those the hot store lacks with where each is now), and its edges re-pointed at cache slots with
+the hot store's hits per batch. On a CUDA device each is one
 Triton launch over the segment's chunks (alac.runtime.cache_remap_kernel: a pass over the edges
 instead of torch's gathers and scatters with int64 edge lists, ~150 ms of a 0.35 s epoch at 512 MB
 on H100, benchmarks/placement.py); elsewhere torch does the same, and is the kernels' twin in tests."""
@@ -55,3 +56,70 @@ def remap(layout, chunks, slot_of, out_feature, capacity, per_batch, use_triton=
                                     out_feature, hits, edges, per_batch, capacity, C=layout.chunk_size,
                                     BLOCK=REMAP_BLOCK)
     return hits, edges
+
+
+def segment_rows(layout, chunks, slot_of, counts, capacity, own, marks, delta=1, use_triton=None):
+    """The rows the chunks' edges touch, each once: every one's count raised by delta, and of them
+    the rows the hot store (slots below capacity) lacks (in no fixed order on a GPU: sorting them cost
+    more than their loads gained), with where each is now: a slot
+    at or past capacity, or -1 (in the host table, or in the slots of range `own`, which are loaded
+    anew). marks: int32 words of one bit per row, all zero (left zero). Returns (rows, where), or
+    None, counts unchanged, when the rows to stage outnumber the limit given as own.stop - own.start."""
+    limit = own.stop - own.start
+    if not _use_triton(slot_of.device, use_triton):
+        _, features, _ = layout.edges_of(chunks)
+        touched = torch.unique(features)
+        where = slot_of[touched].long()
+        staged = (where < 0) | (where >= capacity)
+        if int(staged.sum()) > limit:
+            return None
+        counts[touched] += delta
+        where = where[staged]
+        return touched[staged], torch.where((where >= own.start) & (where < own.stop), -1, where)
+    from alac.runtime.cache_remap_kernel import segment_rows_kernel
+
+    def launch(delta, limit):
+        found = torch.zeros(1, dtype=torch.int32, device=slot_of.device)
+        rows = torch.empty(limit, dtype=torch.int32, device=slot_of.device)
+        where = torch.empty_like(rows)
+        if chunks.numel():
+            segment_rows_kernel[(chunks.numel(),)](chunks, layout.chunk_start, layout.chunk_width,
+                                                   layout.edge_feature, marks, counts, slot_of, rows, where, found,
+                                                   capacity, own.start, own.stop, limit, delta,
+                                                   C=layout.chunk_size, BLOCK=REMAP_BLOCK)
+            marks.zero_()
+        return rows, where, found
+
+    rows, where, found = launch(delta, limit)
+    found = int(found)       # the one host round trip of a segment's bookkeeping
+    if found > limit:
+        launch(-delta, 0)
+        return None
+    return rows[:found].long(), where[:found].long()
+
+
+# values one program of move_rows moves (rows times their padded width)
+MOVE_BLOCK = 1024
+
+
+def move_rows(listed, consecutive, rows, start, to_listed, use_triton=None):
+    """Rows between two tables of the same width: listed[rows[i]] and consecutive[start + i] for each i
+    with rows[i] >= 0, copied into the listed rows (to_listed) or out of them. One launch of whole rows
+    on a GPU (a staging half's write-back to the host table over its mapping, a carry between the
+    halves), where torch's indexing moved one value per thread and needed the skipped rows filtered out."""
+    if not rows.numel():
+        return
+    if not _use_triton(rows.device, use_triton):
+        places = torch.nonzero(rows >= 0).squeeze(1)
+        if to_listed:
+            listed[rows[places]] = consecutive[start + places]
+        else:
+            consecutive[start + places] = listed[rows[places]]
+        return
+    from alac.runtime.cache_remap_kernel import move_rows_kernel
+
+    width = listed[0].numel()
+    block_w = 1 << max(width - 1, 0).bit_length()
+    per_program = max(1, MOVE_BLOCK // block_w)
+    move_rows_kernel[(-(-rows.numel() // per_program),)](listed, consecutive, rows, rows.numel(), start, WIDTH=width,
+                                                         BLOCK_W=block_w, ROWS=per_program, TO_LISTED=to_listed)

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import torch
 
 from alac.errors import OptionError
-from alac.runtime.cache_remap import mark_touched, remap
+from alac.runtime.cache_remap import move_rows, remap, segment_rows
 from alac.runtime.memory import mapped_view
 from alac.runtime.state import ModelState
 from alac.runtime.timing import gpu_milliseconds
@@ -39,9 +39,11 @@ PERIOD_SEGMENTS = 4
 
 # Multiprocessors a sync epoch kernel leaves to the side stream when row traffic overlaps it: with a
 # program on every multiprocessor no side kernel ran beside it (H100, 64 batches of the Kaggle-shaped
-# set: none of 200 overlapped); leaving 24 beat 12 and 4 (64 MB epochs of 0.332 s against 0.359 and
-# 0.472; benchmarks/placement.py --hybrid-only --side-multiprocessors S)
-SIDE_MULTIPROCESSORS = 24
+# set: none of 200 overlapped). Leaving 4 (128 programs: the 256 chunks of a batch of 4096 in two
+# rounds, as on all 132) beat 24 and 46 (three rounds, the side kernels sharing their multiprocessors):
+# 64 MB epochs of 0.250 s against 0.305 and 0.297 (H100, Zipf 1.1, benchmarks/placement.py
+# --hybrid-only --side-multiprocessors S)
+SIDE_MULTIPROCESSORS = 4
 
 
 def working_plan(plan, device, side_multiprocessors=SIDE_MULTIPROCESSORS):
@@ -203,7 +205,7 @@ class HybridHash:
         self.slot_of = torch.full((n,), -1, dtype=torch.int32, device=device)   # cache slot of a row, or -1
         self.cached = torch.full((self.shape.capacity,), -1, dtype=torch.int64, device=device)  # row of a hot slot
         self.counts = torch.zeros(n, dtype=torch.int32, device=device)
-        self._seen = torch.zeros(n, dtype=torch.uint8, device=device)
+        self._marks = torch.zeros((n >> 5) + 1, dtype=torch.int32, device=device)   # a bit per row
         self._current = True       # the host table's hot rows and globals are current
         self._steps = 0
         self._pin_hot_segment()
@@ -242,7 +244,7 @@ class HybridHash:
         slots: a tensor, or a slice of consecutive slots (gathered straight into them)."""
         for host, cache in self._tensors():
             if isinstance(slots, slice):
-                torch.index_select(host, 0, rows, out=cache[slots])
+                move_rows(host, cache, rows, slots.start, to_listed=False)
             else:
                 cache[slots] = host[rows]
         self.statistics.rows_in += rows.numel()
@@ -251,7 +253,10 @@ class HybridHash:
         """Write cache slots (a tensor or a slice) back to their rows of the host table (traffic: of
         training, counted)."""
         for host, cache in self._tensors():
-            host[rows] = cache[slots]
+            if isinstance(slots, slice):
+                move_rows(host, cache, rows, slots.start, to_listed=True)
+            else:
+                host[rows] = cache[slots]
         if traffic:
             self.statistics.rows_out += rows.numel()
 
@@ -268,7 +273,7 @@ class HybridHash:
             return
         ranked = self.counts[H:]
         wanted = torch.topk(ranked, min(self.shape.capacity - H, ranked.numel())).indices + H
-        keep = torch.zeros_like(self._seen, dtype=torch.bool)
+        keep = torch.zeros_like(self.counts, dtype=torch.bool)
         keep[:H] = True
         keep[wanted] = True
         occupied = self.cached >= 0
@@ -301,9 +306,12 @@ class HybridHash:
         """Seconds a segment of these chunks spends marking, finding and re-pointing its rows, timed
         after a run that compiles the kernels; the cache's counts and slots unchanged."""
         out_feature = torch.full_like(layout.edge_feature, -1)
+        # a limit of every edge of the chunks: the rows never overflow it; delta 0 leaves the counts alone
+        edges = int(layout.chunk_width[chunks].sum()) * layout.chunk_size
+        own = slice(self.shape.capacity, self.shape.capacity + edges)
 
         def bookkeeping():
-            self._touched(layout, chunks)
+            segment_rows(layout, chunks, self.slot_of, self.counts, self.shape.capacity, own, self._marks, delta=0)
             remap(layout, chunks, self.slot_of, out_feature, self.shape.capacity, self.working.plan.chunks_per_batch)
 
         if self.working.device.type == "cuda":
@@ -313,28 +321,15 @@ class HybridHash:
         bookkeeping()
         return time.perf_counter() - started
 
-    def _touched(self, layout, chunks):
-        """The rows the chunks' edges read, each once (the marks cleared again)."""
-        mark_touched(layout, chunks, self._seen)
-        touched = torch.nonzero(self._seen).squeeze(1)
-        self._seen[touched] = 0
-        return touched
-
     def _rows_of_segment(self, layout, chunks, half):
         """The rows the chunks touch, counted; of them the rows to stage in staging half `half` (not in
         the hot store) and where each is now: -1 in the host table, a slot of the previous segment's
         staging half (carried). A slot in `half` itself is a row of the segment before that one whose
         write-back is queued but may not have run: it is loaded from the host table after the
         write-back. None when the rows overflow a staging half."""
-        touched = self._touched(layout, chunks)
-        where = self.slot_of[touched]
-        staged = torch.nonzero((where < 0) | (where >= self.shape.capacity)).squeeze(1)
-        if staged.numel() > self._half:
-            return None
-        self.counts[touched] += 1
-        where = where[staged].long()
         first = self.shape.capacity + half * self._half
-        return touched[staged], torch.where((where >= first) & (where < first + self._half), -1, where)
+        return segment_rows(layout, chunks, self.slot_of, self.counts, self.shape.capacity,
+                            slice(first, first + self._half), self._marks)
 
     def _train_segment(self, layout, working_layout, labels, order, epoch, lr, first, end, per_batch, loss, pending):
         """Batches first .. end - 1 of order, their rows in the staging half the previous segment
@@ -369,11 +364,9 @@ class HybridHash:
                                     per_batch))
             if pending is not None:
                 self._streams.side_waits(pending.done)
-                carried = where >= 0
-                source = torch.where(carried, where, slots)
                 for _, cache in self._tensors():
-                    cache[slots] = cache[source]
-                self._carried += carried.sum()
+                    move_rows(cache, cache, where, span.start, to_listed=False)
+                self._carried += (where >= 0).sum()
             prepared = self._streams.record_side()
         self._streams.compute_waits(prepared)
         self.working.queue_epoch(working_layout, labels, epoch, lr, chunks)

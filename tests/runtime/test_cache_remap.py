@@ -1,12 +1,13 @@
 """The cache's bookkeeping kernels (alac.runtime.cache_remap_kernel, under Triton's interpreter here)
-against their torch twin and against a per-edge loop: the rows a segment touches, its edges'
-slots and the hot store's hits per batch."""
+against their torch twin and against a per-edge loop: the rows a segment touches (counted, and those
+to stage with where each is), its edges' slots and the hot store's hits per batch, and rows moved
+between tables."""
 
 import pytest
 import torch
 
 from alac.data.synthetic import criteo_like
-from alac.runtime.cache_remap import mark_touched, remap
+from alac.runtime.cache_remap import mark_touched, move_rows, remap, segment_rows
 from alac.runtime.layout import LayoutOptions, build_layout
 from tests.runtime.test_streams import DEVICE
 
@@ -60,3 +61,52 @@ def test_edges_point_at_slots_and_each_batch_counts_its_hits(segment, use_triton
     assert torch.equal(out.cpu(), expected_out)
     assert hits.tolist() == expected_hits.tolist() and edges.tolist() == expected_edges.tolist()
     assert 0 < int(hits.sum()) < int(edges.sum())
+
+
+@pytest.mark.parametrize("use_triton", [False, True])
+def test_a_segments_rows_are_counted_once_and_those_the_hot_store_lacks_are_staged(segment, use_triton):
+    layout, chunks, slot_of = segment
+    slot_of = torch.where(torch.arange(slot_of.numel(), device=DEVICE) % 5 == 0, -1, slot_of)
+    capacity, own = 60, slice(70, 5000)
+    counts = torch.full((layout.n_features,), 2, dtype=torch.int32, device=DEVICE)
+    marks = torch.zeros((layout.n_features >> 5) + 1, dtype=torch.int32, device=DEVICE)
+    rows, where = segment_rows(layout, chunks, slot_of, counts, capacity, own, marks, use_triton=use_triton)
+    rows, order = torch.sort(rows)
+    where = where[order]
+    touched = sorted({row for _, row, _ in _edges_by_loop(layout, chunks.cpu())})
+    slots = slot_of.cpu()
+    staged = [row for row in touched if not 0 <= int(slots[row]) < capacity]
+    expected_where = [-1 if int(slots[row]) < 0 or int(slots[row]) in range(70, 5000) else int(slots[row])
+                      for row in staged]
+    assert rows.tolist() == staged and where.tolist() == expected_where
+    assert {int(slots[r]) for r in staged} & set(range(60, 70)) and -1 in expected_where
+    expected_counts = torch.full((layout.n_features,), 2, dtype=torch.int32)
+    expected_counts[touched] = 3
+    assert torch.equal(counts.cpu(), expected_counts) and not marks.any()
+
+
+@pytest.mark.parametrize("use_triton", [False, True])
+def test_a_segment_with_more_rows_to_stage_than_the_limit_changes_no_count(segment, use_triton):
+    layout, chunks, slot_of = segment
+    counts = torch.zeros(layout.n_features, dtype=torch.int32, device=DEVICE)
+    marks = torch.zeros((layout.n_features >> 5) + 1, dtype=torch.int32, device=DEVICE)
+    assert segment_rows(layout, chunks, slot_of, counts, 0, slice(0, 5), marks, use_triton=use_triton) is None
+    assert not counts.any() and not marks.any()
+
+
+@pytest.mark.parametrize("use_triton", [False, True])
+@pytest.mark.parametrize("width", [1, 5])
+def test_rows_move_between_a_listed_and_a_consecutive_table(use_triton, width):
+    generator = torch.Generator().manual_seed(width)
+    shape = (50,) if width == 1 else (50, width)
+    listed, consecutive = torch.randn(shape, generator=generator), torch.randn((30, *shape[1:]), generator=generator)
+    rows = torch.tensor([3, -1, 7, 20, -1, 49])
+    into_listed, out_of_listed = listed.clone().to(DEVICE), consecutive.clone().to(DEVICE)
+    move_rows(into_listed, consecutive.to(DEVICE), rows.to(DEVICE), 10, to_listed=True, use_triton=use_triton)
+    move_rows(listed.to(DEVICE), out_of_listed, rows.to(DEVICE), 20, to_listed=False, use_triton=use_triton)
+    expected_listed, expected_consecutive = listed.clone(), consecutive.clone()
+    for place, row in enumerate(rows.tolist()):
+        if row >= 0:
+            expected_listed[row] = consecutive[10 + place]
+            expected_consecutive[20 + place] = listed[row]
+    assert torch.equal(into_listed.cpu(), expected_listed) and torch.equal(out_of_listed.cpu(), expected_consecutive)

@@ -48,7 +48,7 @@ def test_a_cached_table_trains_as_one_table_does_on_the_same_batches(model, back
     # timing the bookkeeping (the planner's calibration) leaves the cache as it was
     counts, slot_of = cache.counts.clone(), cache.slot_of.clone()
     assert cache.bookkeeping_seconds(layout, layout.chunk_order(0, 1)[:16]) > 0
-    assert torch.equal(cache.counts, counts) and torch.equal(cache.slot_of, slot_of) and not cache._seen.any()
+    assert torch.equal(cache.counts, counts) and torch.equal(cache.slot_of, slot_of) and not cache._marks.any()
     losses = []
     for epoch in range(epochs):
         losses.append((cache.train_epoch(layout, labels, epoch, 0.3), one.train_epoch(layout, labels, epoch, 0.3)))
