@@ -214,7 +214,8 @@ def tables_over_budget_table(result):
     header = ["zipf", "arm", "budget MB", "M samples/s", "vs host table", "all-GPU / arm", "hot input share",
               "hit ratio", "H2D GB/epoch", "AUC", "AUC − all-GPU", "logloss", "cache kernels"]
     return (f"{args['rows']:,} training rows, FM k = 16 with AdaGrad ({result['row_bytes']} bytes per row), sync "
-            f"batches of {args['batch_size']}, {args['epochs']} epochs; samples/s of the last epoch (the host-table "
+            f"batches of {args['batch_size']}, {args['epochs']} epochs; samples/s of the "
+            f"{'last epoch' if args['epochs'] <= 2 else 'mean epoch after the first'} (the host-table "
             f"baseline: {args['baseline_batches']} batches, its AUC after them).{left_out}\n\n" + table(header, rows)
             + bullets(notes))
 
@@ -312,8 +313,9 @@ SECTIONS = [
      " per field) with the model's rows in pinned host memory and a GPU budget for hot rows: HybridHash (mixed "
      "batches; a hot store of 3/4 of the budget re-ranked every 1024 batches, 1/4 staging in two halves for "
      "alternate segments' misses, gathered and written back by GPU kernels over the host table's UVA mapping on a "
-     "side stream while the previous segment trains on 108 of the 132 multiprocessors, or between segments with "
-     "the kernels on all of them, whichever the planner timed faster: the table's cache kernels column), FAE (pure"
+     "side stream while the previous segment trains on all but 4 of the multiprocessors (a batch's chunks in as many "
+     "rounds as on all of them), or between segments with the kernels on all of them, whichever the planner timed "
+     "faster: the table's cache kernels column; a segment's rows found by one kernel of bit marks), FAE (pure"
      " hot and cold batches, the hot rows from the threshold search; cold batches on the host table through mapped"
      " pointers; shuffle schedules R(100), R(50), R(1) and dynamic), PyTorch's host-table hybrid (FAE's baseline: "
      "the embeddings in pinned host memory, looked up and updated by sparse AdaGrad on the CPU, the FM on the GPU)"

@@ -235,14 +235,25 @@ class Executor:
         self.block_losses = finished[-1][1]
         return [mean for mean, _ in finished]
 
-    def queue_epoch(self, layout, labels, epoch, lr, order=None):
+    def sync_schedule(self, layout, order, epoch, lr):
+        """(learning rates, 1 / samples) of every sync batch of order, from the batches done on: a
+        run of whole batches of it trains with the matching slices (queue_epoch's schedule)."""
+        rates, scales, _ = self._epoch_rates(layout, order, epoch, lr)
+        return rates, scales
+
+    def queue_epoch(self, layout, labels, epoch, lr, order=None, schedule=None):
         """Launch an epoch (its chunks in order, by default the layout's order of the epoch; an order
-        of fewer chunks trains those, in whole batches); its loss sum lands in self.loss_sum."""
+        of fewer chunks trains those, in whole batches); its loss sum lands in self.loss_sum.
+        schedule: the sync batches' (rates, scales) when already made (a cache's segments slice one
+        epoch's, instead of several small launches each on a GPU the side stream keeps busy)."""
         if self.state is None:
             self.initialize(layout)
         order = layout.chunk_order(epoch, self.seed) if order is None else order
         self.loss_sum.zero_()
-        rates, scales, n_batches = self._epoch_rates(layout, order, epoch, lr)
+        if schedule is None:
+            rates, scales, n_batches = self._epoch_rates(layout, order, epoch, lr)
+        else:
+            (rates, scales), n_batches = schedule, schedule[1].numel()
         if self.backend_name == "reference":
             self._reference_epoch(layout, labels, order, rates, scales)
         else:

@@ -369,7 +369,8 @@ class HybridHash:
                 self._carried += (where >= 0).sum()
             prepared = self._streams.record_side()
         self._streams.compute_waits(prepared)
-        self.working.queue_epoch(working_layout, labels, epoch, lr, chunks)
+        schedule = None if self._schedule is None else tuple(part[first:end] for part in self._schedule)
+        self.working.queue_epoch(working_layout, labels, epoch, lr, chunks, schedule)
         loss += self.working.loss_sum
         done = self._streams.record_compute()
         if pending is not None:
@@ -421,6 +422,9 @@ class HybridHash:
         working_layout = dataclasses.replace(layout, edge_feature=torch.full_like(layout.edge_feature, -1),
                                              n_features=self.shape.rows)
         loss = torch.zeros(1, device=self.working.device)
+        # sync: the epoch's learning rates and batch scales made once, sliced per segment
+        self._schedule = self.working.sync_schedule(layout, order, epoch, lr) \
+            if self.working.plan.semantics == "sync" else None
         self._hits = []
         self._carried = torch.zeros((), dtype=torch.int64, device=self.working.device)
         first, pending = 0, None
