@@ -235,25 +235,40 @@ class Executor:
         self.block_losses = finished[-1][1]
         return [mean for mean, _ in finished]
 
-    def sync_schedule(self, layout, order, epoch, lr):
-        """(learning rates, 1 / samples) of every sync batch of order, from the batches done on: a
-        run of whole batches of it trains with the matching slices (queue_epoch's schedule)."""
+    def load_epoch(self, layout, labels, epoch, lr, order):
+        """A sync epoch's chunk order, learning rates and batch scales made and loaded once, its loss
+        sum zeroed: queue_batches then trains runs of its batches (a cache's segments, with no small
+        launches of their own, which waited for multiprocessors the cache's side stream held)."""
+        if self.state is None:
+            self.initialize(layout)
+        self.loss_sum.zero_()
         rates, scales, _ = self._epoch_rates(layout, order, epoch, lr)
-        return rates, scales
+        self._loaded = (order, rates, scales)
+        if self.backend_name != "reference":
+            self.backend.load_schedule(self.state, layout, labels, order, rates, scales, self.settings(),
+                                       self.loss_sum)
 
-    def queue_epoch(self, layout, labels, epoch, lr, order=None, schedule=None):
+    def queue_batches(self, layout, labels, first, end):
+        """Launch batches first .. end - 1 of the loaded epoch (load_epoch; the layout may differ in
+        its edges' ids only); their loss adds to self.loss_sum."""
+        order, rates, scales = self._loaded
+        per_batch = self.plan.chunks_per_batch
+        offset, stop = first * per_batch, min(end * per_batch, order.numel())
+        if self.backend_name == "reference":
+            self._reference_epoch(layout, labels, order[offset:stop], rates[first:end], scales[first:end])
+        else:
+            self.backend.train_run(self.state, layout, labels, offset, stop - offset, first, self.settings(),
+                                   self.loss_sum)
+        self.batches_done += end - first
+
+    def queue_epoch(self, layout, labels, epoch, lr, order=None):
         """Launch an epoch (its chunks in order, by default the layout's order of the epoch; an order
-        of fewer chunks trains those, in whole batches); its loss sum lands in self.loss_sum.
-        schedule: the sync batches' (rates, scales) when already made (a cache's segments slice one
-        epoch's, instead of several small launches each on a GPU the side stream keeps busy)."""
+        of fewer chunks trains those, in whole batches); its loss sum lands in self.loss_sum."""
         if self.state is None:
             self.initialize(layout)
         order = layout.chunk_order(epoch, self.seed) if order is None else order
         self.loss_sum.zero_()
-        if schedule is None:
-            rates, scales, n_batches = self._epoch_rates(layout, order, epoch, lr)
-        else:
-            (rates, scales), n_batches = schedule, schedule[1].numel()
+        rates, scales, n_batches = self._epoch_rates(layout, order, epoch, lr)
         if self.backend_name == "reference":
             self._reference_epoch(layout, labels, order, rates, scales)
         else:

@@ -32,6 +32,8 @@ from alac.runtime.memory import mapped_view
 from alac.runtime.state import ModelState
 from alac.runtime.timing import gpu_milliseconds
 
+COMPUTE_PRIORITY = -1
+
 # a re-rank period trains as this many segments at least: the pipeline drains at a re-rank, so only
 # the period's later segments overlap their row traffic and bookkeeping with kernels
 PERIOD_SEGMENTS = 4
@@ -110,7 +112,9 @@ class _Streams:
     def __init__(self, device):
         self.cuda = torch.device(device).type == "cuda"
         self.side = torch.cuda.Stream(device) if self.cuda else None
-        self.compute = torch.cuda.Stream(device) if self.cuda else None
+        # high priority: the compute stream's blocks are dispatched before the side streams' many short
+        # ones, which otherwise held multiprocessors a segment's persistent programs waited for
+        self.compute = torch.cuda.Stream(device, priority=COMPUTE_PRIORITY) if self.cuda else None
         self.bookkeeping = torch.cuda.Stream(device) if self.cuda else None
 
     def on_side(self):
@@ -369,9 +373,11 @@ class HybridHash:
                 self._carried += (where >= 0).sum()
             prepared = self._streams.record_side()
         self._streams.compute_waits(prepared)
-        schedule = None if self._schedule is None else tuple(part[first:end] for part in self._schedule)
-        self.working.queue_epoch(working_layout, labels, epoch, lr, chunks, schedule)
-        loss += self.working.loss_sum
+        if self._sync:
+            self.working.queue_batches(working_layout, labels, first, end)
+        else:
+            self.working.queue_epoch(working_layout, labels, epoch, lr, chunks)
+            loss += self.working.loss_sum
         done = self._streams.record_compute()
         if pending is not None:
             with self._streams.on_side():
@@ -422,9 +428,10 @@ class HybridHash:
         working_layout = dataclasses.replace(layout, edge_feature=torch.full_like(layout.edge_feature, -1),
                                              n_features=self.shape.rows)
         loss = torch.zeros(1, device=self.working.device)
-        # sync: the epoch's learning rates and batch scales made once, sliced per segment
-        self._schedule = self.working.sync_schedule(layout, order, epoch, lr) \
-            if self.working.plan.semantics == "sync" else None
+        # sync: the epoch's order, learning rates and batch scales loaded once, each segment a run of them
+        self._sync = self.working.plan.semantics == "sync"
+        if self._sync:
+            self.working.load_epoch(working_layout, labels, epoch, lr, order)
         self._hits = []
         self._carried = torch.zeros((), dtype=torch.int64, device=self.working.device)
         first, pending = 0, None
@@ -439,7 +446,7 @@ class HybridHash:
                                                  self._segment_end(first, batches), per_batch, loss, pending)
         self._drain(pending)
         self.statistics.rows_carried += int(self._carried)
-        return loss
+        return self.working.loss_sum if self._sync else loss
 
     def whole_executor(self):
         """The executor of every row, current (the hot store's rows and the globals written back)."""

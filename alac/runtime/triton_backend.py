@@ -200,10 +200,11 @@ class TritonBackend:
         if self._settings.decay_l2:
             self._state.decay(self._settings.decay_l2, self._schedule("lr")[batch])
 
-    def _launch_epoch(self, chunks):
+    def _launch_epoch(self, chunks, start=0, first_batch=0):
+        """Batch after batch of the loaded chunk order's positions start .. start + chunks."""
         per_batch = self.plan.chunks_per_batch
-        for batch, offset in enumerate(range(0, chunks, per_batch)):
-            self._launch_batch(offset, min(per_batch, chunks - offset), batch)
+        for batch, offset in enumerate(range(start, start + chunks, per_batch), first_batch):
+            self._launch_batch(offset, min(per_batch, start + chunks - offset), batch)
 
     def train_batch(self, state, layout, labels, chunk_order, offset, count, lr, scale, settings, loss_sum):
         """One sync batch (chunks chunk_order[offset:offset + count]): gradient sums times scale go
@@ -215,6 +216,26 @@ class TritonBackend:
         if self.plan.deterministic:
             self._reduction = plan_epoch(layout, chunk_order[offset:offset + count], count)
         self._launch_batch(offset, count, 0)
+
+    def load_schedule(self, state, layout, labels, order, rates, scales, settings, loss_sum):
+        """A sync epoch's chunk order, learning rates and batch scales copied in for train_run."""
+        self._bind(state, layout, labels, settings, loss_sum)
+        self._schedule("chunk_order")[:order.numel()].copy_(order)
+        self._schedule("lr")[:rates.numel()] = rates
+        self._schedule("scale")[:scales.numel()] = scales
+        self._loaded_order = order
+
+    def train_run(self, state, layout, labels, offset, chunks, first_batch, settings, loss_sum):
+        """Sync batches from first_batch on: the loaded order's positions offset .. offset + chunks
+        (load_schedule), with no copy of their schedule."""
+        self._bind(state, layout, labels, settings, loss_sum)
+        if self.plan.deterministic:
+            self._reduction = plan_epoch(layout, self._loaded_order, self.plan.chunks_per_batch)
+            self._launch_epoch(chunks, offset, first_batch)
+        elif self.generated.train[0].role == "epoch" and not settings.decay_l2:
+            self._launch_batch(offset, chunks, first_batch)
+        else:
+            self._launch_epoch(chunks, offset, first_batch)
 
     def train_epoch(self, state, layout, labels, order, rates, scales, settings, loss_sum):
         """An epoch over the chunks of order (every chunk of the layout, or a segment of whole
