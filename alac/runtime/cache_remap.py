@@ -33,13 +33,15 @@ def mark_touched(layout, chunks, seen, use_triton=None):
                                            seen, C=layout.chunk_size, BLOCK=REMAP_BLOCK)
 
 
-def remap(layout, chunks, slot_of, out_feature, capacity, per_batch, use_triton=None):
+def remap(layout, chunks, slot_of, out_feature, capacity, per_batch, counters=None, use_triton=None):
     """out_feature[e] = slot_of[row of e] for the edges e of the chunks (padding stays -1). Returns
     int32 (hits, edges) per batch of per_batch chunks: its edges whose slot is below capacity (the
-    hot store served them) and all its edges."""
+    hot store served them) and all its edges, added into counters (a zeroed pair) where given."""
     batches = -(-chunks.numel() // per_batch)
-    hits = torch.zeros(batches, dtype=torch.int32, device=slot_of.device)
-    edges = torch.zeros_like(hits)
+    if counters is None:
+        counters = (torch.zeros(batches, dtype=torch.int32, device=slot_of.device),
+                    torch.zeros(batches, dtype=torch.int32, device=slot_of.device))
+    hits, edges = counters
     if not chunks.numel():
         return hits, edges
     if not _use_triton(slot_of.device, use_triton):
@@ -78,15 +80,16 @@ def segment_rows(layout, chunks, slot_of, counts, capacity, own, marks, delta=1,
         return touched[staged], torch.where((where >= own.start) & (where < own.stop), -1, where)
     from alac.runtime.cache_remap_kernel import segment_rows_kernel
 
+
     def launch(delta, limit):
         found = torch.zeros(1, dtype=torch.int32, device=slot_of.device)
         rows = torch.empty(limit, dtype=torch.int32, device=slot_of.device)
         where = torch.empty_like(rows)
         if chunks.numel():
-            segment_rows_kernel[(chunks.numel(),)](chunks, layout.chunk_start, layout.chunk_width,
-                                                   layout.edge_feature, marks, counts, slot_of, rows, where, found,
-                                                   capacity, own.start, own.stop, limit, delta,
-                                                   C=layout.chunk_size, BLOCK=REMAP_BLOCK)
+            segment_rows_kernel[(chunks.numel(),)](chunks, chunks.numel(), layout.chunk_start, layout.chunk_width,
+                                             layout.edge_feature, marks, counts, slot_of, rows, where, found,
+                                             capacity, own.start, own.stop, limit, delta, C=layout.chunk_size,
+                                             BLOCK=REMAP_BLOCK)
             marks.zero_()
         return rows, where, found
 
@@ -98,8 +101,13 @@ def segment_rows(layout, chunks, slot_of, counts, capacity, own, marks, delta=1,
     return rows[:found].long(), where[:found].long()
 
 
-# values one program of move_rows moves (rows times their padded width)
-MOVE_BLOCK = 1024
+# move_rows runs as MOVE_PROGRAMS programs looping over blocks of MOVE_BLOCK values (rows times their
+# padded width): 128 KB in flight over PCIe, and no multiprocessor's block slots filled, so that the
+# compute stream's persistent programs and small launches start at once. H100, 64 MB, Zipf 1.1
+# (benchmarks/placement.py): epochs of 0.229 s against 0.243 with a program per 1024 values and 0.251
+# with one program per multiprocessor looping over 1024
+MOVE_PROGRAMS = 8
+MOVE_BLOCK = 4096
 
 
 def move_rows(listed, consecutive, rows, start, to_listed, use_triton=None):
@@ -121,5 +129,6 @@ def move_rows(listed, consecutive, rows, start, to_listed, use_triton=None):
     width = listed[0].numel()
     block_w = 1 << max(width - 1, 0).bit_length()
     per_program = max(1, MOVE_BLOCK // block_w)
-    move_rows_kernel[(-(-rows.numel() // per_program),)](listed, consecutive, rows, rows.numel(), start, WIDTH=width,
-                                                         BLOCK_W=block_w, ROWS=per_program, TO_LISTED=to_listed)
+    programs = min(-(-rows.numel() // per_program), MOVE_PROGRAMS)
+    move_rows_kernel[(programs,)](listed, consecutive, rows, rows.numel(), start, WIDTH=width, BLOCK_W=block_w,
+                                  ROWS=per_program, TO_LISTED=to_listed)

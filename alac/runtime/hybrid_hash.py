@@ -32,8 +32,6 @@ from alac.runtime.memory import mapped_view
 from alac.runtime.state import ModelState
 from alac.runtime.timing import gpu_milliseconds
 
-COMPUTE_PRIORITY = -1
-
 # a re-rank period trains as this many segments at least: the pipeline drains at a re-rank, so only
 # the period's later segments overlap their row traffic and bookkeeping with kernels
 PERIOD_SEGMENTS = 4
@@ -112,9 +110,7 @@ class _Streams:
     def __init__(self, device):
         self.cuda = torch.device(device).type == "cuda"
         self.side = torch.cuda.Stream(device) if self.cuda else None
-        # high priority: the compute stream's blocks are dispatched before the side streams' many short
-        # ones, which otherwise held multiprocessors a segment's persistent programs waited for
-        self.compute = torch.cuda.Stream(device, priority=COMPUTE_PRIORITY) if self.cuda else None
+        self.compute = torch.cuda.Stream(device) if self.cuda else None
         self.bookkeeping = torch.cuda.Stream(device) if self.cuda else None
 
     def on_side(self):
@@ -362,10 +358,10 @@ class HybridHash:
             # every staged row is gathered from the host table (no host round trip to pick the misses);
             # the carried ones are then overwritten by their current values from the previous half
             self._load(rows, span)
+            # a carried row's slot changes only once the previous segment's edges point at its old one
+            self._streams.side_waits(self._remapped)
             self.slot_of[rows] = slots.int()
             self._assigned = self._streams.record_side()
-            self._hits.append(remap(layout, chunks, self.slot_of, working_layout.edge_feature, self.shape.capacity,
-                                    per_batch))
             if pending is not None:
                 self._streams.side_waits(pending.done)
                 for _, cache in self._tensors():
@@ -373,6 +369,12 @@ class HybridHash:
                 self._carried += (where >= 0).sum()
             prepared = self._streams.record_side()
         self._streams.compute_waits(prepared)
+        # the edges re-pointed on the compute stream: one short pass on every multiprocessor, where on
+        # the side stream's few its blocks slowed the kernels they shared multiprocessors with
+        # (H100, 64 MB, Zipf 1.1: 70 ms of side-stream time, kernels 211 ms against 188 all-GPU)
+        remap(layout, chunks, self.slot_of, working_layout.edge_feature, self.shape.capacity, per_batch,
+              tuple(counter[first:end] for counter in self._hits[0]))
+        self._remapped = self._streams.record_compute()
         if self._sync:
             self.working.queue_batches(working_layout, labels, first, end)
         else:
@@ -432,7 +434,9 @@ class HybridHash:
         self._sync = self.working.plan.semantics == "sync"
         if self._sync:
             self.working.load_epoch(working_layout, labels, epoch, lr, order)
-        self._hits = []
+        # the epoch's hits and edges per batch, counted into by every segment (no allocation of its own)
+        counters = torch.zeros((2, batches), dtype=torch.int32, device=self.working.device)
+        self._hits, self._remapped = [(counters[0], counters[1])], None
         self._carried = torch.zeros((), dtype=torch.int64, device=self.working.device)
         first, pending = 0, None
         while first < batches:
