@@ -127,6 +127,7 @@ def _cache_breakdown(cache):
 
     cache._load, cache._store = timed("load_s", cache._load), timed("store_s", cache._store)
     cache.working.queue_epoch = timed("kernels_s", cache.working.queue_epoch)
+    cache.working.queue_batches = timed("kernels_s", cache.working.queue_batches)
     cache.refresh = timed("rerank_s", cache.refresh)
     return spent
 
