@@ -147,7 +147,7 @@ def hybrid_hash(data, budget_mb, args, breakdown=False):
         costs = measure_mapped_costs(TARGET["device"]) if TARGET["device"] == "cuda" else None
         forecast = forecast_cache(layout.frequency, shape, batches_of(layout.n_rows, plan), ROW_BYTES, costs)
         forecast = calibrate_kernels(cache, layout, labels, forecast)
-        # what the Trainer's planner would take at this budget: FAE or this cache, by their row traffic
+        # what the Trainer's planner would take at this budget: FAE or this cache, by their forecast costs
         chosen = choose_placement(layout.n_features, ROW_BYTES, budget_mb * 2**20, layout.frequency,
                                   batches_of(layout.n_rows, plan), shape.staging // 2, costs,
                                   lambda hot_rows: hot_inputs(data["train"], layout.old_to_new, hot_rows))
@@ -329,6 +329,24 @@ def run_zipf(zipf, args):
     return arms
 
 
+def planner_choices(args, arms):
+    """The Trainer's planner's mode at every budget and skew of the committed arms, recomputed from the
+    same data and freshly measured throughputs (no training): arms' planner_mode updated in place."""
+    costs = measure_mapped_costs(TARGET["device"])
+    for zipf in args.zipfs:
+        data = prepare(zipf, args)
+        layout, plan = data["layout"], data["plan"]
+        for arm in arms:
+            if arm["zipf"] == zipf and arm["name"] == "hybrid_hash":
+                shape = cache_shape_for(arm["budget_mb"] * 2**20, ROW_BYTES,
+                                        args.batch_size * int(data["train"].row_lengths().max()))
+                arm["planner_mode"] = choose_placement(
+                    layout.n_features, ROW_BYTES, arm["budget_mb"] * 2**20, layout.frequency,
+                    batches_of(layout.n_rows, plan), shape.staging // 2, costs,
+                    lambda hot_rows, d=data: hot_inputs(d["train"], d["layout"].old_to_new, hot_rows)).mode
+        del data
+
+
 def big_run(args):
     """A model larger than the GPU through the Trainer (alac train's path): the Kaggle-shaped fields
     each args.big_scale times larger, rows and AdaGrad state in pinned host memory, a GPU budget of
@@ -406,12 +424,18 @@ def main():
                         help="all-GPU and HybridHash arms alone (a sweep of --refresh or --side-multiprocessors), "
                              "written to --out, not rendered")
     parser.add_argument("--only-big", action="store_true", help="the big run alone, added to results/placement.json")
+    parser.add_argument("--only-planner", action="store_true",
+                        help="the Trainer's planner's choices alone, recomputed into results/placement.json")
     parser.add_argument("--device", default="cuda", help="cpu: a smoke run on the reference executor")
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
     if args.device != "cuda":
         TARGET.update(device=args.device, backend="reference")
-    if args.only_big:
+    if args.only_planner:
+        payload = json.loads((RESULTS / "placement.json").read_text())
+        planner_choices(args, payload["arms"])
+        payload["planner_environment"] = environment()
+    elif args.only_big:
         # the big run beside the committed arms: the table's other figures stay those of their own run
         payload = json.loads((RESULTS / "placement.json").read_text())
         payload["big"] = {**big_run(args), "environment": environment(), "arguments": vars(args)}

@@ -206,9 +206,12 @@ def tables_over_budget_table(result):
                      if a["zipf"] == zipf and a["name"] == "hybrid_hash" and "planner_mode" in a]
               for zipf in sorted({a["zipf"] for a in result["arms"]})}
     if any(chosen.values()):
-        notes.append("The Trainer's planner (FAE or HybridHash by their forecast row traffic): " + "; ".join(
+        notes.append("The Trainer's planner (FAE or HybridHash by their forecast row traffic, FAE's pure batches "
+                     "costed per edge): " + "; ".join(
             f"at Zipf {zipf} " + ", ".join(f"{mode} at {budget} MB" for budget, mode in modes)
-            for zipf, modes in chosen.items() if modes) + ".")
+            for zipf, modes in chosen.items() if modes)
+                     + (f" (recomputed on the same data with the current cost model, "
+                        f"{result['planner_environment']['date']})" if "planner_environment" in result else "") + ".")
     if result.get("missing"):
         notes.append(f"Not measured with the current code: {result['missing']}.")
     header = ["zipf", "arm", "budget MB", "M samples/s", "vs host table", "all-GPU / arm", "hot input share",

@@ -42,9 +42,10 @@ from alac.runtime.planner import layout_bytes, measured_per_gpu
 from alac.runtime.state import row_bytes_of
 from alac.runtime.timing import gpu_milliseconds
 
-# Before the cache's bookkeeping is timed, and per segment: measured on an H100 with the bookkeeping
-# written in torch (benchmarks/placement.py, Kaggle-shaped set, 64 and 512 MB), upper bounds now
-BOOKKEEPING_NS_PER_EDGE = 0.8
+# Before the cache's bookkeeping is timed, and per segment: its kernels (finding a segment's rows,
+# re-pointing its edges) took 33 ms of an epoch over 260M edges (H100, Kaggle-shaped set, 64 MB,
+# benchmarks/placement.py); per segment as measured with the bookkeeping in torch, an upper bound
+BOOKKEEPING_NS_PER_EDGE = 0.13
 SEGMENT_SECONDS = 4e-4
 # The kernels' idle time at a re-rank (the last segment's write-back, the re-rank, the next segment's
 # bookkeeping): 4.5-8.7 ms gaps between kernels after re-ranks in a profiled 512 MB epoch (H100,
@@ -157,12 +158,20 @@ class FaeForecast:
     hot_input_share: float
     cold_edges: float
     traffic_seconds: float | None      # None without measured throughputs
+    overhead_seconds: float = 0.0      # its pure batches' cost beyond an all-GPU epoch's kernels
 
 
-def forecast_fae(hot_rows, hot_input_share, cold_edges, row_bytes, costs):
+# An FAE epoch's cost beyond its row traffic, per edge (pure hot and cold batches trained apart, swaps
+# and the validation steering between them): 0.65 ns. H100, Kaggle-shaped set, every input hot at
+# 512 MB (no row traffic): FAE R(50) 0.371 s an epoch against all-GPU's 0.202 s over 260M edges, while
+# the cache's epoch took 0.217 s (benchmarks/placement.py)
+FAE_NS_PER_EDGE = 0.65
+
+
+def forecast_fae(hot_rows, hot_input_share, cold_edges, row_bytes, costs, edges=0.0):
     traffic = None if costs is None else \
         (cold_edges + FAE_SWAPS * hot_rows) * row_bytes / 1e9 * (1 / costs.gather_gb_per_s + 1 / costs.scatter_gb_per_s)
-    return FaeForecast(hot_rows, hot_input_share, cold_edges, traffic)
+    return FaeForecast(hot_rows, hot_input_share, cold_edges, traffic, edges * FAE_NS_PER_EDGE * 1e-9)
 
 
 def hot_inputs(dataset, old_to_new, hot_rows, block=1 << 24):
@@ -241,11 +250,13 @@ def choose_placement(n_features, row_bytes, budget_bytes, frequency, batches, ba
     if inputs is None or mode == "hybrid_hash":
         return ParamPlacement("hybrid_hash", row_bytes, table, budget_bytes, shape, forecast, reasons)
     hot_rows = min(n_features, budget_bytes // row_bytes)
-    fae = forecast_fae(hot_rows, *inputs(hot_rows), row_bytes, costs)
+    fae = forecast_fae(hot_rows, *inputs(hot_rows), row_bytes, costs, forecast.edges)
     cache_seconds = forecast.traffic_seconds + forecast.bookkeeping_seconds
-    chosen = mode == "fae" or (fae.traffic_seconds is not None and fae.traffic_seconds < cache_seconds)
+    chosen = mode == "fae" or (fae.traffic_seconds is not None
+                               and fae.traffic_seconds + fae.overhead_seconds < cache_seconds)
     compared = ("Plan.param_mode fae" if mode == "fae" else "no measured throughputs" if fae.traffic_seconds is None
-                else f"{fae.traffic_seconds:.3f} s of row traffic against the cache's {cache_seconds:.3f} s")
+                else f"{fae.traffic_seconds:.3f} s of row traffic and {fae.overhead_seconds:.3f} s of pure batches "
+                     f"({FAE_NS_PER_EDGE} ns per edge) against the cache's {cache_seconds:.3f} s")
     fae_reasons = (("fae hot rows", f"{hot_rows:,}", "the budget's rows, the most accessed"),
                    ("fae hot inputs", f"{fae.hot_input_share:.4f}", "the share of rows whose features are all hot; "
                     f"the others' {fae.cold_edges:,.0f} edges read and write rows in host memory"),

@@ -9,7 +9,7 @@ from alac.data.synthetic import criteo_like
 from alac.errors import OptionError
 from alac.plan import Plan
 from alac.runtime.fae_executor import FaeExecutor
-from alac.runtime.param_planner import FAE_SWAPS, MappedCosts, choose_placement, hot_inputs
+from alac.runtime.param_planner import FAE_NS_PER_EDGE, FAE_SWAPS, MappedCosts, choose_placement, hot_inputs
 from alac.runtime.placement import START_RATE
 from alac.runtime.profiler import classify_inputs
 from alac.train import Trainer
@@ -18,7 +18,7 @@ from tests.zoo_models import ZOO
 COSTS = MappedCosts("test", gather_gb_per_s=10.0, scatter_gb_per_s=5.0)
 
 
-def test_fae_is_chosen_when_its_row_traffic_is_below_the_caches():
+def test_fae_is_chosen_when_its_row_traffic_and_pure_batches_cost_less_than_the_caches():
     frequency = torch.ones(1000)
     # every input hot: FAE moves only its swaps' hot rows; the cache moves every row it misses
     placement = choose_placement(1000, 40, 20_000, frequency, 10, 100, COSTS, inputs=lambda hot: (1.0, 0.0))
@@ -30,6 +30,9 @@ def test_fae_is_chosen_when_its_row_traffic_is_below_the_caches():
     placement = choose_placement(1000, 40, 20_000, frequency, 10, 100, COSTS, inputs=lambda hot: (0.1, 1e6))
     assert placement.mode == "hybrid_hash" and placement.fae.cold_edges == 1e6
     assert any(line.startswith("mode = hybrid_hash") for line in placement.lines())
+    # FAE's pure batches cost FAE_NS_PER_EDGE an edge: with every input hot over 1e9 edges, the cache
+    many = choose_placement(1000, 40, 20_000, torch.full((1000,), 1e6), 10, 100, COSTS, inputs=lambda hot: (1.0, 0.0))
+    assert many.fae.overhead_seconds == pytest.approx(1e9 * FAE_NS_PER_EDGE * 1e-9) and many.mode == "hybrid_hash"
     # without measured throughputs the cache, unless the plan asks for FAE
     assert choose_placement(1000, 40, 20_000, frequency, 10, 100, None, lambda hot: (1.0, 0.0)).mode == "hybrid_hash"
     assert choose_placement(1000, 40, 20_000, frequency, 10, 100, None, lambda hot: (0.1, 1e6), "fae").mode == "fae"
