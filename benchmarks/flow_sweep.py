@@ -51,7 +51,7 @@ def tile_settings(k):
     the factor block, at the automatic warp count and twice it, each with the cost model's hot segment;
     S = 64 holds a whole 39-edge row (ONE_TILE: the apply pass gathers no params again)."""
     from alac.plan import Plan, next_power_of_two
-    from alac.runtime.schedule import VALUES_PER_THREAD
+    from alac.runtime.schedule import warps_for_tile
 
     lanes = next_power_of_two(k)
     # the planner's own tile (S and warps left automatic) first
@@ -61,7 +61,7 @@ def tile_settings(k):
             values = slots * chunk_size * lanes
             if not 2048 <= values <= 16384:
                 continue
-            auto = min(8, max(4, next_power_of_two(max(1, values // VALUES_PER_THREAD // 32))))
+            auto = warps_for_tile(Plan(semantics="async", batch_size=1024, chunk_size=chunk_size), slots, k)
             for warps in (auto, 2 * auto):
                 out.append(("async", Plan(semantics="async", batch_size=1024, chunk_size=chunk_size,
                                           slots_per_step=slots, num_warps=warps), "model"))

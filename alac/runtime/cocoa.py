@@ -30,6 +30,9 @@ from alac.errors import OptionError
 AGGREGATIONS = ("adaptive", "subspace", "averaging", "adding")
 # the aggregations that search the squared loss's objective (no l1)
 SEARCHES = ("adaptive", "subspace")
+# a plane whose two directions are this close to parallel (the Gram determinant over the product of
+# its diagonal) is searched along the first direction alone
+PARALLEL = 1e-10
 
 
 def resolve_aggregation(aggregation, loss, l1, workers):
@@ -46,9 +49,6 @@ def resolve_aggregation(aggregation, loss, l1, workers):
         raise OptionError(f"{aggregation} aggregation searches the squared loss's objective (no l1): choose "
                           "averaging or adding for this problem")
     return aggregation
-# a plane whose two directions are this close to parallel (the Gram determinant over the product of
-# its diagonal) is searched along the first direction alone
-PARALLEL = 1e-10
 
 
 def _pairs(count):
