@@ -339,19 +339,10 @@ class ShardedExecutor:
         reduced = self.ranks.all_reduce(flat, in_place=True)
         hot_summed, hot_movers, global_changes = reduced[:hot.numel()].view_as(hot), \
             reduced[hot.numel():hot.numel() + self.hot], reduced[hot.numel() + self.hot:-1]
-        factor = factors(movers, self.shards.owned[touched])
-        scale = 1.0
-        if isinstance(factor["rows"], torch.Tensor):
-            summed.mul_(factor["rows"].view(-1, 1))
-        else:
-            scale = factor["rows"]
         # in place, the touched rows distinct: no copy of them
-        self.table.index_add_(0, touched, summed, alpha=scale)
+        self.table.index_add_(0, touched, _scaled(summed, factors(movers, self.shards.owned[touched])["rows"]))
         factor = factors(hot_movers, torch.arange(self.hot, device=self.device))
-        if isinstance(factor["rows"], torch.Tensor):
-            self.hot_table.addcmul_(hot_summed, factor["rows"].view(-1, 1))
-        else:
-            self.hot_table.add_(hot_summed, alpha=factor["rows"])
+        self.hot_table.add_(_scaled(hot_summed, factor["rows"]))
         # every sample moves the globals: their factor is the same whichever rows the factors were of
         for (name, value), moved in zip(self.globals.items(), global_changes):
             torch.add(globals_before[name], moved, alpha=factor["global"], out=value)
@@ -374,3 +365,10 @@ class ShardedExecutor:
         chunks = torch.arange(layout.n_chunks, device=self.device)
         *_, working_layout = self._gathered(layout, chunks)
         return self.working.predict(working_layout)
+
+
+def _scaled(summed, factor):
+    """The summed changes times their factor: a float, or one per row (scaled in place)."""
+    if isinstance(factor, torch.Tensor):
+        return summed.mul_(factor.view(-1, 1))
+    return summed.mul_(factor)
