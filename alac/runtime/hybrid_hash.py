@@ -6,10 +6,11 @@ segment it is touched in: a miss costs one load per segment, however often the s
 and a staging area of two halves. Batches are trained in segments of whole batches, their rows in the
 staging half the previous segment does not use: the rows a segment touches that the hot store lacks are
 gathered from host memory (misses), or copied on the GPU from the previous segment's half when it holds
-them (carried), the segment's edges are re-pointed at cache slots, the generated kernels train it, and
-its staged rows not carried on are written back. Row traffic runs on a side stream, so a segment's rows
-load and the previous one's store while kernels train; finding a segment's rows (whose count the host
-waits for) runs on a bookkeeping stream that waits only until the previous segment's rows took their
+them (carried), the segment's edges are re-pointed at cache slots (a short pass on the compute stream,
+before its kernels), the generated kernels train it, and its staged rows not carried on are written
+back. Row traffic runs on a side stream, so a segment's rows load and the previous one's store while
+kernels train; finding a segment's rows (one kernel; the host waits for their count) runs on a
+bookkeeping stream that waits only until the previous segment's rows took their
 slots, not for the write-backs queued after them, so the host prepares a segment while the two before it
 still train. Every row has exactly one current copy at any time, so the parameters are those of an
 all-GPU run of the same batches (transparency). The first `warmup` batches run with an empty hot store and
@@ -103,7 +104,7 @@ class _Staged:
 
 
 class _Streams:
-    """A compute stream (the kernels), a side stream (row traffic, re-pointing edges) and a bookkeeping
+    """A compute stream (re-pointing edges, the kernels), a side stream (row traffic) and a bookkeeping
     stream (finding a segment's rows, whose counts the host waits for) with events between them on a
     GPU; on a CPU one sequence of work, the events None."""
 
@@ -334,8 +335,8 @@ class HybridHash:
     def _train_segment(self, layout, working_layout, labels, order, epoch, lr, first, end, per_batch, loss, pending):
         """Batches first .. end - 1 of order, their rows in the staging half the previous segment
         (`pending`) does not use; returns (the batch after the last one trained, this segment as
-        pending). Its bookkeeping and loads run on the side stream while the previous segment's
-        kernels run; a segment whose rows overflow a staging half is cut in half."""
+        pending). Its bookkeeping (on the bookkeeping stream) and loads (on the side stream) run while
+        the previous segment's kernels run; a segment whose rows overflow a staging half is cut in half."""
         chunks = order[first * per_batch:min(end * per_batch, order.numel())]
         half = 0 if pending is None or pending.half else 1
         with self._streams.on_bookkeeping():
@@ -423,8 +424,8 @@ class HybridHash:
         return float(loss) / max(layout.n_rows, 1)
 
     def _train_batches(self, layout, labels, epoch, lr, order):
-        """The epoch's segments on the compute stream (their bookkeeping on the side stream); returns
-        the loss sum as a device tensor."""
+        """The epoch's segments on the compute stream (their bookkeeping and row traffic on the other
+        two); returns the loss sum as a device tensor."""
         per_batch = self.working.plan.chunks_per_batch
         batches = -(-order.numel() // per_batch)
         working_layout = dataclasses.replace(layout, edge_feature=torch.full_like(layout.edge_feature, -1),
