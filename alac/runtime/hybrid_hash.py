@@ -374,7 +374,7 @@ class HybridHash:
         # the side stream's few its blocks slowed the kernels they shared multiprocessors with
         # (H100, 64 MB, Zipf 1.1: 70 ms of side-stream time, kernels 211 ms against 188 all-GPU)
         remap(layout, chunks, self.slot_of, working_layout.edge_feature, self.shape.capacity, per_batch,
-              tuple(counter[first:end] for counter in self._hits[0]))
+              tuple(counter[first:end] for counter in self._hits))
         self._remapped = self._streams.record_compute()
         if self._sync:
             self.working.queue_batches(working_layout, labels, first, end)
@@ -418,8 +418,8 @@ class HybridHash:
         order = layout.chunk_order(epoch, self.working.seed) if order is None else order
         with self._streams.on_compute():
             loss = self._train_batches(layout, labels, epoch, lr, order)
-        if self._hits:
-            hits, edges = (torch.cat(part) for part in zip(*self._hits))
+        if self._hits.numel():
+            hits, edges = self._hits
             self.statistics.hit_ratio.extend((hits / edges.clamp(min=1)).tolist())
         return float(loss) / max(layout.n_rows, 1)
 
@@ -436,8 +436,8 @@ class HybridHash:
         if self._sync:
             self.working.load_epoch(working_layout, labels, epoch, lr, order)
         # the epoch's hits and edges per batch, counted into by every segment (no allocation of its own)
-        counters = torch.zeros((2, batches), dtype=torch.int32, device=self.working.device)
-        self._hits, self._remapped = [(counters[0], counters[1])], None
+        self._hits = torch.zeros((2, batches), dtype=torch.int32, device=self.working.device)
+        self._remapped = None
         self._carried = torch.zeros((), dtype=torch.int64, device=self.working.device)
         first, pending = 0, None
         while first < batches:
