@@ -129,8 +129,7 @@ class ShardedExecutor:
         self.hot, self.hot_table = 0, None     # replicated rows 0 .. hot - 1, packed
         self._whole = None                     # the whole state, while assembled() holds it
         self._columns = ()     # (name, "params" or "states", shape of a row) of the packed table's columns
-        # (layout, its edge ids re-pointed at a segment's rows, rows' slots, touched marks) of the last two
-        # layouts (training and validation): made once per layout, not per segment
+        # _scratch_of's entries of the last two layouts (training and validation), not made per segment
         self._scratch = []
 
     def __getattr__(self, name):
@@ -262,11 +261,17 @@ class ShardedExecutor:
     # -- a segment's rows ---------------------------------------------------------------------------
 
     def _scratch_of(self, layout):
+        """(layout, its edge ids re-pointed at a segment's rows, rows' slots, touched marks): the edge
+        ids made once per layout (the last two: training and validation), the two per-row tensors once
+        for every layout of the feature space (a pair per layout took 10.6 GB a rank more on the
+        2.1-billion-row placement run, benchmarks/distributed.py --parts placement)."""
         found = next((entry for entry in self._scratch if entry[0] is layout), None)
         if found is None:
-            found = (layout, torch.full_like(layout.edge_feature, -1),
-                     torch.full((layout.n_features,), -1, dtype=torch.int32, device=self.device),
-                     torch.zeros(layout.n_features, dtype=torch.uint8, device=self.device))
+            shared = next((entry[2:] for entry in self._scratch if entry[2].numel() == layout.n_features), None)
+            if shared is None:
+                shared = (torch.full((layout.n_features,), -1, dtype=torch.int32, device=self.device),
+                          torch.zeros(layout.n_features, dtype=torch.uint8, device=self.device))
+            found = (layout, torch.full_like(layout.edge_feature, -1), *shared)
             self._scratch = [*self._scratch[-1:], found]
         return found
 

@@ -288,3 +288,15 @@ def test_sharded_tables_keep_the_best_epoch_and_recover_from_divergence_as_a_pla
     assert isinstance(runs[1]._checkpoint_in_memory()[0], ShardSnapshot)
     for name, values in runs[0].parameters()[0].items():
         assert runs[1].parameters()[0][name] == pytest.approx(values, rel=1e-5, abs=1e-6), name
+
+
+def test_the_training_and_validation_layouts_share_their_per_row_scratch():
+    """Each layout gets its own re-pointed edge ids, but the rows' slots and touched marks are one pair
+    for the feature space: validating adds no per-row tensors (gigabytes on billions of rows)."""
+    train, valid = _data()
+    sharded = DataParallelTrainer(zoo_model("lr"), ranks=Ranks(), tables="sharded", epochs=1, **OPTIONS)
+    sharded.fit(train, valid)
+    (train_layout, train_edges, *train_rows), (valid_layout, valid_edges, *valid_rows) = sharded.executor._scratch
+    assert train_layout is not valid_layout and train_edges is not valid_edges
+    assert all(ours is theirs for ours, theirs in zip(train_rows, valid_rows))
+    assert (train_rows[0] == -1).all() and not train_rows[1].any()
