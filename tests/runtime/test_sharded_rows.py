@@ -51,8 +51,10 @@ def _run_rank(rank, world, store, out):
         asked = torch.tensor([0, 3, 4, 9, 10]) if rank == 0 else torch.tensor([1, 2, 3])
         gathered, route = shards.gather(asked, table)
         home, changes = shards.scatter(route, torch.ones(asked.numel(), 2) * (rank + 1))
+        cold = RowShards(ranks, 11, torch.device("cpu"), first=3)
         results = {"gathered": gathered, "owned": shards.owned, "home": home, "changes": changes, "cases": [],
-                   "cold_owned": RowShards(ranks, 11, torch.device("cpu"), first=3).owned}
+                   "cold_owned": cold.owned, "counts": (shards.count, cold.count),
+                   "cold_of_local": cold.global_ids(torch.tensor([2, 0])).tolist()}
         train, valid = _data()
         for name, aggregation, sync_every, optimizer in CASES:
             runs = {}
@@ -139,6 +141,9 @@ def test_rows_reach_their_readers_and_changes_their_owners(two_ranks):
     assert second["home"].tolist() == [1, 4, 0, 1] and second["changes"][:, 0].tolist() == [1, 1, 2, 2]
     # rows below `first` (replicated hot rows) are nobody's
     assert first["cold_owned"].tolist() == [3, 5, 7, 9] and second["cold_owned"].tolist() == [4, 6, 8, 10]
+    # the owned rows are computed, not kept: their count, and local indices' global ids
+    assert first["counts"] == (6, 4) and second["counts"] == (5, 4)
+    assert first["cold_of_local"] == [7, 3] and second["cold_of_local"] == [8, 4]
 
 
 def test_ranks_drawing_only_their_rows_train_as_one_drawing_the_whole_table(two_ranks):
