@@ -23,8 +23,9 @@ Cost model of an FAE epoch (L = the budget's rows, the L most accessed rows hot)
 feature it touches hot) trains on the device; every edge of a cold input reads its row from host
 memory and writes its update back (the measured gather and scatter throughputs); every swap between
 kinds copies at most the L hot rows each way (FAE's START_RATE: two segments of each kind, three
-swaps an epoch). The planner takes FAE when this traffic is below the cache's traffic and
-bookkeeping (the kernels cost both about the same), and HybridHash without measured throughputs.
+swaps an epoch); training pure batches apart costs FAE_NS_PER_EDGE an edge beyond an all-GPU epoch's
+kernels. The planner takes FAE when its traffic and that cost are below the cache's traffic and
+bookkeeping, and HybridHash without measured throughputs.
 """
 
 from __future__ import annotations
