@@ -63,10 +63,10 @@ def remap(layout, chunks, slot_of, out_feature, capacity, per_batch, counters=No
 def segment_rows(layout, chunks, slot_of, counts, capacity, own, marks, delta=1, use_triton=None):
     """The rows the chunks' edges touch, each once: every one's count raised by delta, and of them
     the rows the hot store (slots below capacity) lacks (in no fixed order on a GPU: sorting them cost
-    more than their loads gained), with where each is now: a slot
-    at or past capacity, or -1 (in the host table, or in the slots of range `own`, which are loaded
-    anew). marks: int32 words of one bit per row, all zero (left zero). Returns (rows, where), or
-    None, counts unchanged, when the rows to stage outnumber the limit given as own.stop - own.start."""
+    more than their loads gained), with where each is now: a slot at or past capacity, or -1 (in the
+    host table, or in the slots of range `own`, which are loaded anew). marks: int32 words of one bit
+    per row, all zero (left zero). Returns (rows, where), or None, counts unchanged, when the rows to
+    stage outnumber own.stop - own.start."""
     limit = own.stop - own.start
     if not _use_triton(slot_of.device, use_triton):
         _, features, _ = layout.edges_of(chunks)
@@ -80,16 +80,15 @@ def segment_rows(layout, chunks, slot_of, counts, capacity, own, marks, delta=1,
         return touched[staged], torch.where((where >= own.start) & (where < own.stop), -1, where)
     from alac.runtime.cache_remap_kernel import segment_rows_kernel
 
-
     def launch(delta, limit):
         found = torch.zeros(1, dtype=torch.int32, device=slot_of.device)
         rows = torch.empty(limit, dtype=torch.int32, device=slot_of.device)
         where = torch.empty_like(rows)
         if chunks.numel():
-            segment_rows_kernel[(chunks.numel(),)](chunks, chunks.numel(), layout.chunk_start, layout.chunk_width,
-                                             layout.edge_feature, marks, counts, slot_of, rows, where, found,
-                                             capacity, own.start, own.stop, limit, delta, C=layout.chunk_size,
-                                             BLOCK=REMAP_BLOCK)
+            segment_rows_kernel[(chunks.numel(),)](chunks, layout.chunk_start, layout.chunk_width,
+                                                   layout.edge_feature, marks, counts, slot_of, rows, where, found,
+                                                   capacity, own.start, own.stop, limit, delta,
+                                                   C=layout.chunk_size, BLOCK=REMAP_BLOCK)
             marks.zero_()
         return rows, where, found
 

@@ -49,24 +49,15 @@ def remap_kernel(chunks_ptr, chunk_start_ptr, chunk_width_ptr, edge_feature_ptr,
 # capacity, own_first, own_end, limit and delta are not specialized on their values: one compiled
 # kernel for every cache and segment
 @triton.jit(do_not_specialize=["capacity", "own_first", "own_end", "limit", "delta"])
-def segment_rows_kernel(chunks_ptr, n_chunks, chunk_start_ptr, chunk_width_ptr, edge_feature_ptr, marks_ptr,
-                        counts_ptr, slot_of_ptr, staged_ptr, where_ptr, found_ptr, capacity, own_first, own_end, limit,
-                        delta, C: tl.constexpr, BLOCK: tl.constexpr):
-    lanes = tl.arange(0, BLOCK)
-    # one program per chunk: on the bookkeeping stream, whose result the host waits for, a bounded grid
-    # ran twice as long (H100, 64 MB, Zipf 1.1: 43 against 22 ms an epoch)
-    for position in range(tl.program_id(0), n_chunks, tl.num_programs(0)):
-        _segment_rows_of_chunk(tl.load(chunks_ptr + position), chunk_start_ptr, chunk_width_ptr, edge_feature_ptr,
-                               marks_ptr, counts_ptr, slot_of_ptr, staged_ptr, where_ptr, found_ptr, capacity,
-                               own_first, own_end, limit, delta, lanes, C, BLOCK)
-
-
-@triton.jit
-def _segment_rows_of_chunk(chunk, chunk_start_ptr, chunk_width_ptr, edge_feature_ptr, marks_ptr, counts_ptr,
-                           slot_of_ptr, staged_ptr, where_ptr, found_ptr, capacity, own_first, own_end, limit, delta,
-                           lanes, C: tl.constexpr, BLOCK: tl.constexpr):
+def segment_rows_kernel(chunks_ptr, chunk_start_ptr, chunk_width_ptr, edge_feature_ptr, marks_ptr, counts_ptr,
+                        slot_of_ptr, staged_ptr, where_ptr, found_ptr, capacity, own_first, own_end, limit, delta,
+                        C: tl.constexpr, BLOCK: tl.constexpr):
+    # one program per chunk: on the bookkeeping stream, whose result the host waits for, one program
+    # per multiprocessor looping over chunks ran twice as long (H100, 64 MB, Zipf 1.1: 43 against 22 ms)
+    chunk = tl.load(chunks_ptr + tl.program_id(0))
     start = tl.load(chunk_start_ptr + chunk)
     size = tl.load(chunk_width_ptr + chunk).to(tl.int64) * C
+    lanes = tl.arange(0, BLOCK)
     for offset in range(0, size, BLOCK):
         inside = offset + lanes < size
         feature = tl.load(edge_feature_ptr + start + offset + lanes, mask=inside, other=-1)

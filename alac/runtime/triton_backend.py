@@ -232,20 +232,22 @@ class TritonBackend:
         if self.plan.deterministic:
             self._reduction = plan_epoch(layout, self._loaded_order, self.plan.chunks_per_batch)
             self._launch_epoch(chunks, offset, first_batch)
-        elif self.generated.train[0].role == "epoch" and not settings.decay_l2:
+        elif self._one_launch(settings):
             self._launch_batch(offset, chunks, first_batch)
         else:
             self._launch_epoch(chunks, offset, first_batch)
+
+    def _one_launch(self, settings):
+        """Whether the epoch kernel runs a run of batches in one persistent launch (no L2 decay between
+        batches, which the host applies)."""
+        return self.generated.train[0].role == "epoch" and not settings.decay_l2
 
     def train_epoch(self, state, layout, labels, order, rates, scales, settings, loss_sum):
         """An epoch over the chunks of order (every chunk of the layout, or a segment of whole
         batches of them): rates and scales hold one learning rate and one 1 / samples per batch
         (async: one of each, the scale being 1 / B: a sample's gradient counts as in a batch of B)."""
-        self._bind(state, layout, labels, settings, loss_sum)
+        self.load_schedule(state, layout, labels, order, rates, scales, settings, loss_sum)
         chunks = order.numel()
-        self._schedule("chunk_order")[:chunks].copy_(order)
-        self._schedule("lr")[:rates.numel()] = rates
-        self._schedule("scale")[:scales.numel()] = scales
         if self.plan.semantics == "async":
             kernel, arguments, constants, _, at = self._bound[0]
             arguments[at["chunk_end"]] = chunks
@@ -254,13 +256,10 @@ class TritonBackend:
             kernel[(self.async_programs,)](*arguments, **constants)
             self._write_derived_params(state, rates[0], settings)
             return
-        if self.plan.deterministic:
-            self._reduction = plan_epoch(layout, order, self.plan.chunks_per_batch)
-            self._launch_epoch(chunks)
-        elif self.generated.train[0].role == "epoch" and not settings.decay_l2:
-            self._launch_batch(0, chunks, 0)
-        elif not (self.plan.cuda_graph and layout.device.type == "cuda") or chunks != layout.n_chunks:
-            self._launch_epoch(chunks)
+        graphed = (self.plan.cuda_graph and layout.device.type == "cuda" and chunks == layout.n_chunks
+                   and not self.plan.deterministic and not self._one_launch(settings))
+        if not graphed:
+            self.train_run(state, layout, labels, 0, chunks, 0, settings, loss_sum)
         elif self._graph is None:
             self._launch_epoch(chunks)  # compiles every kernel variant before the capture
             torch.cuda.synchronize()
