@@ -132,11 +132,14 @@ def _cache_breakdown(cache):
     return spent
 
 
+def _cache_shape(data, budget_mb, args):
+    """The planner's cache of the budget (alac.runtime.param_planner): a quarter staging, a batch at least."""
+    return cache_shape_for(budget_mb * 2**20, ROW_BYTES, args.batch_size * int(data["train"].row_lengths().max()))
+
+
 def hybrid_hash(data, budget_mb, args, breakdown=False):
     layout, labels, plan = data["layout"], data["labels"], data["plan"]
-    # the planner's cache of the budget (alac.runtime.param_planner): a quarter staging, a batch at least
-    shape = cache_shape_for(budget_mb * 2**20, ROW_BYTES, args.batch_size * int(data["train"].row_lengths().max()))
-    shape = dataclasses.replace(shape, refresh=args.refresh)
+    shape = dataclasses.replace(_cache_shape(data, budget_mb, args), refresh=args.refresh)
     forced = args.side_multiprocessors is not None
     working = _executor(working_plan(plan, TARGET["device"], args.side_multiprocessors) if forced else plan)
     cache = HybridHash(_executor(_in_host(plan)), working, shape)
@@ -147,11 +150,7 @@ def hybrid_hash(data, budget_mb, args, breakdown=False):
         costs = measure_mapped_costs(TARGET["device"]) if TARGET["device"] == "cuda" else None
         forecast = forecast_cache(layout.frequency, shape, batches_of(layout.n_rows, plan), ROW_BYTES, costs)
         forecast = calibrate_kernels(cache, layout, labels, forecast)
-        # what the Trainer's planner would take at this budget: FAE or this cache, by their forecast costs
-        chosen = choose_placement(layout.n_features, ROW_BYTES, budget_mb * 2**20, layout.frequency,
-                                  batches_of(layout.n_rows, plan), shape.staging // 2, costs,
-                                  lambda hot_rows: hot_inputs(data["train"], layout.old_to_new, hot_rows))
-        extra_planner = {"planner_mode": chosen.mode}
+        extra_planner = {"planner_mode": planner_mode(data, budget_mb, shape, costs)}
     seconds, before = [], None
     for epoch in range(args.epochs):
         before = (cache.statistics.rows_in, cache.statistics.rows_out, len(cache.statistics.hit_ratio))
@@ -329,21 +328,24 @@ def run_zipf(zipf, args):
     return arms
 
 
+def planner_mode(data, budget_mb, shape, costs):
+    """What the Trainer's planner would take at this budget: FAE or the cache, by their forecast costs."""
+    layout = data["layout"]
+    return choose_placement(layout.n_features, ROW_BYTES, budget_mb * 2**20, layout.frequency,
+                            batches_of(layout.n_rows, data["plan"]), shape.staging // 2, costs,
+                            lambda hot_rows: hot_inputs(data["train"], layout.old_to_new, hot_rows)).mode
+
+
 def planner_choices(args, arms):
     """The Trainer's planner's mode at every budget and skew of the committed arms, recomputed from the
     same data and freshly measured throughputs (no training): arms' planner_mode updated in place."""
     costs = measure_mapped_costs(TARGET["device"])
     for zipf in args.zipfs:
         data = prepare(zipf, args)
-        layout, plan = data["layout"], data["plan"]
         for arm in arms:
             if arm["zipf"] == zipf and arm["name"] == "hybrid_hash":
-                shape = cache_shape_for(arm["budget_mb"] * 2**20, ROW_BYTES,
-                                        args.batch_size * int(data["train"].row_lengths().max()))
-                arm["planner_mode"] = choose_placement(
-                    layout.n_features, ROW_BYTES, arm["budget_mb"] * 2**20, layout.frequency,
-                    batches_of(layout.n_rows, plan), shape.staging // 2, costs,
-                    lambda hot_rows, d=data: hot_inputs(d["train"], d["layout"].old_to_new, hot_rows)).mode
+                arm["planner_mode"] = planner_mode(data, arm["budget_mb"], _cache_shape(data, arm["budget_mb"], args),
+                                                   costs)
         del data
 
 
