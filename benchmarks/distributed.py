@@ -96,7 +96,7 @@ def scd_match(args, ranks):
     return arms
 
 
-def scd_criteo(args, ranks, rows, columns, name="scd_dual_ridge_criteo", aggregation="adaptive", epochs=None):
+def scd_criteo(args, ranks, rows, columns, name="scd_dual_ridge_criteo", aggregation="adaptive", max_epochs=None):
     """The Criteo-shaped dual ridge of rows x columns over the ranks to gap 1e-6 (--own-rows: each rank
     makes and is given only its contiguous share of the rows), the ranks' changes aggregated by
     TPA-SCD's line search (adaptive) or the plane search (subspace; alac.runtime.cocoa)."""
@@ -111,7 +111,7 @@ def scd_criteo(args, ranks, rows, columns, name="scd_dual_ridge_criteo", aggrega
     setup = _now() - start
     epochs = []
     ranks.wait_apart = True
-    for _ in range(epochs or args.epochs):
+    for _ in range(max_epochs or args.epochs):
         collective, waited, sent = ranks.traffic.seconds, ranks.traffic.waiting_seconds, ranks.traffic.bytes
         before = solver.seconds
         gamma = solver.epoch()
@@ -413,10 +413,10 @@ def main():
         arms += scd_match(args, ranks)
         # an unrecorded epoch of each size first: the first arm paid the kernels' compilation and a first
         # epoch's other one-time costs (2 H200s: 2.35 s in its first three epochs, then 0.363 s each)
-        scd_criteo(args, ranks, args.criteo_rows, args.criteo_columns, epochs=1)
+        scd_criteo(args, ranks, args.criteo_rows, args.criteo_columns, max_epochs=1)
         if args.criteo_scale > 1:
             scd_criteo(args, ranks, args.criteo_rows * args.criteo_scale, args.criteo_columns * args.criteo_scale,
-                       epochs=1)
+                       max_epochs=1)
         for aggregation in args.scd_aggregations.split(","):
             suffix = "" if aggregation == "adaptive" else f"_{aggregation}"
             arms.append(scd_criteo(args, ranks, args.criteo_rows, args.criteo_columns,
