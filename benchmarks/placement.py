@@ -386,7 +386,8 @@ def big_run(args):
             "predicted_samples_per_s": forecast.samples_per_s(train.n_rows),
             "forecast": {"kernel_s": forecast.kernel_seconds, "side_kernel_s": forecast.side_kernel_seconds,
                          "overlapped": forecast.overlapped, "traffic_s": forecast.traffic_seconds,
-                         "bookkeeping_s": forecast.bookkeeping_seconds, "hit_ratio": forecast.hit_ratio,
+                         "bookkeeping_s": forecast.bookkeeping_seconds, "rerank_s": forecast.rerank_seconds,
+                         "hit_ratio": forecast.hit_ratio,
                          "rows_moved": forecast.rows_moved, "segments": forecast.segments},
             "feature_rows": trainer.executor.cache.slot_of.numel(), "table_bytes": placement.table_bytes,
             "gpu_memory_bytes": torch.cuda.get_device_properties(0).total_memory if cuda else None,
@@ -421,7 +422,7 @@ def main():
     parser.add_argument("--big-rows", type=int, default=20_000_000)
     parser.add_argument("--big-k", type=int, default=64,
                         help="factors of the big run's FM (64 with AdaGrad: 268 bytes a row; scale 10 is 90 GB)")
-    parser.add_argument("--big-budget-gb", type=float, default=16.0)
+    parser.add_argument("--big-budget-gb", type=float, default=4.0)
     parser.add_argument("--hybrid-only", action="store_true",
                         help="all-GPU and HybridHash arms alone (a sweep of --refresh or --side-multiprocessors), "
                              "written to --out, not rendered")

@@ -101,11 +101,13 @@ def segment_rows(layout, chunks, slot_of, counts, capacity, own, marks, delta=1,
 
 
 # move_rows runs as MOVE_PROGRAMS programs looping over blocks of MOVE_BLOCK values (rows times their
-# padded width): 128 KB in flight over PCIe, and no multiprocessor's block slots filled, so that the
-# compute stream's persistent programs and small launches start at once. H100, 64 MB, Zipf 1.1
-# (benchmarks/placement.py): epochs of 0.229 s against 0.243 with a program per 1024 values and 0.251
-# with one program per multiprocessor looping over 1024
-MOVE_PROGRAMS = 8
+# padded width), as many programs as the multiprocessors a sync kernel leaves to the side stream
+# (hybrid_hash.SIDE_MULTIPROCESSORS): a move started before a segment's persistent kernel must not sit
+# on a multiprocessor one of its programs needs, or every grid barrier waits for the move. 84 GiB FM
+# k = 64, 4 GiB budget (H100, benchmarks/placement.py --only-big --big-scale 10): epochs of 1.04-1.07 s
+# against 1.12-1.20 with 8 programs (kernels of 40-46 ms against 44-60, 37 alone); at 64 MB 8 programs
+# of 4096 beat a program per 1024 values (0.229 s against 0.243)
+MOVE_PROGRAMS = 4
 MOVE_BLOCK = 4096
 
 

@@ -79,9 +79,10 @@ def kernel_seconds(working, layout, labels, rows):
 
 
 def calibrate_kernels(cache, layout, labels, forecast):
-    """The CacheForecast completed with the bookkeeping's measured cost per edge and the kernels'
-    time as the working executor's plan launches them and, where working_plan leaves multiprocessors
-    to the side stream, with those left; the working executor left on the cheaper of the two."""
+    """The CacheForecast completed with the bookkeeping's measured cost per edge, the row traffic of
+    the cache's own moves, and the kernels' time as the working executor's plan launches them and,
+    where working_plan leaves multiprocessors to the side stream, with those left; the working
+    executor left on the cheaper of the two."""
     working, rows = cache.working, cache.shape.rows
     # a segment's longest reach and half of it: the slope is the cost per edge, the rest per segment
     order = layout.chunk_order(0, working.seed)
@@ -91,6 +92,9 @@ def calibrate_kernels(cache, layout, labels, forecast):
     edges = [forecast.edges * length / max(layout.n_chunks, 1) for length in lengths]
     per_edge = max(seconds[1] - seconds[0], 0.0) / max(edges[1] - edges[0], 1.0)
     forecast = forecast.with_bookkeeping(per_edge * 1e9, max(seconds[0] - per_edge * edges[0], 0.0))
+    per_row = cache.row_move_seconds(layout, order[:lengths[1]])
+    if per_row is not None:
+        forecast = forecast.with_row_moves(per_row)
     programs = working.plan.programs
     overlapped = working_plan(working.plan, working.device)
     full = kernel_seconds(working, layout, labels, rows)

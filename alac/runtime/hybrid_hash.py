@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import torch
 
 from alac.errors import OptionError
-from alac.runtime.cache_remap import move_rows, remap, segment_rows
+from alac.runtime.cache_remap import MOVE_PROGRAMS, move_rows, remap, segment_rows
 from alac.runtime.memory import mapped_view
 from alac.runtime.state import ModelState
 from alac.runtime.timing import gpu_milliseconds
@@ -43,8 +43,8 @@ PERIOD_SEGMENTS = 4
 # set: none of 200 overlapped). Leaving 4 (128 programs: the 256 chunks of a batch of 4096 in two
 # rounds, as on all 132) beat 24 and 46 (three rounds, the side kernels sharing their multiprocessors):
 # 64 MB epochs of 0.250 s against 0.305 and 0.297 (H100, Zipf 1.1, benchmarks/placement.py
-# --hybrid-only --side-multiprocessors S)
-SIDE_MULTIPROCESSORS = 4
+# --hybrid-only --side-multiprocessors S); the row moves run one program on each
+SIDE_MULTIPROCESSORS = MOVE_PROGRAMS
 
 
 def working_plan(plan, device, side_multiprocessors=SIDE_MULTIPROCESSORS):
@@ -321,6 +321,32 @@ class HybridHash:
         started = time.perf_counter()
         bookkeeping()
         return time.perf_counter() - started
+
+    def row_move_seconds(self, layout, chunks):
+        """Seconds per row a segment of these chunks spends loading its staged rows into a staging
+        half and writing them back (the rows' own values: the host table unchanged), timed after a
+        run that compiles the moves; None when the chunks stage no row."""
+        edges = int(layout.chunk_width[chunks].sum()) * layout.chunk_size
+        own = slice(self.shape.capacity, self.shape.capacity + edges)
+        rows, _ = segment_rows(layout, chunks, self.slot_of, self.counts, self.shape.capacity, own, self._marks,
+                               delta=0)
+        rows = rows[:self._half]
+        if not rows.numel():
+            return None
+        span, loaded = slice(self.shape.capacity, self.shape.capacity + rows.numel()), self.statistics.rows_in
+
+        def moves():
+            self._load(rows, span)
+            self._store(rows, span, traffic=False)
+
+        if self.working.device.type == "cuda":
+            seconds = gpu_milliseconds(moves, repeats=3)[0] / 1e3
+        else:
+            started = time.perf_counter()
+            moves()
+            seconds = time.perf_counter() - started
+        self.statistics.rows_in = loaded
+        return seconds / rows.numel()
 
     def _rows_of_segment(self, layout, chunks, half):
         """The rows the chunks touch, counted; of them the rows to stage in staging half `half` (not in

@@ -17,7 +17,9 @@ Cost model of a HybridHash epoch (B batches, E edges, rows ranked by their acces
   on every multiprocessor, when the side stream's row traffic and bookkeeping wait for them (serial:
   the epoch takes the sum), and leaving SIDE_MULTIPROCESSORS to the side stream (overlapped: the
   longer of the two); the cheaper one is chosen; plus RERANK_SECONDS at every re-rank, where the
-  pipeline drains and the kernels wait.
+  pipeline drains and the kernels wait, and when overlapped a segment's row traffic (run alone then);
+- once the cache exists, the row traffic is re-timed with its own moves (HybridHash.row_move_seconds:
+  a model's narrow params and states move at a transaction rate, not at the gather's bandwidth).
 
 Cost model of an FAE epoch (L = the budget's rows, the L most accessed rows hot): a hot input (every
 feature it touches hot) trains on the device; every edge of a cold input reads its row from host
@@ -99,6 +101,17 @@ class CacheForecast:
         return dataclasses.replace(self, bookkeeping_seconds=bookkeeping_seconds(self.edges, self.segments,
                                                                                  ns_per_edge, segment_seconds))
 
+    def with_row_moves(self, seconds_per_row):
+        """This forecast with the row traffic of the cache's own moves, timed per row loaded and
+        written back (every param and state of a row, each a launch)."""
+        return dataclasses.replace(self, traffic_seconds=self.rows_moved * seconds_per_row)
+
+    @property
+    def rerank_seconds(self):
+        """The kernels' wait at the epoch's re-ranks: each drains the pipeline, so a segment's
+        write-back and the next one's loads run with no kernels beside them."""
+        return self.reranks * (RERANK_SECONDS + self.traffic_seconds / max(self.segments, 1.0))
+
     @property
     def serial_seconds(self):
         """The side stream's work between the kernels, which hold every multiprocessor."""
@@ -109,8 +122,7 @@ class CacheForecast:
     def overlapped_seconds(self):
         """The side stream's work beside the kernels, on the multiprocessors they leave it."""
         return None if self.side_kernel_seconds is None else \
-            max(self.side_kernel_seconds, self.traffic_seconds + self.bookkeeping_seconds) + \
-            self.reranks * RERANK_SECONDS
+            max(self.side_kernel_seconds, self.traffic_seconds + self.bookkeeping_seconds) + self.rerank_seconds
 
     @property
     def overlapped(self):
@@ -301,8 +313,9 @@ def predicted_line(placement, n_rows):
     kernels = (f"the longer of kernels {f.side_kernel_seconds:.3f} s (leaving the side stream "
                f"{SIDE_MULTIPROCESSORS} multiprocessors) and {side}" if f.overlapped else
                f"kernels {f.kernel_seconds:.3f} s (every multiprocessor), then {side}")
+    reranks = f.rerank_seconds if f.overlapped else f.reranks * RERANK_SECONDS
     return (f"predicted {f.samples_per_s(n_rows):,.0f} samples/s: {kernels}, + "
-            f"{f.reranks * RERANK_SECONDS:.3f} s of re-ranks per epoch")
+            f"{reranks:.3f} s of re-ranks per epoch")
 
 
 def batches_of(n_rows, plan):

@@ -49,6 +49,11 @@ def test_a_cached_table_trains_as_one_table_does_on_the_same_batches(model, back
     counts, slot_of = cache.counts.clone(), cache.slot_of.clone()
     assert cache.bookkeeping_seconds(layout, layout.chunk_order(0, 1)[:16]) > 0
     assert torch.equal(cache.counts, counts) and torch.equal(cache.slot_of, slot_of) and not cache._marks.any()
+    # so does timing its row moves: rows loaded and written back unchanged (the parameters compared
+    # below include the host table's), the traffic statistics untouched
+    moved = (cache.statistics.rows_in, cache.statistics.rows_out)
+    assert cache.row_move_seconds(layout, layout.chunk_order(0, 1)[:16]) > 0
+    assert (cache.statistics.rows_in, cache.statistics.rows_out) == moved and torch.equal(cache.slot_of, slot_of)
     losses = []
     for epoch in range(epochs):
         losses.append((cache.train_epoch(layout, labels, epoch, 0.3), one.train_epoch(layout, labels, epoch, 0.3)))

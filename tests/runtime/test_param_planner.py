@@ -52,6 +52,11 @@ def test_the_forecast_of_a_toy_table_is_its_closed_form():
     assert not slow.overlapped and slow.epoch_seconds == serial.epoch_seconds
     short = dataclasses.replace(forecast, kernel_seconds=1e-9, side_kernel_seconds=2e-9)
     assert short.overlapped and short.epoch_seconds == pytest.approx(bookkeeping + 0.5 * RERANK_SECONDS)
+    # row traffic timed on the cache's moves; when overlapped, a re-rank also waits for a segment's traffic
+    moved = overlapped.with_row_moves(1e-3)
+    traffic = forecast.rows_moved * 1e-3
+    assert moved.traffic_seconds == pytest.approx(traffic) and moved.overlapped
+    assert moved.epoch_seconds == pytest.approx(1.0 + bookkeeping / 2 + 0.5 * (RERANK_SECONDS + traffic / 2))
 
 
 def test_rows_fit_the_budget_stay_on_the_device_and_a_batch_must_fit_the_cache():
