@@ -17,8 +17,8 @@ VARIANTS = enumerate_variants()
 
 def test_every_valid_variant_once():
     # sync: 2 deterministic (fused, stage) + fused/stage x hot x grid x (no edge updates, edge updates,
-    # summed); async: derived x queue, without a hot segment and with one (its sums summed per slot or not)
-    assert len(VARIANTS) == 2 + 2 * 2 * 2 * 3 + 4 * (1 + 2)
+    # summed); async: hot x derived x queue
+    assert len(VARIANTS) == 2 + 2 * 2 * 2 * 3 + 8
     assert len({v.name for v in VARIANTS}) == len(VARIANTS)
     assert all(KernelVariant.of(**vars(v)) == v for v in VARIANTS)
 
@@ -36,12 +36,6 @@ def test_invalid_combinations_are_refused(flags, message):
 
 def test_flags_that_cannot_apply_are_off():
     assert KernelVariant.of(semantics="async", grid_barrier=True, edge_updates=True).name == "async"
-    # summing equal features needs edge updates (sync) or hot sums (async)
-    assert KernelVariant.of(semantics="async", sum_equal_edges=True).name == "async"
-    hot_summed = KernelVariant.of(semantics="async", hot=True, sum_equal_edges=True)
-    assert hot_summed.name == "async_hot_summed"
-    # async hot sums reach the optimizer summed already: any rule keeps them
-    assert hot_summed.for_optimizer(lower(ZOO["lr"](), "adam").optimizer).sum_equal_edges
     assert KernelVariant.of(deterministic=True, grid_barrier=True, edge_updates=True).name == "sync_det"
     assert KernelVariant.of(sum_equal_edges=True).name == "sync"
     adam = KernelVariant.of(edge_updates=True, sum_equal_edges=True).for_optimizer(lower(ZOO["lr"](), "adam").optimizer)
