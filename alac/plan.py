@@ -55,9 +55,8 @@ class Plan:
     # Sync with an additive optimizer (SGD): the update adds every cold edge's change instead of
     # flagging touched features (LR 42.6 against 82.1 ms per epoch, H100).
     edge_updates: bool = True
-    # A slot's equal features summed first: in sync edge updates, and in async plans' per-program hot
-    # sums. Off: in sync it did not pay (H100, LR 47.5 against 48.5 ms, FM 100.6 against 92.5;
-    # sync_breakdown); async not yet timed.
+    # Edge updates: a chunk's equal features in a slot summed first. Off: it did not pay (H100, LR
+    # 47.5 against 48.5 ms, FM 100.6 against 92.5; sync_breakdown).
     sum_equal_edges: bool = False
     # Sync only: no floating-point atomics, gradients summed per feature in a fixed order, so runs
     # repeat bit for bit (alac.runtime.deterministic).

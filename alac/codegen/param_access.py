@@ -123,7 +123,7 @@ class ParamAccess:
         if self.hot:
             w.line(f"hot = present & (feature < {w.arg(m.size('hot_size'))})")
             w.line("cold = present & ~hot")
-        if self.hot and (not self.asynchronous or self.summed_edge_updates):
+        if self.hot and not self.asynchronous:
             w.comment("hot edges: sort the slot's (feature, row) pairs so that equal features are adjacent")
             self._sort_slots(w, "hot", w.arg(m.size("hot_size")), "hot_feature")
         for p in self.ir.params:
@@ -150,16 +150,10 @@ class ParamAccess:
             self._add_at(w, p, m.grad(p.name, p.vector), "feature", value, edges)
         if not self.hot:
             return
-        if self.asynchronous and not self.summed_edge_updates:
+        if self.asynchronous:
             w.comment("hot edges: into this program's own sums (no other program adds there), "
                       "applied at its next flush")
             self._add_at(w, p, m.hot_sums(p), "(hot_base + feature)", value, "hot")
-            return
-        if self.asynchronous:
-            w.comment("hot edges: a run of one feature in the slot summed first, then added once into this "
-                      "program's own sums")
-            self._segment_sums(w, p, value, "hot_feature")
-            self._add_at(w, p, m.hot_sums(p), "(hot_base + hot_feature)", "summed", "segment_end")
             return
         self._segment_sums(w, p, value, "hot_feature")
         w.arg(m.size("replicas"))

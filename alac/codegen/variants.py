@@ -27,7 +27,7 @@ class KernelVariant:
     deterministic: bool = False    # sync: no floating-point atomics, fixed summation order
     grid_barrier: bool = False     # sync: one persistent launch per epoch, grid-wide barriers
     edge_updates: bool = False     # sync: every cold edge adds its own change (additive optimizers)
-    sum_equal_edges: bool = False  # a slot's equal features summed first: sync edge updates, async hot sums
+    sum_equal_edges: bool = False  # edge updates: a chunk's equal features summed first
     derive_params: bool = False    # async: params that are a function of their state computed where read
     chunk_queue: bool = False      # async: programs claim chunks from a shared counter
     host_params: tuple = ()        # params (and their optimizer state) in pinned host memory, sorted
@@ -56,9 +56,8 @@ class KernelVariant:
         sync, async_ = semantics == "sync", semantics == "async"
         atomic_sync = sync and not deterministic
         edge_updates = atomic_sync and edge_updates and not host_params
-        summed = sum_equal_edges and (edge_updates or async_ and hot)
-        return cls(semantics, kernels, hot, deterministic, atomic_sync and grid_barrier, edge_updates, summed,
-                   async_ and derive_params, async_ and chunk_queue,
+        return cls(semantics, kernels, hot, deterministic, atomic_sync and grid_barrier, edge_updates,
+                   edge_updates and sum_equal_edges, async_ and derive_params, async_ and chunk_queue,
                    tuple(sorted(host_params)))
 
     def placement(self, param):
@@ -69,9 +68,7 @@ class KernelVariant:
         """The variant an optimizer runs: edge updates need an additive rule; derived params a
         derivable one."""
         additive = self.edge_updates and optimizer.additive
-        # async hot sums reach the optimizer at a flush, summed already: any rule takes them
-        summed = self.sum_equal_edges and (additive or self.asynchronous)
-        return dataclasses.replace(self, edge_updates=additive, sum_equal_edges=summed,
+        return dataclasses.replace(self, edge_updates=additive, sum_equal_edges=additive and self.sum_equal_edges,
                                    derive_params=self.derive_params and bool(optimizer.derivable))
 
     @property

@@ -39,7 +39,6 @@ MECHANISMS = {
     "sync_summed_edges": Plan(sum_equal_edges=True),
     "async_hot_stored": Plan(semantics="async", chunk_size=32, hot_size=64, derive_params=False),
     "async_queue": Plan(semantics="async", chunk_size=32, chunk_queue=True),
-    "async_hot_summed": Plan(semantics="async", chunk_size=32, hot_size=64, sum_equal_edges=True),
 }
 OPTIMIZERS = ("momentum", "adagrad", "ftrl", "adam")
 

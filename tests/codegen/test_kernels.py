@@ -203,18 +203,16 @@ def test_sync_plan_variants_equal_the_reference(model_name, variant):
 
 
 @pytest.mark.parametrize("model_name", ["lr", "fm"])
-@pytest.mark.parametrize("hot_size, summed", [(0, False), (7, False), (7, True)])
-def test_async_with_one_program_is_sequential_sgd(model_name, hot_size, summed):
+@pytest.mark.parametrize("hot_size", [0, 7])
+def test_async_with_one_program_is_sequential_sgd(model_name, hot_size):
     """With one program in flight the async kernel is exact: chunk after chunk, step lr / B per
-    sample, which the reference runs as sync batches of one chunk (the hot edges' gradients added one
-    by one into the program's sums, or a slot's equal features summed first). (A chunk must fit one
-    edge tile, S >= its width: FM's gradient reads v, which the chunk's earlier tiles have already moved.)"""
+    sample, which the reference runs as sync batches of one chunk. (A chunk must fit one edge tile,
+    S >= its width: FM's gradient reads v, which the chunk's earlier tiles have already moved.)"""
     model = ZOO[model_name]()
     dataset = awkward_dataset(8, labels=model.labels)
     device, layout, labels = laid_out(dataset, model.labels)
     plan = Plan(chunk_size=8, batch_size=32, semantics="async", programs=1, hot_size=hot_size, slots_per_step=64,
-                flush_every=1, sum_equal_edges=summed)
-    assert plan.variant.sum_equal_edges == summed
+                flush_every=1)
     executors = _executors(model_name, plan, layout)
     for executor in executors.values():
         executor.train_epoch(layout, labels, epoch=0, lr=0.5)
@@ -292,20 +290,19 @@ def _flush_periods_by_autograd(model, params, layout, labels, order, lr, flush_e
 
 
 @pytest.mark.parametrize("k", [0, 4, 64])
-@pytest.mark.parametrize("flush_every, summed", [(3, False), (4, False), (4, True)])
-def test_async_flushes_of_an_all_hot_model_step_by_the_summed_gradient_of_a_period(k, flush_every, summed):
+@pytest.mark.parametrize("flush_every", [3, 4])
+def test_async_flushes_of_an_all_hot_model_step_by_the_summed_gradient_of_a_period(k, flush_every):
     """Every feature hot, one program, a flush every K chunks: the params move once per K chunks by
     their summed gradient / (K B), which is sync SGD with batches of K chunks at lr / K. With K = 3
     the epoch's 8 chunks end in a flush of 2, also divided by K B: a chunk weighs the same in every
-    flush (a program's last one included), as the hand-written autograd reference says; summing a slot's
-    equal features before they reach the program's sums changes nothing of it (the set repeats features
-    within slots). (k = 64 flushes in blocks of 64 features, kernels.hot_block.)"""
+    flush (a program's last one included), as the hand-written autograd reference says. (k = 64 flushes
+    in blocks of 64 features, kernels.hot_block.)"""
     model = _BiasFree(k)
     dataset = awkward_dataset(21, n_rows=64)
     device, layout, labels = laid_out(dataset, "binary")
     batch = 8 * flush_every
     async_plan = Plan(chunk_size=8, batch_size=batch, semantics="async", programs=1, hot_size=1000,
-                      flush_every=flush_every, slots_per_step=64, sum_equal_edges=summed)
+                      flush_every=flush_every, slots_per_step=64)
     kernel = Executor(model, async_plan, backend=KERNEL_BACKEND, device=device, seed=3)
     kernel.initialize(layout)
     expected = dict(kernel.state.params)
