@@ -12,7 +12,8 @@ later; the flushes are left out here, 3 % of the LR epoch in async_breakdown). T
 make those accesses alone and in the kernel's combinations, for LR's w (one float per feature) and
 FM's v (K floats per feature, the generated kernel's 16-byte vector loads and atomics), and, to
 show why the updates are atomic, plain stores of the read-modify-written value (lock-free Hogwild
-style). Their time is a floor for any kernel that makes the same accesses to global memory. Writes
+style), and the accesses of an epoch over feature segments (cuWide's 2D partition, SEGMENT_AXIS).
+Their time is a floor for any kernel that makes the same accesses to global memory. Writes
 results/async_floor.json and .md.
 """
 
@@ -91,6 +92,42 @@ def measure_traffic(train, plan, model, factor, hot_size):
     return rows
 
 
+# cuWide's 2D partition (§4.2): a program streams one feature segment's edges, whose weights fit on
+# chip; each edge then reads its weight in feature order but adds to its row's partial prediction and
+# gathers the row's gradient back at random rows (two passes). The flat kernels of those accesses:
+SEGMENT_AXIS = (
+    ("segment axis: w gathered in feature order", "feature", True, NO_UPDATE),
+    ("segment axis: the row's partial prediction, atomic addition at every edge", "row", False, ATOMIC_ALL),
+    ("segment axis: the row's gradient gathered at every edge", "row", True, NO_UPDATE),
+)
+
+
+def measure_segment_axis(train):
+    """The SEGMENT_AXIS rows (LR) on train's edges sorted by feature, and their sum: the floor of an
+    epoch over feature segments, against the async kernel's own accesses' floor."""
+    import torch
+
+    order = torch.argsort(train.indices, stable=True)
+    by = {"feature": train.indices[order].int(),
+          "row": torch.repeat_interleave(torch.arange(train.n_rows, device=train.device, dtype=torch.int32),
+                                         train.row_lengths())[order]}
+    del order
+    targets = {"feature": torch.zeros(train.n_features, device=train.device),
+               "row": torch.zeros(train.n_rows, device=train.device)}
+    unused = torch.zeros(1, device=train.device)
+    rows = []
+    for name, index, gather, update in SEGMENT_AXIS:
+        milliseconds, _ = gpu_milliseconds(
+            lambda: run_traffic(by[index], targets[index], unused, 0, 1, 1, gather, update), REPEATS)
+        rows.append({"model": "lr", "traffic": name, "factor": 1, "ms": milliseconds,
+                     "gaccesses_per_s": by[index].numel() / milliseconds / 1e6})
+        print(f"{milliseconds:8.3f} ms  lr: {name}", flush=True)
+    total = sum(r["ms"] for r in rows)
+    rows.append({"model": "lr", "traffic": "segment axis: the three together", "factor": 1, "ms": total,
+                 "gaccesses_per_s": train.nnz / total / 1e6})
+    return rows
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rows", type=int, default=4_000_000)
@@ -114,18 +151,20 @@ def main():
         plan = dataclasses.replace(base, hot_size=hot_size_for_data(train, base, factor_size=k))
         history = alac_arm(train, valid, args.epochs, lr, k, 0, plan)
         kernels[model] = {"hot_size": plan.hot_size, "programs": history.programs,
-                          "ms_per_epoch": 1000 * statistics.median(s for s, _ in history[1:])}
+                          "ms_per_epoch": 1000 * statistics.median(s for s, _ in history[1:]),
+                          "val_logloss": history[-1][1]}
         print(model, kernels[model], flush=True)
     for model, factor in (("lr", 1), ("fm", args.k)):
         rows += measure_traffic(train, base, model, factor, kernels[model]["hot_size"])
         torch.cuda.empty_cache()
+    rows += measure_segment_axis(train)
     env = environment()
     lines = [f"Flat per-edge traffic against the generated async kernels, {args.rows:,} × 39 synthetic rows "
              f"(C = {base.chunk_size}); {env['device']}, triton {env['triton']}, torch {env['torch']}, "
              f"{env['date']}.", ""]
-    lines.append(table(["kernel", "H", "ms / epoch"],
+    lines.append(table(["kernel", "H", "ms / epoch", "val logloss"],
                        [[f"generated async {m.upper()}" + (f" (k = {args.k})" if m == "fm" else ""), v["hot_size"],
-                         f"{v['ms_per_epoch']:.2f}"] for m, v in kernels.items()]))
+                         f"{v['ms_per_epoch']:.2f}", f"{v['val_logloss']:.4f}"] for m, v in kernels.items()]))
     lines += ["", table(["flat traffic, every edge once", "ms", "G edges / s", "generated kernel's epoch / this"],
                         [[f"{r['model'].upper()}: {r['traffic']}", f"{r['ms']:.3f}", f"{r['gaccesses_per_s']:.0f}",
                           f"{kernels[r['model']]['ms_per_epoch'] / r['ms']:.2f}×"] for r in rows])]

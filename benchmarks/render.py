@@ -265,9 +265,12 @@ SECTIONS = [
      "PYTHONPATH=. python benchmarks/defaults.py", defaults_table),
     (("flow_lr", "flow_fm"), "LR and FM k = 16, 4M × 39 synthetic rows: alac against PyTorch",
      "Epoch time and validation logloss after 10 epochs of every execution arm, side by side in one process "
-     "(PyTorch: idiomatic nn.EmbeddingBag(sparse=True) + SGD); LR and FM in a process each.",
-     "PYTHONPATH=. python benchmarks/flow.py --model lr --baseline-epochs 2` and `PYTHONPATH=. python "
-     "benchmarks/flow.py --model fm --k 16 --lr 0.5 --baseline-epochs 2", flow_pair_table),
+     "(PyTorch: idiomatic nn.EmbeddingBag(sparse=True) + SGD); LR and FM in a process each. Time to target: "
+     "wall seconds until the validation logloss is within 0.002 of the sync b1024 arm's last (sync over batch "
+     "sizes 256-16,384 against async; every epoch's loss in the JSON).",
+     "PYTHONPATH=. python benchmarks/flow.py --model lr --baseline-epochs 2 --sync-batches 256 4096 16384` and "
+     "`PYTHONPATH=. python benchmarks/flow.py --model fm --k 16 --lr 0.5 --baseline-epochs 2 --sync-batches 256 "
+     "4096 16384", flow_pair_table),
     ("flow_fm_k32", "FM k = 32", "The sync and async arms at 32 factors.",
      "PYTHONPATH=. python benchmarks/flow.py --model fm --k 32 --lr 0.5 --arms alac_fused_sync_b1024,alac_async,"
      "alac_async_hot", flow_table),
