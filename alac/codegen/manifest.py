@@ -185,6 +185,16 @@ class KernelSpec:
     args: tuple        # Arguments, in order; the generator's constexprs follow as keywords
 
 
+_DTYPE_BYTES = {"float64": 8, "float32": 4, "bfloat16": 2, "float16": 2, "int32": 4, "int64": 8}
+
+
+def allocated_row_bytes(manifest, k):
+    """Bytes per feature row of the buffers the runtime allocates for these arguments (gradient
+    accumulators, touched flags): they grow with the rows on the device as the params do."""
+    return sum(_DTYPE_BYTES[a.dtype] * (k if "K" in a.shape else 1) for a in manifest
+               if a.role in ALLOCATED_ROLES and a.shape[:1] == ("n_features",))
+
+
 @dataclass(frozen=True)
 class GeneratedKernels:
     model: str

@@ -60,8 +60,10 @@ class CachedExecutor(HostRowsExecutor):
 def kernel_seconds(working, layout, labels, rows):
     """Seconds an epoch of the working executor's kernels takes, from CALIBRATION_BATCHES batches of
     the layout (the cache's `rows` stand in for the layout's: feature id modulo rows); its state is
-    put back as it was."""
-    saved, done = working.state.clone(), working.batches_done
+    put back as it was, in place (kept meanwhile in host memory: a GPU copy of a budget's cache
+    doubled it)."""
+    live = [*working.state.params.values(), *working.state.globals.values(), *working.state.states.values()]
+    saved, done = [values.to("cpu", copy=True) for values in live], working.batches_done
     scratch = dataclasses.replace(layout, edge_feature=torch.where(layout.edge_feature >= 0,
                                                                    layout.edge_feature % rows, -1),
                                   n_features=rows)
@@ -74,7 +76,9 @@ def kernel_seconds(working, layout, labels, rows):
     if working.device.type == "cuda":
         torch.cuda.synchronize(working.device)
     seconds = (time.perf_counter() - started) * layout.n_chunks / max(order.numel(), 1)
-    working.state, working.batches_done = saved, done
+    for values, kept in zip(live, saved):
+        values.copy_(kept)
+    working.batches_done = done
     return seconds
 
 

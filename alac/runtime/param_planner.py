@@ -38,6 +38,7 @@ from dataclasses import dataclass
 
 import torch
 
+from alac.codegen import allocated_row_bytes
 from alac.errors import OptionError
 from alac.runtime.hybrid_hash import PERIOD_SEGMENTS, SIDE_MULTIPROCESSORS, CacheShape
 from alac.runtime.memory import mapped_view
@@ -233,22 +234,27 @@ def cache_shape_for(budget_bytes, row_bytes, batch_rows_bound):
 
 
 def choose_placement(n_features, row_bytes, budget_bytes, frequency, batches, batch_rows_bound, costs=None,
-                     inputs=None, mode="auto"):
+                     inputs=None, mode="auto", kernel_row_bytes=0):
     """ParamPlacement of a model of n_features rows of row_bytes (params and optimizer state) under a
     budget for them (None: no limit), for a layout whose rows are accessed `frequency` times in
     `batches` batches, one batch touching at most batch_rows_bound rows; inputs(hot rows): FAE's
-    (hot input share, cold edges) (None: FAE not considered); mode: Plan.param_mode."""
+    (hot input share, cold edges) (None: FAE not considered); mode: Plan.param_mode;
+    kernel_row_bytes: what the kernels allocate per row on the GPU beside it (gradient sums)."""
     table = n_features * row_bytes
-    if budget_bytes is None or table <= budget_bytes:
-        why = "no GPU budget for parameters" if budget_bytes is None else f"{table:,} bytes fit the {budget_bytes:,}"
+    on_device = row_bytes + kernel_row_bytes
+    if budget_bytes is None or n_features * on_device <= budget_bytes:
+        why = "no GPU budget for parameters" if budget_bytes is None else \
+            f"{n_features * on_device:,} bytes (with the kernels' buffers) fit the {budget_bytes:,}"
         return ParamPlacement("device", row_bytes, table, budget_bytes, reasons=(("placement", "device", why),))
-    shape = cache_shape_for(budget_bytes, row_bytes, batch_rows_bound)
+    shape = cache_shape_for(budget_bytes, on_device, batch_rows_bound)
     forecast = forecast_cache(frequency, shape, batches, row_bytes, costs)
+    buffers = f" and {kernel_row_bytes} of the kernels' buffers" if kernel_row_bytes else ""
     reasons = (
         ("placement", "hybrid_hash", f"{n_features:,} rows x {row_bytes} bytes = {table:,} bytes exceed the "
                                      f"{budget_bytes:,}-byte budget: the rows live in pinned host memory"),
         ("cache", f"{shape.capacity:,} hot + {shape.staging:,} staging rows",
-         f"the budget's rows, {STAGING_SHARE:.0%} (at least one batch's {batch_rows_bound:,}) for a segment's misses"),
+         f"the budget's rows of {row_bytes} bytes{buffers}, {STAGING_SHARE:.0%} (at least one batch's "
+         f"{batch_rows_bound:,}) for a segment's misses"),
         ("hit ratio", f"{forecast.hit_ratio:.4f}", "the accesses of the rows the hot store holds, from the counts"),
         ("rows moved per epoch", f"{forecast.rows_moved:,.0f}",
          f"each way, in {forecast.segments:,.0f} segments" + ("" if costs is None else
@@ -262,7 +268,7 @@ def choose_placement(n_features, row_bytes, budget_bytes, frequency, batches, ba
                                                          "(measured on H100)"))
     if inputs is None or mode == "hybrid_hash":
         return ParamPlacement("hybrid_hash", row_bytes, table, budget_bytes, shape, forecast, reasons)
-    hot_rows = min(n_features, budget_bytes // row_bytes)
+    hot_rows = min(n_features, budget_bytes // on_device)
     fae = forecast_fae(hot_rows, *inputs(hot_rows), row_bytes, costs, forecast.edges)
     cache_seconds = forecast.traffic_seconds + forecast.bookkeeping_seconds
     chosen = mode == "fae" or (fae.traffic_seconds is not None
@@ -285,10 +291,19 @@ def plan_placement(ir, plan, dataset, layout, device):
     """ParamPlacement of the model `ir` trained by `plan` on a resident layout of `dataset`: the rows'
     budget is Plan.memory_budget less the layout (params_budget); mapped throughput measured on a GPU."""
     budget = params_budget(plan, layout_bytes(dataset, plan.chunk_size))
-    costs = measure_mapped_costs(device) if budget is not None and torch.device(device).type == "cuda" else None
+    gpu = budget is not None and torch.device(device).type == "cuda"
+    costs = measure_mapped_costs(device) if gpu else None
+    # the GPU kernels' per-row buffers (a sync plan's gradient sums) take as much again as a row's
+    # params: an 84 GiB FM's 16 GiB budget ran out of the 80 GiB GPU without them counted
+    buffers = 0
+    if gpu:
+        from alac.codegen import generate_kernels  # imports Triton: a GPU has it
+
+        buffers = allocated_row_bytes(generate_kernels(ir, plan).manifest, max(ir.factor_size, 1))
     return choose_placement(layout.n_features, row_bytes_of(ir), budget, layout.frequency,
                             batches_of(layout.n_rows, plan), rows_per_batch_bound(plan, layout.stats.max_nnz), costs,
-                            lambda hot_rows: hot_inputs(dataset, layout.old_to_new, hot_rows), plan.param_mode)
+                            lambda hot_rows: hot_inputs(dataset, layout.old_to_new, hot_rows), plan.param_mode,
+                            buffers)
 
 
 def params_budget(plan, layout_bytes):

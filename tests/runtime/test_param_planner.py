@@ -69,6 +69,27 @@ def test_rows_fit_the_budget_stay_on_the_device_and_a_batch_must_fit_the_cache()
     assert cache_shape_for(8040, 40, 100) == CacheShape(capacity=1, staging=200)
     with pytest.raises(OptionError, match="two batches"):
         cache_shape_for(8000, 40, 100)
+    # the kernels' per-row buffers share the budget: rows that fit alone no longer do, the cache is
+    # sized by both, and the host table and row traffic by the row alone
+    placement = choose_placement(1000, 40, 40_000, torch.ones(1000), 10, 100, kernel_row_bytes=40)
+    assert placement.mode == "hybrid_hash" and placement.shape.rows == 500 and placement.table_bytes == 40_000
+    assert any("40 of the kernels' buffers" in line for line in placement.lines())
+
+
+def test_the_kernels_per_row_buffers_are_a_sync_plans_gradient_sums():
+    """A sync plan whose optimizer is not additive sums each row's gradient and flags touched rows (one
+    float per value of every param, one int per row); additive sync edge updates and async plans keep
+    none per row."""
+    pytest.importorskip("triton")
+    from alac.codegen import allocated_row_bytes, generate_kernels
+    from alac.ir.pipeline import lower
+    from alac.models import zoo_model
+
+    for k in (4, 64):
+        ir = lower(zoo_model("fm", k=k), "adagrad")
+        assert allocated_row_bytes(generate_kernels(ir, Plan()).manifest, k) == 4 + 4 + 4 * k
+        assert allocated_row_bytes(generate_kernels(ir, Plan(semantics="async")).manifest, k) == 0
+    assert allocated_row_bytes(generate_kernels(lower(zoo_model("fm", k=4), "sgd"), Plan()).manifest, 4) == 0
 
 
 def test_the_forecast_matches_what_the_cache_counts_on_zipf_ids():
