@@ -422,7 +422,7 @@ def main():
     parser.add_argument("--big-rows", type=int, default=20_000_000)
     parser.add_argument("--big-k", type=int, default=64,
                         help="factors of the big run's FM (64 with AdaGrad: 268 bytes a row; scale 10 is 90 GB)")
-    parser.add_argument("--big-budget-gb", type=float, default=4.0)
+    parser.add_argument("--big-budget-gb", type=float, default=6.0)
     parser.add_argument("--hybrid-only", action="store_true",
                         help="all-GPU and HybridHash arms alone (a sweep of --refresh or --side-multiprocessors), "
                              "written to --out, not rendered")
