@@ -118,8 +118,9 @@ def _inspect(args):
                             f"random {choice.costs.random_ns:.4f} ns per 4-byte access, copy "
                             f"{choice.costs.copy_gb_per_s:.0f} GB/s")
         planning += [f"# plan {decision} = {value}: {why}" for decision, value, why in choice.reasons]
-        if plan.semantics == "async":
-            planning.append(f"# {_roofline(ir, plan, layout)}")
+        roofline = _roofline(ir, plan, layout)
+        if roofline:
+            planning.append(f"# {roofline}")
     generated = generate_kernels(ir, plan)
     if args.registers:
         planning += _registers(args, ir, plan, generated, layout if args.data else None)
@@ -162,11 +163,13 @@ def _registers(args, ir, plan, generated, layout):
 
 
 def _roofline(ir, plan, layout):
-    """The async epoch's accesses and, on a GPU, the floor its flat kernels measure."""
-    from alac.runtime.roofline import epoch_roofline
-    from alac.runtime.schedule import async_programs
+    """The epoch's accesses and, on a GPU, the floor its flat kernels measure (None for sync plans
+    without edge updates or grid barriers)."""
+    from alac.runtime.roofline import plan_roofline
 
-    accesses, floor = epoch_roofline(ir, layout, plan.hot_size, async_programs(plan, layout))
+    accesses, floor = plan_roofline(ir, plan, layout)
+    if accesses is None:
+        return None
     return accesses.line(floor) + (" (the floor is measured on a GPU)" if floor is None else "")
 
 

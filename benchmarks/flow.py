@@ -159,14 +159,15 @@ BACKEND = "triton"
 
 class History(list):
     """(seconds, validation logloss) per epoch; programs and resident_programs: the async kernel's
-    launched programs and how many of them the GPU holds at once; roofline: an async epoch's
-    accesses (alac.runtime.roofline) and, on a GPU, their floor (None for sync arms)."""
+    launched programs and how many of them the GPU holds at once; roofline: an epoch's accesses
+    (alac.runtime.roofline.plan_roofline) and, on a GPU, their floor (None for sync arms without
+    edge updates or grid barriers)."""
 
     programs = resident_programs = roofline = None
 
 
 def alac_arm(train, valid, epochs, lr, k, seed, plan, optimizer="sgd"):
-    from alac.runtime.roofline import epoch_roofline
+    from alac.runtime.roofline import plan_roofline
     from alac.train import Trainer
 
     model = _model(k)
@@ -181,14 +182,14 @@ def alac_arm(train, valid, epochs, lr, k, seed, plan, optimizer="sgd"):
         history.append((seconds, trainer.evaluate_layout(valid_layout, valid)["logloss"]))
     history.programs = trainer.executor.backend.async_programs
     history.resident_programs = trainer.executor.backend.resident_async_programs()
-    if plan.semantics == "async":
-        accesses, floor = epoch_roofline(trainer.executor.ir, layout, trainer.plan.hot_size,
-                                         trainer.executor.backend.async_programs)
+    accesses, floor = plan_roofline(trainer.executor.ir, trainer.plan, layout)
+    if accesses is not None:
         kernel_ms = 1000 * statistics.median(s for s, _ in history)
         print(accesses.line(floor, kernel_ms), flush=True)
         history.roofline = {"edges": accesses.edges, "hot_edges": accesses.hot_edges,
                             "floats_per_edge": accesses.floats_per_edge, "row_bytes": accesses.row_bytes,
-                            "streamed_bytes": accesses.streamed_bytes, "floor_ms": floor}
+                            "streamed_bytes": accesses.streamed_bytes, "barriers": accesses.barriers,
+                            "floor_ms": floor}
     return history
 
 
@@ -304,7 +305,7 @@ def _summarize(name, history, train):
 
 
 def _times_floor(result):
-    """An async arm's epoch against the floor of its accesses (alac.runtime.roofline)."""
+    """An arm's epoch against the floor of its accesses (alac.runtime.roofline)."""
     floor = (result.get("roofline") or {}).get("floor_ms")
     return f"{result['ms_per_epoch'] / floor:.2f}× ({floor:.2f} ms)" if floor else "-"
 

@@ -3,8 +3,8 @@ hot-segment modes side by side.
 
     PYTHONPATH=. python benchmarks/sync_breakdown.py [--rows 4000000] [--out DIR]
 
-1. A kernel of P programs that only meets at N grid barriers (alac.codegen.triton_helpers.
-   grid_barrier): microseconds per barrier, for P = 16, 64 and 132.
+1. A kernel of P programs that only meets at N grid barriers (alac.runtime.roofline.
+   barrier_microseconds): microseconds per barrier, for P = 16, 64 and 132.
 2. LR and FM (k = 16) sync epochs on the synthetic 4M x 39 set: per-batch launches (a CUDA graph)
    or one grid-barrier launch per epoch, each with touched-flag or edge updates (each edge added,
    the default, or a slot's equal features summed first); then chunk size, program count and the
@@ -50,27 +50,6 @@ CONFIGS.update({
 })
 
 
-def _barrier_cost(programs, barriers=8000):
-    import torch
-    import triton
-    import triton.language as tl
-
-    from alac.codegen.triton_helpers import grid_barrier
-
-    @triton.jit
-    def only_barriers(arrivals_ptr, n):
-        for i in range(n):
-            grid_barrier(arrivals_ptr, (i + 1) * tl.num_programs(0))
-
-    arrivals = torch.zeros(1, dtype=torch.int32, device="cuda")
-
-    def run():
-        arrivals.zero_()
-        only_barriers[(programs,)](arrivals, barriers)
-
-    return 1000 * _milliseconds(run) / barriers
-
-
 def _milliseconds(function):
     return gpu_milliseconds(function, repeats=4)[0]
 
@@ -93,9 +72,10 @@ def main():
 
     from alac.plan import Plan
     from alac.runtime.planner import hot_segment_for_data
+    from alac.runtime.roofline import barrier_microseconds
     from benchmarks.flow import synthetic_train_valid
 
-    barriers = [{"programs": p, "us_per_barrier": _barrier_cost(p)} for p in (16, 64, 132)]
+    barriers = [{"programs": p, "us_per_barrier": barrier_microseconds(p, "cuda")} for p in (16, 64, 132)]
     print(barriers, flush=True)
     train, valid = synthetic_train_valid(args.rows, 100_000, "cuda")
     configs = []

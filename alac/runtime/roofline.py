@@ -1,11 +1,13 @@
-"""The roofline of an async epoch: the accesses to parameter rows it must make, and their floor.
+"""The roofline of an epoch: the accesses to parameter rows it must make, and their floor.
 
 At every real edge an async epoch reads the edge's row of each per-feature array (params and
 optimizer state) and adds a change to it: atomically into the table at cold edges, into the
 program's own sums at hot ones (re-indexed id < H). Flat Triton kernels that make exactly those
 accesses, each edge once in storage order at full occupancy, without the model's math or any chain
 of dependent loads, time the floor of any kernel that makes them (benchmarks/async_floor.py times
-each kind of access apart). `alac inspect` and `alac bench flow` print the line.
+each kind of access apart). A sync epoch with edge updates makes the same accesses (its hot edges'
+changes into R replica sums) and meets at two grid-wide barriers a batch, timed by a kernel that
+does nothing else. `alac inspect` and `alac bench flow` print the line.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ import dataclasses
 import torch
 import triton
 import triton.language as tl
+
+from alac.codegen.triton_helpers import grid_barrier
 
 # Param values (edges x K) per flat program. Chosen on H100 (4M x 39 set, benchmarks/async_floor.py
 # probes): LR at 512 and 2048 edges within 3 % (gather 0.35 / 0.38 ms, gather + the hot split 4.00 /
@@ -88,6 +92,7 @@ class EpochAccesses:
     hot_edges: int
     arrays: tuple            # ((name, floats per feature row), ...)
     streamed_bytes: int
+    barriers: int = 0        # grid-wide barriers an epoch meets (sync: two a batch)
 
     @property
     def floats_per_edge(self):
@@ -106,9 +111,10 @@ class EpochAccesses:
         text = (f"roofline: {self.edges:,} edges an epoch ({100 * self.hot_edges / max(self.edges, 1):.0f} % hot), "
                 f"each reading and changing {floats} ({arrays}): "
                 f"{self.row_bytes / 1e9:.3f} GB gathered and as many added, {self.streamed_bytes / 1e9:.3f} GB of "
-                "layout streamed")
+                "layout streamed" + (f", {self.barriers:,} grid barriers" if self.barriers else ""))
         if floor_ms is not None:
-            text += f"; floor (flat kernels of these accesses) {floor_ms:.2f} ms"
+            what = "these accesses and barriers" if self.barriers else "these accesses"
+            text += f"; floor (flat kernels of {what}) {floor_ms:.2f} ms"
             if kernel_ms is not None:
                 text += f"; the kernel's {kernel_ms:.2f} ms is {kernel_ms / floor_ms:.2f}x the floor"
         return text
@@ -161,3 +167,55 @@ def epoch_roofline(ir, layout, hot_size, copies):
     if layout.device.type != "cuda":
         return accesses, None
     return accesses, measure_floor(accesses, layout, hot_size, copies)
+
+
+# grid barriers timed per launch of the barrier kernel (8,000: sync_breakdown's count)
+BARRIER_COUNT = 8000
+
+
+@triton.jit
+def only_barriers(arrivals_ptr, n):
+    """The grid's programs meet at n grid-wide barriers and do nothing else."""
+    for i in range(n):
+        grid_barrier(arrivals_ptr, (i + 1) * tl.num_programs(0))
+
+
+def barrier_microseconds(programs, device, barriers=BARRIER_COUNT):
+    """Microseconds per grid-wide barrier of `programs` resident programs (a GPU; under the
+    interpreter, one program: several would wait for each other forever)."""
+    from alac.runtime.timing import gpu_milliseconds
+
+    arrivals = torch.zeros(1, dtype=torch.int32, device=device)
+
+    def run():
+        arrivals.zero_()
+        only_barriers[(programs,)](arrivals, barriers)
+
+    return 1000 * gpu_milliseconds(run, FLOOR_REPEATS)[0] / barriers
+
+
+def sync_epoch_roofline(ir, layout, hot_size, replicas, batches, programs):
+    """(the accesses of a sync epoch with edge updates and grid barriers, their floor in milliseconds;
+    None off a GPU): every edge's rows gathered and changed (hot edges into `replicas` sums), and two
+    barriers of `programs` programs a batch."""
+    accesses = dataclasses.replace(epoch_accesses(ir, layout, hot_size), barriers=2 * batches)
+    if layout.device.type != "cuda":
+        return accesses, None
+    barriers_ms = accesses.barriers * barrier_microseconds(programs, layout.device) / 1000
+    return accesses, measure_floor(accesses, layout, hot_size, max(replicas, 1)) + barriers_ms
+
+
+def plan_roofline(ir, plan, layout):
+    """The roofline of an epoch of `plan` on `layout`: (its accesses, their floor in milliseconds or
+    None off a GPU) for async plans and sync plans with edge updates and grid barriers; (None, None)
+    for other sync plans (their updates visit each touched feature once, a different access pattern)."""
+    from alac.runtime.schedule import async_programs, sync_programs
+
+    if plan.semantics == "async":
+        return epoch_roofline(ir, layout, plan.hot_size, async_programs(plan, layout))
+    variant = plan.variant.for_optimizer(ir.optimizer)
+    if not (variant.edge_updates and variant.grid_barrier):
+        return None, None
+    batches = -(-layout.n_chunks // plan.chunks_per_batch)
+    programs = sync_programs(plan, layout, interpret=layout.device.type != "cuda")
+    return sync_epoch_roofline(ir, layout, plan.hot_size, plan.replicas, batches, programs)

@@ -1,6 +1,6 @@
-"""The roofline of an async epoch: the arrays it reads and changes at every edge against the models'
-declarations, its edge counts against the data set's own feature counts, and each flat traffic
-kernel's accesses against torch's on the same edges."""
+"""The roofline of an epoch: the arrays it reads and changes at every edge against the models'
+declarations, its edge counts against the data set's own feature counts, each flat traffic kernel's
+accesses against torch's on the same edges, and a sync epoch's grid barriers."""
 
 import pytest
 import torch
@@ -8,6 +8,7 @@ import torch
 from alac.data.synthetic import criteo_like
 from alac.ir.pipeline import lower
 from alac.models import zoo_model
+from alac.plan import Plan
 from alac.runtime.layout import LayoutOptions, build_layout
 from alac.runtime.roofline import (
     ATOMIC_ALL,
@@ -18,6 +19,8 @@ from alac.runtime.roofline import (
     EpochAccesses,
     edges_per_program,
     epoch_accesses,
+    only_barriers,
+    plan_roofline,
     row_arrays,
     run_traffic,
 )
@@ -100,3 +103,27 @@ def test_the_flat_kernel_makes_the_accesses_it_names(update, gather, factor):
         torch.testing.assert_close(gathered, torch.stack(expected_gathered), rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(params.view(N_FEATURES, factor), rows, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(hot_sums.view(-1, factor), sums, rtol=1e-5, atol=1e-5)
+
+
+def test_a_sync_epoch_with_edge_updates_meets_two_barriers_a_batch():
+    """Its accesses are the async epoch's, plus two grid barriers per batch; a sync plan that updates
+    each touched feature once (AdaGrad) has no roofline here."""
+    data = criteo_like(3000, n_fields=5, seed=3, device="cpu")
+    layout = build_layout(data, LayoutOptions(chunk_size=16), device=DEVICE)
+    plan = Plan(batch_size=128, chunk_size=16)
+    ir = lower(zoo_model("fm", k=8), "sgd")
+    accesses, floor = plan_roofline(ir, plan, layout)
+    batches = -(-layout.n_chunks // 8)
+    assert accesses == EpochAccesses(**{**epoch_accesses(ir, layout, 0).__dict__, "barriers": 2 * batches})
+    assert f"{2 * batches:,} grid barriers" in accesses.line()
+    assert (floor is not None and floor > 0) == (DEVICE == "cuda")
+    assert plan_roofline(lower(zoo_model("fm", k=8), "adagrad"), plan, layout) == (None, None)
+    assert plan_roofline(ir, Plan(batch_size=128, chunk_size=16, grid_barrier=False), layout) == (None, None)
+
+
+def test_the_barrier_kernel_counts_every_programs_arrival_at_every_barrier():
+    # under the interpreter one program (several would wait for each other forever)
+    programs = 4 if DEVICE == "cuda" else 1
+    arrivals = torch.zeros(1, dtype=torch.int32, device=DEVICE)
+    only_barriers[(programs,)](arrivals, 7)
+    assert int(arrivals) == 7 * programs
