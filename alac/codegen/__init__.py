@@ -10,7 +10,7 @@ from alac.codegen.torch_programs import TorchPrograms
 
 __all__ = ["ALLOCATED_ROLES", "Argument", "GeneratedKernels", "KernelSpec", "ScdVariant", "Sizes", "TorchPrograms",
            "allocated_row_bytes", "generate_bag_kernels", "generate_kernels", "generate_scd_kernels",
-           "generate_scd_split_kernels", "interpreter_active", "load_module", "triton_installed"]
+           "generate_scd_split_kernels", "grid_barrier", "interpreter_active", "load_module", "triton_installed"]
 
 
 def __getattr__(name):
@@ -28,6 +28,11 @@ def __getattr__(name):
         from alac.codegen import scd_kernels
 
         return getattr(scd_kernels, name)
+    if name == "grid_barrier":
+        # the generated modules' grid-wide barrier, for the runtime's barrier-only timing kernel
+        from alac.codegen import triton_helpers
+
+        return triton_helpers.grid_barrier
     if name == "generate_scd_split_kernels":
         from alac.codegen import scd_split_kernels
 

@@ -18,7 +18,7 @@ import torch
 import triton
 import triton.language as tl
 
-from alac.codegen.triton_helpers import grid_barrier
+from alac.codegen import grid_barrier
 
 # Param values (edges x K) per flat program. Chosen on H100 (4M x 39 set, benchmarks/async_floor.py
 # probes): LR at 512 and 2048 edges within 3 % (gather 0.35 / 0.38 ms, gather + the hot split 4.00 /
