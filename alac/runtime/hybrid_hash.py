@@ -307,30 +307,18 @@ class HybridHash:
         """Seconds a segment of these chunks spends marking, finding and re-pointing its rows, timed
         after a run that compiles the kernels; the cache's counts and slots unchanged."""
         out_feature = torch.full_like(layout.edge_feature, -1)
-        # a limit of every edge of the chunks: the rows never overflow it; delta 0 leaves the counts alone
-        edges = int(layout.chunk_width[chunks].sum()) * layout.chunk_size
-        own = slice(self.shape.capacity, self.shape.capacity + edges)
 
         def bookkeeping():
-            segment_rows(layout, chunks, self.slot_of, self.counts, self.shape.capacity, own, self._marks, delta=0)
+            self._rows_uncounted(layout, chunks)
             remap(layout, chunks, self.slot_of, out_feature, self.shape.capacity, self.working.plan.chunks_per_batch)
 
-        if self.working.device.type == "cuda":
-            return gpu_milliseconds(bookkeeping, repeats=3)[0] / 1e3
-        bookkeeping()
-        started = time.perf_counter()
-        bookkeeping()
-        return time.perf_counter() - started
+        return self._seconds(bookkeeping)
 
     def row_move_seconds(self, layout, chunks):
         """Seconds per row a segment of these chunks spends loading its staged rows into a staging
         half and writing them back (the rows' own values: the host table unchanged), timed after a
         run that compiles the moves; None when the chunks stage no row."""
-        edges = int(layout.chunk_width[chunks].sum()) * layout.chunk_size
-        own = slice(self.shape.capacity, self.shape.capacity + edges)
-        rows, _ = segment_rows(layout, chunks, self.slot_of, self.counts, self.shape.capacity, own, self._marks,
-                               delta=0)
-        rows = rows[:self._half]
+        rows = self._rows_uncounted(layout, chunks)[0][:self._half]
         if not rows.numel():
             return None
         span, loaded = slice(self.shape.capacity, self.shape.capacity + rows.numel()), self.statistics.rows_in
@@ -339,14 +327,25 @@ class HybridHash:
             self._load(rows, span)
             self._store(rows, span, traffic=False)
 
-        if self.working.device.type == "cuda":
-            seconds = gpu_milliseconds(moves, repeats=3)[0] / 1e3
-        else:
-            started = time.perf_counter()
-            moves()
-            seconds = time.perf_counter() - started
+        seconds = self._seconds(moves)
         self.statistics.rows_in = loaded
         return seconds / rows.numel()
+
+    def _rows_uncounted(self, layout, chunks):
+        """segment_rows of the chunks with their counts left alone (delta 0) and a limit of every edge
+        of the chunks, which their rows never overflow: (rows the hot store lacks, where each is)."""
+        edges = int(layout.chunk_width[chunks].sum()) * layout.chunk_size
+        own = slice(self.shape.capacity, self.shape.capacity + edges)
+        return segment_rows(layout, chunks, self.slot_of, self.counts, self.shape.capacity, own, self._marks, delta=0)
+
+    def _seconds(self, function):
+        """Seconds of a call of function (on a GPU the median of three) after one that compiles its kernels."""
+        if self.working.device.type == "cuda":
+            return gpu_milliseconds(function, repeats=3)[0] / 1e3
+        function()
+        started = time.perf_counter()
+        function()
+        return time.perf_counter() - started
 
     def _rows_of_segment(self, layout, chunks, half):
         """The rows the chunks touch, counted; of them the rows to stage in staging half `half` (not in
