@@ -7,15 +7,25 @@ import triton.language as tl
 
 
 @triton.jit
+def _chunk_edges(chunks_ptr, chunk_start_ptr, chunk_width_ptr, C: tl.constexpr):
+    """This program's chunk of the segment: its first edge and its edge slots."""
+    chunk = tl.load(chunks_ptr + tl.program_id(0))
+    return tl.load(chunk_start_ptr + chunk), tl.load(chunk_width_ptr + chunk).to(tl.int64) * C
+
+
+@triton.jit
+def _edge_block(edge_feature_ptr, start, offset, size, BLOCK: tl.constexpr):
+    """(inside the chunk, feature id or -1) of the BLOCK edge slots from offset on."""
+    inside = offset + tl.arange(0, BLOCK) < size
+    return inside, tl.load(edge_feature_ptr + start + offset + tl.arange(0, BLOCK), mask=inside, other=-1)
+
+
+@triton.jit
 def mark_touched_kernel(chunks_ptr, chunk_start_ptr, chunk_width_ptr, edge_feature_ptr, seen_ptr,
                         C: tl.constexpr, BLOCK: tl.constexpr):
-    chunk = tl.load(chunks_ptr + tl.program_id(0))
-    start = tl.load(chunk_start_ptr + chunk)
-    size = tl.load(chunk_width_ptr + chunk).to(tl.int64) * C
-    lanes = tl.arange(0, BLOCK)
+    start, size = _chunk_edges(chunks_ptr, chunk_start_ptr, chunk_width_ptr, C)
     for offset in range(0, size, BLOCK):
-        inside = offset + lanes < size
-        feature = tl.load(edge_feature_ptr + start + offset + lanes, mask=inside, other=-1)
+        _, feature = _edge_block(edge_feature_ptr, start, offset, size, BLOCK)
         # every writer stores the same 1 (no atomics), and only where it is not there yet: stores of
         # the hot rows' bytes from every program serialised (3 ms a segment at 512 MB on H100)
         marked = tl.load(seen_ptr + feature, mask=feature >= 0, other=1)
@@ -26,22 +36,17 @@ def mark_touched_kernel(chunks_ptr, chunk_start_ptr, chunk_width_ptr, edge_featu
 @triton.jit(do_not_specialize=["per_batch", "capacity"])
 def remap_kernel(chunks_ptr, chunk_start_ptr, chunk_width_ptr, edge_feature_ptr, slot_of_ptr, out_feature_ptr,
                  hits_ptr, edges_ptr, per_batch, capacity, C: tl.constexpr, BLOCK: tl.constexpr):
-    program = tl.program_id(0)
-    chunk = tl.load(chunks_ptr + program)
-    start = tl.load(chunk_start_ptr + chunk)
-    size = tl.load(chunk_width_ptr + chunk).to(tl.int64) * C
-    lanes = tl.arange(0, BLOCK)
+    start, size = _chunk_edges(chunks_ptr, chunk_start_ptr, chunk_width_ptr, C)
     hits = tl.zeros([BLOCK], tl.int32)
     edges = tl.zeros([BLOCK], tl.int32)
     for offset in range(0, size, BLOCK):
-        inside = offset + lanes < size
-        feature = tl.load(edge_feature_ptr + start + offset + lanes, mask=inside, other=-1)
+        inside, feature = _edge_block(edge_feature_ptr, start, offset, size, BLOCK)
         real = feature >= 0
         slot = tl.load(slot_of_ptr + feature, mask=real, other=-1)
-        tl.store(out_feature_ptr + start + offset + lanes, slot, mask=inside)
+        tl.store(out_feature_ptr + start + offset + tl.arange(0, BLOCK), slot, mask=inside)
         hits += (real & (slot < capacity)).to(tl.int32)
         edges += real.to(tl.int32)
-    batch = program // per_batch
+    batch = tl.program_id(0) // per_batch
     tl.atomic_add(hits_ptr + batch, tl.sum(hits, axis=0))
     tl.atomic_add(edges_ptr + batch, tl.sum(edges, axis=0))
 
@@ -54,13 +59,9 @@ def segment_rows_kernel(chunks_ptr, chunk_start_ptr, chunk_width_ptr, edge_featu
                         C: tl.constexpr, BLOCK: tl.constexpr):
     # one program per chunk: on the bookkeeping stream, whose result the host waits for, one program
     # per multiprocessor looping over chunks ran twice as long (H100, 64 MB, Zipf 1.1: 43 against 22 ms)
-    chunk = tl.load(chunks_ptr + tl.program_id(0))
-    start = tl.load(chunk_start_ptr + chunk)
-    size = tl.load(chunk_width_ptr + chunk).to(tl.int64) * C
-    lanes = tl.arange(0, BLOCK)
+    start, size = _chunk_edges(chunks_ptr, chunk_start_ptr, chunk_width_ptr, C)
     for offset in range(0, size, BLOCK):
-        inside = offset + lanes < size
-        feature = tl.load(edge_feature_ptr + start + offset + lanes, mask=inside, other=-1)
+        _, feature = _edge_block(edge_feature_ptr, start, offset, size, BLOCK)
         real = feature >= 0
         # one bit per row: the edge that sets it is the row's first in the segment (every row once);
         # read before the atomic, so that the hot rows' words are not atomics of every program
