@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from alac.codegen.variants import KernelVariant
 from alac.errors import OptionError
+from alac.runtime.line_spread import SPREAD_LINES
 
 
 def _power_of_two(n):
@@ -58,6 +59,10 @@ class Plan:
     # Edge updates: a chunk's equal features in a slot summed first. Off: it did not pay (H100, LR
     # 47.5 against 48.5 ms, FM 100.6 against 92.5; sync_breakdown).
     sum_equal_edges: bool = False
+    # Trainer: the ids of the 32 x N most frequent features after the hot segment renumbered so that the
+    # N most frequent start N different cache lines (alac.runtime.line_spread); None: SPREAD_LINES for
+    # sync, 0 for async (whose lock-free epochs converged worse with it: BENCHMARKS.md, not kept).
+    spread_lines: int | None = None
     # Sync only: no floating-point atomics, gradients summed per feature in a fixed order, so runs
     # repeat bit for bit (alac.runtime.deterministic).
     deterministic: bool = False
@@ -94,12 +99,21 @@ class Plan:
             raise OptionError(f"num_warps must be a power of two from 1 to 32, got {self.num_warps}")
         if self.flush_every < 1:
             raise OptionError(f"flush_every must be >= 1, got {self.flush_every}")
+        if self.spread_lines is not None and self.spread_lines < 0:
+            raise OptionError(f"spread_lines must be >= 0, got {self.spread_lines}")
         if self.hot_size < 0 or self.replicas < 1:
             raise OptionError(f"hot_size must be >= 0 and replicas >= 1, got {self.hot_size}, {self.replicas}")
 
     @property
     def chunks_per_batch(self):
         return self.batch_size // self.chunk_size
+
+    @property
+    def lines_to_spread(self):
+        """spread_lines, its default resolved."""
+        if self.spread_lines is not None:
+            return self.spread_lines
+        return SPREAD_LINES if self.semantics == "sync" else 0
 
     @classmethod
     def for_variant(cls, variant, hot_size=64, **launch):
@@ -134,7 +148,8 @@ class Plan:
                 f"batch_size={self.batch_size} num_warps={self.num_warps or 'auto'} hot_size={self.hot_size} "
                 f"slots_per_step={self.slots_per_step or 'auto'}")
         if self.semantics == "sync":
-            return (text + f" replicas={self.replicas}" + (" deterministic" if self.deterministic else "")
+            return (text + f" replicas={self.replicas} spread_lines={self.lines_to_spread}"
+                    + (" deterministic" if self.deterministic else "")
                     + self._sync_options())
         return text + (f" programs={self.programs or 'auto'} max_in_flight={self.max_in_flight} "
                        f"flush_every={self.flush_every}" + ("" if self.derive_params else " stored_params")

@@ -23,6 +23,7 @@ from alac.runtime.cached_executor import CachedExecutor
 from alac.runtime.executor import Executor, LabelMap
 from alac.runtime.fae_executor import FaeExecutor
 from alac.runtime.layout import BigraphLayout, LayoutOptions, build_layout
+from alac.runtime.line_spread import spread_layout
 from alac.runtime.memory import available_bytes
 from alac.runtime.param_planner import ParamPlacement, plan_placement, row_bytes_of
 from alac.runtime.planner import streaming_budget
@@ -143,6 +144,7 @@ class Trainer:
         The same data set object again (fit called once more to train on) keeps its layout. A block
         source (alac.runtime.blocks / block_store), or a data set whose layout exceeds the plan's
         memory budget, gives a StreamedLayout and no labels (each block brings its own)."""
+        ordered_here = self.feature_order is None
         if self.train_layout is None or self._train_dataset is not train:
             # the old layout goes first: at 64M x 39 rows on an 80 GB GPU, two layouts and the build's
             # temporaries do not fit together
@@ -161,6 +163,10 @@ class Trainer:
             self.feature_order = self.train_layout.host.new_to_old.cpu() if streamed else \
                 self.train_layout.new_to_old.cpu()
         self._place_params(train, streamed)
+        if ordered_here and not streamed and self.placement is not None and self.placement.mode == "device":
+            # rows in one GPU table whose order this layout chose: its most frequent ids spread over lines
+            spread_layout(self.train_layout, self.plan.hot_size, self.plan.lines_to_spread)
+            self.feature_order = self.train_layout.new_to_old.cpu()
         if streamed:
             return self.train_layout, None
         return self.train_layout, self.labels.model_labels(self.train_layout.labels)

@@ -102,7 +102,8 @@ class BigraphLayout:
     edge_field: torch.Tensor | None  # int32 [edges]
     new_to_old: torch.Tensor       # int32 [n_features], original id of re-indexed id
     old_to_new: torch.Tensor       # int32 [n_features]
-    frequency: torch.Tensor        # int64 [n_features], by re-indexed id (non-increasing)
+    frequency: torch.Tensor        # int64 [n_features], by re-indexed id (non-increasing but in a
+                                   # spread zone: alac.runtime.line_spread)
     hot_edges: torch.Tensor        # int64 [chunks], edges with feature < hot_size
     cold_edges: torch.Tensor       # int64 [chunks]
     stats: LayoutStats
