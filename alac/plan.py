@@ -59,6 +59,10 @@ class Plan:
     # Edge updates: a chunk's equal features in a slot summed first. Off: it did not pay (H100, LR
     # 47.5 against 48.5 ms, FM 100.6 against 92.5; sync_breakdown).
     sum_equal_edges: bool = False
+    # Edge updates in a grid-barrier epoch, one chunk per program and batch, whose rows fit one tile:
+    # the chunk's ids and edge gradients stay in registers from the apply to the update instead of a
+    # round trip through the batch's edge buffer (benchmarks/sync_resident.py).
+    resident_tiles: bool = True
     # Trainer: the ids of the 32 x N most frequent features after the hot segment renumbered so that the
     # N most frequent start N different cache lines (alac.runtime.line_spread); None: SPREAD_LINES for
     # sync, 0 for async (whose lock-free epochs converged worse with it: BENCHMARKS.md, not kept).
@@ -122,6 +126,7 @@ class Plan:
                    deterministic=variant.deterministic, grid_barrier=variant.grid_barrier,
                    edge_updates=variant.edge_updates, sum_equal_edges=variant.sum_equal_edges,
                    derive_params=variant.derive_params, chunk_queue=variant.chunk_queue,
+                   resident_tiles=variant.resident,
                    placement=tuple((name, "host") for name in variant.host_params), **launch)
 
     @property
@@ -129,7 +134,7 @@ class Plan:
         """What of the plan the generated source depends on (alac.codegen.variants)."""
         return KernelVariant.of(self.semantics, self.kernels, self.hot_size > 0, self.deterministic, self.grid_barrier,
                                 self.edge_updates, self.sum_equal_edges, self.derive_params, self.chunk_queue,
-                                self.host_params)
+                                self.resident_tiles, self.host_params)
 
     @property
     def host_params(self):
@@ -141,7 +146,7 @@ class Plan:
         if variant.grid_barrier:
             launches = f" grid_barrier programs={self.programs or 'auto'}"
         return (launches + (" edge_updates" if variant.edge_updates else "")
-                + (" summed" if variant.sum_equal_edges else ""))
+                + (" summed" if variant.sum_equal_edges else "") + (" resident" if variant.resident else ""))
 
     def describe(self):
         text = (f"semantics={self.semantics} kernels={self.kernels} chunk_size={self.chunk_size} "

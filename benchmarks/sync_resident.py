@@ -1,18 +1,16 @@
-"""What a sync epoch could take if a program kept its chunk in registers across a batch's barriers:
-a hand-written Triton kernel of sync LR (SGD, edge updates, no hot segment) beside the generated
-sync epoch, same data, same batches, in one process.
+"""The sync epoch's forms side by side: the ids of the most frequent features in frequency order or
+spread over cache lines (alac.runtime.line_spread), and the epoch kernel's general form or resident
+chunks (alac.codegen.epoch_kernel), for LR and FM k = 16 at batch 1024 and chunk sizes 16 and 8; and
+a hand-written sync LR kernel that also reads the next batch's chunk before the second barrier, the
+measure of what prefetching would add. One process, same data and batches.
 
-    PYTHONPATH=. python benchmarks/sync_resident.py [--rows 4000000] [--batch-size 1024] [--out DIR]
+    PYTHONPATH=. python benchmarks/sync_resident.py [--rows 4000000] [--out DIR]
 
-The generated epoch kernel (alac.codegen.kernels, grid barriers, edge updates) runs each batch as two
-phases between grid-wide barriers; the second re-reads the chunk's order entry, its start, its ids and
-the edge gradients the first stored, three dependent round trips before its atomic additions. Here a
-program holds one chunk of the batch (chunks per batch <= programs, one [S, C] tile a chunk): its ids,
-values and edge gradients stay in registers from the first phase to the second, and the next batch's
-chunk (order entry, start, ids, values, labels) is read before the second barrier, so that after it
-only w is gathered. The kernel is the measure of that design, not a training path: its parameters are
-tested against the reference executor (tests/benchmarks/test_sync_resident.py). Writes
-results/sync_resident.json and .md.
+The hand-written kernel holds one chunk per program (chunks per batch <= programs, one [S, C] tile a
+chunk): its ids, values and edge gradients stay in registers from the first phase to the second,
+and the next batch's chunk (order entry, start, ids, values, labels) is read before the second
+barrier, so that after it only w is gathered. Its parameters are tested against the reference
+executor (tests/benchmarks/test_sync_resident.py). Writes results/sync_resident.json and .md.
 """
 
 from __future__ import annotations
@@ -113,61 +111,79 @@ def resident_epoch(layout, labels, w, b, order, rates, scales, chunks_per_batch,
     return loss_sum
 
 
+# (name, Plan options): the forms, in the order they were built
+FORMS = (("frequency order, general form", dict(spread_lines=0, resident_tiles=False)),
+         ("spread lines, general form", dict(resident_tiles=False)),
+         ("spread lines, resident chunks", dict()))
+
+
+def hand_written_arm(train, valid, epochs, lr, plan):
+    """The hand-written kernel on the Trainer's spread layout: (ms per epoch after the first, val
+    logloss per epoch)."""
+    from alac import metrics
+    from alac.runtime.schedule import batch_scales
+    from alac.runtime.timing import gpu_milliseconds
+    from alac.train import Trainer
+    from benchmarks import flow
+
+    trainer = Trainer(flow._model(0), lr=lr, plan=plan, backend="triton", device=train.device, seed=0,
+                      optimizer="sgd")
+    trainer.initialize_model(train)
+    layout, labels = trainer.prepare(train)
+    valid_layout = trainer.layout_of(valid)
+    executor = trainer.executor
+    w, b = executor.state.params["w"], executor.state.globals["b"]
+    per_batch = plan.chunks_per_batch
+    times, losses = [], []
+    for epoch in range(epochs):
+        order = layout.chunk_order(epoch, 0)
+        scales = batch_scales(layout, order, per_batch).float()
+        rates = torch.full_like(scales, lr)
+        times.append(gpu_milliseconds(lambda: resident_epoch(layout, labels, w, b, order, rates, scales, per_batch,
+                                                             per_batch), repeats=1, warmup=0)[0])
+        losses.append(float(metrics.logloss(executor.predict(valid_layout), valid.labels.to(train.device) > 0.5)))
+    return statistics.median(times[1:]), losses
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rows", type=int, default=4_000_000)
     parser.add_argument("--batch-size", type=int, default=1024)
-    parser.add_argument("--chunk-size", type=int, default=16)
+    parser.add_argument("--chunk-sizes", type=int, nargs="+", default=[16, 8])
     parser.add_argument("--epochs", type=int, default=5)
-    parser.add_argument("--lr", type=float, default=2.0)
     parser.add_argument("--out", default=os.environ.get("OUT"))
     args = parser.parse_args()
 
-    from alac import metrics
-    from alac.models import zoo_model
     from alac.plan import Plan
-    from alac.runtime.executor import Executor, LabelMap
-    from alac.runtime.layout import LayoutOptions, build_layout
-    from alac.runtime.schedule import batch_scales
-    from alac.runtime.timing import gpu_milliseconds
     from benchmarks import flow
 
-    device = "cuda"
-    train, valid = flow.synthetic_train_valid(args.rows, 500_000, device, 0)
-    plan = Plan(batch_size=args.batch_size, kernels="fused", chunk_size=args.chunk_size)
-    generated = flow.alac_arm(train, valid, args.epochs, args.lr, 0, 0, plan)
-    generated_ms = 1000 * statistics.median(s for s, _ in generated[1:])
-    print(f"generated sync: {generated_ms:.2f} ms/epoch, val logloss {generated[-1][1]:.4f}", flush=True)
-
-    # the resident kernel on the same model, initial params and batches
-    executor = Executor(zoo_model("lr"), plan, backend="triton", device=device, seed=0, optimizer="sgd")
-    options = LayoutOptions(chunk_size=args.chunk_size)
-    layout = build_layout(train, options, device)
-    labels = LabelMap.fit("binary", train.labels).model_labels(layout.labels)
-    executor.initialize(layout)
-    valid_layout = build_layout(valid, options, device, feature_order=layout.new_to_old)
-    w, b = executor.state.params["w"], executor.state.globals["b"]
-    per_batch = plan.chunks_per_batch
-    times, losses = [], []
-    for epoch in range(args.epochs):
-        order = layout.chunk_order(epoch, 0)
-        scales = batch_scales(layout, order, per_batch).float()
-        rates = torch.full_like(scales, args.lr)
-        times.append(gpu_milliseconds(lambda: resident_epoch(layout, labels, w, b, order, rates, scales, per_batch,
-                                                             per_batch), repeats=1, warmup=0)[0])
-        losses.append(float(metrics.logloss(executor.predict(valid_layout), valid.labels.to(device) > 0.5)))
-        print(f"resident epoch {epoch}: {times[-1]:.2f} ms, val logloss {losses[-1]:.4f}", flush=True)
-    resident_ms = statistics.median(times[1:])
+    train, valid = flow.synthetic_train_valid(args.rows, 500_000, "cuda", 0)
+    arms = []
+    for model, k, lr in (("LR", 0, 2.0), ("FM k=16", 16, 0.5)):
+        for chunk in args.chunk_sizes:
+            for form, options in FORMS:
+                plan = Plan(batch_size=args.batch_size, chunk_size=chunk, **options)
+                history = flow.alac_arm(train, valid, args.epochs, lr, k, 0, plan)
+                arms.append({"model": model, "chunk_size": chunk, "form": form,
+                             "ms_per_epoch": 1000 * statistics.median(s for s, _ in history[1:]),
+                             "val_logloss": [v for _, v in history]})
+                print(arms[-1]["model"], chunk, form, f"{arms[-1]['ms_per_epoch']:.2f} ms",
+                      f"{arms[-1]['val_logloss'][-1]:.4f}", flush=True)
+        if not k:
+            for chunk in args.chunk_sizes:
+                ms, losses = hand_written_arm(train, valid, args.epochs, lr,
+                                              Plan(batch_size=args.batch_size, chunk_size=chunk))
+                arms.append({"model": model, "chunk_size": chunk, "ms_per_epoch": ms, "val_logloss": losses,
+                             "form": "spread lines, resident chunks, next chunk prefetched (hand-written)"})
+                print(model, chunk, arms[-1]["form"], f"{ms:.2f} ms", f"{losses[-1]:.4f}", flush=True)
     env = environment()
-    result = {"device": env["device"], "environment": env, "arguments": vars(args),
-              "generated": {"ms_per_epoch": generated_ms, "val_logloss": [v for _, v in generated]},
-              "resident": {"ms_per_epoch": resident_ms, "ms_per_epoch_all": times, "val_logloss": losses}}
-    markdown = (f"Sync LR at batch {args.batch_size} (C = {args.chunk_size}), {args.rows:,} × 39 synthetic rows, "
-                f"{env['device']}, {env['date']}: median ms per epoch after the first.\n\n"
-                + table(["kernel", "ms / epoch", "val logloss (last epoch)"],
-                        [["generated sync epoch (grid barriers, edge updates)", f"{generated_ms:.2f}",
-                          f"{generated[-1][1]:.4f}"],
-                         ["resident chunk tile (hand-written)", f"{resident_ms:.2f}", f"{losses[-1]:.4f}"]]))
+    result = {"device": env["device"], "environment": env, "arguments": vars(args), "arms": arms}
+    markdown = (f"Sync epochs at batch {args.batch_size}, {args.rows:,} × 39 synthetic rows, {env['device']}, "
+                f"{env['date']}: median ms per epoch after the first, validation logloss after {args.epochs} "
+                "epochs.\n\n"
+                + table(["model", "C", "form", "ms / epoch", "val logloss"],
+                        [[a["model"], str(a["chunk_size"]), a["form"], f"{a['ms_per_epoch']:.2f}",
+                          f"{a['val_logloss'][-1]:.4f}"] for a in arms]))
     write("sync_resident", result, markdown, args.out)
     print(markdown)
 

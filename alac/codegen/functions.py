@@ -22,6 +22,9 @@ from alac.codegen.triton_helpers import HELPERS
 # an [S, C] tile of offsets takes (Triton 3.6 spilled at C = 32 with 64-bit ones: 248 registers
 # against 198, compiled for sm_90a).
 CONSTEXPRS = ("HAS_VALUES", "C", "S", "ONE_TILE", "WIDE_IDS")
+# The flow kernels' (alac.codegen.kernels), which the runtime passes as one set: also RESIDENT, whether
+# every program of a sync epoch holds at most one chunk of a batch in one tile (alac.codegen.epoch_kernel).
+FLOW_CONSTEXPRS = (*CONSTEXPRS, "RESIDENT")
 # Values any program computes in one line: a function that reads one defines it (the compiler folds
 # the repeats); in dependency order.
 PROGRAM_CONSTANTS = {

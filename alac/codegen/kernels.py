@@ -43,7 +43,8 @@ import textwrap
 
 from alac.codegen import manifest as m
 from alac.codegen import triton_helpers
-from alac.codegen.functions import device_function, kernel_source
+from alac.codegen.epoch_kernel import EpochKernel
+from alac.codegen.functions import FLOW_CONSTEXPRS, device_function, kernel_source
 from alac.codegen.manifest import GeneratedKernels, KernelSpec
 from alac.codegen.param_access import ParamAccess
 from alac.codegen.printer import TRITON, TRITON_FULL_LANES, ExpressionPrinter
@@ -52,10 +53,6 @@ from alac.codegen.writer import Writer
 from alac.ir.ranks import binder_ranks
 from alac.ir.stage_graph import build_stage_graph, kernel_groups
 from alac.plan import next_power_of_two
-
-# Arguments every chunk kernel takes: the layout and which chunks this launch covers.
-_LAYOUT_ARGS = (*m.LAYOUT, m.LABELS, m.CHUNK_ORDER, m.CHUNK_OFFSET)
-
 
 # Hot features per step of the dense passes over the hot segment (the update kernel's, the async
 # flush): a block of 256 float32 keeps the pass coalesced and small enough for every program count;
@@ -76,7 +73,7 @@ def _manifest(specs):
     return tuple(dict.fromkeys(a for spec in specs for a in spec.args))
 
 
-class KernelGenerator(StageEmitter, ParamAccess):
+class KernelGenerator(StageEmitter, ParamAccess, EpochKernel):
     def __init__(self, ir, plan):
         self.ir = ir
         self.optimizer = ir.optimizer
@@ -181,7 +178,7 @@ class KernelGenerator(StageEmitter, ParamAccess):
 
     def _chunk_kernel(self, role, stages, local_inputs, local_outputs):
         w = Writer()
-        for name in _LAYOUT_ARGS:
+        for name in m.CHUNK_ARGS:
             w.arg(name)
         if self.asynchronous and role == "train":
             w.derived = frozenset(self.derived)
@@ -199,7 +196,7 @@ class KernelGenerator(StageEmitter, ParamAccess):
             w.line("chunk = tl.load(chunk_order_ptr + chunk_offset + tl.program_id(0)).to(tl.int64)")
             self._chunk_body(w, stages, local_inputs, local_outputs)
         name = f"{self.prefix}_{'_'.join(stages) if role == 'train' else role}"
-        return kernel_source(name, w), KernelSpec(name, role, tuple(stages), tuple(w.args))
+        return kernel_source(name, w, FLOW_CONSTEXPRS), KernelSpec(name, role, tuple(stages), tuple(w.args))
 
     def _persistent_loop(self, w, stages, local_inputs, local_outputs):
         """Async: programs take the epoch's chunk-order positions from a shared queue until it runs
@@ -318,7 +315,7 @@ class KernelGenerator(StageEmitter, ParamAccess):
         w.line("chunk = tl.load(chunk_order_ptr + chunk_offset + tl.program_id(0)).to(tl.int64)")
         w.call(chunk)
         name = f"{self.prefix}_update"
-        return kernel_source(name, w), KernelSpec(name, "update", ("update",), tuple(w.args))
+        return kernel_source(name, w, FLOW_CONSTEXPRS), KernelSpec(name, "update", ("update",), tuple(w.args))
 
     def _update_start(self, w):
         w.line(f"lr = tl.load({w.arg(m.LR)} + batch)")
@@ -394,47 +391,6 @@ class KernelGenerator(StageEmitter, ParamAccess):
                     self._optimizer_step(w, p, "feature", "present", True, "edge_gradient * scale", "delta")
             return
         self._update_touched(w)
-
-    def _epoch_kernel(self, groups, local_inputs, local_outputs):
-        """Sync with grid barriers: P resident programs run the batches of chunk-order positions
-        chunk_offset .. chunk_end (an epoch, or one batch) in order, every kernel group of a batch on
-        chunks pid, pid + P, ... of it, and meet at a grid-wide barrier after each group, where
-        per-batch launches have a kernel boundary."""
-        w = Writer()
-        for name in (*_LAYOUT_ARGS, m.CHUNK_END, m.FIRST_BATCH, m.size("chunks_per_batch")):
-            w.arg(name)
-        arrivals = w.arg(m.ARRIVALS)
-        w.comment("the loss, summed per row; added to the total once, at the end")
-        w.line("loss_rows = tl.zeros([C], tl.float32)")
-        w.comment("barriers passed so far: the arrival count grows by P at each")
-        w.line("barriers = 0")
-        w.line("for step in range(0, tl.cdiv(chunk_end - chunk_offset, chunks_per_batch)):")
-        w.depth += 1
-        w.line("batch = first_batch + step")
-        w.line("batch_start = chunk_offset + step * chunks_per_batch")
-        w.line("batch_end = tl.minimum(batch_start + chunks_per_batch, chunk_end)")
-        for group in groups:
-            if group == ["update"]:
-                start, function = self._update_functions()
-                w.call(start)
-            else:
-                function = self._chunk_function(group, local_inputs, local_outputs)
-            w.line("for position in range(batch_start + tl.program_id(0), batch_end, tl.num_programs(0)):")
-            w.depth += 1
-            if self.edge_updates:
-                w.line("batch_chunk = position - batch_start")
-            w.line("chunk = tl.load(chunk_order_ptr + position).to(tl.int64)")
-            w.call(function)
-            if function.returns:
-                w.line("loss_rows += loss")
-            w.depth -= 1
-            w.comment(f"every program's {' + '.join(group)} of this batch has landed before any program goes on")
-            w.line("barriers += 1")
-            w.line(f"grid_barrier({arrivals}, barriers * tl.num_programs(0))")
-        w.depth -= 1
-        w.line(f"tl.atomic_add({w.arg(m.LOSS_SUM)}, tl.sum(loss_rows, axis=0), sem=\"relaxed\")")
-        name = f"{self.prefix}_epoch"
-        return kernel_source(name, w), KernelSpec(name, "epoch", tuple(s for g in groups for s in g), tuple(w.args))
 
     def generate(self):
         plan_text = (self.variant.describe() +

@@ -94,6 +94,8 @@ CHUNK_ORDER = Argument("chunk_order_ptr", "schedule", "chunk_order", "int64", ("
 LR = Argument("lr_ptr", "schedule", "lr", "float32", ("n_batches",), True, "epoch")
 SCALE = Argument("scale_ptr", "schedule", "scale", "float32", ("n_batches",), True, "epoch")
 CHUNK_OFFSET = Argument("chunk_offset", "launch", "chunk_offset", "int", lifetime="launch")
+# a chunk kernel's layout, labels and place in the epoch's chunk order
+CHUNK_ARGS = (*LAYOUT, LABELS, CHUNK_ORDER, CHUNK_OFFSET)
 BATCH = Argument("batch", "launch", "batch", "int", lifetime="launch")
 # the epoch and async kernels: the chunk-order positions one launch runs (a whole epoch, one batch or
 # a segment of batches); the epoch kernel's first batch

@@ -182,6 +182,10 @@ PLAN_VARIANTS = {
     "edge updates, equal features summed": dict(sum_equal_edges=True),
     "edge updates, equal features summed, per-batch launches, hot": dict(sum_equal_edges=True, grid_barrier=False,
                                                                           hot_size=6, replicas=2),
+    # resident chunks (a program's one chunk a batch held in registers): one chunk a batch, so that the
+    # interpreter's one program runs them too; on a GPU every one-tile plan above with edge updates does
+    "resident chunks": dict(batch_size=8, slots_per_step=64),
+    "resident chunks off": dict(batch_size=8, slots_per_step=64, resident_tiles=False),
 }
 
 
@@ -192,8 +196,12 @@ def test_sync_plan_variants_equal_the_reference(model_name, variant):
     model = ZOO[model_name]()
     dataset = awkward_dataset(5, labels=model.labels)
     device, layout, labels = laid_out(dataset, model.labels)
-    plan = Plan(chunk_size=8, batch_size=16, **PLAN_VARIANTS[variant])
+    plan = Plan(**{"chunk_size": 8, "batch_size": 16, **PLAN_VARIANTS[variant]})
     executors = _executors(model_name, plan, layout)
+    backend = executors[KERNEL_BACKEND].backend
+    resident = backend._constants(layout)["RESIDENT"] and "_resident_" in backend.generated.train[0].name
+    if variant.startswith("resident chunks"):
+        assert resident == (variant == "resident chunks")
     for executor in executors.values():
         executor.train_epoch(layout, labels, epoch=0, lr=0.2)
         executor.train_epoch(layout, labels, epoch=1, lr=0.2)
@@ -423,13 +431,15 @@ def test_hot_replicas_on_criteo_shaped_rows_equal_the_reference(launches):
 
 
 @pytest.mark.parametrize("model_name", ["lr", "fm"])
-def test_grid_barrier_epoch_with_a_partial_last_batch(model_name):
+@pytest.mark.parametrize("launch", [dict(hot_size=4), dict(slots_per_step=64)])
+def test_grid_barrier_epoch_with_a_partial_last_batch(model_name, launch):
     """Batches of 5 chunks over 8 chunks: the epoch kernel's last batch has 3 (and on a GPU 5
-    programs, two of them idle in it), and its loss is summed per row across batches."""
+    programs, two of them idle in it: with whole rows in one tile, resident ones without a chunk), and
+    its loss is summed per row across batches."""
     model = ZOO[model_name]()
     dataset = awkward_dataset(23, n_rows=60, labels=model.labels)
     device, layout, labels = laid_out(dataset, model.labels)
-    plan = Plan(chunk_size=8, batch_size=40, hot_size=4)
+    plan = Plan(chunk_size=8, batch_size=40, **launch)
     executors = _executors(model_name, plan, layout)
     for executor in executors.values():
         executor.train_epoch(layout, labels, epoch=0, lr=0.2)

@@ -105,7 +105,7 @@ def alac_fm_2eb1d6eb_async_hot_async(edge_feature_ptr: "*i32", edge_value_ptr: "
         l2_w: "fp32", l2_v: "fp32", hot_size, h_eps: "fp32", h_initial_accumulator: "fp32",
         state_w_accumulator_ptr: "*fp32", hot_grad_w_ptr: "*fp32", state_v_accumulator_ptr: "*fp32",
         hot_grad_v_ptr: "*fp32", flush_every, loss_sum_ptr: "*fp32", HAS_VALUES: tl.constexpr, C: tl.constexpr,
-        S: tl.constexpr, ONE_TILE: tl.constexpr, WIDE_IDS: tl.constexpr):
+        S: tl.constexpr, ONE_TILE: tl.constexpr, WIDE_IDS: tl.constexpr, RESIDENT: tl.constexpr):
     rows = tl.arange(0, C)
     lanes = tl.arange(0, BLOCK_K)
     # the epoch's learning rate, and 1 / B: a sample's gradient counts as in a batch of B
@@ -208,7 +208,7 @@ def alac_fm_2eb1d6eb_async_hot_async(edge_feature_ptr: "*i32", edge_value_ptr: "
 def alac_fm_2eb1d6eb_async_hot_predict(edge_feature_ptr: "*i32", edge_value_ptr: "*fp32", chunk_start_ptr: "*i64",
         chunk_width_ptr: "*i32", row_of_slot_ptr: "*i64", label_ptr: "*fp32", chunk_order_ptr: "*i64", chunk_offset,
         w_ptr: "*fp32", v_ptr: "*fp32", b_ptr: "*fp32", prediction_ptr: "*fp32", HAS_VALUES: tl.constexpr,
-        C: tl.constexpr, S: tl.constexpr, ONE_TILE: tl.constexpr, WIDE_IDS: tl.constexpr):
+        C: tl.constexpr, S: tl.constexpr, ONE_TILE: tl.constexpr, WIDE_IDS: tl.constexpr, RESIDENT: tl.constexpr):
     rows = tl.arange(0, C)
     chunk = tl.load(chunk_order_ptr + chunk_offset + tl.program_id(0)).to(tl.int64)
     slots = chunk * C + rows

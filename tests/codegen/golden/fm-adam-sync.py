@@ -227,7 +227,8 @@ def alac_fm_281c07d8_sync_grid_epoch(edge_feature_ptr: "*i32", edge_value_ptr: "
         h_one_minus_beta2: "fp32", state_w_m_ptr: "*fp32", state_w_v_ptr: "*fp32", state_w_correction1_ptr: "*fp32",
         state_w_correction2_ptr: "*fp32", state_v_m_ptr: "*fp32", state_v_v_ptr: "*fp32",
         state_v_correction1_ptr: "*fp32", state_v_correction2_ptr: "*fp32", loss_sum_ptr: "*fp32",
-        HAS_VALUES: tl.constexpr, C: tl.constexpr, S: tl.constexpr, ONE_TILE: tl.constexpr, WIDE_IDS: tl.constexpr):
+        HAS_VALUES: tl.constexpr, C: tl.constexpr, S: tl.constexpr, ONE_TILE: tl.constexpr, WIDE_IDS: tl.constexpr,
+        RESIDENT: tl.constexpr):
     # the loss, summed per row; added to the total once, at the end
     loss_rows = tl.zeros([C], tl.float32)
     # barriers passed so far: the arrival count grows by P at each
@@ -262,7 +263,7 @@ def alac_fm_281c07d8_sync_grid_epoch(edge_feature_ptr: "*i32", edge_value_ptr: "
 def alac_fm_281c07d8_sync_grid_predict(edge_feature_ptr: "*i32", edge_value_ptr: "*fp32", chunk_start_ptr: "*i64",
         chunk_width_ptr: "*i32", row_of_slot_ptr: "*i64", label_ptr: "*fp32", chunk_order_ptr: "*i64", chunk_offset,
         w_ptr: "*fp32", v_ptr: "*fp32", b_ptr: "*fp32", prediction_ptr: "*fp32", HAS_VALUES: tl.constexpr,
-        C: tl.constexpr, S: tl.constexpr, ONE_TILE: tl.constexpr, WIDE_IDS: tl.constexpr):
+        C: tl.constexpr, S: tl.constexpr, ONE_TILE: tl.constexpr, WIDE_IDS: tl.constexpr, RESIDENT: tl.constexpr):
     rows = tl.arange(0, C)
     chunk = tl.load(chunk_order_ptr + chunk_offset + tl.program_id(0)).to(tl.int64)
     slots = chunk * C + rows

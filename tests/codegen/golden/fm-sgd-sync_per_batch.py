@@ -175,7 +175,7 @@ def alac_fm_bbe43039_sync_edges_aggregate_loss_apply(edge_feature_ptr: "*i32", e
         chunk_order_ptr: "*i64", chunk_offset, w_ptr: "*fp32", v_ptr: "*fp32", b_ptr: "*fp32", grad_b_ptr: "*fp32",
         l2_w: "fp32", l2_v: "fp32", chunk_edges, batch_edge_grad_w_ptr: "*fp32", batch_edge_grad_v_ptr: "*fp32",
         loss_sum_ptr: "*fp32", HAS_VALUES: tl.constexpr, C: tl.constexpr, S: tl.constexpr, ONE_TILE: tl.constexpr,
-        WIDE_IDS: tl.constexpr):
+        WIDE_IDS: tl.constexpr, RESIDENT: tl.constexpr):
     batch_chunk = tl.program_id(0)
     chunk = tl.load(chunk_order_ptr + chunk_offset + tl.program_id(0)).to(tl.int64)
     loss = aggregate_loss_apply_chunk(chunk, batch_chunk, row_of_slot_ptr, chunk_start_ptr, chunk_width_ptr,
@@ -189,7 +189,7 @@ def alac_fm_bbe43039_sync_edges_update(edge_feature_ptr: "*i32", chunk_start_ptr
         chunk_order_ptr: "*i64", chunk_offset, batch, lr_ptr: "*fp32", scale_ptr: "*fp32", grad_b_ptr: "*fp32",
         b_ptr: "*fp32", chunk_edges, batch_edge_grad_w_ptr: "*fp32", w_ptr: "*fp32", batch_edge_grad_v_ptr: "*fp32",
         v_ptr: "*fp32", HAS_VALUES: tl.constexpr, C: tl.constexpr, S: tl.constexpr, ONE_TILE: tl.constexpr,
-        WIDE_IDS: tl.constexpr):
+        WIDE_IDS: tl.constexpr, RESIDENT: tl.constexpr):
     lr, scale = update_start(batch, lr_ptr, scale_ptr, grad_b_ptr, b_ptr)
     batch_chunk = tl.program_id(0)
     chunk = tl.load(chunk_order_ptr + chunk_offset + tl.program_id(0)).to(tl.int64)
@@ -201,7 +201,7 @@ def alac_fm_bbe43039_sync_edges_update(edge_feature_ptr: "*i32", chunk_start_ptr
 def alac_fm_bbe43039_sync_edges_predict(edge_feature_ptr: "*i32", edge_value_ptr: "*fp32", chunk_start_ptr: "*i64",
         chunk_width_ptr: "*i32", row_of_slot_ptr: "*i64", label_ptr: "*fp32", chunk_order_ptr: "*i64", chunk_offset,
         w_ptr: "*fp32", v_ptr: "*fp32", b_ptr: "*fp32", prediction_ptr: "*fp32", HAS_VALUES: tl.constexpr,
-        C: tl.constexpr, S: tl.constexpr, ONE_TILE: tl.constexpr, WIDE_IDS: tl.constexpr):
+        C: tl.constexpr, S: tl.constexpr, ONE_TILE: tl.constexpr, WIDE_IDS: tl.constexpr, RESIDENT: tl.constexpr):
     rows = tl.arange(0, C)
     chunk = tl.load(chunk_order_ptr + chunk_offset + tl.program_id(0)).to(tl.int64)
     slots = chunk * C + rows

@@ -73,7 +73,7 @@ def alac_fm_squared_faee518c_async_async(edge_feature_ptr: "*i32", edge_value_pt
         chunk_width_ptr: "*i32", row_of_slot_ptr: "*i64", label_ptr: "*fp32", chunk_order_ptr: "*i64", chunk_offset,
         chunk_end, lr_ptr: "*fp32", scale_ptr: "*fp32", w_ptr: "*fp32", v_ptr: "*fp32", b_ptr: "*fp32", l2_w: "fp32",
         l2_v: "fp32", loss_sum_ptr: "*fp32", HAS_VALUES: tl.constexpr, C: tl.constexpr, S: tl.constexpr,
-        ONE_TILE: tl.constexpr, WIDE_IDS: tl.constexpr):
+        ONE_TILE: tl.constexpr, WIDE_IDS: tl.constexpr, RESIDENT: tl.constexpr):
     rows = tl.arange(0, C)
     lanes = tl.arange(0, BLOCK_K)
     lane_valid = lanes < K
@@ -134,7 +134,7 @@ def alac_fm_squared_faee518c_async_async(edge_feature_ptr: "*i32", edge_value_pt
 def alac_fm_squared_faee518c_async_predict(edge_feature_ptr: "*i32", edge_value_ptr: "*fp32", chunk_start_ptr: "*i64",
         chunk_width_ptr: "*i32", row_of_slot_ptr: "*i64", label_ptr: "*fp32", chunk_order_ptr: "*i64", chunk_offset,
         w_ptr: "*fp32", v_ptr: "*fp32", b_ptr: "*fp32", prediction_ptr: "*fp32", HAS_VALUES: tl.constexpr,
-        C: tl.constexpr, S: tl.constexpr, ONE_TILE: tl.constexpr, WIDE_IDS: tl.constexpr):
+        C: tl.constexpr, S: tl.constexpr, ONE_TILE: tl.constexpr, WIDE_IDS: tl.constexpr, RESIDENT: tl.constexpr):
     rows = tl.arange(0, C)
     lanes = tl.arange(0, BLOCK_K)
     lane_valid = lanes < K

@@ -167,7 +167,8 @@ def alac_lr_f2a59599_sync_det_aggregate_loss_apply(edge_feature_ptr: "*i32", edg
         chunk_start_ptr: "*i64", chunk_width_ptr: "*i32", row_of_slot_ptr: "*i64", label_ptr: "*fp32",
         chunk_order_ptr: "*i64", chunk_offset, w_ptr: "*fp32", b_ptr: "*fp32", chunk_loss_ptr: "*fp32",
         chunk_grad_b_ptr: "*fp32", l2_w: "fp32", touched_ptr: "*i32", edge_grad_w_ptr: "*fp32",
-        HAS_VALUES: tl.constexpr, C: tl.constexpr, S: tl.constexpr, ONE_TILE: tl.constexpr, WIDE_IDS: tl.constexpr):
+        HAS_VALUES: tl.constexpr, C: tl.constexpr, S: tl.constexpr, ONE_TILE: tl.constexpr, WIDE_IDS: tl.constexpr,
+        RESIDENT: tl.constexpr):
     chunk = tl.load(chunk_order_ptr + chunk_offset + tl.program_id(0)).to(tl.int64)
     aggregate_loss_apply_chunk(chunk, row_of_slot_ptr, chunk_start_ptr, chunk_width_ptr, edge_feature_ptr,
             edge_value_ptr, w_ptr, label_ptr, b_ptr, chunk_loss_ptr, chunk_grad_b_ptr, l2_w, touched_ptr,
@@ -180,7 +181,8 @@ def alac_lr_f2a59599_sync_det_update(edge_feature_ptr: "*i32", chunk_start_ptr: 
         b_ptr: "*fp32", touched_ptr: "*i32", grad_w_ptr: "*fp32", h_beta1: "fp32", h_beta2: "fp32", h_eps: "fp32",
         h_one_minus_beta1: "fp32", h_one_minus_beta2: "fp32", w_ptr: "*fp32", state_w_m_ptr: "*fp32",
         state_w_v_ptr: "*fp32", state_w_correction1_ptr: "*fp32", state_w_correction2_ptr: "*fp32",
-        HAS_VALUES: tl.constexpr, C: tl.constexpr, S: tl.constexpr, ONE_TILE: tl.constexpr, WIDE_IDS: tl.constexpr):
+        HAS_VALUES: tl.constexpr, C: tl.constexpr, S: tl.constexpr, ONE_TILE: tl.constexpr, WIDE_IDS: tl.constexpr,
+        RESIDENT: tl.constexpr):
     lr, scale = update_start(batch, lr_ptr, scale_ptr, grad_b_ptr, b_ptr)
     chunk = tl.load(chunk_order_ptr + chunk_offset + tl.program_id(0)).to(tl.int64)
     update_chunk(chunk, scale, lr, chunk_start_ptr, chunk_width_ptr, edge_feature_ptr, touched_ptr, grad_w_ptr, w_ptr,
@@ -192,7 +194,7 @@ def alac_lr_f2a59599_sync_det_update(edge_feature_ptr: "*i32", chunk_start_ptr: 
 def alac_lr_f2a59599_sync_det_predict(edge_feature_ptr: "*i32", edge_value_ptr: "*fp32", chunk_start_ptr: "*i64",
         chunk_width_ptr: "*i32", row_of_slot_ptr: "*i64", label_ptr: "*fp32", chunk_order_ptr: "*i64", chunk_offset,
         w_ptr: "*fp32", b_ptr: "*fp32", prediction_ptr: "*fp32", HAS_VALUES: tl.constexpr, C: tl.constexpr,
-        S: tl.constexpr, ONE_TILE: tl.constexpr, WIDE_IDS: tl.constexpr):
+        S: tl.constexpr, ONE_TILE: tl.constexpr, WIDE_IDS: tl.constexpr, RESIDENT: tl.constexpr):
     rows = tl.arange(0, C)
     chunk = tl.load(chunk_order_ptr + chunk_offset + tl.program_id(0)).to(tl.int64)
     slots = chunk * C + rows

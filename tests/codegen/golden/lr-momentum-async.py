@@ -71,7 +71,7 @@ def alac_lr_733ea229_async_async(edge_feature_ptr: "*i32", edge_value_ptr: "*fp3
         chunk_width_ptr: "*i32", row_of_slot_ptr: "*i64", label_ptr: "*fp32", chunk_order_ptr: "*i64", chunk_offset,
         chunk_end, lr_ptr: "*fp32", scale_ptr: "*fp32", w_ptr: "*fp32", b_ptr: "*fp32", l2_w: "fp32",
         h_momentum: "fp32", state_w_velocity_ptr: "*fp32", loss_sum_ptr: "*fp32", HAS_VALUES: tl.constexpr,
-        C: tl.constexpr, S: tl.constexpr, ONE_TILE: tl.constexpr, WIDE_IDS: tl.constexpr):
+        C: tl.constexpr, S: tl.constexpr, ONE_TILE: tl.constexpr, WIDE_IDS: tl.constexpr, RESIDENT: tl.constexpr):
     rows = tl.arange(0, C)
     # the epoch's learning rate, and 1 / B: a sample's gradient counts as in a batch of B
     lr = tl.load(lr_ptr)
@@ -125,7 +125,7 @@ def alac_lr_733ea229_async_async(edge_feature_ptr: "*i32", edge_value_ptr: "*fp3
 def alac_lr_733ea229_async_predict(edge_feature_ptr: "*i32", edge_value_ptr: "*fp32", chunk_start_ptr: "*i64",
         chunk_width_ptr: "*i32", row_of_slot_ptr: "*i64", label_ptr: "*fp32", chunk_order_ptr: "*i64", chunk_offset,
         w_ptr: "*fp32", b_ptr: "*fp32", prediction_ptr: "*fp32", HAS_VALUES: tl.constexpr, C: tl.constexpr,
-        S: tl.constexpr, ONE_TILE: tl.constexpr, WIDE_IDS: tl.constexpr):
+        S: tl.constexpr, ONE_TILE: tl.constexpr, WIDE_IDS: tl.constexpr, RESIDENT: tl.constexpr):
     rows = tl.arange(0, C)
     chunk = tl.load(chunk_order_ptr + chunk_offset + tl.program_id(0)).to(tl.int64)
     slots = chunk * C + rows

@@ -202,7 +202,7 @@ def alac_lr_a263a83e_sync_hot_grid_edges_epoch(edge_feature_ptr: "*i32", edge_va
         w_ptr: "*fp32", b_ptr: "*fp32", grad_b_ptr: "*fp32", l2_w: "fp32", hot_size, chunk_edges,
         batch_edge_grad_w_ptr: "*fp32", replicas, hot_stride, hot_grad_w_ptr: "*fp32", lr_ptr: "*fp32",
         scale_ptr: "*fp32", loss_sum_ptr: "*fp32", HAS_VALUES: tl.constexpr, C: tl.constexpr, S: tl.constexpr,
-        ONE_TILE: tl.constexpr, WIDE_IDS: tl.constexpr):
+        ONE_TILE: tl.constexpr, WIDE_IDS: tl.constexpr, RESIDENT: tl.constexpr):
     # the loss, summed per row; added to the total once, at the end
     loss_rows = tl.zeros([C], tl.float32)
     # barriers passed so far: the arrival count grows by P at each
@@ -239,7 +239,8 @@ def alac_lr_a263a83e_sync_hot_grid_edges_epoch(edge_feature_ptr: "*i32", edge_va
 def alac_lr_a263a83e_sync_hot_grid_edges_predict(edge_feature_ptr: "*i32", edge_value_ptr: "*fp32",
         chunk_start_ptr: "*i64", chunk_width_ptr: "*i32", row_of_slot_ptr: "*i64", label_ptr: "*fp32",
         chunk_order_ptr: "*i64", chunk_offset, w_ptr: "*fp32", b_ptr: "*fp32", prediction_ptr: "*fp32",
-        HAS_VALUES: tl.constexpr, C: tl.constexpr, S: tl.constexpr, ONE_TILE: tl.constexpr, WIDE_IDS: tl.constexpr):
+        HAS_VALUES: tl.constexpr, C: tl.constexpr, S: tl.constexpr, ONE_TILE: tl.constexpr, WIDE_IDS: tl.constexpr,
+        RESIDENT: tl.constexpr):
     rows = tl.arange(0, C)
     chunk = tl.load(chunk_order_ptr + chunk_offset + tl.program_id(0)).to(tl.int64)
     slots = chunk * C + rows

@@ -172,7 +172,7 @@ def alac_lsvm_234f4fb2_sync_stage_grid_edges_epoch(edge_feature_ptr: "*i32", edg
         w_ptr: "*fp32", wx_buffer_ptr: "*fp32", b_ptr: "*fp32", grad_b_ptr: "*fp32", d_wx_buffer_ptr: "*fp32",
         l2_w: "fp32", chunk_edges, batch_edge_grad_w_ptr: "*fp32", lr_ptr: "*fp32", scale_ptr: "*fp32",
         loss_sum_ptr: "*fp32", HAS_VALUES: tl.constexpr, C: tl.constexpr, S: tl.constexpr, ONE_TILE: tl.constexpr,
-        WIDE_IDS: tl.constexpr):
+        WIDE_IDS: tl.constexpr, RESIDENT: tl.constexpr):
     # the loss, summed per row; added to the total once, at the end
     loss_rows = tl.zeros([C], tl.float32)
     # barriers passed so far: the arrival count grows by P at each
@@ -222,7 +222,8 @@ def alac_lsvm_234f4fb2_sync_stage_grid_edges_epoch(edge_feature_ptr: "*i32", edg
 def alac_lsvm_234f4fb2_sync_stage_grid_edges_predict(edge_feature_ptr: "*i32", edge_value_ptr: "*fp32",
         chunk_start_ptr: "*i64", chunk_width_ptr: "*i32", row_of_slot_ptr: "*i64", label_ptr: "*fp32",
         chunk_order_ptr: "*i64", chunk_offset, w_ptr: "*fp32", b_ptr: "*fp32", prediction_ptr: "*fp32",
-        HAS_VALUES: tl.constexpr, C: tl.constexpr, S: tl.constexpr, ONE_TILE: tl.constexpr, WIDE_IDS: tl.constexpr):
+        HAS_VALUES: tl.constexpr, C: tl.constexpr, S: tl.constexpr, ONE_TILE: tl.constexpr, WIDE_IDS: tl.constexpr,
+        RESIDENT: tl.constexpr):
     rows = tl.arange(0, C)
     chunk = tl.load(chunk_order_ptr + chunk_offset + tl.program_id(0)).to(tl.int64)
     slots = chunk * C + rows

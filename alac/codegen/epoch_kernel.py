@@ -1,0 +1,136 @@
+"""The sync epoch kernel of grid-barrier plans: P resident programs run an epoch's batches in order and
+meet at a grid-wide barrier after each kernel group of a batch, where per-batch launches have a kernel
+boundary.
+
+Resident chunks: with edge updates the kernel runs a batch as two phases between barriers. Its general
+form stores every edge's gradient in the batch's edge buffer and, after the
+barrier, reads the chunk's order entry, its start, its ids and those gradients back: dependent round
+trips before the first atomic. Where every program holds at most one chunk of a batch (chunks per
+batch <= programs) and every row fits one [S, C] tile (the RESIDENT launch constant), the update needs
+none of them: the apply returns the gradients and the update adds them at the ids the tile still
+holds (sync LR at batch 1024 on an H200: benchmarks/sync_resident.py). The general form stays in the
+kernel for the launches where RESIDENT is off.
+"""
+
+from __future__ import annotations
+
+from alac.codegen import manifest as m
+from alac.codegen.functions import FLOW_CONSTEXPRS, kernel_source
+from alac.codegen.manifest import KernelSpec
+from alac.codegen.writer import Writer
+from alac.ir.model_ir import grad_name
+
+
+class EpochKernel:
+    """KernelGenerator's sync epoch kernel, general and resident forms (a mixin of alac.codegen.kernels)."""
+
+    def _epoch_kernel(self, groups, local_inputs, local_outputs):
+        """Sync with grid barriers: P resident programs run the batches of chunk-order positions
+        chunk_offset .. chunk_end (an epoch, or one batch) in order, every kernel group of a batch on
+        chunks pid, pid + P, ... of it, and meet at a grid-wide barrier after each group, where
+        per-batch launches have a kernel boundary."""
+        w = Writer()
+        for name in (*m.CHUNK_ARGS, m.CHUNK_END, m.FIRST_BATCH, m.size("chunks_per_batch")):
+            w.arg(name)
+        arrivals = w.arg(m.ARRIVALS)
+        w.comment("the loss, summed per row; added to the total once, at the end")
+        w.line("loss_rows = tl.zeros([C], tl.float32)")
+        w.comment("barriers passed so far: the arrival count grows by P at each")
+        w.line("barriers = 0")
+        w.line("for step in range(0, tl.cdiv(chunk_end - chunk_offset, chunks_per_batch)):")
+        w.depth += 1
+        w.line("batch = first_batch + step")
+        w.line("batch_start = chunk_offset + step * chunks_per_batch")
+        w.line("batch_end = tl.minimum(batch_start + chunks_per_batch, chunk_end)")
+        for group in groups:
+            if group == ["update"]:
+                start, function = self._update_functions()
+                w.call(start)
+            else:
+                function = self._chunk_function(group, local_inputs, local_outputs)
+            if self.variant.resident:
+                w.line("if RESIDENT:")
+                w.depth += 1
+                self._resident_phase(w, group)
+                w.depth -= 1
+                w.line("else:")
+                w.depth += 1
+            w.line("for position in range(batch_start + tl.program_id(0), batch_end, tl.num_programs(0)):")
+            w.depth += 1
+            if self.edge_updates:
+                w.line("batch_chunk = position - batch_start")
+            w.line("chunk = tl.load(chunk_order_ptr + position).to(tl.int64)")
+            w.call(function)
+            if function.returns:
+                w.line("loss_rows += loss")
+            w.depth -= 2 if self.variant.resident else 1
+            w.comment(f"every program's {' + '.join(group)} of this batch has landed before any program goes on")
+            w.line("barriers += 1")
+            w.line(f"grid_barrier({arrivals}, barriers * tl.num_programs(0))")
+        w.depth -= 1
+        w.line(f"tl.atomic_add({w.arg(m.LOSS_SUM)}, tl.sum(loss_rows, axis=0), sem=\"relaxed\")")
+        name = f"{self.prefix}_epoch"
+        stages = tuple(s for g in groups for s in g)
+        return kernel_source(name, w, FLOW_CONSTEXPRS), KernelSpec(name, "epoch", stages, tuple(w.args))
+
+    def _resident_gradients(self):
+        return tuple(grad_name(p.name) for p in self.ir.params)
+
+    def _resident_apply_function(self, derived):
+        """Per-edge gradients, returned to the caller (it holds them until the update)."""
+        w = Writer()
+        w.derived = derived
+        for p in self.ir.params:
+            w.arg(m.regularizer("gradient_l2", p.name))
+        self._program(w, self.ir.edge_program)
+        return self._define("apply_resident", "Per-edge gradients, kept in registers for the update", w,
+                            self._resident_gradients())
+
+    def _resident_chunk_function(self, stages):
+        """aggregate + loss + apply of one chunk held in one tile (nothing where not active: no rows,
+        no edges); returns the rows' losses, the tile's ids and
+        presence and every edge's gradients."""
+        w = Writer()
+        for argument in m.LAYOUT:
+            w.arg(argument)
+        w.line("slots = chunk * C + rows")
+        w.line("valid = active & (tl.load(row_of_slot_ptr + slots) >= 0)")
+        w.line("edge_base = tl.load(chunk_start_ptr + chunk)")
+        w.comment("no edges where not active (the batch has fewer chunks than programs)")
+        w.line("width = tl.where(active, tl.load(chunk_width_ptr + chunk), 0)")
+        w.line("chunk_features = edge_feature_ptr + edge_base")
+        w.line("chunk_values = edge_value_ptr + edge_base")
+        tile = self._edge_tile_function(self._tile_params(stages), w.derived)
+        for stage in stages:
+            if stage == "aggregate":
+                for a in self.ir.accums:
+                    w.line(f"{a.name} = tl.zeros({'[C, BLOCK_K]' if a.vector else '[C]'}, tl.float32)")
+                w.call(tile, slot_start="0")
+                w.call(self._aggregate_function())
+            elif stage == "apply":
+                w.call(self._resident_apply_function(w.derived))
+            else:
+                self._loss(w)
+        doc = f"{' + '.join(stages)} of one chunk in one tile; returns its rows' losses and its edges' gradients"
+        return self._define(f"{'_'.join(stages)}_resident", doc, w,
+                            ("loss", "feature", "present", *self._resident_gradients()))
+
+    def _resident_update_function(self):
+        """Every edge of the held tile adds its own change."""
+        w = Writer()
+        for p in self.ir.params:
+            self._optimizer_step(w, p, "feature", "present", True, f"{grad_name(p.name)} * scale", "delta")
+        return self._define("update_resident", "Every edge of the held tile adds its own change", w)
+
+    def _resident_phase(self, w, group):
+        """One phase of a batch in the resident form, under `if RESIDENT:` (the caller's else holds
+        the general form)."""
+        if group == ["update"]:
+            w.call(self._resident_update_function())
+            return
+        w.comment("one chunk a program: its tile and edge gradients stay in registers until its update")
+        w.line("position = batch_start + tl.program_id(0)")
+        w.line("active = position < batch_end")
+        w.line("chunk = tl.load(chunk_order_ptr + position, mask=active, other=0).to(tl.int64)")
+        w.call(self._resident_chunk_function(group))
+        w.line("loss_rows += loss")
