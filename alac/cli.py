@@ -156,7 +156,7 @@ def _registers(args, ir, plan, generated, layout):
 
     if layout is None:
         raise AlacError("--registers needs --data: the kernels' tiles follow the data's rows")
-    constants = launch_constants(plan, layout, ir.factor_size)
+    constants = launch_constants(plan, layout, ir.factor_size, resident=generated.resident)
     found = generated_registers(generated, load_module(generated), constants, args.registers)
     tile = f"C = {constants['C']}, S = {constants['S']}, {constants['num_warps']} warps"
     return [f"# registers ({args.registers}, {tile}): {kernel.line()}" for kernel in found]

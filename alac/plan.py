@@ -22,9 +22,10 @@ class Plan:
     """How a model is executed; the README's table lists every option. Figures behind the defaults
     are in benchmarks/results (flow_sweep, sync_breakdown, flow)."""
 
-    # Samples per program; the batch is B / C chunks. 16 is the fastest sync C at batch 1024 (H200
-    # sweep: 69-79 ms per epoch against 127 at C = 128); `alac train` uses 32 for async (flow_sweep).
-    chunk_size: int = 16
+    # Samples per program; the batch is B / C chunks. 8 is the fastest sync C at batch 1024 (H200,
+    # benchmarks/sync_resident.py: LR 24.0 against 26.3 ms per epoch at 16, FM k = 16 41.7 against 68.5;
+    # 128 chunks a batch leave every program one on an H100 or H200); `alac train` uses 32 for async.
+    chunk_size: int = 8
     batch_size: int = 1024
     kernels: str = "fused"
     # None: enough warps for 16 edge-tile values per thread, at least 4 (schedule.warps_for_tile).

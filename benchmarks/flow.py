@@ -229,9 +229,9 @@ def run_arms(args, train, valid, k):
     from alac.runtime.layout import LayoutOptions, build_layout
     from alac.runtime.planner import plan_for
 
-    # C = 16 for sync and 32 for async: the fastest in the plan sweep (results/flow_sweep.md)
-    b1024 = Plan(batch_size=1024, kernels="fused", chunk_size=16)
-    layout = build_layout(train, LayoutOptions(chunk_size=16), train.device)
+    # C = 8 for sync (results/sync_resident.md) and 32 for async (the plan sweep, results/flow_sweep.md)
+    b1024 = Plan(batch_size=1024, kernels="fused", chunk_size=8)
+    layout = build_layout(train, LayoutOptions(chunk_size=8), train.device)
     ir = lower(_model(k))
     device = train.device.type
     sync_choice = plan_for(layout, ir, "sync", 1024, b1024, device=device, use_hot_segment=True)

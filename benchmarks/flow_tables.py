@@ -94,18 +94,11 @@ def optimizers_table(result):
                   "vs SGD", "val logloss"], rows)
 
 
-def sync_table(result):
-    barriers = ", ".join(f"{b['us_per_barrier']:.2f} µs at {b['programs']} programs" for b in result["barriers"])
-    configs = [c for c in result["configs"] if "H = " not in c["config"]]
-    models = list(dict.fromkeys(c["model"] for c in configs))
-    by_key = {(c["config"], c["model"]): c for c in configs}
-    rows = [[config] + [cell for model in models for cell in
-                        ((f"{by_key[config, model]['ms']:.2f}", f"{by_key[config, model]['val_logloss']:.4f}")
-                         if (config, model) in by_key else ("-", "-"))]
-            for config in dict.fromkeys(c["config"] for c in configs)]
-    header = ["configuration"] + [f"{model.upper()} {what}" for model in models for what in ("ms / epoch",
-                                                                                              "val logloss")]
-    return f"A grid barrier alone: {barriers}.\n\n" + table(header, rows)
+def sync_resident_table(result):
+    """The sync epoch's forms (benchmarks/sync_resident.py), a row per model, chunk size and form."""
+    return table(["model", "C", "form", "ms / epoch", "val logloss"],
+                 [[a["model"], str(a["chunk_size"]), a["form"], f"{a['ms_per_epoch']:.2f}",
+                   f"{a['val_logloss'][-1]:.4f}"] for a in result["arms"]])
 
 
 def floor_table(result):

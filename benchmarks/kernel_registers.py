@@ -46,7 +46,7 @@ def main():
         tiles = args.tile or [(p.chunk_size, p.slots_per_step, p.num_warps) for _, p, _ in tile_settings(k)[1][1:]]
         for chunk_size, slots, warps in tiles:
             constexprs = {"HAS_VALUES": False, "C": chunk_size, "S": slots, "ONE_TILE": slots >= ROW_WIDTH,
-                          "WIDE_IDS": False}
+                          "WIDE_IDS": False, "RESIDENT": False}
             found = kernel_registers(kernel, constexprs, warps, args.arch)
             rows.append([k, chunk_size, slots, warps, found.registers, found.spill_bytes])
             print(rows[-1], flush=True)

@@ -25,7 +25,7 @@ from benchmarks.flow_tables import (
     real_data_table,
     scaling_table,
     sweep_table,
-    sync_table,
+    sync_resident_table,
     tiles_table,
 )
 from benchmarks.report import last, table
@@ -281,9 +281,14 @@ SECTIONS = [
      "Flat kernels that make only an async epoch's per-edge accesses (gathers, atomic additions), beside the "
      "generated kernels: the access floor of per-edge SGD.",
      "PYTHONPATH=. python benchmarks/async_floor.py", floor_table),
-    ("sync_breakdown", "Sync epochs at batch 1024",
-     "Launch and update modes of exact mini-batch SGD (LR and FM k = 16), the same steps in every row.",
-     "PYTHONPATH=. python benchmarks/sync_breakdown.py", sync_table),
+    ("sync_resident", "Sync epochs at batch 1024",
+     "Exact mini-batch SGD (grid-barrier epochs with edge updates) of LR and FM k = 16 in the forms built for it: the "
+     "most frequent features' ids in frequency order or spread over cache lines (`Plan.spread_lines`), the epoch "
+     "kernel's general form (edge gradients through the batch's edge buffer) or resident chunks (a program's one "
+     "chunk a batch held in registers, in one whole-row tile: `Plan.resident_tiles`), at chunk sizes 16 and 8; and a "
+     "hand-written LR kernel that also reads the next batch's chunk before the second barrier. Same batches and "
+     "results in every row of a model and chunk size.",
+     "PYTHONPATH=. python benchmarks/sync_resident.py", sync_resident_table),
     ("optimizers", "Optimizers inside the kernels",
      "Epoch cost and validation logloss of every optimizer, sync and async, at its default learning rate "
      "(SGD at the tuned one).", "PYTHONPATH=. python benchmarks/optimizers.py", optimizers_table),

@@ -28,7 +28,8 @@ import triton.language as tl
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from alac.codegen import grid_barrier
-from benchmarks.report import environment, table, write
+from benchmarks.flow_tables import sync_resident_table
+from benchmarks.report import environment, write
 
 
 @triton.jit
@@ -180,10 +181,7 @@ def main():
     result = {"device": env["device"], "environment": env, "arguments": vars(args), "arms": arms}
     markdown = (f"Sync epochs at batch {args.batch_size}, {args.rows:,} × 39 synthetic rows, {env['device']}, "
                 f"{env['date']}: median ms per epoch after the first, validation logloss after {args.epochs} "
-                "epochs.\n\n"
-                + table(["model", "C", "form", "ms / epoch", "val logloss"],
-                        [[a["model"], str(a["chunk_size"]), a["form"], f"{a['ms_per_epoch']:.2f}",
-                          f"{a['val_logloss'][-1]:.4f}"] for a in arms]))
+                "epochs.\n\n" + sync_resident_table(result))
     write("sync_resident", result, markdown, args.out)
     print(markdown)
 

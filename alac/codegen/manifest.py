@@ -209,3 +209,4 @@ class GeneratedKernels:
     predict: KernelSpec
     manifest: tuple = field(default=())  # every Argument of the module's kernels, once
     derived_params: tuple = ()           # params the kernels compute from their state, never store
+    resident: bool = False               # the epoch kernel has resident chunks (alac.codegen.epoch_kernel)

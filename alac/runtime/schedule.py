@@ -14,14 +14,24 @@ from alac.plan import next_power_of_two
 TILE_EDGES = 4096
 
 
-def slots_per_step(plan, layout, factor_size):
-    """S of the [S, C] edge tiles: the whole (fixed) row width when it fits the tile budget."""
+# A resident sync epoch's tile (alac.codegen.epoch_kernel) is the whole row up to this many values:
+# FM k = 16 at C = 8, [64, 8, 16], ran 41.7 ms per epoch against 52.8 looping over [32, 8, 16] tiles
+# (H200, benchmarks/sync_resident.py); at C = 16 the [64, 16, 16] tile spilled (72.6 against 68.6).
+RESIDENT_TILE_EDGES = 8192
+
+
+def slots_per_step(plan, layout, factor_size, resident=False):
+    """S of the [S, C] edge tiles: the whole (fixed) row width when it fits the tile budget (the
+    larger one of a resident epoch: `resident`)."""
     if plan.slots_per_step:
         return plan.slots_per_step
     width = layout.fixed_width or layout.mean_width()
     lanes = next_power_of_two(factor_size) if factor_size else 1
+    whole = next_power_of_two(max(width, 1))
+    if resident and whole * layout.chunk_size * lanes <= RESIDENT_TILE_EDGES:
+        return whole
     budget = max(1, TILE_EDGES // (layout.chunk_size * lanes))
-    return max(1, min(next_power_of_two(max(width, 1)), 1 << (budget.bit_length() - 1)))
+    return max(1, min(whole, 1 << (budget.bit_length() - 1)))
 
 
 # Edge-tile values per thread that the automatic warp count aims at. Chosen on H100 (4M x 39 rows,

@@ -30,18 +30,19 @@ WIDE_ID_LIMIT = 2 ** 31
 HOT_ROW_ALIGNMENT = 16
 
 
-def launch_constants(plan, layout, factor_size, interpret=False):
+def launch_constants(plan, layout, factor_size, interpret=False, resident=False):
     """The generated kernels' constexprs and num_warps for this plan on this layout (the edge tile
     [S, C], whether a whole row fits it, 64-bit offsets, whether a sync epoch's programs hold one chunk
-    of a batch each)."""
-    slots = slots_per_step(plan, layout, factor_size)
+    of a batch each). resident: the kernels have resident chunks (GeneratedKernels.resident)."""
+    programs = sync_programs(plan, layout, interpret or layout.device.type != "cuda")
+    one_chunk_each = plan.semantics == "sync" and programs >= plan.chunks_per_batch
+    slots = slots_per_step(plan, layout, factor_size, resident and one_chunk_each)
     widest = layout.fixed_width if layout.fixed_width is not None else layout.stats.max_nnz
     one_tile = widest <= slots
-    programs = sync_programs(plan, layout, interpret or layout.device.type != "cuda")
     return {"HAS_VALUES": layout.edge_value is not None, "C": layout.chunk_size, "S": slots,
             "ONE_TILE": one_tile, "num_warps": warps_for_tile(plan, slots, factor_size),
             "WIDE_IDS": layout.n_features * max(factor_size, 1) >= WIDE_ID_LIMIT,
-            "RESIDENT": one_tile and plan.semantics == "sync" and programs >= plan.chunks_per_batch}
+            "RESIDENT": one_tile and one_chunk_each}
 
 
 def _same_objects(first, second):
@@ -131,7 +132,7 @@ class TritonBackend:
         return self._find("schedule", entry)
 
     def _constants(self, layout):
-        return launch_constants(self.plan, layout, self.ir.factor_size, self.interpret)
+        return launch_constants(self.plan, layout, self.ir.factor_size, self.interpret, self.generated.resident)
 
     def _value(self, argument, state, layout, labels, settings, sizes, outputs):
         """What a manifest.Argument is bound to: found by its role, never by its name (outputs

@@ -229,6 +229,7 @@ def test_a_whole_state_set_on_sharded_tables_predicts_as_it_did():
     plain = Trainer(zoo_model("fm", k=4), epochs=1, **OPTIONS)
     plain.fit(train)
     sharded = DataParallelTrainer(zoo_model("fm", k=4), ranks=Ranks(), tables="hybrid", epochs=1, **OPTIONS)
+    sharded.feature_order = plain.feature_order  # its rows' order, which a checkpoint keeps beside them
     sharded.prepare(train)
     sharded.executor.state = plain.executor.state.clone()
     assert torch.equal(sharded.predict(valid), plain.predict(valid))
