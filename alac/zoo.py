@@ -352,6 +352,7 @@ def train_model(args, module, data, log=None):
 def _train_one(args, module, data, log):
     from alac import out_of_core
     from alac.data_parallel import DataParallelTrainer
+    from alac.ir.pipeline import lower
     from alac.ir.trace import trace
     from alac.optimizers import get_optimizer
     from alac.runtime.distributed import init_ranks
@@ -369,7 +370,8 @@ def _train_one(args, module, data, log):
         backend, device = resolve_backend(args.backend)
         if backend == "triton":
             # the traced model has k; its derivation (the Trainer's lowering) is not needed for it
-            plan = hot_segment_for_data(data.train, plan, device, trace(model).factor_size)
+            additive = lower(model, optimizer).optimizer.additive
+            plan = hot_segment_for_data(data.train, plan, device, trace(model).factor_size, additive)
     early_stopping = None if args.early_stopping == "none" or data.valid is None else args.early_stopping
     options = dict(lr=args.lr, epochs=args.epochs, plan=plan, backend=args.backend, seed=args.seed, log=log,
                    optimizer=optimizer, schedule=LearningRateSchedule(args.schedule, args.decay, args.power),

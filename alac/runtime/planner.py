@@ -101,10 +101,10 @@ def hot_size_for_data(dataset, plan, device="cuda", factor_size=0):
     return hot_segment_for_data(dataset, plan, device, factor_size).hot_size
 
 
-def hot_segment_for_data(dataset, plan, device="cuda", factor_size=0):
+def hot_segment_for_data(dataset, plan, device="cuda", factor_size=0, additive=True):
     """The plan with the default hot segment for a data set or a block source (before any layout):
     H from the cost model, and for sync R replicas of the hot sums, where the planner turns it on;
-    else H = 0."""
+    else H = 0. additive: the optimizer's rule is (SGD's: resident chunks need it)."""
     if torch.device(device).type != "cuda":
         return dataclasses.replace(plan, hot_size=0)
     # a block source's meta layout holds the whole data's frequencies and sizes
@@ -113,7 +113,7 @@ def hot_segment_for_data(dataset, plan, device="cuda", factor_size=0):
         binary, n_rows, nnz = "edge_value" not in dataset.optional, dataset.meta.n_rows, dataset.meta.stats.nnz
     else:
         binary, n_rows, nnz = dataset.is_binary, dataset.n_rows, dataset.nnz
-    if not hot_segment_by_default(plan.semantics, binary, factor_size):
+    if not hot_segment_by_default(plan.semantics, binary, factor_size, plan.variant.resident and additive):
         return dataclasses.replace(plan, hot_size=0)
     if source:
         frequency = dataset.meta.frequency.to(device)
@@ -166,11 +166,14 @@ class PlanChoice:
 # rows (sync_breakdown, flow_sweep, flow): sync LR 42.5 against 48.2 ms per epoch, FM loses 7-42 %;
 # async LR 3.4x faster, FM k = 16 and 32 2.5x and 1.8x, k = 64 1.5x slower (one program per SM
 # instead of two). Off on real-valued data (20news async: test AUC 0.84-0.85 against 0.86 without).
+# Off in sync plans with resident chunks, which a hot segment turns off: LR 23.5 against 34.5 ms with
+# the planner's H and R, FM 41.7 against 63.6 (H200, flow.py).
 HOT_SEGMENT_MAX_FACTOR = {"sync": 0, "async": 32}
 
 
-def hot_segment_by_default(semantics, binary, factor_size=0):
-    return binary and factor_size <= HOT_SEGMENT_MAX_FACTOR[semantics]
+def hot_segment_by_default(semantics, binary, factor_size=0, resident=False):
+    """resident: the plan runs resident chunks without a hot segment (Plan.variant, for its optimizer)."""
+    return binary and factor_size <= HOT_SEGMENT_MAX_FACTOR[semantics] and not (semantics == "sync" and resident)
 
 
 def plan_for(layout, model_ir, semantics="sync", batch_size=1024, base=None, device="cuda",
@@ -182,7 +185,8 @@ def plan_for(layout, model_ir, semantics="sync", batch_size=1024, base=None, dev
     if costs is None:
         return PlanChoice(base, reasons + [("hot_size", 0, "no GPU: no access costs to weigh")])
     if use_hot_segment is None:
-        use_hot_segment = hot_segment_by_default(semantics, layout.edge_value is None, model_ir.factor_size)
+        use_hot_segment = hot_segment_by_default(semantics, layout.edge_value is None, model_ir.factor_size,
+                                                 base.variant.for_optimizer(model_ir.optimizer).resident)
     hot = hot_size_from_costs(layout.frequency, layout.n_rows, costs, rows_per_flush(base))
     why = (f"features with >= th = 2c/r = 2 x {costs.coalesced_ns:.3f} ns / {costs.random_ns:.3f} ns = "
            f"{costs.threshold:.2f} occurrences per flush period ({rows_per_flush(base)} rows)")
@@ -191,6 +195,8 @@ def plan_for(layout, model_ir, semantics="sync", batch_size=1024, base=None, dev
         reasons.append(("hot_size", 0, f"off by default for {semantics}"
                         + ("" if layout.edge_value is None else " on real-valued data")
                         + (f" with k = {model_ir.factor_size} > {most}" if model_ir.factor_size > most else "")
+                        + (" with resident chunks" if model_ir.factor_size <= most and layout.edge_value is None
+                           else "")
                         + f" (measured: see HOT_SEGMENT_MAX_FACTOR); the cost model gives {hot}: {why}"))
         return PlanChoice(base, reasons, costs)
     reasons.append(("hot_size", hot, why))

@@ -129,13 +129,16 @@ def test_hot_segment_defaults_on_for_binary_data_and_in_sync_for_scalar_params_o
     assert hot_segment_by_default("async", binary=True)
     assert not hot_segment_by_default("async", binary=False)
     assert hot_segment_by_default("sync", binary=True)
+    assert not hot_segment_by_default("sync", binary=True, resident=True)
+    assert hot_segment_by_default("async", binary=True, resident=True)
     assert not hot_segment_by_default("sync", binary=False)
     assert not hot_segment_by_default("sync", binary=True, factor_size=8)
 
 
 def test_the_default_sync_hot_segment_of_a_data_set_matches_the_planners(monkeypatch):
-    """Before any layout, the zoo's default sync plan gets the H and R that plan_for gives for the
-    data's layout (the batch as flush period); FM's gets none."""
+    """Before any layout, a sync plan without resident chunks (or an optimizer they do not run) gets
+    the H and R that plan_for gives for the data's layout (the batch as flush period); FM's gets none,
+    and neither does one with resident chunks."""
     import alac.runtime.planner as planner
     from alac.data.synthetic import criteo_like
     from alac.ir.pipeline import lower
@@ -143,12 +146,17 @@ def test_the_default_sync_hot_segment_of_a_data_set_matches_the_planners(monkeyp
 
     monkeypatch.setattr(planner, "measure_access_costs", lambda device: AccessCosts("gpu", 0.008, 0.018, 2700.0))
     data = criteo_like(4000, seed=0, device="cpu")
-    base = Plan(chunk_size=16, batch_size=1024)
+    base = Plan(chunk_size=16, batch_size=1024, resident_tiles=False)
     layout = build_layout(data, LayoutOptions(chunk_size=16), device="cpu")
     chosen = planner.plan_for(layout, lower(zoo_model("lr")), "sync", 1024, base, device="cuda")
     plan = planner.hot_segment_for_data(data, base, device="cuda")
     assert plan.hot_size == chosen.plan.hot_size > 0
     assert plan.replicas == chosen.plan.replicas > 1
+    resident = Plan(chunk_size=16, batch_size=1024)
+    assert planner.plan_for(layout, lower(zoo_model("lr")), "sync", 1024, resident, device="cuda").plan.hot_size == 0
+    assert planner.hot_segment_for_data(data, resident, device="cuda").hot_size == 0
+    adagrad = planner.plan_for(layout, lower(zoo_model("lr"), "adagrad"), "sync", 1024, resident, device="cuda")
+    assert adagrad.plan.hot_size == planner.hot_segment_for_data(data, resident, "cuda", additive=False).hot_size > 0
     assert planner.hot_segment_for_data(data, base, device="cuda", factor_size=16).hot_size == 0
     assert planner.hot_segment_for_data(data, base, device="cpu").hot_size == 0
 
