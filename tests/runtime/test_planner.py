@@ -190,7 +190,8 @@ def test_plan_for_leaves_the_async_hot_segment_off_for_wide_factors(monkeypatch)
 
 @pytest.mark.gpu
 def test_a_block_store_gets_the_hot_segment_of_its_data(tmp_path):
-    """The store's meta holds the whole data's frequencies: the same H and replicas as the data set."""
+    """The store's meta holds the whole data's frequencies: the same H and replicas as the data set
+    (none for a sync plan with resident chunks)."""
     from alac.data.synthetic import criteo_like
     from alac.runtime.block_store import synthetic_pieces, write_block_store
     from alac.runtime.layout import LayoutOptions
@@ -199,8 +200,9 @@ def test_a_block_store_gets_the_hot_segment_of_its_data(tmp_path):
     store = write_block_store(tmp_path / "store", synthetic_pieces(20_000, 7_000, n_fields=8, seed=2, device="cuda"),
                               LayoutOptions(chunk_size=32), 2, 200_000, device="cuda")
     data = criteo_like(20_000, n_fields=8, seed=2, device="cuda")
-    for semantics in ("async", "sync"):
-        plan = Plan(semantics=semantics, chunk_size=32, batch_size=64)
+    for plan in (Plan(semantics="async", chunk_size=32, batch_size=64),
+                 Plan(semantics="sync", chunk_size=32, batch_size=64, resident_tiles=False)):
         from_store = hot_segment_for_data(store, plan, "cuda")
         assert from_store == hot_segment_for_data(data, plan, "cuda") and from_store.hot_size > 0
+    assert hot_segment_for_data(store, Plan(chunk_size=32, batch_size=64), "cuda").hot_size == 0
     store.close()
