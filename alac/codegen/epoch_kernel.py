@@ -3,13 +3,13 @@ meet at a grid-wide barrier after each kernel group of a batch, where per-batch 
 boundary.
 
 Resident chunks: with edge updates the kernel runs a batch as two phases between barriers. Its general
-form stores every edge's gradient in the batch's edge buffer and, after the
-barrier, reads the chunk's order entry, its start, its ids and those gradients back: dependent round
-trips before the first atomic. Where every program holds at most one chunk of a batch (chunks per
-batch <= programs) and every row fits one [S, C] tile (the RESIDENT launch constant), the update needs
-none of them: the apply returns the gradients and the update adds them at the ids the tile still
-holds (sync LR at batch 1024 on an H200: benchmarks/sync_resident.py). The general form stays in the
-kernel for the launches where RESIDENT is off.
+form stores every edge's gradient in the batch's edge buffer and, after the barrier, reads the chunk's
+order entry, its start, its ids and those gradients back: dependent round trips before the first
+atomic. Where every program holds at most one chunk of a batch (chunks per batch <= programs) and every
+row fits one [S, C] tile (the RESIDENT launch constant), the update needs none of them: the apply
+returns the gradients and the update adds them at the ids the tile still holds (H200, batch 1024, C = 8,
+spread lines: LR 27.2 -> 23.8 ms per epoch, FM k = 16 52.6 -> 41.6 with its whole row as the tile;
+benchmarks/sync_resident.py). The general form stays in the kernel for the launches where RESIDENT is off.
 """
 
 from __future__ import annotations

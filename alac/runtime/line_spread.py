@@ -16,8 +16,9 @@ import torch
 
 # 128-byte L2 lines of 4-byte params
 IDS_PER_LINE = 32
-# lines spread by default (sync plans): 256, 1024 and 4096 lines ran the same LR and FM sync epochs on an
-# H200, none (the frequency order) 1.2-1.6x slower (benchmarks/sync_resident.py)
+# lines spread by default (sync plans): 256, 1024 and 4096 lines ran LR and FM sync epochs within 1 % of
+# each other on an H200 (flow.py's sync arms through a spread feature order, 2026-11-26; none: 1.2-1.6x
+# slower); benchmarks/sync_resident.py measures 1024 against none
 SPREAD_LINES = 1024
 # edges renumbered per step: a gather's int64 temporaries stay well under a GPU's free memory
 EDGE_BLOCK = 1 << 26
