@@ -64,6 +64,11 @@ class Plan:
     # the chunk's ids and edge gradients stay in registers from the apply to the update instead of a
     # round trip through the batch's edge buffer (benchmarks/sync_resident.py).
     resident_tiles: bool = True
+    # Resident chunks: the next batch's chunk (ids, values, rows) read before the second barrier, so that
+    # after it only the params are gathered. A hand-written LR kernel of this design ran 17.4 against the
+    # generated resident epoch's 23.8 ms (H200, benchmarks/sync_resident.py); off while this generated
+    # form has no figure of its own there.
+    prefetch_chunks: bool = False
     # Trainer: the ids of the 32 x N most frequent features after the hot segment renumbered so that the
     # N most frequent start N different cache lines (alac.runtime.line_spread); None: SPREAD_LINES for
     # sync, 0 for async (whose lock-free epochs converged worse with it: BENCHMARKS.md, not kept).
@@ -127,7 +132,7 @@ class Plan:
                    deterministic=variant.deterministic, grid_barrier=variant.grid_barrier,
                    edge_updates=variant.edge_updates, sum_equal_edges=variant.sum_equal_edges,
                    derive_params=variant.derive_params, chunk_queue=variant.chunk_queue,
-                   resident_tiles=variant.resident,
+                   resident_tiles=variant.resident, prefetch_chunks=variant.prefetch,
                    placement=tuple((name, "host") for name in variant.host_params), **launch)
 
     @property
@@ -135,7 +140,7 @@ class Plan:
         """What of the plan the generated source depends on (alac.codegen.variants)."""
         return KernelVariant.of(self.semantics, self.kernels, self.hot_size > 0, self.deterministic, self.grid_barrier,
                                 self.edge_updates, self.sum_equal_edges, self.derive_params, self.chunk_queue,
-                                self.resident_tiles, self.host_params)
+                                self.resident_tiles, self.prefetch_chunks, self.host_params)
 
     @property
     def host_params(self):
@@ -147,7 +152,8 @@ class Plan:
         if variant.grid_barrier:
             launches = f" grid_barrier programs={self.programs or 'auto'}"
         return (launches + (" edge_updates" if variant.edge_updates else "")
-                + (" summed" if variant.sum_equal_edges else "") + (" resident" if variant.resident else ""))
+                + (" summed" if variant.sum_equal_edges else "") + (" resident" if variant.resident else "")
+                + (" prefetch" if variant.prefetch else ""))
 
     def describe(self):
         text = (f"semantics={self.semantics} kernels={self.kernels} chunk_size={self.chunk_size} "

@@ -1,8 +1,8 @@
 """The sync epoch's forms side by side: the ids of the most frequent features in frequency order or
 spread over cache lines (alac.runtime.line_spread), and the epoch kernel's general form or resident
-chunks (alac.codegen.epoch_kernel), for LR and FM k = 16 at batch 1024 and chunk sizes 16 and 8; and
-a hand-written sync LR kernel that also reads the next batch's chunk before the second barrier, the
-measure of what prefetching would add. One process, same data and batches.
+chunks (alac.codegen.epoch_kernel), with or without the next batch's chunk read before the second
+barrier (Plan.prefetch_chunks), for LR and FM k = 16 at batch 1024 and chunk sizes 16 and 8; and a
+hand-written sync LR kernel of the prefetching design. One process, same data and batches.
 
     PYTHONPATH=. python benchmarks/sync_resident.py [--rows 4000000] [--out DIR]
 
@@ -115,7 +115,8 @@ def resident_epoch(layout, labels, w, b, order, rates, scales, chunks_per_batch,
 # (name, Plan options): the forms, in the order they were built
 FORMS = (("frequency order, general form", dict(spread_lines=0, resident_tiles=False)),
          ("spread lines, general form", dict(resident_tiles=False)),
-         ("spread lines, resident chunks", dict()))
+         ("spread lines, resident chunks", dict()),
+         ("spread lines, resident chunks, next chunk prefetched", dict(prefetch_chunks=True)))
 
 
 def hand_written_arm(train, valid, epochs, lr, plan):

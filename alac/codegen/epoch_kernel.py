@@ -37,6 +37,12 @@ class EpochKernel:
         w.line("loss_rows = tl.zeros([C], tl.float32)")
         w.comment("barriers passed so far: the arrival count grows by P at each")
         w.line("barriers = 0")
+        if self.variant.prefetch:
+            w.line("if RESIDENT:")
+            w.depth += 1
+            w.comment("the first batch's chunk; each batch's update reads the next one's")
+            self._resident_chunk_tile(w, "chunk_offset")
+            w.depth -= 1
         w.line("for step in range(0, tl.cdiv(chunk_end - chunk_offset, chunks_per_batch)):")
         w.depth += 1
         w.line("batch = first_batch + step")
@@ -86,11 +92,9 @@ class EpochKernel:
         return self._define("apply_resident", "Per-edge gradients, kept in registers for the update", w,
                             self._resident_gradients())
 
-    def _resident_chunk_function(self, stages):
-        """aggregate + loss + apply of one chunk held in one tile (nothing where not active: no rows,
-        no edges); returns the rows' losses, the tile's ids and
-        presence and every edge's gradients."""
-        w = Writer()
+    @staticmethod
+    def _resident_rows(w):
+        """The lines that find a chunk's rows and edges (nothing where not active)."""
         for argument in m.LAYOUT:
             w.arg(argument)
         w.line("slots = chunk * C + rows")
@@ -100,18 +104,48 @@ class EpochKernel:
         w.line("width = tl.where(active, tl.load(chunk_width_ptr + chunk), 0)")
         w.line("chunk_features = edge_feature_ptr + edge_base")
         w.line("chunk_values = edge_value_ptr + edge_base")
-        tile = self._edge_tile_function(self._tile_params(stages), w.derived)
+
+    def _resident_ids_function(self):
+        """Prefetch: one chunk's rows, ids and values in one tile, read before the barrier that ends the
+        batch before its own."""
+        w = Writer()
+        self._resident_rows(w)
+        w.line("slot_start = 0")
+        self._tile_features(w, "present = feature >= 0")
+        w.line("if HAS_VALUES:")
+        w.line("    x = tl.load(chunk_values + edge, mask=present, other=0.0)")
+        w.line("else:")
+        w.line("    x = tl.where(present, 1.0, 0.0)")
+        return self._define("chunk_tile_resident", "One chunk's rows, ids and values in one tile (nothing where not "
+                            "active)", w, ("slots", "valid", "edge", "feature", "present", "x"))
+
+    def _resident_chunk_function(self, stages):
+        """aggregate + loss + apply of one chunk held in one tile (nothing where not active: no rows,
+        no edges); returns the rows' losses, the tile's ids and presence and every edge's gradients.
+        Prefetch: of the chunk's tile read before the barrier (chunk_tile_resident), its params
+        gathered here; returns the losses and gradients."""
+        w = Writer()
+        params = self._tile_params(stages)
+        if self.variant.prefetch:
+            for name in params:
+                self._load_param(w, name)
+        else:
+            self._resident_rows(w)
+        tile = self._edge_tile_function(params, w.derived)
         for stage in stages:
             if stage == "aggregate":
                 for a in self.ir.accums:
                     w.line(f"{a.name} = tl.zeros({'[C, BLOCK_K]' if a.vector else '[C]'}, tl.float32)")
-                w.call(tile, slot_start="0")
+                if not self.variant.prefetch:
+                    w.call(tile, slot_start="0")
                 w.call(self._aggregate_function())
             elif stage == "apply":
                 w.call(self._resident_apply_function(w.derived))
             else:
                 self._loss(w)
         doc = f"{' + '.join(stages)} of one chunk in one tile; returns its rows' losses and its edges' gradients"
+        if self.variant.prefetch:
+            return self._define(f"{'_'.join(stages)}_prefetched", doc, w, ("loss", *self._resident_gradients()))
         return self._define(f"{'_'.join(stages)}_resident", doc, w,
                             ("loss", "feature", "present", *self._resident_gradients()))
 
@@ -127,6 +161,13 @@ class EpochKernel:
         the general form)."""
         if group == ["update"]:
             w.call(self._resident_update_function())
+            if self.variant.prefetch:
+                w.comment("the next batch's chunk, read before the barrier: after it only the params are gathered")
+                self._resident_chunk_tile(w, "batch_start + chunks_per_batch")
+            return
+        if self.variant.prefetch:
+            w.call(self._resident_chunk_function(group))
+            w.line("loss_rows += loss")
             return
         w.comment("one chunk a program: its tile and edge gradients stay in registers until its update")
         w.line("position = batch_start + tl.program_id(0)")
@@ -134,3 +175,10 @@ class EpochKernel:
         w.line("chunk = tl.load(chunk_order_ptr + position, mask=active, other=0).to(tl.int64)")
         w.call(self._resident_chunk_function(group))
         w.line("loss_rows += loss")
+
+    def _resident_chunk_tile(self, w, first):
+        """Prefetch: this program's chunk of the batch from chunk-order position `first` on, in one tile."""
+        w.line(f"position = {first} + tl.program_id(0)")
+        w.line(f"active = position < tl.minimum({first} + chunks_per_batch, chunk_end)")
+        w.line("chunk = tl.load(chunk_order_ptr + position, mask=active, other=0).to(tl.int64)")
+        w.call(self._resident_ids_function())

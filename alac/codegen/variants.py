@@ -31,6 +31,7 @@ class KernelVariant:
     derive_params: bool = False    # async: params that are a function of their state computed where read
     chunk_queue: bool = False      # async: programs claim chunks from a shared counter
     resident: bool = False         # grid edge updates: a program's one chunk of a batch kept in registers
+    prefetch: bool = False         # resident: the next batch's chunk read before the second barrier
     host_params: tuple = ()        # params (and their optimizer state) in pinned host memory, sorted
 
     def __post_init__(self):
@@ -51,7 +52,7 @@ class KernelVariant:
     @classmethod
     def of(cls, semantics="sync", kernels="fused", hot=False, deterministic=False, grid_barrier=False,
            edge_updates=False, sum_equal_edges=False, derive_params=False, chunk_queue=False, resident=False,
-           host_params=()):
+           prefetch=False, host_params=()):
         """The variant with the flags that apply to it: sync mechanisms off in async variants and in
         deterministic ones (they launch per batch and store every gradient), async ones off in sync;
         edge updates off where params live in host memory (the update finds each touched row once);
@@ -64,7 +65,8 @@ class KernelVariant:
         summed = edge_updates and sum_equal_edges
         resident = resident and grid_barrier and edge_updates and not summed and not hot and kernels == "fused"
         return cls(semantics, kernels, hot, deterministic, grid_barrier, edge_updates, summed,
-                   async_ and derive_params, async_ and chunk_queue, resident, tuple(sorted(host_params)))
+                   async_ and derive_params, async_ and chunk_queue, resident, resident and prefetch,
+                   tuple(sorted(host_params)))
 
     def placement(self, param):
         """Where a param's rows (and its optimizer state) live: "device" or "host"."""
@@ -75,7 +77,7 @@ class KernelVariant:
         derivable one."""
         additive = self.edge_updates and optimizer.additive
         return dataclasses.replace(self, edge_updates=additive, sum_equal_edges=additive and self.sum_equal_edges,
-                                   resident=additive and self.resident,
+                                   resident=additive and self.resident, prefetch=additive and self.prefetch,
                                    derive_params=self.derive_params and bool(optimizer.derivable))
 
     @property
@@ -87,7 +89,7 @@ class KernelVariant:
         """A short name of the mechanisms, as kernel names carry it: e.g. sync_grid_edges, async_hot_derived."""
         tokens = [self.semantics] + (["stage"] if self.kernels == "stage" else [])
         flags = ("hot", "deterministic", "grid_barrier", "edge_updates", "sum_equal_edges", "derive_params",
-                 "chunk_queue", "resident")
+                 "chunk_queue", "resident", "prefetch")
         short = {"deterministic": "det", "grid_barrier": "grid", "edge_updates": "edges", "sum_equal_edges": "summed",
                  "derive_params": "derived", "chunk_queue": "queue"}
         host = [f"host_{'_'.join(self.host_params)}"] if self.host_params else []
@@ -97,7 +99,7 @@ class KernelVariant:
         """The variant in words, for a generated module's header."""
         return (f"semantics={self.semantics} kernels={self.kernels} hot segment={'on' if self.hot else 'off'}"
                 + "".join(f" {flag}" for flag in ("deterministic", "grid_barrier", "edge_updates", "chunk_queue",
-                                                   "resident")
+                                                   "resident", "prefetch")
                           if getattr(self, flag))
                 + (" summed" if self.sum_equal_edges else "")
                 + (" stored_params" if self.asynchronous and not self.derive_params else "")

@@ -186,6 +186,7 @@ PLAN_VARIANTS = {
     # interpreter's one program runs them too; on a GPU every one-tile plan above with edge updates does
     "resident chunks": dict(batch_size=8, slots_per_step=64),
     "resident chunks off": dict(batch_size=8, slots_per_step=64, resident_tiles=False),
+    "resident chunks, prefetched": dict(batch_size=8, slots_per_step=64, prefetch_chunks=True),
 }
 
 
@@ -201,7 +202,7 @@ def test_sync_plan_variants_equal_the_reference(model_name, variant):
     backend = executors[KERNEL_BACKEND].backend
     resident = backend._constants(layout)["RESIDENT"] and "_resident_" in backend.generated.train[0].name
     if variant.startswith("resident chunks"):
-        assert resident == (variant == "resident chunks")
+        assert resident == (variant != "resident chunks off")
     for executor in executors.values():
         executor.train_epoch(layout, labels, epoch=0, lr=0.2)
         executor.train_epoch(layout, labels, epoch=1, lr=0.2)
@@ -431,7 +432,8 @@ def test_hot_replicas_on_criteo_shaped_rows_equal_the_reference(launches):
 
 
 @pytest.mark.parametrize("model_name", ["lr", "fm"])
-@pytest.mark.parametrize("launch", [dict(hot_size=4), dict(slots_per_step=64)])
+@pytest.mark.parametrize("launch", [dict(hot_size=4), dict(slots_per_step=64),
+                                    dict(slots_per_step=64, prefetch_chunks=True)])
 def test_grid_barrier_epoch_with_a_partial_last_batch(model_name, launch):
     """Batches of 5 chunks over 8 chunks: the epoch kernel's last batch has 3 (and on a GPU 5
     programs, two of them idle in it: with whole rows in one tile, resident ones without a chunk), and
@@ -450,12 +452,15 @@ def test_grid_barrier_epoch_with_a_partial_last_batch(model_name, launch):
 
 
 @pytest.mark.parametrize("model_name", ["lr", "fm"])
-def test_grid_barrier_plans_launch_the_epoch_kernel_per_batch_where_batches_end_on_the_host(model_name):
+@pytest.mark.parametrize("launch", [dict(batch_size=24, hot_size=4),
+                                    dict(batch_size=8, slots_per_step=64, prefetch_chunks=True)])
+def test_grid_barrier_plans_launch_the_epoch_kernel_per_batch_where_batches_end_on_the_host(model_name, launch):
     """Exact L2 decays every row after each batch on the host: the epoch kernel runs one batch per
-    launch (its chunk range and batch index set per launch), and single batches (train_batch) too."""
+    launch (its chunk range and batch index set per launch), and single batches (train_batch) too;
+    also where each launch's first chunk is read before its loop (resident chunks, prefetched)."""
     dataset = awkward_dataset(29, n_rows=60)
     device, layout, labels = laid_out(dataset, "binary")
-    plan = Plan(chunk_size=8, batch_size=24, hot_size=4)
+    plan = Plan(chunk_size=8, **launch)
     executors = {}
     for backend in ("reference", KERNEL_BACKEND):
         model = zoo_model(model_name, l2=0.05, **({"k": 4, "init_std": 0.1} if model_name == "fm" else {}))
@@ -464,7 +469,7 @@ def test_grid_barrier_plans_launch_the_epoch_kernel_per_batch_where_batches_end_
         for epoch in range(2):
             executor.train_epoch(layout, labels, epoch, lr=0.3)
         order = layout.chunk_order(7, 0)
-        executor.train_batch(layout, labels, order, 2, 3, lr=0.2, scale=1 / 24)
+        executor.train_batch(layout, labels, order, 2, plan.chunks_per_batch, lr=0.2, scale=1 / plan.batch_size)
         executors[backend] = executor
     assert [spec.role for spec in executors[KERNEL_BACKEND].backend.generated.train] == ["epoch"]
     _assert_states_close(executors["reference"].state, executors[KERNEL_BACKEND].state)

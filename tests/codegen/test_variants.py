@@ -17,8 +17,9 @@ VARIANTS = enumerate_variants()
 
 def test_every_valid_variant_once():
     # sync: 2 deterministic (fused, stage) + fused/stage x hot x grid x (no edge updates, edge updates,
-    # summed), + resident (fused grid edge updates without a hot segment); async: hot x derived x queue
-    assert len(VARIANTS) == 2 + 2 * 2 * 2 * 3 + 1 + 8
+    # summed), + resident (fused grid edge updates without a hot segment) and resident prefetched; async: hot x
+    # derived x queue
+    assert len(VARIANTS) == 2 + 2 * 2 * 2 * 3 + 2 + 8
     assert len({v.name for v in VARIANTS}) == len(VARIANTS)
     assert all(KernelVariant.of(**vars(v)) == v for v in VARIANTS)
 
