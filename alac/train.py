@@ -159,14 +159,13 @@ class Trainer:
             else:
                 labels, where = train.labels, train.source.path or "the training data"
             self.labels = LabelMap.fit(self.executor.ir.labels, labels, where)
-        if self.feature_order is None:
-            self.feature_order = self.train_layout.host.new_to_old.cpu() if streamed else \
-                self.train_layout.new_to_old.cpu()
         self._place_params(train, streamed)
         if ordered_here and not streamed and self.placement is not None and self.placement.mode == "device":
             # rows in one GPU table whose order this layout chose: its most frequent ids spread over lines
             spread_layout(self.train_layout, self.plan.hot_size, self.plan.lines_to_spread)
-            self.feature_order = self.train_layout.new_to_old.cpu()
+        if ordered_here:
+            self.feature_order = self.train_layout.host.new_to_old.cpu() if streamed else \
+                self.train_layout.new_to_old.cpu()
         if streamed:
             return self.train_layout, None
         return self.train_layout, self.labels.model_labels(self.train_layout.labels)

@@ -92,18 +92,11 @@ class EpochKernel:
         return self._define("apply_resident", "Per-edge gradients, kept in registers for the update", w,
                             self._resident_gradients())
 
-    @staticmethod
-    def _resident_rows(w):
+    def _resident_rows(self, w):
         """The lines that find a chunk's rows and edges (nothing where not active)."""
         for argument in m.LAYOUT:
             w.arg(argument)
-        w.line("slots = chunk * C + rows")
-        w.line("valid = active & (tl.load(row_of_slot_ptr + slots) >= 0)")
-        w.line("edge_base = tl.load(chunk_start_ptr + chunk)")
-        w.comment("no edges where not active (the batch has fewer chunks than programs)")
-        w.line("width = tl.where(active, tl.load(chunk_width_ptr + chunk), 0)")
-        w.line("chunk_features = edge_feature_ptr + edge_base")
-        w.line("chunk_values = edge_value_ptr + edge_base")
+        self._chunk_prologue(w, True, active=True)
 
     def _resident_ids_function(self):
         """Prefetch: one chunk's rows, ids and values in one tile, read before the barrier that ends the
@@ -111,11 +104,7 @@ class EpochKernel:
         w = Writer()
         self._resident_rows(w)
         w.line("slot_start = 0")
-        self._tile_features(w, "present = feature >= 0")
-        w.line("if HAS_VALUES:")
-        w.line("    x = tl.load(chunk_values + edge, mask=present, other=0.0)")
-        w.line("else:")
-        w.line("    x = tl.where(present, 1.0, 0.0)")
+        self._tile_edges(w)
         return self._define("chunk_tile_resident", "One chunk's rows, ids and values in one tile (nothing where not "
                             "active)", w, ("slots", "valid", "edge", "feature", "present", "x"))
 
@@ -131,13 +120,12 @@ class EpochKernel:
                 self._load_param(w, name)
         else:
             self._resident_rows(w)
-        tile = self._edge_tile_function(params, w.derived)
         for stage in stages:
             if stage == "aggregate":
                 for a in self.ir.accums:
                     w.line(f"{a.name} = tl.zeros({'[C, BLOCK_K]' if a.vector else '[C]'}, tl.float32)")
                 if not self.variant.prefetch:
-                    w.call(tile, slot_start="0")
+                    w.call(self._edge_tile_function(params, w.derived), slot_start="0")
                 w.call(self._aggregate_function())
             elif stage == "apply":
                 w.call(self._resident_apply_function(w.derived))

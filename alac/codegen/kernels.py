@@ -113,14 +113,21 @@ class KernelGenerator(StageEmitter, ParamAccess, EpochKernel):
         assert self.functions.setdefault(name, function) == function, f"two bodies for {name}"
         return function
 
-    def _chunk_prologue(self, w, edges):
-        """The chunk's rows; and its edges where a stage reads them (edges)."""
+    @staticmethod
+    def _chunk_prologue(w, edges, active=False):
+        """The chunk's rows; and its edges where a stage reads them (edges). active: a resident
+        program's chunk, which has no rows and no edges where the variable `active` is false."""
         w.line("slots = chunk * C + rows")
-        w.line("valid = tl.load(row_of_slot_ptr + slots) >= 0")
+        w.line("valid = active & (tl.load(row_of_slot_ptr + slots) >= 0)" if active else
+               "valid = tl.load(row_of_slot_ptr + slots) >= 0")
         if not edges:
             return
         w.line("edge_base = tl.load(chunk_start_ptr + chunk)")
-        w.line("width = tl.load(chunk_width_ptr + chunk)")
+        if active:
+            w.comment("no edges where not active (the batch has fewer chunks than programs)")
+            w.line("width = tl.where(active, tl.load(chunk_width_ptr + chunk), 0)")
+        else:
+            w.line("width = tl.load(chunk_width_ptr + chunk)")
         w.line("chunk_features = edge_feature_ptr + edge_base")
         w.line("chunk_values = edge_value_ptr + edge_base")
 

@@ -24,11 +24,7 @@ class StageEmitter:
         the states a derived param was computed from, which its update reuses)."""
         w = Writer()
         w.derived = derived
-        self._tile_features(w, "present = feature >= 0")
-        w.line("if HAS_VALUES:")
-        w.line("    x = tl.load(chunk_values + edge, mask=present, other=0.0)")
-        w.line("else:")
-        w.line("    x = tl.where(present, 1.0, 0.0)")
+        self._tile_edges(w)
         for name in params:
             self._load_param(w, name)
         states = tuple(f"{p}_state_" for p in params)
@@ -39,6 +35,15 @@ class StageEmitter:
             name += "_" + "_".join(params)
         return self._define(name, "An [S, C] edge tile from slot slot_start on and the params it reads; absent "
                             "edges get id 0 and x 0", w, returns)
+
+    @classmethod
+    def _tile_edges(cls, w):
+        """The [S, C] edge tile's features and values (x: 1 at present edges of binary data)."""
+        cls._tile_features(w, "present = feature >= 0")
+        w.line("if HAS_VALUES:")
+        w.line("    x = tl.load(chunk_values + edge, mask=present, other=0.0)")
+        w.line("else:")
+        w.line("    x = tl.where(present, 1.0, 0.0)")
 
     @staticmethod
     def _tile_features(w, present):
