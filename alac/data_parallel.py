@@ -44,7 +44,8 @@ REPLICATED_WHY = ("every row fits each rank's GPU: replicated tables synchronise
 class DataParallelTrainer(Trainer):
     def __init__(self, model, ranks=None, sync_every=None, aggregation="sequential", curvature=0.25,
                  tables="auto", rows="whole", **options):
-        """Trainer's options; ranks: alac.runtime.distributed.Ranks (default init_ranks()); sync_every:
+        """Trainer's options (every rank's plan the same but for its hot size: the ranks' smallest is
+        taken); ranks: alac.runtime.distributed.Ranks (default init_ranks()); sync_every:
         batches between synchronisations (None: once an epoch); aggregation: "sequential", "rows",
         "adding" or "averaging" of the ranks' changes (the module's docstring), curvature the loss's
         curvature "sequential" assumes of a row (the logistic loss's largest, 1/4); tables: "replicated"
@@ -67,6 +68,8 @@ class DataParallelTrainer(Trainer):
             raise OptionError(f"sync_every is a number of batches >= 1 (or None: once an epoch), got {sync_every!r}")
         if ranks.world > 1 and ranks.backend == "nccl" and "device" not in options:
             options["device"] = ranks.device
+        if "plan" in options:
+            options["plan"] = ranks.agreed_plan(options["plan"])
         super().__init__(model, **options)
         if ranks.world > 1 and self.plan.host_params:
             raise OptionError("data-parallel training keeps every parameter on each rank's GPU: host_params is "

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
+import zlib
 
 import torch
 import torch.distributed as dist
@@ -91,6 +92,20 @@ class Ranks:
         if fewest != most:
             raise OptionError(f"the ranks' own rows declare between {fewest:,} and {most:,} features (this rank's: "
                               f"{n_features:,}): every rank's rows must index one feature space")
+
+    def agreed_plan(self, plan):
+        """The plan every rank trains: its hot segment the ranks' smallest (a hot size each rank chose
+        from its own rows, as planner.hot_size_for_data does, differs by a few rows, and hybrid tables
+        all-reduce the hot rows as one tensor: unequal ones hung NCCL), any other difference an
+        OptionError on every rank, before any training."""
+        if self.world == 1:
+            return plan
+        plan = dataclasses.replace(plan, hot_size=self.extremes(plan.hot_size)[0])
+        fewest, most = self.extremes(zlib.crc32(repr(plan).encode()))
+        if fewest != most:
+            raise OptionError(f"the ranks were given different plans (this rank's: {plan.describe()}): every "
+                              "rank must train the same plan (only their hot sizes may differ; the smallest is taken)")
+        return plan
 
     def all_to_all(self, tensor, send_counts, receive_counts):
         """Rows of `tensor` (dim 0) sent to the ranks, send_counts[r] of them to rank r in rank order;

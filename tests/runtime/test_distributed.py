@@ -1,10 +1,13 @@
 """Ranks over a sub-group: three gloo ranks on the CPU, the first two reducing among themselves while
-the third takes no part, the first alone as one rank; an integer's extremes over the ranks."""
+the third takes no part, the first alone as one rank; an integer's extremes over the ranks; the plan
+the ranks agree on."""
+
 
 import pytest
 import torch
 
 from alac.errors import OptionError
+from alac.plan import Plan
 from alac.runtime.distributed import Ranks, first_ranks, init_ranks
 from tests.two_ranks import gloo_group, spawned
 
@@ -21,6 +24,11 @@ def _run_rank(rank, world, store, out):
             found["alone_sum"] = float(alone.all_reduce(torch.tensor([rank + 1.0]))[0])
         found["every_sum"] = float(ranks.all_reduce(torch.tensor([rank + 1.0]))[0])
         found["extremes"] = ranks.extremes(10 * rank - 7)
+        found["agreed"] = ranks.agreed_plan(Plan(semantics="async", hot_size=[677, 678, 657][rank]))
+        try:
+            ranks.agreed_plan(Plan(batch_size=1024 if rank else 512))
+        except OptionError as error:
+            found["disagreed"] = str(error)
         torch.save(found, f"{out}/{rank}.pt")
 
 
@@ -32,6 +40,10 @@ def test_the_first_ranks_reduce_among_themselves(tmp_path):
     assert all(rank["every"] and rank["every_sum"] == 6.0 for rank in (first, second, third))
     # the smallest and largest of an integer over the ranks, every rank told both
     assert all(rank["extremes"] == (-7, 13) for rank in (first, second, third))
+    # hot sizes each rank chose from its own rows: the smallest, the rest of the plan untouched
+    assert all(rank["agreed"] == Plan(semantics="async", hot_size=657) for rank in (first, second, third))
+    # any other difference: refused on every rank
+    assert all("the ranks were given different plans" in rank["disagreed"] for rank in (first, second, third))
 
 
 def test_more_ranks_than_there_are_is_refused():

@@ -80,6 +80,14 @@ def _run_rank(rank, world, store, out):
         fits.fit(train)
         # epochs measured apart: one rank's 1 ms would queue many more than the other's 200 ms
         results["group_size"] = fits._group_size(True, 50, 1e-3 if rank == 0 else 0.2)
+        # hot sizes chosen by each rank from its own rows: the ranks train the smallest (the hot rows'
+        # all-reduce is one tensor), as a plan of that size does
+        results["uneven_hot"] = {}
+        for hot_size in ((8, 8), (8, 11)):
+            trainer = DataParallelTrainer(_model("fm"), ranks=ranks, tables="hybrid", optimizer="adagrad", epochs=1,
+                                          **{**OPTIONS, "plan": dataclasses.replace(PLAN, hot_size=hot_size[rank])})
+            trainer.fit(train, valid)
+            results["uneven_hot"][hot_size] = (trainer.plan.hot_size, trainer.executor.hot, trainer.parameters())
         # tables past DRAW_ROWS: each rank draws only its own rows (counter-based), as the replicated draw
         state_module.DRAW_ROWS = sharded_rows.DRAW_ROWS = 8
         results["counter_drawn"] = {}
@@ -251,6 +259,17 @@ def test_rows_over_the_budget_choose_hybrid_tables_with_segments_that_fit(two_ra
         tables, lines = auto["fits"]
         assert tables == "replicated"
         assert any(line.startswith("tables = replicated over 2 ranks: every row fits") for line in lines)
+
+
+def test_ranks_given_different_hot_sizes_train_the_smallest(two_ranks):
+    """benchmarks/distributed.py's placement run: each rank's hot size from its own rows (657 to 678
+    rows) hung the hot rows' all-reduce."""
+    for rank in two_ranks:
+        even, uneven = rank["uneven_hot"][(8, 8)], rank["uneven_hot"][(8, 11)]
+        assert uneven[:2] == even[:2] == (8, 8)
+        for name, values in even[2][0].items():
+            assert (uneven[2][0][name] == values).all(), name
+        assert uneven[2][1] == even[2][1]
 
 
 def test_ranks_queue_as_many_epochs_whatever_each_measured(two_ranks):
