@@ -320,7 +320,8 @@ def placement_part(args, ranks):
     held = (trainer.executor.table.shape[0] + trainer.executor.hot_table.shape[0]) if trainer.sharded_tables else None
     arm = {"name": f"placement_fm16_adagrad_kaggle_x{args.placement_scale}", "ranks": ranks.world,
            "rows": args.placement_rows, "features": train.n_features, "tables": trainer.tables,
-           "sync_every": trainer.sync_every, "table_bytes": trainer.placement.table_bytes,
+           "sync_every": trainer.sync_every, "hot_rows": trainer.plan.hot_size,
+           "table_bytes": trainer.placement.table_bytes,
            "budget_bytes": trainer.placement.budget_bytes,
            "gpu_bytes": torch.cuda.get_device_properties(device).total_memory, "rows_held": held,
            "epochs": len(history), "epoch_seconds": [r["seconds"] for r in history],
