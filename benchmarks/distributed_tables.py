@@ -38,10 +38,11 @@ def _placement_table(placed):
         return ""
     return "\n\n" + table(
         ["placement run", "ranks", "tables", "table GB", "one GPU's GB", "rows a rank holds", "sync every",
-         "ms / epoch", "val logloss", "MB sent / epoch / rank"],
+         "s per epoch", "val logloss per epoch", "MB sent / epoch / rank"],
         [[a["name"], a["ranks"], a["tables"], f"{a['table_bytes'] / 1e9:.1f}", f"{a['gpu_bytes'] / 1e9:.1f}",
           "-" if a["rows_held"] is None else f"{a['rows_held']:,} of {a['features']:,}",
-          a["sync_every"] or "epoch", f"{a['ms_per_epoch']:.0f}", f"{a['val_logloss'][-1]:.4f}",
+          a["sync_every"] or "epoch", " / ".join(f"{s:.1f}" for s in a["epoch_seconds"]),
+          " / ".join(f"{v:.4f}" for v in a["val_logloss"]),
           "-" if a["bytes_communicated"] is None else f"{a['bytes_communicated'] / 1e6:.0f}"] for a in placed])
 
 

@@ -371,10 +371,15 @@ SECTIONS = [
        f"The flow arms (LR and FM k = 16, the sequential aggregation) on the first 1, 2, ... {world} ranks, each "
        f"making only its share of the 256M rows, and the SCD arms over {world} ranks: TPA-SCD's Criteo-shaped dual "
        "problem and one 4× larger in rows and columns (the first SCD arm's first epochs hold the kernels' "
-       "compilation).",
+       "compilation); the placement run: FM k = 16 with AdaGrad (lr 0.1, batch 1024) on 64M rows of the "
+       "Kaggle-shaped set with its cardinalities ×63 (2.1 billion feature rows, more than one GPU holds), "
+       "each rank making its 16M, the tables left to auto (hybrid: the ranks' smallest hot segment "
+       "replicated, the cold rows sharded), 2 epochs (the first holds the kernels' compilation; most "
+       "validation ids are rare at this scale, so its logloss is a sanity figure, not a quality one).",
        f"PYTHONPATH=. torchrun --nproc-per-node {world} benchmarks/distributed.py --parts flow --models lr "
        f"--all-ranks-arms '' --gpus {' '.join(str(w) for w in (2, 4, 8) if w < world)} --own-rows --flow-rows "
-       "256000000`, the same with `--models fm16`, and `--parts scd --own-rows --criteo-scale 4",
+       "256000000`, the same with `--models fm16`, `--parts scd --own-rows --criteo-scale 4`, and "
+       "`PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True` with `--parts placement --placement-scale 63",
        distributed_tables) for world in (4, 8)),
     ("dp_aggregation", "How data-parallel ranks' changes combine",
      "Two gloo ranks on the CPU with the reference backend (an async plan runs there as exact sequential SGD, "
