@@ -68,14 +68,19 @@ class DataParallelTrainer(Trainer):
             raise OptionError(f"sync_every is a number of batches >= 1 (or None: once an epoch), got {sync_every!r}")
         if ranks.world > 1 and ranks.backend == "nccl" and "device" not in options:
             options["device"] = ranks.device
-        if "plan" in options:
-            options["plan"] = ranks.agreed_plan(options["plan"])
         super().__init__(model, **options)
         if ranks.world > 1 and self.plan.host_params:
             raise OptionError("data-parallel training keeps every parameter on each rank's GPU: host_params is "
                               "for one rank")
         self.ranks, self.sync_every, self.aggregation, self.curvature = ranks, sync_every, aggregation, curvature
         self.tables, self.rows = tables, rows
+        if ranks.world > 1 and aggregation == "sequential":
+            self._log_q()           # its step checked before any training
+        agreed = ranks.agreed_plan(self.plan)
+        if agreed != self.plan:
+            model, _, *rest = self._executor_arguments
+            self.plan, self._executor_arguments = agreed, (model, agreed, *rest)
+            self.executor = Executor(*self._executor_arguments)
         if tables in ("sharded", "hybrid"):
             self.executor = ShardedExecutor(self.executor, ranks, replicate_hot=tables == "hybrid")
         # (training set, this rank's share of its rows): held, so that the identity test stays sound
@@ -84,8 +89,6 @@ class DataParallelTrainer(Trainer):
         self._terms = None
         # (layout, the rows of every rank's share of it) (_rows_over_ranks)
         self._rows = None
-        if ranks.world > 1 and aggregation == "sequential":
-            self._log_q()           # its step checked before any training
 
     def describe(self):
         """The run's first line: the ranks and how their parameters are synchronised."""

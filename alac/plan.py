@@ -65,10 +65,9 @@ class Plan:
     # round trip through the batch's edge buffer (benchmarks/sync_resident.py).
     resident_tiles: bool = True
     # Resident chunks: the next batch's chunk (ids, values, rows) read before the second barrier, so that
-    # after it only the params are gathered. A hand-written LR kernel of this design ran 17.4 against the
-    # generated resident epoch's 23.8 ms (H200, benchmarks/sync_resident.py); off while this generated
-    # form has no figure of its own there.
-    prefetch_chunks: bool = False
+    # after it only the params are gathered (benchmarks/sync_resident.py, H200, C = 8: LR 20.2 against
+    # 24.2 ms, FM k = 16 37.5 against 42.2, results identical; a hand-written LR kernel 17.6).
+    prefetch_chunks: bool = True
     # Trainer: the ids of the 32 x N most frequent features after the hot segment renumbered so that the
     # N most frequent start N different cache lines (alac.runtime.line_spread); None: SPREAD_LINES for
     # sync, 0 for async (whose lock-free epochs converged worse with it: BENCHMARKS.md, not kept).

@@ -101,10 +101,16 @@ def optimizers_table(result):
 
 
 def sync_resident_table(result):
-    """The sync epoch's forms (benchmarks/sync_resident.py), a row per model, chunk size and form."""
-    return table(["model", "C", "form", "ms / epoch", "val logloss"],
-                 [[a["model"], str(a["chunk_size"]), a["form"], f"{a['ms_per_epoch']:.2f}",
-                   f"{a['val_logloss'][-1]:.4f}"] for a in result["arms"]])
+    """The sync epoch's forms (benchmarks/sync_resident.py): a row per model and chunk size, its ms per
+    epoch in each form (the same batches and results in every form of a row)."""
+    arms = result["arms"]
+    forms = list(dict.fromkeys(a["form"] for a in arms))
+    rows = []
+    for model, chunk_size in dict.fromkeys((a["model"], a["chunk_size"]) for a in arms):
+        ran = {a["form"]: a for a in arms if (a["model"], a["chunk_size"]) == (model, chunk_size)}
+        rows.append([model, str(chunk_size), *(f"{ran[f]['ms_per_epoch']:.2f}" if f in ran else "-" for f in forms),
+                     f"{next(iter(ran.values()))['val_logloss'][-1]:.4f}"])
+    return table(["model", "C", *(f"{f}: ms / epoch" for f in forms), "val logloss"], rows)
 
 
 def floor_table(result):

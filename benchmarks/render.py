@@ -286,9 +286,10 @@ SECTIONS = [
      "Exact mini-batch SGD (grid-barrier epochs with edge updates) of LR and FM k = 16 in the forms built for it: the "
      "most frequent features' ids in frequency order or spread over cache lines (`Plan.spread_lines`), the epoch "
      "kernel's general form (edge gradients through the batch's edge buffer) or resident chunks (a program's one "
-     "chunk a batch held in registers, in one whole-row tile: `Plan.resident_tiles`), at chunk sizes 16 and 8; and a "
-     "hand-written LR kernel that also reads the next batch's chunk before the second barrier. Same batches and "
-     "results in every row of a model and chunk size.",
+     "chunk a batch held in registers, in one whole-row tile: `Plan.resident_tiles`), and resident chunks that read "
+     "the next batch's chunk before the second barrier (`Plan.prefetch_chunks`: the default, with spread lines, "
+     "resident chunks and C = 8), at chunk sizes 16 and 8; and a hand-written LR kernel of that last form. Same "
+     "batches and results in every form of a row.",
      "PYTHONPATH=. python benchmarks/sync_resident.py", sync_resident_table),
     ("optimizers", "Optimizers inside the kernels",
      "Epoch cost and validation logloss of every optimizer, sync and async, at its default learning rate "

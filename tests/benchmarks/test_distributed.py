@@ -72,7 +72,8 @@ def test_each_rank_makes_only_its_share_of_the_rows(world, rank):
 def test_a_placement_run_reports_its_table_against_one_gpu():
     arm = {"name": "placement_fm16_adagrad_kaggle_x32", "ranks": 4, "tables": "hybrid", "table_bytes": 82e9,
            "gpu_bytes": 80e9, "rows_held": 270_000_000, "features": 1_080_000_000, "sync_every": 64,
-           "ms_per_epoch": 5123.4, "val_logloss": [0.5, 0.49], "bytes_communicated": 3e9}
+           "epoch_seconds": [9.87, 5.1234], "ms_per_epoch": 5123.4, "val_logloss": [0.5, 0.49],
+           "bytes_communicated": 3e9}
     text = distributed_tables.tables({"arms": [arm]})
     assert ("| placement_fm16_adagrad_kaggle_x32 | 4 | hybrid | 82.0 | 80.0 | 270,000,000 of 1,080,000,000 | 64 | "
-            "5123 | 0.4900 | 3000 |") in text
+            "9.9 / 5.1 | 0.5000 / 0.4900 | 3000 |") in text
