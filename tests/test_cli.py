@@ -50,7 +50,7 @@ def test_inspect_shows_gradients_plan_and_source(capsys, tmp_path):
     assert "grad    grad_v[k] = 2*d_v2x2*v*x**2 + d_vx*x + l2_v*v" in out
     assert "# plan: semantics=sync kernels=fused" in out and "aggregate + loss + apply ; update" in out
     assert "@triton.jit" in out and "def alac_fm_" in out
-    dumped = list(tmp_path.glob("alac_fm_*_sync_grid_edges_resident.py"))
+    dumped = list(tmp_path.glob("alac_fm_*_sync_grid_edges_resident_prefetch.py"))
     assert len(dumped) == 1
     source, runner = dumped[0].read_text().split('\n\nif __name__ == "__main__":')
     assert source in out and "alac.runtime.standalone import main" in runner

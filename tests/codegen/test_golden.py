@@ -37,7 +37,7 @@ VARIANTS = {
 MECHANISMS = {
     "sync_per_batch": Plan(grid_barrier=False),
     "sync_summed_edges": Plan(sum_equal_edges=True),
-    "sync_prefetch": Plan(prefetch_chunks=True),
+    "sync_unprefetched": Plan(prefetch_chunks=False),
     "async_hot_stored": Plan(semantics="async", chunk_size=32, hot_size=64, derive_params=False),
     "async_queue": Plan(semantics="async", chunk_size=32, chunk_queue=True),
 }

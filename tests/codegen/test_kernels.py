@@ -186,7 +186,7 @@ PLAN_VARIANTS = {
     # interpreter's one program runs them too; on a GPU every one-tile plan above with edge updates does
     "resident chunks": dict(batch_size=8, slots_per_step=64),
     "resident chunks off": dict(batch_size=8, slots_per_step=64, resident_tiles=False),
-    "resident chunks, prefetched": dict(batch_size=8, slots_per_step=64, prefetch_chunks=True),
+    "resident chunks, not prefetched": dict(batch_size=8, slots_per_step=64, prefetch_chunks=False),
 }
 
 
@@ -433,7 +433,7 @@ def test_hot_replicas_on_criteo_shaped_rows_equal_the_reference(launches):
 
 @pytest.mark.parametrize("model_name", ["lr", "fm"])
 @pytest.mark.parametrize("launch", [dict(hot_size=4), dict(slots_per_step=64),
-                                    dict(slots_per_step=64, prefetch_chunks=True)])
+                                    dict(slots_per_step=64, prefetch_chunks=False)])
 def test_grid_barrier_epoch_with_a_partial_last_batch(model_name, launch):
     """Batches of 5 chunks over 8 chunks: the epoch kernel's last batch has 3 (and on a GPU 5
     programs, two of them idle in it: with whole rows in one tile, resident ones without a chunk), and
