@@ -28,7 +28,8 @@ epoch), the bytes each rank sent. Per arm `name`, `ranks`, `ms_per_epoch`, `gap`
 `time_to_gap`, `bytes_communicated`.
 
 The placement part: FM k = 16 with AdaGrad on the Kaggle-shaped set with its cardinalities scaled
-until the model's rows exceed one GPU (x32: 1.08 billion rows, 82 GB), each rank making its share
+until the model's rows exceed one GPU (x32: 1.08 billion rows, 82 GB, past an H100; x63, the most int32 ids
+allow: 2.1 billion rows, 162 GB, past an H200), each rank making its share
 of the rows, the tables left to DataParallelTrainer's auto (hybrid where they exceed a rank's
 budget): epoch time, validation logloss, the rows each rank holds. Rank 0 writes
 results/distributed.json and .md (distributed_<W>gpu.* for W ranks other than 2).
