@@ -308,13 +308,13 @@ def placement_part(args, ranks):
     base = Plan(semantics="async", batch_size=1024, chunk_size=32)
     plan = Plan(semantics="async", batch_size=1024, chunk_size=32,
                 hot_size=hot_size_for_data(train, base, device.type, 16))
-    progress(f"hot segment {plan.hot_size:,} rows")
     sent = []
     trainer = DataParallelTrainer(zoo_model("fm", k=16), optimizer="adagrad", lr=args.placement_lr, plan=plan,
                                   seed=args.seed, device=device, ranks=ranks, rows="own", epochs=args.placement_epochs,
                                   callbacks=[lambda _, record: sent.append(ranks.traffic.bytes)],
                                   log=lambda record: progress(f"epoch {record['epoch']}: {record['seconds']:.1f} s, "
                                                               f"val logloss {record.get('valid_logloss', 0):.4f}"))
+    progress(f"hot segment {trainer.plan.hot_size:,} rows (the ranks' smallest; rank 0's rows chose {plan.hot_size:,})")
     trainer.prepare(train)
     progress(f"laid out; {trainer.describe()}")
     history = trainer.fit(train, valid)
