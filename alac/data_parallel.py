@@ -78,8 +78,9 @@ class DataParallelTrainer(Trainer):
             self._log_q()           # its step checked before any training
         agreed = ranks.agreed_plan(self.plan)
         if agreed != self.plan:
-            model, _, *rest = self._executor_arguments
-            self.plan, self._executor_arguments = agreed, (model, agreed, *rest)
+            # the executor built for this rank's own plan gives way to one of the agreed plan
+            first, _, *rest = self._executor_arguments
+            self.plan, self._executor_arguments = agreed, (first, agreed, *rest)
             self.executor = Executor(*self._executor_arguments)
         if tables in ("sharded", "hybrid"):
             self.executor = ShardedExecutor(self.executor, ranks, replicate_hot=tables == "hybrid")

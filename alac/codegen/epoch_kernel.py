@@ -160,15 +160,18 @@ class EpochKernel:
             w.line("loss_rows += loss")
             return
         w.comment("one chunk a program: its tile and edge gradients stay in registers until its update")
-        w.line("position = batch_start + tl.program_id(0)")
-        w.line("active = position < batch_end")
-        w.line("chunk = tl.load(chunk_order_ptr + position, mask=active, other=0).to(tl.int64)")
+        self._resident_chunk_of(w, "batch_start", "batch_end")
         w.call(self._resident_chunk_function(group))
         w.line("loss_rows += loss")
 
+    @staticmethod
+    def _resident_chunk_of(w, first, end):
+        """This program's chunk of the batch at chunk-order positions `first` .. `end` (inactive past it)."""
+        w.line(f"position = {first} + tl.program_id(0)")
+        w.line(f"active = position < {end}")
+        w.line("chunk = tl.load(chunk_order_ptr + position, mask=active, other=0).to(tl.int64)")
+
     def _resident_chunk_tile(self, w, first):
         """Prefetch: this program's chunk of the batch from chunk-order position `first` on, in one tile."""
-        w.line(f"position = {first} + tl.program_id(0)")
-        w.line(f"active = position < tl.minimum({first} + chunks_per_batch, chunk_end)")
-        w.line("chunk = tl.load(chunk_order_ptr + position, mask=active, other=0).to(tl.int64)")
+        self._resident_chunk_of(w, first, f"tl.minimum({first} + chunks_per_batch, chunk_end)")
         w.call(self._resident_ids_function())
