@@ -370,8 +370,9 @@ def _train_one(args, module, data, log):
         backend, device = resolve_backend(args.backend)
         if backend == "triton":
             # the traced model has k; its derivation (the Trainer's lowering) is not needed for it
-            additive = lower(model, optimizer).optimizer.additive
-            plan = hot_segment_for_data(data.train, plan, device, trace(model).factor_size, additive)
+            ir = lower(model, optimizer)
+            plan = hot_segment_for_data(data.train, plan, device, trace(model).factor_size, ir.optimizer.additive,
+                                        sum(p.size for p in ir.params))
     early_stopping = None if args.early_stopping == "none" or data.valid is None else args.early_stopping
     options = dict(lr=args.lr, epochs=args.epochs, plan=plan, backend=args.backend, seed=args.seed, log=log,
                    optimizer=optimizer, schedule=LearningRateSchedule(args.schedule, args.decay, args.power),

@@ -202,15 +202,15 @@ def _model(k):
 
 
 def _tuned_plan(train, k, seed, base, lr):
-    """Autotune C and warps of an async hot-segment plan (H from the cost model for each C,
-    max_in_flight and the flush period fixed) on one epoch each."""
+    """Autotune C and warps of an async hot-segment plan (H from the cost model for each C, within the
+    planner's cap on the programs' sums; max_in_flight and the flush period fixed) on one epoch each."""
     from alac.runtime.planner import autotune, hot_size_for_data
     from alac.train import Trainer
 
     candidates = []
     for chunk_size in (16, 32, 64):
         plan = dataclasses.replace(base, chunk_size=chunk_size)
-        plan = dataclasses.replace(plan, hot_size=hot_size_for_data(train, plan, train.device))
+        plan = dataclasses.replace(plan, hot_size=hot_size_for_data(train, plan, train.device, k))
         candidates += [dataclasses.replace(plan, num_warps=warps) for warps in (4, 8)]
 
     def run_epoch(plan):

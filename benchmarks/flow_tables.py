@@ -83,6 +83,23 @@ def tiles_table(result):
                   "val logloss"], rows)
 
 
+def hot_table(result):
+    """flow_sweep.py --hot: a row per k, its epoch without a hot segment, with the cost model's H, with
+    the planner's (capped) H and with the fastest H swept; H (hot sums MB) ms (x its floor)."""
+    def cell(run):
+        return (f"{run['hot_size']:,} ({run['hot_sums_mb']:.0f} MB): {run['ms_per_epoch']:.2f} "
+                f"({run['ms_per_epoch'] / run['floor_ms']:.2f}×), {run['val_logloss']:.4f}")
+
+    rows = []
+    for k in dict.fromkeys(r["k"] for r in result["results"]):
+        runs = [r for r in result["results"] if r["k"] == k]
+        by_choice = {r["hot_choice"]: r for r in runs}
+        swept = min((r for r in runs if isinstance(r["hot_choice"], int)), key=lambda r: r["ms_per_epoch"])
+        rows.append([k, f"{by_choice[None]['ms_per_epoch']:.2f}", cell(by_choice["uncapped"]),
+                     cell(by_choice["model"]), cell(swept)])
+    return table(["k", "no hot segment ms", "cost model's H", "planner's H (capped)", "fastest H swept"], rows)
+
+
 def optimizers_table(result):
     """A row per model and optimizer, sync and async side by side."""
     by_key = {(r["model"], r["optimizer"], r["semantics"]): r for r in result["results"]}

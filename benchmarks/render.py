@@ -20,6 +20,7 @@ from benchmarks.flow_tables import (
     fit_queue_table,
     floor_table,
     flow_pair_table,
+    hot_table,
     optimizers_table,
     real_data_table,
     scaling_table,
@@ -302,6 +303,12 @@ SECTIONS = [
      "of 2,048 to 16,384 values with the factor block and two warp counts, each against flat kernels of its own "
      "accesses (alac.runtime.roofline); the planner's automatic tile and the fastest.",
      "PYTHONPATH=. python benchmarks/flow_sweep.py --tiles 16,32,64 --epochs 4", tiles_table),
+    ("flow_hot", "Async FM's hot segment against the L2",
+     "Async FM (C = 32, flush every 8 chunks) at k = 16, 32 and 64 with H hot features summed in each of the 528 "
+     "programs' own rows: the cost model's H, the planner's (its sums within planner.HOT_SUMS_L2_SHARE of the L2) "
+     "and H from 16,384 / 4k to 32,768 / k; each cell H (the programs' sums in MB): ms an epoch (× the floor of "
+     "its accesses), validation logloss after 4 epochs.",
+     "PYTHONPATH=. python benchmarks/flow_sweep.py --hot 16,32,64 --epochs 4", hot_table),
     ("flow_lr_scaling", "Async LR from 1M to 64M rows", "Per-non-zero time of one async epoch, alone and queued.",
      "PYTHONPATH=. python benchmarks/flow.py --model lr --scaling 1000000,4000000,16000000,64000000",
      scaling_table),

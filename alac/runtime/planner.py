@@ -29,6 +29,7 @@ import torch
 from alac.cache import default_cache_dir
 from alac.plan import Plan
 from alac.runtime.blocks import PADDING_MARGIN, is_block_source
+from alac.runtime.schedule import async_programs, async_programs_for
 from alac.runtime.timing import gpu_milliseconds
 
 # Sizes of the access-cost microbenchmark: 64M int32 (256 MB) streamed, gathered from a table of
@@ -94,6 +95,37 @@ def hot_size_from_costs(frequency, n_rows, costs, rows_per_period):
     return int((per_period >= costs.threshold).sum())
 
 
+# Of the L2, the share an async epoch's per-program hot sums (P programs x H features x the floats of
+# their params' rows x 4 bytes) may take: past it their additions miss the L2 and a larger H costs more
+# than it saves. benchmarks/flow_sweep.py --hot (H200, 60 MB L2, FM on 4M x 39 rows): k = 16 11.9-12.1 ms
+# an epoch with 28-46 MB of sums, 13.6 with 74; k = 32 fastest with 27 MB (20.1 ms, 23.5 with 86);
+# k = 64 35.2 ms with 13-18 MB, 36.0 with 26, 44.3 with 173.
+HOT_SUMS_L2_SHARE = 0.45
+
+
+def hot_sums_cap(programs, row_floats, l2_bytes):
+    """The most hot features whose async sums, programs x row_floats floats a feature, fit
+    HOT_SUMS_L2_SHARE of an L2 of l2_bytes."""
+    return int(HOT_SUMS_L2_SHARE * l2_bytes) // (4 * max(programs, 1) * max(row_floats, 1))
+
+
+def l2_cache_bytes(device):
+    return torch.cuda.get_device_properties(device).L2_cache_size
+
+
+def capped_hot_size(hot, plan, programs, row_floats, device):
+    """(H, why or None): the cost model's H, at most hot_sums_cap in async plans on a GPU."""
+    if plan.semantics != "async" or torch.device(device).type != "cuda":
+        return hot, None
+    l2_bytes = l2_cache_bytes(device)
+    cap = hot_sums_cap(programs, row_floats, l2_bytes)
+    if hot <= cap:
+        return hot, None
+    return cap, (f"capped at {cap:,} of the cost model's {hot:,}: {programs} programs' sums of {row_floats} "
+                 f"float{'s' * (row_floats != 1)} a feature fit {HOT_SUMS_L2_SHARE:.0%} of the "
+                 f"{l2_bytes / 1e6:.0f} MB L2 (HOT_SUMS_L2_SHARE)")
+
+
 def hot_size_for_data(dataset, plan, device="cuda", factor_size=0):
     """The default H of a plan on a data set (before any layout): the cost model's where the
     planner turns the hot segment on (binary features, vector params of at most
@@ -101,10 +133,12 @@ def hot_size_for_data(dataset, plan, device="cuda", factor_size=0):
     return hot_segment_for_data(dataset, plan, device, factor_size).hot_size
 
 
-def hot_segment_for_data(dataset, plan, device="cuda", factor_size=0, additive=True):
+def hot_segment_for_data(dataset, plan, device="cuda", factor_size=0, additive=True, row_floats=None):
     """The plan with the default hot segment for a data set or a block source (before any layout):
-    H from the cost model, and for sync R replicas of the hot sums, where the planner turns it on;
-    else H = 0. additive: the optimizer's rule is (SGD's: resident chunks need it)."""
+    H from the cost model (async: within hot_sums_cap), and for sync R replicas of the hot sums,
+    where the planner turns it on; else H = 0. additive: the optimizer's rule is (SGD's: resident
+    chunks need it). row_floats: the floats of a feature's param rows (default 1 + factor_size:
+    LR's w, FM's w and v)."""
     if torch.device(device).type != "cuda":
         return dataclasses.replace(plan, hot_size=0)
     # a block source's meta layout holds the whole data's frequencies and sizes
@@ -122,6 +156,8 @@ def hot_segment_for_data(dataset, plan, device="cuda", factor_size=0, additive=T
         indices = dataset.indices.to(device) if torch.cuda.is_available() else dataset.indices
         frequency = torch.bincount(indices.long(), minlength=dataset.n_features)
     hot = hot_size_from_costs(frequency, n_rows, measure_access_costs(device), rows_per_flush(plan))
+    programs = async_programs_for(plan, -(-n_rows // plan.chunk_size), plan.chunk_size)
+    hot, _ = capped_hot_size(hot, plan, programs, row_floats or 1 + factor_size, device)
     plan = dataclasses.replace(plan, hot_size=hot)
     if plan.semantics == "sync":
         rows = max(n_rows, 1)
@@ -164,11 +200,11 @@ class PlanChoice:
 # Where the planner turns the hot segment on by default: binary features, and vector params (FM's
 # factors) of at most HOT_SEGMENT_MAX_FACTOR[semantics] values (0: scalar params only). H100, 4M x 39
 # rows (sync_breakdown, flow_sweep, flow): sync LR 42.5 against 48.2 ms per epoch, FM loses 7-42 %;
-# async LR 3.4x faster, FM k = 16 and 32 2.5x and 1.8x, k = 64 1.5x slower (one program per SM
-# instead of two). Off on real-valued data (20news async: test AUC 0.84-0.85 against 0.86 without).
-# Off in sync plans with resident chunks, which a hot segment turns off: LR 23.5 against 34.5 ms with
-# the planner's H and R, FM 41.7 against 63.6 (H200, flow.py).
-HOT_SEGMENT_MAX_FACTOR = {"sync": 0, "async": 32}
+# async LR 3.4x faster, FM k = 16 and 32 2.5x and 1.8x; k = 64 with its sums within HOT_SUMS_L2_SHARE
+# 1.2x (H200, flow.py: 36.0 against 43.3 ms; uncapped 1.04x slower). Off on real-valued data (20news
+# async: test AUC 0.84-0.85 against 0.86 without). Off in sync plans with resident chunks, which a hot
+# segment turns off: LR 20.2 against 35.1 ms with the planner's H and R, FM 37.5 against 64.2 (H200, flow.py).
+HOT_SEGMENT_MAX_FACTOR = {"sync": 0, "async": 64}
 
 
 def hot_segment_by_default(semantics, binary, factor_size=0, resident=False):
@@ -199,7 +235,9 @@ def plan_for(layout, model_ir, semantics="sync", batch_size=1024, base=None, dev
                            else "")
                         + f" (measured: see HOT_SEGMENT_MAX_FACTOR); the cost model gives {hot}: {why}"))
         return PlanChoice(base, reasons, costs)
-    reasons.append(("hot_size", hot, why))
+    hot, capped = capped_hot_size(hot, base, async_programs(base, layout), sum(p.size for p in model_ir.params),
+                                  device)
+    reasons.append(("hot_size", hot, why + (f"; {capped}" if capped else "")))
     plan = dataclasses.replace(base, hot_size=hot)
     if semantics == "sync":
         replicas = replicas_from_costs(layout, plan, hot)

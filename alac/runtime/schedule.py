@@ -54,9 +54,14 @@ def warps_for_tile(plan, slots, factor_size):
 
 def async_programs(plan, layout):
     """Persistent programs of an async epoch: max_in_flight samples, C per program."""
+    return async_programs_for(plan, layout.n_chunks, layout.chunk_size)
+
+
+def async_programs_for(plan, n_chunks, chunk_size):
+    """async_programs before a layout exists: its chunks and chunk size."""
     if plan.programs:
-        return min(plan.programs, layout.n_chunks)
-    return max(1, min(layout.n_chunks, plan.max_in_flight // layout.chunk_size))
+        return min(plan.programs, n_chunks)
+    return max(1, min(n_chunks, plan.max_in_flight // chunk_size))
 
 
 def resident_programs(compiled, device):

@@ -28,3 +28,16 @@ def test_the_tiles_table_shows_each_k_automatic_and_fastest_against_its_floor():
     assert "| 16 | automatic | 32 | 8 | 8 | 528 | 12.00 | 8.00 | 1.50× | 0.5000 |" in text
     assert "| 16 | fastest | 32 | 8 | 8 | 528 | 10.00 | 8.00 | 1.25× | 0.5000 |" in text
     assert "| 32 | automatic |" in text and "| 32 | fastest | 32 | 8 | 8 | 528 | 20.00 |" in text
+
+
+def test_the_hot_table_shows_each_k_without_with_the_cost_models_the_planners_and_the_fastest_h():
+    from benchmarks.flow_tables import hot_table
+
+    def run(k, choice, hot, ms, floor=10.0):
+        return {"k": k, "hot_choice": choice, "hot_size": hot, "hot_sums_mb": hot / 10, "ms_per_epoch": ms,
+                "floor_ms": floor, "val_logloss": 0.5}
+
+    text = hot_table({"results": [run(16, None, 0, 30.0), run(16, "model", 700, 12.0), run(16, "uncapped", 1100, 13.0),
+                                  run(16, 256, 256, 18.0), run(16, 768, 768, 11.5, 9.0)]})
+    assert ("| 16 | 30.00 | 1,100 (110 MB): 13.00 (1.30×), 0.5000 | 700 (70 MB): 12.00 (1.20×), 0.5000 | "
+            "768 (77 MB): 11.50 (1.28×), 0.5000 |") in text

@@ -161,31 +161,61 @@ def test_the_default_sync_hot_segment_of_a_data_set_matches_the_planners(monkeyp
     assert planner.hot_segment_for_data(data, base, device="cpu").hot_size == 0
 
 
-@pytest.mark.parametrize("factor_size, on", [(0, True), (16, True), (32, True), (64, False)])
+@pytest.mark.parametrize("factor_size, on", [(0, True), (16, True), (64, True), (128, False)])
 def test_the_async_hot_segment_is_off_for_wide_factors(factor_size, on):
     from alac.runtime.planner import hot_segment_by_default
 
     assert hot_segment_by_default("async", binary=True, factor_size=factor_size) == on
 
 
-def test_plan_for_leaves_the_async_hot_segment_off_for_wide_factors(monkeypatch):
-    """With H100-like access costs the cost model gives FM a hot segment at k = 16 and the planner
-    keeps it; at k = 64 it says why not."""
+@pytest.mark.parametrize("programs, row_floats, l2", [(528, 17, 60 << 20), (528, 65, 50 << 20), (125, 1, 1 << 20)])
+def test_the_hot_sums_cap_is_the_most_features_whose_sums_fit_the_l2_share(programs, row_floats, l2):
+    from alac.runtime.planner import HOT_SUMS_L2_SHARE, hot_sums_cap
+
+    cap = hot_sums_cap(programs, row_floats, l2)
+    assert 4 * programs * cap * row_floats <= HOT_SUMS_L2_SHARE * l2 < 4 * programs * (cap + 1) * row_floats
+
+
+def test_plan_for_caps_the_async_hot_sums_to_the_l2_and_leaves_wider_factors_off(monkeypatch):
+    """With H100-like access costs and a 4 MB L2 the async plans keep the cost model's H where the
+    programs' sums fit the L2's share and are capped where they do not (the data set's default, before
+    any layout, the same); sync plans are not capped; past k = 64 the planner says why it is off."""
     import alac.runtime.planner as planner
     from alac.data.synthetic import criteo_like
     from alac.ir.pipeline import lower
-    from alac.models import zoo_module
+    from alac.models import zoo_model, zoo_module
     from alac.runtime.layout import LayoutOptions, build_layout
 
     monkeypatch.setattr(planner, "measure_access_costs", lambda device: AccessCosts("gpu", 0.008, 0.018, 2700.0))
-    layout = build_layout(criteo_like(4000, seed=0, device="cpu"), LayoutOptions(chunk_size=32), device="cpu")
+    monkeypatch.setattr(planner, "l2_cache_bytes", lambda device: 4 << 20)
+    data = criteo_like(4000, seed=0, device="cpu")
+    layout = build_layout(data, LayoutOptions(chunk_size=32), device="cpu")
     fm = zoo_module("fm")
-    wide = planner.plan_for(layout, lower(fm.FactorizationMachine(k=64)), "async", 1024, device="cuda")
-    narrow = planner.plan_for(layout, lower(fm.FactorizationMachine(k=16)), "async", 1024, device="cuda")
-    assert narrow.plan.hot_size > 0
+    programs = async_programs(Plan(semantics="async", chunk_size=32), layout)
+    assert programs == 125
+    base = Plan(semantics="async", batch_size=1024, chunk_size=32)
+    uncapped = hot_size_from_costs(layout.frequency, layout.n_rows, AccessCosts("gpu", 0.008, 0.018, 2700.0),
+                                   rows_per_flush(base))
+    for model, k in ((zoo_model("lr"), 0), (fm.FactorizationMachine(k=16), 16), (fm.FactorizationMachine(k=64), 64)):
+        ir = lower(model)
+        cap = planner.hot_sums_cap(programs, 1 + k, 4 << 20)
+        chosen = planner.plan_for(layout, ir, "async", 1024, base, device="cuda")
+        assert chosen.plan.hot_size == min(uncapped, cap) > 0
+        why = {decision: reason for decision, _, reason in chosen.reasons}["hot_size"]
+        assert (f"capped at {cap:,} of the cost model's {uncapped:,}" in why) == (cap < uncapped)
+        assert planner.hot_segment_for_data(data, base, "cuda", factor_size=k).hot_size == chosen.plan.hot_size
+    assert planner.hot_sums_cap(programs, 17, 4 << 20) < uncapped < planner.hot_sums_cap(programs, 1, 4 << 20)
+    sync = Plan(batch_size=1024, chunk_size=32, resident_tiles=False)
+    assert planner.plan_for(layout, lower(zoo_model("lr")), "sync", 1024, sync,
+                            device="cuda").plan.hot_size == uncapped_sync(layout, sync)
+    wide = planner.plan_for(layout, lower(fm.FactorizationMachine(k=128)), "async", 1024, device="cuda")
     assert wide.plan.hot_size == 0
-    why = {decision: reason for decision, _, reason in wide.reasons}["hot_size"]
-    assert "k = 64 > 32" in why and f"the cost model gives {narrow.plan.hot_size}" in why
+    assert "k = 128 > 64" in {decision: reason for decision, _, reason in wide.reasons}["hot_size"]
+
+
+def uncapped_sync(layout, plan):
+    return hot_size_from_costs(layout.frequency, layout.n_rows, AccessCosts("gpu", 0.008, 0.018, 2700.0),
+                               rows_per_flush(plan))
 
 
 @pytest.mark.gpu
