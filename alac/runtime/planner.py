@@ -97,9 +97,9 @@ def hot_size_from_costs(frequency, n_rows, costs, rows_per_period):
 
 # Of the L2, the share an async epoch's per-program hot sums (P programs x H features x the floats of
 # their params' rows x 4 bytes) may take: past it their additions miss the L2 and a larger H costs more
-# than it saves. benchmarks/flow_sweep.py --hot (H200, 60 MB L2, FM on 4M x 39 rows): k = 16 11.9-12.1 ms
-# an epoch with 28-46 MB of sums, 13.6 with 74; k = 32 fastest with 27 MB (20.1 ms, 23.5 with 86);
-# k = 64 35.2 ms with 13-18 MB, 36.0 with 26, 44.3 with 173.
+# than it saves. benchmarks/flow_sweep.py --hot (H200, 60 MB L2, FM on 4M x 39 rows): k = 16 10.7 ms an
+# epoch with 28 MB of sums, 10.9-11.1 with 37-46, 12.0 with 74; k = 32 19.5-19.9 ms with 13-28 MB, 22.1
+# with 89; k = 64 34.6-35.2 ms with 18-28 MB, 41.0 with 176.
 HOT_SUMS_L2_SHARE = 0.45
 
 
@@ -201,9 +201,10 @@ class PlanChoice:
 # factors) of at most HOT_SEGMENT_MAX_FACTOR[semantics] values (0: scalar params only). H100, 4M x 39
 # rows (sync_breakdown, flow_sweep, flow): sync LR 42.5 against 48.2 ms per epoch, FM loses 7-42 %;
 # async LR 3.4x faster, FM k = 16 and 32 2.5x and 1.8x; k = 64 with its sums within HOT_SUMS_L2_SHARE
-# 1.2x (H200, flow.py: 36.0 against 43.3 ms; uncapped 1.04x slower). Off on real-valued data (20news
-# async: test AUC 0.84-0.85 against 0.86 without). Off in sync plans with resident chunks, which a hot
-# segment turns off: LR 20.2 against 35.1 ms with the planner's H and R, FM 37.5 against 64.2 (H200, flow.py).
+# 1.25x (H200, flow.py: 34.5 against 43.2 ms; with the cost model's H uncapped 1.04x slower). Off on
+# real-valued data (20news async: test AUC 0.84-0.85 against 0.86 without). Off in sync plans with
+# resident chunks, which a hot segment turns off: LR 20.2 against 35.1 ms with the planner's H and R,
+# FM 37.1 against 67.0 (H200, flow.py).
 HOT_SEGMENT_MAX_FACTOR = {"sync": 0, "async": 64}
 
 
