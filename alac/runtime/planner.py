@@ -201,7 +201,7 @@ class PlanChoice:
 # factors) of at most HOT_SEGMENT_MAX_FACTOR[semantics] values (0: scalar params only). H100, 4M x 39
 # rows (sync_breakdown, flow_sweep, flow): sync LR 42.5 against 48.2 ms per epoch, FM loses 7-42 %;
 # async LR 3.4x faster, FM k = 16 and 32 2.5x and 1.8x; k = 64 with its sums within HOT_SUMS_L2_SHARE
-# 1.25x (H200, flow.py: 34.5 against 43.2 ms; with the cost model's H uncapped 1.04x slower). Off on
+# 1.25x (H200, flow.py: 34.5 against 43.2 ms; the cost model's H uncapped 41.0, flow_sweep.py --hot). Off on
 # real-valued data (20news async: test AUC 0.84-0.85 against 0.86 without). Off in sync plans with
 # resident chunks, which a hot segment turns off: LR 20.2 against 35.1 ms with the planner's H and R,
 # FM 37.1 against 67.0 (H200, flow.py).
