@@ -134,21 +134,36 @@ class _WideEstimator(BaseEstimator):
     def _keep_arm(self, arm):
         self.optimizer_, self.learning_rate_, self.alpha_ = arm.optimizer, arm.lr, arm.l2
 
-    def _plan(self):
+    def _plan(self, arm, data=None):
+        """The plan `alac train` would run: its chunk size for the mode and backend, and with the
+        training data (a fit's, or a first partial_fit's rows) the planner's hot segment on a GPU;
+        once fitted, the fit's plan."""
+        from alac.optimizers import get_optimizer
         from alac.plan import Plan
+        from alac.runtime.blocks import is_block_source
+        from alac.runtime.planner import default_chunk_size, default_hot_segment
 
+        if data is None and "plan" in getattr(self, "_fitted", {}):
+            return self._fitted["plan"]
         batch = max(16, int(self.batch_size) // 16 * 16)
-        return Plan(chunk_size=16, batch_size=batch, semantics=self.mode)
+        # a block store's chunks are its batches' units
+        chunk_size = data.meta.chunk_size if is_block_source(data) else default_chunk_size(self.mode, batch,
+                                                                                            self.backend)
+        plan = Plan(chunk_size=chunk_size, batch_size=batch, semantics=self.mode)
+        if data is None:
+            return plan
+        return default_hot_segment(data, plan, self._build_model(arm.l2), get_optimizer(arm.optimizer), self.backend)
 
-    def _new_trainer(self, arm):
-        """A Trainer; under torchrun (several ranks) a DataParallelTrainer: fit(X, y) given the whole
-        set on every rank trains each rank's share of its rows."""
+    def _new_trainer(self, arm, data=None):
+        """A Trainer (planned for data where given); under torchrun (several ranks) a
+        DataParallelTrainer: fit(X, y) given the whole set on every rank trains each rank's share of
+        its rows."""
         from alac.data_parallel import DataParallelTrainer
         from alac.optimizers import get_optimizer
         from alac.runtime.distributed import init_ranks
         from alac.train import Trainer
 
-        options = dict(lr=arm.lr, epochs=self.epochs, plan=self._plan(), backend=self.backend,
+        options = dict(lr=arm.lr, epochs=self.epochs, plan=self._plan(arm, data), backend=self.backend,
                        seed=self.random_state or 0, optimizer=get_optimizer(arm.optimizer),
                        early_stopping="patience" if self.early_stopping else None, patience=self.n_iter_no_change)
         ranks = init_ranks()
@@ -185,7 +200,8 @@ class _WideEstimator(BaseEstimator):
             "states": {k: v.cpu().numpy() for k, v in state.states.items()},
             "feature_order": trainer.feature_order.cpu().numpy(), "label_kind": trainer.labels.kind,
             "positive": trainer.labels.positive, "epoch": trainer.epoch,
-            "batches_done": trainer.executor.batches_done, "value_scale": trainer.executor.value_scale}
+            "batches_done": trainer.executor.batches_done, "value_scale": trainer.executor.value_scale,
+            "plan": trainer.plan}
         params, globals_ = trainer.parameters()
         weights = params["w"]
         weights = weights.astype(np.float64)
@@ -238,7 +254,7 @@ class _WideEstimator(BaseEstimator):
             runs = []
 
             def train_arm(arm):
-                trainer = self._new_trainer(arm)
+                trainer = self._new_trainer(arm, train)
                 runs.append((trainer, _fit(trainer, train, valid)))
                 return runs[-1]
 
@@ -246,7 +262,7 @@ class _WideEstimator(BaseEstimator):
             (trainer, diverged), arm = runs[winner], contestants[winner]
         else:
             arm = self._single_arm()
-            trainer = self._new_trainer(arm)
+            trainer = self._new_trainer(arm, train)
             diverged = _fit(trainer, train, valid)
         _warn_on_divergence(diverged)
         self._keep_arm(arm)
@@ -259,7 +275,7 @@ class _WideEstimator(BaseEstimator):
         if y is not None:
             raise ValueError("a block store holds its own labels: fit(store) takes no y")
         arm = self._single_arm()
-        trainer = self._new_trainer(arm)
+        trainer = self._new_trainer(arm, source)
         diverged = _fit(trainer, source)
         _warn_on_divergence(diverged)
         self.n_features_in_ = source.meta.n_features
@@ -286,14 +302,15 @@ class _WideEstimator(BaseEstimator):
                 raise ValueError("the first partial_fit of a classifier needs classes=[negative, positive]")
             self._partial_classes = np.asarray(classes)
         targets = self._targets(y, first)
+        data = _dataset(X, targets)
         if first:
             arm = self._single_arm()
             self._keep_arm(arm)
-            trainer = self._new_trainer(arm)
+            trainer = self._new_trainer(arm, data)
         else:
             trainer = self._trainer_for_use()
         trainer.early_stopping = None   # one epoch on the data given, as scikit-learn's partial_fit
-        _warn_on_divergence(_fit(trainer, _dataset(X, targets), epochs=1))
+        _warn_on_divergence(_fit(trainer, data, epochs=1))
         self._trainer = trainer
         self._snapshot(trainer)
         return self

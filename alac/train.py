@@ -193,6 +193,12 @@ class Trainer:
     def _laid_out_for_training(self, train):
         """A resident layout, or a StreamedLayout of a block source or of a layout over the budget."""
         if is_block_source(train):
+            if train.meta.chunk_size != self.plan.chunk_size:
+                # its chunks are the plan's batches' units: another C would train other batches
+                where = getattr(train, "folder", None) or "the block source"
+                raise OptionError(f"{where} was written with chunk_size {train.meta.chunk_size} and the plan's is "
+                                  f"{self.plan.chunk_size}: train it with Plan(chunk_size={train.meta.chunk_size}) "
+                                  "or write it again")
             return StreamedLayout(train, self.device)
         budget = streaming_budget(train, self.plan, self.device)
         if budget is None:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import math
 import os
 import re
 import sys
@@ -285,6 +284,7 @@ def _run_parsed(module, args, model_reference):
 
 def _plan(args):
     from alac.plan import Plan
+    from alac.runtime.planner import default_chunk_size
 
     options = {"batch_size": args.batch_size, "kernels": args.kernels, "semantics": args.mode,
                "flush_every": args.flush_every, "param_mode": args.param_mode}
@@ -294,18 +294,7 @@ def _plan(args):
         options["memory_budget"] = args.gpu_memory
     if args.host_params:
         options["placement"] = tuple((name.strip(), "host") for name in args.host_params.split(",") if name.strip())
-    if args.chunk_size:
-        options["chunk_size"] = args.chunk_size
-    elif args.mode == "async" and args.backend == "triton":
-        # async with the hot segment: C = 32 was the fastest at the best validation logloss in the
-        # plan sweep on H100 (benchmarks/results/flow_sweep.md); the largest power of two up to 32
-        # that divides the batch, as a plan needs
-        options["chunk_size"] = math.gcd(32, args.batch_size)
-    elif args.backend == "interpret":
-        # The interpreter runs programs one after another: one program per batch is fastest.
-        options["chunk_size"] = args.batch_size
-    else:
-        options["chunk_size"] = math.gcd(Plan.chunk_size, args.batch_size)
+    options["chunk_size"] = args.chunk_size or default_chunk_size(args.mode, args.batch_size, args.backend)
     return Plan(**options)
 
 
@@ -352,13 +341,10 @@ def train_model(args, module, data, log=None):
 def _train_one(args, module, data, log):
     from alac import out_of_core
     from alac.data_parallel import DataParallelTrainer
-    from alac.ir.pipeline import lower
-    from alac.ir.trace import trace
     from alac.optimizers import get_optimizer
     from alac.runtime.distributed import init_ranks
-    from alac.runtime.executor import resolve_backend
     from alac.runtime.param_planner import predicted_line
-    from alac.runtime.planner import hot_segment_for_data
+    from alac.runtime.planner import default_hot_segment
     from alac.runtime.schedule import LearningRateSchedule
     from alac.train import Trainer, TrainingDiverged
 
@@ -367,12 +353,7 @@ def _train_one(args, module, data, log):
     optimizer = optimizer_class(**{h: getattr(args, h) for h in optimizer_class.hyper if getattr(args, h) is not None})
     plan = _plan(args)
     if args.hot_size is None:
-        backend, device = resolve_backend(args.backend)
-        if backend == "triton":
-            # the traced model has k; its derivation (the Trainer's lowering) is not needed for it
-            ir = lower(model, optimizer)
-            plan = hot_segment_for_data(data.train, plan, device, trace(model).factor_size, ir.optimizer.additive,
-                                        sum(p.size for p in ir.params))
+        plan = default_hot_segment(data.train, plan, model, optimizer, args.backend)
     early_stopping = None if args.early_stopping == "none" or data.valid is None else args.early_stopping
     options = dict(lr=args.lr, epochs=args.epochs, plan=plan, backend=args.backend, seed=args.seed, log=log,
                    optimizer=optimizer, schedule=LearningRateSchedule(args.schedule, args.decay, args.power),

@@ -92,7 +92,7 @@ def test_fm_factors_and_regressors():
     fm = FMClassifier(n_factors=4, batch_size=32).fit(X, y)
     assert fm.factors_.shape == (20, 4) and fm.score(X, y) > 0.85
     target = X @ np.arange(20.0)
-    assert Ridge(batch_size=32, learning_rate=1.0).fit(X, target).score(X, target) > 0.99
+    assert Ridge(batch_size=32).fit(X, target).score(X, target) > 0.99
 
 
 def test_multiclass_is_a_clear_error():
@@ -147,3 +147,60 @@ def test_fit_on_a_block_store_streams_it_and_learns_what_arrays_teach(tmp_path):
     assert streamed.score(X, targets) > 0.9
     with pytest.raises(ValueError, match="holds its own labels"):
         LogisticRegression(**options).fit(str(tmp_path / "store"), targets)
+
+
+def test_the_estimators_plan_as_alac_train_does_and_keep_the_plan_of_their_fit(monkeypatch):
+    """The chunk size of `alac train` for the mode (sync 8, async 32 with the generated kernels), and
+    with a GPU the planner's hot segment for the data, model and optimizer (here its costs and L2 given,
+    as on an H100); a fitted estimator, pickled, predicts with the plan it was fitted with."""
+    import alac.runtime.executor as executor
+    import alac.runtime.planner as planner
+    from alac.plan import Plan
+    from alac.race import Arm
+    from alac.sklearn import _dataset
+
+    X, y, _ = _blobs(n=400)
+    binary = X.copy()
+    binary.data[:] = 1.0      # the planner's hot segment is for binary features
+    data = _dataset(binary, (y == "yes").astype(np.float32))
+    sgd = Arm("sgd", 0.5, 0.0)
+    assert LogisticRegression(batch_size=1024)._plan(sgd, data) == Plan(chunk_size=8, batch_size=1024)
+    monkeypatch.setattr(executor, "resolve_backend", lambda backend, device=None: ("triton", torch.device("cuda")))
+    monkeypatch.setattr(planner, "measure_access_costs", lambda device: planner.AccessCosts("gpu", 0.008, 0.018, 2700.0))
+    monkeypatch.setattr(planner, "l2_cache_bytes", lambda device: 50 << 20)
+    for mode, chunk_size in (("async", 32), ("sync", 8)):
+        base = Plan(semantics=mode, chunk_size=chunk_size, batch_size=1024)
+        for estimator, factor_size in ((LogisticRegression(mode=mode, batch_size=1024), 0),
+                                       (FMClassifier(mode=mode, n_factors=4, batch_size=1024), 4)):
+            for arm in (sgd, Arm("adagrad", 0.5, 0.0)):
+                additive = arm.optimizer == "sgd"
+                assert estimator._plan(arm, data) == planner.hot_segment_for_data(data, base, "cuda", factor_size,
+                                                                                  additive)
+    assert LogisticRegression(mode="async", batch_size=1024)._plan(sgd, data).hot_size > 0
+    monkeypatch.undo()
+    fitted = LogisticRegression(batch_size=64, epochs=2, optimizer="sgd", learning_rate=0.5).fit(X, y)
+    fitted._fitted["plan"] = Plan(chunk_size=16, batch_size=64)
+    again = pickle.loads(pickle.dumps(fitted))
+    assert again._trainer_for_use().plan == Plan(chunk_size=16, batch_size=64)
+    np.testing.assert_allclose(again.predict_proba(X), fitted.predict_proba(X), rtol=1e-6)
+
+
+def test_a_block_store_of_another_chunk_size_than_the_plans_is_refused(tmp_path):
+    from alac.data import write_libsvm
+    from alac.data.arrays import from_csr_arrays
+    from alac.errors import OptionError
+    from alac.models import zoo_model
+    from alac.plan import Plan
+    from alac.runtime.block_store import file_pieces, write_block_store
+    from alac.runtime.layout import LayoutOptions
+    from alac.train import Trainer
+
+    X, y, _ = _blobs(n=200)
+    write_libsvm(from_csr_arrays(X.indptr, X.indices, X.data.astype(np.float32), (y == "yes").astype(np.float32),
+                                 20), tmp_path / "t.svm")
+    store = write_block_store(tmp_path / "store", file_pieces(tmp_path / "t.svm"), LayoutOptions(chunk_size=16),
+                              chunks_per_batch=2, block_bytes=20_000, device="cpu")
+    trainer = Trainer(zoo_model("lr"), lr=0.5, plan=Plan(chunk_size=8, batch_size=32), backend="reference",
+                      device="cpu")
+    with pytest.raises(OptionError, match="written with chunk_size 16 and the plan's is 8"):
+        trainer.fit(store, epochs=1)

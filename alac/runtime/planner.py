@@ -126,6 +126,31 @@ def capped_hot_size(hot, plan, programs, row_floats, device):
                  f"{l2_bytes / 1e6:.0f} MB L2 (HOT_SUMS_L2_SHARE)")
 
 
+def default_chunk_size(semantics, batch_size, backend):
+    """C where none is given (`alac train`, the scikit-learn estimators): async generated kernels 32,
+    the interpreter the whole batch, else Plan's; the largest power of two up to it dividing the batch."""
+    if backend == "interpret":
+        # the interpreter runs programs one after another: one program per batch is fastest
+        return batch_size
+    # async with the hot segment: C = 32 was the fastest at the best validation logloss in the plan
+    # sweep on H100 (benchmarks/results/flow_sweep.md)
+    return math.gcd(32 if semantics == "async" and backend == "triton" else Plan.chunk_size, batch_size)
+
+
+def default_hot_segment(dataset, plan, model, optimizer, backend):
+    """The plan with the planner's hot segment for a model and optimizer trained on a data set (or a
+    block source) with the generated kernels on a GPU (hot_segment_for_data); else unchanged."""
+    from alac.ir.pipeline import lower
+    from alac.runtime.executor import resolve_backend
+
+    backend, device = resolve_backend(backend)
+    if backend != "triton":
+        return plan
+    ir = lower(model, optimizer)
+    return hot_segment_for_data(dataset, plan, device, ir.factor_size, ir.optimizer.additive,
+                                sum(p.size for p in ir.params))
+
+
 def hot_size_for_data(dataset, plan, device="cuda", factor_size=0):
     """The default H of a plan on a data set (before any layout): the cost model's where the
     planner turns the hot segment on (binary features, vector params of at most
