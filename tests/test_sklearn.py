@@ -166,7 +166,8 @@ def test_the_estimators_plan_as_alac_train_does_and_keep_the_plan_of_their_fit(m
     sgd = Arm("sgd", 0.5, 0.0)
     assert LogisticRegression(batch_size=1024)._plan(sgd, data) == Plan(chunk_size=8, batch_size=1024)
     monkeypatch.setattr(executor, "resolve_backend", lambda backend, device=None: ("triton", torch.device("cuda")))
-    monkeypatch.setattr(planner, "measure_access_costs", lambda device: planner.AccessCosts("gpu", 0.008, 0.018, 2700.0))
+    h100_costs = planner.AccessCosts("gpu", 0.008, 0.018, 2700.0)
+    monkeypatch.setattr(planner, "measure_access_costs", lambda device: h100_costs)
     monkeypatch.setattr(planner, "l2_cache_bytes", lambda device: 50 << 20)
     for mode, chunk_size in (("async", 32), ("sync", 8)):
         base = Plan(semantics=mode, chunk_size=chunk_size, batch_size=1024)
