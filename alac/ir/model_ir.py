@@ -105,6 +105,11 @@ class ModelIR:
         names |= {delta_name(a.name) for a in self.accums if a.vector}
         return frozenset(symbol(n) for n in names)
 
+    @property
+    def row_floats(self):
+        """Floats of one feature's param rows (LR's w: 1; FM's w and v: 1 + k)."""
+        return sum(p.size for p in self.params)
+
     def param(self, name):
         return next(p for p in self.params if p.name == name)
 

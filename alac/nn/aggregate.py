@@ -112,7 +112,7 @@ class SparseAggregate(torch.nn.Module):
                               f"and {dtype}")
         self.asynchronous = semantics == "async"
         # refused before allocation when the rows and their optimizer state do not fit
-        narrower = (4 - torch.empty((), dtype=dtype).element_size()) * sum(p.size for p in self.ir.params)
+        narrower = (4 - torch.empty((), dtype=dtype).element_size()) * self.ir.row_floats
         check_feature_tables(self.n_features, row_bytes_of(self.ir) - narrower, f"the tables of {self.ir.name}",
                              device)
         state = ModelState.initial(model, torch.arange(self.n_features), device, seed, self.ir.optimizer)

@@ -147,8 +147,7 @@ def default_hot_segment(dataset, plan, model, optimizer, backend):
     if backend != "triton":
         return plan
     ir = lower(model, optimizer)
-    return hot_segment_for_data(dataset, plan, device, ir.factor_size, ir.optimizer.additive,
-                                sum(p.size for p in ir.params))
+    return hot_segment_for_data(dataset, plan, device, ir.factor_size, ir.optimizer.additive, ir.row_floats)
 
 
 def hot_size_for_data(dataset, plan, device="cuda", factor_size=0):
@@ -261,8 +260,7 @@ def plan_for(layout, model_ir, semantics="sync", batch_size=1024, base=None, dev
                            else "")
                         + f" (measured: see HOT_SEGMENT_MAX_FACTOR); the cost model gives {hot}: {why}"))
         return PlanChoice(base, reasons, costs)
-    hot, capped = capped_hot_size(hot, base, async_programs(base, layout), sum(p.size for p in model_ir.params),
-                                  device)
+    hot, capped = capped_hot_size(hot, base, async_programs(base, layout), model_ir.row_floats, device)
     reasons.append(("hot_size", hot, why + (f"; {capped}" if capped else "")))
     plan = dataclasses.replace(base, hot_size=hot)
     if semantics == "sync":
