@@ -274,20 +274,22 @@ class KernelGenerator(StageEmitter, ParamAccess, EpochKernel):
         w.line("hot_feature = hot_start + tl.arange(0, HOT_BLOCK)")
         w.line("in_hot = hot_feature < hot_size")
         for p in self.ir.params:
-            row = "(hot_base + hot_feature)"
-            offsets = self._vector_offsets(row) if p.vector else row
-            mask = self._lane_mask("in_hot") if p.vector else "in_hot"
-            shape = "[HOT_BLOCK, BLOCK_K]" if p.vector else "[HOT_BLOCK]"
-            w.comment("the program's own sums, read past L1 (its additions are in L2 once the barrier passed)")
             hot_sums = w.arg(m.hot_sums(p))
-            w.line(f"summed = tl.load({hot_sums} + {offsets}, mask={mask}, other=0.0, cache_modifier=\".cg\")")
+            if p.vector and self.k % 2 == 0:
+                self._exchange_pairs(w, hot_sums)
+            else:
+                row = "(hot_base + hot_feature)"
+                offsets = self._vector_offsets(row) if p.vector else row
+                mask = self._lane_mask("in_hot") if p.vector else "in_hot"
+                shape = "[HOT_BLOCK, BLOCK_K]" if p.vector else "[HOT_BLOCK]"
+                w.comment("read and zero the sums at once (an exchange of their bits: Triton's interpreter exchanges")
+                w.comment("no floats), so an addition that lands late waits for the next flush")
+                w.line(f"summed_bits = tl.atomic_xchg({hot_sums}.to(tl.pointer_type(tl.int32)) "
+                       f"+ {offsets}, tl.zeros({shape}, tl.int32), mask={mask}, sem=\"relaxed\")")
+                w.line(f"summed = tl.where({mask}, summed_bits.to(tl.float32, bitcast=True), 0.0)")
             w.comment("a hot feature this program did not touch since its last flush is left alone")
             touched = "tl.max(tl.abs(summed), axis=1) > 0.0" if p.vector else "summed != 0.0"
             w.line(f"use = in_hot & ({touched})")
-            use = self._lane_mask("use") if p.vector else "use"
-            w.comment("and only the touched ones zeroed (an atomic exchange of every sum made async FM k = 16's")
-            w.comment("epoch 8 % longer on H200)")
-            w.line(f"tl.store({hot_sums} + {offsets}, tl.zeros({shape}, tl.float32), mask={use})")
             # a flush steps by the sums over a full period of flush_every chunks, a program's last (partial)
             # one too: dividing by its own chunks overweighted them and made streamed async FM diverge
             # (benchmarks/streaming.py, one launch per block)
@@ -296,6 +298,24 @@ class KernelGenerator(StageEmitter, ParamAccess, EpochKernel):
         w.depth -= 1
         w.comment("the sums are zero before any thread adds to them again")
         w.line("tl.debug_barrier()")
+
+    def _exchange_pairs(self, w, hot_sums):
+        """summed: the [HOT_BLOCK, BLOCK_K] sums of a vector param of even K, read and zeroed two
+        factors an exchange (half the exchanges: async FM k = 16's epoch 11.2 ms against 11.6 on H200;
+        plain loads instead, 10.7-11.0 ms, left a worse validation logloss: BENCHMARKS' not-kept table)."""
+        w.comment("read and zero the sums at once, two factors an exchange of 64 bits, so an addition that")
+        w.comment("lands late waits for the next flush")
+        w.line("pair = tl.arange(0, BLOCK_K // 2)")
+        pairs_mask = "in_hot[:, None] & (pair[None, :] < K // 2)" if self.lane_masks else "in_hot[:, None]"
+        pairs = (f"{hot_sums}.to(tl.pointer_type(tl.int64)) + (hot_base + hot_feature)[:, None] * (K // 2) "
+                 "+ pair[None, :]")
+        w.line(f"pair_bits = tl.atomic_xchg({pairs}, tl.zeros([HOT_BLOCK, BLOCK_K // 2], tl.int64), mask={pairs_mask}, "
+               "sem=\"relaxed\")")
+        w.comment("the even factor in the low 32 bits (little-endian; the cast keeps them), the odd one in the high")
+        w.line("low = pair_bits.to(tl.int32).to(tl.float32, bitcast=True)")
+        w.line("high = (pair_bits >> 32).to(tl.int32).to(tl.float32, bitcast=True)")
+        factors = "tl.reshape(tl.join(low, high), [HOT_BLOCK, BLOCK_K])"
+        w.line(f"summed = tl.where({self._lane_mask('in_hot')}, {factors}, 0.0)")
 
     def _update_functions(self):
         """Sync update as two device functions: the batch's step (learning rate, scale, globals and
@@ -430,7 +450,7 @@ class KernelGenerator(StageEmitter, ParamAccess, EpochKernel):
         kernels.append(source)
         functions = [f.source for f in self.functions.values()]
         hot_constant = ("# hot features one program of the update kernel reduces at a time\n"
-                     f"HOT_BLOCK = tl.constexpr({hot_block(self.block_k)})\n\n\n") if self.hot else ""
+                        f"HOT_BLOCK = tl.constexpr({hot_block(self.block_k)})\n\n\n") if self.hot else ""
         text = module_source(self._header(plan_text), self.k, self.block_k, [*functions, *kernels], hot_constant)
         return GeneratedKernels(self.ir.name, self.ir.hash, plan_text, text, tuple(train), predict,
                                 _manifest([*train, predict]),

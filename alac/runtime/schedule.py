@@ -38,18 +38,26 @@ def slots_per_step(plan, layout, factor_size, resident=False):
 # scratch layout probe, Triton 3.6): async LR's [64, 32] tile ran 4.0 ms per epoch at 4 warps (16
 # values per thread) against 5.8 at 8; async FM k = 16's [8, 32, 16] tile 13.3 ms at 8 warps (16)
 # against 15.0 at 4 (32 values per thread, 254 registers).
+# Async tiles of more factors ran fastest with a thread per edge's factor block (H200, 4M x 39 rows,
+# 4 epochs at C = 32): k = 32's [4, 32, 32] tile 18.5 ms an epoch at 4 warps against 19.5 at 8 and
+# 26.7 at 16; k = 64's [2, 32, 64] 33.1 at 2 warps against 34.8 at 8 and 45.3 at 4; k = 16 stays at
+# 8 (10.7 against 12.9 at 4). Sync k = 32 ran slower so (76.2 against 70.8 ms at C = 8).
 VALUES_PER_THREAD = 16
 MIN_WARPS = 4
 
 
 def warps_for_tile(plan, slots, factor_size):
     """num_warps of the kernels: the plan's, or enough for VALUES_PER_THREAD values of an [S, C]
-    (times the factor block) edge tile per thread, from MIN_WARPS up to 8."""
+    (times the factor block) edge tile per thread, from MIN_WARPS up to 8; async plans give a
+    thread at least an edge's factor block (and the fewest warps scale down alike)."""
     if plan.num_warps:
         return plan.num_warps
     lanes = next_power_of_two(factor_size) if factor_size else 1
-    threads = slots * plan.chunk_size * lanes // VALUES_PER_THREAD
-    return min(8, max(MIN_WARPS, next_power_of_two(max(1, threads // 32))))
+    # (measured up to k = 64)
+    per_thread = min(64, max(VALUES_PER_THREAD, lanes)) if plan.semantics == "async" else VALUES_PER_THREAD
+    fewest = max(1, MIN_WARPS * VALUES_PER_THREAD // per_thread)
+    threads = slots * plan.chunk_size * lanes // per_thread
+    return min(8, max(fewest, next_power_of_two(max(1, threads // 32))))
 
 
 def async_programs(plan, layout):

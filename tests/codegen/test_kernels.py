@@ -298,14 +298,15 @@ def _flush_periods_by_autograd(model, params, layout, labels, order, lr, flush_e
     return {"w": w, **({"v": v} if model.k else {})}
 
 
-@pytest.mark.parametrize("k", [0, 4, 64])
+@pytest.mark.parametrize("k", [0, 4, 5, 6, 64])
 @pytest.mark.parametrize("flush_every", [3, 4])
 def test_async_flushes_of_an_all_hot_model_step_by_the_summed_gradient_of_a_period(k, flush_every):
     """Every feature hot, one program, a flush every K chunks: the params move once per K chunks by
     their summed gradient / (K B), which is sync SGD with batches of K chunks at lr / K. With K = 3
     the epoch's 8 chunks end in a flush of 2, also divided by K B: a chunk weighs the same in every
     flush (a program's last one included), as the hand-written autograd reference says. (k = 64 flushes
-    in blocks of 64 features, kernels.hot_block.)"""
+    in blocks of 64 features, kernels.hot_block; even k reads v's sums two factors an exchange, k = 6
+    with lanes past K, odd k one.)"""
     model = _BiasFree(k)
     dataset = awkward_dataset(21, n_rows=64)
     device, layout, labels = laid_out(dataset, "binary")

@@ -93,14 +93,18 @@ def test_resident_programs_follow_the_occupancy_limits(monkeypatch, registers, w
     assert resident_programs(compiled, "cuda") == 132 * per_multiprocessor
 
 
-@pytest.mark.parametrize("chunk_size, slots, factor_size, warps", [
-    (32, 64, 0, 4),     # async LR on Criteo-shaped rows: [64, 32], 16 values per thread of 4 warps
-    (32, 8, 16, 8),     # async FM k = 16: [8, 32, 16], 16 per thread of 8 warps
-    (16, 64, 0, 4),     # sync LR: 8 per thread of 4 warps (never fewer than 4)
-    (32, 128, 64, 8),   # a larger tile still gets 8 warps at most
+@pytest.mark.parametrize("semantics, chunk_size, slots, factor_size, warps", [
+    ("async", 32, 64, 0, 4),     # async LR on Criteo-shaped rows: [64, 32], 16 values per thread of 4 warps
+    ("async", 32, 8, 16, 8),     # async FM k = 16: [8, 32, 16], 16 per thread of 8 warps
+    ("async", 32, 4, 32, 4),     # async FM k = 32: [4, 32, 32], a thread per edge's 32 factors
+    ("async", 32, 2, 64, 2),     # async FM k = 64: [2, 32, 64], 64 per thread of 2 warps
+    ("async", 32, 1, 128, 2),    # k = 128: still 64 per thread (measured up to 64)
+    ("sync", 8, 16, 32, 8),      # sync FM k = 32: [16, 8, 32], 16 per thread of 8 warps
+    ("sync", 16, 64, 0, 4),      # sync LR: 8 per thread of 4 warps (never fewer than 4)
+    ("sync", 32, 128, 64, 8),    # a larger tile still gets 8 warps at most
 ])
-def test_warps_for_tile(chunk_size, slots, factor_size, warps):
-    plan = Plan(chunk_size=chunk_size, batch_size=1024)
+def test_warps_for_tile(semantics, chunk_size, slots, factor_size, warps):
+    plan = Plan(semantics=semantics, chunk_size=chunk_size, batch_size=1024)
     assert warps_for_tile(plan, slots, factor_size) == warps
     assert warps_for_tile(Plan(chunk_size=chunk_size, batch_size=1024, num_warps=2), slots, factor_size) == 2
 

@@ -163,24 +163,26 @@ def alac_fm_bbe43039_async_hot_async(edge_feature_ptr: "*i32", edge_value_ptr: "
             for hot_start in range(0, hot_size, HOT_BLOCK):
                 hot_feature = hot_start + tl.arange(0, HOT_BLOCK)
                 in_hot = hot_feature < hot_size
-                # the program's own sums, read past L1 (its additions are in L2 once the barrier passed)
-                summed = tl.load(hot_grad_w_ptr + (hot_base + hot_feature), mask=in_hot, other=0.0, cache_modifier=".cg")
+                # read and zero the sums at once (an exchange of their bits: Triton's interpreter exchanges
+                # no floats), so an addition that lands late waits for the next flush
+                summed_bits = tl.atomic_xchg(hot_grad_w_ptr.to(tl.pointer_type(tl.int32)) + (hot_base + hot_feature), tl.zeros([HOT_BLOCK], tl.int32), mask=in_hot, sem="relaxed")
+                summed = tl.where(in_hot, summed_bits.to(tl.float32, bitcast=True), 0.0)
                 # a hot feature this program did not touch since its last flush is left alone
                 use = in_hot & (summed != 0.0)
-                # and only the touched ones zeroed (an atomic exchange of every sum made async FM k = 16's
-                # epoch 8 % longer on H200)
-                tl.store(hot_grad_w_ptr + (hot_base + hot_feature), tl.zeros([HOT_BLOCK], tl.float32), mask=use)
                 # sgd on w (the change, added atomically)
                 hot_g = summed * scale / flush_every
                 hot_delta_p = -(hot_g * lr)
                 tl.atomic_add(w_ptr + hot_feature, hot_delta_p, mask=use, sem="relaxed")
-                # the program's own sums, read past L1 (its additions are in L2 once the barrier passed)
-                summed = tl.load(hot_grad_v_ptr + (hot_base + hot_feature)[:, None] * K + lanes[None, :], mask=in_hot[:, None], other=0.0, cache_modifier=".cg")
+                # read and zero the sums at once, two factors an exchange of 64 bits, so an addition that
+                # lands late waits for the next flush
+                pair = tl.arange(0, BLOCK_K // 2)
+                pair_bits = tl.atomic_xchg(hot_grad_v_ptr.to(tl.pointer_type(tl.int64)) + (hot_base + hot_feature)[:, None] * (K // 2) + pair[None, :], tl.zeros([HOT_BLOCK, BLOCK_K // 2], tl.int64), mask=in_hot[:, None], sem="relaxed")
+                # the even factor in the low 32 bits (little-endian; the cast keeps them), the odd one in the high
+                low = pair_bits.to(tl.int32).to(tl.float32, bitcast=True)
+                high = (pair_bits >> 32).to(tl.int32).to(tl.float32, bitcast=True)
+                summed = tl.where(in_hot[:, None], tl.reshape(tl.join(low, high), [HOT_BLOCK, BLOCK_K]), 0.0)
                 # a hot feature this program did not touch since its last flush is left alone
                 use = in_hot & (tl.max(tl.abs(summed), axis=1) > 0.0)
-                # and only the touched ones zeroed (an atomic exchange of every sum made async FM k = 16's
-                # epoch 8 % longer on H200)
-                tl.store(hot_grad_v_ptr + (hot_base + hot_feature)[:, None] * K + lanes[None, :], tl.zeros([HOT_BLOCK, BLOCK_K], tl.float32), mask=use[:, None])
                 # sgd on v (the change, added atomically)
                 hot_g = summed * scale / flush_every
                 hot_delta_p = -(hot_g * lr)

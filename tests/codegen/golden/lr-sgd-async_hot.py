@@ -133,13 +133,12 @@ def alac_lr_a263a83e_async_hot_async(edge_feature_ptr: "*i32", edge_value_ptr: "
             for hot_start in range(0, hot_size, HOT_BLOCK):
                 hot_feature = hot_start + tl.arange(0, HOT_BLOCK)
                 in_hot = hot_feature < hot_size
-                # the program's own sums, read past L1 (its additions are in L2 once the barrier passed)
-                summed = tl.load(hot_grad_w_ptr + (hot_base + hot_feature), mask=in_hot, other=0.0, cache_modifier=".cg")
+                # read and zero the sums at once (an exchange of their bits: Triton's interpreter exchanges
+                # no floats), so an addition that lands late waits for the next flush
+                summed_bits = tl.atomic_xchg(hot_grad_w_ptr.to(tl.pointer_type(tl.int32)) + (hot_base + hot_feature), tl.zeros([HOT_BLOCK], tl.int32), mask=in_hot, sem="relaxed")
+                summed = tl.where(in_hot, summed_bits.to(tl.float32, bitcast=True), 0.0)
                 # a hot feature this program did not touch since its last flush is left alone
                 use = in_hot & (summed != 0.0)
-                # and only the touched ones zeroed (an atomic exchange of every sum made async FM k = 16's
-                # epoch 8 % longer on H200)
-                tl.store(hot_grad_w_ptr + (hot_base + hot_feature), tl.zeros([HOT_BLOCK], tl.float32), mask=use)
                 # sgd on w (the change, added atomically)
                 hot_g = summed * scale / flush_every
                 hot_delta_p = -(hot_g * lr)
