@@ -97,9 +97,9 @@ def hot_size_from_costs(frequency, n_rows, costs, rows_per_period):
 
 # Of the L2, the share an async epoch's per-program hot sums (P programs x H features x the floats of
 # their params' rows x 4 bytes) may take: past it their additions miss the L2 and a larger H costs more
-# than it saves. benchmarks/flow_sweep.py --hot (H200, 60 MB L2, FM on 4M x 39 rows): k = 16 10.7 ms an
-# epoch with 28 MB of sums, 10.9-11.1 with 37-46, 12.0 with 74; k = 32 19.5-19.9 ms with 13-28 MB, 22.1
-# with 89; k = 64 34.6-35.2 ms with 18-28 MB, 41.0 with 176.
+# than it saves. benchmarks/flow_sweep.py --hot (H200, 60 MB L2, FM on 4M x 39 rows): k = 16 10.7-10.8 ms
+# an epoch with 28 MB of sums, 11.2-11.5 with 37-42, 12.3-12.9 with 55-74; k = 32 18.3-19.2 ms with
+# 13-36 MB, 20.8-21.7 with 71-82; k = 64 33.3-34.3 ms with 26-70 MB, 36.7 with 161.
 HOT_SUMS_L2_SHARE = 0.45
 
 
@@ -225,7 +225,7 @@ class PlanChoice:
 # factors) of at most HOT_SEGMENT_MAX_FACTOR[semantics] values (0: scalar params only). H100, 4M x 39
 # rows (sync_breakdown, flow_sweep, flow): sync LR 42.5 against 48.2 ms per epoch, FM loses 7-42 %;
 # async LR 3.4x faster, FM k = 16 and 32 2.5x and 1.8x; k = 64 with its sums within HOT_SUMS_L2_SHARE
-# 1.25x (H200, flow.py: 34.5 against 43.2 ms; the cost model's H uncapped 41.0, flow_sweep.py --hot). Off on
+# 1.29x (H200, flow.py: 34.1 against 44.0 ms; the cost model's H uncapped 36.7, flow_sweep.py --hot). Off on
 # real-valued data (20news async: test AUC 0.84-0.85 against 0.86 without). Off in sync plans with
 # resident chunks, which a hot segment turns off: LR 20.2 against 35.1 ms with the planner's H and R,
 # FM 37.1 against 67.0 (H200, flow.py).
