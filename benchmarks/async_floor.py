@@ -13,8 +13,10 @@ make those accesses alone and in the kernel's combinations, for LR's w (one floa
 FM's v (K floats per feature, the generated kernel's 16-byte vector loads and atomics), and, to
 show why the updates are atomic, plain stores of the read-modify-written value (lock-free Hogwild
 style), and the accesses of an epoch over feature segments (cuWide's 2D partition, SEGMENT_AXIS).
-Their time is a floor for any kernel that makes the same accesses to global memory. Writes
-results/async_floor.json and .md.
+Their time is a floor for any kernel that makes the same accesses to global memory. With
+--counters, Nsight Compute's counters (benchmarks/nsight.py: L2 hits and load, DRAM load, warp
+stalls) of the generated LR epoch, with and without its hot segment, and of LR's flat kernels, each
+launch profiled in a child process run under ncu. Writes results/async_floor.json and .md.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import dataclasses
 import os
 import statistics
 import sys
+import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -59,6 +62,8 @@ TRAFFIC = (
     Traffic("w: hot edges' atomic addition into per-program sums", 1, False, ATOMIC_HOT),
     Traffic("w: both (the kernel's split)", 1, False, ATOMIC_SPLIT),
     Traffic("w gathered, and the kernel's split of atomic additions", 1, True, ATOMIC_SPLIT),
+    # hot edges' additions left out: what sums of no cost at all (on chip or anywhere) would leave
+    Traffic("w gathered, and cold edges' atomic additions only (hot sums free)", 1, True, ATOMIC_COLD),
     Traffic("w gathered, and cold edges stored (no atomics; Hogwild)", 1, True, STORE_COLD),
     Traffic("v gathered", 16, True, NO_UPDATE),
     Traffic("v: the kernel's split of atomic additions", 16, False, ATOMIC_SPLIT),
@@ -128,14 +133,80 @@ def measure_segment_axis(train):
     return rows
 
 
+def counter_child(rows, cases_path):
+    """Under ncu: one profiled epoch of the generated async LR kernel with the planner's hot segment and
+    one without, then one profiled launch of each LR flat kernel; the cases' names, in launch order,
+    into cases_path."""
+    import json
+
+    import torch
+
+    from alac.models import zoo_model
+    from alac.plan import Plan
+    from alac.runtime.layout import LayoutOptions, build_layout
+    from alac.runtime.planner import hot_size_for_data
+    from alac.runtime.schedule import async_programs
+    from alac.train import Trainer
+    from benchmarks.flow import synthetic_train_valid
+    from benchmarks.nsight import profiled
+
+    train, _ = synthetic_train_valid(rows, 500_000, "cuda", 0)
+    base = Plan(semantics="async", batch_size=1024, chunk_size=32)
+    hot_size = hot_size_for_data(train, base)
+    cases = []
+    for name, hot in ((f"generated async LR, H = {hot_size:,}", hot_size), ("generated async LR, no hot segment", 0)):
+        trainer = Trainer(zoo_model("lr"), lr=2.0, plan=dataclasses.replace(base, hot_size=hot), backend="triton",
+                          device="cuda")
+        layout, labels = trainer.prepare(train)
+        trainer.executor.train_epoch(layout, labels, 0, 2.0)  # compiles and warms the caches
+        profiled(lambda: trainer.executor.train_epoch(layout, labels, 1, 2.0))
+        cases.append(name)
+    layout = build_layout(train, LayoutOptions(chunk_size=base.chunk_size, hot_size=hot_size), train.device)
+    copies = async_programs(base, layout)
+    params = torch.zeros(layout.n_features, device="cuda")
+    hot_sums = torch.zeros(copies * hot_size, device="cuda")
+    for traffic in (t for t in TRAFFIC if t.factor == 1):
+        def launch(traffic=traffic):
+            run_traffic(layout.edge_feature, params, hot_sums, hot_size, copies, 1, traffic.gather, traffic.update)
+        launch()
+        profiled(launch)
+        cases.append(f"flat: {traffic.name}")
+    Path(cases_path).write_text(json.dumps(cases))
+
+
+def measure_counters(rows, folder):
+    """counter_child under ncu: {case: nsight.summary of its launch}, or {"unavailable": why}."""
+    import json
+
+    from benchmarks.nsight import NsightUnavailable, run_under_ncu, summary
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    cases_path, log_path = folder / "async_counters_cases.json", folder / "async_counters.csv"
+    try:
+        launches = run_under_ncu([sys.executable, str(Path(__file__).resolve()), "--rows", str(rows),
+                                  "--counters-child", str(cases_path)], "_async$|edge_traffic", log_path)
+    except NsightUnavailable as error:
+        print(f"no counters: {error}", flush=True)
+        return {"unavailable": str(error)}
+    cases = json.loads(cases_path.read_text())
+    if len(cases) != len(launches):
+        return {"unavailable": f"{len(launches)} launches profiled for {len(cases)} cases"}
+    return {case: summary(launch) for case, launch in zip(cases, launches)}
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rows", type=int, default=4_000_000)
     parser.add_argument("--k", type=int, default=16, help="FM factors (the v rows' width)")
     parser.add_argument("--epochs", type=int, default=5,
                         help="epochs of each generated kernel (median after the first)")
+    parser.add_argument("--counters", action="store_true", help="also Nsight Compute's counters of LR's kernels")
+    parser.add_argument("--counters-child", metavar="CASES_JSON", help=argparse.SUPPRESS)
     parser.add_argument("--out", default=os.environ.get("OUT"))
     args = parser.parse_args()
+    if args.counters_child:
+        return counter_child(args.rows, args.counters_child)
 
     import torch
 
@@ -158,6 +229,9 @@ def main():
         rows += measure_traffic(train, base, model, factor, kernels[model]["hot_size"])
         torch.cuda.empty_cache()
     rows += measure_segment_axis(train)
+    del train, valid
+    torch.cuda.empty_cache()
+    counters = measure_counters(args.rows, args.out or tempfile.gettempdir()) if args.counters else None
     env = environment()
     lines = [f"Flat per-edge traffic against the generated async kernels, {args.rows:,} × 39 synthetic rows "
              f"(C = {base.chunk_size}); {env['device']}, triton {env['triton']}, torch {env['torch']}, "
@@ -170,7 +244,7 @@ def main():
                           f"{kernels[r['model']]['ms_per_epoch'] / r['ms']:.2f}×"] for r in rows])]
     markdown = "\n".join(lines)
     write("async_floor", {"device": env["device"], "environment": env, "arguments": vars(args),
-                          "kernels": kernels, "traffic": rows}, markdown, args.out)
+                          "kernels": kernels, "traffic": rows, "counters": counters}, markdown, args.out)
     print(markdown)
 
 

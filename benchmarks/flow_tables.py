@@ -130,6 +130,37 @@ def sync_resident_table(result):
     return table(["model", "C", *(f"{f}: ms / epoch" for f in forms), "val logloss"], rows)
 
 
+def _reduction_hits(counters):
+    """The share of a launch's L2 reduction (atomic addition) sectors that hit the L2, in %."""
+    if counters.get("l2_reduction_sectors"):
+        return 100 * counters.get("l2_reduction_hit_sectors", 0.0) / counters["l2_reduction_sectors"]
+    return None
+
+
+def _counter_cells(counters):
+    """A launch's Nsight Compute summary (benchmarks/nsight.py) as table cells."""
+    if not counters:
+        return ["-"] * 5
+    stall, hits = counters.get("top_stall"), _reduction_hits(counters)
+    return [f"{counters['l2_hit_pct']:.0f}" if "l2_hit_pct" in counters else "-",
+            "-" if hits is None else f"{hits:.2f}",
+            f"{counters['l2_busy_pct']:.0f}" if "l2_busy_pct" in counters else "-",
+            f"{counters['dram_busy_pct']:.0f}" if "dram_busy_pct" in counters else "-",
+            f"{stall[0].replace('_', ' ')} ({stall[1]:.1f})" if stall else "-"]
+
+
+def _generated_counters(case, c):
+    hits = _reduction_hits(c)
+    """A sentence's clause on a generated epoch's Nsight Compute summary."""
+    return (f"{case.removeprefix('generated async LR, ')}: {c['ms']:.2f} ms, L2 {c.get('l2_busy_pct', 0):.0f} % and "
+            f"DRAM {c.get('dram_busy_pct', 0):.0f} % busy"
+            + ("" if hits is None else f", {c['l2_reduction_sectors'] / 1e6:.0f} M reduction sectors, {hits:.2f} % "
+               "of them L2 hits")
+            + f", {c.get('achieved_occupancy_pct', 0):.0f} % occupancy ({c.get('registers_per_thread', 0):.0f} "
+            f"registers a thread), warps mostly waiting on {c['top_stall'][0].replace('_', ' ')} "
+            f"({c['top_stall'][1]:.1f} cycles an issue)")
+
+
 def floor_table(result):
     kernels = ", ".join(f"{model} {k['ms_per_epoch']:.2f} ms (H = {k['hot_size']:,}"
                         + (f", val logloss {k['val_logloss']:.4f})" if "val_logloss" in k else ")")
@@ -137,13 +168,28 @@ def floor_table(result):
     traffic = {(r["model"], r["traffic"]): r for r in result["traffic"]}
     together = traffic.get(("lr", "segment axis: the three together"))
     own = traffic.get(("lr", "w gathered, and the kernel's split of atomic additions"))
+    free = traffic.get(("lr", "w gathered, and cold edges' atomic additions only (hot sums free)"))
     segments = "" if together is None or own is None else (
         f" An LR epoch over feature segments (cuWide's 2D partition) makes the three segment-axis accesses: "
         f"{together['ms']:.2f} ms together, against {own['ms']:.2f} ms for the async kernel's own.")
+    bound = "" if free is None or own is None else (
+        f" Hot sums that cost nothing at all (on chip or anywhere) would take at most {own['ms'] - free['ms']:.2f} ms "
+        f"off LR's floor ({own['ms']:.2f} against {free['ms']:.2f} ms): its epoch less that is "
+        f"{result['kernels']['lr']['ms_per_epoch'] - own['ms'] + free['ms']:.2f} ms.")
+    counters = result.get("counters") or {}
+    measured = counters and "unavailable" not in counters
+    generated = "" if not measured else " Nsight Compute, the generated LR epoch: " + "; ".join(
+        _generated_counters(case, c) for case, c in counters.items()
+        if case.startswith("generated") and "ms" in c and "top_stall" in c) + "."
+    header = ["model", "traffic alone", "ms", "G accesses/s"]
     rows = [[r["model"], r["traffic"], f"{r['ms']:.2f}", f"{r['gaccesses_per_s']:.0f}"] for r in result["traffic"]
             if r is not together]
-    return (f"The generated async epochs, same process: {kernels}.{segments}\n\n"
-            + table(["model", "traffic alone", "ms", "G accesses/s"], rows))
+    if measured:
+        header += ["L2 hits %", "reductions' L2 hits %", "L2 busy %", "DRAM busy %",
+                   "warps mostly wait on (cycles an issue)"]
+        rows = [row + _counter_cells(counters.get(f"flat: {row[1]}") if row[0] == "lr" else None) for row in rows]
+    return (f"The generated async epochs, same process: {kernels}.{segments}{bound}{generated}\n\n"
+            + table(header, rows))
 
 
 def fit_queue_table(result):

@@ -281,8 +281,9 @@ SECTIONS = [
      "--arms pytorch_embeddingbag_b1024,alac_fused_sync_b1024,alac_async,alac_async_hot", wide_factor_table),
     ("async_floor", "What the async kernels could reach: flat per-edge traffic",
      "Flat kernels that make only an async epoch's per-edge accesses (gathers, atomic additions), beside the "
-     "generated kernels: the access floor of per-edge SGD.",
-     "PYTHONPATH=. python benchmarks/async_floor.py", floor_table),
+     "generated kernels: the access floor of per-edge SGD; LR's kernels with Nsight Compute's counters (ncu, clocks "
+     "left alone).",
+     "PYTHONPATH=. python benchmarks/async_floor.py --counters", floor_table),
     ("sync_resident", "Sync epochs at batch 1024",
      "Exact mini-batch SGD (grid-barrier epochs with edge updates) of LR and FM k = 16 in the forms built for it: the "
      "most frequent features' ids in frequency order or spread over cache lines (`Plan.spread_lines`), the epoch "
