@@ -132,8 +132,8 @@ def default_chunk_size(semantics, batch_size, backend):
     if backend == "interpret":
         # the interpreter runs programs one after another: one program per batch is fastest
         return batch_size
-    # async with the hot segment: C = 32 was the fastest at the best validation logloss in the plan
-    # sweep on H100 (benchmarks/results/flow_sweep.md)
+    # async with the hot segment: C = 32 was the fastest for LR and FM in the plan sweep (H200,
+    # benchmarks/results/flow_sweep.md: LR 4.27 ms an epoch against 5.67 at 16 and 5.23 at 64)
     return math.gcd(32 if semantics == "async" and backend == "triton" else Plan.chunk_size, batch_size)
 
 
@@ -222,13 +222,12 @@ class PlanChoice:
 
 
 # Where the planner turns the hot segment on by default: binary features, and vector params (FM's
-# factors) of at most HOT_SEGMENT_MAX_FACTOR[semantics] values (0: scalar params only). H100, 4M x 39
-# rows (sync_breakdown, flow_sweep, flow): sync LR 42.5 against 48.2 ms per epoch, FM loses 7-42 %;
-# async LR 3.4x faster, FM k = 16 and 32 2.5x and 1.8x; k = 64 with its sums within HOT_SUMS_L2_SHARE
-# 1.29x (H200, flow.py: 34.1 against 44.0 ms; the cost model's H uncapped 36.7, flow_sweep.py --hot). Off on
-# real-valued data (20news async: test AUC 0.84-0.85 against 0.86 without). Off in sync plans with
-# resident chunks, which a hot segment turns off: LR 20.2 against 35.1 ms with the planner's H and R,
-# FM 37.1 against 67.0 (H200, flow.py).
+# factors) of at most HOT_SEGMENT_MAX_FACTOR[semantics] values (0: scalar params only). H200, 4M x 39
+# rows (flow.py): async LR 5.0x faster (4.9 against 24.7 ms an epoch), FM k = 16, 32 and 64 2.2x, 1.7x
+# and 1.29x (11.0, 18.5 and 34.1 against 24.6, 31.3 and 44.0 ms; k = 64 with its sums within
+# HOT_SUMS_L2_SHARE: the cost model's H uncapped 36.7, flow_sweep.py --hot). Off on real-valued data
+# (20news async: test AUC 0.84-0.85 against 0.86 without). Off in sync plans, whose resident chunks a
+# hot segment turns off: LR 20.2 against 35.1 ms with the planner's H and R, FM 37.0 against 67.6.
 HOT_SEGMENT_MAX_FACTOR = {"sync": 0, "async": 64}
 
 
