@@ -157,11 +157,11 @@ def main():
 
 
 def _write(args, results):
-    import torch
+    from alac.runtime.planner import l2_cache_bytes
 
     env = environment()
     payload = {"device": env["device"], "environment": env, "arguments": vars(args), "results": results}
-    payload["l2_bytes"] = torch.cuda.get_device_properties(0).L2_cache_size
+    payload["l2_bytes"] = l2_cache_bytes("cuda")
     write(_result_name(args), payload, sweep_markdown(payload), args.out)
     print(sweep_markdown(payload))
 

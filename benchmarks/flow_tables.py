@@ -150,8 +150,8 @@ def _counter_cells(counters):
 
 
 def _generated_counters(case, c):
-    hits = _reduction_hits(c)
     """A sentence's clause on a generated epoch's Nsight Compute summary."""
+    hits = _reduction_hits(c)
     return (f"{case.removeprefix('generated async LR, ')}: {c['ms']:.2f} ms, L2 {c.get('l2_busy_pct', 0):.0f} % and "
             f"DRAM {c.get('dram_busy_pct', 0):.0f} % busy"
             + ("" if hits is None else f", {c['l2_reduction_sectors'] / 1e6:.0f} M reduction sectors, {hits:.2f} % "
