@@ -1,7 +1,9 @@
 """An on-disk cache of array bundles (parsed data sets, layouts), keyed by content and options.
 
 An entry is a folder of .npy files plus meta.json, written under a temporary name and renamed into
-place, so a reader sees a whole entry or none, and a crash mid-write leaves only a temporary folder.
+place, so a reader sees a whole entry or none; a crash mid-write leaves only a temporary folder,
+which the next writer removes. meta.json records every array file's xxh3, checked when the entry is
+read: a changed or damaged entry is dropped and built again, never used.
 """
 
 from __future__ import annotations
@@ -10,13 +12,15 @@ import hashlib
 import json
 import os
 import shutil
-import uuid
 from pathlib import Path
 
 import numpy as np
 
+from alac.checksums import file_checksum
+from alac.temporary import remove_stale_folders, temporary_folder_name
+
 # Bump when the arrays an entry holds change meaning, so stale entries are not read.
-CACHE_FORMAT_VERSION = 1
+CACHE_FORMAT_VERSION = 2
 
 
 def default_cache_dir():
@@ -40,6 +44,8 @@ class DiskCache:
             return None
         try:
             meta = json.loads((folder / "meta.json").read_text())
+            if any(file_checksum(folder / f"{name}.npy") != meta["files"][name] for name in meta["arrays"]):
+                raise ValueError("an array file does not match its checksum")
             # Copy-on-write maps: pages are read when first used (a layout loaded for training never
             # touches the cached data set's arrays), and writes stay private to this process.
             arrays = {name: np.load(folder / f"{name}.npy", mmap_mode="c") for name in meta["arrays"]}
@@ -52,12 +58,14 @@ class DiskCache:
     def store(self, key, obj):
         arrays, meta = obj.to_numpy_dict()
         self.root.mkdir(parents=True, exist_ok=True)
-        temporary = self.root / f".{key}.{uuid.uuid4().hex}.tmp"
+        remove_stale_folders(self.root)
+        temporary = self.root / temporary_folder_name(key)
         temporary.mkdir()
         try:
             for name, array in arrays.items():
                 np.save(temporary / f"{name}.npy", array)
-            (temporary / "meta.json").write_text(json.dumps({"arrays": sorted(arrays), "meta": meta}))
+            files = {name: file_checksum(temporary / f"{name}.npy") for name in arrays}
+            (temporary / "meta.json").write_text(json.dumps({"arrays": sorted(arrays), "meta": meta, "files": files}))
             try:
                 os.rename(temporary, self.root / key)
             except OSError:

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import torch
 
-from alac.errors import AlacError
+from alac.data.read_options import check_read_options
+from alac.errors import AlacError, DataError
 from alac.outputs import write_atomically, write_text_atomically
 
 FORMAT = "alac-checkpoint"
@@ -36,6 +37,11 @@ class CheckpointError(AlacError):
 def save(trainer, path, spec, data_options=None):
     """Write trainer's model to path. spec: {"model": zoo name} or {"model_file": path}, and
     "arguments": the model's options."""
+    write_atomically(path, lambda out: write(trainer, out, spec, data_options))
+
+
+def write(trainer, handle, spec, data_options=None):
+    """save() into an open binary file."""
     state = trainer.executor.state
     if state is None:
         raise AlacError("nothing to save: the model is not trained yet")
@@ -54,7 +60,7 @@ def save(trainer, path, spec, data_options=None):
         "labels": {"kind": trainer.labels.kind, "positive": trainer.labels.positive},
         "data_options": data_options or {},
     }
-    write_atomically(path, lambda out: torch.save(payload, out))
+    torch.save(payload, handle)
 
 
 def read(path):
@@ -88,6 +94,10 @@ def read(path):
     spec = payload["spec"]
     if not isinstance(spec.get("arguments"), dict) or not isinstance(spec.get("model", spec.get("model_file")), str):
         raise CheckpointError(f"{path}: damaged checkpoint: its model spec names no model")
+    try:
+        check_read_options(payload["data_options"], path)
+    except DataError as error:
+        raise CheckpointError(f"{path}: damaged checkpoint: {str(error).removeprefix(f'{path}: ')}") from None
     payload["path"] = str(path)
     return payload
 

@@ -231,7 +231,7 @@ def _read_data_like_training(path, saved, format_option):
 
         if "table" not in options:
             raise AlacError(f"{saved['path']}: the model was not trained on a table; give --format")
-        (dataset,), _ = load_table_files([path], encoding=TableEncoding.from_dict(options["table"]))
+        (dataset,), _ = load_table_files([path], encoding=TableEncoding.from_dict(options["table"], saved["path"]))
     else:
         format = formats.resolve_format(path, format)
         load_options = {}
@@ -245,9 +245,10 @@ def _read_data_like_training(path, saved, format_option):
 
 def _predict(args):
     """`alac predict --model-dir DIR --data FILE --output FILE`: one prediction per line."""
-    from alac.outputs import check_output_file, write_text_atomically
+    from alac.outputs import check_output_file, settle, write_text_atomically
 
     check_output_file(args.output)
+    settle(args.model_dir)      # a write a crash interrupted is completed before the model is read
     from alac import deep_cli
 
     if deep_cli.is_deep_checkpoint(args.model_dir):
@@ -293,13 +294,14 @@ def _load_model_dir(model_dir, model_option=None, backend="reference"):
 def _export(args):
     """`alac export --model-dir DIR [--readable FILE] [--numpy FILE.npz]`."""
     from alac import checkpoint
-    from alac.outputs import check_output_file
+    from alac.outputs import check_output_file, settle
 
     if not (args.readable or args.numpy):
         raise AlacError("give --readable FILE and/or --numpy FILE.npz")
     for path in (args.readable, args.numpy):
         if path:
             check_output_file(path)
+    settle(args.model_dir)
     trainer, saved = _load_model_dir(args.model_dir, args.model)
     zero_based = saved["data_options"].get("zero_based")
     if args.readable:

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 def table_options(args):
     return {"label": args.label, "fields": args.fields, "numeric": args.numeric, "numeric_mode": args.numeric_mode,
-            "hash_bits": args.hash_bits, "separator": args.separator}
+            "hash_bits": args.hash_bits, "separator": args.separator, "numeric_scale": args.numeric_scale}
 
 
 @dataclass
@@ -51,13 +51,14 @@ def load_data(args, plan):
     if args.out_of_core or out_of_core.is_block_store(args.train):
         return _blocks_on_disk(args, plan)
     paths = [p for p in (args.train, args.valid, args.test) if p is not None]
-    options = {}
+    options, scaling = {}, None
     if args.format == "table":
         from alac.data.table import load_table_files
 
         loaded, encoding = load_table_files(paths, **table_options(args))
         options["table"] = encoding.to_dict()
         format = "table"
+        scaling = encoding.describe_scaling()
     else:
         # every file exists and is a file before any is parsed; the training file's format is the one
         format = [formats.resolve_format(path, args.format) for path in paths][0]
@@ -74,13 +75,15 @@ def load_data(args, plan):
             loaded = [formats.load(p, format, **loader) for p in paths]
         base = dict(loaded[0].source.options).get("base")
         options["zero_based"] = None if base is None else base == 0
+    loaded[0].check_has_features()
     if args.normalize:
         loaded = [dataset.normalize_rows() for dataset in loaded]
     train = loaded.pop(0)
     valid = loaded.pop(0) if args.valid else None
     test = loaded.pop(0) if args.test else None
     options.update(format=format, normalize=args.normalize)
-    described = f"{args.train} ({format}{', rows L2-normalized' if args.normalize else ''})"
+    described = f"{args.train} ({format}{', rows L2-normalized' if args.normalize else ''}" + (
+        f"; {scaling})" if scaling else ")")
     data = TrainingData(train, valid, test, described, options)
     return with_validation_split(data, args)
 

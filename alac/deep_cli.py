@@ -23,12 +23,11 @@ from alac import defaults, metrics
 from alac.cli_data import load_data
 from alac.deep_train import DEEP_MODELS, DeepSettings, DeepTrainer
 from alac.errors import AlacError, OptionError
-from alac.outputs import check_output_folder, write_atomically, write_metrics_and_history
+from alac.outputs import RunOutputs, check_output_folder, write_metrics_and_history
 from alac.train import TrainingDiverged
 from alac.zoo import _Progress, add_data_options, positive_int, split_fraction
 
 CHECKPOINT_NAME = "model.pt"
-OUTPUT_FILES = (CHECKPOINT_NAME, "metrics.json", "history.csv")
 
 
 def parser():
@@ -85,8 +84,8 @@ def main(argv):
                                 batch_size=args.batch_size, optimizer=args.optimizer, patience=args.patience,
                                 seed=args.seed, cuda_graphs=not args.no_cuda_graphs, tables=args.tables,
                                 **lists)
-        if args.out:
-            check_output_folder(args.out, OUTPUT_FILES)
+        if args.out is not None:
+            check_output_folder(args.out)
         if args.featindex and not Path(args.featindex).is_file():
             raise OptionError(f"{args.featindex}: no field index file there (--featindex)")
         if args.device is not None and torch.device(args.device).type == "cuda" and not torch.cuda.is_available():
@@ -124,7 +123,7 @@ def _run(args, settings):
             final[f"{name}_logloss"] = float(metrics.logloss(probability, positive))
             final[f"{name}_auc"] = float(metrics.auc(probability, positive))
     print(json.dumps({k: round(v, 6) for k, v in final.items()}))
-    if args.out:
+    if args.out is not None:
         # how `alac predict` reads new files as these were read: their format and the fields' map
         extras = {"data_options": data.options,
                   "field_of": None if field_map is None else field_map.field_of.cpu()}
@@ -155,6 +154,7 @@ def is_deep_checkpoint(model_dir):
 
 
 def _write_outputs(out, trainer, final, extras):
-    write_atomically(out / CHECKPOINT_NAME, lambda handle: torch.save(trainer.checkpoint(extras), handle))
-    write_metrics_and_history(out, final, trainer.history)
-    print(f"wrote {out}/{', '.join(OUTPUT_FILES[1:] + OUTPUT_FILES[:1])}")
+    with RunOutputs(out) as outputs:
+        outputs.write(CHECKPOINT_NAME, lambda handle: torch.save(trainer.checkpoint(extras), handle))
+        write_metrics_and_history(outputs, final, trainer.history)
+    print(f"wrote {out}/{', '.join(outputs.written)}")

@@ -116,6 +116,7 @@ class DeepTrainer:
         """Train on `train` (binary labels, field ids), validating on `valid` after every epoch (early
         stopping, the best epoch kept); returns the history (a record per epoch)."""
         s = self.settings
+        train.check_has_features()
         _check_fields(train, "the training data")
         self.labels = LabelMap.fit("binary", train.labels)
         self.n_features = train.n_features
@@ -259,16 +260,19 @@ class DeepTrainer:
         try:
             saved = torch.load(path, map_location="cpu", weights_only=True)
             trainer = cls(device=device)
-            trainer._restore(saved)
+            trainer._restore(saved, str(path))
+        except DataError as error:
+            raise OptionError(f"{path}: a damaged deep model checkpoint: {str(error).removeprefix(f'{path}: ')}") \
+                from None
         except (OSError, EOFError, pickle.UnpicklingError, RuntimeError, KeyError, TypeError, ValueError,
                 AttributeError) as error:
             raise OptionError(f"{path}: not a deep model checkpoint ({type(error).__name__}: {error})") from None
         return trainer
 
-    def _restore(self, saved):
+    def _restore(self, saved, where="the checkpoint"):
         s = self.settings = DeepSettings(**saved["settings"])
         self.history = list(saved["history"])
-        self.extras = dict(saved.get("extras", {}))
+        self.extras = _checked_extras(saved.get("extras", {}), where)
         self.n_features, self.n_fields = int(saved["n_features"]), int(saved["n_fields"])
         self.labels = LabelMap("binary", saved["positive"])
         self._split_fields()
@@ -289,6 +293,21 @@ class DeepTrainer:
         self.__init__(DeepSettings(**state["settings"]), device)
         if state["checkpoint"] is not None:
             self._restore(state["checkpoint"])
+
+
+def _checked_extras(extras, where):
+    """A checkpoint's extras (how its training data was read), a DataError naming `where` where they
+    are not what alac writes: a dict with a data_options record and a field map (an integer tensor)."""
+    from alac.data.read_options import check_read_options
+
+    if not isinstance(extras, dict):
+        raise DataError(f"its extras are a {type(extras).__name__}, not a dict", path=where)
+    check_read_options(extras.get("data_options", {}), where)
+    field_of = extras.get("field_of")
+    if field_of is not None and not (isinstance(field_of, torch.Tensor) and field_of.dim() == 1
+                                     and not field_of.is_floating_point()):
+        raise DataError(f"its field map is a {type(field_of).__name__}, not a 1-D integer tensor", path=where)
+    return dict(extras)
 
 
 def _batches(dataset, batch_size):

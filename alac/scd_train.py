@@ -21,10 +21,9 @@ import torch
 
 from alac import metrics
 from alac.errors import OptionError
-from alac.outputs import write_atomically, write_metrics_and_history
+from alac.outputs import RunOutputs, write_metrics_and_history
 
 PROBLEMS = {"lr": ("dual", "logistic"), "lsvm": ("dual", "hinge"), "lsr": ("primal", "squared")}
-OUTPUT_FILES = ("metrics.json", "history.csv", "weights.npy", "model.alac")
 
 
 def _name(module):
@@ -81,16 +80,17 @@ def train_scd(args, module, data, model_reference):
             final.update({f"{split}_{k}": v for k, v in _scores(dataset, weights, name).items()})
     say(json.dumps({k: round(v, 6) if isinstance(v, float) and k != "duality_gap" else v
                     for k, v in final.items()}))
-    if args.out and ranks.rank == 0:
+    if args.out is not None and ranks.rank == 0:
         out = Path(args.out)
-        write_metrics_and_history(out, final, solver.history)
-        write_atomically(out / "weights.npy", lambda handle: np.save(handle, weights.numpy(), allow_pickle=False))
-        _save_checkpoint(args, module, model_reference, data, weights, solver.history, out)
-        print(f"wrote {out}/{', '.join(OUTPUT_FILES)}")
+        with RunOutputs(out) as outputs:
+            write_metrics_and_history(outputs, final, solver.history)
+            outputs.write("weights.npy", lambda handle: np.save(handle, weights.numpy(), allow_pickle=False))
+            _save_checkpoint(args, module, model_reference, data, weights, solver.history, outputs)
+        print(f"wrote {out}/{', '.join(outputs.written)}")
     return 3 if solver.stopped_because == "diverged" else 0
 
 
-def _save_checkpoint(args, module, model_reference, data, weights, history, out):
+def _save_checkpoint(args, module, model_reference, data, weights, history, outputs):
     """The zoo model (w, and its bias b) holding the SCD weights, saved as `alac train` saves one."""
     from alac import checkpoint
     from alac.models import build_model
@@ -109,7 +109,8 @@ def _save_checkpoint(args, module, model_reference, data, weights, history, out)
     trainer.executor.state, trainer.feature_order = state, order
     trainer.labels = LabelMap.fit(model.labels, data.train.labels)
     trainer.history, trainer.epoch = history, len(history)
-    checkpoint.save(trainer, out / CHECKPOINT_NAME, checkpoint_spec(module, args, model_reference), data.options)
+    outputs.write(CHECKPOINT_NAME, lambda handle: checkpoint.write(
+        trainer, handle, checkpoint_spec(module, args, model_reference), data.options))
 
 
 def _scores(dataset, weights, name):

@@ -145,6 +145,8 @@ class Trainer:
         source (alac.runtime.blocks / block_store), or a data set whose layout exceeds the plan's
         memory budget, gives a StreamedLayout and no labels (each block brings its own)."""
         ordered_here = self.feature_order is None
+        if not is_block_source(train):
+            train.check_has_features()
         if self.train_layout is None or self._train_dataset is not train:
             # the old layout goes first: at 64M x 39 rows on an 80 GB GPU, two layouts and the build's
             # temporaries do not fit together

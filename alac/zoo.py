@@ -22,12 +22,11 @@ from alac import defaults
 from alac.cli_data import load_data
 from alac.errors import AlacError
 from alac.models import build_model, default_l2, is_model_file
-from alac.outputs import check_output_folder, write_atomically, write_metrics_and_history, write_text_atomically
+from alac.outputs import RunOutputs, check_output_folder, write_metrics_and_history
 from alac.race import ADAPTIVE, AUTO, race
 from alac.race import arms as race_arms
 
 CHECKPOINT_NAME = "model.alac"
-OUTPUT_FILES = (CHECKPOINT_NAME, "metrics.json", "history.csv", "loss.png")
 FORMATS = ("auto", "libsvm", "libffm", "criteo", "table")
 
 
@@ -80,6 +79,9 @@ def add_data_options(parser):
     parser.add_argument("--numeric", default="", help="table: feature columns that hold numbers")
     parser.add_argument("--numeric-mode", default="bucketize", choices=["bucketize", "value"],
                         help="table: numbers as log-squared buckets (default) or as one valued feature")
+    parser.add_argument("--numeric-scale", default="standard", choices=["standard", "log", "none"],
+                        help="table, --numeric-mode value: numbers centred and divided by their deviation in the "
+                             "training table (default), as sign(v) log(1 + |v|), or as they are")
     parser.add_argument("--separator", default=",", help="table: the CSV column separator")
 
 
@@ -271,11 +273,11 @@ def _run_parsed(module, args, model_reference):
 
             args.l2 = given_l2
             scd_train.check_options(module, args)
-            if args.out:
-                check_output_folder(args.out, scd_train.OUTPUT_FILES)
+            if args.out is not None:
+                check_output_folder(args.out)
             return scd_train.train_scd(args, module, load_data(args, _plan(args)), model_reference)
-        if args.out:
-            check_output_folder(args.out, OUTPUT_FILES)
+        if args.out is not None:
+            check_output_folder(args.out)
         return _run(args, module, model_reference)
     except AlacError as error:
         print(f"alac: error: {error}", file=sys.stderr)
@@ -309,7 +311,7 @@ def _run(args, module, model_reference):
     with getattr(trainer.executor, "assembled", contextlib.nullcontext)():
         if first:
             print(json.dumps({k: round(v, 6) for k, v in final.items()}))
-            if args.out:
+            if args.out is not None:
                 _write_outputs(args, module, model_reference, trainer, final, data.options)
     return 3 if diverged else 0
 
@@ -420,22 +422,23 @@ def checkpoint_spec(module, args, model_reference):
 
 
 def _write_outputs(args, module, model_reference, trainer, final, data_options):
+    """The run's files, switched into args.out together (alac.outputs.RunOutputs)."""
     from alac import checkpoint
 
     out = Path(args.out)
-    checkpoint.save(trainer, out / CHECKPOINT_NAME, checkpoint_spec(module, args, model_reference), data_options)
-    write_metrics_and_history(out, final, trainer.history)
-    written = ["metrics.json", "history.csv", CHECKPOINT_NAME]
-    statistics = getattr(trainer.executor, "statistics", None)
-    if statistics is not None:
-        # a cached model's hit ratio of every training batch, in the order trained
-        write_text_atomically(out / "hit_ratio.csv", "batch,hit_ratio\n" + "".join(
-            f"{batch},{ratio:.6f}\n" for batch, ratio in enumerate(statistics.hit_ratio)))
-        written.append("hit_ratio.csv")
-    if args.plot:
-        figure = plot_history(trainer.history, None, f"{trainer.executor.ir.name}: loss per split")
-        write_atomically(out / "loss.png", lambda handle: figure.savefig(handle, format="png", dpi=110))
-    print(f"wrote {out}/{', '.join(written)}" + (", loss.png" if args.plot else ""))
+    with RunOutputs(out) as outputs:
+        outputs.write(CHECKPOINT_NAME, lambda handle: checkpoint.write(
+            trainer, handle, checkpoint_spec(module, args, model_reference), data_options))
+        write_metrics_and_history(outputs, final, trainer.history)
+        statistics = getattr(trainer.executor, "statistics", None)
+        if statistics is not None:
+            # a cached model's hit ratio of every training batch, in the order trained
+            outputs.write_text("hit_ratio.csv", "batch,hit_ratio\n" + "".join(
+                f"{batch},{ratio:.6f}\n" for batch, ratio in enumerate(statistics.hit_ratio)))
+        if args.plot:
+            figure = plot_history(trainer.history, None, f"{trainer.executor.ir.name}: loss per split")
+            outputs.write("loss.png", lambda handle: figure.savefig(handle, format="png", dpi=110))
+    print(f"wrote {out}/{', '.join(outputs.written)}")
 
 
 def plot_history(history, path, title):

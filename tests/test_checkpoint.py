@@ -108,3 +108,26 @@ def test_a_checkpoint_missing_a_key_is_a_clear_error(tmp_path):
     torch.save(payload, tmp_path / "bad_plan.alac")
     with pytest.raises(CheckpointError, match="damaged checkpoint .*chunk_size must be a power of two"):
         checkpoint.load(tmp_path / "bad_plan.alac", zoo_model("lr"), backend="reference")
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"format": "table", "table": {"label": "x"}}, "a damaged table encoding \\(KeyError: 'fields'\\)"),
+    ({"format": "table"}, "a table, but not how it was encoded"),
+    ({"format": "libsvm", "zero_based": "yes"}, "zero_based = 'yes', not true, false or null"),
+    ({"format": "criteo", "hash_bits": -3}, "hash_bits = -3, not a positive integer"),
+    ({"format": "libsvm", "run": "rm -rf"}, "an unknown entry 'run'"),
+    ({"format": "jpeg"}, "format = 'jpeg', not one of"),
+])
+def test_a_checkpoint_with_malformed_data_options_is_one_clear_error(tmp_path, options, message):
+    """How predict would read new files comes from the checkpoint: a damaged record is refused when
+    it is read, for `alac predict` as one line, not as a KeyError in a loader."""
+    payload = torch.load(_saved(tmp_path), weights_only=True)
+    payload["data_options"] = options
+    torch.save(payload, tmp_path / "edited.alac")
+    with pytest.raises(CheckpointError, match=f"edited.alac: damaged checkpoint: .*{message}"):
+        checkpoint.read(tmp_path / "edited.alac")
+    (tmp_path / "data.svm").write_text("1 1:1\n")
+    result = _alac("predict", "--model-dir", str(tmp_path / "edited.alac"), "--data", str(tmp_path / "data.svm"),
+                   "--output", str(tmp_path / "p.txt"), "--backend", "reference")
+    assert result.returncode == 2 and "damaged checkpoint" in result.stderr, result.stderr
+    assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr

@@ -62,6 +62,26 @@ def test_a_checkpoint_that_is_not_one_is_refused_without_running_it(tmp_path):
         DeepTrainer.load(tmp_path / "other.pt")
 
 
+@pytest.mark.parametrize("extras, message", [
+    ({"data_options": {"format": "table", "table": {"label": "x"}}}, "a damaged table encoding"),
+    ({"field_of": "zzz"}, "its field map is a str, not a 1-D integer tensor"),
+    ({"field_of": torch.ones(3)}, "its field map is a Tensor, not a 1-D integer tensor"),
+    ("zzz", "its extras are a str"),
+])
+def test_a_deep_checkpoint_with_malformed_extras_is_one_clear_error(tmp_path, capsys, extras, message):
+    assert main(["train", "--model", "deepfm", "--synthetic", "800", "--epochs", "1", *SMALL,
+                 "--out", str(tmp_path / "run")]) == 0
+    saved = torch.load(tmp_path / "run" / "model.pt", weights_only=True)
+    saved["extras"] = extras
+    torch.save(saved, tmp_path / "run" / "model.pt")
+    capsys.readouterr()
+    (tmp_path / "data.svm").write_text("1 1:1\n")
+    assert main(["predict", "--model-dir", str(tmp_path / "run"), "--data", str(tmp_path / "data.svm"),
+                 "--output", str(tmp_path / "p.txt")]) == 2
+    error = capsys.readouterr().err
+    assert f"model.pt: a damaged deep model checkpoint: {message}" in error and error.count("\n") == 1, error
+
+
 def test_alac_predict_reads_a_new_file_as_the_training_file_was_read(tmp_path, capsys):
     data = criteo_like(1200, n_fields=5, seed=3, device="cpu")
     train, test = split(data, (0.8, 0.2), seed=1)

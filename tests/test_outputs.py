@@ -3,6 +3,7 @@
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -59,3 +60,100 @@ def test_output_files_are_checked(tmp_path):
         check_output_file(tmp_path / "missing" / "p.txt")
     check_output_file(tmp_path / "p.txt")
     assert not (tmp_path / "p.txt").exists()
+
+
+def _train(folder, epochs, *options):
+    """An `alac train --out folder` of small synthetic data (reference backend); its exit status."""
+    from alac.cli import main
+
+    return main(["train", "--model", "lr", "--synthetic", "600", "--epochs", str(epochs), "--optimizer", "sgd",
+                 "--early-stopping", "none", "--backend", "reference", "--out", str(folder), *options])
+
+
+def _run_of(folder):
+    """(epochs of history.csv, epochs of model.alac, loss.png there) of a folder."""
+    import torch
+
+    saved = torch.load(folder / "model.alac", weights_only=True)
+    history = (folder / "history.csv").read_text().splitlines()[1:]
+    return len(history), saved["epoch"], (folder / "loss.png").exists()
+
+
+class _Crash(BaseException):
+    """A kill -9 at that point: nothing after it runs, no handler sees it."""
+
+
+@pytest.mark.parametrize("crash_at", range(1, 10))
+def test_a_run_killed_while_writing_its_outputs_leaves_one_runs_files(tmp_path, monkeypatch, crash_at):
+    """A second run (3 epochs, no plot) killed at its k-th file move or removal leaves the first run's
+    set (2 epochs, loss.png) or, once the next alac opens the folder, its own: never a mixture."""
+    from alac import outputs
+
+    out = tmp_path / "run"
+    assert _train(out, 2, "--plot") == 0 and _run_of(out) == (2, 2, True)
+    steps = []
+    real_replace, real_unlink = os.replace, Path.unlink
+
+    def counted(real):
+        def step(*args, **kwargs):
+            steps.append(args)
+            if len(steps) == crash_at:
+                raise _Crash
+            return real(*args, **kwargs)
+        return step
+
+    def run_second():
+        monkeypatch.setattr(outputs.os, "replace", counted(real_replace))
+        monkeypatch.setattr(outputs.Path, "unlink", counted(real_unlink))
+        try:
+            _train(out, 3)
+        except _Crash:
+            pass
+        finally:
+            monkeypatch.undo()
+
+    monkeypatch.setenv("ALAC_CACHE_DIR", str(tmp_path / "cache"))
+    run_second()
+    assert _run_of(out) in ((2, 2, True), (3, 3, False)) or (out / outputs.JOURNAL).exists()
+    outputs.settle(out)
+    assert _run_of(out) in ((2, 2, True), (3, 3, False))
+    # (a staging folder of this process, which is alive, stays: a killed writer's is removed, below)
+    names = sorted(p.name for p in out.iterdir() if not p.name.startswith(".alac-run."))
+    assert names in (["history.csv", "loss.png", "metrics.json", "model.alac"],
+                     ["history.csv", "metrics.json", "model.alac"])
+
+
+def test_a_run_replaces_every_file_of_the_previous_one(tmp_path):
+    """Files another run wrote and this one does not (a plot, an SCD run's weights) do not stay."""
+    out = tmp_path / "run"
+    (tmp_path / "run").mkdir()
+    (out / "weights.npy").write_bytes(b"an SCD run's")
+    (out / "notes.txt").write_text("the user's own")
+    assert _train(out, 2, "--plot") == 0
+    assert _train(out, 3) == 0
+    assert _run_of(out) == (3, 3, False)
+    assert sorted(p.name for p in out.iterdir()) == ["history.csv", "metrics.json", "model.alac", "notes.txt"]
+
+
+def test_a_stale_staging_folder_of_a_killed_run_is_removed(tmp_path):
+    from alac.outputs import settle
+
+    stale = tmp_path / f".alac-run.{_dead_pid()}.0123456789ab.tmp"
+    stale.mkdir()
+    (stale / "model.alac").write_bytes(b"half")
+    settle(tmp_path)
+    assert not stale.exists()
+
+
+@pytest.mark.parametrize("name, message", [
+    ("", "the output folder's name is empty"),
+    ("x" * 300, "File name too long"),
+])
+def test_output_folder_names_that_cannot_work_are_one_line(tmp_path, monkeypatch, capsys, name, message):
+    from alac.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    status = main(["train", "--model", "lr", "--synthetic", "300", "--backend", "reference", "--out", name])
+    error = capsys.readouterr().err
+    assert status == 2 and message in error and error.count("\n") == 1, error
+    assert list(tmp_path.iterdir()) == [tmp_path / "alac-cache"] or not any(tmp_path.iterdir())

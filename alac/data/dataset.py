@@ -167,6 +167,13 @@ class SparseDataset:
             pairs.append((self.fields, other.fields))
         return all(torch.equal(a.cpu(), b.cpu()) for a, b in pairs)
 
+    def check_has_features(self, what="the training data"):
+        """A DataError for a data set without a single feature entry (a file of labels only): nothing
+        could be learnt from it but the base rate."""
+        if self.nnz == 0:
+            raise DataError(f"{what} has no features: every one of its {self.n_rows:,} rows is a label alone",
+                            path=self.source.path)
+
     def check_feature_space(self, n_features, n_fields=None, reference_name="the training data"):
         """Raise DataError unless every feature (and field) id is below n_features (n_fields).
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import stat
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -14,9 +15,30 @@ from alac.errors import DataError
 # 64 MiB keeps a block's parse arrays (about 3x the text) well inside a laptop's memory while a
 # block still takes ~0.2 s to scan, so per-block overhead stays under 1 %.
 DEFAULT_BLOCK_BYTES = 64 << 20
+# The longest line a data file may have: a LIBSVM row of a million entries takes about 15 MB; a
+# "line" past this is not data (a file without line ends, a device read by mistake).
+MAX_LINE_BYTES = 256 << 20
+
+
+def _check_regular(path, mode):
+    """A DataError unless the stat mode is a regular file's: a device, FIFO or socket would be read
+    without end (/dev/zero) or consumed."""
+    if stat.S_ISDIR(mode):
+        raise DataError("is a directory, not a data file", path=path)
+    if not stat.S_ISREG(mode):
+        kind = "a character device" if stat.S_ISCHR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else \
+            "a socket" if stat.S_ISSOCK(mode) else "a block device" if stat.S_ISBLK(mode) else "not a file"
+        raise DataError(f"is {kind}, not a regular file: alac reads data from files", path=path)
 
 
 def _open(path):
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        raise DataError("file not found", path=path) from None
+    except OSError as error:
+        raise DataError(f"cannot read it ({error.strerror or error})", path=path) from None
+    _check_regular(path, mode)
     try:
         return open(path, "rb")
     except FileNotFoundError:
@@ -25,12 +47,29 @@ def _open(path):
         raise DataError("is a directory, not a data file", path=path) from None
     except PermissionError:
         raise DataError("permission denied", path=path) from None
+    except OSError as error:
+        raise DataError(f"cannot read it ({error.strerror or error})", path=path) from None
 
 
 def read_bytes(path):
-    """The whole file as a uint8 array."""
+    """The whole file as a uint8 array (a DataError if a line is longer than MAX_LINE_BYTES)."""
     with _open(path) as handle:
-        return np.frombuffer(handle.read(), dtype=np.uint8)
+        data = handle.read()
+    _check_line_lengths(data, path)
+    return np.frombuffer(data, dtype=np.uint8)
+
+
+def _check_line_lengths(data, path):
+    """A DataError at the first stretch of MAX_LINE_BYTES without a line end: each step jumps to the
+    last line end of the next stretch, so a file takes a few memrchr calls, not one per line."""
+    start = 0
+    while len(data) - start > MAX_LINE_BYTES:
+        end = data.rfind(b"\n", start, start + MAX_LINE_BYTES + 1)
+        if end < 0:
+            line = data.count(b"\n", 0, start) + 1
+            raise DataError(f"line {line} is longer than {MAX_LINE_BYTES >> 20} MiB: not a file of data lines",
+                            path=path, line=line)
+        start = end + 1
 
 
 def iter_line_blocks(path, block_bytes=DEFAULT_BLOCK_BYTES):
@@ -51,6 +90,9 @@ def iter_line_blocks(path, block_bytes=DEFAULT_BLOCK_BYTES):
             data = carry + data
             cut = data.rfind(b"\n")
             if cut < 0:
+                if len(data) > MAX_LINE_BYTES:
+                    raise DataError(f"line {first_line} is longer than {MAX_LINE_BYTES >> 20} MiB: not a file of "
+                                    "data lines", path=path, line=first_line)
                 carry = data
                 continue
             block = np.frombuffer(data, dtype=np.uint8, count=cut + 1)
@@ -86,12 +128,15 @@ def line_text(path, line):
 
 
 def file_size(path):
-    if os.path.isdir(path):
-        raise DataError("is a directory, not a data file", path=path)
+    """The size of a regular file (a DataError for anything else)."""
     try:
-        return os.path.getsize(path)
-    except OSError:
+        info = os.stat(path)
+    except FileNotFoundError:
         raise DataError("file not found", path=path) from None
+    except OSError as error:
+        raise DataError(f"cannot read it ({error.strerror or error})", path=path) from None
+    _check_regular(path, info.st_mode)
+    return info.st_size
 
 
 def pieces_at_line_ends(buf, count):

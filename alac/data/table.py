@@ -9,7 +9,10 @@ id, ad id, ...). Every chosen column becomes a field with ids of its own, field 
 - `numeric` columns are numbers: `numeric_mode="bucketize"` maps v > 2 to floor(log(v)**2) (the rule
   of Criteo's integer columns) and then indexes the bucket like a categorical value;
   `numeric_mode="value"` makes the column one feature whose value is the number (left out where
-  missing).
+  missing), scaled by `numeric_scale`: "standard" (default: centred and divided by the standard
+  deviation of the encoding's first table, so that a timestamp or a price does not swamp every other
+  feature), "log" (sign(v) log(1 + |v|), the heavy-tailed counts' transform) or "none".
+Numbers must be finite as float32 (inf, nan or 1e308 are refused with their file, line and column).
 Files are read by pandas (Parquet through pyarrow), never by a parser of alac's own.
 """
 
@@ -21,10 +24,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from alac.data import files
 from alac.data.dataset import DataSource, SparseDataset
 from alac.errors import DataError
 
 NUMERIC_MODES = ("bucketize", "value")
+NUMERIC_SCALES = ("standard", "log", "none")
+FLOAT32_MAX = float(np.finfo(np.float32).max)
 MAX_FEATURES = 2**31 - 1
 PARQUET_SUFFIXES = (".parquet", ".pq")
 
@@ -45,8 +51,7 @@ def read_table(source, separator=","):
     path = Path(source)
     if path.is_dir():
         raise DataError("is a folder, not a table file", path=path)
-    if not path.is_file():
-        raise DataError("no such file", path=path)
+    files.file_size(path)       # a regular file: never a device or a FIFO
     try:
         if path.suffix.lower() in PARQUET_SUFFIXES:
             frame = pd.read_parquet(path)
@@ -79,10 +84,14 @@ class TableEncoding:
     numeric_mode: str = "bucketize"
     hash_bits: int | None = None
     vocabularies: dict = field(default_factory=dict)  # field -> list of value texts (id = position + 1)
+    numeric_scale: str = "standard"
+    scales: dict = field(default_factory=dict)        # value field -> [centre, divisor] (standard)
 
     def __post_init__(self):
         if self.numeric_mode not in NUMERIC_MODES:
             raise DataError(f"numeric_mode must be one of {NUMERIC_MODES}, got {self.numeric_mode!r}")
+        if self.numeric_scale not in NUMERIC_SCALES:
+            raise DataError(f"numeric_scale must be one of {NUMERIC_SCALES}, got {self.numeric_scale!r}")
         if self.hash_bits is not None and not 1 <= self.hash_bits <= 30:
             raise DataError(f"hash_bits must be in 1..30 (2**bits ids per field), got {self.hash_bits}")
         unknown = set(self.numeric) - set(self.fields)
@@ -109,12 +118,47 @@ class TableEncoding:
         """Plain data (for checkpoints): names, numbers and lists of strings only."""
         return {"label": self.label, "fields": list(self.fields), "numeric": list(self.numeric),
                 "numeric_mode": self.numeric_mode, "hash_bits": self.hash_bits,
-                "vocabularies": {k: list(v) for k, v in self.vocabularies.items()}}
+                "vocabularies": {k: list(v) for k, v in self.vocabularies.items()},
+                "numeric_scale": self.numeric_scale, "scales": {k: list(v) for k, v in self.scales.items()}}
 
     @classmethod
-    def from_dict(cls, saved):
-        return cls(saved["label"], tuple(saved["fields"]), tuple(saved["numeric"]), saved["numeric_mode"],
-                   saved["hash_bits"], {k: list(v) for k, v in saved["vocabularies"].items()})
+    def from_dict(cls, saved, where="the checkpoint"):
+        """The encoding to_dict wrote; a DataError naming `where` for anything else."""
+        try:
+            encoding = cls(str(saved["label"]), tuple(map(str, saved["fields"])), tuple(map(str, saved["numeric"])),
+                           saved["numeric_mode"], saved["hash_bits"],
+                           {str(k): [str(t) for t in v] for k, v in saved["vocabularies"].items()},
+                           saved.get("numeric_scale", "none"),
+                           {str(k): [float(c), float(d)] for k, (c, d) in saved.get("scales", {}).items()})
+            if encoding.hash_bits is not None and not isinstance(encoding.hash_bits, int):
+                raise TypeError("hash_bits")
+            if encoding.hash_bits is None and any(name not in encoding.vocabularies for name in encoding.fields
+                                                  if not encoding._is_value(name)):
+                raise KeyError("a field's vocabulary")
+        except (KeyError, TypeError, ValueError, AttributeError) as error:
+            raise DataError(f"a damaged table encoding ({type(error).__name__}: {error})", path=where) from None
+        return encoding
+
+    def describe_scaling(self):
+        """What the value columns' numbers become, for the run's first lines (None without any)."""
+        names = [name for name in self.fields if self._is_value(name)]
+        if not names:
+            return None
+        if self.numeric_scale == "standard":
+            return "numeric value columns standardized (by the training table's mean and deviation): " + ", ".join(
+                f"{name} (mean {centre:.6g}, deviation {divisor:.6g})" for name in names
+                for centre, divisor in [self.scales[name]])
+        if self.numeric_scale == "log":
+            return f"numeric value columns as sign(v) log(1 + |v|): {', '.join(names)}"
+        return f"numeric value columns as they are (no scaling): {', '.join(names)}"
+
+    def _scaled(self, name, numbers):
+        if self.numeric_scale == "log":
+            return np.sign(numbers) * np.log1p(np.abs(numbers))
+        if self.numeric_scale == "standard":
+            centre, divisor = self.scales[name]
+            return (numbers - centre) / divisor
+        return numbers
 
     def _check_columns(self, frame, where):
         missing = [c for c in (self.label, *self.fields) if c not in frame.columns]
@@ -126,7 +170,8 @@ class TableEncoding:
         pd = _pandas()
         text = frame[self.label].str.strip()
         labels = pd.to_numeric(text, errors="coerce").to_numpy(dtype=np.float64)
-        bad = np.flatnonzero(~np.isfinite(labels))
+        with np.errstate(invalid="ignore"):
+            bad = np.flatnonzero(~(np.abs(labels) <= FLOAT32_MAX))
         if bad.size:
             row = int(bad[0])
             raise DataError(f"label column {self.label!r} is not a number", path=where, line=first_line + row,
@@ -142,6 +187,12 @@ class TableEncoding:
             row = int(bad[0])
             raise DataError(f"numeric column {name!r} is not a number", path=where, line=first_line + row,
                             token=text.iloc[row])
+        with np.errstate(invalid="ignore"):
+            bad = np.flatnonzero(np.abs(numbers) > FLOAT32_MAX)
+        if bad.size:
+            row = int(bad[0])
+            raise DataError(f"numeric column {name!r} holds a number that is not finite as float32",
+                            path=where, line=first_line + row, token=text.iloc[row])
         return numbers
 
     def _tokens(self, frame, name, where, first_line):
@@ -166,6 +217,15 @@ class TableEncoding:
                 if not self._is_value(name):
                     tokens = self._tokens(frame, name, where, first_line)
                     self.vocabularies[name] = [str(u) for u in pd.unique(tokens[tokens != ""])]
+        if self.numeric_scale == "standard":
+            for name in self.fields:
+                if self._is_value(name):
+                    numbers = self._numbers(frame[name].astype(str), name, where, first_line)
+                    present = numbers[~np.isnan(numbers)]
+                    centre = float(present.mean()) if present.size else 0.0
+                    divisor = float(present.std()) if present.size else 0.0
+                    # a constant column keeps its values' size rather than dividing by zero
+                    self.scales[name] = [centre, divisor if divisor > 0 else max(abs(centre), 1.0)]
         return self
 
     def _ids(self, name, tokens):
@@ -187,7 +247,7 @@ class TableEncoding:
         offset = 0
         for name in self.fields:
             if self._is_value(name):
-                numbers = self._numbers(frame[name].astype(str), name, where, first_line)
+                numbers = self._scaled(name, self._numbers(frame[name].astype(str), name, where, first_line))
                 columns.append(np.full(n, offset, np.int64))
                 values.append(np.nan_to_num(numbers).astype(np.float32))
                 present.append(~np.isnan(numbers))
@@ -207,7 +267,7 @@ class TableEncoding:
         np.cumsum(kept.sum(axis=1), out=indptr[1:])
         has_values = any(self._is_value(name) for name in self.fields)
         options = (("fields", tuple(self.fields)), ("hash_bits", self.hash_bits), ("numeric", tuple(self.numeric)),
-                   ("numeric_mode", self.numeric_mode))
+                   ("numeric_mode", self.numeric_mode), ("numeric_scale", self.numeric_scale))
         source = DataSource(path=None if where == "the table" else where, format="table", options=options,
                             row_lines=torch.arange(first_line, first_line + n, dtype=torch.int64))
         return SparseDataset(
@@ -217,7 +277,7 @@ class TableEncoding:
             fields=torch.from_numpy(np.ascontiguousarray(field_ids[kept])), n_fields=len(self.fields), source=source)
 
 
-def _encoding(frame, where, label, fields, numeric, numeric_mode, hash_bits):
+def _encoding(frame, where, label, fields, numeric, numeric_mode, hash_bits, numeric_scale):
     if label is None:
         raise DataError("a table needs its label column named (label=..., --label)", path=where)
     if fields is None:
@@ -228,25 +288,28 @@ def _encoding(frame, where, label, fields, numeric, numeric_mode, hash_bits):
         raise DataError("no feature columns: name them (fields=..., --fields)", path=where)
     if isinstance(numeric, str):
         numeric = [f.strip() for f in numeric.split(",") if f.strip()]
-    return TableEncoding(label, tuple(fields), tuple(numeric or ()), numeric_mode, hash_bits)
+    return TableEncoding(label, tuple(fields), tuple(numeric or ()), numeric_mode, hash_bits,
+                         numeric_scale=numeric_scale)
 
 
 def load_table_files(sources, label=None, fields=None, numeric=(), numeric_mode="bucketize", hash_bits=None,
-                     separator=",", encoding=None):
+                     separator=",", encoding=None, numeric_scale="standard"):
     """(SparseDatasets of several tables in one feature space, their TableEncoding): the first
     table fits the encoding unless a fitted one is given; every table is read and its columns
     checked before any is encoded."""
     frames = [read_table(source, separator) for source in sources]
     if encoding is None:
         frame, where, first = frames[0]
-        encoding = _encoding(frame, where, label, fields, numeric, numeric_mode, hash_bits).fit(frame, where, first)
+        encoding = _encoding(frame, where, label, fields, numeric, numeric_mode, hash_bits, numeric_scale).fit(
+            frame, where, first)
     for frame, where, _ in frames:
         encoding._check_columns(frame, where)
     return [encoding.encode(frame, where, first) for frame, where, first in frames], encoding
 
 
 def load_table(source, label=None, fields=None, numeric=(), numeric_mode="bucketize", hash_bits=None,
-               separator=","):
+               separator=",", numeric_scale="standard"):
     """One table (a CSV or Parquet file, or a pandas DataFrame) as a SparseDataset: label column
     `label`, one field per column of `fields` (default: every other column). See the module doc."""
-    return load_table_files([source], label, fields, numeric, numeric_mode, hash_bits, separator)[0][0]
+    return load_table_files([source], label, fields, numeric, numeric_mode, hash_bits, separator,
+                            numeric_scale=numeric_scale)[0][0]

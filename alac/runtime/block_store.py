@@ -4,9 +4,12 @@ Written in two passes over the data's pieces (a file read block by block, or a g
 counts feature frequencies for the re-index, the second lays out groups of whole batches with that
 re-index and writes each as one packed block file (`alac.runtime.blocks`) with its xxh3 checksum.
 The folder is written under a temporary name and renamed into place, so a reader sees a whole store
-or none. Reading checks every block file's size when the store is opened (a truncated store fails
-before training starts) and every block's checksum as it is read; a damaged store is marked so that
-`cached_block_store` rebuilds it.
+or none; the temporaries of writers that died are removed by the next writer. Opening a store checks
+its manifest, its per-feature arrays and every block file's size (`alac.runtime.block_manifest`), so
+a damaged or edited store fails before training starts; every block's checksum is checked as it is
+read. A block found damaged is recorded beside the store (DAMAGED_FILE: nothing of the user's is
+deleted), so that the next opening refuses the store at once, and `cached_block_store` rebuilds its
+own.
 
 Reader threads fill a ring of (pinned) host buffers ahead of the copy stream, each buffer reused
 once the device copy of its last block is done.
@@ -21,7 +24,6 @@ import os
 import queue
 import shutil
 import time
-import uuid
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -33,6 +35,7 @@ import xxhash
 from alac.data.dataset import DataSource
 from alac.errors import DataError, OptionError
 from alac.runtime import wire
+from alac.runtime.block_manifest import FEATURE_ARRAYS, META_FILE, REBUILD, block_file, read_manifest, sealed
 from alac.runtime.blocks import NARROW_IDS, PADDING_MARGIN, Block, PinnedBlocks, packed, wire_arrays
 from alac.runtime.layout import (
     BigraphLayout,
@@ -44,20 +47,16 @@ from alac.runtime.layout import (
     order_by_frequency,
     top_share,
 )
+from alac.temporary import remove_stale_folders, temporary_folder_name
 
-STORE_VERSION = 2
-META_FILE = "meta.json"
-FEATURE_ARRAYS = ("new_to_old", "old_to_new", "frequency")
+# written beside a store's files when a block is found damaged as it is read
+DAMAGED_FILE = "DAMAGED.json"
 # Host buffers read ahead of the copy stream and the threads reading them. Read bandwidth of the
 # streaming benchmark's store from disk on the H100 machine (benchmarks/streaming.py, disk_ring_sweep):
 # (depth, readers) (2, 1) 1.29, (3, 2) 1.49, (4, 4) 1.59, (8, 4) 1.69 GB/s; (4, 4) is within 6 % of
 # the best with half its pinned memory.
 RING_DEPTH = 4
 READERS = 4
-
-
-def _block_file(folder, index):
-    return Path(folder) / f"block-{index:06d}.bin"
 
 
 def _count(pieces):
@@ -165,7 +164,7 @@ def build_blocks(pieces, options, chunks_per_batch, block_bytes, device, fields,
         padding_overhead=(first_edge - nnz) / nnz if nnz else 0.0, chunks=first_chunk, chunk_size=C,
         fixed_width=fixed_width, hot_size=0, hot_edge_share=0.0,
         build_seconds=time.perf_counter() - started, device=str(device))
-    meta = {"version": STORE_VERSION, "options": dataclasses.asdict(base_options), "n_rows": n_rows,
+    meta = {"options": dataclasses.asdict(base_options), "n_rows": n_rows,
             "n_features": frequency.numel(), "n_fields": n_fields, "fixed_width": fixed_width,
             "tile_width": math.ceil(width_sum / first_chunk), "optional": sorted(optional),
             "value_scale": mean_scale(value_sum, nnz) if value_sum is not None else 1.0,
@@ -185,13 +184,17 @@ def write_block_store(folder, pieces, options=None, chunks_per_batch=1, block_by
     """
     device = torch.device(device) if device is not None else default_device()
     folder = Path(folder)
+    if folder.exists() and not (folder / META_FILE).is_file() and (not folder.is_dir() or any(folder.iterdir())):
+        raise OptionError(f"{folder}: exists and is not a block store; a block store is written to a new folder or "
+                          "over another block store")
     folder.parent.mkdir(parents=True, exist_ok=True)
-    temporary = folder.parent / f".{folder.name}.{uuid.uuid4().hex}.tmp"
+    remove_stale_folders(folder.parent, folder.name)
+    temporary = folder.parent / temporary_folder_name(folder.name)
     temporary.mkdir()
 
     def write(index, layout, local, optional):
         buffer = packed(layout, local, optional)
-        _block_file(temporary, index).write_bytes(buffer.numpy().tobytes())
+        block_file(temporary, index).write_bytes(buffer.numpy().tobytes())
         return {"bytes": buffer.numel(), "xxh3": xxhash.xxh3_64_hexdigest(buffer.numpy())}
 
     try:
@@ -200,10 +203,15 @@ def write_block_store(folder, pieces, options=None, chunks_per_batch=1, block_by
         for name, array in features.items():
             np.save(temporary / f"{name}.npy", array.numpy())
         # meta.json last: a store is whole when it has one
-        (temporary / META_FILE).write_text(json.dumps(meta))
+        (temporary / META_FILE).write_text(json.dumps(sealed(meta, temporary)))
         if folder.exists():
-            shutil.rmtree(folder)
-        os.rename(temporary, folder)
+            # the old store is moved aside first: a crash between the renames leaves it a stale temporary
+            old = folder.parent / temporary_folder_name(folder.name)
+            os.rename(folder, old)
+            os.rename(temporary, folder)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.rename(temporary, folder)
     finally:
         shutil.rmtree(temporary, ignore_errors=True)
     return DiskBlocks(folder, pin=device.type == "cuda")
@@ -267,36 +275,41 @@ class DiskBlocks:
 
     def __init__(self, folder, pin=False, ring_depth=RING_DEPTH, readers=READERS):
         self.folder = Path(folder)
-        meta_path = self.folder / META_FILE
-        try:
-            meta = json.loads(meta_path.read_text())
-            if meta.get("version") != STORE_VERSION:
-                raise DataError(f"a block store of version {meta.get('version')}, this alac reads "
-                                f"version {STORE_VERSION}: write it again", path=meta_path)
-            features = {name: torch.from_numpy(np.load(self.folder / f"{name}.npy")) for name in FEATURE_ARRAYS}
-            self.meta = _meta_layout(meta, features)
-            self.blocks = _blocks_of(meta)
-            self._entries = meta["blocks"]
-            self.optional = frozenset(meta["optional"])
-            self.value_scale = float(meta["value_scale"])
-            self.base = meta["base"]
-        except FileNotFoundError as error:
-            raise DataError(f"not a block store (no {Path(error.filename).name})", path=self.folder) from None
-        except (ValueError, KeyError, TypeError) as error:
-            raise DataError(f"a damaged block store ({error})", path=meta_path) from None
-        for index, entry in enumerate(self._entries):
-            path = _block_file(self.folder, index)
-            size = path.stat().st_size if path.exists() else None
-            if size != entry["bytes"]:
-                self.mark_damaged()
-                raise DataError(f"block {index} is {'missing' if size is None else f'truncated: {size:,} bytes'}"
-                                f" of {entry['bytes']:,}", path=path)
+        meta, features = read_manifest(self.folder)
+        self.meta = _meta_layout(meta, {name: torch.from_numpy(array) for name, array in features.items()})
+        self.blocks = _blocks_of(meta)
+        self._entries = meta["blocks"]
+        self.optional = frozenset(meta["optional"])
+        self.value_scale = float(meta["value_scale"])
+        self.base = meta["base"]
+        self._check_recorded_damage()
         self.pin, self.ring_depth, self.readers = pin, ring_depth, readers
         self._pool, self._free = None, None
 
-    def mark_damaged(self):
-        """Take the store's meta file away, so that nothing reads it again and a cached store is rebuilt."""
-        (self.folder / META_FILE).unlink(missing_ok=True)
+    def _check_recorded_damage(self):
+        """A block an earlier reader found damaged is checked again before any training: still
+        damaged, the store is refused; repaired (the file copied again), the record goes."""
+        record = self.folder / DAMAGED_FILE
+        if not record.is_file():
+            return
+        try:
+            index = int(json.loads(record.read_text())["block"])
+        except (OSError, ValueError, KeyError, TypeError):
+            index = None
+        indices = range(len(self._entries)) if index is None or not 0 <= index < len(self._entries) else [index]
+        for block in indices:
+            path = block_file(self.folder, block)
+            if xxhash.xxh3_64_hexdigest(path.read_bytes()) != self._entries[block]["xxh3"]:
+                raise DataError(f"block {block} is damaged (its bytes do not match the store's checksum, found by an "
+                                f"earlier run: {record.name}); {REBUILD}", path=path)
+        record.unlink(missing_ok=True)
+
+    def mark_damaged(self, index):
+        """Record beside the store that block index is damaged (the next opening refuses it at once)."""
+        try:
+            (self.folder / DAMAGED_FILE).write_text(json.dumps({"block": index, "file": block_file("", index).name}))
+        except OSError:
+            pass  # a read-only store: the next reader finds the damage as this one did
 
     def _ring(self):
         if self._pool is None:
@@ -312,15 +325,15 @@ class DiskBlocks:
         buffer, copied = self._free.get()
         if copied is not None:
             copied.synchronize()
-        entry, path = self._entries[index], _block_file(self.folder, index)
+        entry, path = self._entries[index], block_file(self.folder, index)
         view = buffer[:entry["bytes"]]
         with open(path, "rb", buffering=0) as handle:
             read = handle.readinto(memoryview(view.numpy()))
         if read != entry["bytes"] or xxhash.xxh3_64_hexdigest(view.numpy()) != entry["xxh3"]:
             self._free.put((buffer, None))
-            self.mark_damaged()
-            raise DataError(f"block {index} is damaged (its bytes do not match the store's checksum); the store "
-                            "is marked for rebuilding", path=path)
+            self.mark_damaged(index)
+            raise DataError(f"block {index} is damaged (its bytes do not match the store's checksum); {REBUILD}",
+                            path=path)
         return buffer, view
 
     def read(self, order):
@@ -377,11 +390,13 @@ def cached_block_store(path, format="auto", options=None, chunks_per_batch=1, bl
     key = DiskCache.key("blocks", dataset=formats.dataset_cache_key(path, format, load_options),
                         options=dataclasses.asdict(options), chunks_per_batch=chunks_per_batch,
                         block_bytes=block_bytes)
-    folder = DiskCache(cache_dir).root / key
+    root = DiskCache(cache_dir).root
+    remove_stale_folders(root)
+    folder = root / key
     if (folder / META_FILE).exists():
         try:
             return DiskBlocks(folder, pin=device.type == "cuda")
         except DataError:
-            pass  # damaged: written again below
+            pass  # damaged: alac's own copy, written again below
     return write_block_store(folder, file_pieces(path, format, **load_options), options, chunks_per_batch,
                              block_bytes, device, progress=progress)

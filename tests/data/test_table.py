@@ -45,9 +45,36 @@ def test_numeric_columns_are_bucketized_or_kept_as_values(tmp_path):
     bucketized = load_table(path, label="clicked", fields="age", numeric="age")
     # 30 -> floor(log(30)**2) = 11, missing, 2 stays 2, 1000 -> floor(log(1000)**2) = 47
     assert bucketized.n_features == 4 and _rows(bucketized) == [[1], [0], [2], [3]]
-    valued = load_table(path, label="clicked", fields="user,age", numeric="age", numeric_mode="value")
+    valued = load_table(path, label="clicked", fields="user,age", numeric="age", numeric_mode="value",
+                        numeric_scale="none")
     assert _rows(valued) == [[1, 3], [2], [1, 3], [0, 3]]
     assert valued.values.tolist() == [1, 30, 1, 1, 2, 1, 1000]
+
+
+def test_numeric_values_are_standardized_by_default_and_predict_reads_them_alike(tmp_path):
+    """A raw timestamp as a value would swamp every one-hot entry (an FM reached RMSE 1e10): the
+    default centres and divides by the training table's deviation, kept in the encoding."""
+    path = _write(tmp_path, "y,t\n1,1500000000\n2,1500000100\n3,1500000300\n")
+    (data,), encoding = load_table_files([path], label="y", fields="t", numeric="t", numeric_mode="value")
+    numbers = np.array([1500000000, 1500000100, 1500000300.0])
+    np.testing.assert_allclose(data.values.numpy(), (numbers - numbers.mean()) / numbers.std(), rtol=1e-5)
+    assert "t (mean 1.5e+09, deviation 124.7" in encoding.describe_scaling()
+    test = _write(tmp_path, "y,t\n1,1500000200\n", "test.csv")
+    (again,), _ = load_table_files([test], encoding=TableEncoding.from_dict(encoding.to_dict()))
+    assert again.values.tolist() == pytest.approx([(1500000200 - numbers.mean()) / numbers.std()], rel=1e-5)
+    logged = load_table(path, label="y", fields="t", numeric="t", numeric_mode="value", numeric_scale="log")
+    np.testing.assert_allclose(logged.values.numpy(), np.log1p(numbers), rtol=1e-6)
+
+
+@pytest.mark.parametrize("token", ["inf", "-inf", "1e308", "-1e39"])
+def test_a_number_that_is_not_finite_is_refused_with_its_line_and_column(tmp_path, token):
+    path = _write(tmp_path, f"y,t\n1,5\n0,{token}\n")
+    with pytest.raises(DataError, match=f"line 3: numeric column 't' holds a number that is not finite as float32 "
+                                        f"\\(token '{token}'\\)"):
+        load_table(path, label="y", fields="t", numeric="t", numeric_mode="value")
+    path = _write(tmp_path, f"y,t\n1,5\n{token},4\n")
+    with pytest.raises(DataError, match="line 3: label column 'y' is not a number"):
+        load_table(path, label="y", fields="t")
 
 
 def test_hashed_fields_are_stable_and_stay_in_their_field(tmp_path):

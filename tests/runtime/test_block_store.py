@@ -3,15 +3,19 @@ read back through the ring of reader threads; they hold exactly the data, train 
 layout of the same blocks, and a truncated or corrupted block is a clear error and gets rebuilt."""
 
 import dataclasses
+import json
+import os
 
 import pytest
 import torch
+import xxhash
 
 from alac.data import load_libsvm, write_libsvm
 from alac.data.synthetic import criteo_like
-from alac.errors import DataError
+from alac.errors import DataError, OptionError
 from alac.plan import Plan
 from alac.runtime.block_store import (
+    DAMAGED_FILE,
     DiskBlocks,
     cached_block_store,
     file_pieces,
@@ -119,7 +123,7 @@ def test_a_truncated_block_is_a_clear_error_before_training_and_the_cached_store
                                device="cpu")
     victim = store.folder / "block-000001.bin"
     victim.write_bytes(victim.read_bytes()[:100])
-    with pytest.raises(DataError, match=r"block-000001\.bin: block 1 is truncated: 100 bytes of [\d,]+$"):
+    with pytest.raises(DataError, match=r"block-000001\.bin: block 1 is truncated: 100 bytes of [\d,]+; write the st"):
         DiskBlocks(store.folder)
     rebuilt = cached_block_store(path, options=OPTIONS, chunks_per_batch=2, block_bytes=2000,
                                  cache_dir=tmp_path / "c", device="cpu")
@@ -135,18 +139,127 @@ def test_a_corrupted_block_is_a_clear_error_when_read_and_the_cached_store_is_re
     data = bytearray(victim.read_bytes())
     data[len(data) // 2] ^= 0x40
     victim.write_bytes(bytes(data))
-    with pytest.raises(DataError, match=r"block-000002\.bin: block 2 is damaged"):
+    with pytest.raises(DataError, match=r"block-000002\.bin: block 2 is damaged .*write the store again"):
         _resident(store)
     store.close()
-    # a whole store never reads as one afterwards; asking for it again writes it again
-    with pytest.raises(DataError, match="not a block store"):
+    # nothing is deleted; the damage is recorded beside the store, so the next opening refuses it at once
+    assert (store.folder / "meta.json").is_file()
+    with pytest.raises(DataError, match=r"block 2 is damaged .*found by an earlier run"):
         DiskBlocks(store.folder)
+    # the cache's own store is written again
     rebuilt = cached_block_store(path, options=OPTIONS, chunks_per_batch=2, block_bytes=2000,
                                  cache_dir=tmp_path / "c", device="cpu")
     _same_data(_resident(rebuilt).to_csr(), load_libsvm(path))
+    assert not (rebuilt.folder / DAMAGED_FILE).exists()
+
+
+def test_a_repaired_block_clears_the_record_of_its_damage(tmp_path):
+    store = write_block_store(tmp_path / "store", file_pieces(_file(tmp_path)), OPTIONS, 2, block_bytes=2000,
+                              device="cpu")
+    victim = store.folder / "block-000001.bin"
+    original = victim.read_bytes()
+    victim.write_bytes(original[:-1] + bytes([original[-1] ^ 1]))
+    with pytest.raises(DataError, match="block 1 is damaged"):
+        _resident(store)
+    store.close()
+    with pytest.raises(DataError, match="block 1 is damaged"):
+        DiskBlocks(store.folder)
+    victim.write_bytes(original)        # the user copies the file again
+    _same_data(_resident(DiskBlocks(store.folder)).to_csr(), load_libsvm(tmp_path / "data.svm"))
+    assert not (store.folder / DAMAGED_FILE).exists()
+
+
+def _edit_meta(folder, edit, reseal=False):
+    """meta.json of a store edited; reseal: with its checksum made to match again (a store written
+    wrong, not edited afterwards)."""
+    path = folder / "meta.json"
+    meta = json.loads(path.read_text())
+    edit(meta)
+    if reseal:
+        meta["checksum"] = xxhash.xxh3_64_hexdigest(json.dumps({k: v for k, v in meta.items() if k != "checksum"},
+                                                               sort_keys=True).encode())
+    path.write_text(json.dumps(meta))
+
+
+def _swap_blocks(meta):
+    meta["blocks"][0], meta["blocks"][1] = meta["blocks"][1], meta["blocks"][0]
+
+
+MANIFEST_EDITS = {
+    "the last block dropped": (lambda m: m["blocks"].pop(), "the blocks hold [\\d,]+ rows, n_rows says"),
+    "no blocks": (lambda m: m["blocks"].clear(), "no blocks"),
+    "base 0": (lambda m: m.update(base=0), None),
+    "value_scale x 1e6": (lambda m: m.update(value_scale=m["value_scale"] * 1e6), None),
+    "n_rows x 2": (lambda m: m.update(n_rows=2 * m["n_rows"]), "n_rows says"),
+    "n_features 10": (lambda m: m.update(n_features=10), "statistics disagree|holds int"),
+    "an end_edge edited": (lambda m: m["blocks"][0].update(end_edge=m["blocks"][0]["end_edge"] + 8),
+                           "block 1 starts at chunk"),
+    "optional []": (lambda m: m.update(optional=[]), "no one form of the ids"),
+    "two blocks swapped with their checksums": (_swap_blocks, "block 0 starts at chunk"),
+    "no version": (lambda m: m.pop("version"), "a block store of version None"),
+}
+
+
+@pytest.mark.parametrize("edit", MANIFEST_EDITS)
+def test_an_edited_manifest_is_one_clear_error_before_any_training(tmp_path, edit):
+    change, inconsistency = MANIFEST_EDITS[edit]
+    store = write_block_store(tmp_path / "store", file_pieces(_file(tmp_path)), OPTIONS, 2, block_bytes=2000,
+                              device="cpu")
+    _edit_meta(store.folder, change)
+    message = "a block store of version" if edit == "no version" else "the manifest does not match its checksum"
+    with pytest.raises(DataError, match=f"store/meta.json: {message}"):
+        DiskBlocks(store.folder)
+    if inconsistency is not None and edit != "no version":
+        # the same fields written by a writer that got them wrong: the manifest's own checks
+        store = write_block_store(tmp_path / "store", file_pieces(_file(tmp_path)), OPTIONS, 2, block_bytes=2000,
+                                  device="cpu")
+        _edit_meta(store.folder, change, reseal=True)
+        with pytest.raises(DataError, match=f"store/meta.json: an inconsistent block store manifest .*{inconsistency}"):
+            DiskBlocks(store.folder)
+
+
+@pytest.mark.parametrize("name", ["new_to_old", "old_to_new", "frequency"])
+def test_a_changed_feature_array_is_one_clear_error(tmp_path, name):
+    import numpy as np
+
+    store = write_block_store(tmp_path / "store", file_pieces(_file(tmp_path)), OPTIONS, 2, block_bytes=2000,
+                              device="cpu")
+    path = store.folder / f"{name}.npy"
+    np.save(path, np.random.default_rng(0).permutation(np.load(path)))
+    with pytest.raises(DataError, match=f"{name}.npy: damaged: its bytes do not match the store's checksum"):
+        DiskBlocks(store.folder)
+    path.unlink()
+    with pytest.raises(DataError, match=f"{name}.npy: missing"):
+        DiskBlocks(store.folder)
+
+
+def test_stale_temporaries_of_killed_writers_are_removed_by_the_next_writer(tmp_path):
+    from tests.test_outputs import _dead_pid
+
+    pid = _dead_pid()
+    stale = [tmp_path / f".store.{pid}.0123456789ab.tmp", tmp_path / "c" / f".blocks-ab12.{pid}.0123456789ab.tmp"]
+    alive = tmp_path / f".store.{os.getpid()}.0123456789ab.tmp"
+    for folder in [*stale, alive]:
+        folder.mkdir(parents=True)
+        (folder / "block-000000.bin").write_bytes(b"half")
+    write_block_store(tmp_path / "store", file_pieces(_file(tmp_path)), OPTIONS, 2, block_bytes=2000, device="cpu")
+    cached_block_store(_file(tmp_path), options=OPTIONS, chunks_per_batch=2, block_bytes=2000, cache_dir=tmp_path / "c",
+                       device="cpu")
+    assert not any(folder.exists() for folder in stale) and alive.exists()
+
+
+def test_a_folder_of_other_files_is_never_written_over(tmp_path):
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("the user's")
+    with pytest.raises(OptionError, match="mine: exists and is not a block store"):
+        write_block_store(tmp_path / "mine", file_pieces(_file(tmp_path)), OPTIONS, 2, block_bytes=2000, device="cpu")
+    assert (tmp_path / "mine" / "notes.txt").read_text() == "the user's"
 
 
 def test_a_folder_that_is_no_block_store_is_a_clear_error(tmp_path):
+    with pytest.raises(DataError, match=r"store: not a block store \(no such folder\)$"):
+        DiskBlocks(tmp_path / "store")
+    (tmp_path / "store").mkdir()
     with pytest.raises(DataError, match=r"store: not a block store \(no meta.json\)$"):
         DiskBlocks(tmp_path / "store")
 

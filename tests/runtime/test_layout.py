@@ -185,6 +185,22 @@ def test_corrupt_cache_entry_is_rebuilt(tmp_path):
     assert len(loaded) == 1 and loaded[0].same_as(dataset)
 
 
+def test_cached_arrays_changed_in_place_are_never_used(tmp_path, capsys):
+    """Every cached label set to 1 (valid arrays, other values): the entry fails its checksum and is
+    built again, so `alac data stats` reports the file's labels."""
+    from alac.cli import main
+
+    path = tmp_path / "data.svm"
+    path.write_text("1 1:1 2:1\n-1 2:1\n-1 3:1\n1 1:1\n")
+    assert main(["data", "stats", str(path), "--device", "cpu"]) == 0
+    assert "-1: 2 (50.00%), 1: 2 (50.00%)" in capsys.readouterr().out
+    for labels in (tmp_path / "alac-cache").glob("*/labels.npy"):
+        array = np.load(labels)
+        np.save(labels, np.ones_like(array))
+    assert main(["data", "stats", str(path), "--device", "cpu"]) == 0
+    assert "-1: 2 (50.00%), 1: 2 (50.00%)" in capsys.readouterr().out
+
+
 @pytest.mark.gpu
 @settings(max_examples=30, deadline=None)
 @given(csr_datasets())
