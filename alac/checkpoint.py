@@ -57,6 +57,7 @@ def write(trainer, handle, spec, data_options=None):
         "globals": {k: v.cpu() for k, v in state.globals.items()},
         "states": {k: v.cpu() for k, v in state.states.items()},
         "feature_order": trainer.feature_order.cpu(),
+        "feature_ids": None if trainer.feature_ids is None else trainer.feature_ids.cpu(),
         "labels": {"kind": trainer.labels.kind, "positive": trainer.labels.positive},
         "data_options": data_options or {},
     }
@@ -94,6 +95,10 @@ def read(path):
     spec = payload["spec"]
     if not isinstance(spec.get("arguments"), dict) or not isinstance(spec.get("model", spec.get("model_file")), str):
         raise CheckpointError(f"{path}: damaged checkpoint: its model spec names no model")
+    feature_ids = payload.get("feature_ids")
+    if feature_ids is not None and not (isinstance(feature_ids, torch.Tensor) and feature_ids.dtype == torch.int64
+                                        and feature_ids.shape == payload["feature_order"].shape):
+        raise CheckpointError(f"{path}: damaged checkpoint: its feature ids are not one int64 id per feature")
     try:
         check_read_options(payload["data_options"], path)
     except DataError as error:
@@ -148,6 +153,7 @@ def restore(payload, model, backend="triton", device=None, log=None, ranks=None)
     trainer.executor.batches_done = payload["batches_done"]
     trainer.executor.value_scale = payload["value_scale"]
     trainer.feature_order = payload["feature_order"]
+    trainer.feature_ids = payload.get("feature_ids")
     trainer.labels = labels
     trainer.epoch = payload["epoch"]
     trainer.history = list(payload["history"])
@@ -186,14 +192,17 @@ def export_readable(trainer, path, id_offset=0):
              "# id " + " ".join(f"{n}[{params[n].shape[1]}]" if params[n].ndim > 1 else n for n in names)]
     columns = [params[n].reshape(params[n].shape[0], -1) for n in names]
     table = np.concatenate(columns, axis=1)
+    ids = np.arange(table.shape[0]) if trainer.feature_ids is None else trainer.feature_ids.numpy()
     for feature in np.flatnonzero(np.any(table != 0, axis=1)):
-        lines.append(f"{feature + id_offset} " + " ".join(f"{v:.9g}" for v in table[feature]))
+        lines.append(f"{ids[feature] + id_offset} " + " ".join(f"{v:.9g}" for v in table[feature]))
     write_text_atomically(path, "\n".join(lines) + "\n")
 
 
 def export_numpy(trainer, path):
-    """The parameters (original feature ids) and globals as a .npz archive."""
+    """The parameters (original feature ids) and globals as a .npz archive; where the files' ids were
+    renumbered (a sparse space), row i of a param is the feature whose id `feature_id` holds at i."""
     import numpy as np
 
     params, globals_ = trainer.parameters()
-    np.savez(path, **params, **{f"global_{k}": np.array(v) for k, v in globals_.items()})
+    ids = {} if trainer.feature_ids is None else {"feature_id": trainer.feature_ids.numpy()}
+    np.savez(path, **params, **ids, **{f"global_{k}": np.array(v) for k, v in globals_.items()})

@@ -9,14 +9,8 @@ import sys
 import time
 from pathlib import Path
 
+from alac.cli_parser import Parser
 from alac.errors import AlacError
-
-
-class Parser(argparse.ArgumentParser):
-    """argparse with one-line errors: the error and where the options are listed, not the usage."""
-
-    def error(self, message):
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
 def _add_load_options(parser):

@@ -37,6 +37,7 @@ def load_data(args, plan):
     import torch
 
     from alac.data import formats
+    from alac.data.compact import compact_feature_ids
     from alac.data.split import split
 
     if args.train is None:
@@ -76,14 +77,19 @@ def load_data(args, plan):
         base = dict(loaded[0].source.options).get("base")
         options["zero_based"] = None if base is None else base == 0
     loaded[0].check_has_features()
+    declared = loaded[0].n_features
+    loaded, renumbered = compact_feature_ids(loaded)
     if args.normalize:
         loaded = [dataset.normalize_rows() for dataset in loaded]
     train = loaded.pop(0)
     valid = loaded.pop(0) if args.valid else None
     test = loaded.pop(0) if args.test else None
     options.update(format=format, normalize=args.normalize)
-    described = f"{args.train} ({format}{', rows L2-normalized' if args.normalize else ''}" + (
-        f"; {scaling})" if scaling else ")")
+    notes = [note for note in (
+        "rows L2-normalized" if args.normalize else None,
+        f"ids renumbered densely: the {train.n_features:,} used of {declared:,}" if renumbered else None,
+        scaling) if note]
+    described = f"{args.train} ({'; '.join([format, *notes])})"
     data = TrainingData(train, valid, test, described, options)
     return with_validation_split(data, args)
 

@@ -143,6 +143,7 @@ class DataParallelTrainer(Trainer):
                 share = train.take(rows)
             if self.feature_order is None:
                 self.feature_order = self._common_feature_order(share)
+                self.feature_ids = share.feature_ids
             self._share = (train, share)
         prepared = super().prepare(share)
         if self.tables == "replicated" and self.placement is not None and self.placement.mode != "device":

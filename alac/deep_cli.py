@@ -12,7 +12,6 @@ which `alac predict --model-dir DIR` reads (predict here).
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
@@ -21,17 +20,18 @@ import torch
 
 from alac import defaults, metrics
 from alac.cli_data import load_data
+from alac.cli_parser import Parser
 from alac.deep_train import DEEP_MODELS, DeepSettings, DeepTrainer
 from alac.errors import AlacError, OptionError
 from alac.outputs import RunOutputs, check_output_folder, write_metrics_and_history
 from alac.train import TrainingDiverged
-from alac.zoo import _Progress, add_data_options, positive_int, split_fraction
+from alac.zoo import _Progress, add_data_options, positive_float, positive_int, split_fraction
 
 CHECKPOINT_NAME = "model.pt"
 
 
 def parser():
-    p = argparse.ArgumentParser(prog="alac train", description="Train a field model (Wide & Deep, DeepFM, DLRM, FFM).")
+    p = Parser(prog="alac train", description="Train a field model (Wide & Deep, DeepFM, DLRM, FFM).")
     p.add_argument("--model", required=True, choices=sorted(DEEP_MODELS))
     p.add_argument("--train", help="training file (default: the synthetic Criteo-shaped set)")
     p.add_argument("--valid", help="validation file (early stopping)")
@@ -45,15 +45,16 @@ def parser():
     p.add_argument("--synthetic", type=positive_int, default=None, metavar="ROWS")
     p.add_argument("--epochs", type=positive_int, default=10)
     p.add_argument("--batch-size", type=positive_int, default=4096)
-    p.add_argument("--k", type=positive_int, default=16, help="field embedding size")
+    p.add_argument("--k", type=positive_int, default=None,
+                   help="field embedding size (default 16; FFM: per field, 4 as libffm)")
     p.add_argument("--hidden", default="256,128", help="the MLP's layer sizes, comma-separated (DLRM: its top MLP)")
     p.add_argument("--bottom", default="64", help="DLRM's bottom MLP sizes, comma-separated")
     p.add_argument("--dense-fields", default="", metavar="IDS",
                    help="field ids (comma-separated; a table's fields are its feature columns in order) whose "
                         "entries' values are dense features (DLRM needs some; e.g. a table's --numeric columns "
                         "with --numeric-mode value)")
-    p.add_argument("--lr", type=float, default=None, help="the tables' step (default: the optimizer's)")
-    p.add_argument("--dense-lr", type=float, default=1e-3, help="Adam's step on the MLP")
+    p.add_argument("--lr", type=positive_float, default=None, help="the tables' step (default: the optimizer's)")
+    p.add_argument("--dense-lr", type=positive_float, default=1e-3, help="Adam's step on the MLP")
     p.add_argument("--optimizer", default="adagrad", help="the tables' optimizer (adagrad, sgd, ...)")
     p.add_argument("--patience", type=positive_int, default=2)
     p.add_argument("--seed", type=int, default=0)
@@ -91,9 +92,6 @@ def main(argv):
         if args.device is not None and torch.device(args.device).type == "cuda" and not torch.cuda.is_available():
             raise OptionError(f"--device {args.device}: this machine has no CUDA GPU")
         return _run(args, settings)
-    except TrainingDiverged as error:
-        print(f"alac: error: {error}", file=sys.stderr)
-        return 3
     except AlacError as error:
         print(f"alac: error: {error}", file=sys.stderr)
         return 2
@@ -114,7 +112,13 @@ def _run(args, settings):
     train, valid, test = sets
     print(f"{args.model}: {data.described}; {train.n_rows:,} training rows", flush=True)
     trainer = DeepTrainer(settings, args.device, log=_Progress(settings.epochs))
-    trainer.fit(train, valid)
+    diverged = None
+    try:
+        trainer.fit(train, valid)
+    except TrainingDiverged as error:
+        # as the wide models: the restored weights are scored and written, and the exit status says so
+        diverged = error
+        print(f"alac: {error}", file=sys.stderr)
     final = {}
     for name, dataset in (("valid", valid), ("test", test)):
         if dataset is not None:
@@ -126,9 +130,10 @@ def _run(args, settings):
     if args.out is not None:
         # how `alac predict` reads new files as these were read: their format and the fields' map
         extras = {"data_options": data.options,
-                  "field_of": None if field_map is None else field_map.field_of.cpu()}
+                  "field_of": None if field_map is None else field_map.field_of.cpu(),
+                  "field_ids": None if field_map is None else field_map.feature_ids}
         _write_outputs(Path(args.out), trainer, final, extras)
-    return 0
+    return 3 if diverged else 0
 
 
 def predict(model_dir, data_path, format_option=None):
@@ -143,7 +148,8 @@ def predict(model_dir, data_path, format_option=None):
                                                    "path": str(path)}, format_option)
     field_of = trainer.extras.get("field_of")
     if field_of is not None:
-        dataset = FieldMap(field_of, tuple(range(trainer.n_fields))).apply(dataset, unlisted_ok=True)
+        dataset = FieldMap(field_of, tuple(range(trainer.n_fields)),
+                           feature_ids=trainer.extras.get("field_ids")).apply(dataset, unlisted_ok=True)
     return trainer.predict(dataset), trainer
 
 

@@ -21,6 +21,8 @@ from dataclasses import asdict, dataclass
 import torch
 
 from alac import metrics
+from alac.data.dataset import same_numbering
+from alac.divergence import ADVICE, TrainingDiverged, ValidationGuard, base_rate_loss
 from alac.errors import DataError, OptionError
 from alac.models.deep import DeepFM, DLRMLike, WideAndDeep
 from alac.models.field_aware import FFM
@@ -28,7 +30,7 @@ from alac.nn import GraphedStep, SparseAggregate, whole_step
 from alac.optimizers import get_optimizer
 from alac.runtime.executor import LabelMap
 from alac.runtime.layout import default_device
-from alac.train import TrainingDiverged
+from alac.runtime.memory import available_bytes
 
 
 def _field_model(settings, n_features, n_fields, device, one_hot=False):
@@ -37,7 +39,8 @@ def _field_model(settings, n_features, n_fields, device, one_hot=False):
     s = settings
     # the generated kernels on a GPU; elsewhere the reference programs compute the same tables
     backend = "triton" if s.tables == "kernels" and torch.device(device).type == "cuda" else "reference"
-    options = {"k": s.k, "optimizer": s.optimizer, "lr": s.lr, "seed": s.seed, "device": device, "backend": backend}
+    options = {"k": s.k, "optimizer": s.optimizer, "lr": s.table_lr(), "seed": s.seed, "device": device,
+               "backend": backend}
     if s.model == "ffm":
         return FFM(n_features, n_fields, one_hot=one_hot, **options)
     if s.model == "dlrm":
@@ -45,16 +48,22 @@ def _field_model(settings, n_features, n_fields, device, one_hot=False):
     return DEEP_MODELS[s.model](n_features, n_fields, hidden=s.hidden, n_dense=len(s.dense_fields), **options)
 
 
+# The tables' AdaGrad step when none is given, chosen by benchmarks/deep_defaults.py (its lr arms on
+# criteo-tiny and iPinYou): AdaGrad's own default, chosen for the wide models, makes the first steps of
+# many fields' embeddings blow the logits up on criteo-tiny, far above the base rate's loss.
+DEFAULT_TABLE_LR = 0.05
+
 # field models: the deep ones, and the field-aware FM (k per field; no MLP, its bias trained by Adam)
 DEEP_MODELS = {"deepfm": DeepFM, "wide_deep": WideAndDeep, "dlrm": DLRMLike, "ffm": FFM}
 
 
 @dataclass(frozen=True)
 class DeepSettings:
-    """model: deepfm, wide_deep, dlrm or ffm; k: the field embeddings' size (FFM: per field); hidden:
+    """model: deepfm, wide_deep, dlrm or ffm; k: the field embeddings' size (FFM: per field; None: 4
+    for FFM as libffm, else 16); hidden:
     the MLP's layers (DLRM's top MLP; not FFM's); bottom: DLRM's bottom MLP; dense_fields: the fields
     whose entries' values are dense features (one value per row and field, 0 where absent; DLRM
-    needs some, FFM takes none); lr: the tables' step (None: the optimizer's default); dense_lr:
+    needs some, FFM takes none); lr: the tables' step (None: table_lr()'s default); dense_lr:
     Adam's on the MLPs and bias; patience: epochs without a better validation logloss before
     training stops; cuda_graphs: on a GPU, replay full batches' steps from CUDA graphs
     (alac.nn.GraphedStep: batches whose entries are as many as the previous ones', e.g. one-hot
@@ -62,7 +71,7 @@ class DeepSettings:
     alac.codegen.bag_kernels; the torch programs elsewhere) or "reference" (the torch programs)."""
 
     model: str = "deepfm"
-    k: int = 16
+    k: int | None = None
     hidden: tuple = (256, 128)
     lr: float | None = None
     dense_lr: float = 1e-3
@@ -79,13 +88,17 @@ class DeepSettings:
     def __post_init__(self):
         for name in ("hidden", "bottom", "dense_fields"):
             object.__setattr__(self, name, tuple(getattr(self, name)))
+        if self.k is None:
+            # FFM's k is per field pair, libffm's default; the deep models' one embedding per feature
+            object.__setattr__(self, "k", 4 if self.model == "ffm" else 16)
         if self.model not in DEEP_MODELS:
             raise OptionError(f"unknown deep model {self.model!r}: one of {', '.join(sorted(DEEP_MODELS))}")
         numbers = {"k": self.k, "epochs": self.epochs, "batch_size": self.batch_size, "patience": self.patience}
         if any(not isinstance(v, int) or v < 1 for v in numbers.values()) or \
-                any(not isinstance(h, int) or h < 1 for h in self.hidden) or self.dense_lr <= 0:
+                any(not isinstance(h, int) or h < 1 for h in self.hidden) or not 0 < self.dense_lr < math.inf or \
+                (self.lr is not None and not 0 < self.lr < math.inf):
             raise OptionError(f"k, epochs, batch_size, patience and every hidden size are integers >= 1 and "
-                              f"dense_lr > 0, got {self}")
+                              f"lr (where given) and dense_lr finite numbers > 0, got {self}")
         get_optimizer(self.optimizer)       # an unknown name is refused before any data is read
         if any(not isinstance(h, int) or h < 1 for h in self.bottom) or \
                 any(not isinstance(f, int) or f < 0 for f in self.dense_fields) or \
@@ -99,6 +112,13 @@ class DeepSettings:
         if self.model == "ffm" and self.dense_fields:
             raise OptionError("ffm takes no dense features (dense_fields)")
 
+    def table_lr(self):
+        """The tables' learning rate: lr, else DEFAULT_TABLE_LR for AdaGrad and the optimizer's own
+        default for the others (None: the model's)."""
+        if self.lr is not None:
+            return self.lr
+        return DEFAULT_TABLE_LR if self.optimizer == "adagrad" else get_optimizer(self.optimizer).default_lr
+
 
 class DeepTrainer:
     def __init__(self, settings=DeepSettings(), device=None, log=None):
@@ -111,6 +131,7 @@ class DeepTrainer:
         self.unseen_entries = 0
         self.extras = {}
         self.one_hot = False        # the training rows had at most one entry per field
+        self.feature_ids = None     # the files' ids of a renumbered training space (alac.data.compact)
 
     def fit(self, train, valid=None):
         """Train on `train` (binary labels, field ids), validating on `valid` after every epoch (early
@@ -120,6 +141,7 @@ class DeepTrainer:
         _check_fields(train, "the training data")
         self.labels = LabelMap.fit("binary", train.labels)
         self.n_features = train.n_features
+        self.feature_ids = train.feature_ids
         self.n_fields = max(train.n_fields, int(train.fields.max()) + 1 if train.nnz else 1)
         self._split_fields()
         self.one_hot = _one_entry_per_field(train, self.n_fields)
@@ -141,6 +163,12 @@ class DeepTrainer:
         train = self._known_entries(train.to(self.device))      # entries of no field (-1) left out
         generator = torch.Generator().manual_seed(s.seed)
         best, best_state, waited = math.inf, None, 0
+        guard, initial = None, None
+        if valid is not None:
+            guard = ValidationGuard("valid_logloss", base_rate_loss(True, self.labels.positive_mask(train.labels),
+                                                                    self.labels.positive_mask(valid.labels)),
+                                    self._valid_metrics(valid)["valid_logloss"])
+            initial = _state_copy(self.network)
         self.history = []
         for epoch in range(1, s.epochs + 1):
             started = time.perf_counter()
@@ -157,32 +185,54 @@ class DeepTrainer:
                 loss_sum += loss.detach() * batch.n_rows
             record = {"epoch": epoch, "train_loss": float(loss_sum) / train.n_rows}
             if not math.isfinite(record["train_loss"]):
-                if best_state is not None:
-                    self.network.load_state_dict(best_state)
-                raise TrainingDiverged(f"the training loss is {record['train_loss']} in epoch {epoch}: lower the "
-                                       "learning rates (lr, dense_lr)" + (
-                                           "; the best epoch's model is kept" if best_state is not None else ""))
+                self._diverged(f"training loss {record['train_loss']}", epoch, best_state, initial)
             record["seconds"] = time.perf_counter() - started
             record["rows_per_s"] = train.n_rows / record["seconds"]
             if valid is not None:
-                probability = self.predict(valid)
-                positive = self.labels.positive_mask(valid.labels.to(probability.device))
-                record["valid_logloss"] = float(metrics.logloss(probability, positive))
-                record["valid_auc"] = float(metrics.auc(probability, positive))
+                record.update(self._valid_metrics(valid))
             self.history.append(record)
             if self.log is not None:
                 self.log(record)
+            reason = guard.check(record) if guard is not None else None
+            if reason is not None:
+                self._diverged(reason, epoch, best_state, initial)
             if valid is None:
                 continue
             if record["valid_logloss"] < best:
-                best, best_state, waited = record["valid_logloss"], copy.deepcopy(self.network.state_dict()), 0
+                best, best_state, waited = record["valid_logloss"], (copy.deepcopy(self.network.state_dict()), epoch), 0
             else:
                 waited += 1
                 if waited >= s.patience:
                     break
         if best_state is not None:
-            self.network.load_state_dict(best_state)
+            self.network.load_state_dict(best_state[0])
         return self.history
+
+    def _valid_metrics(self, valid):
+        probability = self.predict(valid)
+        positive = self.labels.positive_mask(valid.labels.to(probability.device))
+        return {"valid_logloss": float(metrics.logloss(probability, positive)),
+                "valid_auc": float(metrics.auc(probability, positive))}
+
+    def _diverged(self, reason, epoch, best_state, initial):
+        """Stop a fit whose loss went wrong in `epoch`: the best epoch's weights, else the initial ones,
+        come back (none without validation data: the last are kept)."""
+        restored = "the last weights are kept"
+        if best_state is not None:
+            weights, best_epoch = best_state
+            self.network.load_state_dict(weights)
+            del self.history[best_epoch:]
+            restored = f"epoch {best_epoch}'s weights (the lowest validation loss) are restored"
+        elif initial is not None:
+            self.network.load_state_dict(initial)
+            self.history.clear()
+            restored = "the initial weights are restored"
+        raise TrainingDiverged(f"training diverged in epoch {epoch} ({reason}); {restored}. {ADVICE} (The tables' "
+                               f"learning rate is {self.network_lr():g}, the dense layers' "
+                               f"{self.settings.dense_lr:g}.)")
+
+    def network_lr(self):
+        return self.settings.table_lr()
 
     def _loss(self, logit, labels):
         return torch.nn.functional.binary_cross_entropy_with_logits(logit, self.labels.positive_mask(labels).float())
@@ -230,6 +280,8 @@ class DeepTrainer:
         if self.network is None:
             raise OptionError("predict needs a trained model: call fit first")
         _check_fields(dataset, "the data")
+        if not same_numbering(dataset.feature_ids, self.feature_ids):
+            dataset = dataset.in_space_of(self.feature_ids)
         dataset = self._known_entries(dataset.to(self.device))
         logits = [self._logits(batch) for batch in _batches(dataset, self.settings.batch_size)]
         return torch.sigmoid(torch.cat(logits)).cpu() if logits else torch.zeros(0)
@@ -251,7 +303,7 @@ class DeepTrainer:
             raise OptionError("a checkpoint needs a trained model: call fit first")
         return {"settings": asdict(self.settings), "n_features": self.n_features, "n_fields": self.n_fields,
                 "positive": float(self.labels.positive), "history": self.history, "extras": extras or {},
-                "one_hot": self.one_hot,
+                "one_hot": self.one_hot, "feature_ids": self.feature_ids,
                 "weights": {name: t.detach().cpu() for name, t in self.network.state_dict().items()}}
 
     @classmethod
@@ -274,6 +326,11 @@ class DeepTrainer:
         self.history = list(saved["history"])
         self.extras = _checked_extras(saved.get("extras", {}), where)
         self.n_features, self.n_fields = int(saved["n_features"]), int(saved["n_fields"])
+        self.feature_ids = saved.get("feature_ids")
+        if self.feature_ids is not None and (not isinstance(self.feature_ids, torch.Tensor)
+                                             or self.feature_ids.dtype != torch.int64
+                                             or self.feature_ids.shape != (self.n_features,)):
+            raise DataError("its feature ids are not one int64 id per feature", path=where)
         self.labels = LabelMap("binary", saved["positive"])
         self._split_fields()
         self.one_hot = bool(saved.get("one_hot", False))
@@ -295,6 +352,16 @@ class DeepTrainer:
             self._restore(state["checkpoint"])
 
 
+def _state_copy(network):
+    """The network's weights in host memory, or None where they take more than a quarter of what is
+    free there (the guard then keeps a diverged run's last weights)."""
+    size = sum(t.numel() * t.element_size() for t in network.state_dict().values())
+    free = available_bytes("cpu")
+    if free is not None and size > free // 4:
+        return None
+    return {name: t.detach().to("cpu", copy=True) for name, t in network.state_dict().items()}
+
+
 def _checked_extras(extras, where):
     """A checkpoint's extras (how its training data was read), a DataError naming `where` where they
     are not what alac writes: a dict with a data_options record and a field map (an integer tensor)."""
@@ -303,10 +370,11 @@ def _checked_extras(extras, where):
     if not isinstance(extras, dict):
         raise DataError(f"its extras are a {type(extras).__name__}, not a dict", path=where)
     check_read_options(extras.get("data_options", {}), where)
-    field_of = extras.get("field_of")
-    if field_of is not None and not (isinstance(field_of, torch.Tensor) and field_of.dim() == 1
-                                     and not field_of.is_floating_point()):
-        raise DataError(f"its field map is a {type(field_of).__name__}, not a 1-D integer tensor", path=where)
+    for key in ("field_of", "field_ids"):
+        value = extras.get(key)
+        if value is not None and not (isinstance(value, torch.Tensor) and value.dim() == 1
+                                      and not value.is_floating_point()):
+            raise DataError(f"its field map is a {type(value).__name__}, not a 1-D integer tensor", path=where)
     return dict(extras)
 
 

@@ -73,7 +73,7 @@ def _fit(trainer, train, valid=None, epochs=None):
     from alac.train import TrainingDiverged
 
     try:
-        trainer.fit(train, valid, epochs=epochs)
+        trainer.fit(train, valid, **({} if epochs is None else {"epochs": epochs}))
     except TrainingDiverged as error:
         return error
     return None

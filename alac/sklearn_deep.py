@@ -23,24 +23,24 @@ from alac.data.field_map import FieldMap, from_positions
 from alac.data.split import hold_out
 from alac.deep_train import DeepSettings, DeepTrainer
 from alac.errors import DataError
-from alac.sklearn import _dataset
+from alac.sklearn import _dataset, _fit, _warn_on_divergence
 
 _DOC = """
 
-    k: the field embeddings' size; hidden: the MLP's layer sizes; learning_rate: the tables' step
-    (None: the optimizer's default); dense_learning_rate: Adam's on the MLP; optimizer: the tables'
-    (adagrad, sgd, ...); field_of: the field of every column (None: by position); early_stopping:
-    hold out validation_fraction of the rows (random, random_state) and stop after n_iter_no_change
-    epochs without a better validation logloss, keeping the best epoch; device: None picks the GPU
-    when there is one; dense_fields: fields whose columns' values are dense features (not FFM's);
-    bottom: DLRM's bottom MLP.
+    k: the field embeddings' size (None: 16; FFM: 4 per field, as libffm); hidden: the MLP's layer
+    sizes; learning_rate: the tables' step (None: alac.deep_train.DeepSettings.table_lr's);
+    dense_learning_rate: Adam's on the MLP; optimizer: the tables' (adagrad, sgd, ...); field_of: the
+    field of every column (None: by position); early_stopping: hold out validation_fraction of the
+    rows (random, random_state) and stop after n_iter_no_change epochs without a better validation
+    logloss, keeping the best epoch; device: None picks the GPU when there is one; dense_fields:
+    fields whose columns' values are dense features (not FFM's); bottom: DLRM's bottom MLP.
 """
 
 
 class _DeepClassifier(ClassifierMixin, BaseEstimator):
     _model = None
 
-    def __init__(self, k=16, hidden=(256, 128), learning_rate=None, dense_learning_rate=1e-3, epochs=10,
+    def __init__(self, k=None, hidden=(256, 128), learning_rate=None, dense_learning_rate=1e-3, epochs=10,
                  batch_size=4096, optimizer="adagrad", field_of=None, early_stopping=True,
                  validation_fraction=defaults.VALID_SPLIT, n_iter_no_change=2, device=None, random_state=None,
                  dense_fields=(), bottom=(64,)):
@@ -72,7 +72,7 @@ class _DeepClassifier(ClassifierMixin, BaseEstimator):
                                 optimizer=self.optimizer, patience=self.n_iter_no_change, seed=seed,
                                 dense_fields=tuple(self.dense_fields), bottom=tuple(self.bottom))
         self.trainer_ = DeepTrainer(settings, self.device)
-        self.trainer_.fit(train, valid)
+        _warn_on_divergence(_fit(self.trainer_, train, valid))
         self.n_iter_ = len(self.trainer_.history)
         return self
 

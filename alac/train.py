@@ -1,5 +1,5 @@
 """The Trainer: a DSL model on data sets — layouts, label mapping, epochs, evaluation, early
-stopping, a divergence guard, callbacks and checkpoints.
+stopping, a divergence guard (alac.divergence), callbacks and checkpoints.
 
 Features a validation or test set has beyond the training feature space are ignored (the policy of
 Vowpal Wabbit and libFM: a feature never trained has no weight), counted in `unseen_entries` and
@@ -16,6 +16,8 @@ import time
 import torch
 
 from alac import metrics
+from alac.data.dataset import same_numbering
+from alac.divergence import ADVICE, TrainingDiverged, ValidationGuard, base_rate_loss, diverged
 from alac.errors import AlacError, OptionError
 from alac.plan import Plan
 from alac.runtime.blocks import is_block_source
@@ -40,27 +42,6 @@ FINITE_CHECK_VALUES = 1 << 24
 MAX_QUEUED_EPOCHS = 100
 
 
-# An epoch's mean training loss diverged when it is NaN or infinite, above FAR_ABOVE_START times the
-# loss at the parameters training started from (alac train --lr 1e6 on a9a: 210,319 from 0.693), or
-# above that start and BLOW_UP times the lowest epoch loss so far (a run that had learned, then blew
-# up). A first epoch's overshoot on unscaled data (logistic loss 18 from 0.69) is not a divergence.
-FAR_ABOVE_START = 100.0
-BLOW_UP = 10.0
-# A start below this counts as this (a model resumed at a loss of about 0 cannot blow up by ratio)
-LOSS_FLOOR = 1e-3
-
-
-class TrainingDiverged(AlacError):
-    """The loss blew up (diverged()); the last good parameters and counters were restored."""
-
-
-def diverged(loss, start, lowest):
-    """lowest: the lowest epoch loss of this fit so far (None before its first epoch)."""
-    start = max(start, LOSS_FLOOR)
-    return (not math.isfinite(loss) or loss > FAR_ABOVE_START * start
-            or (lowest is not None and loss > start and loss > BLOW_UP * max(lowest, LOSS_FLOOR)))
-
-
 class Trainer:
     def __init__(self, model, lr=0.5, epochs=10, plan=Plan(), backend="triton", device=None, seed=0,
                  log=None, optimizer="sgd", schedule=None, exact_l2=False, early_stopping=None, patience=5,
@@ -73,6 +54,8 @@ class Trainer:
             raise OptionError(f"early_stopping must be one of {EARLY_STOPPING}, got {early_stopping!r}")
         if unseen not in ("ignore", "error"):
             raise OptionError(f"unseen must be 'ignore' or 'error', got {unseen!r}")
+        if not 0 < lr < math.inf:
+            raise OptionError(f"the learning rate must be a finite number above 0, got {lr}")
         self.model = model
         self.lr = lr
         self.epochs = epochs
@@ -91,6 +74,7 @@ class Trainer:
         self._train_dataset = None     # the data set train_layout was built from (prepare reuses it)
         self.labels = None
         self.feature_order = None      # new_to_old of the training layout: the model's feature space
+        self.feature_ids = None        # the files' ids of a renumbered training space (alac.data.compact)
         self.unseen_entries = 0
         self.stopped_because = None
         # streamed epochs: block_progress(epoch, blocks queued, blocks, (block, mean loss) of the latest
@@ -110,7 +94,10 @@ class Trainer:
         return None if self.feature_order is None else self.feature_order.numel()
 
     def _in_training_space(self, dataset):
-        """The data set with features beyond the training space ignored (or a DataError)."""
+        """The data set with features beyond the training space ignored (or a DataError); a data set of
+        another numbering (the file's own ids, a renumbered space) is renumbered into the model's first."""
+        if not same_numbering(dataset.feature_ids, self.feature_ids):
+            dataset = dataset.in_space_of(self.feature_ids)
         limit = self.n_features
         if dataset.n_features <= limit:
             return dataclasses.replace(dataset, n_features=limit) if dataset.n_features < limit else dataset
@@ -168,6 +155,7 @@ class Trainer:
         if ordered_here:
             self.feature_order = self.train_layout.host.new_to_old.cpu() if streamed else \
                 self.train_layout.new_to_old.cpu()
+            self.feature_ids = None if streamed else train.feature_ids
         if streamed:
             return self.train_layout, None
         return self.train_layout, self.labels.model_labels(self.train_layout.labels)
@@ -288,6 +276,7 @@ class Trainer:
         if not self._has_state():
             self._initialize(layout_labels)
         start = self._sample_loss(layout_labels)
+        guard = self._validation_guard(train, valid_layout, valid)
         # the fit's start and the last two group ends: an epoch's loss is measured on the parameters
         # the epoch before left, so those may already be the diverged ones
         snapshots = [self._checkpoint_in_memory()]
@@ -319,16 +308,10 @@ class Trainer:
                 record["hot_input_share"] = self.executor.split.hot_input_share
                 record["fae_rate"] = self.executor.scheduler.rate
             if diverged(loss, start, lowest) or (not pending and not finite_state):
-                self.stopped_because = "diverged"
-                if self._restore_sound(snapshots, start, lowest, layout_labels):
-                    restored = f"epoch {self.epoch}'s parameters are" if self.epoch else "the initial parameters are"
-                else:
-                    restored = "the model is too large to snapshot in host memory: its last parameters are kept, not"
-                raise TrainingDiverged(
-                    f"training diverged in epoch {record['epoch']} (training loss {loss:.6g}, at the start "
-                    f"{start:.6g}); {restored} restored. Try a smaller learning rate (now {self.lr:g}), a "
-                    "per-coordinate optimizer (--optimizer adagrad or ftrl), a smaller batch, or scaled features "
-                    "(--normalize).")
+                # the lowest validation loss's epoch where there is validation data, else the last sound one
+                self._diverged(f"training loss {loss:.6g}, at the start {start:.6g}", record,
+                               best_state if guard is not None else None,
+                               lambda: self._restore_sound(snapshots, start, lowest, layout_labels))
             lowest = loss if lowest is None else min(lowest, loss)
             if valid_layout is not None:
                 record.update({f"valid_{k}": v for k, v in self.evaluate_layout(valid_layout, valid).items()})
@@ -337,6 +320,10 @@ class Trainer:
             self.history.append(record)
             if self.log:
                 self.log(record)
+            reason = guard.check(record) if guard is not None else None
+            if reason is not None:
+                self._diverged(reason, record, best_state, lambda: self._restore_sound(snapshots[:1], start, None,
+                                                                                        layout_labels))
             losses.append(self.monitored(record))
             if not pending:
                 snapshots = [snapshots[0], *snapshots[1:][-1:], self._checkpoint_in_memory()]
@@ -354,6 +341,35 @@ class Trainer:
             self.executor.state, self.epoch, self.executor.batches_done, _ = best_state
             self.best_epoch = self.epoch
         return self.history
+
+    def _validation_guard(self, train, valid_layout, valid):
+        """The validation-loss rule of alac.divergence for this fit (None without validation data): the
+        losses of predicting the training labels' base rate (the validation labels' where the training
+        data is streamed) and of the parameters the fit starts from."""
+        if valid_layout is None:
+            return None
+        at_start = self.evaluate_layout(valid_layout, valid)
+        metric = "logloss" if "logloss" in at_start else "rmse"
+        binary = self.executor.ir.labels == "binary"
+        labels = [d.labels.cpu() for d in (valid if is_block_source(train) else train, valid)]
+        if binary:
+            labels = [self.labels.positive_mask(values) for values in labels]
+        return ValidationGuard(f"valid_{metric}", base_rate_loss(binary, *labels), at_start[metric])
+
+    def _diverged(self, reason, record, best_state, restore_sound):
+        """Stop a fit that diverged in record's epoch: the lowest validation loss's epoch comes back where
+        there is one, else restore_sound() (False: nothing could be restored)."""
+        self.stopped_because = "diverged"
+        if best_state is not None:
+            self._restore(best_state)
+            restored = f"epoch {self.epoch}'s parameters (the lowest validation loss) are restored"
+        elif restore_sound():
+            restored = (f"epoch {self.epoch}'s parameters are" if self.epoch else "the initial parameters are") + \
+                " restored"
+        else:
+            restored = "the model is too large to snapshot in host memory: its last parameters are kept, not restored"
+        raise TrainingDiverged(f"training diverged in epoch {record['epoch']} ({reason}); {restored}. {ADVICE} "
+                               f"(The learning rate is {self.lr:g}.)")
 
     def _checkpoint_in_memory(self):
         """What a divergence restores: the state and the counters that go with it; None for a model
@@ -443,7 +459,8 @@ class Trainer:
         return self.evaluate_layout(self.layout_of(dataset), dataset)
 
     def parameters(self):
-        """Params in the user's original feature ids (numpy), and the globals."""
+        """Params in the order of the user's feature ids (numpy), and the globals: row i is feature i,
+        or, of a renumbered space, the feature feature_ids[i]."""
         order = self.feature_order.long()
         params = {}
         for name, value in self.executor.state.params.items():

@@ -40,6 +40,17 @@ def positive_int(text):
     return value
 
 
+def positive_float(text):
+    """A finite number above 0 (a learning rate: 0 learns nothing, a negative one climbs the loss)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a finite number above 0, got {text}")
+    return value
+
+
 MEMORY_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12, "kib": 2**10, "mib": 2**20,
                 "gib": 2**30, "tib": 2**40, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
 
@@ -104,7 +115,7 @@ def parser_for(parser, module=None):
                         help="rows of synthetic data when no --train is given (default: 4M on a GPU, 200k on a CPU)")
     parser.add_argument("--epochs", type=positive_int, default=defaults.EPOCHS,
                         help=f"most epochs (default {defaults.EPOCHS}; early stopping usually ends sooner)")
-    parser.add_argument("--lr", type=float, default=None,
+    parser.add_argument("--lr", type=positive_float, default=None,
                         help="learning rate of the batch-mean gradient (default: the optimizer's)")
     parser.add_argument("--batch-size", type=positive_int, default=defaults.BATCH_SIZE)
     parser.add_argument("--chunk-size", type=positive_int, default=None,

@@ -31,6 +31,13 @@ class DataSource:
         return None if self.row_lines is None else int(self.row_lines[row])
 
 
+def same_numbering(first, second):
+    """Whether two feature_ids maps (None: the files' own ids) number features alike."""
+    if first is None or second is None:
+        return first is second
+    return first is second or (first.numel() == second.numel() and torch.equal(first.cpu(), second.cpu()))
+
+
 @dataclass(eq=False)
 class SparseDataset:
     """Rows of sparse features with labels, in CSR form.
@@ -38,6 +45,8 @@ class SparseDataset:
     indptr: int64 [n_rows + 1]; indices: int32 [nnz] feature ids in [0, n_features);
     values: float32 [nnz], or None when every value is 1 (one-hot data); labels: float32 [n_rows];
     fields: int32 [nnz] field id of every entry (libffm, Criteo), or None.
+    feature_ids: int64 [n_features], ascending: the file's own id of every feature where the ids were
+    renumbered densely over those the data uses (alac.data.compact), or None (ids are the file's).
     Tensors may live on any device; loaders return them on the CPU.
     """
 
@@ -49,6 +58,7 @@ class SparseDataset:
     fields: torch.Tensor | None = None
     n_fields: int = 0
     source: DataSource = field(default_factory=DataSource)
+    feature_ids: torch.Tensor | None = None
 
     def __post_init__(self):
         expect = {"indptr": torch.int64, "indices": torch.int32, "labels": torch.float32}
@@ -67,6 +77,34 @@ class SparseDataset:
             tensor = getattr(self, name)
             if tensor is not None and tensor.numel() != self.indices.numel():
                 raise ValueError(f"{name} has {tensor.numel()} entries, indices {self.indices.numel()}")
+        if self.feature_ids is not None and (self.feature_ids.dtype != torch.int64
+                                             or self.feature_ids.shape != (self.n_features,)):
+            raise TypeError(f"SparseDataset.feature_ids must be {self.n_features} int64 ids, got "
+                            f"{self.feature_ids.dtype} {tuple(self.feature_ids.shape)}")
+
+    def original_ids(self):
+        """The file's own id of every entry (int64)."""
+        ids = self.indices.long()
+        return ids if self.feature_ids is None else self.feature_ids.to(ids.device)[ids]
+
+    def in_space_of(self, feature_ids):
+        """The data set with its features renumbered into another space: that of `feature_ids` (the
+        file's ids of a compacted space, ascending), or of the file's own ids (None). Entries whose
+        feature that space has not are given the id one past it (n_features grows by one), for the
+        caller to refuse or leave out as unseen features."""
+        original = self.original_ids()
+        if feature_ids is None:
+            n = int(original.max()) + 1 if self.nnz else 0
+            return dataclasses.replace(self, indices=original.int(), n_features=max(n, self.n_features),
+                                       feature_ids=None)
+        feature_ids = feature_ids.to(original.device)
+        n = feature_ids.numel()
+        position = torch.searchsorted(feature_ids, original)
+        found = feature_ids[position.clamp(max=max(n - 1, 0))] == original if n else torch.zeros_like(original, bool)
+        found &= position < n
+        unseen = not bool(found.all())
+        return dataclasses.replace(self, indices=torch.where(found, position, n).int(), n_features=n + unseen,
+                                   feature_ids=feature_ids if not unseen else None)
 
     @property
     def n_rows(self):
@@ -115,6 +153,7 @@ class SparseDataset:
         def move(tensor):
             return None if tensor is None else tensor.to(device)
 
+        # feature_ids stay where they are: a map for ids read and written on the host
         return dataclasses.replace(
             self, indptr=move(self.indptr), indices=move(self.indices), values=move(self.values),
             labels=move(self.labels), fields=move(self.fields))
@@ -137,7 +176,8 @@ class SparseDataset:
             self.source, row_lines=None if row_lines is None else row_lines[rows.cpu()])
         return SparseDataset(indptr=indptr, indices=gather(self.indices), values=gather(self.values),
                              labels=self.labels[rows], n_features=self.n_features,
-                             fields=gather(self.fields), n_fields=self.n_fields, source=source)
+                             fields=gather(self.fields), n_fields=self.n_fields, source=source,
+                             feature_ids=self.feature_ids)
 
     def normalize_rows(self):
         """The data set with every row scaled to unit L2 norm (empty rows stay empty)."""
@@ -208,6 +248,7 @@ class SparseDataset:
 
     def summary(self):
         return (f"SparseDataset({self.n_rows:,} rows, {self.nnz:,} nnz, {self.n_features:,} features"
+                + (" (renumbered)" if self.feature_ids is not None else "")
                 + (f", {self.n_fields} fields" if self.fields is not None else "")
                 + (", binary" if self.is_binary else "") + f", from {self.source.path or self.source.format})")
 
@@ -222,6 +263,8 @@ class SparseDataset:
             arrays["fields"] = self.fields
         if self.source.row_lines is not None:
             arrays["row_lines"] = self.source.row_lines
+        if self.feature_ids is not None:
+            arrays["feature_ids"] = self.feature_ids
         meta = {"n_features": self.n_features, "n_fields": self.n_fields, "path": self.source.path,
                 "format": self.source.format, "options": [list(o) for o in self.source.options]}
         return {k: v.cpu().numpy() for k, v in arrays.items()}, meta
@@ -236,6 +279,6 @@ class SparseDataset:
                             row_lines=tensor("row_lines"))
         return cls(indptr=tensor("indptr"), indices=tensor("indices"), values=tensor("values"),
                    labels=tensor("labels"), n_features=meta["n_features"], fields=tensor("fields"),
-                   n_fields=meta["n_fields"], source=source)
+                   n_fields=meta["n_fields"], source=source, feature_ids=tensor("feature_ids"))
 
 

@@ -27,11 +27,13 @@ _INDEX = re.compile(r"(\d+)(.*)", re.DOTALL)
 @dataclass(frozen=True)
 class FieldMap:
     """field_of: int32 [n_features], the field id of every feature index (-1: not listed);
-    names: the fields' names by id; path: the file it was read from."""
+    names: the fields' names by id; path: the file it was read from; feature_ids: where the map was
+    made of a renumbered data set (alac.data.compact), the files' id of each index of field_of."""
 
     field_of: torch.Tensor
     names: tuple
     path: str | None = None
+    feature_ids: torch.Tensor | None = None
 
     @property
     def n_fields(self):
@@ -42,14 +44,17 @@ class FieldMap:
         naming the data's file, line and token when an entry's feature is not listed here, unless
         unlisted_ok (its field is then -1: data to predict, whose features a model may not know)."""
         field_of = self.field_of.to(dataset.indices.device)
-        ids = dataset.indices.long()
+        ids = dataset.original_ids()
+        if self.feature_ids is not None:
+            ids = dataset.in_space_of(self.feature_ids).indices.long()
         inside = ids < field_of.numel()
         fields = torch.where(inside, field_of[ids.clamp(max=max(field_of.numel() - 1, 0))], -1)
         unlisted = torch.nonzero(fields < 0)
         if unlisted.numel() and not unlisted_ok:
             entry = int(unlisted[0, 0])
             row = int(torch.searchsorted(dataset.indptr.cpu(), torch.tensor(entry), right=True)) - 1
-            raise DataError(f"feature {int(ids[entry])} has no field in {self.path or 'the field map'} "
+            feature = int(dataset.original_ids()[entry])
+            raise DataError(f"feature {feature} has no field in {self.path or 'the field map'} "
                             f"({unlisted.numel():,} entries like it)", path=dataset.source.path,
                             line=dataset.source.line_of_row(row), token=dataset.entry_token(entry))
         return dataclasses.replace(dataset, fields=fields.int(), n_fields=self.n_fields)
@@ -110,15 +115,16 @@ def from_positions(dataset):
         raise DataError(f"fields by position need rows of one feature per field, all of the same length: this row "
                         f"has {int(lengths[row]) if lengths.numel() else 0} entries, the first {width}",
                         path=dataset.source.path, line=dataset.source.line_of_row(row))
-    ids = dataset.indices.long()
+    ids = dataset.indices.long()        # the data set's own numbering (feature_ids below maps it to the files')
     position = torch.arange(ids.numel(), device=ids.device) % width
     field_of = torch.full((dataset.n_features,), -1, dtype=torch.int64, device=ids.device)
     field_of.scatter_reduce_(0, ids, position, reduce="amax")
     moved = torch.nonzero(field_of[ids] != position)
     if moved.numel():
         entry = int(moved[0, 0])
-        raise DataError(f"feature {int(ids[entry])} sits at places {int(position[entry])} and "
+        raise DataError(f"feature {int(dataset.original_ids()[entry])} sits at places {int(position[entry])} and "
                         f"{int(field_of[ids[entry]])} of rows: fields by position need each feature at one place",
                         path=dataset.source.path, line=dataset.source.line_of_row(entry // width),
                         token=dataset.entry_token(entry))
-    return FieldMap(field_of.int().cpu(), tuple(str(f) for f in range(width)), dataset.source.path)
+    return FieldMap(field_of.int().cpu(), tuple(str(f) for f in range(width)), dataset.source.path,
+                    dataset.feature_ids)
