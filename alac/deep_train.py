@@ -132,6 +132,7 @@ class DeepTrainer:
         self.extras = {}
         self.one_hot = False        # the training rows had at most one entry per field
         self.feature_ids = None     # the files' ids of a renumbered training space (alac.data.compact)
+        self.guard = None           # the last fit's validation guard (alac.divergence)
 
     def fit(self, train, valid=None):
         """Train on `train` (binary labels, field ids), validating on `valid` after every epoch (early
@@ -169,6 +170,7 @@ class DeepTrainer:
                                                                     self.labels.positive_mask(valid.labels)),
                                     self._valid_metrics(valid)["valid_logloss"])
             initial = _state_copy(self.network)
+        self.guard = guard
         self.history = []
         for epoch in range(1, s.epochs + 1):
             started = time.perf_counter()
