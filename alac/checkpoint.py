@@ -34,14 +34,18 @@ class CheckpointError(AlacError):
     """A checkpoint that cannot be used: missing, damaged, another format or an incompatible version."""
 
 
-def save(trainer, path, spec, data_options=None):
+def save(trainer, path, spec, data_options=None, run=None):
     """Write trainer's model to path. spec: {"model": zoo name} or {"model_file": path}, and
-    "arguments": the model's options."""
-    write_atomically(path, lambda out: write(trainer, out, spec, data_options))
+    "arguments": the model's options; run: how `alac train` ran it (plain data), which a resume reads."""
+    write_atomically(path, lambda out: write(trainer, out, spec, data_options, run))
 
 
-def write(trainer, handle, spec, data_options=None):
-    """save() into an open binary file."""
+def _tensors(state):
+    return {part: {k: v.cpu() for k, v in getattr(state, part).items()} for part in ("params", "globals", "states")}
+
+
+def write(trainer, handle, spec, data_options=None, run=None, solver=None):
+    """save() into an open binary file; solver: where a coordinate-descent run ended (its resume point)."""
     state = trainer.executor.state
     if state is None:
         raise AlacError("nothing to save: the model is not trained yet")
@@ -60,6 +64,15 @@ def write(trainer, handle, spec, data_options=None):
         "feature_ids": None if trainer.feature_ids is None else trainer.feature_ids.cpu(),
         "labels": {"kind": trainer.labels.kind, "positive": trainer.labels.positive},
         "data_options": data_options or {},
+        # what a resumed run continues with: early stopping as it was, and the last epoch's state where
+        # early stopping kept an earlier one
+        "training": {"early_stopping": trainer.early_stopping, "patience": trainer.patience, "window": trainer.window,
+                     "epochs": trainer.epochs, "best_epoch": trainer.best_epoch,
+                     "stopped_because": trainer.stopped_because},
+        "last": None if trainer.last_state is None else {
+            **_tensors(trainer.last_state[0]), "epoch": trainer.last_state[1], "batches_done": trainer.last_state[2]},
+        "run": run,
+        "scd": solver,
     }
     torch.save(payload, handle)
 
@@ -95,6 +108,9 @@ def read(path):
     spec = payload["spec"]
     if not isinstance(spec.get("arguments"), dict) or not isinstance(spec.get("model", spec.get("model_file")), str):
         raise CheckpointError(f"{path}: damaged checkpoint: its model spec names no model")
+    for key, kind in (("training", dict), ("last", dict), ("run", dict), ("scd", dict)):
+        if payload.get(key) is not None and not isinstance(payload[key], kind):
+            raise CheckpointError(f"{path}: damaged checkpoint: wrong type of {key} ({type(payload[key]).__name__})")
     feature_ids = payload.get("feature_ids")
     if feature_ids is not None and not (isinstance(feature_ids, torch.Tensor) and feature_ids.dtype == torch.int64
                                         and feature_ids.shape == payload["feature_order"].shape):
@@ -115,7 +131,9 @@ def load(path, model, backend="triton", device=None, log=None, ranks=None):
 
 
 def restore(payload, model, backend="triton", device=None, log=None, ranks=None):
-    """A Trainer from read()'s payload and the model it was trained with (checked by IR hash)."""
+    """A Trainer from read()'s payload and the model it was trained with (checked by IR hash), with the
+    early stopping it trained with: it predicts with the checkpoint's parameters, and its next fit
+    continues the run (from the last epoch's state where early stopping kept an earlier one)."""
     from alac.optimizers import get_optimizer
     from alac.plan import Plan
     from alac.runtime.executor import LabelMap
@@ -131,9 +149,13 @@ def restore(payload, model, backend="triton", device=None, log=None, ranks=None)
         labels = LabelMap(payload["labels"]["kind"], payload["labels"]["positive"])
     except (TypeError, ValueError, KeyError) as error:
         raise CheckpointError(f"{path}: damaged checkpoint ({type(error).__name__}: {error})") from None
+    training = payload.get("training") or {}
+
     def trainer_of(plan):
         options = dict(lr=payload["lr"], plan=plan, backend=backend, device=device, seed=payload["seed"], log=log,
-                       optimizer=optimizer, schedule=schedule, exact_l2=payload["exact_l2"])
+                       optimizer=optimizer, schedule=schedule, exact_l2=payload["exact_l2"],
+                       early_stopping=training.get("early_stopping"), patience=training.get("patience", 5),
+                       window=training.get("window", 10), epochs=training.get("epochs", 10))
         if ranks is not None and ranks.world > 1:
             from alac.data_parallel import DataParallelTrainer
 
@@ -158,7 +180,20 @@ def restore(payload, model, backend="triton", device=None, log=None, ranks=None)
     trainer.epoch = payload["epoch"]
     trainer.history = list(payload["history"])
     trainer.checkpoint = payload
+    trainer.resume_from = resume_point(payload, trainer)
     return trainer
+
+
+def resume_point(payload, trainer):
+    """(the last epoch's (ModelState, epoch, batches done) or None, the best epoch) of a checkpoint: what
+    Trainer.continue_from takes to continue its run."""
+    from alac.runtime.state import ModelState
+
+    last = payload.get("last")
+    state = None if last is None else (ModelState.placed(last["params"], last["globals"], last["states"],
+                                                         trainer.device, trainer.plan.host_params),
+                                       last["epoch"], last["batches_done"])
+    return state, (payload.get("training") or {}).get("best_epoch")
 
 
 def _placed_for_restore(plan, payload, device):

@@ -196,7 +196,12 @@ def _train(argv):
 
     first = Parser(add_help=False, allow_abbrev=False)
     first.add_argument("--model", default=None)
+    first.add_argument("--resume", default=None)
     known, _ = first.parse_known_args(argv)
+    if known.resume is not None:
+        from alac import resume
+
+        return resume.main(argv)
     from alac.deep_train import DEEP_MODELS
 
     if known.model in DEEP_MODELS:

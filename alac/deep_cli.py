@@ -97,24 +97,34 @@ def main(argv):
         return 2
 
 
-def _run(args, settings):
+def _run(args, settings, trainer=None):
+    """Train (or, given a loaded trainer, continue its run: resume), score and write the outputs."""
+    from alac.data.field_map import FieldMap, from_positions, load_featindex
+    from alac.run_record import run_record
+
     # the wide models' reader: no block store, the validation split on unless a file is given
     args.out_of_core, args.normalize, args.early_stopping = False, False, "valid"
     data = load_data(args, None)
     sets = [data.train, data.valid, data.test]
     field_map = None
-    if args.featindex or args.fields_by_position:
-        from alac.data.field_map import from_positions, load_featindex
-
+    if trainer is not None and trainer.extras.get("field_of") is not None:
+        field_map = FieldMap(trainer.extras["field_of"], tuple(range(trainer.n_fields)),
+                             feature_ids=trainer.extras.get("field_ids"))
+    elif args.featindex or args.fields_by_position:
         field_map = load_featindex(args.featindex) if args.featindex else from_positions(data.train)
+    if field_map is not None:
         # the validation and test rows may hold features the training rows never had (left out)
         sets = [None if s is None else field_map.apply(s, unlisted_ok=index > 0) for index, s in enumerate(sets)]
     train, valid, test = sets
-    print(f"{args.model}: {data.described}; {train.n_rows:,} training rows", flush=True)
-    trainer = DeepTrainer(settings, args.device, log=_Progress(settings.epochs))
+    print(f"{args.model}: {data.described}; {train.n_rows:,} training rows"
+          + ("" if trainer is None else f"; resumed after epoch {len(trainer.history)}, to epoch {args.epochs}"),
+          flush=True)
+    resumed = trainer is not None
+    trainer = trainer or DeepTrainer(settings, args.device)
+    trainer.log = _Progress(args.epochs)
     diverged = None
     try:
-        trainer.fit(train, valid)
+        trainer.resume(train, valid, args.epochs) if resumed else trainer.fit(train, valid)
     except TrainingDiverged as error:
         # as the wide models: the restored weights are scored and written, and the exit status says so
         diverged = error
@@ -128,12 +138,28 @@ def _run(args, settings):
             final[f"{name}_auc"] = float(metrics.auc(probability, positive))
     print(json.dumps({k: round(v, 6) for k, v in final.items()}))
     if args.out is not None:
-        # how `alac predict` reads new files as these were read: their format and the fields' map
+        # how `alac predict` reads new files as these were read (their format and the fields' map), and
+        # how the run was made (a resume continues it)
         extras = {"data_options": data.options,
                   "field_of": None if field_map is None else field_map.field_of.cpu(),
-                  "field_ids": None if field_map is None else field_map.feature_ids}
+                  "field_ids": None if field_map is None else field_map.feature_ids,
+                  "run": run_record(args, "deep")}
         _write_outputs(Path(args.out), trainer, final, extras)
     return 3 if diverged else 0
+
+
+def resume(path, options):
+    """`alac train --resume DIR` of a field model's run (alac.resume)."""
+    from alac.resume import record_of, run_arguments
+
+    trainer = DeepTrainer.load(path, device=options.device)
+    point = trainer._resume_point or {}
+    record = record_of(trainer.extras.get("run"), path)
+    args = run_arguments(record, options, point.get("epoch", len(trainer.history)), point.get("stopped_because"),
+                         path)
+    if trainer._resume_point is None:
+        raise OptionError(f"{path}: it holds no record of where its run ended: train a new run")
+    return _run(args, trainer.settings, trainer)
 
 
 def predict(model_dir, data_path, format_option=None):

@@ -133,6 +133,8 @@ class DeepTrainer:
         self.one_hot = False        # the training rows had at most one entry per field
         self.feature_ids = None     # the files' ids of a renumbered training space (alac.data.compact)
         self.guard = None           # the last fit's validation guard (alac.divergence)
+        self.stopped_because = None
+        self._resume_point = None   # where the last fit ended, for a checkpoint's resume (DeepTrainer.resume)
 
     def fit(self, train, valid=None):
         """Train on `train` (binary labels, field ids), validating on `valid` after every epoch (early
@@ -157,22 +159,46 @@ class DeepTrainer:
         with torch.no_grad():
             bias.fill_(math.log(rate / (1 - rate)))
         self._trust_batches()
+        self.history = []
+        self._generator = torch.Generator().manual_seed(s.seed)
+        return self._epochs(train, valid, 1, s.epochs, (math.inf, None), 0, None)
+
+    def resume(self, train, valid=None, epochs=None):
+        """Continue the run whose checkpoint this trainer was loaded from (DeepTrainer.load), to `epochs`
+        epochs in all (default: its settings'): from its last epoch's weights, the dense optimizer's state
+        and the batches' order as they were, early stopping's patience counted across both parts."""
+        point = self._resume_point
+        if point is None:
+            raise OptionError("this trainer holds no run to continue: load a checkpoint that alac wrote after a fit")
+        best = (point["best_loss"], None if point["best_epoch"] is None else (_state_copy(self.network),
+                                                                             point["best_epoch"]))
+        if point["last_weights"] is not None:
+            self.network.load_state_dict(point["last_weights"])
+        self._generator = torch.Generator()
+        self._generator.set_state(point["generator"])
+        return self._epochs(train, valid, point["epoch"] + 1, epochs or self.settings.epochs, best, point["waited"],
+                            point["dense"])
+
+    def _epochs(self, train, valid, first, last, best, waited, dense_state):
+        """Epochs first .. last; best: (the lowest validation loss so far, (its weights, its epoch) or
+        None); waited: epochs since it; dense_state: the dense optimizer's state to continue from."""
+        s = self.settings
         # the tables are buffers stepped in backward: the parameters are the MLP's and the bias
         graphed = s.cuda_graphs and self.device.type == "cuda" and not s.dense_fields
         dense = torch.optim.Adam(self.network.parameters(), lr=s.dense_lr, capturable=graphed)
+        if dense_state is not None:
+            dense.load_state_dict(dense_state)
         step = GraphedStep(self._step_of(dense)) if graphed else None
         train = self._known_entries(train.to(self.device))      # entries of no field (-1) left out
-        generator = torch.Generator().manual_seed(s.seed)
-        best, best_state, waited = math.inf, None, 0
+        (best, best_state), generator = best, self._generator
         guard, initial = None, None
         if valid is not None:
             guard = ValidationGuard("valid_logloss", base_rate_loss(True, self.labels.positive_mask(train.labels),
                                                                     self.labels.positive_mask(valid.labels)),
                                     self._valid_metrics(valid)["valid_logloss"])
             initial = _state_copy(self.network)
-        self.guard = guard
-        self.history = []
-        for epoch in range(1, s.epochs + 1):
+        self.guard, self.stopped_because = guard, None
+        for epoch in range(first, last + 1):
             started = time.perf_counter()
             order = torch.randperm(train.n_rows, generator=generator).to(self.device)
             loss_sum = torch.zeros((), device=self.device)
@@ -205,9 +231,17 @@ class DeepTrainer:
             else:
                 waited += 1
                 if waited >= s.patience:
+                    self.stopped_because = "early stopping (patience)"
                     break
-        if best_state is not None:
+        # what a checkpoint keeps for a resume: the last epoch's weights where the best epoch's come back
+        last_weights = None
+        if best_state is not None and best_state[1] != len(self.history):
+            last_weights = _state_copy(self.network)
             self.network.load_state_dict(best_state[0])
+        self._resume_point = {"epoch": len(self.history), "best_epoch": None if best_state is None else best_state[1],
+                              "best_loss": best, "waited": waited, "stopped_because": self.stopped_because,
+                              "generator": generator.get_state(), "dense": dense.state_dict(),
+                              "last_weights": last_weights}
         return self.history
 
     def _valid_metrics(self, valid):
@@ -305,7 +339,7 @@ class DeepTrainer:
             raise OptionError("a checkpoint needs a trained model: call fit first")
         return {"settings": asdict(self.settings), "n_features": self.n_features, "n_fields": self.n_fields,
                 "positive": float(self.labels.positive), "history": self.history, "extras": extras or {},
-                "one_hot": self.one_hot, "feature_ids": self.feature_ids,
+                "one_hot": self.one_hot, "feature_ids": self.feature_ids, "resume": self._resume_point,
                 "weights": {name: t.detach().cpu() for name, t in self.network.state_dict().items()}}
 
     @classmethod
@@ -329,6 +363,7 @@ class DeepTrainer:
         self.extras = _checked_extras(saved.get("extras", {}), where)
         self.n_features, self.n_fields = int(saved["n_features"]), int(saved["n_fields"])
         self.feature_ids = saved.get("feature_ids")
+        self._resume_point = _checked_resume_point(saved.get("resume"), where)
         if self.feature_ids is not None and (not isinstance(self.feature_ids, torch.Tensor)
                                              or self.feature_ids.dtype != torch.int64
                                              or self.feature_ids.shape != (self.n_features,)):
@@ -362,6 +397,18 @@ def _state_copy(network):
     if free is not None and size > free // 4:
         return None
     return {name: t.detach().to("cpu", copy=True) for name, t in network.state_dict().items()}
+
+
+def _checked_resume_point(point, where):
+    """A checkpoint's resume point (None: it has none), a DataError where it is not what alac writes."""
+    if point is None:
+        return None
+    kinds = {"epoch": int, "best_loss": float, "waited": int, "generator": torch.Tensor, "dense": dict}
+    if not isinstance(point, dict) or any(not isinstance(point.get(key), kind) for key, kind in kinds.items()) or \
+            not isinstance(point.get("last_weights"), (dict, type(None))) or \
+            not isinstance(point.get("best_epoch"), (int, type(None))):
+        raise DataError("its record of where the run ended is damaged", path=where)
+    return point
 
 
 def _checked_extras(extras, where):

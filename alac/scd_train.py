@@ -22,6 +22,7 @@ import torch
 from alac import metrics
 from alac.errors import OptionError
 from alac.outputs import RunOutputs, write_metrics_and_history
+from alac.run_record import run_record
 
 PROBLEMS = {"lr": ("dual", "logistic"), "lsvm": ("dual", "hinge"), "lsr": ("primal", "squared")}
 
@@ -44,9 +45,10 @@ def check_options(module, args):
         raise OptionError("--solver scd reads its training data in memory: leave out --out-of-core")
 
 
-def train_scd(args, module, data, model_reference):
+def train_scd(args, module, data, model_reference, restored=None):
     """Fit, print the first line, the gap of every epoch and the final metrics; write the outputs.
-    Returns the exit status: 0, or 3 when the gap stopped being finite (as a diverged SGD run)."""
+    Returns the exit status: 0, or 3 when the gap stopped being finite (as a diverged SGD run).
+    restored: a checkpoint's solver resume point (alac.resume), continued to args.epochs epochs."""
     from alac.data.dataset import SparseDataset
     from alac.runtime.scd import with_constant_feature
     from alac.runtime.scd_distributed import solver_over_ranks
@@ -62,6 +64,11 @@ def train_scd(args, module, data, model_reference):
     solver = solver_over_ranks(with_constant_feature(data.train), form, loss, l2=l2, l1=args.l1, backend=backend,
                                seed=args.seed)
     ranks = solver.ranks
+    if restored is not None:
+        if ranks.world > 1:
+            raise OptionError("a coordinate-descent run is resumed in one process (its checkpoint holds no rank's "
+                              "share of the coordinates)")
+        solver.continue_from(restored)
     # under torchrun every rank solves its share; the first speaks and writes the outputs
     say = print if ranks.rank == 0 else (lambda *a, **k: None)
     over = "" if ranks.world == 1 else (f", {ranks.describe()} each stepping its share of the "
@@ -70,8 +77,9 @@ def train_scd(args, module, data, model_reference):
     say(f"alac: {name} by stochastic coordinate descent ({form} {loss}, lambda {l2:.3g}"
         + (f", l1 {args.l1:g}" if args.l1 else "") + f") on {solver.backend}"
         + (f" ({solver.in_flight} coordinates in flight)" if solver.backend != "sequential" else "") + over
-        + f", to duality gap {args.tol:g} in at most {args.epochs} epochs; training: {data.described}", flush=True)
-    solver.fit(args.epochs, args.tol, log=lambda line: say("  " + line, flush=True))
+        + f", to duality gap {args.tol:g} in at most {args.epochs} epochs; training: {data.described}"
+        + (f"; resumed after epoch {solver.epochs}" if restored is not None else ""), flush=True)
+    solver.fit(args.epochs - solver.epochs, args.tol, log=lambda line: say("  " + line, flush=True))
     weights = solver.coef_.cpu()
     final = {"epochs": solver.epochs, "duality_gap": solver.history[-1]["gap"], "seconds": solver.seconds,
              "stopped_because": solver.stopped_because}
@@ -85,12 +93,12 @@ def train_scd(args, module, data, model_reference):
         with RunOutputs(out) as outputs:
             write_metrics_and_history(outputs, final, solver.history)
             outputs.write("weights.npy", lambda handle: np.save(handle, weights.numpy(), allow_pickle=False))
-            _save_checkpoint(args, module, model_reference, data, weights, solver.history, outputs)
+            _save_checkpoint(args, module, model_reference, data, weights, solver, outputs)
         print(f"wrote {out}/{', '.join(outputs.written)}")
     return 3 if solver.stopped_because == "diverged" else 0
 
 
-def _save_checkpoint(args, module, model_reference, data, weights, history, outputs):
+def _save_checkpoint(args, module, model_reference, data, weights, solver, outputs):
     """The zoo model (w, and its bias b) holding the SCD weights, saved as `alac train` saves one."""
     from alac import checkpoint
     from alac.models import build_model
@@ -108,9 +116,12 @@ def _save_checkpoint(args, module, model_reference, data, weights, history, outp
     state.globals["b"].fill_(float(weights[-1]))
     trainer.executor.state, trainer.feature_order = state, order
     trainer.labels = LabelMap.fit(model.labels, data.train.labels)
-    trainer.history, trainer.epoch = history, len(history)
+    trainer.history, trainer.epoch = solver.history, len(solver.history)
+    # one process's solver holds every coordinate: its resume point continues the run (alac.resume)
+    point = solver.resume_point() if solver.ranks.world == 1 else None
     outputs.write(CHECKPOINT_NAME, lambda handle: checkpoint.write(
-        trainer, handle, checkpoint_spec(module, args, model_reference), data.options))
+        trainer, handle, checkpoint_spec(module, args, model_reference), data.options, run_record(args, "scd"),
+        point))
 
 
 def _scores(dataset, weights, name):

@@ -77,6 +77,13 @@ class Trainer:
         self.feature_ids = None        # the files' ids of a renumbered training space (alac.data.compact)
         self.unseen_entries = 0
         self.stopped_because = None
+        self.best_epoch = None         # the epoch early stopping kept
+        # after a fit that early stopping ended on an earlier epoch: the last epoch's (state, epoch,
+        # batches done) in host memory, what a resumed run continues from (checkpoints keep it)
+        self.last_state = None
+        self._best = None              # (its index in history, snapshot) of the lowest monitored loss
+        # a checkpoint's (last state, best epoch) that the next fit continues from (alac.checkpoint.restore)
+        self.resume_from = None
         # streamed epochs: block_progress(epoch, blocks queued, blocks, (block, mean loss) of the latest
         # block whose loss has reached the host, or None) as each block is queued
         self.block_progress = None
@@ -88,6 +95,12 @@ class Trainer:
     @property
     def device(self):
         return self.executor.device
+
+    @property
+    def epochs_trained(self):
+        """The epochs the run has trained: where its next fit goes on from (a checkpoint's last epoch)."""
+        last = self.resume_from[0] if self.resume_from is not None else None
+        return self.epoch if last is None else last[1]
 
     @property
     def n_features(self):
@@ -275,12 +288,19 @@ class Trainer:
             self.executor.steer_with(valid_layout, self.labels.model_labels(valid_layout.labels))
         if not self._has_state():
             self._initialize(layout_labels)
+        if self.resume_from is not None:
+            self.continue_from(*self.resume_from)
+            self.resume_from = None
         start = self._sample_loss(layout_labels)
         guard = self._validation_guard(train, valid_layout, valid)
         # the fit's start and the last two group ends: an epoch's loss is measured on the parameters
         # the epoch before left, so those may already be the diverged ones
         snapshots = [self._checkpoint_in_memory()]
         losses, best, best_state = [], None, None
+        if self.early_stopping and self._best is not None and self.history:
+            # a fit that continues an early-stopped run (a resume): its patience counts across both
+            losses, (best, best_state) = [self.monitored(record) for record in self.history], self._best
+        self.last_state = None
         lowest = None
         self.stopped_because = None
         # with nothing to evaluate or decide between epochs, epochs are queued on the GPU with one
@@ -337,10 +357,25 @@ class Trainer:
                 self.stopped_because = self.stopped_because or "callback"
                 break
         if self.early_stopping and best_state is not None:
+            self._best = (best, best_state)
+            if best_state[1] != self.epoch:
+                self.last_state = (self.executor.state.to("cpu"), self.epoch, self.executor.batches_done)
             # the best epoch's parameters with its counters; the history keeps every epoch
             self.executor.state, self.epoch, self.executor.batches_done, _ = best_state
             self.best_epoch = self.epoch
         return self.history
+
+    def continue_from(self, last_state, best_epoch):
+        """Make this trainer (its state the best epoch's, as a checkpoint holds it) continue the run
+        that checkpoint ended: from last_state (ModelState, epoch, batches done; None where the best
+        epoch was the last), with early stopping's best epoch and patience as they were."""
+        best = best_epoch - 1 if best_epoch is not None else None
+        if best is not None and self.early_stopping and 0 <= best < len(self.history):
+            self._best = (best, (self.executor.state.clone(), best_epoch, self.executor.batches_done, best_epoch))
+            self.best_epoch = best_epoch
+        if last_state is not None:
+            state, self.epoch, self.executor.batches_done = last_state
+            self.executor.state = state
 
     def _validation_guard(self, train, valid_layout, valid):
         """The validation-loss rule of alac.divergence for this fit (None without validation data): the

@@ -25,6 +25,7 @@ from alac.models import build_model, default_l2, is_model_file
 from alac.outputs import RunOutputs, check_output_folder, write_metrics_and_history
 from alac.race import ADAPTIVE, AUTO, race
 from alac.race import arms as race_arms
+from alac.run_record import run_record
 
 CHECKPOINT_NAME = "model.alac"
 FORMATS = ("auto", "libsvm", "libffm", "criteo", "table")
@@ -262,17 +263,18 @@ def parse_arguments(module, argv):
     return complete_arguments(module, parser_for(argparse.ArgumentParser(prog="alac train"), module).parse_args(argv))
 
 
-def run_parsed(module, args, model_reference):
+def run_parsed(module, args, model_reference, restored=None):
     """Train module's model as args say; returns the exit status (0, 2 bad input, 3 diverged). Under
-    torchrun every rank ends its process group with the others before it returns."""
+    torchrun every rank ends its process group with the others before it returns. restored: a
+    resumed run's (alac.resume)."""
     from alac.runtime.distributed import close_ranks
 
-    status = _run_parsed(module, args, model_reference)
+    status = _run_parsed(module, args, model_reference, restored)
     close_ranks()
     return status
 
 
-def _run_parsed(module, args, model_reference):
+def _run_parsed(module, args, model_reference, restored=None):
     given_l2 = args.l2       # SCD's lambda defaults to 1/N, not to the SGD model's l2
     complete_arguments(module, args)
     if args.backend == "interpret":
@@ -286,10 +288,10 @@ def _run_parsed(module, args, model_reference):
             scd_train.check_options(module, args)
             if args.out is not None:
                 check_output_folder(args.out)
-            return scd_train.train_scd(args, module, load_data(args, _plan(args)), model_reference)
+            return scd_train.train_scd(args, module, load_data(args, _plan(args)), model_reference, restored)
         if args.out is not None:
             check_output_folder(args.out)
-        return _run(args, module, model_reference)
+        return _run(args, module, model_reference, restored)
     except AlacError as error:
         print(f"alac: error: {error}", file=sys.stderr)
         return 2
@@ -311,13 +313,15 @@ def _plan(args):
     return Plan(**options)
 
 
-def _run(args, module, model_reference):
+def _run(args, module, model_reference, restored=None):
+    """restored(data, log): the trainer of a checkpoint, continuing its run (alac.resume)."""
     from alac.runtime.distributed import init_ranks
 
     data = load_data(args, _plan(args))
     # under torchrun every rank trains; the first speaks and writes the outputs
     first = init_ranks().rank == 0
-    trainer, final, diverged = train_model(args, module, data, _Progress(args.epochs) if first else None)
+    log = _Progress(args.epochs) if first else None
+    trainer, final, diverged = train_model(args, module, data, log, None if restored is None else restored(data, log))
     # tables sharded over the ranks are assembled by all of them for the first one's outputs
     with getattr(trainer.executor, "assembled", contextlib.nullcontext)():
         if first:
@@ -327,13 +331,16 @@ def _run(args, module, model_reference):
     return 3 if diverged else 0
 
 
-def train_model(args, module, data, log=None):
+def train_model(args, module, data, log=None, trainer=None):
     """Train module's model on data as args say (what `alac train` does between reading the files
     and writing the outputs); returns (trainer, final metrics, the divergence error or None). With
     args.race (--optimizer auto) and validation data, each arm trains and the better is returned,
-    its optimizer, lr and l2 written back to args (the checkpoint's and the outputs' record)."""
+    its optimizer, lr and l2 written back to args (the checkpoint's and the outputs' record). A
+    trainer given (a resumed run's) trains on to args.epochs epochs."""
     say = print if log is not None else (lambda *a, **k: None)
     contestants = getattr(args, "race", None)
+    if trainer is not None:
+        return _train_one(args, module, data, log, trainer)
     if contestants and data.valid is None:
         say("optimizer auto: no validation data to race on; AdaGrad trains alone")
     elif contestants:
@@ -351,15 +358,14 @@ def train_model(args, module, data, log=None):
     return _train_one(args, module, data, log)
 
 
-def _train_one(args, module, data, log):
-    from alac import out_of_core
+def _new_trainer(args, module, data, log, rows, features):
+    """The Trainer (a DataParallelTrainer under torchrun) of a new run, its first line said."""
     from alac.data_parallel import DataParallelTrainer
     from alac.optimizers import get_optimizer
     from alac.runtime.distributed import init_ranks
-    from alac.runtime.param_planner import predicted_line
     from alac.runtime.planner import default_hot_segment
     from alac.runtime.schedule import LearningRateSchedule
-    from alac.train import Trainer, TrainingDiverged
+    from alac.train import Trainer
 
     model = build_model(module, args)
     optimizer_class = get_optimizer(args.optimizer).__class__
@@ -379,11 +385,28 @@ def _train_one(args, module, data, log):
         say(trainer.describe(), flush=True)
     else:
         trainer = Trainer(model, **options)
-    rows, features = out_of_core.rows_and_features(data.train)
     say(f"model {model.model_name()} on {data.described}: {rows:,} training rows, "
         f"{features:,} features; backend {trainer.backend} on {trainer.device}; {plan.describe()}; "
         f"lr {args.lr:g}, {optimizer.describe()}, schedule {trainer.executor.schedule.describe()}"
         + (f"; early stopping ({early_stopping}) on the validation loss" if early_stopping else ""), flush=True)
+    return trainer
+
+
+def _train_one(args, module, data, log, trainer=None):
+    from alac import out_of_core
+    from alac.runtime.param_planner import predicted_line
+    from alac.train import TrainingDiverged
+
+    say = print if log is not None else (lambda *a, **k: None)
+    rows, features = out_of_core.rows_and_features(data.train)
+    if trainer is None:
+        trainer = _new_trainer(args, module, data, log, rows, features)
+    else:
+        say(f"resuming {trainer.executor.ir.name} after epoch {trainer.epochs_trained} on {data.described}: to epoch "
+            f"{args.epochs}; backend {trainer.backend} on {trainer.device}; {trainer.plan.describe()}; lr "
+            f"{trainer.lr:g}, {trainer.executor.optimizer.describe()}"
+            + (f"; early stopping ({trainer.early_stopping}) on the validation loss" if trainer.early_stopping else ""),
+            flush=True)
     streamed, _ = trainer.prepare(data.train)
     if trainer.placement is not None and trainer.placement.mode != "device":
         trainer.initialize_model(data.train)
@@ -399,7 +422,7 @@ def _train_one(args, module, data, log):
             f"{streamed.bytes_per_epoch / 2**30:.2f} GiB per epoch", flush=True)
     diverged = None
     try:
-        trainer.fit(data.train, data.valid, report=data.test)
+        trainer.fit(data.train, data.valid, epochs=args.epochs - trainer.epochs_trained, report=data.test)
     except TrainingDiverged as error:
         diverged = error
         print(f"alac: {error}", file=sys.stderr)
@@ -437,9 +460,10 @@ def _write_outputs(args, module, model_reference, trainer, final, data_options):
     from alac import checkpoint
 
     out = Path(args.out)
+    run = run_record(args, "flow")
     with RunOutputs(out) as outputs:
         outputs.write(CHECKPOINT_NAME, lambda handle: checkpoint.write(
-            trainer, handle, checkpoint_spec(module, args, model_reference), data_options))
+            trainer, handle, checkpoint_spec(module, args, model_reference), data_options, run))
         write_metrics_and_history(outputs, final, trainer.history)
         statistics = getattr(trainer.executor, "statistics", None)
         if statistics is not None:

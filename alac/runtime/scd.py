@@ -377,6 +377,30 @@ class ScdSolver:
         """The whole problem's beta from this process's coordinates (all of them)."""
         return beta
 
+    def resume_point(self):
+        """Where the solver stands (plain data and host tensors), for a checkpoint: continue_from on a
+        solver built alike continues its epochs exactly."""
+        previous = None if self._previous is None else [t.cpu() for t in self._previous]
+        return {"coordinates": self.coordinates.cpu(), "shared": self.shared.cpu(),
+                "generator": self.generator.get_state(), "epochs": self.epochs, "seconds": self.seconds,
+                "history": list(self.history), "in_flight": [band.in_flight for band in self.bands],
+                "previous": previous, "stopped_because": getattr(self, "stopped_because", None)}
+
+    def continue_from(self, point):
+        """Take up a resume_point of a solver of the same problem and settings."""
+        if point["coordinates"].shape != self.coordinates.shape or point["shared"].shape != self.shared.shape or \
+                len(point["in_flight"]) != len(self.bands):
+            raise OptionError("the saved solver's coordinates do not fit this problem: continue it on its own data")
+        self.coordinates.copy_(point["coordinates"])
+        self.shared.copy_(point["shared"])
+        self.generator.set_state(point["generator"])
+        self.epochs, self.seconds, self.history = point["epochs"], point["seconds"], list(point["history"])
+        for band, in_flight in zip(self.bands, point["in_flight"]):
+            band.in_flight = in_flight
+        self._use_bands()
+        previous = point["previous"]
+        self._previous = None if previous is None else tuple(t.to(self.device) for t in previous)
+
     def fit(self, max_epochs=100, tol=1e-6, log=None):
         """Epochs until the gap is below tol, or is no longer finite (diverged: CoCoA's adding can),
         or max_epochs have run; history: per epoch its gap, the training seconds so far (gap

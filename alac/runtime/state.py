@@ -164,6 +164,12 @@ class ModelState:
             if l2:
                 self.params[name].mul_(1 - lr * l2)
 
+    def to(self, device):
+        """A copy on `device` (host memory, for a snapshot a checkpoint keeps)."""
+        return ModelState({k: v.to(device, copy=True) for k, v in self.params.items()},
+                          {k: v.to(device, copy=True) for k, v in self.globals.items()},
+                          {k: v.to(device, copy=True) for k, v in self.states.items()})
+
     def clone(self):
         return ModelState({k: v.clone() for k, v in self.params.items()},
                           {k: v.clone() for k, v in self.globals.items()},
