@@ -22,6 +22,7 @@ from alac.errors import AlacError, OptionError
 from alac.plan import Plan
 from alac.runtime.blocks import is_block_source
 from alac.runtime.cached_executor import CachedExecutor
+from alac.runtime.distributed import doing
 from alac.runtime.executor import Executor, LabelMap
 from alac.runtime.fae_executor import FaeExecutor
 from alac.runtime.layout import BigraphLayout, LayoutOptions, build_layout
@@ -40,6 +41,8 @@ QUEUE_SECONDS = 0.5
 # values summed at a time by the finite-parameters check (small enough not to overflow float32)
 FINITE_CHECK_VALUES = 1 << 24
 MAX_QUEUED_EPOCHS = 100
+# the validation losses early stopping watches (the first a record has)
+VALIDATION_KEYS = ("valid_logloss", "valid_rmse")
 
 
 class Trainer:
@@ -257,7 +260,7 @@ class Trainer:
     @staticmethod
     def monitored(record):
         """What early stopping watches in an epoch's record: the validation loss, else the training loss."""
-        for key in ("valid_logloss", "valid_rmse"):
+        for key in VALIDATION_KEYS:
             if key in record:
                 return record[key]
         return record["train_loss"]
@@ -297,8 +300,9 @@ class Trainer:
         # the epoch before left, so those may already be the diverged ones
         snapshots = [self._checkpoint_in_memory()]
         losses, best, best_state = [], None, None
-        if self.early_stopping and self._best is not None and self.history:
-            # a fit that continues an early-stopped run (a resume): its patience counts across both
+        validated = all(any(key in record for key in VALIDATION_KEYS) for record in self.history)
+        if self.early_stopping and self._best is not None and valid_layout is not None and self.history and validated:
+            # a fit that continues a validated run (a resume): its patience counts across both
             losses, (best, best_state) = [self.monitored(record) for record in self.history], self._best
         self.last_state = None
         lowest = None
@@ -311,6 +315,7 @@ class Trainer:
         while remaining > 0 or pending:
             if not pending:
                 count = self._group_size(grouped, remaining, seconds)
+                doing(f"training epoch {self.epoch + 1}")
                 started = time.perf_counter()
                 pending = self._train_group(layout_labels, count)
                 if self.device.type == "cuda":

@@ -153,6 +153,10 @@ def parser_for(parser, module=None):
                         help="under torchrun: how the ranks' parameter changes combine (sequential: each feature "
                              "row's sum scaled to what sequential SGD would change; rows: each row's mean over the "
                              "ranks that changed it; adding: their sum; averaging: their mean)")
+    parser.add_argument("--rank-timeout", type=positive_float, default=60.0, metavar="SECONDS",
+                        help="under torchrun: a rank silent this long (stopped, hung or gone) ends the run on every "
+                             "other rank, which exits with status 4 naming it; a collective waits at most ten times "
+                             "this for a slow rank (default 60)")
     parser.add_argument("--rank-tables", default="auto", choices=["auto", "replicated", "sharded", "hybrid"],
                         help="under torchrun: every rank holds every parameter row (replicated), its share of them "
                              "(sharded: each segment's rows gathered from their owners), or the hot segment and its "
@@ -267,20 +271,29 @@ def run_parsed(module, args, model_reference, restored=None):
     """Train module's model as args say; returns the exit status (0, 2 bad input, 3 diverged). Under
     torchrun every rank ends its process group with the others before it returns. restored: a
     resumed run's (alac.resume)."""
-    from alac.runtime.distributed import close_ranks
+    from alac.runtime.distributed import close_ranks, fault, is_collective_error
 
-    status = _run_parsed(module, args, model_reference, restored)
-    close_ranks()
+    try:
+        status = _run_parsed(module, args, model_reference, restored)
+        close_ranks()
+    except Exception as error:
+        if not is_collective_error(error):
+            raise
+        fault(error)      # another rank failed: named in one line, exit status 4
     return status
 
 
 def _run_parsed(module, args, model_reference, restored=None):
+    from alac.runtime.distributed import init_ranks
+
     given_l2 = args.l2       # SCD's lambda defaults to 1/N, not to the SGD model's l2
     complete_arguments(module, args)
     if args.backend == "interpret":
         # Triton picks the interpreter when it is first imported, which has not happened yet.
         os.environ["TRITON_INTERPRET"] = "1"
     try:
+        # under torchrun: the ranks' group (and the watch that ends the run when one fails) before any work
+        init_ranks(timeout=args.rank_timeout)
         if args.solver == "scd":
             from alac import scd_train
 
@@ -315,8 +328,9 @@ def _plan(args):
 
 def _run(args, module, model_reference, restored=None):
     """restored(data, log): the trainer of a checkpoint, continuing its run (alac.resume)."""
-    from alac.runtime.distributed import init_ranks
+    from alac.runtime.distributed import doing, init_ranks
 
+    doing("loading the data")
     data = load_data(args, _plan(args))
     # under torchrun every rank trains; the first speaks and writes the outputs
     first = init_ranks().rank == 0
@@ -327,6 +341,7 @@ def _run(args, module, model_reference, restored=None):
         if first:
             print(json.dumps({k: round(v, 6) for k, v in final.items()}))
             if args.out is not None:
+                doing("writing the outputs")
                 _write_outputs(args, module, model_reference, trainer, final, data.options)
     return 3 if diverged else 0
 
@@ -471,39 +486,8 @@ def _write_outputs(args, module, model_reference, trainer, final, data_options):
             outputs.write_text("hit_ratio.csv", "batch,hit_ratio\n" + "".join(
                 f"{batch},{ratio:.6f}\n" for batch, ratio in enumerate(statistics.hit_ratio)))
         if args.plot:
+            from alac.plot import plot_history
+
             figure = plot_history(trainer.history, None, f"{trainer.executor.ir.name}: loss per split")
             outputs.write("loss.png", lambda handle: figure.savefig(handle, format="png", dpi=110))
     print(f"wrote {out}/{', '.join(outputs.written)}")
-
-
-def plot_history(history, path, title):
-    """Train and validation loss against epoch and against training wall time: one curve per split
-    (saved to path when given; the figure is returned)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    epochs = [r["epoch"] for r in history]
-    wall, total = [], 0.0
-    for record in history:
-        total += record["seconds"]
-        wall.append(total)
-    curves = [k for k in ("valid_logloss", "valid_rmse", "test_logloss", "test_rmse") if history and k in history[0]]
-    figure, axes = plt.subplots(1, 2, figsize=(10, 4))
-    for axis, x, label in ((axes[0], epochs, "epoch"), (axes[1], wall, "training wall time (s)")):
-        axis.plot(x, [r["train_loss"] for r in history], marker="o", label="train loss (running, per epoch)")
-        for key in curves:
-            split, metric = key.split("_", 1)
-            axis.plot(x, [r[key] for r in history], marker="s",
-                      label=f"{'validation' if split == 'valid' else 'test'} {metric}")
-        axis.set_xlabel(label)
-        axis.set_ylabel("loss")
-        axis.grid(alpha=0.3)
-        axis.legend()
-    figure.suptitle(title)
-    figure.tight_layout()
-    if path is not None:
-        figure.savefig(path, dpi=110)
-    plt.close(figure)
-    return figure

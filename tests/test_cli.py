@@ -180,7 +180,7 @@ def test_train_then_predict_on_a9a_without_a_gpu(shared_data, tmp_path):
 
 
 def test_plot_has_labelled_axes_and_a_curve_per_split(tmp_path):
-    from alac.zoo import plot_history
+    from alac.plot import plot_history
 
     history = [{"epoch": e, "train_loss": 1 / e, "seconds": 0.1, "valid_logloss": 1.1 / e, "test_logloss": 1.2 / e}
                for e in range(1, 5)]

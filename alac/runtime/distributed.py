@@ -7,7 +7,9 @@ compute / communication split that benchmarks/distributed.py reports."""
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import os
+import signal
 import time
 import zlib
 
@@ -15,9 +17,15 @@ import torch
 import torch.distributed as dist
 
 from alac.errors import OptionError
+from alac.runtime.rank_watch import RankWatch
 
-# whether init_ranks made the process group (close_ranks ends only that one)
+# whether init_ranks made the process group (close_ranks ends only that one), and its RankWatch
 _MADE_HERE = []
+_WATCH = []
+# seconds a rank may be silent (stopped, hung, gone) before the others stop: alac train --rank-timeout
+RANK_TIMEOUT = 60.0
+# a collective waits this many rank timeouts for a slow but live rank (one loading a larger file)
+COLLECTIVE_TIMEOUTS = 10
 
 
 @dataclasses.dataclass
@@ -132,17 +140,21 @@ def check_rows(rows):
                           f"{rows!r}")
 
 
-def init_ranks(backend=None):
+def init_ranks(backend=None, timeout=None):
     """The ranks of this process: torchrun's (a process group made here unless one exists; NCCL when
-    CUDA is there, else gloo; each rank on GPU LOCAL_RANK), or one rank."""
+    CUDA is there, else gloo; each rank on GPU LOCAL_RANK), or one rank. A group made here is watched
+    (alac.runtime.rank_watch): a rank silent for `timeout` seconds (default RANK_TIMEOUT) ends the run
+    on the others, and a collective waits at most COLLECTIVE_TIMEOUTS times that."""
     if dist.is_available() and dist.is_initialized():
         backend = dist.get_backend()
     elif int(os.environ.get("WORLD_SIZE", "1")) > 1:
         backend = backend or ("nccl" if torch.cuda.is_available() else "gloo")
         if backend == "nccl":
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-        dist.init_process_group(backend)
+        timeout = RANK_TIMEOUT if timeout is None else timeout
+        dist.init_process_group(backend, timeout=datetime.timedelta(seconds=COLLECTIVE_TIMEOUTS * timeout))
         _MADE_HERE.append(True)
+        _watch(timeout)
     else:
         return Ranks()
     if backend not in ("nccl", "gloo"):
@@ -151,11 +163,52 @@ def init_ranks(backend=None):
     return Ranks(dist.get_rank(), dist.get_world_size(), device, backend)
 
 
+def _watch(timeout):
+    """Start the RankWatch of this rank, over its own client of the store the ranks met at (torchrun's or
+    rank 0's: MASTER_ADDR, MASTER_PORT), and stop with one line on SIGTERM (torchrun ends every rank when
+    one fails)."""
+    if "MASTER_ADDR" not in os.environ or "MASTER_PORT" not in os.environ:
+        return
+    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
+                          timeout=datetime.timedelta(seconds=timeout))
+    watch = RankWatch(store, dist.get_rank(), dist.get_world_size(), timeout)
+    _WATCH.append(watch)
+    signal.signal(signal.SIGTERM, lambda *_: watch.fault(RuntimeError("stopped by SIGTERM: torchrun stops every "
+                                                                      "rank when one fails")))
+
+
+def doing(text):
+    """Tell the other ranks what this one does now (named if it fails); nothing without a watch."""
+    for watch in _WATCH:
+        watch.doing(text)
+
+
+def is_collective_error(error):
+    """Whether an exception is a collective's failure (another rank gone): torch.distributed's own
+    errors, and the RuntimeErrors gloo and NCCL raise."""
+    if isinstance(error, getattr(dist, "DistError", ())):
+        return True
+    text = str(error)
+    return isinstance(error, RuntimeError) and any(mark in text for mark in ("gloo", "NCCL", "Connection closed",
+                                                                             "Connection reset"))
+
+
+def fault(error):
+    """A collective failed in this rank: with a watch, name the failed rank and exit (RankWatch.fault);
+    else raise the error on."""
+    if _WATCH:
+        _WATCH[-1].fault(error)
+    raise error
+
+
 def close_ranks():
     """End the process group init_ranks made, every rank together (the end of a run): a gloo rank that
     exits with its group alive while another still writes its outputs was seen to abort in the group's
     teardown (tests/test_distributed_cli.py, 1 run in 6 on two busy cores)."""
     if _MADE_HERE and dist.is_initialized():
+        # the watch ends first: a rank (or the store's host) leaving after the barrier is no fault
+        while _WATCH:
+            _WATCH.pop().stop()
         dist.barrier()
         dist.destroy_process_group()
         _MADE_HERE.clear()
