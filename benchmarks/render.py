@@ -258,6 +258,12 @@ def dp_aggregation_table(result):
     return report(result)
 
 
+def rank_faults_table(result):
+    from benchmarks.rank_faults import report  # it imports this module's table()
+
+    return report(result)
+
+
 def deep_defaults_table(result):
     from benchmarks.deep_defaults import report  # it imports this module's table()
 
@@ -356,6 +362,11 @@ SECTIONS = [
      "training step counted by torch.profiler.",
      "PYTHONPATH=. python benchmarks/fields.py --parts synthetic --out A; the same with --parts deepfm,ffm --out B; "
      "then --merge A/fields.json B/fields.json", fields_table),
+    ("rank_faults", "A rank that fails under torchrun",
+     "Two ranks train LR (parameters synchronised every batch) under torchrun; once training runs, one rank is "
+     "killed or stopped: seconds until the other rank has exited (its watch names the failed rank) and until "
+     "torchrun has (it gives a stopped rank 30 s after SIGTERM before it kills it), with the survivor's line.",
+     "PYTHONPATH=. python benchmarks/rank_faults.py", rank_faults_table),
     ("deep_defaults", "The field models' defaults on real data",
      "`alac train --model ffm|deepfm|wide_deep --lr LR`, every other option its default, on criteo-tiny read as a "
      "Criteo file (its used ids renumbered densely) and iPinYou (fields by position): validation logloss (10 % of "
