@@ -152,9 +152,15 @@ def resume(path, options):
     """`alac train --resume DIR` of a field model's run (alac.resume)."""
     from alac.resume import record_of, run_arguments
 
-    trainer = DeepTrainer.load(path, device=options.device)
+    try:
+        # the run's record alone (memory-mapped: the weights are read once, below)
+        extras = torch.load(path, map_location="cpu", weights_only=True, mmap=True).get("extras")
+    except Exception as error:
+        raise OptionError(f"{path}: not a deep model checkpoint ({type(error).__name__})") from None
+    record = record_of(extras.get("run") if isinstance(extras, dict) else None, path)
+    # the run's own device unless another is given
+    trainer = DeepTrainer.load(path, device=options.device or record["args"].get("device"))
     point = trainer._resume_point or {}
-    record = record_of(trainer.extras.get("run"), path)
     args = run_arguments(record, options, point.get("epoch", len(trainer.history)), point.get("stopped_because"),
                          path)
     if trainer._resume_point is None:

@@ -127,6 +127,7 @@ def _save_checkpoint(args, module, model_reference, data, weights, solver, outpu
 def _scores(dataset, weights, name):
     """The metrics of the weights (intercept last) on a dataset of the training feature space."""
     n = weights.numel() - 1
+    dataset = dataset.to(weights.device)
     values = dataset.values_or_ones()
     keep = dataset.indices < n        # features the training data never had weigh nothing
     rows = dataset.entry_rows()

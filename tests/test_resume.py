@@ -13,6 +13,13 @@ import torch
 from alac.cli import main
 
 
+@pytest.fixture(autouse=True)
+def _on_the_cpu(monkeypatch):
+    """Bit for bit where training is deterministic: on the CPU (a GPU's atomic additions and reductions
+    round in another order from run to run; test_a_resume_on_a_gpu_goes_on_where_the_run_stopped)."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+
+
 def _history(folder):
     with open(folder / "history.csv") as handle:
         return [{k: v for k, v in row.items() if k not in ("seconds", "rows_per_s")} for row in csv.DictReader(handle)]
@@ -134,3 +141,18 @@ def test_a_checkpoint_loaded_in_python_predicts_its_best_epoch_and_fits_on_as_th
     uninterrupted = torch.load(whole / "model.alac", weights_only=True)
     assert trainer.epoch == uninterrupted["epoch"] == 7 and trainer.stopped_because == "early stopping (patience)"
     _equal_tensors({k: v.cpu() for k, v in trainer.executor.state.params.items()}, uninterrupted["params"])
+
+
+@pytest.mark.gpu
+def test_a_resume_on_a_gpu_goes_on_where_the_run_stopped(tmp_path, monkeypatch):
+    """The generated kernels on a GPU: the resumed run's epochs are the uninterrupted run's, to the
+    rounding of the atomic additions."""
+    monkeypatch.undo()
+    common = ["train", "--model", "fm", "--synthetic", "20000", "--optimizer", "adagrad", "--early-stopping", "none"]
+    whole, part = tmp_path / "whole", tmp_path / "part"
+    assert main([*common, "--epochs", "4", "--out", str(whole)]) == 0
+    assert main([*common, "--epochs", "2", "--out", str(part)]) == 0
+    assert main(["train", "--resume", str(part), "--epochs", "4"]) == 0
+    for one, two in zip(_history(whole), _history(part)):
+        assert one["epoch"] == two["epoch"]
+        assert float(one["valid_logloss"]) == pytest.approx(float(two["valid_logloss"]), rel=1e-4)
