@@ -10,13 +10,18 @@ from pathlib import Path
 
 
 def pid_alive(pid):
+    """Whether a process runs (a zombie, killed and not yet reaped by its parent, does not)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            return stat.read().rsplit(b")", 1)[1].split()[0] not in (b"Z", b"X")
+    except (OSError, IndexError):
+        return True
 
 
 def temporary_folder_name(name):

@@ -30,7 +30,8 @@ SCENARIOS = (("kill -9 rank 1", 1, signal.SIGKILL), ("SIGSTOP rank 1", 1, signal
              ("kill -9 rank 0", 0, signal.SIGKILL))
 
 
-def _rank_pid(marker, rank):
+def rank_pid(marker, rank):
+    """The pid of the rank whose environment holds ALAC_FAULT_RUN=marker (torchrun's children)."""
     for environ in Path("/proc").glob("[0-9]*/environ"):
         try:
             variables = environ.read_bytes().split(b"\0")
@@ -65,7 +66,7 @@ def run_scenario(name, victim, sig, args, folder):
         end = time.monotonic() + 300
         while "epoch   2" not in log.read_text() and run.poll() is None and time.monotonic() < end:
             time.sleep(0.2)
-        pids = [_rank_pid(marker, rank) for rank in range(2)]
+        pids = [rank_pid(marker, rank) for rank in range(2)]
         os.kill(pids[victim], sig)
         signalled = time.monotonic()
         survivor_exit = None

@@ -126,6 +126,8 @@ def test_a_checkpoint_with_malformed_data_options_is_one_clear_error(tmp_path, o
     torch.save(payload, tmp_path / "edited.alac")
     with pytest.raises(CheckpointError, match=f"edited.alac: damaged checkpoint: .*{message}"):
         checkpoint.read(tmp_path / "edited.alac")
+    if "table" not in options:
+        return      # the command line's one line, shown once
     (tmp_path / "data.svm").write_text("1 1:1\n")
     result = _alac("predict", "--model-dir", str(tmp_path / "edited.alac"), "--data", str(tmp_path / "data.svm"),
                    "--output", str(tmp_path / "p.txt"), "--backend", "reference")

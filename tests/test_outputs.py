@@ -83,44 +83,44 @@ class _Crash(BaseException):
     """A kill -9 at that point: nothing after it runs, no handler sees it."""
 
 
-@pytest.mark.parametrize("crash_at", range(1, 10))
-def test_a_run_killed_while_writing_its_outputs_leaves_one_runs_files(tmp_path, monkeypatch, crash_at):
-    """A second run (3 epochs, no plot) killed at its k-th file move or removal leaves the first run's
-    set (2 epochs, loss.png) or, once the next alac opens the folder, its own: never a mixture."""
+def test_a_run_killed_while_writing_its_outputs_leaves_one_runs_files(tmp_path):
+    """A second run (3 epochs, no plot) killed at each of its file moves and removals in turn leaves the
+    first run's set (2 epochs, loss.png) or, once the next alac opens the folder, its own: never a
+    mixture (it used to leave the new model.alac beside the old metrics)."""
+    import shutil
+
     from alac import outputs
 
-    out = tmp_path / "run"
-    assert _train(out, 2, "--plot") == 0 and _run_of(out) == (2, 2, True)
-    steps = []
+    first = tmp_path / "first"
+    assert _train(first, 2, "--plot") == 0 and _run_of(first) == (2, 2, True)
     real_replace, real_unlink = os.replace, Path.unlink
+    for crash_at in range(1, 10):
+        out = tmp_path / f"crash-{crash_at}"
+        shutil.copytree(first, out)
+        steps = []
 
-    def counted(real):
-        def step(*args, **kwargs):
-            steps.append(args)
-            if len(steps) == crash_at:
-                raise _Crash
-            return real(*args, **kwargs)
-        return step
+        def counted(real):
+            def step(*args, **kwargs):
+                steps.append(args)
+                if len(steps) == crash_at:
+                    raise _Crash
+                return real(*args, **kwargs)
+            return step
 
-    def run_second():
-        monkeypatch.setattr(outputs.os, "replace", counted(real_replace))
-        monkeypatch.setattr(outputs.Path, "unlink", counted(real_unlink))
-        try:
-            _train(out, 3)
-        except _Crash:
-            pass
-        finally:
-            monkeypatch.undo()
-
-    monkeypatch.setenv("ALAC_CACHE_DIR", str(tmp_path / "cache"))
-    run_second()
-    assert _run_of(out) in ((2, 2, True), (3, 3, False)) or (out / outputs.JOURNAL).exists()
-    outputs.settle(out)
-    assert _run_of(out) in ((2, 2, True), (3, 3, False))
-    # (a staging folder of this process, which is alive, stays: a killed writer's is removed, below)
-    names = sorted(p.name for p in out.iterdir() if not p.name.startswith(".alac-run."))
-    assert names in (["history.csv", "loss.png", "metrics.json", "model.alac"],
-                     ["history.csv", "metrics.json", "model.alac"])
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(outputs.os, "replace", counted(real_replace))
+            patch.setattr(outputs.Path, "unlink", counted(real_unlink))
+            try:
+                _train(out, 3)
+            except _Crash:
+                pass
+        assert _run_of(out) in ((2, 2, True), (3, 3, False)) or (out / outputs.JOURNAL).exists()
+        outputs.settle(out)
+        assert _run_of(out) in ((2, 2, True), (3, 3, False)), crash_at
+        # (a staging folder of this process, which is alive, stays: a killed writer's is removed, below)
+        names = sorted(p.name for p in out.iterdir() if not p.name.startswith(".alac-run."))
+        assert names in (["history.csv", "loss.png", "metrics.json", "model.alac"],
+                         ["history.csv", "metrics.json", "model.alac"]), crash_at
 
 
 def test_a_run_replaces_every_file_of_the_previous_one(tmp_path):

@@ -20,26 +20,13 @@ import sys
 import threading
 import time
 
+from alac.temporary import pid_alive
+
 # the exit status of a rank that stops because another rank failed (alac train's 0, 2 and 3 are taken)
 EXIT_STATUS = 4
 INTERVAL = 1.0
 # how long fault() looks for the rank behind a failed collective: a killed rank's heartbeat stops at once
 FAULT_WINDOW = 3.0
-
-
-def _alive(pid):
-    """Whether a process runs (a zombie, killed and not yet reaped by its launcher, does not)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as stat:
-            return stat.read().rsplit(b")", 1)[1].split()[0] not in (b"Z", b"X")
-    except (OSError, IndexError):
-        return True
 
 
 class RankWatch:
@@ -86,7 +73,7 @@ class RankWatch:
             host, pid = self._store(lambda s: s.get(key)).decode().rsplit(" ", 1)
             self._places[rank] = (host, int(pid))
         host, pid = self._places[rank]
-        return host == self._host and not _alive(pid)
+        return host == self._host and not pid_alive(pid)
 
     def _beats(self):
         """{rank: heartbeat count} of the others (add 0 reads without waiting for a missing key)."""
