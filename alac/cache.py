@@ -46,8 +46,8 @@ class DiskCache:
             meta = json.loads((folder / "meta.json").read_text())
             if any(file_checksum(folder / f"{name}.npy") != meta["files"][name] for name in meta["arrays"]):
                 raise ValueError("an array file does not match its checksum")
-            # Copy-on-write maps: pages are read when first used (a layout loaded for training never
-            # touches the cached data set's arrays), and writes stay private to this process.
+            # Copy-on-write maps: no copy in this process's memory beside the page cache the checksums
+            # read through, and writes stay private to this process.
             arrays = {name: np.load(folder / f"{name}.npy", mmap_mode="c") for name in meta["arrays"]}
             return cls.from_numpy_dict(arrays, meta["meta"])
         except (OSError, ValueError, KeyError, TypeError):

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from alac.data.read_options import check_read_options
+from alac.data.read_options import check_feature_ids, check_read_options
 from alac.errors import AlacError, DataError
 from alac.outputs import write_atomically, write_text_atomically
 
@@ -111,11 +111,8 @@ def read(path):
     for key, kind in (("training", dict), ("last", dict), ("run", dict), ("scd", dict)):
         if payload.get(key) is not None and not isinstance(payload[key], kind):
             raise CheckpointError(f"{path}: damaged checkpoint: wrong type of {key} ({type(payload[key]).__name__})")
-    feature_ids = payload.get("feature_ids")
-    if feature_ids is not None and not (isinstance(feature_ids, torch.Tensor) and feature_ids.dtype == torch.int64
-                                        and feature_ids.shape == payload["feature_order"].shape):
-        raise CheckpointError(f"{path}: damaged checkpoint: its feature ids are not one int64 id per feature")
     try:
+        check_feature_ids(payload.get("feature_ids"), payload["feature_order"].numel(), path)
         check_read_options(payload["data_options"], path)
     except DataError as error:
         raise CheckpointError(f"{path}: damaged checkpoint: {str(error).removeprefix(f'{path}: ')}") from None

@@ -1,5 +1,5 @@
-"""Checksums of files (xxh3: about 20 GB/s, far below any parse or training cost), recorded by the
-writers of block stores and of the disk cache and checked by their readers."""
+"""Checksums of files (xxh3, the hash alac's content keys use: far faster than any parse), recorded by
+the writers of block stores and of the disk cache and checked by their readers."""
 
 from __future__ import annotations
 

@@ -160,12 +160,11 @@ def resume(path, options):
     record = record_of(extras.get("run") if isinstance(extras, dict) else None, path)
     # the run's own device unless another is given
     trainer = DeepTrainer.load(path, device=options.device or record["args"].get("device"))
-    point = trainer._resume_point or {}
-    args = run_arguments(record, options, point.get("epoch", len(trainer.history)), point.get("stopped_because"),
-                         path)
-    if trainer._resume_point is None:
+    point = trainer.resume_point
+    if point is None:
         raise OptionError(f"{path}: it holds no record of where its run ended: train a new run")
-    return _run(args, trainer.settings, trainer)
+    return _run(run_arguments(record, options, point["epoch"], point.get("stopped_because"), path), trainer.settings,
+                trainer)
 
 
 def predict(model_dir, data_path, format_option=None):

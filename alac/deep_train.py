@@ -22,6 +22,7 @@ import torch
 
 from alac import metrics
 from alac.data.dataset import same_numbering
+from alac.data.read_options import check_feature_ids, check_read_options
 from alac.divergence import ADVICE, TrainingDiverged, ValidationGuard, base_rate_loss
 from alac.errors import DataError, OptionError
 from alac.models.deep import DeepFM, DLRMLike, WideAndDeep
@@ -135,7 +136,7 @@ class DeepTrainer:
         self.feature_ids = None     # the files' ids of a renumbered training space (alac.data.compact)
         self.guard = None           # the last fit's validation guard (alac.divergence)
         self.stopped_because = None
-        self._resume_point = None   # where the last fit ended, for a checkpoint's resume (DeepTrainer.resume)
+        self.resume_point = None   # where the last fit ended, for a checkpoint's resume (DeepTrainer.resume)
 
     def fit(self, train, valid=None):
         """Train on `train` (binary labels, field ids), validating on `valid` after every epoch (early
@@ -168,7 +169,7 @@ class DeepTrainer:
         """Continue the run whose checkpoint this trainer was loaded from (DeepTrainer.load), to `epochs`
         epochs in all (default: its settings'): from its last epoch's weights, the dense optimizer's state
         and the batches' order as they were, early stopping's patience counted across both parts."""
-        point = self._resume_point
+        point = self.resume_point
         if point is None:
             raise OptionError("this trainer holds no run to continue: load a checkpoint that alac wrote after a fit")
         best = (point["best_loss"], None if point["best_epoch"] is None else (_state_copy(self.network),
@@ -239,7 +240,7 @@ class DeepTrainer:
         if best_state is not None and best_state[1] != len(self.history):
             last_weights = _state_copy(self.network)
             self.network.load_state_dict(best_state[0])
-        self._resume_point = {"epoch": len(self.history), "best_epoch": None if best_state is None else best_state[1],
+        self.resume_point = {"epoch": len(self.history), "best_epoch": None if best_state is None else best_state[1],
                               "best_loss": best, "waited": waited, "stopped_because": self.stopped_because,
                               "generator": generator.get_state(), "dense": dense.state_dict(),
                               "last_weights": last_weights}
@@ -265,11 +266,8 @@ class DeepTrainer:
             self.history.clear()
             restored = "the initial weights are restored"
         raise TrainingDiverged(f"training diverged in epoch {epoch} ({reason}); {restored}. {ADVICE} (The tables' "
-                               f"learning rate is {self.network_lr():g}, the dense layers' "
+                               f"learning rate is {self.settings.table_lr():g}, the dense layers' "
                                f"{self.settings.dense_lr:g}.)")
-
-    def network_lr(self):
-        return self.settings.table_lr()
 
     def _loss(self, logit, labels):
         return torch.nn.functional.binary_cross_entropy_with_logits(logit, self.labels.positive_mask(labels).float())
@@ -340,7 +338,7 @@ class DeepTrainer:
             raise OptionError("a checkpoint needs a trained model: call fit first")
         return {"settings": asdict(self.settings), "n_features": self.n_features, "n_fields": self.n_fields,
                 "positive": float(self.labels.positive), "history": self.history, "extras": extras or {},
-                "one_hot": self.one_hot, "feature_ids": self.feature_ids, "resume": self._resume_point,
+                "one_hot": self.one_hot, "feature_ids": self.feature_ids, "resume": self.resume_point,
                 "weights": {name: t.detach().cpu() for name, t in self.network.state_dict().items()}}
 
     @classmethod
@@ -363,12 +361,8 @@ class DeepTrainer:
         self.history = list(saved["history"])
         self.extras = _checked_extras(saved.get("extras", {}), where)
         self.n_features, self.n_fields = int(saved["n_features"]), int(saved["n_fields"])
-        self.feature_ids = saved.get("feature_ids")
-        self._resume_point = _checked_resume_point(saved.get("resume"), where)
-        if self.feature_ids is not None and (not isinstance(self.feature_ids, torch.Tensor)
-                                             or self.feature_ids.dtype != torch.int64
-                                             or self.feature_ids.shape != (self.n_features,)):
-            raise DataError("its feature ids are not one int64 id per feature", path=where)
+        self.feature_ids = check_feature_ids(saved.get("feature_ids"), self.n_features, where)
+        self.resume_point = _checked_resume_point(saved.get("resume"), where)
         self.labels = LabelMap("binary", saved["positive"])
         self._split_fields()
         self.one_hot = bool(saved.get("one_hot", False))
@@ -415,8 +409,6 @@ def _checked_resume_point(point, where):
 def _checked_extras(extras, where):
     """A checkpoint's extras (how its training data was read), a DataError naming `where` where they
     are not what alac writes: a dict with a data_options record and a field map (an integer tensor)."""
-    from alac.data.read_options import check_read_options
-
     if not isinstance(extras, dict):
         raise DataError(f"its extras are a {type(extras).__name__}, not a dict", path=where)
     check_read_options(extras.get("data_options", {}), where)

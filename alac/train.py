@@ -84,7 +84,8 @@ class Trainer:
         # after a fit that early stopping ended on an earlier epoch: the last epoch's (state, epoch,
         # batches done) in host memory, what a resumed run continues from (checkpoints keep it)
         self.last_state = None
-        self._best = None              # (its index in history, snapshot) of the lowest monitored loss
+        # (its index in history, snapshot) of a resumed run's lowest monitored loss: the next fit's start
+        self._best = None
         # a checkpoint's (last state, best epoch) that the next fit continues from (alac.checkpoint.restore)
         self.resume_from = None
         # streamed epochs: block_progress(epoch, blocks queued, blocks, (block, mean loss) of the latest
@@ -300,10 +301,11 @@ class Trainer:
         # the epoch before left, so those may already be the diverged ones
         snapshots = [self._checkpoint_in_memory()]
         losses, best, best_state = [], None, None
+        resumed, self._best = self._best, None
         validated = all(any(key in record for key in VALIDATION_KEYS) for record in self.history)
-        if self.early_stopping and self._best is not None and valid_layout is not None and self.history and validated:
+        if self.early_stopping and resumed is not None and valid_layout is not None and validated:
             # a fit that continues a validated run (a resume): its patience counts across both
-            losses, (best, best_state) = [self.monitored(record) for record in self.history], self._best
+            losses, (best, best_state) = [self.monitored(record) for record in self.history], resumed
         self.last_state = None
         lowest = None
         self.stopped_because = None
@@ -362,7 +364,6 @@ class Trainer:
                 self.stopped_because = self.stopped_because or "callback"
                 break
         if self.early_stopping and best_state is not None:
-            self._best = (best, best_state)
             if best_state[1] != self.epoch:
                 self.last_state = (self.executor.state.to("cpu"), self.epoch, self.executor.batches_done)
             # the best epoch's parameters with its counters; the history keeps every epoch

@@ -7,8 +7,9 @@ Every run is `alac train --model M --lr LR` with the other defaults: criteo-tiny
 (2^20 hash buckets a field, the used ids renumbered densely), iPinYou with its fields by position;
 10 % of the training rows (seed 0) held out for validation and early stopping (patience 2, at most 15
 epochs); iPinYou's test file scored. An arm that the divergence guard stops is marked; its loss is
-that of the weights it restored. The table: each arm's validation logloss at the start, after the
-first epoch and at its best, beside the base rate's; iPinYou's test logloss and AUC.
+that of the weights it restored. The JSON has each arm's validation logloss at the start, after the
+first epoch, every epoch's and its best, and iPinYou's test logloss and AUC; the table the best and
+the test AUC beside the base rate's logloss.
 Writes results/deep_defaults.json and .md.
 """
 
@@ -78,14 +79,17 @@ def run_arm(model, lr, train, valid, test, device):
 
 
 def report(result):
-    def cell(value):
-        return "-" if value is None else f"{value:.4f}"
-
-    rows = [[a["data"], a["model"], f"{a['lr']:g}", cell(a["base_valid_logloss"]), cell(a["start_valid_logloss"]),
-             cell(a["first_valid_logloss"]), cell(a["best_valid_logloss"]), "yes" if a["diverged"] else "",
-             cell(a.get("test_logloss")), cell(a.get("test_auc"))] for a in result["arms"]]
-    return table(["data", "model", "table lr", "base rate's", "start", "epoch 1", "best", "guard stopped",
-                  "test logloss", "test AUC"], rows)
+    """A row per data set and model: the base rate's validation logloss, then each table lr's best
+    validation logloss (and iPinYou's test AUC); † where the divergence guard stopped the run."""
+    rates = sorted({a["lr"] for a in result["arms"]}, reverse=True)
+    cells = {(a["data"], a["model"], a["lr"]): a for a in result["arms"]}
+    rows = []
+    for data, model in dict.fromkeys((a["data"], a["model"]) for a in result["arms"]):
+        arms = [cells[data, model, lr] for lr in rates]
+        rows.append([data, model, f"{arms[0]['base_valid_logloss']:.4f}"] + [
+            f"{a['best_valid_logloss']:.4f}" + (f" / {a['test_auc']:.4f}" if "test_auc" in a else "")
+            + (" †" if a["diverged"] else "") for a in arms])
+    return table(["data", "model", "base rate's"] + [f"lr {lr:g}" for lr in rates], rows)
 
 
 def main():

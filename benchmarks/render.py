@@ -369,9 +369,9 @@ SECTIONS = [
      "PYTHONPATH=. python benchmarks/rank_faults.py", rank_faults_table),
     ("deep_defaults", "The field models' defaults on real data",
      "`alac train --model ffm|deepfm|wide_deep --lr LR`, every other option its default, on criteo-tiny read as a "
-     "Criteo file (its used ids renumbered densely) and iPinYou (fields by position): validation logloss (10 % of "
-     "the training rows) at the start, after epoch 1 and at its best beside the base rate's; runs the divergence "
-     "guard stopped marked; iPinYou's test set scored.",
+     "Criteo file (its used ids renumbered densely) and iPinYou (fields by position): the best validation logloss "
+     "(10 % of the training rows) of each table lr beside the base rate's, and iPinYou's test AUC (best / AUC); † "
+     "where the divergence guard stopped the run.",
      "PYTHONPATH=. python benchmarks/deep_defaults.py", deep_defaults_table),
     ("scd", "Stochastic coordinate descent to a duality gap",
      "Ridge on a webspam-shaped set (262,938 × 680,715, power-law columns, unit rows) by alac's SCD kernels, "

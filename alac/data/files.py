@@ -15,7 +15,7 @@ from alac.errors import DataError
 # 64 MiB keeps a block's parse arrays (about 3x the text) well inside a laptop's memory while a
 # block still takes ~0.2 s to scan, so per-block overhead stays under 1 %.
 DEFAULT_BLOCK_BYTES = 64 << 20
-# The longest line a data file may have: a LIBSVM row of a million entries takes about 15 MB; a
+# The longest line a data file may have, far past any row of data (a million LIBSVM entries); a
 # "line" past this is not data (a file without line ends, a device read by mistake).
 MAX_LINE_BYTES = 256 << 20
 

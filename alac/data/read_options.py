@@ -4,6 +4,8 @@ record is one clear error, never a KeyError in a loader later."""
 
 from __future__ import annotations
 
+import torch
+
 from alac.errors import DataError
 
 FORMATS = ("libsvm", "libffm", "criteo", "table", "synthetic")
@@ -20,6 +22,15 @@ _ENTRIES = {
 
 def _positive(value):
     return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def check_feature_ids(feature_ids, n_features, where):
+    """feature_ids (the files' ids of a renumbered space, alac.data.compact) if they are None or one
+    int64 id per feature; else a DataError naming `where`."""
+    if feature_ids is not None and not (isinstance(feature_ids, torch.Tensor) and feature_ids.dtype == torch.int64
+                                        and tuple(feature_ids.shape) == (n_features,)):
+        raise DataError("its feature ids are not one int64 id per feature", path=where)
+    return feature_ids
 
 
 def check_read_options(options, where):

@@ -17,5 +17,7 @@ def test_an_arm_records_its_start_first_and_best_losses_and_the_report_shows_the
     assert arm["first_valid_logloss"] == arm["valid_logloss"][0]
     assert arm["best_valid_logloss"] == min(arm["valid_logloss"]) and arm["epochs"] == len(arm["valid_logloss"])
     assert 0 < arm["test_auc"] < 1 and not arm["diverged"]
-    text = report({"arms": [{"data": "synthetic", **arm}]})
-    assert "| synthetic | deepfm | 0.05 |" in text and f"{arm['best_valid_logloss']:.4f}" in text
+    text = report({"arms": [{"data": "synthetic", **arm}, {"data": "synthetic", **arm, "lr": 0.1, "diverged": True}]})
+    best = f"{arm['best_valid_logloss']:.4f} / {arm['test_auc']:.4f}"
+    assert "| lr 0.1 | lr 0.05 |" in text
+    assert f"| synthetic | deepfm | {arm['base_valid_logloss']:.4f} | {best} † | {best} |" in text
