@@ -6,7 +6,7 @@ ml-latest-small.
 """
 
 # AdaGrad (its step does not depend on the features' scale) and plain SGD (better where rare features
-# dominate: ipinyou) raced on the validation data, the better kept (alac.race)
+# dominate: ipinyou) raced on the validation data, the better kept (alac.train.race)
 OPTIMIZER = "auto"
 BATCH_SIZE = 1024
 # The most epochs; early stopping on validation data usually ends training sooner.

@@ -200,7 +200,7 @@ class Adam(Optimizer):
     a digit for every decade of 1 - beta (2e-5 relative for beta2 = 0.999 after 3 steps). 1 - beta
     itself comes from the host (complements): traced as 1 - h.beta, the step simplified to
     1 + beta c - beta, whose rounding on an H100 (FMA) moved alac.nn's tables 1e-5 from the torch
-    programs' (tests/test_nn_kernels.py)."""
+    programs' (tests/nn/test_kernels.py)."""
 
     name = "adam"
     state = {"m": 0.0, "v": 0.0, "correction1": 0.0, "correction2": 0.0}

@@ -6,15 +6,15 @@ from dataclasses import dataclass
 
 from alac.codegen.variants import KernelVariant
 from alac.errors import OptionError
-from alac.runtime.line_spread import SPREAD_LINES
+
+# lines spread by default (sync plans): 256, 1024 and 4096 lines ran LR and FM sync epochs within 1 % of
+# each other on an H200 (flow.py's sync arms through a spread feature order, 2026-11-26; none: 1.2-1.6x
+# slower); benchmarks/sync_resident.py measures 1024 against none
+SPREAD_LINES = 1024
 
 
 def _power_of_two(n):
     return n >= 1 and n & (n - 1) == 0
-
-
-def next_power_of_two(n):
-    return 1 << max(0, (n - 1).bit_length())
 
 
 @dataclass(frozen=True)
@@ -70,11 +70,11 @@ class Plan:
     # 24.2 ms, FM k = 16 37.5 against 42.2, results identical; a hand-written LR kernel 17.6).
     prefetch_chunks: bool = True
     # Trainer: the ids of the 32 x N most frequent features after the hot segment renumbered so that the
-    # N most frequent start N different cache lines (alac.runtime.line_spread); None: SPREAD_LINES for
+    # N most frequent start N different cache lines (alac.runtime.movement.line_spread); None: SPREAD_LINES for
     # sync, 0 for async (whose lock-free epochs converged worse with it: BENCHMARKS.md, not kept).
     spread_lines: int | None = None
     # Sync only: no floating-point atomics, gradients summed per feature in a fixed order, so runs
-    # repeat bit for bit (alac.runtime.deterministic).
+    # repeat bit for bit (alac.runtime.execution.deterministic).
     deterministic: bool = False
     # Edge slots per step of a program's edge loop (the S of its [S, C] tiles); None: the schedule's.
     slots_per_step: int | None = None
@@ -82,10 +82,10 @@ class Plan:
     # kernels through mapped memory: (name, "host") pairs; every other param is on the device.
     placement: tuple = ()
     # Bytes of GPU memory the training data may take; a layout larger than this (or than the GPU's
-    # free memory when None) is streamed from pinned host memory in blocks (alac.runtime.streams).
+    # free memory when None) is streamed from pinned host memory in blocks (alac.runtime.movement.streams).
     memory_budget: int | None = None
     # Rows over the GPU budget for them: "auto" (the planner's cheaper of the two), "hybrid_hash" (a
-    # cache of the budget, alac.runtime.hybrid_hash) or "fae" (FAE's hot table, alac.runtime.placement).
+    # cache of the budget, alac.runtime.rows.hybrid_hash) or "fae" (FAE's hot table, alac.runtime.rows.fae).
     param_mode: str = "auto"
 
     def __post_init__(self):

@@ -8,7 +8,7 @@ of the same data, in one process.
 Per edge, an async epoch gathers the edge's params and adds its change to them atomically; with a
 hot segment, hot edges (re-indexed id < H) add into their program's own sums instead (flushed
 later; the flushes are left out here, 3 % of the LR epoch in async_breakdown). The flat kernels
-(alac.runtime.roofline.edge_traffic)
+(alac.runtime.planning.roofline.edge_traffic)
 make those accesses alone and in the kernel's combinations, for LR's w (one float per feature) and
 FM's v (K floats per feature, the generated kernel's 16-byte vector loads and atomics), and, to
 show why the updates are atomic, plain stores of the read-modify-written value (lock-free Hogwild
@@ -31,7 +31,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from alac.runtime.roofline import (
+from alac.runtime.device.timing import gpu_milliseconds
+from alac.runtime.planning.roofline import (
     ATOMIC_ALL,
     ATOMIC_COLD,
     ATOMIC_HOT,
@@ -40,7 +41,6 @@ from alac.runtime.roofline import (
     STORE_COLD,
     run_traffic,
 )
-from alac.runtime.timing import gpu_milliseconds
 from benchmarks.report import environment, table, write
 
 # launches timed per traffic kind (median), after one warm-up
@@ -76,8 +76,8 @@ def measure_traffic(train, plan, model, factor, hot_size):
     with as many copies of the hot sums as the plan's async programs."""
     import torch
 
-    from alac.runtime.layout import LayoutOptions, build_layout
-    from alac.runtime.schedule import async_programs
+    from alac.runtime.execution.schedule import async_programs
+    from alac.runtime.movement.layout import LayoutOptions, build_layout
 
     layout = build_layout(train, LayoutOptions(chunk_size=plan.chunk_size, hot_size=hot_size), train.device)
     copies = async_programs(plan, layout)
@@ -143,10 +143,10 @@ def counter_child(rows, cases_path):
 
     from alac.models import zoo_model
     from alac.plan import Plan
-    from alac.runtime.layout import LayoutOptions, build_layout
-    from alac.runtime.planner import hot_size_for_data
-    from alac.runtime.schedule import async_programs
-    from alac.train import Trainer
+    from alac.runtime.execution.schedule import async_programs
+    from alac.runtime.movement.layout import LayoutOptions, build_layout
+    from alac.runtime.planning.planner import hot_size_for_data
+    from alac.train.trainer import Trainer
     from benchmarks.flow import synthetic_train_valid
     from benchmarks.nsight import profiled
 
@@ -211,7 +211,7 @@ def main():
     import torch
 
     from alac.plan import Plan
-    from alac.runtime.planner import hot_size_for_data
+    from alac.runtime.planning.planner import hot_size_for_data
     from benchmarks.flow import alac_arm, synthetic_train_valid
 
     train, valid = synthetic_train_valid(args.rows, 500_000, "cuda", 0)

@@ -53,8 +53,8 @@ def load_sets(folder):
 
 def run_arm(model, lr, train, valid, test, device):
     from alac import metrics
-    from alac.deep_train import DeepSettings, DeepTrainer
-    from alac.divergence import TrainingDiverged, base_rate_loss
+    from alac.train.deep import DeepSettings, DeepTrainer
+    from alac.train.divergence import TrainingDiverged, base_rate_loss
 
     trainer = DeepTrainer(DeepSettings(model=model, lr=lr, epochs=15, seed=SEED), device)
     diverged = False

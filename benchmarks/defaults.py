@@ -2,10 +2,10 @@
 
     PYTHONPATH=. python benchmarks/defaults.py [--data ../shared/data] [--backend triton] [--out DIR]
 
-Every run trains as `alac train` does (alac.zoo.train_model): at most --epochs epochs, early stopping
+Every run trains as `alac train` does (alac.cli.train.train_model): at most --epochs epochs, early stopping
 (patience) on a validation split of the training rows (10 %, seed 0), the best epoch kept, then the
 test set scored. "defaults" passes nothing but the model (and --loss squared for ratings): optimizer
-auto, AdaGrad and SGD raced on the validation split (alac.race), the winner of each seed recorded. The sweep
+auto, AdaGrad and SGD raced on the validation split (alac.train.race), the winner of each seed recorded. The sweep
 (the "tuned" arm) crosses the optimizers sgd, adagrad, ftrl and adam with three learning rates each
 (SWEEP below) and, for FM, factor sizes 8 and 16 and L2 coefficients 0 and 0.01; "tuned" is the run
 with the best validation metric (AUC, or RMSE for ratings), scored on the test set. Its "oracle" is
@@ -76,8 +76,8 @@ def load_sets(folder, names):
 def train_once(module, argv, train, test, backend, seed=0):
     """One `alac train` run: (test metrics, validation metrics, epochs, seconds, diverged, the optimizer
     that trained the model kept)."""
-    from alac.cli_data import TrainingData, with_validation_split
-    from alac.zoo import parse_arguments, train_model
+    from alac.cli.data import TrainingData, with_validation_split
+    from alac.cli.train import parse_arguments, train_model
 
     args = parse_arguments(module, [*argv, "--backend", backend, "--seed", str(seed)])
     if args.normalize:

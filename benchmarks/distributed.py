@@ -1,4 +1,4 @@
-"""Several GPUs through torch.distributed (alac.runtime.distributed); run under torchrun:
+"""Several GPUs through torch.distributed (alac.runtime.ranks.distributed); run under torchrun:
 `PYTHONPATH=. torchrun --nproc-per-node 2 benchmarks/distributed.py [--parts flow,scd]`;
 a scaling run: `torchrun --nproc-per-node 4 benchmarks/distributed.py --gpus 2 --own-rows
 --flow-rows 256000000` (the first 1, 2 and 4 ranks, each making only its share of the rows).
@@ -6,8 +6,8 @@ a scaling run: `torchrun --nproc-per-node 4 benchmarks/distributed.py --gpus 2 -
 The flow part: async LR and FM k = 16 on the synthetic Criteo-shaped sets (`--flow-rows`, 4M and 64M
 rows), `--flow-epochs` at `--lr` (LR) and `--fm-lr` (FM) with the cost model's plan: one GPU (the
 other ranks waiting), then DataParallelTrainer over the ranks once for each aggregation
-(alac.data_parallel), synchronised once an epoch, and with its tables sharded row-wise over the ranks
-(alac.runtime.sharded_rows, the sequential aggregation: each epoch's rows gathered by all-to-all and
+(alac.train.data_parallel), synchronised once an epoch, and with its tables sharded row-wise over the ranks
+(alac.runtime.rows.sharded, the sequential aggregation: each epoch's rows gathered by all-to-all and
 their changes sent back), all of them or the cold ones only (hybrid: the hot segment replicated, its
 changes all-reduced). Per arm `name`, `ranks`, `ms_per_epoch` (the median of epochs queued back to
 back), `ms_per_epoch_validated` (the median with the validation set evaluated between epochs),
@@ -21,8 +21,8 @@ the default aggregation, the float64 sequential local solver over gloo, against
 ScdSolver(workers=ranks) on rank 0, epoch by epoch; (2) TPA-SCD's Criteo problem, the dual ridge at
 lambda 1e-3 on the Criteo-shaped set of benchmarks/scd.py (200M x 75M, 25-39 entries a row), its rows
 split over the ranks, with the adaptive gamma (TPA-SCD's line search) and the plane search
-(`--scd-aggregations`; alac.runtime.cocoa), to gap 1e-6: seconds (every rank's share taken from the whole set and
-its solver set up, then its epochs), the seconds its collectives took, split into waiting for the
+(`--scd-aggregations`; alac.runtime.solvers.cocoa), to gap 1e-6: seconds (every rank's share taken from
+the whole set and its solver set up, then its epochs), the seconds its collectives took, split into waiting for the
 slowest rank and moving data (one all-reduce of the shared vector's change and one of two sums an
 epoch), the bytes each rank sent. Per arm `name`, `ranks`, `ms_per_epoch`, `gap` per epoch,
 `time_to_gap`, `bytes_communicated`.
@@ -49,11 +49,11 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from alac.data.synthetic import criteo_like
-from alac.data_parallel import DataParallelTrainer
-from alac.runtime.distributed import first_ranks, gloo_ranks, init_ranks
-from alac.runtime.scd import ScdSolver
-from alac.runtime.scd_distributed import DistributedScdSolver
-from alac.train import TrainingDiverged
+from alac.runtime.ranks.distributed import first_ranks, gloo_ranks, init_ranks
+from alac.runtime.solvers.cocoa_ranks import DistributedScdSolver
+from alac.runtime.solvers.scd import ScdSolver
+from alac.train.data_parallel import DataParallelTrainer
+from alac.train.trainer import TrainingDiverged
 from benchmarks.distributed_tables import tables
 from benchmarks.report import environment, merge, write
 from benchmarks.scd import criteo_dual_like, time_to_gap, webspam_like
@@ -72,7 +72,7 @@ def _now():
 def scd_match(args, ranks):
     """The ranks' CoCoA epochs against the virtual workers', gap by gap, for each form: the float64
     sequential local solver on the CPU, over gloo (the GPU kernels' lanes race, so that two runs of
-    them differ; tests/runtime/test_scd_distributed.py checks them under the interpreter)."""
+    them differ; tests/runtime/solvers/test_cocoa_ranks.py checks them under the interpreter)."""
     data = webspam_like(args.rows // 32, args.columns // 32, args.nnz_per_row, 1.0, args.seed)
     cpu = gloo_ranks(ranks)
     arms = []
@@ -100,7 +100,7 @@ def scd_match(args, ranks):
 def scd_criteo(args, ranks, rows, columns, name="scd_dual_ridge_criteo", aggregation="adaptive", max_epochs=None):
     """The Criteo-shaped dual ridge of rows x columns over the ranks to gap 1e-6 (--own-rows: each rank
     makes and is given only its contiguous share of the rows), the ranks' changes aggregated by
-    TPA-SCD's line search (adaptive) or the plane search (subspace; alac.runtime.cocoa)."""
+    TPA-SCD's line search (adaptive) or the plane search (subspace; alac.runtime.solvers.cocoa)."""
     first, count = share_range(rows, ranks.world, ranks.rank) if args.own_rows else (0, rows)
     data = criteo_dual_like(count, columns, 25, 39, args.seed, _device(ranks), first_row=first)
     data.labels = data.labels * 2 - 1
@@ -149,8 +149,8 @@ def flow_plan(model, device, seed):
     first 4M rows: one plan for every arm and every rank."""
     from alac.ir.pipeline import lower
     from alac.plan import Plan
-    from alac.runtime.layout import LayoutOptions, build_layout
-    from alac.runtime.planner import plan_for
+    from alac.runtime.movement.layout import LayoutOptions, build_layout
+    from alac.runtime.planning.planner import plan_for
 
     sample = criteo_like(4_000_000, seed=seed, device=device)
     base = Plan(semantics="async", batch_size=1024, chunk_size=32)
@@ -165,7 +165,7 @@ def median_ms(records):
 
 def flow_arm(name, model, plan, train, valid, args, trained_by, set_rows, **options):
     """Epochs of a DataParallelTrainer over trained_by (one rank's GPU alone, or the first W of the
-    launched ranks: alac.runtime.distributed.first_ranks), after one epoch that compiles the
+    launched ranks: alac.runtime.ranks.distributed.first_ranks), after one epoch that compiles the
     kernels: queued back to back as `alac train` runs them with nothing to evaluate between epochs
     (ms per epoch, the median epoch), then again with the validation set evaluated after each epoch
     (its logloss per epoch, and the median epoch's time with a group of one epoch's start and end in
@@ -288,7 +288,7 @@ def placement_part(args, ranks):
     from alac.data.synthetic import kaggle_like
     from alac.models import zoo_model
     from alac.plan import Plan
-    from alac.runtime.planner import hot_size_for_data
+    from alac.runtime.planning.planner import hot_size_for_data
 
     device, started = _device(ranks), _now()
     if ranks.rank == 0:
@@ -389,7 +389,7 @@ def main():
                         help="also the Criteo-shaped problem this many times larger in rows and columns")
     parser.add_argument("--epochs", type=int, default=30)
     parser.add_argument("--scd-aggregations", default="adaptive,subspace",
-                        help="the Criteo-shaped SCD arms' aggregations (alac.runtime.cocoa)")
+                        help="the Criteo-shaped SCD arms' aggregations (alac.runtime.solvers.cocoa)")
     parser.add_argument("--placement-rows", type=int, default=64_000_000)
     # x32: 1.08 billion feature rows of FM k = 16 with AdaGrad, 82 GB: over an H100's memory
     parser.add_argument("--placement-scale", type=int, default=32)

@@ -1,4 +1,4 @@
-"""How data-parallel ranks' changes combine (alac.data_parallel), measured where the order of steps is
+"""How data-parallel ranks' changes combine (alac.train.data_parallel), measured where the order of steps is
 exact: two gloo ranks on the CPU with the reference backend (an async plan runs there as sequential
 SGD, chunk after chunk), against one process on all the rows, on the synthetic Criteo-shaped set.
 
@@ -24,10 +24,10 @@ import torch.multiprocessing as mp
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from alac.data.synthetic import criteo_like
-from alac.data_parallel import AGGREGATIONS, DataParallelTrainer
 from alac.models import zoo_model
 from alac.plan import Plan
-from alac.runtime.distributed import Ranks, init_ranks
+from alac.runtime.ranks.distributed import Ranks, init_ranks
+from alac.train.data_parallel import AGGREGATIONS, DataParallelTrainer
 from benchmarks.report import environment, table, write
 
 # (model, k, rows, lr): LR at benchmarks/flow.py's lr, FM at its --lr 0.5

@@ -3,9 +3,9 @@
 - speed: FFM k = 4 on the Criteo-shaped synthetic set (`--ffm-rows`, `--ffm-fields` one-hot fields)
   for one epoch, a plain PyTorch FFM (nn.Embedding of F k values per feature with sparse gradients,
   row-wise AdaGrad, the pairs' dot products from one [B, F, F, k] gather) against
-  alac.models.field_aware.FFM (its tables stepped inside backward); ms_per_epoch;
+  alac.nn.field_aware.FFM (its tables stepped inside backward); ms_per_epoch;
 - quality: on iPinYou (16 fields by position) and criteo-tiny (39 Criteo fields hashed into 2^12 ids
-  each, split 70/15/15), FFM against FM trained the same way (alac.deep_train: the FFM of one field is
+  each, split 70/15/15), FFM against FM trained the same way (alac.train.deep: the FFM of one field is
   the FM), their test logloss and AUC at the best validation epoch (early stopping keeps it).
 """
 
@@ -20,8 +20,8 @@ from alac.data import formats, load_libsvm
 from alac.data.field_map import from_positions
 from alac.data.split import hold_out, split
 from alac.data.synthetic import criteo_like
-from alac.deep_train import DeepSettings, DeepTrainer
-from alac.models.field_aware import FFM
+from alac.nn.field_aware import FFM
+from alac.train.deep import DeepSettings, DeepTrainer
 from benchmarks import fields as host
 from benchmarks.fields import MLP_LR, SEED, TABLE_LR, OneHotFields, RowwiseAdagrad, arm, kernels_backend
 
@@ -56,7 +56,7 @@ class PlainFFM(torch.nn.Module):
 
 
 class AlacFFM(OneHotFields):
-    """alac.models.field_aware.FFM on the one-hot ids (no pairs within a field)."""
+    """alac.nn.field_aware.FFM on the one-hot ids (no pairs within a field)."""
 
     def __init__(self, n_features, n_fields, k, device, backend="reference", semantics="sync"):
         super().__init__(FFM(n_features, n_fields, k=k, optimizer="adagrad", lr=TABLE_LR, seed=SEED, device=device,

@@ -17,11 +17,11 @@ their generated kernels (alac.codegen.bag_kernels; *_async: each entry stepped a
 alac_packed_graphed the packed step on the kernels replayed from a CUDA graph (alac.nn's default on
 a GPU, as alac train runs it).
 
-The interleaving ablation (alac.interleave): the packed arm's step in `--micro-batches` micro-batches
+The interleaving ablation (alac.nn.interleave): the packed arm's step in `--micro-batches` micro-batches
 (D), with its lookups on a side stream (K), and both.
 
 DeepFM (k = 16, the same MLP) in plain PyTorch (nn.Embedding with sparse gradients, row-wise AdaGrad)
-against alac.models.deep.DeepFM, `--deepfm-epochs` over the Criteo-shaped synthetic set (39 one-hot
+against alac.nn.deep_models.DeepFM, `--deepfm-epochs` over the Criteo-shaped synthetic set (39 one-hot
 fields, labels from a planted FM; `--deepfm-rows`) and over iPinYou's 16 fields when the shared data
 are present (ALAC_SHARED_DATA or ../shared/data), scored on its held-out rows and test set.
 alac's DeepFM and FFM steps are replayed from CUDA graphs (alac.nn.GraphedStep), as alac train runs
@@ -48,9 +48,9 @@ from alac import metrics
 from alac.counter_random import normal, uniform
 from alac.data import load_libsvm
 from alac.data.synthetic import criteo_like
-from alac.interleave import Interleaving, interleaved_step, split_rows
-from alac.models.deep import DeepFM, mlp
 from alac.nn import GraphedStep, KeyedBags, PackedEmbeddingBags, Table, whole_step
+from alac.nn.deep_models import DeepFM, mlp
+from alac.nn.interleave import Interleaving, interleaved_step, split_rows
 from benchmarks.render import fields_table
 from benchmarks.report import environment, merge, write
 
@@ -112,7 +112,7 @@ class PerField(torch.nn.Module):
 
 class GraphedSteps:
     """A model whose train_step replays a CUDA graph of the whole step on a GPU (alac.nn.GraphedStep),
-    as alac.deep_train trains: Adam steps on the GPU inside the graph (capturable)."""
+    as alac.train.deep trains: Adam steps on the GPU inside the graph (capturable)."""
 
     _graphed = None
 
@@ -130,7 +130,7 @@ class GraphedSteps:
 
 class Packed(GraphedSteps, torch.nn.Module):
     """alac's packed tables (one SparseAggregate per dim), concatenated into the same MLP; a step
-    interleaved as `interleaving` says (alac.interleave: D micro-batches, K a side stream), or
+    interleaved as `interleaving` says (alac.nn.interleave: D micro-batches, K a side stream), or
     replayed from a CUDA graph (graphed)."""
 
     def __init__(self, shapes, device, interleaving=None, backend="reference", graphed=False):
@@ -165,7 +165,7 @@ class Packed(GraphedSteps, torch.nn.Module):
 
     def train_step(self, optimizers, ids, labels):
         """One step replayed from a graph, or in the interleaved schedule (the same result as _step's,
-        tests/test_interleave.py)."""
+        tests/nn/test_interleave.py)."""
         if self.graphed:
             self.graphed_step(optimizers, ids, labels)
             return
@@ -301,7 +301,7 @@ class PlainDeepFM(torch.nn.Module):
 
 class OneHotFields(GraphedSteps, torch.nn.Module):
     """An alac field model (self.model) on one-hot ids [B, F], given to it as CSR with the field of
-    every entry, trained as alac.deep_train trains it: each step replayed from a CUDA graph on a GPU
+    every entry, trained as alac.train.deep trains it: each step replayed from a CUDA graph on a GPU
     (alac.nn.GraphedStep). The benchmark's ids are valid by construction: its tables skip the
     per-batch host check (nn.Embedding's own index check is a device-side assert, no round trip)."""
 
@@ -310,7 +310,7 @@ class OneHotFields(GraphedSteps, torch.nn.Module):
         self.model = model
         self.model.tables.check_batches = False
 
-    own_step = True        # replayed from a graph, as alac.deep_train trains
+    own_step = True        # replayed from a graph, as alac.train.deep trains
 
     def train_step(self, optimizers, ids, labels):
         self.graphed_step(optimizers, ids, labels)
@@ -328,7 +328,7 @@ def kernels_backend(args):
 
 
 class AlacDeepFM(OneHotFields):
-    """alac.models.deep.DeepFM: the same architecture, its tables stepped by AdaGrad inside backward."""
+    """alac.nn.deep_models.DeepFM: the same architecture, its tables stepped by AdaGrad inside backward."""
 
     def __init__(self, n_features, n_fields, k, device, backend="reference"):
         super().__init__(DeepFM(n_features, n_fields, k=k, hidden=HIDDEN, optimizer="adagrad", lr=TABLE_LR,

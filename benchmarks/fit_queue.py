@@ -85,8 +85,8 @@ def main():
     from alac.data.synthetic import criteo_like
     from alac.models import zoo_model
     from alac.plan import Plan
-    from alac.runtime.planner import hot_size_for_data
-    from alac.train import Trainer
+    from alac.runtime.planning.planner import hot_size_for_data
+    from alac.train.trainer import Trainer
 
     results = []
     for rows in [int(r) for r in args.rows.split(",")]:

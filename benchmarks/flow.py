@@ -20,7 +20,7 @@ Arms (same data, same lr on the batch-mean gradient, zero or seeded init):
   cuWide Fig. 16 ablation (in async the per-program sums are the replicas).
 Per arm: ms per epoch (median), G non-zeros per second, the fraction of the measured copy bandwidth
 that the bytes it must read represent, an async arm's epoch against the floor of the accesses it
-must make (alac.runtime.roofline: flat kernels of the same gathers and additions; its roofline line
+must make (alac.runtime.planning.roofline: flat kernels of the same gathers and additions; its roofline line
 printed), validation logloss after every epoch, and the training time to reach the target (the
 sync batch-1024 validation logloss after all epochs + 0.002).
 `--sync-batches 256 4096 16384` adds the fused sync arm at those batch sizes (time to the target
@@ -40,7 +40,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from alac.runtime.timing import gpu_milliseconds
+from alac.runtime.device.timing import gpu_milliseconds
 from benchmarks.report import environment, result_folders, table, write
 
 
@@ -160,15 +160,15 @@ BACKEND = "triton"
 class History(list):
     """(seconds, validation logloss) per epoch; programs and resident_programs: the async kernel's
     launched programs and how many of them the GPU holds at once; roofline: an epoch's accesses
-    (alac.runtime.roofline.plan_roofline) and, on a GPU, their floor (None for sync arms without
+    (alac.runtime.planning.roofline.plan_roofline) and, on a GPU, their floor (None for sync arms without
     edge updates or grid barriers)."""
 
     programs = resident_programs = roofline = None
 
 
 def alac_arm(train, valid, epochs, lr, k, seed, plan, optimizer="sgd"):
-    from alac.runtime.roofline import plan_roofline
-    from alac.train import Trainer
+    from alac.runtime.planning.roofline import plan_roofline
+    from alac.train.trainer import Trainer
 
     model = _model(k)
     trainer = Trainer(model, lr=lr, plan=plan, backend=BACKEND, device=train.device, seed=seed, optimizer=optimizer)
@@ -204,8 +204,8 @@ def _model(k):
 def _tuned_plan(train, k, seed, base, lr):
     """Autotune C and warps of an async hot-segment plan (H from the cost model for each C, within the
     planner's cap on the programs' sums; max_in_flight and the flush period fixed) on one epoch each."""
-    from alac.runtime.planner import autotune, hot_size_for_data
-    from alac.train import Trainer
+    from alac.runtime.planning.planner import autotune, hot_size_for_data
+    from alac.train.trainer import Trainer
 
     candidates = []
     for chunk_size in (16, 32, 64):
@@ -226,8 +226,8 @@ def _tuned_plan(train, k, seed, base, lr):
 def run_arms(args, train, valid, k):
     from alac.ir.pipeline import lower
     from alac.plan import Plan
-    from alac.runtime.layout import LayoutOptions, build_layout
-    from alac.runtime.planner import plan_for
+    from alac.runtime.movement.layout import LayoutOptions, build_layout
+    from alac.runtime.planning.planner import plan_for
 
     # C = 8 for sync (results/sync_resident.md) and 32 for async (the plan sweep, results/flow_sweep.md)
     b1024 = Plan(batch_size=1024, kernels="fused", chunk_size=8)
@@ -305,7 +305,7 @@ def _summarize(name, history, train):
 
 
 def _times_floor(result):
-    """An arm's epoch against the floor of its accesses (alac.runtime.roofline)."""
+    """An arm's epoch against the floor of its accesses (alac.runtime.planning.roofline)."""
     floor = (result.get("roofline") or {}).get("floor_ms")
     return f"{result['ms_per_epoch'] / floor:.2f}× ({floor:.2f} ms)" if floor else "-"
 
@@ -338,8 +338,8 @@ def scaling(args, k):
     with fixed shares per program and with the chunk queue)."""
     from alac.data.synthetic import criteo_like
     from alac.plan import Plan
-    from alac.runtime.planner import hot_size_for_data
-    from alac.train import Trainer
+    from alac.runtime.planning.planner import hot_size_for_data
+    from alac.train.trainer import Trainer
 
     rows_list = [int(r) for r in args.scaling.split(",")]
     out = []
@@ -375,8 +375,8 @@ def real_data(args, k):
     """Test AUC of sync (batch 1024) and async on the shared real sets (ipinyou, 20news)."""
     from alac.data import load_libsvm_files
     from alac.plan import Plan
-    from alac.runtime.planner import hot_size_for_data
-    from alac.train import Trainer
+    from alac.runtime.planning.planner import hot_size_for_data
+    from alac.train.trainer import Trainer
 
     sets = [("ipinyou", "ipinyou/train.fm.txt", "ipinyou/test.fm.txt", False, 1.0, 1024),
             ("20news", "20news/20news.binary.train.svm", "20news/20news.binary.test.svm", True, 2.0, 128)]
@@ -428,7 +428,7 @@ def main():
     elif args.real_data:
         name += "_real_data"
 
-    from alac.runtime.planner import measure_access_costs
+    from alac.runtime.planning.planner import measure_access_costs
 
     env = environment()
     costs = measure_access_costs() if device == "cuda" else None

@@ -52,8 +52,9 @@ def tile_settings(k):
     """FM k's async edge tiles: chunk sizes 8, 16 and 32, [S, C] tiles of 2,048 to 16,384 values with
     the factor block, at the automatic warp count and twice it, each with the cost model's hot segment;
     S = 64 holds a whole 39-edge row (ONE_TILE: the apply pass gathers no params again)."""
-    from alac.plan import Plan, next_power_of_two
-    from alac.runtime.schedule import warps_for_tile
+    from alac.codegen.manifest import next_power_of_two
+    from alac.plan import Plan
+    from alac.runtime.execution.schedule import warps_for_tile
 
     lanes = next_power_of_two(k)
     # the planner's own tile (S and warps left automatic) first
@@ -99,11 +100,11 @@ def main():
         return
 
     from alac.ir.pipeline import lower
-    from alac.runtime.layout import LayoutOptions, build_layout
-    from alac.runtime.planner import hot_size_from_costs, measure_access_costs, plan_for, rows_per_flush
-    from alac.runtime.roofline import epoch_roofline
-    from alac.runtime.schedule import async_programs, slots_per_step, warps_for_tile
-    from alac.train import Trainer
+    from alac.runtime.execution.schedule import async_programs, slots_per_step, warps_for_tile
+    from alac.runtime.movement.layout import LayoutOptions, build_layout
+    from alac.runtime.planning.planner import hot_size_from_costs, measure_access_costs, plan_for, rows_per_flush
+    from alac.runtime.planning.roofline import epoch_roofline
+    from alac.train.trainer import Trainer
 
     train, valid = synthetic_train_valid(args.rows, args.valid_rows, "cuda")
     results, floors = [], {}
@@ -157,7 +158,7 @@ def main():
 
 
 def _write(args, results):
-    from alac.runtime.planner import l2_cache_bytes
+    from alac.runtime.planning.planner import l2_cache_bytes
 
     env = environment()
     payload = {"device": env["device"], "environment": env, "arguments": vars(args), "results": results}
@@ -177,7 +178,7 @@ def sweep_markdown(payload):
         f"Plan sweep, {args['rows']:,} × 39 synthetic rows, {env['device']}, triton {env['triton']}, {env['date']}: "
         f"median ms per epoch of epochs 2-{args['epochs']} (the first compiles), validation logloss after "
         f"{args['epochs']} epochs (LR lr {args['lr']}, FM lr {args['fm_lr']}, k = 16 where no k is given); x its "
-        "floor: against flat kernels of the same accesses (alac.runtime.roofline).", "",
+        "floor: against flat kernels of the same accesses (alac.runtime.planning.roofline).", "",
         table(["model", "k", "semantics", "C", "S", "warps", "programs", "H", "hot sums MB", "flush every",
                "ms / epoch", "x its floor", "val logloss"],
               [[r["model"], r.get("k") or "-", r["semantics"], r["chunk_size"], r["slots"], r["warps"], r["programs"],

@@ -5,7 +5,7 @@
 Compiles the async kernel of FM k (hot segment on) for each tile of benchmarks/flow_sweep.py --tiles
 with alac.codegen.registers (Triton's PTX, the ptxas Triton ships): registers a thread and bytes spilled
 to local memory. No GPU is needed, so tile choices can be screened before GPU time is
-spent; the registers also bound how many programs a multiprocessor holds (alac.runtime.schedule).
+spent; the registers also bound how many programs a multiprocessor holds (alac.runtime.execution.schedule).
 """
 
 from __future__ import annotations

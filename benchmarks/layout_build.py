@@ -23,7 +23,7 @@ from benchmarks.report import environment, table, write
 
 def _timed(function, device):
     """(wall seconds, result): the CPU and the GPU build timed alike, by the host clock (the GPU's
-    kernel-only timer, alac.runtime.timing, would leave the CPU side out)."""
+    kernel-only timer, alac.runtime.device.timing, would leave the CPU side out)."""
     if device == "cuda":
         torch.cuda.synchronize()
     started = time.perf_counter()
@@ -42,7 +42,7 @@ def main():
     args = parser.parse_args()
 
     from alac.data.synthetic import criteo_like
-    from alac.runtime.layout import LayoutOptions, build_layout
+    from alac.runtime.movement.layout import LayoutOptions, build_layout
 
     options = LayoutOptions(chunk_size=args.chunk_size, hot_size=args.hot_size)
     devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])

@@ -46,7 +46,7 @@ def main():
     args = parser.parse_args()
 
     from alac.plan import Plan
-    from alac.runtime.planner import hot_segment_for_data
+    from alac.runtime.planning.planner import hot_segment_for_data
 
     train, valid = synthetic_train_valid(args.rows, args.valid_rows, "cuda")
     # the zoo defaults: LR 1.0, FM 0.5; SGD itself runs at the tuned sync rates of the flow benchmark

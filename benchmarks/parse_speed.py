@@ -52,7 +52,7 @@ def main():
     from sklearn.datasets import load_svmlight_file
 
     from alac.data import load_libsvm
-    from alac.runtime.layout import LayoutOptions, load_layout
+    from alac.runtime.movement.layout import LayoutOptions, load_layout
 
     inputs = [("a9a", Path(args.data) / "a9a/a9a", 123),
               ("20news", Path(args.data) / "20news/20news.binary.train.svm", 55661)]

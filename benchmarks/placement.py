@@ -9,10 +9,10 @@ Criteo Kaggle set, 33.8M feature rows, Zipf ids per field), FM k = 16 with AdaGr
 --batch-size, one process on one GPU. Arms:
 - all_gpu: every row (params and AdaGrad state, 136 bytes) on the GPU;
 - hybrid_hash: mixed batches on a GPU cache of --budget-mb (3/4 hot store, 1/4 staging for a
-  segment's misses) in front of the table in pinned host memory (alac.runtime.hybrid_hash);
-- fae: the FAE threshold search fills the budget with hot rows (alac.runtime.profiler), pure hot
+  segment's misses) in front of the table in pinned host memory (alac.runtime.rows.hybrid_hash);
+- fae: the FAE threshold search fills the budget with hot rows (alac.runtime.rows.profiler), pure hot
   batches on the GPU, cold ones on the table in pinned host memory through mapped pointers
-  (alac.runtime.placement), swaps copying the hot rows changed since the last one, at R(50) for every
+  (alac.runtime.rows.fae), swaps copying the hot rows changed since the last one, at R(50) for every
   budget and R(100)/R(1)/dynamic at --schedules-at-mb, where R(1) also copies the whole hot set;
 - pytorch_host_table: PyTorch's nn.EmbeddingBag (w) and nn.Embedding (v) in pinned host memory
   with sparse AdaGrad on the CPU, the FM's interactions on the GPU (FAE's baseline), timed over
@@ -42,11 +42,9 @@ from alac import metrics
 from alac.data.synthetic import KAGGLE_CARDINALITIES, kaggle_like
 from alac.models import zoo_model
 from alac.plan import Plan
-from alac.runtime.cached_executor import calibrate_kernels
-from alac.runtime.executor import Executor, LabelMap
-from alac.runtime.hybrid_hash import SIDE_MULTIPROCESSORS, CacheShape, HybridHash, working_plan
-from alac.runtime.layout import LayoutOptions, build_layout
-from alac.runtime.param_planner import (
+from alac.runtime.execution.executor import Executor, LabelMap
+from alac.runtime.movement.layout import LayoutOptions, build_layout
+from alac.runtime.planning.param_planner import (
     batches_of,
     cache_shape_for,
     choose_placement,
@@ -54,8 +52,10 @@ from alac.runtime.param_planner import (
     hot_inputs,
     measure_mapped_costs,
 )
-from alac.runtime.placement import FULL_RATE, START_RATE, FaeTables, ShuffleScheduler, fae_data
-from alac.runtime.profiler import access_counts, classify_inputs, hot_features, threshold_for_budget
+from alac.runtime.rows.cached_executor import calibrate_kernels
+from alac.runtime.rows.fae import FULL_RATE, START_RATE, FaeTables, ShuffleScheduler, fae_data
+from alac.runtime.rows.hybrid_hash import SIDE_MULTIPROCESSORS, CacheShape, HybridHash, working_plan
+from alac.runtime.rows.profiler import access_counts, classify_inputs, hot_features, threshold_for_budget
 from benchmarks.flow import PyTorchFM, _fm_logits
 from benchmarks.render import tables_over_budget_table
 from benchmarks.report import RESULTS, environment, write
@@ -133,7 +133,7 @@ def _cache_breakdown(cache):
 
 
 def _cache_shape(data, budget_mb, args):
-    """The planner's cache of the budget (alac.runtime.param_planner): a quarter staging, a batch at least."""
+    """The planner's cache of the budget (alac.runtime.planning.param_planner): a quarter staging, a batch at least."""
     return cache_shape_for(budget_mb * 2**20, ROW_BYTES, args.batch_size * int(data["train"].row_lengths().max()))
 
 
@@ -225,8 +225,8 @@ def fae(data, budget_mb, schedule, args, dirty_only=True):
 def fae_trainer(data, budget_mb, args):
     """FAE as alac train runs it (the Trainer's FaeExecutor: the budget's most accessed rows hot, the
     schedule steered by the validation loss), the budget on top of the resident layout."""
-    from alac.runtime.planner import layout_bytes
-    from alac.train import Trainer
+    from alac.runtime.planning.planner import layout_bytes
+    from alac.train.trainer import Trainer
 
     train, valid = data["train"], data["valid"]
     plan = dataclasses.replace(data["plan"], memory_budget=layout_bytes(train, data["plan"].chunk_size)
@@ -353,7 +353,7 @@ def big_run(args):
     """A model larger than the GPU through the Trainer (alac train's path): the Kaggle-shaped fields
     each args.big_scale times larger, rows and AdaGrad state in pinned host memory, a GPU budget of
     args.big_budget_gb; the planner's forecast (its kernels timed on the cache) against the epochs."""
-    from alac.train import Trainer
+    from alac.train.trainer import Trainer
 
     memory = {}
 

@@ -23,7 +23,7 @@ import triton.language as tl
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from alac.runtime.timing import gpu_milliseconds
+from alac.runtime.device.timing import gpu_milliseconds
 from benchmarks.report import environment, table, write
 
 # ids per program: 1,024 keeps a few thousand programs in flight on 16M accesses

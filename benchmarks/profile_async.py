@@ -22,8 +22,8 @@ def main():
     from alac.data.synthetic import criteo_like
     from alac.models import zoo_model
     from alac.plan import Plan
-    from alac.runtime.planner import hot_size_for_data
-    from alac.train import Trainer
+    from alac.runtime.planning.planner import hot_size_for_data
+    from alac.train.trainer import Trainer
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--k", type=int, default=0, help="FM's factors (0: LR)")

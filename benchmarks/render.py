@@ -314,7 +314,7 @@ SECTIONS = [
     ("flow_tiles", "FM's async edge tiles against their floors",
      "Async FM (the cost model's hot segment) at k = 16, 32 and 64 over chunk sizes 8, 16 and 32, [S, C] edge tiles "
      "of 2,048 to 16,384 values with the factor block and two warp counts, each against flat kernels of its own "
-     "accesses (alac.runtime.roofline); the planner's automatic tile and the fastest.",
+     "accesses (alac.runtime.planning.roofline); the planner's automatic tile and the fastest.",
      "PYTHONPATH=. python benchmarks/flow_sweep.py --tiles 16,32,64 --epochs 4", tiles_table),
     ("flow_hot", "Async FM's hot segment against the L2",
      "Async FM (C = 32, flush every 8 chunks) at k = 16, 32 and 64 with H hot features summed in each of the 528 "
@@ -378,7 +378,7 @@ SECTIONS = [
      "primal and dual (and the wild, non-atomic control), the float64 sequential solver, scikit-learn's Ridge and "
      "Snap ML's GPU solver, primal and dual (alac's seconds include its setup, the data onto the GPU); dual "
      "logistic and hinge on a9a and w8a beside LIBLINEAR's test AUC, ridge on 20news, CoCoA's virtual workers "
-     "(averaging, TPA-SCD's adaptive line search, the plane search of alac.runtime.cocoa); "
+     "(averaging, TPA-SCD's adaptive line search, the plane search of alac.runtime.solvers.cocoa); "
      "TPA-SCD's Criteo problem (dual ridge, 200M × 75M Criteo-shaped) against its bytes and flat access kernels.",
      "PYTHONPATH=. python benchmarks/scd.py --parts webspam --epochs 200; the same with --parts real; with --parts "
      "workers --device cpu; with --parts criteo --epochs 30",
@@ -391,7 +391,7 @@ SECTIONS = [
      "aggregation (sequential: each row's "
      "summed changes scaled to what sequential SGD would make of them), Δ the validation logloss against one "
      "GPU's after the same epochs, per aggregation (rows: each feature row's changes averaged over the ranks "
-     "that changed it); the tables replicated, sharded row-wise over the ranks (alac.runtime.sharded_rows) "
+     "that changed it); the tables replicated, sharded row-wise over the ranks (alac.runtime.rows.sharded) "
      "or hybrid (the hot segment replicated, the cold rows sharded), where a run has them. SCD: CoCoA over "
      "the ranks against the "
      "virtual workers (float64 sequential local solvers over gloo, 1/32 of the webspam-shaped set, λ 1e-3), and "

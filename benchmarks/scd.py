@@ -1,4 +1,4 @@
-"""Stochastic coordinate descent (alac.runtime.scd) against the sequential solver, scikit-learn's
+"""Stochastic coordinate descent (alac.runtime.solvers.scd) against the sequential solver, scikit-learn's
 Ridge and Snap ML, side by side in one process: time to a duality gap.
 
     PYTHONPATH=. python benchmarks/scd.py --out $OUT        # GPU: the webspam-shaped set, real data, workers
@@ -47,8 +47,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from alac import metrics
 from alac.data.dataset import SparseDataset
-from alac.runtime import duality
-from alac.runtime.scd import ScdSolver, with_constant_feature
+from alac.runtime.solvers import duality
+from alac.runtime.solvers.scd import ScdSolver, with_constant_feature
 from benchmarks.report import environment, write
 from benchmarks.scd_tables import GAPS, scd_table
 
@@ -85,7 +85,7 @@ def criteo_dual_like(rows, columns, min_nnz, max_nnz, seed, device, first_row=0,
     planted logistic model (weights N(0, 0.3^2) on the ids, the same for any range). Each block of
     block_rows rows is drawn by its own generator, so that billions of entries need no temporaries
     of their size and each rank can make only its rows."""
-    from alac.runtime.compressed import CompressedAxis, CompressedMatrix
+    from alac.runtime.solvers.compressed import CompressedAxis, CompressedMatrix
 
     blocks = range(first_row // block_rows, -(-(first_row + rows) // block_rows))
 
@@ -230,7 +230,7 @@ def webspam_part(args, backend):
                  scd_arm("alac_wild", data, args, form="primal", l2=l2, backend=backend, wild=True,
                          device=args.device) if backend != "sequential" else None,
                  scd_arm("alac_dual", data, args, form="dual", l2=l2, backend=backend, device=args.device),
-                 # one worker searching across epochs (alac.runtime.cocoa's plane search)
+                 # one worker searching across epochs (alac.runtime.solvers.cocoa's plane search)
                  scd_arm("alac_plane", data, args, form="primal", l2=l2, backend=backend, device=args.device,
                          aggregation="subspace"),
                  scd_arm("alac_dual_plane", data, args, form="dual", l2=l2, backend=backend, device=args.device,
@@ -284,7 +284,7 @@ def liblinear_auc(loss, train, test):
 
 def workers_part(args):
     """K = 2, 4, 8 virtual workers, averaging, TPA-SCD's adaptive line search and the plane search
-    (alac.runtime.cocoa), to gap 1e-6 in at most 1,000 epochs on a
+    (alac.runtime.solvers.cocoa), to gap 1e-6 in at most 1,000 epochs on a
     webspam-shaped set of 1/32 the rows and columns (sequential local epochs: the aggregation is what
     is measured)."""
     data = webspam_like(args.rows // 32, args.columns // 32, args.nnz_per_row, args.zipf, args.seed + 1)

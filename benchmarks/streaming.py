@@ -6,7 +6,7 @@
 The 4M x 39 synthetic set (benchmarks/flow.py's), async LR and FM k = 16 with the flow's async plan:
 resident (the layout on the GPU), streamed from pinned host memory with the copies of the next
 blocks overlapping the kernels of block i (2, 4 or 8 blocks per budget; ids as int32 or in the
-narrow 16-bit form of alac.runtime.wire), the same without overlap (every copy in the kernels'
+narrow 16-bit form of alac.runtime.movement.wire), the same without overlap (every copy in the kernels'
 stream), and streamed from a block store on disk whose pages are dropped from the page cache before
 every epoch (read at the disk's speed; its read bandwidth also per ring depth and reader threads).
 An arm's epoch time is the median over --time-runs runs of --epochs epochs queued back to back after
@@ -35,7 +35,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from alac.runtime.timing import gpu_milliseconds
+from alac.runtime.device.timing import gpu_milliseconds
 from benchmarks.flow import _model, _seconds, synthetic_train_valid
 from benchmarks.render import streaming_table
 from benchmarks.report import environment, write
@@ -71,7 +71,7 @@ def disk_read_gb_per_s(store):
 
 def ring_sweep(folder):
     """The store's read bandwidth from disk (GB/s) per (ring depth, reader threads)."""
-    from alac.runtime.block_store import DiskBlocks
+    from alac.runtime.movement.block_store import DiskBlocks
 
     sweep = []
     for depth, readers in ((2, 1), (3, 2), (4, 4), (8, 4)):
@@ -126,11 +126,11 @@ def _arm(name, source, streamed, executor, epochs, args, trainer, valid_layout, 
 
 def run_model(k, train, valid, args, bandwidth, disk):
     from alac.plan import Plan
-    from alac.runtime.block_store import DiskBlocks
-    from alac.runtime.executor import Executor
-    from alac.runtime.planner import hot_size_for_data
-    from alac.runtime.streams import StreamedLayout
-    from alac.train import Trainer
+    from alac.runtime.execution.executor import Executor
+    from alac.runtime.movement.block_store import DiskBlocks
+    from alac.runtime.movement.streams import StreamedLayout
+    from alac.runtime.planning.planner import hot_size_for_data
+    from alac.train.trainer import Trainer
 
     base = Plan(semantics="async", batch_size=1024, chunk_size=32)
     plan = Plan(semantics="async", batch_size=1024, chunk_size=32,
@@ -194,8 +194,8 @@ def run_model(k, train, valid, args, bandwidth, disk):
 def timeline(layout, plan, budget, lr, model_labels, args):
     """One streamed LR epoch's copies and kernels per block (ms from the epoch's start), drawn to
     streaming_timeline.png."""
-    from alac.runtime.executor import Executor
-    from alac.runtime.streams import StreamedLayout
+    from alac.runtime.execution.executor import Executor
+    from alac.runtime.movement.streams import StreamedLayout
 
     streamed = StreamedLayout.from_layout(layout, plan.chunks_per_batch, budget, "cuda")
     executor = Executor(_model(0), plan, backend="triton", device="cuda", seed=args.seed)
@@ -229,10 +229,10 @@ def big_run(args, bandwidth):
     """Async LR on more rows than the GPU holds, as pinned blocks made piece by piece: 2 epochs."""
     from alac.data.synthetic import criteo_like
     from alac.plan import Plan
-    from alac.runtime.block_store import pinned_blocks, synthetic_pieces
-    from alac.runtime.layout import LayoutOptions
-    from alac.runtime.planner import hot_size_for_data
-    from alac.train import Trainer
+    from alac.runtime.movement.block_store import pinned_blocks, synthetic_pieces
+    from alac.runtime.movement.layout import LayoutOptions
+    from alac.runtime.planning.planner import hot_size_for_data
+    from alac.train.trainer import Trainer
 
     budget = int(args.big_budget_gb * 2**30)
     sample = criteo_like(4_000_000, seed=args.seed, device="cuda")
@@ -277,8 +277,8 @@ def main():
     parser.add_argument("--disk-dir", default=None, help="where the block store is written (a temporary folder)")
     parser.add_argument("--out", default=os.environ.get("OUT"))
     args = parser.parse_args()
-    from alac.runtime.block_store import synthetic_pieces, write_block_store
-    from alac.runtime.layout import LayoutOptions
+    from alac.runtime.movement.block_store import synthetic_pieces, write_block_store
+    from alac.runtime.movement.layout import LayoutOptions
 
     bandwidth = pinned_gb_per_s()
     train, valid = synthetic_train_valid(args.rows, args.valid_rows, "cuda", args.seed)

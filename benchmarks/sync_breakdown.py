@@ -3,7 +3,7 @@ hot-segment modes side by side.
 
     PYTHONPATH=. python benchmarks/sync_breakdown.py [--rows 4000000] [--out DIR]
 
-1. A kernel of P programs that only meets at N grid barriers (alac.runtime.roofline.
+1. A kernel of P programs that only meets at N grid barriers (alac.runtime.planning.roofline.
    barrier_microseconds): microseconds per barrier, for P = 16, 64 and 132.
 2. LR and FM (k = 16) sync epochs on the synthetic 4M x 39 set: per-batch launches (a CUDA graph)
    or one grid-barrier launch per epoch, each with touched-flag or edge updates (each edge added,
@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from alac.runtime.timing import gpu_milliseconds
+from alac.runtime.device.timing import gpu_milliseconds
 from benchmarks.report import environment, table, write
 
 CONFIGS = {
@@ -56,7 +56,7 @@ def _milliseconds(function):
 
 def _trainer(model_name, k, lr, plan, train, optimizer="sgd"):
     from alac.models import zoo_model
-    from alac.train import Trainer
+    from alac.train.trainer import Trainer
 
     model = zoo_model("fm", k=k) if k else zoo_model(model_name)
     trainer = Trainer(model, lr=lr, plan=plan, backend="triton", device="cuda", seed=0, optimizer=optimizer)
@@ -71,8 +71,8 @@ def main():
     args = parser.parse_args()
 
     from alac.plan import Plan
-    from alac.runtime.planner import hot_segment_for_data
-    from alac.runtime.roofline import barrier_microseconds
+    from alac.runtime.planning.planner import hot_segment_for_data
+    from alac.runtime.planning.roofline import barrier_microseconds
     from benchmarks.flow import synthetic_train_valid
 
     barriers = [{"programs": p, "us_per_barrier": barrier_microseconds(p, "cuda")} for p in (16, 64, 132)]

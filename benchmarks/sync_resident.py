@@ -1,5 +1,5 @@
 """The sync epoch's forms side by side: the ids of the most frequent features in frequency order or
-spread over cache lines (alac.runtime.line_spread), and the epoch kernel's general form or resident
+spread over cache lines (alac.runtime.movement.line_spread), and the epoch kernel's general form or resident
 chunks (alac.codegen.epoch_kernel), with or without the next batch's chunk read before the second
 barrier (Plan.prefetch_chunks), for LR and FM k = 16 at batch 1024 and chunk sizes 16 and 8; and a
 hand-written sync LR kernel of the prefetching design. One process, same data and batches.
@@ -123,9 +123,9 @@ def hand_written_arm(train, valid, epochs, lr, plan):
     """The hand-written kernel on the Trainer's spread layout: (ms per epoch after the first, val
     logloss per epoch)."""
     from alac import metrics
-    from alac.runtime.schedule import batch_scales
-    from alac.runtime.timing import gpu_milliseconds
-    from alac.train import Trainer
+    from alac.runtime.device.timing import gpu_milliseconds
+    from alac.runtime.execution.schedule import batch_scales
+    from alac.train.trainer import Trainer
     from benchmarks import flow
 
     trainer = Trainer(flow._model(0), lr=lr, plan=plan, backend="triton", device=train.device, seed=0,

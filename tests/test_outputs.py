@@ -64,7 +64,7 @@ def test_output_files_are_checked(tmp_path):
 
 def _train(folder, epochs, *options):
     """An `alac train --out folder` of small synthetic data (reference backend); its exit status."""
-    from alac.cli import main
+    from alac.cli.commands import main
 
     return main(["train", "--model", "lr", "--synthetic", "600", "--epochs", str(epochs), "--optimizer", "sgd",
                  "--early-stopping", "none", "--backend", "reference", "--out", str(folder), *options])
@@ -150,7 +150,7 @@ def test_a_stale_staging_folder_of_a_killed_run_is_removed(tmp_path):
     ("x" * 300, "File name too long"),
 ])
 def test_output_folder_names_that_cannot_work_are_one_line(tmp_path, monkeypatch, capsys, name, message):
-    from alac.cli import main
+    from alac.cli.commands import main
 
     monkeypatch.chdir(tmp_path)
     status = main(["train", "--model", "lr", "--synthetic", "300", "--backend", "reference", "--out", name])

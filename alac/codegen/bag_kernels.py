@@ -27,14 +27,13 @@ from dataclasses import dataclass
 from alac.codegen import manifest as m
 from alac.codegen.functions import kernel_source
 from alac.codegen.kernels import _manifest, module_source
-from alac.codegen.manifest import KernelSpec
+from alac.codegen.manifest import KernelSpec, next_power_of_two
 from alac.codegen.param_access import ParamAccess
 from alac.codegen.printer import TRITON, TRITON_FULL_LANES, ExpressionPrinter
 from alac.codegen.variants import KernelVariant
 from alac.codegen.writer import Writer
-from alac.ir.model_ir import delta_name, grad_name
+from alac.ir.names import delta_name, grad_name
 from alac.ir.ranks import binder_ranks, rank_of
-from alac.plan import next_power_of_two
 
 # The call's entries and the bags' dLoss/dAccum: bound per call by the launcher.
 ENTRY_FEATURE = m.Argument("entry_feature_ptr", "entries", "feature", "int64", ("entries",), lifetime="call")

@@ -20,7 +20,7 @@ from alac.codegen import manifest as m
 from alac.codegen.functions import FLOW_CONSTEXPRS, kernel_source
 from alac.codegen.manifest import KernelSpec
 from alac.codegen.writer import Writer
-from alac.ir.model_ir import grad_name
+from alac.ir.names import grad_name
 
 
 class EpochKernel:

@@ -18,7 +18,7 @@ mini-batch barrier); the predict kernel is aggregate + predict.
   state (FTRL's weight) is computed where a cold edge reads it, from states read by atomic
   operations (a load may return an older value; benchmarks/not_kept.json).
 - Deterministic plans: no floating-point atomics; each edge's gradient is stored at its slot and
-  summed in a fixed order by alac.runtime.deterministic.
+  summed in a fixed order by alac.runtime.execution.deterministic.
 - Sync epochs (`plan.grid_barrier`): one persistent kernel runs every batch's kernel groups,
   meeting at grid-wide barriers (`triton_helpers.grid_barrier`), an epoch per launch (one batch
   where a batch must end on the host); edge updates (`plan.edge_updates`) add every cold edge's
@@ -45,14 +45,13 @@ from alac.codegen import manifest as m
 from alac.codegen import triton_helpers
 from alac.codegen.epoch_kernel import EpochKernel
 from alac.codegen.functions import FLOW_CONSTEXPRS, device_function, kernel_source
-from alac.codegen.manifest import GeneratedKernels, KernelSpec
+from alac.codegen.manifest import GeneratedKernels, KernelSpec, next_power_of_two
 from alac.codegen.param_access import ParamAccess
 from alac.codegen.printer import TRITON, TRITON_FULL_LANES, ExpressionPrinter
 from alac.codegen.stages import StageEmitter
 from alac.codegen.writer import Writer
 from alac.ir.ranks import binder_ranks
 from alac.ir.stage_graph import build_stage_graph, kernel_groups
-from alac.plan import next_power_of_two
 
 # Hot features per step of the dense passes over the hot segment (the update kernel's, the async
 # flush): a block of 256 float32 keeps the pass coalesced and small enough for every program count;

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from alac.ir.model_ir import grad_name, l2_name
+from alac.ir.names import grad_name, l2_name
 
-# The model's own tensors (alac.runtime.state.ModelState), bound, never allocated.
+# The model's own tensors (alac.runtime.execution.state.ModelState), bound, never allocated.
 MODEL_ROLES = ("param", "global", "state")
 # Buffers the runtime allocates (zeroed) for a layout from their shape, and keeps between epochs;
 # in this order (benchmarks/flow.py's epoch times were measured with it).
@@ -32,6 +32,10 @@ LIFETIMES = ("model", "layout", "epoch", "launch", "call")
 PLACEMENTS = ("device", "host")
 # (narrow floats: alac.nn's bfloat16 and float16 tables; float64: the SCD kernels' coordinates and shared vector)
 TENSOR_DTYPES = ("float64", "float32", "bfloat16", "float16", "int32", "int64")
+
+
+def next_power_of_two(n):
+    return 1 << max(0, (n - 1).bit_length())
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from alac.codegen import manifest as m
 from alac.codegen.printer import ExpressionPrinter
-from alac.ir.model_ir import LOSS, grad_name
+from alac.ir.names import LOSS, grad_name
 from alac.ir.ranks import rank_of
 
 

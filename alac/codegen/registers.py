@@ -2,7 +2,7 @@
 
 A kernel compiled for an NVIDIA architecture (Triton's PTX, then `ptxas -v`) reports the registers a
 thread takes and the bytes it spills to local memory. Registers bound how many programs a
-multiprocessor holds at once (alac.runtime.schedule.resident_programs); spills turn register traffic
+multiprocessor holds at once (alac.runtime.execution.schedule.resident_programs); spills turn register traffic
 into memory traffic. `alac inspect --registers` and benchmarks/kernel_registers.py print them, so that a
 model's or a tile's register pressure is seen before GPU time is spent.
 """
@@ -78,6 +78,6 @@ def kernel_registers(kernel, constexprs, num_warps, arch=DEFAULT_ARCH):
 
 def generated_registers(generated, module, constants, arch=DEFAULT_ARCH):
     """KernelRegisters of every kernel of a generated module (its training kernels and its predict
-    kernel) with these launch constants (alac.runtime.triton_backend.launch_constants)."""
+    kernel) with these launch constants (alac.runtime.execution.triton_backend.launch_constants)."""
     return [kernel_registers(getattr(module, spec.name), constants, constants["num_warps"], arch)
             for spec in (*generated.train, generated.predict)]

@@ -2,7 +2,7 @@
 over a permutation of the coordinates, program p of P taking its slots p, p + P, p + 2P, ... one
 after the other: P coordinates are in flight at a time. Each step is computed as if its coordinate
 moved alone, so the curvature c_m it divides by is ||a_m||^2 for P = 1 (the exact step) and larger
-with P in flight (alac.runtime.scd.Overlap), so that the steps of coordinates sharing entries
+with P in flight (alac.runtime.solvers.scd.Overlap), so that the steps of coordinates sharing entries
 cannot add up to an overshoot.
 
 For each coordinate m (a column of A for the primal, a row for the dual, with its entries
@@ -22,7 +22,7 @@ epochs and held the gap near 1e-7. The wild variant
 (a negative control, never a solver) adds with a plain load and store: concurrent programs then
 lose each other's updates.
 
-The steps (N rows, scale = N for the primal and lambda N for the dual; see alac.runtime.duality
+The steps (N rows, scale = N for the primal and lambda N for the dual; see alac.runtime.solvers.duality
 for the objectives they minimize):
 - primal, squared loss with l1 and l2 (ridge, lasso, elastic net): the soft-thresholded
   closed form z = S(dot + c x, N l1) / (c + N l2), delta = z - x;

@@ -7,7 +7,7 @@ from __future__ import annotations
 from alac.codegen import manifest as m
 from alac.codegen.functions import assigned_names
 from alac.codegen.writer import Writer
-from alac.ir.model_ir import PREDICTION
+from alac.ir.names import PREDICTION
 
 
 class StageEmitter:

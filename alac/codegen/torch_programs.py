@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 
 from alac.codegen.printer import TORCH, ExpressionPrinter
-from alac.ir.model_ir import l2_name
+from alac.ir.names import l2_name
 from alac.ir.ranks import binder_ranks, flat_rank, rank_of
 
 

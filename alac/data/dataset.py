@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from alac.data.tokens import source_token
 from alac.errors import DataError
 
 
@@ -237,8 +238,6 @@ class SparseDataset:
 
     def entry_token(self, entry):
         """The text of entry `entry` in its file (for error messages), or 'id:value' for arrays."""
-        from alac.data.formats import source_token
-
         row = int(torch.searchsorted(self.indptr.cpu(), torch.tensor(entry), right=True)) - 1
         token = source_token(self.source, row, entry - int(self.indptr[row]),
                              None if self.fields is None else int(self.fields[entry]))

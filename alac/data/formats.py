@@ -7,9 +7,10 @@ import numpy as np
 from alac.cache import DiskCache
 from alac.data import criteo, files, libsvm
 from alac.data.dataset import SparseDataset
+from alac.data.tokens import TEXT_FORMATS
 from alac.errors import DataError
 
-FORMATS = ("libsvm", "libffm", "criteo")
+FORMATS = TEXT_FORMATS
 _OPTIONS = {
     "libsvm": {"n_features", "zero_based"},
     "libffm": {"n_features", "n_fields", "zero_based"},
@@ -94,18 +95,3 @@ def label_summary(labels):
     if classes.size <= 2:
         return ", ".join(f"{c:g}: {n:,} ({100 * n / values.size:.2f}%)" for c, n in zip(classes, counts))
     return f"real-valued, min {values.min():g}, mean {values.mean():g}, max {values.max():g}"
-
-
-def source_token(source, row, position, field):
-    """The file text of the `position`-th entry of `row` (field `field`), or None if unknown."""
-    line = source.line_of_row(row)
-    if line is None or source.path is None or source.format not in FORMATS:
-        return None
-    try:
-        text = files.line_text(source.path, line)
-    except DataError:
-        return None
-    if source.format == "criteo":
-        columns = text.split(b"\t")
-        return columns[field + 1].decode("utf-8", "backslashreplace") if field + 1 < len(columns) else ""
-    return libsvm.feature_token(text, position, 1 if source.format == "libsvm" else 2)

@@ -13,7 +13,6 @@ The exact grammar is in `alac.data.text_scan`.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -21,6 +20,7 @@ import torch
 
 from alac.data import files, text_scan
 from alac.data.dataset import DataSource, SparseDataset
+from alac.data.tokens import feature_token, token_text
 from alac.errors import DataError, OptionError
 
 # Numbers longer than this are converted one by one with float(): no real data set has them, and
@@ -39,10 +39,6 @@ _MESSAGES = {
 _SEPARATORS = frozenset(b" \t\r\n#")
 _FORMAT_NAMES = {1: "libsvm", 2: "libffm"}
 _FEATURE_FORMS = {1: "'id:value'", 2: "'field:id:value'"}
-
-
-def _token_text(raw):
-    return bytes(raw).decode("utf-8", errors="backslashreplace")
 
 
 @dataclass
@@ -81,7 +77,7 @@ def _scan(buf, n_parts, where, first_line):
         slow_capacity = max(2 * slow_capacity, entry_capacity + row_capacity)
     if error != text_scan.OK:
         line = first_line + int(np.count_nonzero(buf[:error_start] == 10))
-        token = _token_text(buf[error_start:error_end])
+        token = token_text(buf[error_start:error_end])
         if error == text_scan.ERR_MALFORMED:
             message = f"malformed feature, expected {_FEATURE_FORMS[n_parts]}"
         else:
@@ -124,7 +120,7 @@ def _convert_slow_numbers(buf, starts, ends, targets, labels, values, where, fir
         while token_start > 0 and buf[token_start - 1] not in _SEPARATORS:
             token_start -= 1
         raise DataError(f"{what} is NaN or infinite (or overflows float32)", path=where, line=line,
-                        token=_token_text(buf[token_start:ends[i]]))
+                        token=token_text(buf[token_start:ends[i]]))
     is_value = targets >= 0
     values[targets[is_value]] = as_float32[is_value]
     labels[-targets[~is_value] - 1] = as_float32[~is_value]
@@ -144,15 +140,6 @@ def _concatenate(blocks):
                          ids=np.concatenate([b.ids for b in blocks]), fields=fields,
                          values=np.concatenate([b.values for b in blocks]),
                          row_lines=np.concatenate([b.row_lines for b in blocks]))
-
-
-def feature_token(line_bytes, position, n_parts):
-    """The `position`-th feature token of a line, as the scanner tokenizes it (error path only)."""
-    tokens = [t for t in re.split(rb"[ \t\r]+", line_bytes.split(b"#", 1)[0]) if t]
-    features = tokens[1:]
-    if n_parts == 1 and features and features[0].startswith(b"qid:"):
-        features = features[1:]
-    return _token_text(features[position])
 
 
 class _Lines:

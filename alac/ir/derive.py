@@ -17,19 +17,8 @@ import sympy as sp
 
 from alac.errors import ModelError
 from alac.ir.functions import FactorSum
-from alac.ir.model_ir import (
-    LOSS,
-    PREDICTION,
-    Definition,
-    X,
-    Y,
-    delta_name,
-    global_grad_name,
-    grad_name,
-    is_lane_expr,
-    l2_name,
-    symbol,
-)
+from alac.ir.model_ir import Definition, is_lane_expr
+from alac.ir.names import LOSS, PREDICTION, X, Y, delta_name, global_grad_name, grad_name, l2_name, symbol
 
 
 def lane_derivative(expr, wrt, lane_symbols):

@@ -17,33 +17,7 @@ from dataclasses import dataclass
 import sympy as sp
 
 from alac.ir.functions import FactorSum
-
-X = sp.Symbol("x", real=True)
-Y = sp.Symbol("y", real=True)
-
-
-def symbol(name):
-    return sp.Symbol(name, real=True)
-
-
-def delta_name(accum):
-    return f"d_{accum}"
-
-
-def global_grad_name(name):
-    return f"dg_{name}"
-
-
-def grad_name(param):
-    return f"grad_{param}"
-
-
-def l2_name(param):
-    return f"l2_{param}"
-
-
-LOSS = "loss"
-PREDICTION = "prediction"
+from alac.ir.names import delta_name, symbol
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ import sympy as sp
 from alac.dsl import Constant, Expr, lift
 from alac.errors import ModelError
 from alac.ir.derive import _program
-from alac.ir.model_ir import symbol
+from alac.ir.names import symbol
 from alac.ir.trace import Namespace
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import sympy as sp
 
 from alac.ir.functions import FactorSum
-from alac.ir.model_ir import delta_name, l2_name
+from alac.ir.names import delta_name, l2_name
 
 RANK_AXES = {"uniform": (), "row": ("row",), "lane": ("row", "lane"), "edge": ("slot", "row"),
              "edge_lane": ("slot", "row", "lane")}

@@ -9,7 +9,8 @@ import sympy as sp
 from alac.dsl import LABEL_KINDS, PREDICTION_KINDS, Expr, Model, lift
 from alac.errors import ModelError
 from alac.ir.functions import FactorSum
-from alac.ir.model_ir import AccumIR, ModelIR, ParamIR, X, Y, symbol
+from alac.ir.model_ir import AccumIR, ModelIR, ParamIR
+from alac.ir.names import X, Y, symbol
 
 _NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*\Z")
 _RESERVED = re.compile(r"(x|y|k|K|BLOCK_K|C|loss|prediction|lane.*|t[spe]?\d+|d_.*|dg_.*|grad_.*|l2_.*)\Z")

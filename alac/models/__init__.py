@@ -26,7 +26,7 @@ ZOO = {
 }
 
 
-# torch modules over alac.nn, trained by alac.deep_train (alac train --model NAME), not DSL models
+# torch modules over alac.nn, trained by alac.train.deep (alac train --model NAME), not DSL models
 FIELD_MODELS = ("deepfm", "dlrm", "ffm", "wide_deep")
 
 

@@ -14,7 +14,7 @@ touched, at the params of that moment: no dense gradient tensor, no separate opt
 tables and optimizer state are buffers (in state_dict, moved by .to()); the model's globals, loss
 and predict are not used and may be left out (the deep part has its own biases and loss); with
 fields, every field of a sample pools into its own bag. The sums and updates run as the
-model's reference programs (vectorized torch gathers and index_add, alac.runtime.reference), the
+model's reference programs (vectorized torch gathers and index_add, alac.runtime.execution.reference), the
 programs every generated kernel is tested against. GraphedStep replays a whole training step
 (forward, the tables' update in backward, the dense optimizer) from a CUDA graph.
 """

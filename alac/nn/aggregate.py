@@ -9,14 +9,14 @@ from dataclasses import dataclass
 import torch
 
 from alac.errors import DataError, OptionError
-from alac.ir.model_ir import delta_name
+from alac.ir.names import delta_name
 from alac.ir.pipeline import lower
 from alac.optimizers import get_optimizer
-from alac.runtime.executor import step_settings
-from alac.runtime.layout import default_device
-from alac.runtime.memory import check_feature_tables
-from alac.runtime.reference import ReferenceBackend
-from alac.runtime.state import ModelState, row_bytes_of
+from alac.runtime.device.memory import check_feature_tables
+from alac.runtime.execution.executor import step_settings
+from alac.runtime.execution.reference import ReferenceBackend
+from alac.runtime.execution.state import ModelState, row_bytes_of
+from alac.runtime.movement.layout import default_device
 
 
 @dataclass
@@ -232,7 +232,7 @@ def _kernels_for(backend, ir, device, dtype):
     if (backend == "triton") != (device.type == "cuda"):
         raise OptionError(f"backend {backend!r} runs on {'a CUDA device' if backend == 'triton' else 'the CPU'}; "
                           f"the tables are on {device}")
-    from alac.runtime.bag_launcher import BagLauncher
+    from alac.runtime.execution.bag_launcher import BagLauncher
 
     return BagLauncher(ir, interpret=backend == "interpret", param_dtype=dtype)
 

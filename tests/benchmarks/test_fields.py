@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from benchmarks import fields
-from tests.runtime.test_streams import DEVICE
+from tests.runtime.movement.test_streams import DEVICE
 
 
 def test_the_many_field_set_is_reproducible_and_of_its_stated_shapes():

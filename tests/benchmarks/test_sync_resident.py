@@ -7,9 +7,9 @@ import torch
 from alac.data.synthetic import criteo_like
 from alac.models import zoo_model
 from alac.plan import Plan
-from alac.runtime.executor import Executor, LabelMap
-from alac.runtime.layout import LayoutOptions, build_layout
-from alac.runtime.schedule import batch_scales
+from alac.runtime.execution.executor import Executor, LabelMap
+from alac.runtime.execution.schedule import batch_scales
+from alac.runtime.movement.layout import LayoutOptions, build_layout
 from benchmarks.sync_resident import resident_epoch
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"

@@ -17,7 +17,7 @@ from alac.codegen.kernels import generate_kernels
 from alac.codegen.scd_kernels import LOSSES, PRIMAL_LOSSES, ScdVariant, generate_scd_kernels
 from alac.codegen.scd_split_kernels import generate_scd_split_kernels
 from alac.ir.pipeline import lower
-from alac.models.deep import FieldTables
+from alac.nn.deep_models import FieldTables
 from alac.plan import Plan
 from tests.zoo_models import ZOO
 

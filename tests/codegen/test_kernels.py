@@ -13,8 +13,8 @@ from alac.dsl import Global, Model, Normal, Param, ops
 from alac.models import zoo_model
 from alac.optimizers import get_optimizer
 from alac.plan import Plan
-from alac.runtime.executor import Executor, LabelMap
-from alac.runtime.layout import LayoutOptions, build_layout
+from alac.runtime.execution.executor import Executor, LabelMap
+from alac.runtime.movement.layout import LayoutOptions, build_layout
 from tests.zoo_models import ZOO
 
 if torch.cuda.is_available() and not interpreter_active():
@@ -232,7 +232,7 @@ def test_async_with_one_program_is_sequential_sgd(model_name, hot_size):
 @pytest.mark.parametrize("semantics", ["sync", "async"])
 def test_64_bit_feature_offsets_equal_the_reference(model_name, semantics, monkeypatch):
     """The WIDE_IDS variant (params of 2**31 values or more) computes the same, forced on here."""
-    from alac.runtime import triton_backend
+    from alac.runtime.execution import triton_backend
 
     monkeypatch.setattr(triton_backend, "WIDE_ID_LIMIT", 1)
     model = ZOO[model_name]()

@@ -12,7 +12,7 @@ from alac.data.arrays import from_csr_arrays
 from alac.dsl import LinearModel, Param, ops
 from alac.optimizers import SGD, Optimizer, get_optimizer
 from alac.plan import Plan
-from alac.runtime.executor import Executor, LabelMap
+from alac.runtime.execution.executor import Executor, LabelMap
 from tests.codegen.test_kernels import ATOL, KERNEL_BACKEND, RTOL, _assert_states_close, awkward_dataset, laid_out
 from tests.zoo_models import ZOO
 
@@ -385,7 +385,7 @@ def test_async_ftrl_with_derived_weights_trains_like_stored_weights():
     states past L1: through it, a stale copy of n beside a fresh z spiked the first epoch (training
     loss 0.74-0.88 against 0.57 with stored weights) in most runs."""
     from alac.data.synthetic import criteo_like
-    from alac.runtime.layout import LayoutOptions, build_layout
+    from alac.runtime.movement.layout import LayoutOptions, build_layout
 
     data = criteo_like(200_000, seed=1, device="cuda")
     layout = build_layout(data, LayoutOptions(chunk_size=32), device="cuda")

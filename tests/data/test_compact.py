@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 import torch
 
-from alac import checkpoint
-from alac.cli import main
+from alac.cli.commands import main
 from alac.data import load_libsvm, load_libsvm_files
 from alac.data.compact import compact_feature_ids
 from alac.data.field_map import from_positions
+from alac.train import checkpoint
 
 
 def test_a_sparse_space_is_renumbered_densely_and_a_dense_one_is_left_alone(tmp_path):

@@ -9,7 +9,7 @@ from alac import ModelError
 from alac.dsl import Global, Model, Normal, Param, ops
 from alac.ir.derive import loss_gradient
 from alac.ir.functions import FactorSum, rewrite_elementary
-from alac.ir.model_ir import X, Y, symbol
+from alac.ir.names import X, Y, symbol
 from alac.ir.pipeline import lower
 from alac.ir.stage_graph import build_stage_graph, kernel_groups
 from tests.zoo_models import ZOO

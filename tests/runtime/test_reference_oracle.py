@@ -9,8 +9,8 @@ import torch
 import torch.nn.functional as F
 
 from alac.plan import Plan
-from alac.runtime.executor import Executor, LabelMap
-from alac.runtime.layout import LayoutOptions, build_layout
+from alac.runtime.execution.executor import Executor, LabelMap
+from alac.runtime.movement.layout import LayoutOptions, build_layout
 from tests.codegen.test_kernels import awkward_dataset
 from tests.zoo_models import ZOO
 
@@ -80,7 +80,7 @@ def test_one_sgd_step_equals_autograd_on_the_hand_written_model(model):
 
 
 def test_rows_are_grouped_without_a_host_round_trip_as_torch_unique_groups_them():
-    from alac.runtime.reference import _last_group_beyond, _row_groups
+    from alac.runtime.execution.reference import _last_group_beyond, _row_groups
 
     feature = torch.tensor([5, 2, 5, 9, 2, 2, 7])
     rows, inverse, valid, last = _row_groups(feature)

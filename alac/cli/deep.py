@@ -1,0 +1,197 @@
+"""`alac train --model deepfm|wide_deep|dlrm|ffm`: the field models (alac.train.deep) from the command
+line.
+
+The data are read as for the wide models (LIBSVM, libffm, Criteo TSV, tables; the synthetic
+Criteo-shaped set without --train); every entry needs a field: libffm and Criteo files carry them,
+--featindex FILE maps LIBSVM ids to fields (`field:value<TAB>index`), --fields-by-position takes field
+f as the f-th entry of every row (one-hot data such as iPinYou). Prints one line per epoch and a JSON
+line of test metrics; with --out DIR writes metrics.json, history.csv and model.pt (tensors and plain
+settings, read back with torch.load(weights_only=True): loading it runs no code; DeepTrainer.load),
+which `alac predict --model-dir DIR` reads (predict here).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+from alac import defaults, metrics
+from alac.cli.data import load_data, read_like_training
+from alac.cli.options import add_data_options, positive_float, positive_int, split_fraction
+from alac.cli.parser import Parser
+from alac.cli.progress import Progress
+from alac.errors import AlacError, OptionError
+from alac.outputs import RunOutputs, check_output_folder, write_metrics_and_history
+from alac.train.deep import DEEP_MODELS, DeepSettings, DeepTrainer
+from alac.train.trainer import TrainingDiverged
+
+CHECKPOINT_NAME = "model.pt"
+
+
+def parser():
+    p = Parser(prog="alac train", description="Train a field model (Wide & Deep, DeepFM, DLRM, FFM).")
+    p.add_argument("--model", required=True, choices=sorted(DEEP_MODELS))
+    p.add_argument("--train", help="training file (default: the synthetic Criteo-shaped set)")
+    p.add_argument("--valid", help="validation file (early stopping)")
+    p.add_argument("--test", help="test file")
+    p.add_argument("--valid-split", type=split_fraction, default=defaults.VALID_SPLIT, metavar="FRACTION")
+    add_data_options(p)
+    fields = p.add_mutually_exclusive_group()
+    fields.add_argument("--featindex", help="a `field:value<TAB>index` file: the field of every LIBSVM id")
+    fields.add_argument("--fields-by-position", action="store_true",
+                        help="field f is the f-th entry of every row (one-hot rows of one feature per field)")
+    p.add_argument("--synthetic", type=positive_int, default=None, metavar="ROWS")
+    p.add_argument("--epochs", type=positive_int, default=10)
+    p.add_argument("--batch-size", type=positive_int, default=4096)
+    p.add_argument("--k", type=positive_int, default=None,
+                   help="field embedding size (default 16; FFM: per field, 4 as libffm)")
+    p.add_argument("--hidden", default="256,128", help="the MLP's layer sizes, comma-separated (DLRM: its top MLP)")
+    p.add_argument("--bottom", default="64", help="DLRM's bottom MLP sizes, comma-separated")
+    p.add_argument("--dense-fields", default="", metavar="IDS",
+                   help="field ids (comma-separated; a table's fields are its feature columns in order) whose "
+                        "entries' values are dense features (DLRM needs some; e.g. a table's --numeric columns "
+                        "with --numeric-mode value)")
+    p.add_argument("--lr", type=positive_float, default=None, help="the tables' step (default: the optimizer's)")
+    p.add_argument("--dense-lr", type=positive_float, default=1e-3, help="Adam's step on the MLP")
+    p.add_argument("--optimizer", default="adagrad", help="the tables' optimizer (adagrad, sgd, ...)")
+    p.add_argument("--patience", type=positive_int, default=2)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--tables", default="kernels", choices=["kernels", "reference"],
+                   help="the tables' sums and updates: their generated kernels (on a GPU; the torch programs "
+                        "elsewhere), or their torch programs")
+    p.add_argument("--no-cuda-graphs", action="store_true",
+                   help="launch every step's kernels one by one instead of replaying a CUDA graph of it")
+    p.add_argument("--device", default=None, help="cuda or cpu (default: the GPU when there is one)")
+    p.add_argument("--out", help="folder for metrics.json, history.csv and model.pt")
+    return p
+
+
+def main(argv):
+    """Exit status: 0, 2 for bad input, 3 when training diverged (one line on stderr)."""
+    args = parser().parse_args(argv)
+    lists = {}
+    for option in ("hidden", "bottom", "dense_fields"):
+        text = getattr(args, option)
+        try:
+            lists[option] = tuple(int(item) for item in text.split(",") if item.strip())
+        except ValueError:
+            print(f"alac: error: --{option.replace('_', '-')} takes integers such as 256,128, got {text!r}",
+                  file=sys.stderr)
+            return 2
+    try:
+        settings = DeepSettings(model=args.model, k=args.k, lr=args.lr, dense_lr=args.dense_lr, epochs=args.epochs,
+                                batch_size=args.batch_size, optimizer=args.optimizer, patience=args.patience,
+                                seed=args.seed, cuda_graphs=not args.no_cuda_graphs, tables=args.tables,
+                                **lists)
+        if args.out is not None:
+            check_output_folder(args.out)
+        if args.featindex and not Path(args.featindex).is_file():
+            raise OptionError(f"{args.featindex}: no field index file there (--featindex)")
+        if args.device is not None and torch.device(args.device).type == "cuda" and not torch.cuda.is_available():
+            raise OptionError(f"--device {args.device}: this machine has no CUDA GPU")
+        return _run(args, settings)
+    except AlacError as error:
+        print(f"alac: error: {error}", file=sys.stderr)
+        return 2
+
+
+def _run(args, settings, trainer=None):
+    """Train (or, given a loaded trainer, continue its run: resume), score and write the outputs."""
+    from alac.cli.run_record import run_record
+    from alac.data.field_map import FieldMap, from_positions, load_featindex
+
+    # the wide models' reader: no block store, the validation split on unless a file is given
+    args.out_of_core, args.normalize, args.early_stopping = False, False, "valid"
+    data = load_data(args, None)
+    sets = [data.train, data.valid, data.test]
+    field_map = None
+    if trainer is not None and trainer.extras.get("field_of") is not None:
+        field_map = FieldMap(trainer.extras["field_of"], tuple(range(trainer.n_fields)),
+                             feature_ids=trainer.extras.get("field_ids"))
+    elif args.featindex or args.fields_by_position:
+        field_map = load_featindex(args.featindex) if args.featindex else from_positions(data.train)
+    if field_map is not None:
+        # the validation and test rows may hold features the training rows never had (left out)
+        sets = [None if s is None else field_map.apply(s, unlisted_ok=index > 0) for index, s in enumerate(sets)]
+    train, valid, test = sets
+    print(f"{args.model}: {data.described}; {train.n_rows:,} training rows"
+          + ("" if trainer is None else f"; resumed after epoch {len(trainer.history)}, to epoch {args.epochs}"),
+          flush=True)
+    resumed = trainer is not None
+    trainer = trainer or DeepTrainer(settings, args.device)
+    trainer.log = Progress(args.epochs)
+    diverged = None
+    try:
+        trainer.resume(train, valid, args.epochs) if resumed else trainer.fit(train, valid)
+    except TrainingDiverged as error:
+        # as the wide models: the restored weights are scored and written, and the exit status says so
+        diverged = error
+        print(f"alac: {error}", file=sys.stderr)
+    final = {}
+    for name, dataset in (("valid", valid), ("test", test)):
+        if dataset is not None:
+            probability = trainer.predict(dataset)
+            positive = trainer.labels.positive_mask(dataset.labels.to(probability.device))
+            final[f"{name}_logloss"] = float(metrics.logloss(probability, positive))
+            final[f"{name}_auc"] = float(metrics.auc(probability, positive))
+    print(json.dumps({k: round(v, 6) for k, v in final.items()}))
+    if args.out is not None:
+        # how `alac predict` reads new files as these were read (their format and the fields' map), and
+        # how the run was made (a resume continues it)
+        extras = {"data_options": data.options,
+                  "field_of": None if field_map is None else field_map.field_of.cpu(),
+                  "field_ids": None if field_map is None else field_map.feature_ids,
+                  "run": run_record(args, "deep")}
+        _write_outputs(Path(args.out), trainer, final, extras)
+    return 3 if diverged else 0
+
+
+def resume(path, options):
+    """`alac train --resume DIR` of a field model's run (alac.cli.resume)."""
+    from alac.cli.run_record import record_of, run_arguments
+
+    try:
+        # the run's record alone (memory-mapped: the weights are read once, below)
+        extras = torch.load(path, map_location="cpu", weights_only=True, mmap=True).get("extras")
+    except Exception as error:
+        raise OptionError(f"{path}: not a deep model checkpoint ({type(error).__name__})") from None
+    record = record_of(extras.get("run") if isinstance(extras, dict) else None, path)
+    # the run's own device unless another is given
+    trainer = DeepTrainer.load(path, device=options.device or record["args"].get("device"))
+    point = trainer.resume_point
+    if point is None:
+        raise OptionError(f"{path}: it holds no record of where its run ended: train a new run")
+    return _run(run_arguments(record, options, point["epoch"], point.get("stopped_because"), path), trainer.settings,
+                trainer)
+
+
+def predict(model_dir, data_path, format_option=None):
+    """(probabilities, the trainer) of a data file by the model in a folder (or model.pt file) that
+    alac train wrote, the file read as the training data was (its format, its fields' map)."""
+    from alac.data.field_map import FieldMap
+
+    path = Path(model_dir) / CHECKPOINT_NAME if Path(model_dir).is_dir() else Path(model_dir)
+    trainer = DeepTrainer.load(path)
+    dataset = read_like_training(data_path, {"data_options": trainer.extras.get("data_options", {}),
+                                                   "path": str(path)}, format_option)
+    field_of = trainer.extras.get("field_of")
+    if field_of is not None:
+        dataset = FieldMap(field_of, tuple(range(trainer.n_fields)),
+                           feature_ids=trainer.extras.get("field_ids")).apply(dataset, unlisted_ok=True)
+    return trainer.predict(dataset), trainer
+
+
+def is_deep_checkpoint(model_dir):
+    """Whether model_dir is (or holds) the model.pt of a field model rather than a wide model's folder."""
+    path = Path(model_dir)
+    return (path / CHECKPOINT_NAME).is_file() if path.is_dir() else path.suffix == ".pt"
+
+
+def _write_outputs(out, trainer, final, extras):
+    with RunOutputs(out) as outputs:
+        outputs.write(CHECKPOINT_NAME, lambda handle: torch.save(trainer.checkpoint(extras), handle))
+        write_metrics_and_history(outputs, final, trainer.history)
+    print(f"wrote {out}/{', '.join(outputs.written)}")

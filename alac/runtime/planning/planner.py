@@ -1,0 +1,317 @@
+"""The planner: picks the plan's *how* (chunk size, edge tile, hot segment H, replicas R, warps)
+from the data's shape and the GPU's measured costs, and autotunes what the cost model cannot decide.
+
+Cost model (cuWide §4.3, importance-based caching): a feature is worth summing inside a program
+when the random accesses it saves exceed the coalesced ones it costs. Summing a hot feature's
+gradients costs about two coalesced accesses per flush of the sums (their read and the write back),
+and saves one random access (atomic) per further occurrence; with c and r the measured costs of a
+coalesced and a random access, the threshold is th = 2c / r occurrences per flush period, and H is
+the number of features whose expected occurrences in one, frequency * rows per period / rows, reach
+th. A sync program flushes after its chunk (C rows); an async program every flush_every chunks.
+Replicas: in sync semantics every chunk of a batch still adds one atomic per hot feature; R copies
+of the hot accumulator spread the hottest feature's chunks (at most B / C per batch) over R
+addresses, and cost a dense pass over R * H values per batch, so R is the hottest feature's chunks
+per batch, capped where that pass would exceed the batch's own edges.
+
+Measured c and r are cached per GPU name; autotuned plans per (model, data shape, GPU).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import time
+from dataclasses import dataclass
+
+import torch
+
+from alac.cache import default_cache_dir
+from alac.plan import Plan
+from alac.runtime.device.timing import gpu_milliseconds
+from alac.runtime.execution.schedule import async_programs, async_programs_for
+from alac.runtime.movement.blocks import PADDING_MARGIN, is_block_source
+
+# Sizes of the access-cost microbenchmark: 64M int32 (256 MB) streamed, gathered from a table of
+# 16M floats (64 MB, past the 50 MB L2 of an H100) at random positions, so both read device memory.
+_STREAM_ELEMENTS = 64 << 20
+_TABLE_ELEMENTS = 16 << 20
+
+
+@dataclass(frozen=True)
+class AccessCosts:
+    device: str
+    coalesced_ns: float     # per 4-byte element read in order
+    random_ns: float        # per 4-byte element gathered at a random position
+    copy_gb_per_s: float    # device-to-device copy bandwidth (bytes read + written)
+
+    @property
+    def threshold(self):
+        """th = 2c / r: occurrences per chunk from which a feature is worth summing in a program."""
+        return 2 * self.coalesced_ns / self.random_ns
+
+
+def _seconds(function):
+    return gpu_milliseconds(function, repeats=5, warmup=0)[0] / 1000
+
+
+def measured_per_gpu(kind, costs_type, measure, device="cuda"):
+    """costs_type(**fields) measured by measure(gpu name) on this GPU once, then read from a JSON file
+    per GPU name and kind in the cache folder (measured again if that file is unreadable)."""
+    name = torch.cuda.get_device_name(device)
+    path = default_cache_dir() / "gpu" / f"{name.replace(' ', '_')}{kind}.json"
+    if path.exists():
+        try:
+            return costs_type(**json.loads(path.read_text()))
+        except (ValueError, TypeError):
+            pass
+    costs = measure(name)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(dataclasses.asdict(costs)))
+    return costs
+
+
+def measure_access_costs(device="cuda"):
+    """Microbenchmark of c and r on this GPU (a second or two), cached on disk per GPU name."""
+    def measure(name):
+        stream = torch.ones(_STREAM_ELEMENTS, dtype=torch.int32, device=device)
+        copy = torch.empty_like(stream)
+        table = torch.rand(_TABLE_ELEMENTS, device=device)
+        index = torch.randint(0, _TABLE_ELEMENTS, (_STREAM_ELEMENTS,), device=device)
+        gathered = torch.empty(_STREAM_ELEMENTS, device=device)
+        coalesced = _seconds(lambda: torch.sum(stream, dtype=torch.int64)) / _STREAM_ELEMENTS
+        # the gather also streams its index: subtract that coalesced read
+        random = _seconds(lambda: torch.index_select(table, 0, index, out=gathered)) / _STREAM_ELEMENTS - coalesced
+        seconds = _seconds(lambda: copy.copy_(stream))
+        return AccessCosts(name, coalesced * 1e9, max(random, coalesced) * 1e9, 2 * stream.numel() * 4 / seconds / 1e9)
+
+    return measured_per_gpu("", AccessCosts, measure, device)
+
+
+def hot_size_from_costs(frequency, n_rows, costs, rows_per_period):
+    """H: features whose expected occurrences per flush period (rows_per_period of the n_rows rows;
+    frequency: occurrences of every feature) reach the threshold th = 2c / r."""
+    per_period = frequency.double() * rows_per_period / max(n_rows, 1)
+    return int((per_period >= costs.threshold).sum())
+
+
+# Of the L2, the share an async epoch's per-program hot sums (P programs x H features x the floats of
+# their params' rows x 4 bytes) may take: past it their additions miss the L2 and a larger H costs more
+# than it saves. benchmarks/flow_sweep.py --hot (H200, 60 MB L2, FM on 4M x 39 rows): k = 16 10.7-10.8 ms
+# an epoch with 28 MB of sums, 11.2-11.5 with 37-42, 12.3-12.9 with 55-74; k = 32 18.3-19.2 ms with
+# 13-36 MB, 20.8-21.7 with 71-82; k = 64 33.3-34.3 ms with 26-70 MB, 36.7 with 161.
+HOT_SUMS_L2_SHARE = 0.45
+
+
+def hot_sums_cap(programs, row_floats, l2_bytes):
+    """The most hot features whose async sums, programs x row_floats floats a feature, fit
+    HOT_SUMS_L2_SHARE of an L2 of l2_bytes."""
+    return int(HOT_SUMS_L2_SHARE * l2_bytes) // (4 * max(programs, 1) * max(row_floats, 1))
+
+
+def l2_cache_bytes(device):
+    return torch.cuda.get_device_properties(device).L2_cache_size
+
+
+def capped_hot_size(hot, plan, programs, row_floats, device):
+    """(H, why or None): the cost model's H, at most hot_sums_cap in async plans on a GPU."""
+    if plan.semantics != "async" or torch.device(device).type != "cuda":
+        return hot, None
+    l2_bytes = l2_cache_bytes(device)
+    cap = hot_sums_cap(programs, row_floats, l2_bytes)
+    if hot <= cap:
+        return hot, None
+    return cap, (f"capped at {cap:,} of the cost model's {hot:,}: {programs} programs' sums of {row_floats} "
+                 f"float{'s' * (row_floats != 1)} a feature fit {HOT_SUMS_L2_SHARE:.0%} of the "
+                 f"{l2_bytes / 1e6:.0f} MB L2 (HOT_SUMS_L2_SHARE)")
+
+
+def default_chunk_size(semantics, batch_size, backend):
+    """C where none is given (`alac train`, the scikit-learn estimators): async generated kernels 32,
+    the interpreter the whole batch, else Plan's; the largest power of two up to it dividing the batch."""
+    if backend == "interpret":
+        # the interpreter runs programs one after another: one program per batch is fastest
+        return batch_size
+    # async with the hot segment: C = 32 was the fastest for LR and FM in the plan sweep (H200,
+    # benchmarks/results/flow_sweep.md: LR 4.27 ms an epoch against 5.67 at 16 and 5.23 at 64)
+    return math.gcd(32 if semantics == "async" and backend == "triton" else Plan.chunk_size, batch_size)
+
+
+def default_hot_segment(dataset, plan, model, optimizer, backend):
+    """The plan with the planner's hot segment for a model and optimizer trained on a data set (or a
+    block source) with the generated kernels on a GPU (hot_segment_for_data); else unchanged."""
+    from alac.ir.pipeline import lower
+    from alac.runtime.execution.executor import resolve_backend
+
+    backend, device = resolve_backend(backend)
+    if backend != "triton":
+        return plan
+    ir = lower(model, optimizer)
+    return hot_segment_for_data(dataset, plan, device, ir.factor_size, ir.optimizer.additive, ir.row_floats)
+
+
+def hot_size_for_data(dataset, plan, device="cuda", factor_size=0):
+    """The default H of a plan on a data set (before any layout): the cost model's where the
+    planner turns the hot segment on (binary features, vector params of at most
+    HOT_SEGMENT_MAX_FACTOR[semantics] values, a GPU), else 0."""
+    return hot_segment_for_data(dataset, plan, device, factor_size).hot_size
+
+
+def hot_segment_for_data(dataset, plan, device="cuda", factor_size=0, additive=True, row_floats=None):
+    """The plan with the default hot segment for a data set or a block source (before any layout):
+    H from the cost model (async: within hot_sums_cap), and for sync R replicas of the hot sums,
+    where the planner turns it on; else H = 0. additive: the optimizer's rule is (SGD's: resident
+    chunks need it). row_floats: the floats of a feature's param rows (default 1 + factor_size:
+    LR's w, FM's w and v)."""
+    if torch.device(device).type != "cuda":
+        return dataclasses.replace(plan, hot_size=0)
+    # a block source's meta layout holds the whole data's frequencies and sizes
+    source = is_block_source(dataset)
+    if source:
+        binary, n_rows, nnz = "edge_value" not in dataset.optional, dataset.meta.n_rows, dataset.meta.stats.nnz
+    else:
+        binary, n_rows, nnz = dataset.is_binary, dataset.n_rows, dataset.nnz
+    if not hot_segment_by_default(plan.semantics, binary, factor_size, plan.variant.resident and additive):
+        return dataclasses.replace(plan, hot_size=0)
+    if source:
+        frequency = dataset.meta.frequency.to(device)
+    else:
+        # counted on the GPU when the data is on the host (and a GPU is there to count on)
+        indices = dataset.indices.to(device) if torch.cuda.is_available() else dataset.indices
+        frequency = torch.bincount(indices.long(), minlength=dataset.n_features)
+    hot = hot_size_from_costs(frequency, n_rows, measure_access_costs(device), rows_per_flush(plan))
+    programs = async_programs_for(plan, -(-n_rows // plan.chunk_size), plan.chunk_size)
+    hot, _ = capped_hot_size(hot, plan, programs, row_floats or 1 + factor_size, device)
+    plan = dataclasses.replace(plan, hot_size=hot)
+    if plan.semantics == "sync":
+        rows = max(n_rows, 1)
+        plan = dataclasses.replace(plan, replicas=replicas_for(float(frequency.max()) / rows, nnz / rows, plan, hot))
+    return plan
+
+
+def rows_per_flush(plan):
+    """Rows whose hot gradients one flush applies: async, a program's chunks between flushes; sync,
+    the batch (the replicas' sums are applied once per batch)."""
+    if plan.semantics == "async":
+        return plan.chunk_size * plan.flush_every
+    return plan.batch_size
+
+
+def replicas_from_costs(layout, plan, hot_size):
+    """R for a layout (replicas_for)."""
+    return replicas_for(float(layout.frequency[0]) / max(layout.n_rows, 1), layout.stats.mean_nnz, plan, hot_size)
+
+
+def replicas_for(hottest_per_row, mean_nnz, plan, hot_size):
+    """R: the chunks per batch the hottest feature (hottest_per_row occurrences per row) is in,
+    capped so the dense pass over R * H stays below the batch's own edges (mean_nnz per row)."""
+    if not hot_size:
+        return 1
+    chunks_per_batch = plan.chunks_per_batch
+    chunks_hit = min(chunks_per_batch, math.ceil(hottest_per_row * plan.chunk_size * chunks_per_batch))
+    cap = max(1, int(plan.batch_size * mean_nnz // hot_size))
+    return max(1, min(chunks_hit, cap, 16))
+
+
+@dataclass
+class PlanChoice:
+    plan: Plan
+    reasons: list          # (decision, value, why) for `alac inspect`
+    costs: AccessCosts | None = None
+    timings: list = dataclasses.field(default_factory=list)   # autotune: (plan description, ms)
+
+
+# Where the planner turns the hot segment on by default: binary features, and vector params (FM's
+# factors) of at most HOT_SEGMENT_MAX_FACTOR[semantics] values (0: scalar params only). H200, 4M x 39
+# rows (flow.py): async LR 5.0x faster (4.9 against 24.7 ms an epoch), FM k = 16, 32 and 64 2.2x, 1.7x
+# and 1.29x (11.0, 18.5 and 34.1 against 24.6, 31.3 and 44.0 ms; k = 64 with its sums within
+# HOT_SUMS_L2_SHARE: the cost model's H uncapped 36.7, flow_sweep.py --hot). Off on real-valued data
+# (20news async: test AUC 0.84-0.85 against 0.86 without). Off in sync plans, whose resident chunks a
+# hot segment turns off: LR 20.2 against 35.1 ms with the planner's H and R, FM 37.0 against 67.6.
+HOT_SEGMENT_MAX_FACTOR = {"sync": 0, "async": 64}
+
+
+def hot_segment_by_default(semantics, binary, factor_size=0, resident=False):
+    """resident: the plan runs resident chunks without a hot segment (Plan.variant, for its optimizer)."""
+    return binary and factor_size <= HOT_SEGMENT_MAX_FACTOR[semantics] and not (semantics == "sync" and resident)
+
+
+def plan_for(layout, model_ir, semantics="sync", batch_size=1024, base=None, device="cuda",
+             use_hot_segment=None):
+    """A plan from the cost model (no timing runs): H, R from measured costs, C from the plan."""
+    base = base or Plan(batch_size=batch_size, semantics=semantics, chunk_size=layout.chunk_size)
+    reasons = [("chunk_size", base.chunk_size, "the layout's C")]
+    costs = measure_access_costs(device) if torch.device(device).type == "cuda" else None
+    if costs is None:
+        return PlanChoice(base, reasons + [("hot_size", 0, "no GPU: no access costs to weigh")])
+    if use_hot_segment is None:
+        use_hot_segment = hot_segment_by_default(semantics, layout.edge_value is None, model_ir.factor_size,
+                                                 base.variant.for_optimizer(model_ir.optimizer).resident)
+    hot = hot_size_from_costs(layout.frequency, layout.n_rows, costs, rows_per_flush(base))
+    why = (f"features with >= th = 2c/r = 2 x {costs.coalesced_ns:.3f} ns / {costs.random_ns:.3f} ns = "
+           f"{costs.threshold:.2f} occurrences per flush period ({rows_per_flush(base)} rows)")
+    if not use_hot_segment:
+        most = HOT_SEGMENT_MAX_FACTOR[semantics]
+        reasons.append(("hot_size", 0, f"off by default for {semantics}"
+                        + ("" if layout.edge_value is None else " on real-valued data")
+                        + (f" with k = {model_ir.factor_size} > {most}" if model_ir.factor_size > most else "")
+                        + (" with resident chunks" if model_ir.factor_size <= most and layout.edge_value is None
+                           else "")
+                        + f" (measured: see HOT_SEGMENT_MAX_FACTOR); the cost model gives {hot}: {why}"))
+        return PlanChoice(base, reasons, costs)
+    hot, capped = capped_hot_size(hot, base, async_programs(base, layout), model_ir.row_floats, device)
+    reasons.append(("hot_size", hot, why + (f"; {capped}" if capped else "")))
+    plan = dataclasses.replace(base, hot_size=hot)
+    if semantics == "sync":
+        replicas = replicas_from_costs(layout, plan, hot)
+        reasons.append(("replicas", replicas, "the hottest feature's chunks per batch, capped by the dense pass"))
+        plan = dataclasses.replace(plan, replicas=replicas)
+    return PlanChoice(plan, reasons, costs)
+
+
+def autotune(candidates, run_epoch, cache_key=None):
+    """The fastest of candidate plans, timing run_epoch(plan) -> seconds for each; cached on disk."""
+    path = None
+    if cache_key is not None:
+        path = default_cache_dir() / "autotune" / f"{cache_key}.json"
+        if path.exists():
+            try:
+                saved = json.loads(path.read_text())
+                return Plan(**saved["plan"]), saved["timings"]
+            except (ValueError, TypeError, KeyError):
+                pass
+    timings = []
+    for plan in candidates:
+        started = time.perf_counter()
+        seconds = run_epoch(plan)
+        timings.append((plan.describe(), 1000 * seconds, time.perf_counter() - started))
+    best = candidates[min(range(len(candidates)), key=lambda i: timings[i][1])]
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"plan": dataclasses.asdict(best), "timings": timings}))
+    return best, timings
+
+
+# Of the GPU's free memory, the share a resident layout may take when no budget is given: the rest is
+# left to parameters, optimizer state, the validation layout and the build's temporaries.
+RESIDENT_SHARE = 0.6
+
+
+def layout_bytes(dataset, chunk_size):
+    """Device bytes of the data set's layout before it is built: its edges (ids, values where there
+    are any), padded as the mean of ELL padding allows, and 16 bytes per row slot."""
+    edge_bytes = 4 + (4 if dataset.values is not None else 0)
+    lengths = dataset.row_lengths()
+    padding = 1.0 if bool((lengths == lengths[:1]).all()) else PADDING_MARGIN
+    return int(dataset.nnz * edge_bytes * padding) + 16 * chunk_size * -(-dataset.n_rows // chunk_size)
+
+
+def streaming_budget(dataset, plan, device):
+    """The device bytes for streamed blocks when the layout does not fit Plan.memory_budget (without
+    one: a share of the GPU's free memory, and on the CPU never); None when it stays resident."""
+    if plan.memory_budget is None and torch.device(device).type != "cuda":
+        return None
+    from alac.runtime.device.memory import available_bytes
+
+    budget = plan.memory_budget or int(RESIDENT_SHARE * available_bytes(device))
+    return budget if layout_bytes(dataset, plan.chunk_size) > budget else None

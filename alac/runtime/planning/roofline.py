@@ -1,0 +1,221 @@
+"""The roofline of an epoch: the accesses to parameter rows it must make, and their floor.
+
+At every real edge an async epoch reads the edge's row of each per-feature array (params and
+optimizer state) and adds a change to it: atomically into the table at cold edges, into the
+program's own sums at hot ones (re-indexed id < H). Flat Triton kernels that make exactly those
+accesses, each edge once in storage order at full occupancy, without the model's math or any chain
+of dependent loads, time the floor of any kernel that makes them (benchmarks/async_floor.py times
+each kind of access apart). A sync epoch with edge updates makes the same accesses (its hot edges'
+changes into R replica sums) and meets at two grid-wide barriers a batch, timed by a kernel that
+does nothing else. `alac inspect` and `alac bench flow` print the line.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+import triton
+import triton.language as tl
+
+from alac.codegen import grid_barrier
+
+# Param values (edges x K) per flat program. Chosen on H100 (4M x 39 set, benchmarks/async_floor.py
+# probes): LR at 512 and 2048 edges within 3 % (gather 0.35 / 0.38 ms, gather + the hot split 4.00 /
+# 4.01 ms); FM k = 16's gather + split 5.57 ms at 64 edges, 5.87 at 256, 6.76 at 512. 1024 values
+# is FM's best (64 edges of 16) and inside LR's flat range.
+VALUES_PER_PROGRAM = 1024
+
+# What a flat kernel does at each edge's row (`UPDATE` of edge_traffic).
+NO_UPDATE, ATOMIC_ALL, ATOMIC_COLD, ATOMIC_HOT, ATOMIC_SPLIT, STORE_COLD = range(6)
+
+# launches timed per array for the floor (median), after one warm-up
+FLOOR_REPEATS = 5
+
+
+def edges_per_program(width):
+    return max(1, VALUES_PER_PROGRAM // width)
+
+
+@triton.jit
+def edge_traffic(feature_ptr, param_ptr, hot_sums_ptr, gathered_ptr, n_edges, hot_size, copies, scale,
+                 K: tl.constexpr, GATHER: tl.constexpr, UPDATE: tl.constexpr, BLOCK: tl.constexpr):
+    """Each edge's [K] row: gathered (GATHER; the sum of what a program gathered goes to
+    gathered_ptr[pid], so nothing is dead code), and updated per UPDATE: 1 an atomic addition into
+    the params at every edge; 2 cold edges only; 3 hot edges only, into the program's copy
+    (pid % copies) of the [H, K] hot sums; 4 both (the async kernel's split); 5 a plain store of the
+    gathered value, changed, at cold edges. The value added is the gathered one (times `scale` into
+    the params: 1e-12 keeps them near their start), or 1 without a gather."""
+    pid = tl.program_id(0)
+    edge = pid.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    feature = tl.load(feature_ptr + edge, mask=edge < n_edges, other=-1)
+    present = feature >= 0
+    feature = tl.where(present, feature, 0).to(tl.int64)
+    lanes = tl.arange(0, K)[None, :]
+    row = param_ptr + feature[:, None] * K + lanes
+    if GATHER:
+        value = tl.load(row, mask=present[:, None], other=0.0)
+        tl.store(gathered_ptr + pid, tl.sum(tl.sum(value, axis=1), axis=0))
+    else:
+        value = tl.full([BLOCK, K], 1.0, tl.float32)
+    hot = present & (feature < hot_size)
+    cold = present & ~hot
+    if UPDATE == 1:
+        tl.atomic_add(row, value * scale, mask=present[:, None], sem="relaxed")
+    if (UPDATE == 2) | (UPDATE == 4):
+        tl.atomic_add(row, value * scale, mask=cold[:, None], sem="relaxed")
+    if (UPDATE == 3) | (UPDATE == 4):
+        sums = hot_sums_ptr + ((pid % copies).to(tl.int64) * hot_size + feature)[:, None] * K + lanes
+        tl.atomic_add(sums, value, mask=hot[:, None], sem="relaxed")
+    if UPDATE == 5:
+        tl.store(row, value * 0.999, mask=cold[:, None])
+
+
+def run_traffic(edge_feature, params, hot_sums, hot_size, copies, width, gather, update, scale=1e-12):
+    """One launch of the flat kernel over every edge slot for rows of `width` floats (a power of
+    two); returns what its programs gathered."""
+    block = edges_per_program(width)
+    programs = triton.cdiv(edge_feature.numel(), block)
+    gathered = torch.zeros(programs, dtype=torch.float32, device=edge_feature.device)
+    edge_traffic[(programs,)](edge_feature, params, hot_sums, gathered, edge_feature.numel(), hot_size, copies, scale,
+                              K=width, GATHER=gather, UPDATE=update, BLOCK=block, num_warps=4)
+    return gathered
+
+
+@dataclasses.dataclass(frozen=True)
+class EpochAccesses:
+    """What an async epoch must touch: its real edges (hot ones below H), the widths in floats of the
+    per-feature arrays read and changed at each (params the optimizer does not derive from its
+    state, then the state), and the bytes of the layout it streams through once."""
+
+    edges: int
+    hot_edges: int
+    arrays: tuple            # ((name, floats per feature row), ...)
+    streamed_bytes: int
+    barriers: int = 0        # grid-wide barriers an epoch meets (sync: two a batch)
+
+    @property
+    def floats_per_edge(self):
+        return sum(width for _, width in self.arrays)
+
+    @property
+    def row_bytes(self):
+        """Bytes gathered from the rows in an epoch (as many again are added to them)."""
+        return 4 * self.edges * self.floats_per_edge
+
+    def line(self, floor_ms=None, kernel_ms=None):
+        """The roofline line: accesses and bytes, and where measured the floor and a kernel's
+        fraction of it."""
+        arrays = ", ".join(f"{name} {width}" for name, width in self.arrays)
+        floats = f"{self.floats_per_edge} float{'s' * (self.floats_per_edge != 1)}"
+        text = (f"roofline: {self.edges:,} edges an epoch ({100 * self.hot_edges / max(self.edges, 1):.0f} % hot), "
+                f"each reading and changing {floats} ({arrays}): "
+                f"{self.row_bytes / 1e9:.3f} GB gathered and as many added, {self.streamed_bytes / 1e9:.3f} GB of "
+                "layout streamed" + (f", {self.barriers:,} grid barriers" if self.barriers else ""))
+        if floor_ms is not None:
+            what = "these accesses and barriers" if self.barriers else "these accesses"
+            text += f"; floor (flat kernels of {what}) {floor_ms:.2f} ms"
+            if kernel_ms is not None:
+                text += f"; the kernel's {kernel_ms:.2f} ms is {kernel_ms / floor_ms:.2f}x the floor"
+        return text
+
+
+def row_arrays(ir):
+    """(name, floats per feature row) of each per-feature array an async kernel reads and changes at
+    every edge: the params the optimizer does not derive from its state, then each param's state
+    (one float a row where the state is kept per row of a vector param)."""
+    states = ir.optimizer.states if ir.optimizer is not None else ()
+    derivable = set(ir.optimizer.derivable) if ir.optimizer is not None else set()
+    arrays = [(p.name, p.size) for p in ir.params if p.name not in derivable]
+    # named as ModelState names them
+    arrays += [(f"{p.name}_{state}", 1 if per_row else p.size) for p in ir.params for state, _, per_row in states]
+    return tuple(arrays)
+
+
+def epoch_accesses(ir, layout, hot_size):
+    """The accesses of an async epoch of `ir` over `layout` with the plan's hot segment (ids below
+    hot_size)."""
+    real = layout.edge_feature >= 0
+    edges, hot = int(real.sum()), int((real & (layout.edge_feature < hot_size)).sum())
+    slots = layout.extent()[1]
+    per_slot = 4 + (4 if layout.edge_value is not None else 0) + (4 if layout.edge_field is not None else 0)
+    streamed = slots * per_slot + 4 * layout.labels.numel()
+    return EpochAccesses(edges, hot, row_arrays(ir), streamed)
+
+
+def measure_floor(accesses, layout, hot_size, copies):
+    """Milliseconds of the flat kernels making an epoch's accesses (a CUDA layout): for each array,
+    every edge's row gathered and changed as the async kernel splits its changes (cold edges' atomic
+    additions into the table, hot edges' into `copies` per-program sums), summed over the arrays.
+    A width that is not a power of two is timed at the next one (an over-estimate)."""
+    from alac.runtime.device.timing import gpu_milliseconds
+
+    total = 0.0
+    for _, width in accesses.arrays:
+        width = triton.next_power_of_2(width)
+        params = torch.zeros(layout.n_features * width, device=layout.device)
+        hot_sums = torch.zeros(max(1, copies * hot_size * width), device=layout.device)
+        milliseconds, _ = gpu_milliseconds(lambda: run_traffic(layout.edge_feature, params, hot_sums, hot_size, copies,
+                                                               width, True, ATOMIC_SPLIT), FLOOR_REPEATS)
+        total += milliseconds
+    return total
+
+
+def epoch_roofline(ir, layout, hot_size, copies):
+    """(the accesses of an async epoch, their floor in milliseconds; None off a GPU)."""
+    accesses = epoch_accesses(ir, layout, hot_size)
+    if layout.device.type != "cuda":
+        return accesses, None
+    return accesses, measure_floor(accesses, layout, hot_size, copies)
+
+
+# grid barriers timed per launch of the barrier kernel (8,000: sync_breakdown's count)
+BARRIER_COUNT = 8000
+
+
+@triton.jit
+def only_barriers(arrivals_ptr, n):
+    """The grid's programs meet at n grid-wide barriers and do nothing else."""
+    for i in range(n):
+        grid_barrier(arrivals_ptr, (i + 1) * tl.num_programs(0))
+
+
+def barrier_microseconds(programs, device, barriers=BARRIER_COUNT):
+    """Microseconds per grid-wide barrier of `programs` resident programs (a GPU; under the
+    interpreter, one program: several would wait for each other forever)."""
+    from alac.runtime.device.timing import gpu_milliseconds
+
+    arrivals = torch.zeros(1, dtype=torch.int32, device=device)
+
+    def run():
+        arrivals.zero_()
+        only_barriers[(programs,)](arrivals, barriers)
+
+    return 1000 * gpu_milliseconds(run, FLOOR_REPEATS)[0] / barriers
+
+
+def sync_epoch_roofline(ir, layout, hot_size, replicas, batches, programs):
+    """(the accesses of a sync epoch with edge updates and grid barriers, their floor in milliseconds;
+    None off a GPU): every edge's rows gathered and changed (hot edges into `replicas` sums), and two
+    barriers of `programs` programs a batch."""
+    accesses = dataclasses.replace(epoch_accesses(ir, layout, hot_size), barriers=2 * batches)
+    if layout.device.type != "cuda":
+        return accesses, None
+    barriers_ms = accesses.barriers * barrier_microseconds(programs, layout.device) / 1000
+    return accesses, measure_floor(accesses, layout, hot_size, max(replicas, 1)) + barriers_ms
+
+
+def plan_roofline(ir, plan, layout):
+    """The roofline of an epoch of `plan` on `layout`: (its accesses, their floor in milliseconds or
+    None off a GPU) for async plans and sync plans with edge updates and grid barriers; (None, None)
+    for other sync plans (their updates visit each touched feature once, a different access pattern)."""
+    from alac.runtime.execution.schedule import async_programs, sync_programs
+
+    if plan.semantics == "async":
+        return epoch_roofline(ir, layout, plan.hot_size, async_programs(plan, layout))
+    variant = plan.variant.for_optimizer(ir.optimizer)
+    if not (variant.edge_updates and variant.grid_barrier):
+        return None, None
+    batches = -(-layout.n_chunks // plan.chunks_per_batch)
+    programs = sync_programs(plan, layout, interpret=layout.device.type != "cuda")
+    return sync_epoch_roofline(ir, layout, plan.hot_size, plan.replicas, batches, programs)

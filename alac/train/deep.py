@@ -1,0 +1,450 @@
+"""Training the field models (alac.nn.deep_models: Wide & Deep, DeepFM; alac.nn.field_aware: FFM) on
+a SparseDataset whose entries carry field ids: the loop a PyTorch user writes (shuffled batches of
+rows, the logistic loss, Adam on the MLP), the tables stepped inside backward by alac.nn; a
+validation pass after every epoch and early stopping on its logloss, the best epoch's weights kept.
+The estimators of alac.sklearn.deep fit it.
+
+Field ids come with the data (libffm, Criteo TSV, alac.data.load_featindex or from_positions). At
+prediction, entries whose feature or field the model never trained are left out (unseen_entries
+counts them), as the wide models' predictions ignore unseen features.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import math
+import pickle
+import time
+from dataclasses import asdict, dataclass
+
+import torch
+
+from alac import metrics
+from alac.data.dataset import same_numbering
+from alac.data.read_options import check_feature_ids, check_read_options
+from alac.errors import DataError, OptionError
+from alac.nn import GraphedStep, SparseAggregate, whole_step
+from alac.nn.deep_models import DeepFM, DLRMLike, WideAndDeep
+from alac.nn.field_aware import FFM
+from alac.optimizers import get_optimizer
+from alac.runtime.device.memory import available_bytes
+from alac.runtime.execution.executor import LabelMap
+from alac.runtime.movement.layout import default_device
+from alac.train.divergence import ADVICE, TrainingDiverged, ValidationGuard, base_rate_loss
+
+
+def _field_model(settings, n_features, n_fields, device, one_hot=False):
+    """The torch module of a field model of n_fields sparse fields and the settings' dense ones
+    (one_hot: no sample has two entries in a field, FFM then skips pairs within a field)."""
+    s = settings
+    # the generated kernels on a GPU; elsewhere the reference programs compute the same tables
+    backend = "triton" if s.tables == "kernels" and torch.device(device).type == "cuda" else "reference"
+    options = {"k": s.k, "optimizer": s.optimizer, "lr": s.table_lr(), "seed": s.seed, "device": device,
+               "backend": backend}
+    if s.model == "ffm":
+        return FFM(n_features, n_fields, one_hot=one_hot, **options)
+    if s.model == "dlrm":
+        return DLRMLike(n_features, n_fields, len(s.dense_fields), bottom=s.bottom, top=s.hidden, **options)
+    return DEEP_MODELS[s.model](n_features, n_fields, hidden=s.hidden, n_dense=len(s.dense_fields), **options)
+
+
+# The tables' AdaGrad step when none is given, chosen by benchmarks/deep_defaults.py (its lr arms on
+# criteo-tiny and iPinYou): AdaGrad's own default, chosen for the wide models, makes the first steps of
+# many fields' embeddings blow the logits up on criteo-tiny, far above the base rate's loss; the
+# smallest arm is the only one no model's run diverged at, and matches the others on iPinYou.
+DEFAULT_TABLE_LR = 0.02
+
+# field models: the deep ones, and the field-aware FM (k per field; no MLP, its bias trained by Adam)
+DEEP_MODELS = {"deepfm": DeepFM, "wide_deep": WideAndDeep, "dlrm": DLRMLike, "ffm": FFM}
+
+
+@dataclass(frozen=True)
+class DeepSettings:
+    """model: deepfm, wide_deep, dlrm or ffm; k: the field embeddings' size (FFM: per field; None: 4
+    for FFM as libffm, else 16); hidden:
+    the MLP's layers (DLRM's top MLP; not FFM's); bottom: DLRM's bottom MLP; dense_fields: the fields
+    whose entries' values are dense features (one value per row and field, 0 where absent; DLRM
+    needs some, FFM takes none); lr: the tables' step (None: table_lr()'s default); dense_lr:
+    Adam's on the MLPs and bias; patience: epochs without a better validation logloss before
+    training stops; cuda_graphs: on a GPU, replay full batches' steps from CUDA graphs
+    (alac.nn.GraphedStep: batches whose entries are as many as the previous ones', e.g. one-hot
+    fields; models without dense fields); tables: "kernels" (their generated kernels on a GPU,
+    alac.codegen.bag_kernels; the torch programs elsewhere) or "reference" (the torch programs)."""
+
+    model: str = "deepfm"
+    k: int | None = None
+    hidden: tuple = (256, 128)
+    lr: float | None = None
+    dense_lr: float = 1e-3
+    epochs: int = 10
+    batch_size: int = 4096
+    optimizer: str = "adagrad"
+    patience: int = 2
+    seed: int = 0
+    dense_fields: tuple = ()
+    bottom: tuple = (64,)
+    cuda_graphs: bool = True
+    tables: str = "kernels"
+
+    def __post_init__(self):
+        for name in ("hidden", "bottom", "dense_fields"):
+            object.__setattr__(self, name, tuple(getattr(self, name)))
+        if self.k is None:
+            # FFM's k is per field pair, libffm's default; the deep models' one embedding per feature
+            object.__setattr__(self, "k", 4 if self.model == "ffm" else 16)
+        if self.model not in DEEP_MODELS:
+            raise OptionError(f"unknown deep model {self.model!r}: one of {', '.join(sorted(DEEP_MODELS))}")
+        numbers = {"k": self.k, "epochs": self.epochs, "batch_size": self.batch_size, "patience": self.patience}
+        if any(not isinstance(v, int) or v < 1 for v in numbers.values()) or \
+                any(not isinstance(h, int) or h < 1 for h in self.hidden) or not 0 < self.dense_lr < math.inf or \
+                (self.lr is not None and not 0 < self.lr < math.inf):
+            raise OptionError(f"k, epochs, batch_size, patience and every hidden size are integers >= 1 and "
+                              f"lr (where given) and dense_lr finite numbers > 0, got {self}")
+        get_optimizer(self.optimizer)       # an unknown name is refused before any data is read
+        if any(not isinstance(h, int) or h < 1 for h in self.bottom) or \
+                any(not isinstance(f, int) or f < 0 for f in self.dense_fields) or \
+                len(set(self.dense_fields)) != len(self.dense_fields):
+            raise OptionError(f"bottom sizes are integers >= 1 and dense_fields distinct field ids >= 0, got {self}")
+        if self.model == "dlrm" and not self.dense_fields:
+            raise OptionError("dlrm needs dense features: name the fields that hold them (dense_fields, "
+                              "alac train --dense-fields)")
+        if self.tables not in ("reference", "kernels"):
+            raise OptionError(f"tables run on their reference programs or kernels, got {self.tables!r}")
+        if self.model == "ffm" and self.dense_fields:
+            raise OptionError("ffm takes no dense features (dense_fields)")
+
+    def table_lr(self):
+        """The tables' learning rate: lr, else DEFAULT_TABLE_LR for AdaGrad and the optimizer's own
+        default for the others (None: the model's)."""
+        if self.lr is not None:
+            return self.lr
+        return DEFAULT_TABLE_LR if self.optimizer == "adagrad" else get_optimizer(self.optimizer).default_lr
+
+
+class DeepTrainer:
+    def __init__(self, settings=DeepSettings(), device=None, log=None):
+        """log: called with every epoch's record (a dict), e.g. to print progress."""
+        self.settings = settings
+        self.device = torch.device(device) if device is not None else default_device()
+        self.log = log
+        self.network = None
+        self.history = []
+        self.unseen_entries = 0
+        self.extras = {}
+        self.one_hot = False        # the training rows had at most one entry per field
+        self.feature_ids = None     # the files' ids of a renumbered training space (alac.data.compact)
+        self.guard = None           # the last fit's validation guard (alac.train.divergence)
+        self.stopped_because = None
+        self.resume_point = None   # where the last fit ended, for a checkpoint's resume (DeepTrainer.resume)
+
+    def fit(self, train, valid=None):
+        """Train on `train` (binary labels, field ids), validating on `valid` after every epoch (early
+        stopping, the best epoch kept); returns the history (a record per epoch)."""
+        s = self.settings
+        train.check_has_features()
+        _check_fields(train, "the training data")
+        self.labels = LabelMap.fit("binary", train.labels)
+        self.n_features = train.n_features
+        self.feature_ids = train.feature_ids
+        self.n_fields = max(train.n_fields, int(train.fields.max()) + 1 if train.nnz else 1)
+        self._split_fields()
+        self.one_hot = _one_entry_per_field(train, self.n_fields)
+        torch.manual_seed(s.seed)
+        self.network = _field_model(s, self.n_features, self.n_fields - len(s.dense_fields), self.device,
+                                    self.one_hot)
+        # the bias starts at the training data's log-odds: from 0, rare clicks took Adam's small steps
+        # many epochs to reach (iPinYou's 1 % clicks: FFM test logloss 0.059-0.071 against FM's 0.031)
+        rate = float(self.labels.positive_mask(train.labels).float().mean().clamp(1e-6, 1 - 1e-6))
+        # (DLRM's is its top MLP's last bias)
+        bias = self.network.bias if hasattr(self.network, "bias") else self.network.top[-1].bias
+        with torch.no_grad():
+            bias.fill_(math.log(rate / (1 - rate)))
+        self._trust_batches()
+        self.history = []
+        self._generator = torch.Generator().manual_seed(s.seed)
+        return self._epochs(train, valid, 1, s.epochs, (math.inf, None), 0, None)
+
+    def resume(self, train, valid=None, epochs=None):
+        """Continue the run whose checkpoint this trainer was loaded from (DeepTrainer.load), to `epochs`
+        epochs in all (default: its settings'): from its last epoch's weights, the dense optimizer's state
+        and the batches' order as they were, early stopping's patience counted across both parts."""
+        point = self.resume_point
+        if point is None:
+            raise OptionError("this trainer holds no run to continue: load a checkpoint that alac wrote after a fit")
+        best = (point["best_loss"], None if point["best_epoch"] is None else (_state_copy(self.network),
+                                                                             point["best_epoch"]))
+        if point["last_weights"] is not None:
+            self.network.load_state_dict(point["last_weights"])
+        self._generator = torch.Generator()
+        self._generator.set_state(point["generator"])
+        return self._epochs(train, valid, point["epoch"] + 1, epochs or self.settings.epochs, best, point["waited"],
+                            point["dense"])
+
+    def _epochs(self, train, valid, first, last, best, waited, dense_state):
+        """Epochs first .. last; best: (the lowest validation loss so far, (its weights, its epoch) or
+        None); waited: epochs since it; dense_state: the dense optimizer's state to continue from."""
+        s = self.settings
+        # the tables are buffers stepped in backward: the parameters are the MLP's and the bias
+        graphed = s.cuda_graphs and self.device.type == "cuda" and not s.dense_fields
+        dense = torch.optim.Adam(self.network.parameters(), lr=s.dense_lr, capturable=graphed)
+        if dense_state is not None:
+            dense.load_state_dict(dense_state)
+        step = GraphedStep(self._step_of(dense)) if graphed else None
+        train = self._known_entries(train.to(self.device))      # entries of no field (-1) left out
+        (best, best_state), generator = best, self._generator
+        guard, initial = None, None
+        if valid is not None:
+            guard = ValidationGuard("valid_logloss", base_rate_loss(True, self.labels.positive_mask(train.labels),
+                                                                    self.labels.positive_mask(valid.labels)),
+                                    self._valid_metrics(valid)["valid_logloss"])
+            initial = _state_copy(self.network)
+        self.guard, self.stopped_because = guard, None
+        for epoch in range(first, last + 1):
+            started = time.perf_counter()
+            order = torch.randperm(train.n_rows, generator=generator).to(self.device)
+            loss_sum = torch.zeros((), device=self.device)
+            for batch in _batches(train.take(order), s.batch_size):
+                if step is not None:
+                    loss = step(batch.indices, batch.indptr, batch.fields, batch.values, batch.labels)
+                else:
+                    loss = self._loss(self._logits(batch), batch.labels)
+                    dense.zero_grad()
+                    loss.backward()
+                    dense.step()
+                loss_sum += loss.detach() * batch.n_rows
+            record = {"epoch": epoch, "train_loss": float(loss_sum) / train.n_rows}
+            if not math.isfinite(record["train_loss"]):
+                self._diverged(f"training loss {record['train_loss']}", epoch, best_state, initial)
+            record["seconds"] = time.perf_counter() - started
+            record["rows_per_s"] = train.n_rows / record["seconds"]
+            if valid is not None:
+                record.update(self._valid_metrics(valid))
+            self.history.append(record)
+            if self.log is not None:
+                self.log(record)
+            reason = guard.check(record) if guard is not None else None
+            if reason is not None:
+                self._diverged(reason, epoch, best_state, initial)
+            if valid is None:
+                continue
+            if record["valid_logloss"] < best:
+                best, best_state, waited = record["valid_logloss"], (copy.deepcopy(self.network.state_dict()), epoch), 0
+            else:
+                waited += 1
+                if waited >= s.patience:
+                    self.stopped_because = "early stopping (patience)"
+                    break
+        # what a checkpoint keeps for a resume: the last epoch's weights where the best epoch's come back
+        last_weights = None
+        if best_state is not None and best_state[1] != len(self.history):
+            last_weights = _state_copy(self.network)
+            self.network.load_state_dict(best_state[0])
+        self.resume_point = {"epoch": len(self.history), "best_epoch": None if best_state is None else best_state[1],
+                              "best_loss": best, "waited": waited, "stopped_because": self.stopped_because,
+                              "generator": generator.get_state(), "dense": dense.state_dict(),
+                              "last_weights": last_weights}
+        return self.history
+
+    def _valid_metrics(self, valid):
+        probability = self.predict(valid)
+        positive = self.labels.positive_mask(valid.labels.to(probability.device))
+        return {"valid_logloss": float(metrics.logloss(probability, positive)),
+                "valid_auc": float(metrics.auc(probability, positive))}
+
+    def _diverged(self, reason, epoch, best_state, initial):
+        """Stop a fit whose loss went wrong in `epoch`: the best epoch's weights, else the initial ones,
+        come back (none without validation data: the last are kept)."""
+        restored = "the last weights are kept"
+        if best_state is not None:
+            weights, best_epoch = best_state
+            self.network.load_state_dict(weights)
+            del self.history[best_epoch:]
+            restored = f"epoch {best_epoch}'s weights (the lowest validation loss) are restored"
+        elif initial is not None:
+            self.network.load_state_dict(initial)
+            self.history.clear()
+            restored = "the initial weights are restored"
+        raise TrainingDiverged(f"training diverged in epoch {epoch} ({reason}); {restored}. {ADVICE} (The tables' "
+                               f"learning rate is {self.settings.table_lr():g}, the dense layers' "
+                               f"{self.settings.dense_lr:g}.)")
+
+    def _loss(self, logit, labels):
+        return torch.nn.functional.binary_cross_entropy_with_logits(logit, self.labels.positive_mask(labels).float())
+
+    def _step_of(self, dense):
+        """One step on a batch's tensors (a model without dense fields), for GraphedStep."""
+        def loss_of(indices, indptr, fields, values, labels):
+            return self._loss(self.network(indices.long(), indptr, fields.long(), values), labels)
+        return whole_step(loss_of, [dense])
+
+    def _trust_batches(self):
+        """The entries reach the network checked (_known_entries): its tables skip their per-batch host
+        round trip, so that the host queues steps ahead of the GPU."""
+        for module in self.network.modules():
+            if isinstance(module, SparseAggregate):
+                module.check_batches = False
+
+    def _split_fields(self):
+        """Per field id of the data: its sparse field's id (-1 for a dense one) and its dense slot."""
+        dense = self.settings.dense_fields
+        if any(f >= self.n_fields for f in dense):
+            raise DataError(f"dense_fields {list(dense)} name fields the data do not have (its {self.n_fields})")
+        self._dense_slot = torch.full((self.n_fields,), -1, dtype=torch.int64, device=self.device)
+        self._dense_slot[list(dense)] = torch.arange(len(dense), device=self.device)
+        is_sparse = self._dense_slot < 0
+        self._sparse_id = torch.where(is_sparse, torch.cumsum(is_sparse.long(), 0) - 1, -1)
+
+    def _logits(self, batch):
+        indices, indptr, fields, values = batch.indices.long(), batch.indptr, batch.fields.long(), batch.values
+        if not self.settings.dense_fields:
+            return self.network(indices, indptr, fields, values)
+        # the dense fields' entries become a [B, dense] matrix (their values), the rest the sparse rows
+        rows = batch.entry_rows()
+        slot = self._dense_slot[fields]
+        dense = slot >= 0
+        features = torch.zeros((batch.n_rows, len(self.settings.dense_fields)), device=indices.device)
+        features.index_put_((rows[dense], slot[dense]), batch.values_or_ones()[dense], accumulate=True)
+        sparse = batch.with_entries(~dense, rows)
+        return self.network(sparse.indices.long(), sparse.indptr, self._sparse_id[sparse.fields.long()],
+                            values=sparse.values, dense=features)
+
+    @torch.no_grad()
+    def predict(self, dataset):
+        """The probability of the positive class per row (CPU float32 tensor)."""
+        if self.network is None:
+            raise OptionError("predict needs a trained model: call fit first")
+        _check_fields(dataset, "the data")
+        if not same_numbering(dataset.feature_ids, self.feature_ids):
+            dataset = dataset.in_space_of(self.feature_ids)
+        dataset = self._known_entries(dataset.to(self.device))
+        logits = [self._logits(batch) for batch in _batches(dataset, self.settings.batch_size)]
+        return torch.sigmoid(torch.cat(logits)).cpu() if logits else torch.zeros(0)
+
+    def _known_entries(self, dataset):
+        """The dataset without the entries of features or fields the model never trained."""
+        ids, fields = dataset.indices.long(), dataset.fields.long()
+        known = (ids < self.n_features) & (fields >= 0) & (fields < self.n_fields)
+        self.unseen_entries = int((~known).sum())
+        if not self.unseen_entries:
+            return dataset
+        return dataclasses.replace(dataset.with_entries(known), n_features=self.n_features, n_fields=self.n_fields)
+
+    def checkpoint(self, extras=None):
+        """The trained model as tensors and plain values (torch.save it; DeepTrainer.load reads it back
+        with torch.load(weights_only=True), which runs no code); extras: tensors and plain values kept
+        beside it (how to read data like the training data), given back as load's trainer.extras."""
+        if self.network is None:
+            raise OptionError("a checkpoint needs a trained model: call fit first")
+        return {"settings": asdict(self.settings), "n_features": self.n_features, "n_fields": self.n_fields,
+                "positive": float(self.labels.positive), "history": self.history, "extras": extras or {},
+                "one_hot": self.one_hot, "feature_ids": self.feature_ids, "resume": self.resume_point,
+                "weights": {name: t.detach().cpu() for name, t in self.network.state_dict().items()}}
+
+    @classmethod
+    def load(cls, path, device=None):
+        """The DeepTrainer a checkpoint file holds (OptionError naming the file if it is not one)."""
+        try:
+            saved = torch.load(path, map_location="cpu", weights_only=True)
+            trainer = cls(device=device)
+            trainer._restore(saved, str(path))
+        except DataError as error:
+            raise OptionError(f"{path}: a damaged deep model checkpoint: {str(error).removeprefix(f'{path}: ')}") \
+                from None
+        except (OSError, EOFError, pickle.UnpicklingError, RuntimeError, KeyError, TypeError, ValueError,
+                AttributeError) as error:
+            raise OptionError(f"{path}: not a deep model checkpoint ({type(error).__name__}: {error})") from None
+        return trainer
+
+    def _restore(self, saved, where="the checkpoint"):
+        s = self.settings = DeepSettings(**saved["settings"])
+        self.history = list(saved["history"])
+        self.extras = _checked_extras(saved.get("extras", {}), where)
+        self.n_features, self.n_fields = int(saved["n_features"]), int(saved["n_fields"])
+        self.feature_ids = check_feature_ids(saved.get("feature_ids"), self.n_features, where)
+        self.resume_point = _checked_resume_point(saved.get("resume"), where)
+        self.labels = LabelMap("binary", saved["positive"])
+        self._split_fields()
+        self.one_hot = bool(saved.get("one_hot", False))
+        self.network = _field_model(s, self.n_features, self.n_fields - len(s.dense_fields), self.device,
+                                    self.one_hot)
+        self.network.load_state_dict(saved["weights"])
+        self._trust_batches()
+
+    def __getstate__(self):
+        """Pickled as its checkpoint (the tables' programs are rebuilt) and the device."""
+        return {"device": str(self.device), "settings": asdict(self.settings),
+                "checkpoint": None if self.network is None else self.checkpoint(self.extras)}
+
+    def __setstate__(self, state):
+        device = state["device"] if torch.device(state["device"]).type != "cuda" or torch.cuda.is_available() \
+            else "cpu"
+        self.__init__(DeepSettings(**state["settings"]), device)
+        if state["checkpoint"] is not None:
+            self._restore(state["checkpoint"])
+
+
+def _state_copy(network):
+    """The network's weights in host memory, or None where they take more than a quarter of what is
+    free there (the guard then keeps a diverged run's last weights)."""
+    size = sum(t.numel() * t.element_size() for t in network.state_dict().values())
+    free = available_bytes("cpu")
+    if free is not None and size > free // 4:
+        return None
+    return {name: t.detach().to("cpu", copy=True) for name, t in network.state_dict().items()}
+
+
+def _checked_resume_point(point, where):
+    """A checkpoint's resume point (None: it has none), a DataError where it is not what alac writes."""
+    if point is None:
+        return None
+    kinds = {"epoch": int, "best_loss": float, "waited": int, "generator": torch.Tensor, "dense": dict}
+    if not isinstance(point, dict) or any(not isinstance(point.get(key), kind) for key, kind in kinds.items()) or \
+            not isinstance(point.get("last_weights"), (dict, type(None))) or \
+            not isinstance(point.get("best_epoch"), (int, type(None))):
+        raise DataError("its record of where the run ended is damaged", path=where)
+    return point
+
+
+def _checked_extras(extras, where):
+    """A checkpoint's extras (how its training data was read), a DataError naming `where` where they
+    are not what alac writes: a dict with a data_options record and a field map (an integer tensor)."""
+    if not isinstance(extras, dict):
+        raise DataError(f"its extras are a {type(extras).__name__}, not a dict", path=where)
+    check_read_options(extras.get("data_options", {}), where)
+    for key in ("field_of", "field_ids"):
+        value = extras.get(key)
+        if value is not None and not (isinstance(value, torch.Tensor) and value.dim() == 1
+                                      and not value.is_floating_point()):
+            raise DataError(f"its field map is a {type(value).__name__}, not a 1-D integer tensor", path=where)
+    return dict(extras)
+
+
+def _batches(dataset, batch_size):
+    """The dataset's consecutive batches of batch_size rows, as views of its tensors (the entries'
+    bounds read from the device once, not a round trip per batch)."""
+    starts = list(range(0, dataset.n_rows, batch_size))
+    bounds = dataset.indptr[torch.tensor(starts + [dataset.n_rows], device=dataset.indptr.device)].tolist()
+    for index, first in enumerate(starts):
+        end = min(first + batch_size, dataset.n_rows)
+        low, high = bounds[index], bounds[index + 1]
+
+        def part(tensor):
+            return None if tensor is None else tensor[low:high]
+
+        yield type(dataset)(dataset.indptr[first:end + 1] - low, dataset.indices[low:high], part(dataset.values),
+                            dataset.labels[first:end], dataset.n_features, part(dataset.fields), dataset.n_fields,
+                            dataset.source)
+
+
+def _one_entry_per_field(dataset, n_fields):
+    """Whether no row has two entries in one field (one host round trip)."""
+    bag = dataset.entry_rows() * n_fields + dataset.fields.long().clamp(min=0)
+    return not bool((torch.bincount(bag, minlength=dataset.n_rows * n_fields) > 1).any())
+
+
+def _check_fields(dataset, what):
+    if dataset.fields is None:
+        raise DataError(f"{what} has no field ids, which deep models need: read libffm or Criteo files, or "
+                        "give the fields (alac.data.load_featindex, alac.data.field_map.from_positions)",
+                        path=dataset.source.path)
