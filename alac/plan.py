@@ -7,9 +7,8 @@ from dataclasses import dataclass
 from alac.codegen.variants import KernelVariant
 from alac.errors import OptionError
 
-# lines spread by default (sync plans): 256, 1024 and 4096 lines ran LR and FM sync epochs within 1 % of
-# each other on an H200 (flow.py's sync arms through a spread feature order, 2026-11-26; none: 1.2-1.6x
-# slower); benchmarks/sync_resident.py measures 1024 against none
+# lines spread by default (sync plans): 256, 1024 and 4096 ran alike in flow.py's sync arms and none was
+# slower; benchmarks/sync_resident.py measures 1024 against none
 SPREAD_LINES = 1024
 
 
@@ -19,12 +18,12 @@ def _power_of_two(n):
 
 @dataclass(frozen=True)
 class Plan:
-    """How a model is executed; the README's table lists every option. Figures behind the defaults
-    are in benchmarks/results (flow_sweep, sync_breakdown, flow)."""
+    """How a model is executed; the README's table lists every option. The benchmarks that chose the
+    defaults are named beside them; their figures are in benchmarks/results and BENCHMARKS.md."""
 
-    # Samples per program; the batch is B / C chunks. 8 is the fastest sync C at batch 1024 (H200,
-    # benchmarks/sync_resident.py: LR 24.0 against 26.3 ms per epoch at 16, FM k = 16 41.7 against 68.5;
-    # 128 chunks a batch leave every program one on an H100 or H200); `alac train` uses 32 for async.
+    # Samples per program; the batch is B / C chunks. 8 is the fastest sync C at batch 1024 for LR and FM
+    # (benchmarks/sync_resident.py's chunk-size arms; 128 chunks a batch leave every program one on an
+    # H100 or H200); `alac train` uses 32 for async.
     chunk_size: int = 8
     batch_size: int = 1024
     kernels: str = "fused"
@@ -36,19 +35,18 @@ class Plan:
     hot_size: int = 0
     replicas: int = 1
     # Async: persistent programs (None: max_in_flight / C); sync with grid_barrier: the programs that
-    # share a batch's chunks. LR's logloss is within 0.0015 from 8k to 34k samples in flight (H200
-    # sweep); 132 x 128 is the middle. Launched is not resident: schedule.resident_programs.
+    # share a batch's chunks. LR's logloss hardly moves from 8k to 34k samples in flight (flow_sweep's
+    # in-flight arms); 132 x 128 is the middle. Launched is not resident: schedule.resident_programs.
     programs: int | None = None
     max_in_flight: int = 132 * 128
-    # Async hot segment: chunks between a program's flushes of its hot sums; 8 was LR's fastest of
-    # 1..32 (flow_sweep, H200: 4.27 ms, validation logloss 0.5024; 32 ended at 0.523). FM's 16 and 32
-    # ran within 4 % of 8 at losses within its seeds' spread.
+    # Async hot segment: chunks between a program's flushes of its hot sums; 8 was LR's fastest of 1..32
+    # at the best validation loss (flow_sweep's flush arms); FM's 16 and 32 ran about as fast as 8.
     flush_every: int = 8
     # Async: a param that is a function of its optimizer's state (FTRL's weight) is computed where a
-    # cold edge reads it, never stored (FTRL LR epoch 8.2 ms against 18.5 stored on H100, optimizers).
+    # cold edge reads it, never stored (faster: benchmarks/optimizers.py's FTRL arms).
     derive_params: bool = True
     # Async: programs claim chunk-order positions from an atomic counter instead of fixed shares.
-    # Off: 8-9 % faster at 1M-4M rows on H100 but converged worse (val logloss 0.5059 against 0.5035).
+    # Off: it ran faster but converged worse (flow_sweep's queue arms).
     chunk_queue: bool = False
     # Sync on a GPU: replay the epoch's launches as a CUDA graph.
     cuda_graph: bool = True
@@ -56,18 +54,17 @@ class Plan:
     # of a batch's kernel groups (per-batch decays, such as exact L2, still launch per batch).
     grid_barrier: bool = True
     # Sync with an additive optimizer (SGD): the update adds every cold edge's change instead of
-    # flagging touched features (LR 42.6 against 82.1 ms per epoch, H100).
+    # flagging touched features (faster: benchmarks/sync_breakdown.py).
     edge_updates: bool = True
-    # Edge updates: a chunk's equal features in a slot summed first. Off: it did not pay (H100, LR
-    # 47.5 against 48.5 ms, FM 100.6 against 92.5; sync_breakdown).
+    # Edge updates: a chunk's equal features in a slot summed first. Off: it did not pay
+    # (benchmarks/sync_breakdown.py).
     sum_equal_edges: bool = False
     # Edge updates in a grid-barrier epoch, one chunk per program and batch, whose rows fit one tile:
     # the chunk's ids and edge gradients stay in registers from the apply to the update instead of a
     # round trip through the batch's edge buffer (benchmarks/sync_resident.py).
     resident_tiles: bool = True
     # Resident chunks: the next batch's chunk (ids, values, rows) read before the second barrier, so that
-    # after it only the params are gathered (benchmarks/sync_resident.py, H200, C = 8: LR 20.2 against
-    # 24.2 ms, FM k = 16 37.5 against 42.2, results identical; a hand-written LR kernel 17.6).
+    # after it only the params are gathered (faster at identical results: benchmarks/sync_resident.py).
     prefetch_chunks: bool = True
     # Trainer: the ids of the 32 x N most frequent features after the hot segment renumbered so that the
     # N most frequent start N different cache lines (alac.runtime.movement.line_spread); None: SPREAD_LINES for

@@ -11,7 +11,6 @@ checkpoint DIR/model.alac and, with --plot, DIR/loss.png; the folder is checked 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import sys
@@ -224,7 +223,7 @@ def _run(args, module, model_reference, restored=None):
     log = Progress(args.epochs) if first else None
     trainer, final, diverged = train_model(args, module, data, log, None if restored is None else restored(data, log))
     # tables sharded over the ranks are assembled by all of them for the first one's outputs
-    with getattr(trainer.executor, "assembled", contextlib.nullcontext)():
+    with trainer.executor.assembled():
         if first:
             print(json.dumps({k: round(v, 6) for k, v in final.items()}))
             if args.out is not None:
@@ -356,7 +355,7 @@ def _write_outputs(args, module, model_reference, trainer, final, data_options):
         outputs.write(CHECKPOINT_NAME, lambda handle: checkpoint.write(
             trainer, handle, checkpoint_spec(module, args, model_reference), data_options, run))
         write_metrics_and_history(outputs, final, trainer.history)
-        statistics = getattr(trainer.executor, "statistics", None)
+        statistics = trainer.executor.statistics
         if statistics is not None:
             # a cached model's hit ratio of every training batch, in the order trained
             outputs.write_text("hit_ratio.csv", "batch,hit_ratio\n" + "".join(

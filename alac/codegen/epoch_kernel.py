@@ -8,10 +8,9 @@ order entry, its start, its ids and those gradients back: dependent round trips 
 atomic. Where every program holds at most one chunk of a batch (chunks per batch <= programs) and every
 row fits one [S, C] tile (the RESIDENT launch constant), the update needs none of them: the apply
 returns the gradients and the update adds them at the ids the tile still holds; prefetched
-(Plan.prefetch_chunks), the update also reads the next batch's chunk before the second barrier (H200,
-batch 1024, C = 8, spread lines: LR 27.7 -> 24.2 -> 20.2 ms per epoch, FM k = 16 53.1 -> 42.2 -> 37.5
-with its whole row as the tile; benchmarks/sync_resident.py). The general form stays in the kernel for
-the launches where RESIDENT is off.
+(Plan.prefetch_chunks), the update also reads the next batch's chunk before the second barrier (each step
+faster for LR and FM k = 16 with its whole row as the tile: benchmarks/sync_resident.py). The general form
+stays in the kernel for the launches where RESIDENT is off.
 """
 
 from __future__ import annotations

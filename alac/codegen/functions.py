@@ -19,8 +19,8 @@ from alac.codegen.triton_helpers import HELPERS
 # Compile-time arguments of every kernel, passed on to the functions that read them. WIDE_IDS: feature
 # offsets in 64 bits, needed only when a param has 2**31 values or more; edge offsets are always
 # 32-bit within a chunk (the chunk's 64-bit start moves the pointers once), which halves the registers
-# an [S, C] tile of offsets takes (Triton 3.6 spilled at C = 32 with 64-bit ones: 248 registers
-# against 198, compiled for sm_90a).
+# an [S, C] tile of offsets takes (Triton 3.6 spilled at C = 32 with 64-bit ones on sm_90a:
+# benchmarks/kernel_registers.py).
 CONSTEXPRS = ("HAS_VALUES", "C", "S", "ONE_TILE", "WIDE_IDS")
 # The flow kernels' (alac.codegen.kernels), which the runtime passes as one set: also RESIDENT, whether
 # every program of a sync epoch holds at most one chunk of a batch in one tile (alac.codegen.epoch_kernel).

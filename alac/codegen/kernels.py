@@ -8,8 +8,8 @@ mini-batch barrier); the predict kernel is aggregate + predict.
 
 - Async (`plan.semantics == "async"`): one persistent kernel; program p takes chunks p, p + P, ...
   and applies its gradients at once, lock-free (additive changes are atomic additions, others are
-  stored). Globals are applied before the chunk's param changes (after them the bias lagged: H100,
-  val logloss 0.556 against 0.511 after 4 epochs).
+  stored). Globals are applied before the chunk's param changes (after them the bias lagged and the
+  validation loss was worse: flow.py's async LR arm).
 - Hot segment (`plan.hot_size` H): features below H are the most frequent. Async: every program sums
   its hot gradients in its own [H] buffer and applies them every `flush_every` K chunks at
   lr / (B K) (at lr / B async LR diverged; benchmarks/flow_sweep.py). Sync: per edge slot the C
@@ -300,8 +300,8 @@ class KernelGenerator(StageEmitter, ParamAccess, EpochKernel):
 
     def _exchange_pairs(self, w, hot_sums):
         """summed: the [HOT_BLOCK, BLOCK_K] sums of a vector param of even K, read and zeroed two
-        factors an exchange (half the exchanges: async FM k = 16's epoch 11.2 ms against 11.6 on H200;
-        plain loads instead, 10.7-11.0 ms, left a worse validation logloss: BENCHMARKS' not-kept table)."""
+        factors an exchange (half the exchanges, faster; plain loads instead were faster still but left
+        a worse validation logloss: BENCHMARKS' not-kept table)."""
         w.comment("read and zero the sums at once, two factors an exchange of 64 bits, so an addition that")
         w.comment("lands late waits for the next flush")
         w.line("pair = tl.arange(0, BLOCK_K // 2)")

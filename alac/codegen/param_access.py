@@ -205,9 +205,9 @@ class ParamAccess:
         reads = {s.name for d in program for s in d.expr.free_symbols}
         # The states are read by atomic additions of 0, not loads: an atomic operation sees the
         # latest value of its address, a load (even past L1, .cg or volatile) may see an older one,
-        # and a stale z beside a fresh n derives a weight no update produced. H100, async FTRL LR,
-        # 200k rows with 7 other processes on the GPU: first-epoch loss 0.60-0.71 with .cg loads,
-        # 0.562 with atomic reads (stored weights 0.56-0.63); 4M rows: 9.1 against 8.7 ms per epoch.
+        # and a stale z beside a fresh n derives a weight no update produced: async FTRL LR's first
+        # epoch on a shared GPU lost with .cg loads, and the atomic reads cost little
+        # (benchmarks/optimizers.py's FTRL arms).
         for state, (target, offsets, target_mask) in targets.items():
             if f"s_{state}" in reads and state not in loaded:
                 w.line(f"{names[f's_{state}']} = tl.where({target_mask}, tl.atomic_add({w.arg(target)} + {offsets}, "
@@ -268,9 +268,8 @@ class ParamAccess:
                     loaded.add(state)
         elif derived:
             # The flush's old value too: a stored copy may be older than the state (another
-            # program's flush stored it from an earlier one), and z then grew past its weight
-            # (H100, async FTRL LR, 8 processes sharing the GPU: 5 of 24 runs ended at training loss
-            # 0.437-0.477 against 0.430; 0 of 24 derived here).
+            # program's flush stored it from an earlier one), and z then grew past its weight (async
+            # FTRL LR on a shared GPU ended some runs at a higher training loss; none derived here).
             self._derive(w, p, ranks, names, targets, names["p"], loaded, prefix)
         elif "p" in used or "new_p" in defined:
             w.line(f"{names['p']} = {p.name}" if param_loaded else
@@ -281,8 +280,8 @@ class ParamAccess:
             # loaded it: the value returned is the one this addition follows, so concurrent changes
             # chain like sequential ones. With the loaded value FTRL's sigma terms of P concurrent
             # updates sum sqrt(n + g_i^2) - sqrt(n) over i instead of telescoping to the true change
-            # of sqrt(n), z outgrows beta + sqrt(n), and async LR diverged (validation logloss 6.9
-            # on H100). The other states' changes go out as additions nobody waits for.
+            # of sqrt(n), z outgrows beta + sqrt(n), and async LR diverged. The other states' changes
+            # go out as additions nobody waits for.
             refetch = [st for st in added if f"s_{st}" in used]
             loaded -= set(refetch)
             for state in refetch:

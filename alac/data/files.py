@@ -12,8 +12,8 @@ import xxhash
 
 from alac.errors import DataError
 
-# 64 MiB keeps a block's parse arrays (about 3x the text) well inside a laptop's memory while a
-# block still takes ~0.2 s to scan, so per-block overhead stays under 1 %.
+# 64 MiB keeps a block's parse arrays (a few times the text) well inside a laptop's memory while a
+# block is long enough to scan that per-block overhead is negligible (benchmarks/parse_speed.py).
 DEFAULT_BLOCK_BYTES = 64 << 20
 # The longest line a data file may have, far past any row of data (a million LIBSVM entries); a
 # "line" past this is not data (a file without line ends, a device read by mistake).
@@ -102,7 +102,7 @@ def iter_line_blocks(path, block_bytes=DEFAULT_BLOCK_BYTES):
 
 
 def content_hash(path):
-    """A 128-bit hash of the file's bytes (xxh3: ~20 GB/s, far below parse cost), read through a
+    """A 128-bit hash of the file's bytes (xxh3: far faster than a parse), read through a
     memory map so no copy of the file is made."""
     digest = xxhash.xxh3_128()
     with _open(path) as handle:
@@ -159,7 +159,7 @@ def pieces_at_line_ends(buf, count):
     return pieces
 
 
-# Pieces below 4 MiB are not worth a thread: scanning one takes ~10 ms.
+# Pieces below 4 MiB are not worth a thread (benchmarks/parse_speed.py).
 _MIN_PIECE_BYTES = 4 << 20
 
 

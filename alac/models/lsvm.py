@@ -16,5 +16,5 @@ class LinearSVM(LinearModel):
 
 
 MODEL = LinearSVM
-# on a9a (10 epochs, batch 1024) 0.1 reaches test AUC 0.893; the hinge's unit-size gradient takes larger steps badly
+# chosen on a9a (benchmarks/defaults.py); the hinge's unit-size gradient takes larger steps badly
 DEFAULT_LR = 0.1

@@ -82,9 +82,9 @@ class SparseAggregate(torch.nn.Module):
         n_features: rows of its tables; lr: the sparse step (None: the optimizer's default);
         value_scale: the data's mean |x| (AdaGrad's eps is in its units); dtype: the params' storage
         (float32, bfloat16 or float16: half the bytes, read into float32 sums and updated in float32;
-        the optimizer's state stays float32); backend: "auto" (the generated kernels on a GPU, which
-        measured 1.5-2.5x the torch programs' samples/s in benchmarks/fields.py, the torch programs
-        elsewhere), "reference" (the model's torch programs),
+        the optimizer's state stays float32); backend: "auto" (the generated kernels on a GPU, faster than the torch
+        programs in benchmarks/fields.py, the torch programs elsewhere), "reference" (the model's torch
+        programs),
         "triton" (its generated kernels, alac.codegen.bag_kernels: three launches a step, and a
         gradient buffer the size of the tables) or "interpret" (the same kernels in Triton's
         interpreter, on the CPU); semantics: "sync" (every touched row stepped once on its summed

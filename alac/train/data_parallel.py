@@ -23,12 +23,12 @@ import torch
 
 from alac.errors import OptionError
 from alac.runtime.device.memory import available_bytes
-from alac.runtime.execution.executor import Executor
 from alac.runtime.movement.layout import order_by_frequency
 from alac.runtime.movement.streams import StreamedLayout
 from alac.runtime.planning.param_planner import ParamPlacement, plan_placement
 from alac.runtime.planning.planner import layout_bytes
 from alac.runtime.ranks.distributed import check_rows, init_ranks
+from alac.runtime.rows.device import DeviceRows
 from alac.runtime.rows.sharded import SEGMENT_COPIES, ShardedExecutor, segment_batches
 from alac.train.trainer import FINITE_CHECK_VALUES, Trainer
 
@@ -36,9 +36,10 @@ AGGREGATIONS = ("sequential", "rows", "adding", "averaging")
 TABLES = ("auto", "replicated", "sharded", "hybrid")
 # rows of the sequential factors computed and all-reduced at once (1 GiB of float32 terms a piece)
 SEQUENTIAL_PIECE = 1 << 27
-# why auto replicates tables that fit: 2 x H200, benchmarks/distributed.py, 4M and 64M rows, LR and FM k = 16
+# why auto replicates tables that fit (benchmarks/distributed.py's table arms: LR and FM k = 16)
 REPLICATED_WHY = ("every row fits each rank's GPU: replicated tables synchronised by one all-reduce trained "
-                  "1.2-2.7x faster than sharded or hybrid ones, whose segments gather and return rows by all-to-alls")
+                  "faster than sharded or hybrid ones, whose segments gather and return rows by all-to-alls "
+                  "(benchmarks/distributed.py)")
 
 
 class DataParallelTrainer(Trainer):
@@ -81,7 +82,7 @@ class DataParallelTrainer(Trainer):
             # the executor built for this rank's own plan gives way to one of the agreed plan
             first, _, *rest = self._executor_arguments
             self.plan, self._executor_arguments = agreed, (first, agreed, *rest)
-            self.executor = Executor(*self._executor_arguments)
+            self.executor = DeviceRows(*self._executor_arguments)
         if tables in ("sharded", "hybrid"):
             self.executor = ShardedExecutor(self.executor, ranks, replicate_hot=tables == "hybrid")
         # (training set, this rank's share of its rows): held, so that the identity test stays sound
@@ -114,7 +115,7 @@ class DataParallelTrainer(Trainer):
     @property
     def sharded_tables(self):
         """Whether no rank holds every row (sharded or hybrid tables, chosen or settled by auto)."""
-        return isinstance(self.executor, ShardedExecutor)
+        return self.executor.sharded
 
     def prepare(self, train):
         prepared = self._prepare_share(train)
@@ -196,7 +197,7 @@ class DataParallelTrainer(Trainer):
                               f"{placement.budget_bytes:,}-byte GPU budget for them, even sharded over {world} ranks "
                               f"({held:,} bytes a rank): more ranks or a larger budget")
         self.sync_every, self.tables = every, "hybrid"
-        self.executor = ShardedExecutor(Executor(*self._executor_arguments), self.ranks, replicate_hot=True)
+        self.executor = ShardedExecutor(DeviceRows(*self._executor_arguments), self.ranks, replicate_hot=True)
         why = (f"{n:,} rows x {row_bytes} bytes exceed the {placement.budget_bytes:,}-byte budget: each of {world} "
                f"ranks holds the {hot:,} hot rows and its share of the cold ones, {held:,} bytes")
         self.placement = ParamPlacement("hybrid tables", row_bytes, n * row_bytes, placement.budget_bytes, reasons=(
@@ -295,8 +296,8 @@ class DataParallelTrainer(Trainer):
         """Each tensor set to its value before the segment plus the ranks' changes, combined by
         self.aggregation; every change (for "rows" the rows' movers, and the segment's loss sum) in one
         buffer, written there by the subtraction itself, so that a synchronisation is one all-reduce
-        and two passes over the params (H200, 2 ranks, 4M rows: the separate loss all-reduce and its
-        read took 0.3 ms of a 2.4 ms LR epoch; benchmarks/distributed.py). share: the segment's part of
+        and two passes over the params (a separate loss all-reduce and its read took a share of an LR
+        epoch worth saving: benchmarks/distributed.py). share: the segment's part of
         the epoch's chunks; loss_sum: this rank's (a one-element device tensor). Returns the ranks'
         summed loss (a device scalar; 0 without loss_sum)."""
         tensors = self._tensors()

@@ -1,10 +1,10 @@
 """The default optimizer, "auto": AdaGrad and plain SGD raced on the validation data.
 
-AdaGrad (its default rate, the model's default L2) adapts each feature's step to its gradients and
-needs no scaling; plain SGD at the model's own rate and without L2 (early stopping regularises it)
-generalises better where one-occurrence features dominate (ipinyou: test AUC 0.585 against 0.578,
-benchmarks/defaults.py). Both train with early stopping on the same validation rows; the one with
-the lower best validation loss is kept. That costs two trainings: name an optimizer to train once.
+AdaGrad (its default rate, the model's default L2) adapts each feature's step to its gradients and needs no
+scaling; plain SGD at the model's own rate and without L2 (early stopping regularises it) generalises better
+where one-occurrence features dominate (ipinyou in benchmarks/defaults.py). Both train with early stopping on
+the same validation rows; the one with the lower best validation loss is kept. That costs two trainings: name
+an optimizer to train once.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ from alac.data.dataset import same_numbering
 from alac.errors import AlacError, OptionError
 from alac.plan import Plan
 from alac.runtime.device.memory import available_bytes
-from alac.runtime.execution.executor import Executor, LabelMap
+from alac.runtime.execution.executor import LabelMap
 from alac.runtime.movement.blocks import is_block_source
 from alac.runtime.movement.layout import BigraphLayout, LayoutOptions, build_layout
 from alac.runtime.movement.line_spread import spread_layout
@@ -28,15 +28,15 @@ from alac.runtime.movement.streams import StreamedLayout
 from alac.runtime.planning.param_planner import ParamPlacement, plan_placement, row_bytes_of
 from alac.runtime.planning.planner import streaming_budget
 from alac.runtime.ranks.distributed import doing
-from alac.runtime.rows.cached_executor import CachedExecutor
-from alac.runtime.rows.fae_executor import FaeExecutor
+from alac.runtime.rows.device import DeviceRows
+from alac.runtime.rows.registry import TrainingRows, planned_store
 from alac.train.divergence import ADVICE, TrainingDiverged, ValidationGuard, base_rate_loss, diverged
 
 EARLY_STOPPING = (None, "cuwide", "patience")
 # fit queues epochs in groups of about this much training (one loss read, one divergence check and one
-# progress flush per group): on H100 a 1M-row async LR epoch is 1.2 ms of kernel and took 1.8 ms when
-# read one at a time, 1.24 ms queued (flow_lr_scaling.md). Half a second keeps progress lines coming
-# and bounds what a divergence found at a group's end throws away.
+# progress flush per group): a short epoch (1M-row async LR) read one at a time waits for its host
+# work (benchmarks/fit_queue.py). Half a second keeps progress lines coming and bounds what a
+# divergence found at a group's end throws away.
 QUEUE_SECONDS = 0.5
 # values summed at a time by the finite-parameters check (small enough not to overflow float32)
 FINITE_CHECK_VALUES = 1 << 24
@@ -64,7 +64,8 @@ class Trainer:
         self.epochs = epochs
         self.plan = plan
         self._executor_arguments = (model, plan, backend, device, seed, optimizer, schedule, exact_l2)
-        self.executor = Executor(*self._executor_arguments)
+        # the row store (alac.runtime.rows.store): rows on the device until the planner places them
+        self.executor = DeviceRows(*self._executor_arguments)
         self.placement = None          # the planner's ParamPlacement once the training data is laid out
         self._said_no_snapshots = False
         self.log = log
@@ -178,10 +179,10 @@ class Trainer:
         return self.train_layout, self.labels.model_labels(self.train_layout.labels)
 
     def _place_params(self, train, streamed):
-        """The planner's placement of the model's rows (alac.runtime.planning.param_planner): over the GPU budget
-        for them, the executor becomes a CachedExecutor (rows in pinned host memory, a HybridHash cache
-        of the budget on the GPU) or an FaeExecutor (FAE's hot table of the budget)."""
-        if self._has_state() or getattr(self.executor, "host_rows", False):
+        """The planner's placement of the model's rows (alac.runtime.planning.param_planner) and its row
+        store (alac.runtime.rows.registry): over the GPU budget for them, a HybridHash cache or FAE's hot
+        table of the budget on the GPU, every row in pinned host memory."""
+        if self._has_state() or self.executor.host_rows:
             return
         if streamed:
             row_bytes = row_bytes_of(self.executor.ir)
@@ -191,11 +192,9 @@ class Trainer:
                                             reasons=(("placement", "device", why),))
             return
         self.placement = plan_placement(self.executor.ir, self.plan, train, self.train_layout, self.device)
-        if self.placement.mode == "hybrid_hash":
-            self.executor = CachedExecutor(*self._executor_arguments, self.placement)
-        elif self.placement.mode == "fae":
-            self.executor = FaeExecutor(*self._executor_arguments, self.placement, train, self.train_layout,
-                                        lambda layout: self.labels.model_labels(layout.labels))
+        if self.placement.mode != "device":
+            self.executor = planned_store(self.placement, self._executor_arguments, TrainingRows(
+                train, self.train_layout, lambda layout: self.labels.model_labels(layout.labels)))
 
     def _laid_out_for_training(self, train):
         """A resident layout, or a StreamedLayout of a block source or of a layout over the budget."""
@@ -217,10 +216,9 @@ class Trainer:
         return StreamedLayout.from_layout(layout, self.plan.chunks_per_batch, budget, self.device)
 
     def _has_state(self):
-        """Whether the model has its parameters (an executor whose whole state is costly to assemble,
-        over sharded rows, answers without assembling it)."""
-        has_state = getattr(self.executor, "has_state", None)
-        return self.executor.state is not None if has_state is None else has_state()
+        """Whether the model has its parameters (a store whose whole state is costly to assemble, over
+        sharded rows, answers without assembling it)."""
+        return self.executor.has_state()
 
     def _block_labels(self, block):
         return self.labels.model_labels(block.labels)
@@ -230,8 +228,8 @@ class Trainer:
             self.executor.initialize(self.train_layout.host, self.train_layout.value_scale)
         else:
             self.executor.initialize(self.train_layout)
-        if isinstance(self.executor, CachedExecutor):
-            self.placement = self.executor.calibrate(self.train_layout, labels)
+        if self.placement is not None:
+            self.placement = self.executor.calibrate(self.train_layout, labels, self.placement)
 
     def initialize_model(self, train):
         """Lay the data out and draw the initial parameters now (fit does it when not yet done): a
@@ -288,7 +286,7 @@ class Trainer:
         _, layout_labels = self.prepare(train)
         valid_layout = self.layout_of(valid)
         report_layout = self.layout_of(report)
-        if isinstance(self.executor, FaeExecutor) and valid_layout is not None:
+        if valid_layout is not None:
             self.executor.steer_with(valid_layout, self.labels.model_labels(valid_layout.labels))
         if not self._has_state():
             self._initialize(layout_labels)
@@ -329,11 +327,7 @@ class Trainer:
             self.epoch += 1
             record = {"epoch": self.epoch, "train_loss": loss, "seconds": seconds,
                       "rows_per_s": self.train_layout.n_rows / max(seconds, 1e-9)}
-            if isinstance(self.executor, CachedExecutor):
-                record["hit_ratio"] = self.executor.epoch_hit_ratio.get(self.epoch)
-            elif isinstance(self.executor, FaeExecutor):
-                record["hot_input_share"] = self.executor.split.hot_input_share
-                record["fae_rate"] = self.executor.scheduler.rate
+            record.update(self.executor.epoch_record(self.epoch))
             if diverged(loss, start, lowest) or (not pending and not finite_state):
                 # the lowest validation loss's epoch where there is validation data, else the last sound one
                 self._diverged(f"training loss {loss:.6g}, at the start {start:.6g}", record,
@@ -417,7 +411,7 @@ class Trainer:
         whose rows live in host memory and take more than half of what is free there (a copy of a
         table larger than the GPU would not fit beside it)."""
         state = self.executor.state
-        if getattr(self.executor, "host_rows", False):
+        if self.executor.host_rows:
             size = sum(v.numel() * v.element_size() for v in [*state.params.values(), *state.states.values()])
             if not self._snapshot_fits(size):
                 return None

@@ -1,9 +1,9 @@
 """Host to GPU copies of large pageable tensors through a pair of pinned staging buffers.
 
-A pageable `tensor.to("cuda")` goes through the driver's staging at about 10 GB/s (the
-webspam-shaped set's 336 MB of ids and values: 33 ms on an H200, most of the SCD dual's setup);
-copying slices into pinned buffers (CPU copies on torch's threads) while the previous slice
-crosses to the device runs at the link's speed without pinning the whole tensor."""
+A pageable `tensor.to("cuda")` goes through the driver's staging, far below the link's speed (most of the SCD
+dual's setup on benchmarks/scd.py's webspam-shaped set); copying slices into pinned buffers (CPU copies on
+torch's threads) while the previous slice crosses to the device runs at the link's speed without pinning the
+whole tensor."""
 
 from __future__ import annotations
 

@@ -193,8 +193,8 @@ class Executor:
         """count epochs from first_epoch, queued back to back on the GPU with one read of their mean
         training losses at the end (a list): what train_epoch does count times, without waiting for
         each loss, so that an epoch's host work (its small launches, the kernel launch) overlaps the
-        previous epoch's kernels instead of preceding its own (on H100 about 0.26 ms of a 1.4 ms
-        async LR epoch at 1M rows)."""
+        previous epoch's kernels instead of preceding its own (a share of a short epoch, such as async
+        LR's at 1M rows: benchmarks/fit_queue.py)."""
         losses = torch.zeros(count, device=self.device)
         for index in range(count):
             self.queue_epoch(layout, labels, first_epoch + index, lr)

@@ -15,8 +15,8 @@ TILE_EDGES = 4096
 
 
 # A resident sync epoch's tile (alac.codegen.epoch_kernel) is the whole row up to this many values:
-# FM k = 16 at C = 8, [64, 8, 16], ran 41.7 ms per epoch against 52.8 looping over [32, 8, 16] tiles
-# (H200, benchmarks/sync_resident.py); at C = 16 the [64, 16, 16] tile spilled (72.6 against 68.6).
+# FM k = 16 at C = 8 ran faster with its [64, 8, 16] row than looping over [32, 8, 16] tiles, and at
+# C = 16 the [64, 16, 16] tile spilled (benchmarks/sync_resident.py).
 RESIDENT_TILE_EDGES = 8192
 
 
@@ -34,14 +34,10 @@ def slots_per_step(plan, layout, factor_size, resident=False):
     return max(1, min(whole, 1 << (budget.bit_length() - 1)))
 
 
-# Edge-tile values per thread that the automatic warp count aims at. Chosen on H100 (4M x 39 rows,
-# scratch layout probe, Triton 3.6): async LR's [64, 32] tile ran 4.0 ms per epoch at 4 warps (16
-# values per thread) against 5.8 at 8; async FM k = 16's [8, 32, 16] tile 13.3 ms at 8 warps (16)
-# against 15.0 at 4 (32 values per thread, 254 registers).
-# Async tiles of more factors ran fastest with a thread per edge's factor block (H200, 4M x 39 rows,
-# 4 epochs at C = 32): k = 32's [4, 32, 32] tile 18.5 ms an epoch at 4 warps against 19.5 at 8 and
-# 26.7 at 16; k = 64's [2, 32, 64] 33.1 at 2 warps against 34.8 at 8 and 45.3 at 4; k = 16 stays at
-# 8 (10.7 against 12.9 at 4). Sync k = 32 ran slower so (76.2 against 70.8 ms at C = 8).
+# Edge-tile values per thread that the automatic warp count aims at: async LR's [64, 32] tile and async
+# FM k = 16's [8, 32, 16] ran fastest at 16 (benchmarks/flow_sweep.py's warp arms).
+# Async tiles of more factors ran fastest with a thread per edge's factor block (k = 32 and 64; k = 16
+# stays at 16 values per thread); sync k = 32 ran slower so (flow_sweep.py's warp arms).
 VALUES_PER_THREAD = 16
 MIN_WARPS = 4
 
@@ -76,12 +72,11 @@ def resident_programs(compiled, device):
     """Programs of a compiled kernel that the GPU holds at once: the multiprocessors times the
     programs one holds, limited by registers, threads and shared memory (Triton's occupancy
     arithmetic, as in its fused-softmax tutorial). Async epochs report it beside the programs they
-    launch: on H100 with Triton 3.6 the default async LR kernel's 255 registers per thread fit 2
-    programs of 4 warps per multiprocessor, so of the 528 programs launched 264 run at once and the
-    rest start as those end (ncu: 2 waves, 12.5 % occupancy). Launching only 264 gave the same LR
-    epoch time (4.13 against 4.09 ms) but made async FTRL with derived weights spike in its second
-    epoch on 200k rows (training loss 0.8-1.0 against 0.47-0.49), as the chunk queue does (stale L1
-    copies of the params: `Plan.chunk_queue`), so the launch count stays max_in_flight / C."""
+    launch: where the default async LR kernel's registers fit 2 programs of 4 warps per multiprocessor,
+    half of the programs launched run at once and the rest start as those end (two waves). Launching
+    only the resident half gave the same LR epoch time but made
+    async FTRL with derived weights spike in its second epoch on 200k rows, as the chunk queue does
+    (stale L1 copies of the params: `Plan.chunk_queue`), so the launch count stays max_in_flight / C."""
     properties = torch.cuda.get_device_properties(device)
     threads = compiled.metadata.num_warps * properties.warp_size
     # 64K 32-bit registers per multiprocessor on every NVIDIA GPU since Kepler (torch does not report it)

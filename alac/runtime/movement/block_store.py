@@ -51,10 +51,8 @@ from alac.temporary import remove_stale_folders, temporary_folder_name
 
 # written beside a store's files when a block is found damaged as it is read
 DAMAGED_FILE = "DAMAGED.json"
-# Host buffers read ahead of the copy stream and the threads reading them. Read bandwidth of the
-# streaming benchmark's store from disk on the H100 machine (benchmarks/streaming.py, disk_ring_sweep):
-# (depth, readers) (2, 1) 1.29, (3, 2) 1.49, (4, 4) 1.59, (8, 4) 1.69 GB/s; (4, 4) is within 6 % of
-# the best with half its pinned memory.
+# Host buffers read ahead of the copy stream and the threads reading them: (4, 4) read nearly as fast
+# as the best (depth, readers) with half its pinned memory (benchmarks/streaming.py's disk_ring_sweep).
 RING_DEPTH = 4
 READERS = 4
 

@@ -238,7 +238,7 @@ def default_device():
 
 
 # Edges per block of the chunk-count prefix sums: 2**27 int64 partial sums (1 GiB) at a time; one
-# prefix over all edges took 18.6 GiB at 64M rows x 39 and ran an H100 out of memory.
+# prefix over all edges of 64M rows x 39 ran an 80 GB GPU out of memory.
 PREFIX_BLOCK = 1 << 27
 
 

@@ -3,8 +3,8 @@
 The layout numbers features by descending frequency, so the most frequent ones are neighbours in
 every param: 32 of them share a 128-byte line of a 4-byte param. A sync epoch adds every edge's change
 with an atomic at the end of each batch, from all programs at once, and the L2 serializes a line's
-atomics: on an H200, LR at batch 1024 spends 42 ms an epoch with the frequency order against 31 ms with
-the next 32 x 1024 ids spread (results unchanged; benchmarks/sync_resident.py). Spreading is a
+atomics: sync LR at batch 1024 ran faster with the next 32 x 1024 ids spread, results unchanged
+(benchmarks/sync_resident.py). Spreading is a
 renumbering only: the ids [start, start + 32 L) (start: the plan's hot segment, which keeps its prefix)
 hold the same features as before, rank r of them at id start + (r mod L) * 32 + r div L, so that the L
 most frequent start L different lines and each line's others are L, 2L, ... ranks colder.

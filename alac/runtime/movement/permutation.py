@@ -5,10 +5,9 @@ until it lands below n (cycle walking: a permutation of the larger domain restri
 permutation; the domain is at most 4 n, so a position walks fewer than 4 steps on average). The round
 keys come from (seed, epoch), so every epoch has its own order and any device draws the same one.
 
-Why not an argsort of random keys (what alac did before): a hash and a sort are about two dozen
-small launches, and on the H100 machine each costs 40-50 us of host time; with about 1.4 ms of host
-work per epoch, a 1M-row async LR epoch (a 1.2 ms kernel) waited for its host. The Feistel order is
-one Triton launch on a GPU. The CPU computes it with torch integer arithmetic: the same numbers.
+Why not an argsort of random keys: a hash and a sort are about two dozen small launches, whose host
+time a short epoch (1M-row async LR, benchmarks/fit_queue.py) waited for. The Feistel order is one
+Triton launch on a GPU. The CPU computes it with torch integer arithmetic: the same numbers.
 """
 
 from __future__ import annotations

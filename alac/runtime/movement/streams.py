@@ -31,7 +31,7 @@ from alac.runtime.movement.permutation import chunk_order
 # that nothing overlaps (benchmarks/streaming.py).
 BLOCKS_IN_BUDGET = 4
 # Blocks copied ahead of the one trained: with one, the copy stream idled while the last block of an
-# epoch trained (async FM k = 16, 3 blocks: 16.1 ms per epoch against 14.9 resident; streaming.py).
+# epoch trained (benchmarks/streaming.py's read-ahead arms).
 READ_AHEAD = 2
 
 

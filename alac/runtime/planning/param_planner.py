@@ -47,16 +47,16 @@ from alac.runtime.planning.planner import layout_bytes, measured_per_gpu
 from alac.runtime.rows.hybrid_hash import PERIOD_SEGMENTS, SIDE_MULTIPROCESSORS, CacheShape
 
 # Before the cache's bookkeeping is timed, and per segment: its kernels (finding a segment's rows,
-# re-pointing its edges) took 33 ms of an epoch over 260M edges (H100, Kaggle-shaped set, 64 MB,
-# benchmarks/placement.py); per segment as measured with the bookkeeping in torch, an upper bound
+# re-pointing its edges) per edge as benchmarks/placement.py's Kaggle-shaped arms measured them; per
+# segment as measured with the bookkeeping in torch, an upper bound
 BOOKKEEPING_NS_PER_EDGE = 0.13
 SEGMENT_SECONDS = 4e-4
 # The kernels' idle time at a re-rank (the last segment's write-back, the re-rank, the next segment's
-# bookkeeping): 4.5-8.7 ms gaps between kernels after re-ranks in a profiled 512 MB epoch (H100,
-# benchmarks/placement.py's Kaggle-shaped set, Zipf 1.1), against ~2 ms between other segments
+# bookkeeping): the gaps between kernels after re-ranks in a profiled epoch of benchmarks/placement.py's
+# Kaggle-shaped set, a few times those between other segments
 RERANK_SECONDS = 5e-3
-# Of a budget, the share the staging area takes (the rest is the hot store): 1/4 beat 1/2 at 64 MB and
-# tied at 512 MB (H100, Kaggle-shaped set, Zipf 1.1; benchmarks/placement.py's shapes)
+# Of a budget, the share the staging area takes (the rest is the hot store): 1/4 beat or tied 1/2
+# (benchmarks/placement.py's cache shapes)
 STAGING_SHARE = 0.25
 # Sizes of the mapped-access microbenchmark: 1M random rows of 16 floats out of 4M (256 MB pinned)
 _MAPPED_ROWS, _MAPPED_ACCESSES, _MAPPED_WIDTH = 4 << 20, 1 << 20, 16
@@ -176,9 +176,8 @@ class FaeForecast:
 
 
 # An FAE epoch's cost beyond its row traffic, per edge (pure hot and cold batches trained apart, swaps
-# and the validation steering between them): 0.65 ns. H100, Kaggle-shaped set, every input hot at
-# 512 MB (no row traffic): FAE R(50) 0.371 s an epoch against all-GPU's 0.202 s over 260M edges, while
-# the cache's epoch took 0.217 s (benchmarks/placement.py)
+# and the validation steering between them): FAE's epoch with every input hot (no row traffic) less the
+# all-GPU epoch, per edge (benchmarks/placement.py's Kaggle-shaped arms)
 FAE_NS_PER_EDGE = 0.65
 
 

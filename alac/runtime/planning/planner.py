@@ -97,9 +97,7 @@ def hot_size_from_costs(frequency, n_rows, costs, rows_per_period):
 
 # Of the L2, the share an async epoch's per-program hot sums (P programs x H features x the floats of
 # their params' rows x 4 bytes) may take: past it their additions miss the L2 and a larger H costs more
-# than it saves. benchmarks/flow_sweep.py --hot (H200, 60 MB L2, FM on 4M x 39 rows): k = 16 10.7-10.8 ms
-# an epoch with 28 MB of sums, 11.2-11.5 with 37-42, 12.3-12.9 with 55-74; k = 32 18.3-19.2 ms with
-# 13-36 MB, 20.8-21.7 with 71-82; k = 64 33.3-34.3 ms with 26-70 MB, 36.7 with 161.
+# than it saves (benchmarks/flow_sweep.py --hot: FM k = 16, 32 and 64 epochs against their sums' bytes).
 HOT_SUMS_L2_SHARE = 0.45
 
 
@@ -132,8 +130,7 @@ def default_chunk_size(semantics, batch_size, backend):
     if backend == "interpret":
         # the interpreter runs programs one after another: one program per batch is fastest
         return batch_size
-    # async with the hot segment: C = 32 was the fastest for LR and FM in the plan sweep (H200,
-    # benchmarks/results/flow_sweep.md: LR 4.27 ms an epoch against 5.67 at 16 and 5.23 at 64)
+    # async with the hot segment: C = 32 was the fastest for LR and FM (benchmarks/flow_sweep.py's chunk arms)
     return math.gcd(32 if semantics == "async" and backend == "triton" else Plan.chunk_size, batch_size)
 
 
@@ -222,12 +219,10 @@ class PlanChoice:
 
 
 # Where the planner turns the hot segment on by default: binary features, and vector params (FM's
-# factors) of at most HOT_SEGMENT_MAX_FACTOR[semantics] values (0: scalar params only). H200, 4M x 39
-# rows (flow.py): async LR 5.0x faster (4.9 against 24.7 ms an epoch), FM k = 16, 32 and 64 2.2x, 1.7x
-# and 1.29x (11.0, 18.5 and 34.1 against 24.6, 31.3 and 44.0 ms; k = 64 with its sums within
-# HOT_SUMS_L2_SHARE: the cost model's H uncapped 36.7, flow_sweep.py --hot). Off on real-valued data
-# (20news async: test AUC 0.84-0.85 against 0.86 without). Off in sync plans, whose resident chunks a
-# hot segment turns off: LR 20.2 against 35.1 ms with the planner's H and R, FM 37.0 against 67.6.
+# factors) of at most HOT_SEGMENT_MAX_FACTOR[semantics] values (0: scalar params only): async LR and FM
+# k = 16, 32 and 64 ran faster with it (flow.py; k = 64 with its sums within HOT_SUMS_L2_SHARE,
+# flow_sweep.py --hot). Off on real-valued data (20news async converged worse with it). Off in sync
+# plans, whose resident chunks a hot segment turns off, slower than they are (flow.py's sync arms).
 HOT_SEGMENT_MAX_FACTOR = {"sync": 0, "async": 64}
 
 

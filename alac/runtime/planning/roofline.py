@@ -20,10 +20,8 @@ import triton.language as tl
 
 from alac.codegen import grid_barrier
 
-# Param values (edges x K) per flat program. Chosen on H100 (4M x 39 set, benchmarks/async_floor.py
-# probes): LR at 512 and 2048 edges within 3 % (gather 0.35 / 0.38 ms, gather + the hot split 4.00 /
-# 4.01 ms); FM k = 16's gather + split 5.57 ms at 64 edges, 5.87 at 256, 6.76 at 512. 1024 values
-# is FM's best (64 edges of 16) and inside LR's flat range.
+# Param values (edges x K) per flat program, chosen by benchmarks/async_floor.py's probes: FM k = 16's
+# best (64 edges of 16), and inside the range where LR's time does not depend on it.
 VALUES_PER_PROGRAM = 1024
 
 # What a flat kernel does at each edge's row (`UPDATE` of edge_traffic).

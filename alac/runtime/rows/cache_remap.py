@@ -2,8 +2,8 @@
 and those the hot store lacks with where each is now), and its edges re-pointed at cache slots with
 the hot store's hits per batch. On a CUDA device each is one
 Triton launch over the segment's chunks (alac.runtime.rows.cache_remap_kernel: a pass over the edges
-instead of torch's gathers and scatters with int64 edge lists, ~150 ms of a 0.35 s epoch at 512 MB
-on H100, benchmarks/placement.py); elsewhere torch does the same, and is the kernels' twin in tests."""
+instead of torch's gathers and scatters with int64 edge lists, which took a large share of a cached
+epoch in benchmarks/placement.py); elsewhere torch does the same, and is the kernels' twin in tests."""
 
 from __future__ import annotations
 
@@ -103,10 +103,8 @@ def segment_rows(layout, chunks, slot_of, counts, capacity, own, marks, delta=1,
 # move_rows runs as MOVE_PROGRAMS programs looping over blocks of MOVE_BLOCK values (rows times their
 # padded width), as many programs as the multiprocessors a sync kernel leaves to the side stream
 # (hybrid_hash.SIDE_MULTIPROCESSORS): a move started before a segment's persistent kernel must not sit
-# on a multiprocessor one of its programs needs, or every grid barrier waits for the move. 84 GiB FM
-# k = 64, 4 GiB budget (H100, benchmarks/placement.py --only-big --big-scale 10): epochs of 1.04-1.07 s
-# against 1.12-1.20 with 8 programs (kernels of 40-46 ms against 44-60, 37 alone); at 64 MB 8 programs
-# of 4096 beat a program per 1024 values (0.229 s against 0.243)
+# on a multiprocessor one of its programs needs, or every grid barrier waits for the move. 4 programs beat
+# 8 on the large FM of benchmarks/placement.py --only-big, and blocks of 4096 values beat 1024 at 64 MB.
 MOVE_PROGRAMS = 4
 MOVE_BLOCK = 4096
 

@@ -27,7 +27,7 @@ def mark_touched_kernel(chunks_ptr, chunk_start_ptr, chunk_width_ptr, edge_featu
     for offset in range(0, size, BLOCK):
         _, feature = _edge_block(edge_feature_ptr, start, offset, size, BLOCK)
         # every writer stores the same 1 (no atomics), and only where it is not there yet: stores of
-        # the hot rows' bytes from every program serialised (3 ms a segment at 512 MB on H100)
+        # the hot rows' bytes from every program serialised (benchmarks/placement.py)
         marked = tl.load(seen_ptr + feature, mask=feature >= 0, other=1)
         tl.store(seen_ptr + feature, tl.full([BLOCK], 1, tl.uint8), mask=marked == 0)
 
@@ -58,14 +58,14 @@ def segment_rows_kernel(chunks_ptr, chunk_start_ptr, chunk_width_ptr, edge_featu
                         slot_of_ptr, staged_ptr, where_ptr, found_ptr, capacity, own_first, own_end, limit, delta,
                         C: tl.constexpr, BLOCK: tl.constexpr):
     # one program per chunk: on the bookkeeping stream, whose result the host waits for, one program
-    # per multiprocessor looping over chunks ran twice as long (H100, 64 MB, Zipf 1.1: 43 against 22 ms)
+    # per multiprocessor looping over chunks ran twice as long (benchmarks/placement.py)
     start, size = _chunk_edges(chunks_ptr, chunk_start_ptr, chunk_width_ptr, C)
     for offset in range(0, size, BLOCK):
         _, feature = _edge_block(edge_feature_ptr, start, offset, size, BLOCK)
         real = feature >= 0
         # one bit per row: the edge that sets it is the row's first in the segment (every row once);
         # read before the atomic, so that the hot rows' words are not atomics of every program
-        # (serialised: segment_rows took 84 ms of a 0.36 s epoch at 64 MB on H100, benchmarks/placement.py)
+        # (serialised, they took a large share of a cached epoch: benchmarks/placement.py)
         bit = tl.where(real, 1 << (feature & 31), 0)
         unmarked = real & ((tl.load(marks_ptr + (feature >> 5), mask=real, other=0) & bit) == 0)
         old = tl.atomic_or(marks_ptr + (feature >> 5), bit, mask=unmarked, sem="relaxed")

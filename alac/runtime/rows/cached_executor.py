@@ -19,6 +19,13 @@ CALIBRATION_BATCHES = 16
 
 
 class CachedExecutor(HostRowsExecutor):
+    kind = "hybrid_hash"
+
+    @classmethod
+    def planned(cls, executor_arguments, placement, training):
+        """The store of a planner's placement (alac.runtime.rows.registry)."""
+        return cls(*executor_arguments, placement)
+
     def __init__(self, model, plan, backend, device, seed, optimizer, schedule, exact_l2, placement):
         """placement: the planner's ParamPlacement (mode hybrid_hash, its cache shape)."""
         # the kernels' hot segment lives in the hot store: at most its rows
@@ -40,13 +47,16 @@ class CachedExecutor(HostRowsExecutor):
         self.cache.initialize(layout, layout.value_scale() if value_scale is None else value_scale)
         self._initialized = True
 
-    def calibrate(self, layout, labels):
+    def calibrate(self, layout, labels, placement=None):
         """Complete the forecast with the kernels' epoch time, with every multiprocessor and leaving
         some to the side stream (calibrate_kernels), and train on the cheaper (returns the placement
         so completed)."""
         forecast = calibrate_kernels(self.cache, layout, labels, self.placement.forecast)
         self.placement = dataclasses.replace(self.placement, forecast=forecast)
         return self.placement
+
+    def epoch_record(self, epoch):
+        return {"hit_ratio": self.epoch_hit_ratio.get(epoch)}
 
     def train_epoch(self, layout, labels, epoch, lr, order=None):
         """One epoch through the cache; its mean hit ratio lands in epoch_hit_ratio[epoch + 1]."""

@@ -27,6 +27,13 @@ STEERING_ROWS = 4096
 
 
 class FaeExecutor(HostRowsExecutor):
+    kind = "fae"
+
+    @classmethod
+    def planned(cls, executor_arguments, placement, training):
+        """The store of a planner's placement (alac.runtime.rows.registry)."""
+        return cls(*executor_arguments, placement, training.dataset, training.layout, training.labels_of)
+
     def __init__(self, model, plan, backend, device, seed, optimizer, schedule, exact_l2, placement, dataset, layout,
                  labels_of):
         """placement: the planner's ParamPlacement (mode fae); dataset: the training rows, laid out in
@@ -55,6 +62,9 @@ class FaeExecutor(HostRowsExecutor):
     def steer_with(self, layout, labels):
         """Steer the schedule by the loss of these validation rows (a layout in the training ids)."""
         self._validate = lambda: self.sample_loss(layout, labels, STEERING_ROWS)
+
+    def epoch_record(self, epoch):
+        return {"hot_input_share": self.split.hot_input_share, "fae_rate": self.scheduler.rate}
 
     def initialize(self, layout, value_scale=None):
         """Every row drawn as the all-GPU run draws it (the training layout's ids), the hot ones copied."""

@@ -10,6 +10,7 @@ import dataclasses
 
 from alac.runtime.execution.executor import Executor
 from alac.runtime.execution.state import ModelState
+from alac.runtime.rows.store import RowStore
 
 
 def _mirrored(name):
@@ -20,8 +21,7 @@ def _mirrored(name):
     return property(lambda self: getattr(self.working, name), set_both)
 
 
-class HostRowsExecutor:
-    # rows in pinned host memory: the Trainer snapshots them only where host memory allows
+class HostRowsExecutor(RowStore):
     host_rows = True
 
     def __init__(self, model, plan, backend, device, seed, optimizer, schedule, exact_l2, working_plan):

@@ -39,11 +39,10 @@ PERIOD_SEGMENTS = 4
 
 
 # Multiprocessors a sync epoch kernel leaves to the side stream when row traffic overlaps it: with a
-# program on every multiprocessor no side kernel ran beside it (H100, 64 batches of the Kaggle-shaped
-# set: none of 200 overlapped). Leaving 4 (128 programs: the 256 chunks of a batch of 4096 in two
-# rounds, as on all 132) beat 24 and 46 (three rounds, the side kernels sharing their multiprocessors):
-# 64 MB epochs of 0.250 s against 0.305 and 0.297 (H100, Zipf 1.1, benchmarks/placement.py
-# --hybrid-only --side-multiprocessors S); the row moves run one program on each
+# program on every multiprocessor no side kernel ran beside it. Leaving 4 (128 programs: the 256 chunks
+# of a batch of 4096 in two rounds, as on all 132) beat 24 and 46 (three rounds, the side kernels
+# sharing their multiprocessors; benchmarks/placement.py --hybrid-only --side-multiprocessors S); the
+# row moves run one program on each
 SIDE_MULTIPROCESSORS = MOVE_PROGRAMS
 
 
@@ -65,8 +64,7 @@ class CacheShape:
     capacity: int
     staging: int
     warmup: int = 32
-    # re-rank every 1024 batches: 512 MB epochs of 0.226 s against 0.300 s every 256 (H100, the
-    # Kaggle-shaped set at Zipf 1.1, benchmarks/placement.py --hybrid-only --refresh R)
+    # re-rank every 1024 batches: faster than every 256 (benchmarks/placement.py --hybrid-only --refresh R)
     refresh: int = 1024
 
     def __post_init__(self):
@@ -397,7 +395,7 @@ class HybridHash:
         self._streams.compute_waits(prepared)
         # the edges re-pointed on the compute stream: one short pass on every multiprocessor, where on
         # the side stream's few its blocks slowed the kernels they shared multiprocessors with
-        # (H100, 64 MB, Zipf 1.1: 70 ms of side-stream time, kernels 211 ms against 188 all-GPU)
+        # (benchmarks/placement.py's profiled cache epochs)
         remap(layout, chunks, self.slot_of, working_layout.edge_feature, self.shape.capacity, per_batch,
               tuple(counter[first:end] for counter in self._hits))
         self._remapped = self._streams.record_compute()

@@ -28,6 +28,7 @@ from alac.errors import OptionError
 from alac.runtime.device.memory import available_bytes
 from alac.runtime.execution.state import DRAW_ROWS, ModelState
 from alac.runtime.rows.cache_remap import mark_touched, remap
+from alac.runtime.rows.store import RowStore
 
 # rows gathered per piece when the whole table is assembled in host memory (checkpoints, snapshots):
 # the device holds one piece at a time, not the table
@@ -125,17 +126,19 @@ class ShardSnapshot:
     globals: dict
 
 
-class ShardedExecutor:
+class ShardedExecutor(RowStore):
     """An Executor over sharded rows: `working` (an Executor on the rank's GPU) trains each segment's
     gathered rows; the shard is this rank's rows. Answers as an Executor does where the Trainer asks
     (initialize, predict, sample_loss, state: the whole table assembled in host memory)."""
 
     # the whole state is assembled in host memory (snapshots check there is room)
     host_rows = True
+    sharded = True
 
     def __init__(self, working, ranks, replicate_hot=False):
         """replicate_hot: the plan's hot segment replicated on every rank (PICASSO's hybrid)."""
         self.working, self.ranks, self.replicate_hot = working, ranks, replicate_hot
+        self.kind = "hybrid" if replicate_hot else "sharded"
         self.shards = self.table = self.globals = None
         self.hot, self.hot_table = 0, None     # replicated rows 0 .. hot - 1, packed
         self._whole = None                     # the whole state, while assembled() holds it

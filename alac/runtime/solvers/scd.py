@@ -36,10 +36,10 @@ from alac.runtime.solvers.scd_sequential import LOSS_CODES, dual_epoch, margin_e
 
 # the conjugate losses' curvature in alpha, per lambda N, credited against the coupling: the squared
 # loss's 1 and the squared hinge's 1/2; none for the hinge, nor for the logistic, whose least (4, at
-# b = 1/2) let 300 rows in flight take 2.7 times sequential SCD's epochs (tests/runtime/solvers/test_scd.py)
+# b = 1/2) let 300 rows in flight take several times sequential SCD's epochs (tests/runtime/solvers/test_scd.py)
 CONJUGATE_CURVATURE = {"squared": 1.0, "squared_hinge": 0.5, "logistic": 0.0, "hinge": 0.0}
 # "auto" steps on the CPU below this many coordinates in flight: a9a's dual logistic, one at a time,
-# took 150 ms an epoch on an H200 (4.6 us a coordinate) against 4.5 ms for the float64 CPU solver
+# ran far slower on a GPU than the float64 CPU solver (benchmarks/scd.py)
 MIN_GPU_IN_FLIGHT = 32
 BACKENDS = ("auto", "triton", "interpret", "sequential")
 # the primal's losses: the squared loss's exact steps, Newton steps of the smooth classification ones
@@ -56,7 +56,7 @@ class ScdProblem:
             raise OptionError("SCD needs a data set with at least one row and one entry")
         self.n_rows, self.n_features, self.loss = data.n_rows, data.n_features, loss
         self.labels = signed_labels(data.labels, loss).to(device, dtype)
-        # on the device first, where the primal's CSC is made (the webspam-shaped set's: 2.3 s on the CPU)
+        # on the device first, where the primal's CSC is made (slow on the CPU for the webspam-shaped set)
         data = dataclasses.replace(data, indptr=to_device(data.indptr, device), indices=to_device(data.indices, device),
                                    values=to_device(data.values, device), fields=None)
         if form == "dual":
@@ -149,7 +149,7 @@ class ScdSolver:
         "averaging" or "adding" for any; None: resolve_aggregation's; one worker steps plainly unless
         given a search); evaluate_on: the
         device of the certificates' float64 products (default the solver's: the sequential solver
-        on the CPU may have its gaps computed on a GPU, ten times faster on large problems);
+        on the CPU may have its gaps computed on a GPU, much faster on large problems);
         in_flight: the kernels' concurrent coordinates (default: alac.runtime.solvers.scd_launcher.programs,
         from the problem's size, its longest coordinate and its coupling; their steps are damped
         by Overlap's curvatures); problem_rows: N of the whole problem where `data` is a rank's share

@@ -101,12 +101,10 @@ def programs(n_coordinates, entries, longest, coupling, device, interpret, warps
       sequential SCD 40), 70-80 with 21 (0.5), 87-152 with 64 (1.5);
     - 1 + 1 / (3 coupling) (alac.runtime.solvers.scd.Overlap): with coupling c and P in flight the
       steps' curvature is 1 + (P - 1) c times ||a||^2, so more in flight take more epochs of
-      less time each: a dual of 20,000 unit rows of 20 entries (c = 0.0027,
-      tests/runtime/solvers/test_scd.py) took 3 times sequential SCD's epochs with 312 in flight
-      (0.84 / c), 1.3 times with 64 (0.17 / c); the webspam-shaped dual at lambda 1e-3
-      (c = 0.0024) reached gap 1e-6 in 21 ms with 104 (0.25 / c), 16 ms with 139 and 186,
-      14 ms with 256 (0.61 / c) on an H200. a9a's dual (every row sharing the intercept and
-      popular features, c = 0.48) steps one coordinate at a time."""
+      less time each: a dual of 20,000 unit rows of 20 entries (tests/runtime/solvers/test_scd.py)
+      took several times sequential SCD's epochs with 0.84 / c in flight; the webspam-shaped dual
+      (benchmarks/scd.py's in-flight arms) reached its gap soonest around 0.6 / c. a9a's dual (every
+      row sharing the intercept and popular features) steps one coordinate at a time."""
     if interpret:
         return 1
     return max(1, min(n_coordinates // COORDINATES_PER_PROGRAM, entries // max(1, LONGEST_SHARE * longest),
