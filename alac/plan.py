@@ -84,12 +84,18 @@ class Plan:
     # Rows over the GPU budget for them: "auto" (the planner's cheaper of the two), "hybrid_hash" (a
     # cache of the budget, alac.runtime.rows.hybrid_hash) or "fae" (FAE's hot table, alac.runtime.rows.fae).
     param_mode: str = "auto"
+    # Bytes of host memory the model's rows may take; rows over the GPU budget that exceed it too live in
+    # memory-mapped files (alac.runtime.rows.disk) under rows_folder (None: the system's temporary
+    # folder). None: the host's available memory when the rows are placed.
+    host_memory_budget: int | None = None
+    rows_folder: str | None = None
 
     def __post_init__(self):
         if self.param_mode not in ("auto", "hybrid_hash", "fae"):
             raise OptionError(f"param_mode is auto, hybrid_hash or fae, got {self.param_mode!r}")
-        if self.memory_budget is not None and self.memory_budget <= 0:
-            raise OptionError(f"memory_budget must be a positive number of bytes, got {self.memory_budget}")
+        for name in ("memory_budget", "host_memory_budget"):
+            if getattr(self, name) is not None and getattr(self, name) <= 0:
+                raise OptionError(f"{name} must be a positive number of bytes, got {getattr(self, name)}")
         for entry in self.placement:
             if not (isinstance(entry, (tuple, list)) and len(entry) == 2 and entry[1] in ("device", "host")):
                 raise OptionError(f"placement entries are (param, 'device' or 'host'), got {entry!r}")

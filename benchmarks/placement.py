@@ -231,7 +231,7 @@ def fae_trainer(data, budget_mb, args):
     train, valid = data["train"], data["valid"]
     plan = dataclasses.replace(data["plan"], memory_budget=layout_bytes(train, data["plan"].chunk_size)
                                + budget_mb * 2**20, param_mode="fae")
-    trainer = Trainer(zoo_model("fm"), lr=LR, epochs=args.epochs, plan=plan, seed=SEED, **TARGET,
+    trainer = Trainer(zoo_model("fm", k=K), lr=LR, epochs=args.epochs, plan=plan, seed=SEED, **TARGET,
                       optimizer="adagrad")
     trainer.fit(train, data["steer"])
     seconds = [record["seconds"] for record in trainer.history]

@@ -94,6 +94,10 @@ def plan_of(args):
         options["hot_size"] = args.hot_size
     if args.gpu_memory is not None:
         options["memory_budget"] = args.gpu_memory
+    if getattr(args, "host_memory", None) is not None:
+        options["host_memory_budget"] = args.host_memory
+    if getattr(args, "rows_dir", None):
+        options["rows_folder"] = args.rows_dir
     if args.host_params:
         options["placement"] = tuple((name.strip(), "host") for name in args.host_params.split(",") if name.strip())
     options["chunk_size"] = args.chunk_size or default_chunk_size(args.mode, args.batch_size, args.backend)

@@ -73,6 +73,11 @@ def parser_for(parser, module=None):
     parser.add_argument("--gpu-memory", type=memory_size, default=None, metavar="SIZE",
                         help="GPU memory the training data may take (e.g. 8GB); a larger layout is streamed from "
                              "pinned host memory in blocks (default: a share of the GPU's free memory)")
+    parser.add_argument("--host-memory", type=memory_size, default=None, metavar="SIZE",
+                        help="host memory the model's rows may take; rows over both budgets live in memory-mapped "
+                             "files on disk behind a HybridHash cache (default: the host's available memory)")
+    parser.add_argument("--rows-dir", default=None, metavar="DIR",
+                        help="where rows on disk go (default: the system's temporary folder)")
     parser.add_argument("--param-mode", default="auto", choices=["auto", "hybrid_hash", "fae"],
                         help="rows over the GPU budget for them: auto (the planner's cheaper), a HybridHash cache "
                              "(hybrid_hash) or FAE's hot table (fae)")

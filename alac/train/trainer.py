@@ -410,6 +410,8 @@ class Trainer:
         """What a divergence restores: the state and the counters that go with it; None for a model
         whose rows live in host memory and take more than half of what is free there (a copy of a
         table larger than the GPU would not fit beside it)."""
+        if not self.executor.snapshots:
+            return None
         state = self.executor.state
         if self.executor.host_rows:
             size = sum(v.numel() * v.element_size() for v in [*state.params.values(), *state.states.values()])

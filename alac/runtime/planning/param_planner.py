@@ -40,7 +40,7 @@ import torch
 
 from alac.codegen import allocated_row_bytes
 from alac.errors import OptionError
-from alac.runtime.device.memory import mapped_view
+from alac.runtime.device.memory import available_bytes, mapped_view
 from alac.runtime.device.timing import gpu_milliseconds
 from alac.runtime.execution.state import row_bytes_of
 from alac.runtime.planning.planner import layout_bytes, measured_per_gpu
@@ -204,8 +204,8 @@ def hot_inputs(dataset, old_to_new, hot_rows, block=1 << 24):
 
 @dataclass(frozen=True)
 class ParamPlacement:
-    """The planner's answer: mode "device" (every row on the GPU), "hybrid_hash" with its cache or
-    "fae" with its hot rows."""
+    """The planner's answer: mode "device" (every row on the GPU), "hybrid_hash" with its cache, "fae"
+    with its hot rows, or "disk" (the rows in files behind the cache)."""
 
     mode: str
     row_bytes: int
@@ -233,12 +233,13 @@ def cache_shape_for(budget_bytes, row_bytes, batch_rows_bound):
 
 
 def choose_placement(n_features, row_bytes, budget_bytes, frequency, batches, batch_rows_bound, costs=None,
-                     inputs=None, mode="auto", kernel_row_bytes=0):
+                     inputs=None, mode="auto", kernel_row_bytes=0, host_budget_bytes=None):
     """ParamPlacement of a model of n_features rows of row_bytes (params and optimizer state) under a
     budget for them (None: no limit), for a layout whose rows are accessed `frequency` times in
     `batches` batches, one batch touching at most batch_rows_bound rows; inputs(hot rows): FAE's
     (hot input share, cold edges) (None: FAE not considered); mode: Plan.param_mode;
-    kernel_row_bytes: what the kernels allocate per row on the GPU beside it (gradient sums)."""
+    kernel_row_bytes: what the kernels allocate per row on the GPU beside it (gradient sums);
+    host_budget_bytes: host memory the rows may take (None: no limit), past which they live on disk."""
     table = n_features * row_bytes
     on_device = row_bytes + kernel_row_bytes
     if budget_bytes is None or n_features * on_device <= budget_bytes:
@@ -265,6 +266,11 @@ def choose_placement(n_features, row_bytes, budget_bytes, frequency, batches, ba
          "beside the kernels with the row traffic"),
         ("re-ranks per epoch", f"{forecast.reranks:.1f}", f"the kernels wait {RERANK_SECONDS * 1e3:g} ms at each "
                                                          "(measured on H100)"))
+    if host_budget_bytes is not None and table > host_budget_bytes:
+        disk = ("placement", "disk", f"{n_features:,} rows x {row_bytes} bytes = {table:,} bytes exceed the "
+                                     f"{budget_bytes:,}-byte GPU budget and the {host_budget_bytes:,}-byte host "
+                                     "memory budget: the rows live in memory-mapped files on disk")
+        return ParamPlacement("disk", row_bytes, table, budget_bytes, shape, forecast, (disk, *reasons[1:]))
     if inputs is None or mode == "hybrid_hash":
         return ParamPlacement("hybrid_hash", row_bytes, table, budget_bytes, shape, forecast, reasons)
     hot_rows = min(n_features, budget_bytes // on_device)
@@ -302,7 +308,7 @@ def plan_placement(ir, plan, dataset, layout, device):
     return choose_placement(layout.n_features, row_bytes_of(ir), budget, layout.frequency,
                             batches_of(layout.n_rows, plan), rows_per_batch_bound(plan, layout.stats.max_nnz), costs,
                             lambda hot_rows: hot_inputs(dataset, layout.old_to_new, hot_rows), plan.param_mode,
-                            buffers)
+                            buffers, plan.host_memory_budget or available_bytes("cpu"))
 
 
 def params_budget(plan, layout_bytes):

@@ -7,10 +7,11 @@ from dataclasses import dataclass
 
 from alac.runtime.rows.cached_executor import CachedExecutor
 from alac.runtime.rows.device import DeviceRows
+from alac.runtime.rows.disk import DiskRows
 from alac.runtime.rows.fae_executor import FaeExecutor
 
 # placement mode -> a store class with planned(executor arguments, placement, TrainingRows)
-STORES = {"hybrid_hash": CachedExecutor, "fae": FaeExecutor}
+STORES = {"hybrid_hash": CachedExecutor, "fae": FaeExecutor, "disk": DiskRows}
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,8 @@ state, batches_done, predict, predict_slots, sample_loss, settings), its state a
 the layout's order whatever the store (so a checkpoint moves between stores), and has the hooks
 below. The trainers hold one and use only this protocol, never asking which store it is. The stores:
 DeviceRows (alac.runtime.rows.device), CachedExecutor (HybridHash), FaeExecutor (FAE's hot table),
-ShardedExecutor (rows over ranks); alac.runtime.rows.registry gives the one of a planner's placement.
+ShardedExecutor (rows over ranks), DiskRows (memory-mapped files); alac.runtime.rows.registry gives
+the one of a planner's placement.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ class RowStore:
     host_rows = False        # its rows live in host memory: a trainer snapshots them only where that allows
     sharded = False          # no process holds every row (rank-sharded or hybrid tables)
     statistics = None        # a cache's traffic figures (alac.runtime.rows.hybrid_hash.CacheStatistics)
+    snapshots = True         # a trainer may copy its rows into host memory (divergence snapshots)
 
     def has_state(self):
         """Whether the model has its parameters (without assembling a state that is costly to assemble)."""
