@@ -52,7 +52,7 @@ def tile_settings(k):
     """FM k's async edge tiles: chunk sizes 8, 16 and 32, [S, C] tiles of 2,048 to 16,384 values with
     the factor block, at the automatic warp count and twice it, each with the cost model's hot segment;
     S = 64 holds a whole 39-edge row (ONE_TILE: the apply pass gathers no params again)."""
-    from alac.codegen.manifest import next_power_of_two
+    from alac.codegen import next_power_of_two
     from alac.plan import Plan
     from alac.runtime.execution.schedule import warps_for_tile
 

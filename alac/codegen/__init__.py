@@ -4,13 +4,14 @@ This is the API the runtime uses; the rest of the package is codegen's own. The 
 and binds from the manifest (alac.codegen.manifest) and launches the kernels the specs name.
 """
 
-from alac.codegen.manifest import ALLOCATED_ROLES, Argument, Sizes, allocated_row_bytes
+from alac.codegen.manifest import ALLOCATED_ROLES, Argument, Sizes, allocated_row_bytes, next_power_of_two
 from alac.codegen.module_cache import interpreter_active, load_module, triton_installed
 from alac.codegen.torch_programs import TorchPrograms
 
 __all__ = ["ALLOCATED_ROLES", "Argument", "GeneratedKernels", "KernelSpec", "ScdVariant", "Sizes", "TorchPrograms",
            "allocated_row_bytes", "generate_bag_kernels", "generate_kernels", "generate_scd_kernels",
-           "generate_scd_split_kernels", "grid_barrier", "interpreter_active", "load_module", "triton_installed"]
+           "generate_scd_split_kernels", "grid_barrier", "interpreter_active", "load_module", "next_power_of_two",
+           "triton_installed"]
 
 
 def __getattr__(name):

@@ -10,7 +10,7 @@ import torch
 
 from alac.cli.commands import main
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_data_stats_prints_the_statistics(shared_data, capsys):

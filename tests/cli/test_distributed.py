@@ -15,7 +15,7 @@ from alac.data.synthetic import criteo_like
 from alac.models import zoo_model
 from alac.train import checkpoint
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _train_on_two_ranks(folder, *options):

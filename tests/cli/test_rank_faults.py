@@ -16,7 +16,7 @@ import pytest
 
 from benchmarks.rank_faults import rank_pid
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TRAIN = ["-m", "alac", "train", "--model", "lr", "--synthetic", "6000", "--epochs", "300", "--early-stopping", "none",
          "--optimizer", "sgd", "--lr", "0.5", "--backend", "reference", "--sync-every", "1", "--rank-timeout", "3"]
 

@@ -18,7 +18,7 @@ from alac.train import checkpoint
 from alac.train.checkpoint import CheckpointError
 from alac.train.trainer import Trainer, TrainingDiverged
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _lr():
@@ -146,7 +146,7 @@ def _count_queued_epochs(trainer):
 def test_fit_queues_epochs_and_trains_as_one_at_a_time(monkeypatch):
     """With nothing to evaluate between epochs, fit queues them (one loss read per group); the losses
     and parameters are those of epochs run one at a time (a callback forces that)."""
-    from alac.train.trainer import trainer as train
+    import alac.train.trainer as train
 
     monkeypatch.setattr(train, "QUEUE_SECONDS", 1e9)
     data = _data(2000)

@@ -9,8 +9,7 @@ import copy
 
 import torch
 
-from alac.codegen import generate_bag_kernels, load_module
-from alac.codegen.manifest import next_power_of_two
+from alac.codegen import generate_bag_kernels, load_module, next_power_of_two
 
 # Values in one program's [S, C, BLOCK_K] tile of entries (untuned: the flow kernels' tiles are as
 # large); S * C entries a program, C at most 64.

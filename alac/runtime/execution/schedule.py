@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from alac.codegen.manifest import next_power_of_two
+from alac.codegen import next_power_of_two
 from alac.errors import OptionError
 
 # Edges one program holds per step of its edge loop (S x C, times the factor block for vector

@@ -8,8 +8,7 @@ from dataclasses import dataclass
 
 import torch
 
-from alac.codegen import load_module
-from alac.codegen.manifest import next_power_of_two
+from alac.codegen import load_module, next_power_of_two
 
 # Entries a tile reads, from the coordinates' mean length: long ones looped in tiles of up to
 # MAX_BLOCK, with a warp per 64 entries and at most MAX_WARPS (untuned).
