@@ -30,6 +30,7 @@ from benchmarks.flow_tables import (
     wide_factor_table,
 )
 from benchmarks.report import last, table
+from benchmarks.rows_on_disk import disk_table
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
@@ -355,6 +356,13 @@ SECTIONS = [
      " and all rows on the GPU. FAE swaps copy the hot rows changed since the last swap (the whole hot set in the "
      "arm that says so).",
      "PYTHONPATH=. python benchmarks/placement.py", tables_over_budget_table),
+    ("rows_on_disk", "Rows on disk: a model over the GPU and the host memory budget",
+     "FM k = 16 with AdaGrad through the Trainer on 10M rows of the Kaggle-shaped set (Zipf 1.1; 33.8M rows of 76 "
+     "bytes: a 2.6 GB table), sync batches of 4096, three epochs: every row on the GPU, a HybridHash cache of a "
+     "256 MiB GPU budget over the table in pinned host memory, and the same cache over memory-mapped files under a "
+     "1 GiB host memory budget (rows crossing through the CPU); peak anon: the process's resident anonymous memory "
+     "while it trained (the table's file pages are the OS's cache, not the process's).",
+     "PYTHONPATH=. python benchmarks/rows_on_disk.py", disk_table),
     ("fields", "Many feature fields: one nn.EmbeddingBag per field against packed tables",
      "A synthetic set of many one-hot fields (dims from 4, 8, 16, 32; Zipf ids; planted labels): every field's "
      "embedding into the same MLP, one `nn.EmbeddingBag` per field (eager and under `torch.compile`, sparse "

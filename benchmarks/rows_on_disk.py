@@ -95,6 +95,18 @@ def arm(name, train, valid, args, gpu_budget=None, host_budget=None):
     return row
 
 
+def disk_table(result):
+    """The arms side by side (BENCHMARKS.md's section)."""
+    return table(["arm", "placement", "M samples/s", "all-GPU / arm", "AUC", "AUC − all-GPU", "hit ratio",
+                  "rows in (all epochs)", "table GB", "host budget GB", "peak anon GB"],
+                 [[r["name"], r["placement"], f"{r['samples_per_s'] / 1e6:.2f}", f"{r['all_gpu_over_arm']:.2f}×",
+                   f"{r['auc']:.4f}", f"{r['auc_minus_all_gpu']:+.4f}",
+                   "-" if r["hit_ratio"] is None else f"{r['hit_ratio']:.3f}",
+                   "-" if r["rows_in"] is None else f"{r['rows_in']:,}", f"{r['table_bytes'] / 1e9:.2f}",
+                   "-" if r["host_budget_bytes"] is None else f"{r['host_budget_bytes'] / 1e9:.2f}",
+                   f"{r['peak_anonymous_bytes'] / 1e9:.2f}"] for r in result["arms"]])
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=10_000_000)
@@ -118,14 +130,7 @@ def main():
         row["auc_minus_all_gpu"] = row["auc"] - reference["auc"]
         row["all_gpu_over_arm"] = reference["samples_per_s"] / row["samples_per_s"]
     payload = {"environment": environment(), "arguments": vars(args), "arms": arms}
-    markdown = table(["arm", "placement", "M samples/s", "all-GPU / arm", "AUC", "AUC − all-GPU", "hit ratio",
-                      "rows in (all epochs)", "table GB", "host budget GB", "peak anon GB"],
-                     [[r["name"], r["placement"], f"{r['samples_per_s'] / 1e6:.2f}", f"{r['all_gpu_over_arm']:.2f}×",
-                       f"{r['auc']:.4f}", f"{r['auc_minus_all_gpu']:+.4f}",
-                       "-" if r["hit_ratio"] is None else f"{r['hit_ratio']:.3f}",
-                       "-" if r["rows_in"] is None else f"{r['rows_in']:,}", f"{r['table_bytes'] / 1e9:.2f}",
-                       "-" if r["host_budget_bytes"] is None else f"{r['host_budget_bytes'] / 1e9:.2f}",
-                       f"{r['peak_anonymous_bytes'] / 1e9:.2f}"] for r in arms])
+    markdown = disk_table(payload)
     print(markdown)
     write("rows_on_disk", payload, markdown, args.out)
 
