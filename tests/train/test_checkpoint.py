@@ -4,6 +4,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 import torch
@@ -133,3 +134,19 @@ def test_a_checkpoint_with_malformed_data_options_is_one_clear_error(tmp_path, o
                    "--output", str(tmp_path / "p.txt"), "--backend", "reference")
     assert result.returncode == 2 and "damaged checkpoint" in result.stderr, result.stderr
     assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
+
+
+def test_a_checkpoint_written_before_the_runtime_moved_into_packages_loads_and_predicts_as_then():
+    """fixtures/fm-79f9101.alac: FM k = 4 trained on fixtures/small.svm and saved by alac at 79f9101
+    (one flat runtime folder); checkpoints hold data only, so it loads and predicts the same."""
+    import numpy as np
+
+    from alac.data import load_libsvm_files
+
+    fixtures = Path(__file__).with_name("fixtures")
+    (data,) = load_libsvm_files([fixtures / "small.svm"], n_features=300)
+    trainer = checkpoint.load(fixtures / "fm-79f9101.alac", zoo_model("fm", k=4), backend="reference", device="cpu")
+    expected = np.load(fixtures / "fm-79f9101-predictions.npy")
+    np.testing.assert_allclose(trainer.predict(data).numpy(), expected, rtol=1e-6, atol=1e-7)
+    trainer.fit(data, epochs=1)      # and trains on
+    assert trainer.epoch == 3
