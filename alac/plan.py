@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from alac.codegen.variants import KernelVariant
+from alac.codegen.variants import PLAN_FIELDS, KernelVariant
 from alac.errors import OptionError
 
 # lines spread by default (sync plans): 256, 1024 and 4096 ran alike in flow.py's sync arms and none was
@@ -131,19 +131,15 @@ class Plan:
     @classmethod
     def for_variant(cls, variant, hot_size=64, **launch):
         """A plan whose variant is variant (hot_size is used when the variant has a hot segment)."""
-        return cls(semantics=variant.semantics, kernels=variant.kernels, hot_size=hot_size if variant.hot else 0,
-                   deterministic=variant.deterministic, grid_barrier=variant.grid_barrier,
-                   edge_updates=variant.edge_updates, sum_equal_edges=variant.sum_equal_edges,
-                   derive_params=variant.derive_params, chunk_queue=variant.chunk_queue,
-                   resident_tiles=variant.resident, prefetch_chunks=variant.prefetch,
-                   placement=tuple((name, "host") for name in variant.host_params), **launch)
+        return cls(hot_size=hot_size if variant.hot else 0,
+                   placement=tuple((name, "host") for name in variant.host_params),
+                   **{name: getattr(variant, name) for name in PLAN_FIELDS}, **launch)
 
     @property
     def variant(self):
         """What of the plan the generated source depends on (alac.codegen.variants)."""
-        return KernelVariant.of(self.semantics, self.kernels, self.hot_size > 0, self.deterministic, self.grid_barrier,
-                                self.edge_updates, self.sum_equal_edges, self.derive_params, self.chunk_queue,
-                                self.resident_tiles, self.prefetch_chunks, self.host_params)
+        return KernelVariant.of(hot=self.hot_size > 0, host_params=self.host_params,
+                                **{name: getattr(self, name) for name in PLAN_FIELDS})
 
     @property
     def host_params(self):
@@ -155,8 +151,8 @@ class Plan:
         if variant.grid_barrier:
             launches = f" grid_barrier programs={self.programs or 'auto'}"
         return (launches + (" edge_updates" if variant.edge_updates else "")
-                + (" summed" if variant.sum_equal_edges else "") + (" resident" if variant.resident else "")
-                + (" prefetch" if variant.prefetch else ""))
+                + (" summed" if variant.sum_equal_edges else "") + (" resident" if variant.resident_tiles else "")
+                + (" prefetch" if variant.prefetch_chunks else ""))
 
     def describe(self):
         text = (f"semantics={self.semantics} kernels={self.kernels} chunk_size={self.chunk_size} "

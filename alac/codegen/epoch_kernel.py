@@ -38,7 +38,7 @@ class EpochKernel:
         w.line("loss_rows = tl.zeros([C], tl.float32)")
         w.comment("barriers passed so far: the arrival count grows by P at each")
         w.line("barriers = 0")
-        if self.variant.prefetch:
+        if self.variant.prefetch_chunks:
             w.line("if RESIDENT:")
             w.depth += 1
             w.comment("the first batch's chunk; each batch's update reads the next one's")
@@ -55,7 +55,7 @@ class EpochKernel:
                 w.call(start)
             else:
                 function = self._chunk_function(group, local_inputs, local_outputs)
-            if self.variant.resident:
+            if self.variant.resident_tiles:
                 w.line("if RESIDENT:")
                 w.depth += 1
                 self._resident_phase(w, group)
@@ -70,7 +70,7 @@ class EpochKernel:
             w.call(function)
             if function.returns:
                 w.line("loss_rows += loss")
-            w.depth -= 2 if self.variant.resident else 1
+            w.depth -= 2 if self.variant.resident_tiles else 1
             w.comment(f"every program's {' + '.join(group)} of this batch has landed before any program goes on")
             w.line("barriers += 1")
             w.line(f"grid_barrier({arrivals}, barriers * tl.num_programs(0))")
@@ -116,7 +116,7 @@ class EpochKernel:
         gathered here; returns the losses and gradients."""
         w = Writer()
         params = self._tile_params(stages)
-        if self.variant.prefetch:
+        if self.variant.prefetch_chunks:
             for name in params:
                 self._load_param(w, name)
         else:
@@ -125,7 +125,7 @@ class EpochKernel:
             if stage == "aggregate":
                 for a in self.ir.accums:
                     w.line(f"{a.name} = tl.zeros({'[C, BLOCK_K]' if a.vector else '[C]'}, tl.float32)")
-                if not self.variant.prefetch:
+                if not self.variant.prefetch_chunks:
                     w.call(self._edge_tile_function(params, w.derived), slot_start="0")
                 w.call(self._aggregate_function())
             elif stage == "apply":
@@ -133,7 +133,7 @@ class EpochKernel:
             else:
                 self._loss(w)
         doc = f"{' + '.join(stages)} of one chunk in one tile; returns its rows' losses and its edges' gradients"
-        if self.variant.prefetch:
+        if self.variant.prefetch_chunks:
             return self._define(f"{'_'.join(stages)}_prefetched", doc, w, ("loss", *self._resident_gradients()))
         return self._define(f"{'_'.join(stages)}_resident", doc, w,
                             ("loss", "feature", "present", *self._resident_gradients()))
@@ -150,11 +150,11 @@ class EpochKernel:
         the general form)."""
         if group == ["update"]:
             w.call(self._resident_update_function())
-            if self.variant.prefetch:
+            if self.variant.prefetch_chunks:
                 w.comment("the next batch's chunk, read before the barrier: after it only the params are gathered")
                 self._resident_chunk_tile(w, "batch_start + chunks_per_batch")
             return
-        if self.variant.prefetch:
+        if self.variant.prefetch_chunks:
             w.call(self._resident_chunk_function(group))
             w.line("loss_rows += loss")
             return

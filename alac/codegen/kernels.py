@@ -453,7 +453,8 @@ class KernelGenerator(StageEmitter, ParamAccess, EpochKernel):
         text = module_source(self._header(plan_text), self.k, self.block_k, [*functions, *kernels], hot_constant)
         return GeneratedKernels(self.ir.name, self.ir.hash, plan_text, text, tuple(train), predict,
                                 _manifest([*train, predict]),
-                                tuple(p.name for p in self.ir.params if p.name in self.derived), self.variant.resident)
+                                tuple(p.name for p in self.ir.params if p.name in self.derived),
+                                self.variant.resident_tiles)
 
     def _header(self, plan_text):
         """The model, its IR hash, the variant and the plan; the model's declaration (`alac inspect`

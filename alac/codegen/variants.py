@@ -17,6 +17,12 @@ from alac.errors import OptionError
 
 SEMANTICS = ("sync", "async")
 KERNEL_FAMILIES = ("fused", "stage")
+# the variant's fields that are Plan fields of the same name (hot and host_params follow from the plan's
+# hot_size and placement)
+PLAN_FIELDS = ("semantics", "kernels", "deterministic", "grid_barrier", "edge_updates", "sum_equal_edges",
+               "derive_params", "chunk_queue", "resident_tiles", "prefetch_chunks")
+# how a module's header names the flags whose words differ from their fields'
+WORDS = {"resident_tiles": "resident", "prefetch_chunks": "prefetch"}
 
 
 @dataclass(frozen=True)
@@ -30,8 +36,8 @@ class KernelVariant:
     sum_equal_edges: bool = False  # edge updates: a chunk's equal features summed first
     derive_params: bool = False    # async: params that are a function of their state computed where read
     chunk_queue: bool = False      # async: programs claim chunks from a shared counter
-    resident: bool = False         # grid edge updates: a program's one chunk of a batch kept in registers
-    prefetch: bool = False         # resident: the next batch's chunk read before the second barrier
+    resident_tiles: bool = False   # grid edge updates: a program's one chunk of a batch kept in registers
+    prefetch_chunks: bool = False  # resident: the next batch's chunk read before the second barrier
     host_params: tuple = ()        # params (and their optimizer state) in pinned host memory, sorted
 
     def __post_init__(self):
@@ -51,8 +57,8 @@ class KernelVariant:
 
     @classmethod
     def of(cls, semantics="sync", kernels="fused", hot=False, deterministic=False, grid_barrier=False,
-           edge_updates=False, sum_equal_edges=False, derive_params=False, chunk_queue=False, resident=False,
-           prefetch=False, host_params=()):
+           edge_updates=False, sum_equal_edges=False, derive_params=False, chunk_queue=False, resident_tiles=False,
+           prefetch_chunks=False, host_params=()):
         """The variant with the flags that apply to it: sync mechanisms off in async variants and in
         deterministic ones (they launch per batch and store every gradient), async ones off in sync;
         edge updates off where params live in host memory (the update finds each touched row once);
@@ -63,9 +69,9 @@ class KernelVariant:
         edge_updates = atomic_sync and edge_updates and not host_params
         grid_barrier = atomic_sync and grid_barrier
         summed = edge_updates and sum_equal_edges
-        resident = resident and grid_barrier and edge_updates and not summed and not hot and kernels == "fused"
+        resident = resident_tiles and grid_barrier and edge_updates and not summed and not hot and kernels == "fused"
         return cls(semantics, kernels, hot, deterministic, grid_barrier, edge_updates, summed,
-                   async_ and derive_params, async_ and chunk_queue, resident, resident and prefetch,
+                   async_ and derive_params, async_ and chunk_queue, resident, resident and prefetch_chunks,
                    tuple(sorted(host_params)))
 
     def placement(self, param):
@@ -77,7 +83,8 @@ class KernelVariant:
         derivable one."""
         additive = self.edge_updates and optimizer.additive
         return dataclasses.replace(self, edge_updates=additive, sum_equal_edges=additive and self.sum_equal_edges,
-                                   resident=additive and self.resident, prefetch=additive and self.prefetch,
+                                   resident_tiles=additive and self.resident_tiles,
+                                   prefetch_chunks=additive and self.prefetch_chunks,
                                    derive_params=self.derive_params and bool(optimizer.derivable))
 
     @property
@@ -89,17 +96,18 @@ class KernelVariant:
         """A short name of the mechanisms, as kernel names carry it: e.g. sync_grid_edges, async_hot_derived."""
         tokens = [self.semantics] + (["stage"] if self.kernels == "stage" else [])
         flags = ("hot", "deterministic", "grid_barrier", "edge_updates", "sum_equal_edges", "derive_params",
-                 "chunk_queue", "resident", "prefetch")
+                 "chunk_queue", "resident_tiles", "prefetch_chunks")
         short = {"deterministic": "det", "grid_barrier": "grid", "edge_updates": "edges", "sum_equal_edges": "summed",
-                 "derive_params": "derived", "chunk_queue": "queue"}
+                 "derive_params": "derived", "chunk_queue": "queue", "resident_tiles": "resident",
+                 "prefetch_chunks": "prefetch"}
         host = [f"host_{'_'.join(self.host_params)}"] if self.host_params else []
         return "_".join(tokens + [short.get(flag, flag) for flag in flags if getattr(self, flag)] + host)
 
     def describe(self):
         """The variant in words, for a generated module's header."""
         return (f"semantics={self.semantics} kernels={self.kernels} hot segment={'on' if self.hot else 'off'}"
-                + "".join(f" {flag}" for flag in ("deterministic", "grid_barrier", "edge_updates", "chunk_queue",
-                                                   "resident", "prefetch")
+                + "".join(f" {WORDS.get(flag, flag)}" for flag in ("deterministic", "grid_barrier", "edge_updates",
+                                                                    "chunk_queue", "resident_tiles", "prefetch_chunks")
                           if getattr(self, flag))
                 + (" summed" if self.sum_equal_edges else "")
                 + (" stored_params" if self.asynchronous and not self.derive_params else "")

@@ -168,7 +168,7 @@ def hot_segment_for_data(dataset, plan, device="cuda", factor_size=0, additive=T
         binary, n_rows, nnz = "edge_value" not in dataset.optional, dataset.meta.n_rows, dataset.meta.stats.nnz
     else:
         binary, n_rows, nnz = dataset.is_binary, dataset.n_rows, dataset.nnz
-    if not hot_segment_by_default(plan.semantics, binary, factor_size, plan.variant.resident and additive):
+    if not hot_segment_by_default(plan.semantics, binary, factor_size, plan.variant.resident_tiles and additive):
         return dataclasses.replace(plan, hot_size=0)
     if source:
         frequency = dataset.meta.frequency.to(device)
@@ -241,7 +241,7 @@ def plan_for(layout, model_ir, semantics="sync", batch_size=1024, base=None, dev
         return PlanChoice(base, reasons + [("hot_size", 0, "no GPU: no access costs to weigh")])
     if use_hot_segment is None:
         use_hot_segment = hot_segment_by_default(semantics, layout.edge_value is None, model_ir.factor_size,
-                                                 base.variant.for_optimizer(model_ir.optimizer).resident)
+                                                 base.variant.for_optimizer(model_ir.optimizer).resident_tiles)
     hot = hot_size_from_costs(layout.frequency, layout.n_rows, costs, rows_per_flush(base))
     why = (f"features with >= th = 2c/r = 2 x {costs.coalesced_ns:.3f} ns / {costs.random_ns:.3f} ns = "
            f"{costs.threshold:.2f} occurrences per flush period ({rows_per_flush(base)} rows)")
