@@ -141,22 +141,16 @@ class DiskRows(CachedExecutor):
         self.whole = FileTable(model, self.whole.plan, seed, optimizer, schedule, exact_l2, plan.rows_folder)
         self.cache = DiskHash(self.whole, self.working, placement.shape)
 
-    @classmethod
-    def planned(cls, executor_arguments, placement, training):
-        return cls(*executor_arguments, placement)
-
-    @property
-    def state(self):
-        return self._current().state if self._initialized else self.whole.state
-
-    @state.setter
-    def state(self, value):
+    def _take(self, value):
+        """A restored state goes into new files (a snapshot or a checkpoint is in memory, not mapped)."""
         if value is None:
             self.whole.state = None
             return
         self.whole.take(value)
         if self._initialized:
             self._restored()
+
+    state = CachedExecutor.state.setter(_take)
 
     def sample_loss(self, layout, labels, max_rows=4096):
         return self._current().sample_loss(layout.to("cpu"), labels.cpu(), max_rows)
