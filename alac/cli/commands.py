@@ -98,20 +98,23 @@ def _inspect(args):
     planning = []
     if args.data:
         from alac.runtime.movement.layout import LayoutOptions, load_layout
-        from alac.runtime.planning.planner import plan_for
+        from alac.runtime.planning.run_plan import plan_run
 
         format, options = _load_options(args, args.format)
         dataset, layout = load_layout(args.data, format, LayoutOptions(chunk_size=plan.chunk_size), **options)
-        choice = plan_for(layout, ir, plan.semantics, plan.batch_size, plan, device=layout.device.type)
-        plan = choice.plan
+        # `alac train`'s planning step: its hot segment, and where its rows would live under --gpu-memory
+        device = layout.device.type
+        run = plan_run(ir, dataclasses.replace(plan, memory_budget=args.gpu_memory, param_mode=args.param_mode),
+                       dataset, layout, device, "triton" if device == "cuda" else "interpret")
+        plan = dataclasses.replace(run.plan, memory_budget=None, param_mode=Plan.param_mode)
         planning = [f"# data: {args.data}"] + [f"#   {name}: {value}" for name, value in layout.stats.lines()]
         if args.gpu_memory is not None:
-            planning += [f"# placement {line}" for line in _placement(args, ir, dataset, layout, plan).lines()]
-        if choice.costs:
-            planning.append(f"# measured on {choice.costs.device}: coalesced {choice.costs.coalesced_ns:.4f} ns, "
-                            f"random {choice.costs.random_ns:.4f} ns per 4-byte access, copy "
-                            f"{choice.costs.copy_gb_per_s:.0f} GB/s")
-        planning += [f"# plan {decision} = {value}: {why}" for decision, value, why in choice.reasons]
+            planning += [f"# placement {line}" for line in run.placement.lines()]
+        if run.costs:
+            planning.append(f"# measured on {run.costs.device}: coalesced {run.costs.coalesced_ns:.4f} ns, "
+                            f"random {run.costs.random_ns:.4f} ns per 4-byte access, copy "
+                            f"{run.costs.copy_gb_per_s:.0f} GB/s")
+        planning += [f"# plan {line}" for line in run.plan_lines()]
         roofline = _roofline(ir, plan, layout)
         if roofline:
             planning.append(f"# {roofline}")
@@ -165,16 +168,6 @@ def _roofline(ir, plan, layout):
     if accesses is None:
         return None
     return accesses.line(floor) + (" (the floor is measured on a GPU)" if floor is None else "")
-
-
-def _placement(args, ir, dataset, layout, plan):
-    """Where the model's rows go under --gpu-memory (alac.runtime.planning.param_planner), with the numbers."""
-    import torch
-
-    from alac.runtime.planning.param_planner import plan_placement
-
-    return plan_placement(ir, dataclasses.replace(plan, memory_budget=args.gpu_memory, param_mode=args.param_mode),
-                          dataset, layout, "cuda" if torch.cuda.is_available() else "cpu")
 
 
 def _runner(args, ir, plan):

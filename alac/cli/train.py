@@ -265,10 +265,10 @@ def train_model(args, module, data, log=None, trainer=None):
 
 
 def _new_trainer(args, module, data, log, rows, features):
-    """The Trainer (a DataParallelTrainer under torchrun) of a new run, its first line said."""
+    """The Trainer (a DataParallelTrainer under torchrun) of a new run, and its first line once planned
+    (plan: the run's)."""
     from alac.optimizers import get_optimizer
     from alac.runtime.execution.schedule import LearningRateSchedule
-    from alac.runtime.planning.planner import default_hot_segment
     from alac.runtime.ranks.distributed import init_ranks
     from alac.train.data_parallel import DataParallelTrainer
     from alac.train.trainer import Trainer
@@ -277,12 +277,11 @@ def _new_trainer(args, module, data, log, rows, features):
     optimizer_class = get_optimizer(args.optimizer).__class__
     optimizer = optimizer_class(**{h: getattr(args, h) for h in optimizer_class.hyper if getattr(args, h) is not None})
     plan = plan_of(args)
-    if args.hot_size is None:
-        plan = default_hot_segment(data.train, plan, model, optimizer, args.backend)
     early_stopping = None if args.early_stopping == "none" or data.valid is None else args.early_stopping
     options = dict(lr=args.lr, epochs=args.epochs, plan=plan, backend=args.backend, seed=args.seed, log=log,
                    optimizer=optimizer, schedule=LearningRateSchedule(args.schedule, args.decay, args.power),
-                   exact_l2=args.exact_l2, early_stopping=early_stopping, patience=args.patience, unseen=args.unseen)
+                   exact_l2=args.exact_l2, early_stopping=early_stopping, patience=args.patience, unseen=args.unseen,
+                   choose_hot_segment=args.hot_size is None)
     say = print if log is not None else (lambda *a, **k: None)
     ranks = init_ranks()
     if ranks.world > 1:
@@ -291,11 +290,12 @@ def _new_trainer(args, module, data, log, rows, features):
         say(trainer.describe(), flush=True)
     else:
         trainer = Trainer(model, **options)
-    say(f"model {model.model_name()} on {data.described}: {rows:,} training rows, "
+    schedule = trainer.executor.schedule.describe()
+    return trainer, lambda plan: (
+        f"model {model.model_name()} on {data.described}: {rows:,} training rows, "
         f"{features:,} features; backend {trainer.backend} on {trainer.device}; {plan.describe()}; "
-        f"lr {args.lr:g}, {optimizer.describe()}, schedule {trainer.executor.schedule.describe()}"
-        + (f"; early stopping ({early_stopping}) on the validation loss" if early_stopping else ""), flush=True)
-    return trainer
+        f"lr {args.lr:g}, {optimizer.describe()}, schedule {schedule}"
+        + (f"; early stopping ({early_stopping}) on the validation loss" if early_stopping else ""))
 
 
 def _train_one(args, module, data, log, trainer=None):
@@ -306,14 +306,16 @@ def _train_one(args, module, data, log, trainer=None):
     say = print if log is not None else (lambda *a, **k: None)
     rows, features = out_of_core.rows_and_features(data.train)
     if trainer is None:
-        trainer = _new_trainer(args, module, data, log, rows, features)
+        trainer, first_line = _new_trainer(args, module, data, log, rows, features)
     else:
-        say(f"resuming {trainer.executor.ir.name} after epoch {trainer.epochs_trained} on {data.described}: to epoch "
-            f"{args.epochs}; backend {trainer.backend} on {trainer.device}; {trainer.plan.describe()}; lr "
+        first_line = lambda plan: (
+            f"resuming {trainer.executor.ir.name} after epoch {trainer.epochs_trained} on {data.described}: to epoch "
+            f"{args.epochs}; backend {trainer.backend} on {trainer.device}; {plan.describe()}; lr "
             f"{trainer.lr:g}, {trainer.executor.optimizer.describe()}"
-            + (f"; early stopping ({trainer.early_stopping}) on the validation loss" if trainer.early_stopping else ""),
-            flush=True)
+            + (f"; early stopping ({trainer.early_stopping}) on the validation loss" if trainer.early_stopping else ""))
+    # the run's planning step (its hot segment, where its rows live) comes with its training layout
     streamed, _ = trainer.prepare(data.train)
+    say(first_line(trainer.plan), flush=True)
     if trainer.placement is not None and trainer.placement.mode != "device":
         trainer.initialize_model(data.train)
         for line in trainer.placement.lines() + [predicted_line(trainer.placement, rows)]:

@@ -125,28 +125,23 @@ class _WideEstimator(BaseEstimator):
     def _keep_arm(self, arm):
         self.optimizer_, self.learning_rate_, self.alpha_ = arm.optimizer, arm.lr, arm.l2
 
-    def _plan(self, arm, data=None):
-        """The plan `alac train` would run: its chunk size for the mode and backend, and with the
-        training data (a fit's, or a first partial_fit's rows) the planner's hot segment on a GPU;
-        once fitted, the fit's plan."""
-        from alac.optimizers import get_optimizer
+    def _plan(self, data=None):
+        """The plan `alac train` would run before its planning step (the Trainer's, which picks the hot
+        segment from the training data on a GPU): its chunk size for the mode and backend (a block
+        store's own: its chunks are its batches' units); once fitted and without data, the fit's plan."""
         from alac.plan import Plan
         from alac.runtime.movement.blocks import is_block_source
-        from alac.runtime.planning.planner import default_chunk_size, default_hot_segment
+        from alac.runtime.planning.planner import default_chunk_size
 
         if data is None and "plan" in getattr(self, "_fitted", {}):
             return self._fitted["plan"]
         batch = max(16, int(self.batch_size) // 16 * 16)
-        # a block store's chunks are its batches' units
         chunk_size = data.meta.chunk_size if is_block_source(data) else default_chunk_size(self.mode, batch,
                                                                                             self.backend)
-        plan = Plan(chunk_size=chunk_size, batch_size=batch, semantics=self.mode)
-        if data is None:
-            return plan
-        return default_hot_segment(data, plan, self._build_model(arm.l2), get_optimizer(arm.optimizer), self.backend)
+        return Plan(chunk_size=chunk_size, batch_size=batch, semantics=self.mode)
 
     def _new_trainer(self, arm, data=None):
-        """A Trainer (planned for data where given); under torchrun (several ranks) a
+        """A Trainer (its plan's chunks those of data where given); under torchrun (several ranks) a
         DataParallelTrainer: fit(X, y) given the whole set on every rank trains each rank's share of
         its rows."""
         from alac.optimizers import get_optimizer
@@ -154,9 +149,10 @@ class _WideEstimator(BaseEstimator):
         from alac.train.data_parallel import DataParallelTrainer
         from alac.train.trainer import Trainer
 
-        options = dict(lr=arm.lr, epochs=self.epochs, plan=self._plan(arm, data), backend=self.backend,
+        options = dict(lr=arm.lr, epochs=self.epochs, plan=self._plan(data), backend=self.backend,
                        seed=self.random_state or 0, optimizer=get_optimizer(arm.optimizer),
-                       early_stopping="patience" if self.early_stopping else None, patience=self.n_iter_no_change)
+                       early_stopping="patience" if self.early_stopping else None, patience=self.n_iter_no_change,
+                       choose_hot_segment=True)
         ranks = init_ranks()
         if ranks.world > 1:
             return DataParallelTrainer(self._build_model(arm.l2), ranks=ranks, **options)

@@ -25,7 +25,7 @@ from alac.errors import OptionError
 from alac.runtime.device.memory import available_bytes
 from alac.runtime.movement.layout import order_by_frequency
 from alac.runtime.movement.streams import StreamedLayout
-from alac.runtime.planning.param_planner import ParamPlacement, plan_placement
+from alac.runtime.planning.param_planner import ParamPlacement
 from alac.runtime.planning.planner import layout_bytes
 from alac.runtime.ranks.distributed import check_rows, init_ranks
 from alac.runtime.rows.device import DeviceRows
@@ -78,13 +78,10 @@ class DataParallelTrainer(Trainer):
         if ranks.world > 1 and aggregation == "sequential":
             self._log_q()           # its step checked before any training
         agreed = ranks.agreed_plan(self.plan)
-        if agreed != self.plan:
-            # the executor built for this rank's own plan gives way to one of the agreed plan
-            first, _, *rest = self._executor_arguments
-            self.plan, self._executor_arguments = agreed, (first, agreed, *rest)
-            self.executor = DeviceRows(*self._executor_arguments)
-        if tables in ("sharded", "hybrid"):
-            self.executor = ShardedExecutor(self.executor, ranks, replicate_hot=tables == "hybrid")
+        # the executor built for this rank's own plan gives way to one of the agreed plan (and its tables)
+        first, _, *rest = self._executor_arguments
+        self.plan, self._executor_arguments = agreed, (first, agreed, *rest)
+        self.executor = self._device_store()
         # (training set, this rank's share of its rows): held, so that the identity test stays sound
         self._share = None
         # (layout, (share, log q), each row's factor) of the sequential aggregation (_sequential_rows)
@@ -161,24 +158,37 @@ class DataParallelTrainer(Trainer):
         _, new_to_old, _ = order_by_frequency(self.ranks.all_reduce(counts, in_place=True))
         return new_to_old.cpu()
 
-    def _place_params(self, train, streamed):
+    def _device_store(self):
+        """Rows on the device: every row on each rank, or sharded / hybrid tables (ShardedExecutor)."""
+        rows = DeviceRows(*self._executor_arguments)
+        if self.tables in ("sharded", "hybrid"):
+            return ShardedExecutor(rows, self.ranks, replicate_hot=self.tables == "hybrid")
+        return rows
+
+    def _agree(self, plan):
+        return self.ranks.agreed_plan(plan)
+
+    def _auto_tables(self, streamed):
+        return self.ranks.world > 1 and self.tables == "auto" and not streamed
+
+    def _rows_budget(self, train, streamed):
+        """tables="auto" over several ranks without a budget: this GPU's free memory (the layout's already
+        counted) decides whether every row fits a rank: replicated tables of a larger model would stop at
+        initialization."""
+        if self._auto_tables(streamed) and self.plan.memory_budget is None and self.device.type == "cuda":
+            return available_bytes(self.device) + layout_bytes(train, self.plan.chunk_size)
+        return None
+
+    def _use_store(self, run, train, streamed):
         """tables="auto" over several ranks: replicated where every row fits the GPU budget for them,
-        else hybrid (_shard_over_ranks); elsewhere Trainer's placement."""
-        if self.ranks.world == 1 or self.tables != "auto" or streamed or self._has_state():
-            super()._place_params(train, streamed)
-            return
-        plan = self.plan
-        if plan.memory_budget is None and self.device.type == "cuda":
-            # without a budget, this GPU's free memory (the layout's already counted) decides whether
-            # every row fits a rank: replicated tables of a larger model would stop at initialization
-            plan = dataclasses.replace(plan, memory_budget=available_bytes(self.device) +
-                                       layout_bytes(train, plan.chunk_size))
-        placement = plan_placement(self.executor.ir, plan, train, self.train_layout, self.device)
-        if placement.mode == "device":
-            self.placement, self.tables = dataclasses.replace(placement, reasons=(*placement.reasons, (
+        else hybrid (_shard_over_ranks); elsewhere Trainer's store."""
+        if not self._auto_tables(streamed):
+            super()._use_store(run, train, streamed)
+        elif run.placement.mode == "device":
+            self.placement, self.tables = dataclasses.replace(run.placement, reasons=(*run.placement.reasons, (
                 "tables", f"replicated over {self.ranks.world} ranks", REPLICATED_WHY))), "replicated"
-            return
-        self._shard_over_ranks(placement)
+        else:
+            self._shard_over_ranks(run.placement)
 
     def _shard_over_ranks(self, placement):
         """Hybrid tables for rows over the GPU budget: the hot segment and this rank's share of the cold

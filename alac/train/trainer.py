@@ -25,11 +25,11 @@ from alac.runtime.movement.blocks import is_block_source
 from alac.runtime.movement.layout import BigraphLayout, LayoutOptions, build_layout
 from alac.runtime.movement.line_spread import spread_layout
 from alac.runtime.movement.streams import StreamedLayout
-from alac.runtime.planning.param_planner import ParamPlacement, plan_placement, row_bytes_of
 from alac.runtime.planning.planner import streaming_budget
+from alac.runtime.planning.run_plan import plan_run
 from alac.runtime.ranks.distributed import doing
 from alac.runtime.rows.device import DeviceRows
-from alac.runtime.rows.registry import TrainingRows, planned_store
+from alac.runtime.rows.registry import TrainingRows
 from alac.train.divergence import ADVICE, TrainingDiverged, ValidationGuard, base_rate_loss, diverged
 
 EARLY_STOPPING = (None, "cuwide", "patience")
@@ -48,9 +48,11 @@ VALIDATION_KEYS = ("valid_logloss", "valid_rmse")
 class Trainer:
     def __init__(self, model, lr=0.5, epochs=10, plan=Plan(), backend="triton", device=None, seed=0,
                  log=None, optimizer="sgd", schedule=None, exact_l2=False, early_stopping=None, patience=5,
-                 window=10, callbacks=(), unseen="ignore"):
-        """early_stopping: None; "cuwide" (stop when the validation loss exceeds the mean of the last
-        `window` epochs, cuWide's rule); "patience" (stop after `patience` epochs without a new best).
+                 window=10, callbacks=(), unseen="ignore", choose_hot_segment=False):
+        """choose_hot_segment: the planner picks the plan's hot segment (H, R) from the training data, as
+        `alac train` and the estimators have it; else the plan's is kept. early_stopping: None; "cuwide"
+        (stop when the validation loss exceeds the mean of the last `window` epochs, cuWide's rule);
+        "patience" (stop after `patience` epochs without a new best).
         Either way the best epoch's parameters are restored. callbacks: callables (trainer, record)
         called after every epoch; one returning True stops training."""
         if early_stopping not in EARLY_STOPPING:
@@ -66,7 +68,10 @@ class Trainer:
         self._executor_arguments = (model, plan, backend, device, seed, optimizer, schedule, exact_l2)
         # the row store (alac.runtime.rows.store): rows on the device until the planner places them
         self.executor = DeviceRows(*self._executor_arguments)
-        self.placement = None          # the planner's ParamPlacement once the training data is laid out
+        self.choose_hot_segment = choose_hot_segment
+        # the run's planning step (alac.runtime.planning.run_plan) once the training data is laid out
+        self.run_plan = None
+        self.placement = None          # its ParamPlacement
         self._said_no_snapshots = False
         self.log = log
         self.early_stopping, self.patience, self.window = early_stopping, patience, window
@@ -166,7 +171,7 @@ class Trainer:
             else:
                 labels, where = train.labels, train.source.path or "the training data"
             self.labels = LabelMap.fit(self.executor.ir.labels, labels, where)
-        self._place_params(train, streamed)
+        self._plan_run(train, streamed)
         if ordered_here and not streamed and self.placement is not None and self.placement.mode == "device":
             # rows in one GPU table whose order this layout chose: its most frequent ids spread over lines
             spread_layout(self.train_layout, self.plan.hot_size, self.plan.lines_to_spread)
@@ -178,22 +183,40 @@ class Trainer:
             return self.train_layout, None
         return self.train_layout, self.labels.model_labels(self.train_layout.labels)
 
-    def _place_params(self, train, streamed):
-        """The planner's placement of the model's rows (alac.runtime.planning.param_planner) and its row
-        store (alac.runtime.rows.registry): over the GPU budget for them, a HybridHash cache or FAE's hot
-        table of the budget on the GPU, every row in pinned host memory."""
+    def _plan_run(self, train, streamed):
+        """The run's one planning step (alac.runtime.planning.run_plan): the plan's hot segment where this
+        trainer chooses it, where the model's rows live and their row store (alac.runtime.rows.registry).
+        A model whose state is already there (restored) keeps its plan and store."""
         if self._has_state() or self.executor.host_rows:
             return
-        if streamed:
-            row_bytes = row_bytes_of(self.executor.ir)
-            why = "the training data is streamed: the GPU budget goes to its blocks (a HybridHash cache trains a " \
-                  "resident layout)"
-            self.placement = ParamPlacement("device", row_bytes, self.train_layout.host.n_features * row_bytes, None,
-                                            reasons=(("placement", "device", why),))
-            return
-        self.placement = plan_placement(self.executor.ir, self.plan, train, self.train_layout, self.device)
-        if self.placement.mode != "device":
-            self.executor = planned_store(self.placement, self._executor_arguments, TrainingRows(
+        layout = None if streamed else self.train_layout
+        run = plan_run(self.executor.ir, self.plan, train, layout, self.device, self.backend,
+                       self.choose_hot_segment, self._agree, self._rows_budget(train, streamed))
+        self.run_plan = run
+        if run.plan != self.plan:
+            self.plan = run.plan
+            model, _, *rest = self._executor_arguments
+            self._executor_arguments = (model, run.plan, *rest)
+            self.executor = self._device_store()
+        self._use_store(run, train, streamed)
+
+    def _device_store(self):
+        """The store a run starts with: its rows on the device."""
+        return DeviceRows(*self._executor_arguments)
+
+    def _agree(self, plan):
+        """The plan every process training this model runs (one process here)."""
+        return plan
+
+    def _rows_budget(self, train, streamed):
+        """The GPU bytes the placement weighs the rows and the resident layout against (None: the plan's)."""
+        return None
+
+    def _use_store(self, run, train, streamed):
+        """Train on the run plan's row store."""
+        self.placement = run.placement
+        if run.placement.mode != "device":
+            self.executor = run.store(self._executor_arguments, TrainingRows(
                 train, self.train_layout, lambda layout: self.labels.model_labels(layout.labels)))
 
     def _laid_out_for_training(self, train):

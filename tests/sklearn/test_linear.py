@@ -151,11 +151,12 @@ def test_fit_on_a_block_store_streams_it_and_learns_what_arrays_teach(tmp_path):
 
 def test_the_estimators_plan_as_alac_train_does_and_keep_the_plan_of_their_fit(monkeypatch):
     """The chunk size of `alac train` for the mode (sync 8, async 32 with the generated kernels), and
-    with a GPU the planner's hot segment for the data, model and optimizer (here its costs and L2 given,
-    as on an H100); a fitted estimator, pickled, predicts with the plan it was fitted with."""
-    import alac.runtime.execution.executor as executor
+    with a GPU the planning step's hot segment for the data, model and optimizer (here its costs and L2
+    given, as on an H100); a fitted estimator, pickled, predicts with the plan it was fitted with."""
     import alac.runtime.planning.planner as planner
     from alac.plan import Plan
+    from alac.runtime.movement.layout import LayoutOptions, build_layout
+    from alac.runtime.planning.run_plan import plan_run
     from alac.sklearn.inputs import sparse_dataset
     from alac.train.race import Arm
 
@@ -164,20 +165,26 @@ def test_the_estimators_plan_as_alac_train_does_and_keep_the_plan_of_their_fit(m
     binary.data[:] = 1.0      # the planner's hot segment is for binary features
     data = sparse_dataset(binary, (y == "yes").astype(np.float32))
     sgd = Arm("sgd", 0.5, 0.0)
-    assert LogisticRegression(batch_size=1024)._plan(sgd, data) == Plan(chunk_size=8, batch_size=1024)
-    monkeypatch.setattr(executor, "resolve_backend", lambda backend, device=None: ("triton", torch.device("cuda")))
+    assert LogisticRegression(batch_size=1024)._plan(data) == Plan(chunk_size=8, batch_size=1024)
     h100_costs = planner.AccessCosts("gpu", 0.008, 0.018, 2700.0)
     monkeypatch.setattr(planner, "measure_access_costs", lambda device: h100_costs)
     monkeypatch.setattr(planner, "l2_cache_bytes", lambda device: 50 << 20)
+    hot_sizes = []
     for mode, chunk_size in (("async", 32), ("sync", 8)):
         base = Plan(semantics=mode, chunk_size=chunk_size, batch_size=1024)
-        for estimator, factor_size in ((LogisticRegression(mode=mode, batch_size=1024), 0),
-                                       (FMClassifier(mode=mode, n_factors=4, batch_size=1024), 4)):
+        layout = build_layout(data, LayoutOptions(chunk_size=chunk_size), "cpu")
+        for estimator, factor_size in ((LogisticRegression(mode=mode, batch_size=1024, backend="triton"), 0),
+                                       (FMClassifier(mode=mode, n_factors=4, batch_size=1024, backend="triton"), 4)):
             for arm in (sgd, Arm("adagrad", 0.5, 0.0)):
+                trainer = estimator._new_trainer(arm, data)
+                assert trainer.plan == base and trainer.choose_hot_segment
+                # the trainer's planning step as it runs on a GPU
+                run = plan_run(trainer.executor.ir, trainer.plan, data, layout, "cuda", "triton")
                 additive = arm.optimizer == "sgd"
-                assert estimator._plan(arm, data) == planner.hot_segment_for_data(data, base, "cuda", factor_size,
-                                                                                  additive)
-    assert LogisticRegression(mode="async", batch_size=1024)._plan(sgd, data).hot_size > 0
+                assert run.plan == planner.hot_segment_for_data(data, base, "cuda", factor_size, additive)
+                assert run.placement.mode == "device"
+                hot_sizes.append((mode, factor_size, run.plan.hot_size))
+    assert ("async", 0) in [(mode, k) for mode, k, hot in hot_sizes if hot > 0]
     monkeypatch.undo()
     fitted = LogisticRegression(batch_size=64, epochs=2, optimizer="sgd", learning_rate=0.5).fit(X, y)
     fitted._fitted["plan"] = Plan(chunk_size=16, batch_size=64)

@@ -29,7 +29,7 @@ import torch
 from alac.cache import default_cache_dir
 from alac.plan import Plan
 from alac.runtime.device.timing import gpu_milliseconds
-from alac.runtime.execution.schedule import async_programs, async_programs_for
+from alac.runtime.execution.schedule import async_programs_for
 from alac.runtime.movement.blocks import PADDING_MARGIN, is_block_source
 
 # Sizes of the access-cost microbenchmark: 64M int32 (256 MB) streamed, gathered from a table of
@@ -134,19 +134,6 @@ def default_chunk_size(semantics, batch_size, backend):
     return math.gcd(32 if semantics == "async" and backend == "triton" else Plan.chunk_size, batch_size)
 
 
-def default_hot_segment(dataset, plan, model, optimizer, backend):
-    """The plan with the planner's hot segment for a model and optimizer trained on a data set (or a
-    block source) with the generated kernels on a GPU (hot_segment_for_data); else unchanged."""
-    from alac.ir.pipeline import lower
-    from alac.runtime.execution.executor import resolve_backend
-
-    backend, device = resolve_backend(backend)
-    if backend != "triton":
-        return plan
-    ir = lower(model, optimizer)
-    return hot_segment_for_data(dataset, plan, device, ir.factor_size, ir.optimizer.additive, ir.row_floats)
-
-
 def hot_size_for_data(dataset, plan, device="cuda", factor_size=0):
     """The default H of a plan on a data set (before any layout): the cost model's where the
     planner turns the hot segment on (binary features, vector params of at most
@@ -155,35 +142,75 @@ def hot_size_for_data(dataset, plan, device="cuda", factor_size=0):
 
 
 def hot_segment_for_data(dataset, plan, device="cuda", factor_size=0, additive=True, row_floats=None):
-    """The plan with the default hot segment for a data set or a block source (before any layout):
-    H from the cost model (async: within hot_sums_cap), and for sync R replicas of the hot sums,
-    where the planner turns it on; else H = 0. additive: the optimizer's rule is (SGD's: resident
-    chunks need it). row_floats: the floats of a feature's param rows (default 1 + factor_size:
-    LR's w, FM's w and v)."""
+    """The plan with the default hot segment for a data set or a block source (hot_segment_choice)."""
     if torch.device(device).type != "cuda":
         return dataclasses.replace(plan, hot_size=0)
-    # a block source's meta layout holds the whole data's frequencies and sizes
-    source = is_block_source(dataset)
-    if source:
-        binary, n_rows, nnz = "edge_value" not in dataset.optional, dataset.meta.n_rows, dataset.meta.stats.nnz
-    else:
-        binary, n_rows, nnz = dataset.is_binary, dataset.n_rows, dataset.nnz
-    if not hot_segment_by_default(plan.semantics, binary, factor_size, plan.variant.resident_tiles and additive):
-        return dataclasses.replace(plan, hot_size=0)
-    if source:
-        frequency = dataset.meta.frequency.to(device)
-    else:
+    return hot_segment_choice(DataCounts.of(dataset, device), plan, device, factor_size, additive, row_floats).plan
+
+
+@dataclass(frozen=True)
+class DataCounts:
+    """What the hot segment's cost model reads of the training data: whether its values are all 1,
+    its rows and non-zeros, the hottest feature's occurrences, and every feature's (any order)."""
+
+    binary: bool
+    n_rows: int
+    nnz: int
+    frequency: object
+
+    @staticmethod
+    def of(data, device="cuda"):
+        """The counts of a data set, a block source (its meta layout's: the whole data's) or a layout."""
+        if is_block_source(data):
+            return DataCounts("edge_value" not in data.optional, data.meta.n_rows, data.meta.stats.nnz,
+                              data.meta.frequency)
+        if hasattr(data, "frequency"):
+            return DataCounts(data.edge_value is None, data.n_rows, data.stats.nnz, data.frequency)
         # counted on the GPU when the data is on the host (and a GPU is there to count on)
-        indices = dataset.indices.to(device) if torch.cuda.is_available() else dataset.indices
-        frequency = torch.bincount(indices.long(), minlength=dataset.n_features)
-    hot = hot_size_from_costs(frequency, n_rows, measure_access_costs(device), rows_per_flush(plan))
-    programs = async_programs_for(plan, -(-n_rows // plan.chunk_size), plan.chunk_size)
-    hot, _ = capped_hot_size(hot, plan, programs, row_floats or 1 + factor_size, device)
+        on = device if torch.device(device).type == "cuda" and torch.cuda.is_available() else data.indices.device
+        return DataCounts(data.is_binary, data.n_rows, data.nnz,
+                          torch.bincount(data.indices.to(on).long(), minlength=data.n_features))
+
+
+def hot_segment_choice(counts, plan, device="cuda", factor_size=0, additive=True, row_floats=None,
+                       use_hot_segment=None):
+    """PlanChoice: the plan with the hot segment for data of these DataCounts (before any layout): H
+    from the cost model (async: within hot_sums_cap), and for sync R replicas of the hot sums, where the
+    planner turns it on (use_hot_segment None: hot_segment_by_default), else H = 0; with the reasons.
+    additive: the optimizer's rule is (SGD's: resident chunks need it). row_floats: the floats of a
+    feature's param rows (default 1 + factor_size: LR's w, FM's w and v)."""
+    reasons = [("chunk_size", plan.chunk_size, "the plan's C")]
+    if torch.device(device).type != "cuda":
+        return PlanChoice(dataclasses.replace(plan, hot_size=0),
+                          reasons + [("hot_size", 0, "no GPU: no access costs to weigh")])
+    costs = measure_access_costs(device)
+    semantics, n_rows = plan.semantics, max(counts.n_rows, 1)
+    variant = plan.variant
+    resident = variant.resident_tiles and variant.edge_updates and additive
+    if use_hot_segment is None:
+        use_hot_segment = hot_segment_by_default(semantics, counts.binary, factor_size, resident)
+    frequency = counts.frequency.to(device) if torch.cuda.is_available() else counts.frequency
+    hot = hot_size_from_costs(frequency, n_rows, costs, rows_per_flush(plan))
+    why = (f"features with >= th = 2c/r = 2 x {costs.coalesced_ns:.3f} ns / {costs.random_ns:.3f} ns = "
+           f"{costs.threshold:.2f} occurrences per flush period ({rows_per_flush(plan)} rows)")
+    if not use_hot_segment:
+        most = HOT_SEGMENT_MAX_FACTOR[semantics]
+        reasons.append(("hot_size", 0, f"off by default for {semantics}"
+                        + ("" if counts.binary else " on real-valued data")
+                        + (f" with k = {factor_size} > {most}" if factor_size > most else "")
+                        + (" with resident chunks" if factor_size <= most and counts.binary else "")
+                        + f" (measured: see HOT_SEGMENT_MAX_FACTOR); the cost model gives {hot}: {why}"))
+        return PlanChoice(dataclasses.replace(plan, hot_size=0), reasons, costs)
+    programs = async_programs_for(plan, -(-counts.n_rows // plan.chunk_size), plan.chunk_size)
+    hot, capped = capped_hot_size(hot, plan, programs, row_floats or 1 + factor_size, device)
+    reasons.append(("hot_size", hot, why + (f"; {capped}" if capped else "")))
     plan = dataclasses.replace(plan, hot_size=hot)
-    if plan.semantics == "sync":
-        rows = max(n_rows, 1)
-        plan = dataclasses.replace(plan, replicas=replicas_for(float(frequency.max()) / rows, nnz / rows, plan, hot))
-    return plan
+    if semantics == "sync":
+        replicas = replicas_for(float(frequency.max()) / n_rows if frequency.numel() else 0.0, counts.nnz / n_rows,
+                                plan, hot)
+        reasons.append(("replicas", replicas, "the hottest feature's chunks per batch, capped by the dense pass"))
+        plan = dataclasses.replace(plan, replicas=replicas)
+    return PlanChoice(plan, reasons, costs)
 
 
 def rows_per_flush(plan):
@@ -192,11 +219,6 @@ def rows_per_flush(plan):
     if plan.semantics == "async":
         return plan.chunk_size * plan.flush_every
     return plan.batch_size
-
-
-def replicas_from_costs(layout, plan, hot_size):
-    """R for a layout (replicas_for)."""
-    return replicas_for(float(layout.frequency[0]) / max(layout.n_rows, 1), layout.stats.mean_nnz, plan, hot_size)
 
 
 def replicas_for(hottest_per_row, mean_nnz, plan, hot_size):
@@ -233,35 +255,10 @@ def hot_segment_by_default(semantics, binary, factor_size=0, resident=False):
 
 def plan_for(layout, model_ir, semantics="sync", batch_size=1024, base=None, device="cuda",
              use_hot_segment=None):
-    """A plan from the cost model (no timing runs): H, R from measured costs, C from the plan."""
+    """A plan for a layout from the cost model (no timing runs): H, R from measured costs, C the layout's."""
     base = base or Plan(batch_size=batch_size, semantics=semantics, chunk_size=layout.chunk_size)
-    reasons = [("chunk_size", base.chunk_size, "the layout's C")]
-    costs = measure_access_costs(device) if torch.device(device).type == "cuda" else None
-    if costs is None:
-        return PlanChoice(base, reasons + [("hot_size", 0, "no GPU: no access costs to weigh")])
-    if use_hot_segment is None:
-        use_hot_segment = hot_segment_by_default(semantics, layout.edge_value is None, model_ir.factor_size,
-                                                 base.variant.for_optimizer(model_ir.optimizer).resident_tiles)
-    hot = hot_size_from_costs(layout.frequency, layout.n_rows, costs, rows_per_flush(base))
-    why = (f"features with >= th = 2c/r = 2 x {costs.coalesced_ns:.3f} ns / {costs.random_ns:.3f} ns = "
-           f"{costs.threshold:.2f} occurrences per flush period ({rows_per_flush(base)} rows)")
-    if not use_hot_segment:
-        most = HOT_SEGMENT_MAX_FACTOR[semantics]
-        reasons.append(("hot_size", 0, f"off by default for {semantics}"
-                        + ("" if layout.edge_value is None else " on real-valued data")
-                        + (f" with k = {model_ir.factor_size} > {most}" if model_ir.factor_size > most else "")
-                        + (" with resident chunks" if model_ir.factor_size <= most and layout.edge_value is None
-                           else "")
-                        + f" (measured: see HOT_SEGMENT_MAX_FACTOR); the cost model gives {hot}: {why}"))
-        return PlanChoice(base, reasons, costs)
-    hot, capped = capped_hot_size(hot, base, async_programs(base, layout), model_ir.row_floats, device)
-    reasons.append(("hot_size", hot, why + (f"; {capped}" if capped else "")))
-    plan = dataclasses.replace(base, hot_size=hot)
-    if semantics == "sync":
-        replicas = replicas_from_costs(layout, plan, hot)
-        reasons.append(("replicas", replicas, "the hottest feature's chunks per batch, capped by the dense pass"))
-        plan = dataclasses.replace(plan, replicas=replicas)
-    return PlanChoice(plan, reasons, costs)
+    return hot_segment_choice(DataCounts.of(layout, device), base, device, model_ir.factor_size,
+                              model_ir.optimizer.additive, model_ir.row_floats, use_hot_segment)
 
 
 def autotune(candidates, run_epoch, cache_key=None):

@@ -18,7 +18,7 @@ from alac.runtime.planning.planner import (
     autotune,
     hot_size_for_data,
     hot_size_from_costs,
-    replicas_from_costs,
+    replicas_for,
     rows_per_flush,
 )
 
@@ -53,9 +53,10 @@ def test_replicas_spread_the_hottest_feature_over_a_batch():
     plan = Plan(chunk_size=4, batch_size=16)
     # feature 0 is in every chunk of the batch's 4 chunks; the dense pass over R * H stays below
     # the batch's edges (16 rows x 2.5 nnz = 40)
-    assert replicas_from_costs(layout, plan, hot_size=2) == 4
-    assert replicas_from_costs(layout, plan, hot_size=20) == 2
-    assert replicas_from_costs(layout, plan, hot_size=0) == 1
+    hottest, mean_nnz = float(layout.frequency[0]) / layout.n_rows, layout.stats.mean_nnz
+    assert replicas_for(hottest, mean_nnz, plan, hot_size=2) == 4
+    assert replicas_for(hottest, mean_nnz, plan, hot_size=20) == 2
+    assert replicas_for(hottest, mean_nnz, plan, hot_size=0) == 1
 
 
 def test_batch_scales_count_the_real_rows():
