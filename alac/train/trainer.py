@@ -1,14 +1,12 @@
 """The Trainer: a DSL model on data sets — layouts, label mapping, epochs, evaluation, early
 stopping, a divergence guard (alac.train.divergence), callbacks and checkpoints.
 
-Features a validation or test set has beyond the training feature space are ignored (the policy of
-Vowpal Wabbit and libFM: a feature never trained has no weight), counted in `unseen_entries` and
-reported once; `unseen="error"` makes them a DataError naming the file, line and token instead.
+Features a validation or test set has beyond the training feature space are ignored, counted in
+`unseen_entries` (alac.train.feature_space).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import sys
 import time
@@ -16,7 +14,6 @@ import time
 import torch
 
 from alac import metrics
-from alac.data.dataset import same_numbering
 from alac.errors import AlacError, OptionError
 from alac.plan import Plan
 from alac.runtime.device.memory import available_bytes
@@ -31,18 +28,16 @@ from alac.runtime.ranks.distributed import doing
 from alac.runtime.rows.device import DeviceRows
 from alac.runtime.rows.registry import TrainingRows
 from alac.train.divergence import ADVICE, TrainingDiverged, ValidationGuard, base_rate_loss, diverged
+from alac.train.early_stopping import RULES, VALIDATION_KEYS, monitored, should_stop
+from alac.train.feature_space import in_training_space
 
-EARLY_STOPPING = (None, "cuwide", "patience")
-# fit queues epochs in groups of about this much training (one loss read, one divergence check and one
-# progress flush per group): a short epoch (1M-row async LR) read one at a time waits for its host
-# work (benchmarks/fit_queue.py). Half a second keeps progress lines coming and bounds what a
-# divergence found at a group's end throws away.
+# fit queues epochs in groups of about this much training (one loss read, divergence check and progress
+# flush per group): a short epoch read one at a time waits for its host work (benchmarks/fit_queue.py);
+# half a second keeps progress lines coming and bounds what a divergence found at a group's end throws away.
 QUEUE_SECONDS = 0.5
 # values summed at a time by the finite-parameters check (small enough not to overflow float32)
 FINITE_CHECK_VALUES = 1 << 24
 MAX_QUEUED_EPOCHS = 100
-# the validation losses early stopping watches (the first a record has)
-VALIDATION_KEYS = ("valid_logloss", "valid_rmse")
 
 
 class Trainer:
@@ -55,8 +50,8 @@ class Trainer:
         "patience" (stop after `patience` epochs without a new best).
         Either way the best epoch's parameters are restored. callbacks: callables (trainer, record)
         called after every epoch; one returning True stops training."""
-        if early_stopping not in EARLY_STOPPING:
-            raise OptionError(f"early_stopping must be one of {EARLY_STOPPING}, got {early_stopping!r}")
+        if early_stopping not in RULES:
+            raise OptionError(f"early_stopping must be one of {RULES}, got {early_stopping!r}")
         if unseen not in ("ignore", "error"):
             raise OptionError(f"unseen must be 'ignore' or 'error', got {unseen!r}")
         if not 0 < lr < math.inf:
@@ -117,25 +112,9 @@ class Trainer:
         return None if self.feature_order is None else self.feature_order.numel()
 
     def _in_training_space(self, dataset):
-        """The data set with features beyond the training space ignored (or a DataError); a data set of
-        another numbering (the file's own ids, a renumbered space) is renumbered into the model's first."""
-        if not same_numbering(dataset.feature_ids, self.feature_ids):
-            dataset = dataset.in_space_of(self.feature_ids)
-        limit = self.n_features
-        if dataset.n_features <= limit:
-            return dataclasses.replace(dataset, n_features=limit) if dataset.n_features < limit else dataset
-        if self.unseen == "error":
-            dataset.check_feature_space(limit)
-        keep = dataset.indices < limit
-        dropped = int((~keep).sum())
-        if not dropped:
-            return dataclasses.replace(dataset, n_features=limit)
-        rows = dataset.entry_rows()
+        dataset, dropped = in_training_space(dataset, self.feature_ids, self.n_features, self.unseen)
         self.unseen_entries += dropped
-        dropped_rows = int(rows[~keep].unique().numel())
-        print(f"alac: {dropped:,} entries of {dataset.source.path or 'the data'} ({dropped_rows:,} "
-              f"rows) have features the model never trained; they are ignored", file=sys.stderr)
-        return dataclasses.replace(dataset.with_entries(keep, rows), n_features=limit)
+        return dataset
 
     def layout_of(self, dataset):
         """The layout of a data set in the model's feature space (ids re-indexed as in training)."""
@@ -279,20 +258,10 @@ class Trainer:
             return self.executor.sample_loss(block, self._block_labels(block))
         return self.executor.sample_loss(self.train_layout, labels)
 
-    @staticmethod
-    def monitored(record):
-        """What early stopping watches in an epoch's record: the validation loss, else the training loss."""
-        for key in VALIDATION_KEYS:
-            if key in record:
-                return record[key]
-        return record["train_loss"]
+    monitored = staticmethod(monitored)
 
     def _should_stop(self, losses, best):
-        if self.early_stopping == "cuwide" and len(losses) > self.window:
-            return losses[-1] > sum(losses[-self.window - 1:-1]) / self.window
-        if self.early_stopping == "patience":
-            return len(losses) - 1 - best >= self.patience
-        return False
+        return should_stop(self.early_stopping, losses, best, self.window, self.patience)
 
     def fit(self, train, valid=None, epochs=None, report=None):
         """Train `epochs` (default: the constructor's) more epochs; returns the history. valid is
