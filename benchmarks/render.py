@@ -355,7 +355,7 @@ SECTIONS = [
      "the embeddings in pinned host memory, looked up and updated by sparse AdaGrad on the CPU, the FM on the GPU)"
      " and all rows on the GPU. FAE swaps copy the hot rows changed since the last swap (the whole hot set in the "
      "arm that says so).",
-     "PYTHONPATH=. python benchmarks/placement.py", tables_over_budget_table),
+     "PYTHONPATH=. python benchmarks/placement.py --budgets-mb 256 --zipfs 1.1,1.2", tables_over_budget_table),
     ("rows_on_disk", "Rows on disk: a model over the GPU and the host memory budget",
      "FM k = 16 with AdaGrad through the Trainer on 10M rows of the Kaggle-shaped set (Zipf 1.1; 33.8M rows of 76 "
      "bytes: a 2.6 GB table), sync batches of 4096, three epochs: every row on the GPU, a HybridHash cache of a "
