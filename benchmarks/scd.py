@@ -313,7 +313,9 @@ def criteo_part(args, backend):
     """The Criteo-shaped problems of `--criteo-problems` (labels +-1): epochs, gap, and each epoch
     against the bytes it must read at the device's measured copy bandwidth and, on a GPU, against
     flat kernels that make only its gathers and atomic additions (benchmarks/scd_floor.py)."""
-    data = criteo_dual_like(args.criteo_rows, args.criteo_columns, 25, 39, args.seed, args.device)
+    # made whole by one process: blocks of at most its rows (a small run draws no 16M-row block)
+    data = criteo_dual_like(args.criteo_rows, args.criteo_columns, 25, 39, args.seed, args.device,
+                            block_rows=min(DUAL_BLOCK_ROWS, args.criteo_rows))
     data.labels = data.labels * 2 - 1
     entries = data.indices.numel()
     # what an epoch must read. primal, per entry: its row id twice (the sums' pass and the update's), the
@@ -322,7 +324,8 @@ def criteo_part(args, backend):
     # two offsets, place in the order, alpha, label and curvature
     floor_bytes = {"primal": entries * (4 + 4 + 8 + 4) + data.n_features * (8 + 8 + 8 + 8 + 4 + 4),
                    "dual": entries * (4 + 4 + 8) + data.n_rows * (8 + 8 + 8 + 8 + 4 + 4)}
-    probe = torch.empty(1 << 28, dtype=torch.float32, device=args.device)
+    # 1 GB on a GPU (past its L2); a CPU run is a smoke run: 64 MB
+    probe = torch.empty(1 << 28 if args.device == "cuda" else 1 << 24, dtype=torch.float32, device=args.device)
     copy_seconds = _median_seconds(probe.clone, args.device)
     bandwidth = 2 * probe.numel() * 4 / copy_seconds           # read and write
     del probe

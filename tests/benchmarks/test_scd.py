@@ -81,18 +81,18 @@ def test_the_comparisons_state_epochs_drift_and_time_ratios():
 
 
 def test_a_tiny_criteo_part_solves_the_same_problem_in_both_forms(tmp_path, monkeypatch):
-    monkeypatch.setattr(sys, "argv", ["scd.py", "--device", "cpu", "--parts", "criteo", "--criteo-rows", "2000",
-                                      "--criteo-columns", "1000", "--criteo-problems",
-                                      "primal:logistic,dual:logistic,dual:squared:0.001", "--epochs", "300",
+    monkeypatch.setattr(sys, "argv", ["scd.py", "--device", "cpu", "--parts", "criteo", "--criteo-rows", "600",
+                                      "--criteo-columns", "300", "--criteo-problems",
+                                      "primal:logistic,dual:logistic,dual:squared:0.01", "--epochs", "300",
                                       "--out", str(tmp_path)])
     scd.main()
     arms = json.loads((tmp_path / "scd.json").read_text())["arms"]
     assert [a["name"] for a in arms] == ["alac_primal_logistic", "alac_dual_logistic", "alac_dual_squared"]
-    assert [a["l2"] for a in arms] == [1 / 2000, 1 / 2000, 0.001]
+    assert [a["l2"] for a in arms] == [1 / 600, 1 / 600, 0.01]
     for arm in arms:
         assert arm["gap"][-1] <= 1e-6 and arm["floor_seconds"] > 0 and len(arm["epoch_seconds"]) == arm["epochs"]
     report = (tmp_path / "scd.md").read_text()
-    assert "criteo_like alac_primal_logistic, lambda 0.0005 (2,000 x 1,000" in report
+    assert "criteo_like alac_primal_logistic, lambda 0.00167 (600 x 300" in report
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="the flat kernels are timed on a GPU")

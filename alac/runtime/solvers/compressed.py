@@ -82,6 +82,41 @@ def transposed(start, index, value, n_other, chunk_entries=CHUNK_ENTRIES):
     return new_start, new_index, new_value
 
 
+def summed_duplicates(start, index, value, n_other, chunk_entries=CHUNK_ENTRIES):
+    """(start, index, value) with the entries a coordinate has more than once at one index (a LIBSVM
+    row that names a feature twice) summed into one: a coordinate's curvature ||a_c||^2 is that of its
+    summed entries, which the products see. Unchanged (the same tensors) where there are none; else
+    each coordinate's entries by index, values made (2.0 for two ones) where there were none.
+    Coordinates are taken whole, about chunk_entries entries at a time."""
+    device, total = start.device, int(start[-1])
+    if total == 0:
+        return start, index, value
+    pieces, first = [], 0
+    while first < start.numel() - 1:
+        # the coordinates from `first` whose entries fit the chunk (at least one)
+        end = int(torch.searchsorted(start, start[first] + chunk_entries, right=True)) - 1
+        end = max(end, first + 1)
+        lo, hi = int(start[first]), int(start[end])
+        coordinate = torch.searchsorted(start[first:end + 1], torch.arange(lo, hi, device=device), right=True) - 1
+        key = coordinate * n_other + index[lo:hi].long()
+        unique, inverse = torch.unique(key, sorted=True, return_inverse=True)
+        pieces.append((first, end, lo, hi, unique, inverse))
+        first = end
+    if all(unique.numel() == hi - lo for _, _, lo, hi, unique, _ in pieces):
+        return start, index, value
+    new_start = torch.zeros_like(start)
+    new_index, new_value, offset = [], [], 0
+    for first, end, lo, hi, unique, inverse in pieces:
+        summed = torch.zeros(unique.numel(), dtype=value.dtype if value is not None else torch.float32, device=device)
+        summed.index_add_(0, inverse, value[lo:hi] if value is not None else torch.ones(hi - lo, device=device))
+        counts = torch.bincount(unique // n_other, minlength=end - first)
+        new_start[first + 1:end + 1] = offset + counts.cumsum(0)
+        offset += unique.numel()
+        new_index.append((unique % n_other).to(index.dtype))
+        new_value.append(summed)
+    return new_start, torch.cat(new_index), torch.cat(new_value)
+
+
 def reduce_entries(axis, term, dtype=torch.float64):
     """out[c] = sum over coordinate c's entries of term(index, value) (term None: the value, or 1)."""
     out = torch.zeros(axis.n_coordinates, dtype=dtype, device=axis.start.device)

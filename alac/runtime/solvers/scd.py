@@ -30,7 +30,13 @@ from alac.errors import OptionError
 from alac.runtime.device.host_copy import to_device
 from alac.runtime.solvers import duality
 from alac.runtime.solvers.cocoa import SEARCHES, cocoa_gammas, coordinate_dots, resolve_aggregation, shared_dots
-from alac.runtime.solvers.compressed import CompressedAxis, CompressedMatrix, reduce_entries, transposed
+from alac.runtime.solvers.compressed import (
+    CompressedAxis,
+    CompressedMatrix,
+    reduce_entries,
+    summed_duplicates,
+    transposed,
+)
 from alac.runtime.solvers.scd_launcher import ScdLauncher, band_programs, bands
 from alac.runtime.solvers.scd_sequential import LOSS_CODES, dual_epoch, margin_epoch, primal_epoch
 
@@ -59,6 +65,9 @@ class ScdProblem:
         # on the device first, where the primal's CSC is made (slow on the CPU for the webspam-shaped set)
         data = dataclasses.replace(data, indptr=to_device(data.indptr, device), indices=to_device(data.indices, device),
                                    values=to_device(data.values, device), fields=None)
+        # a row naming a column twice steps with the curvature of its summed entries (SDCA diverged without)
+        indptr, indices, values = summed_duplicates(data.indptr, data.indices, data.values, data.n_features)
+        data = dataclasses.replace(data, indptr=indptr, indices=indices, values=values)
         if form == "dual":
             self.axis = CompressedAxis.of(data.indptr, data.indices, data.values, dtype, device)
         else:

@@ -50,3 +50,25 @@ def test_the_chunked_transpose_is_torchs_csc_with_rows_in_order(chunk):
     assert index.dtype == torch.int32 and torch.equal(index.long(), coo[0][order])
     assert torch.equal(value, values[order])
     assert compressed.transposed(indptr, indices, None, 25, chunk_entries=chunk)[2] is None
+
+
+@pytest.mark.parametrize("chunk", [1, 5, 1 << 25])
+@pytest.mark.parametrize("binary", [False, True])
+def test_entries_named_twice_in_a_coordinate_are_summed_as_scipy_sums_them(chunk, binary):
+    sparse = pytest.importorskip("scipy.sparse")
+    indptr = torch.tensor([0, 3, 3, 7, 9])
+    index = torch.tensor([2, 0, 2, 1, 1, 1, 4, 3, 0], dtype=torch.int32)
+    value = None if binary else torch.arange(1.0, 10.0)
+    start, summed_index, summed_value = compressed.summed_duplicates(indptr, index, value, 5, chunk)
+    reference = sparse.csr_matrix(((torch.ones(9) if binary else value).numpy(), index.numpy(), indptr.numpy()),
+                                  shape=(4, 5))
+    reference.sum_duplicates()
+    assert start.tolist() == reference.indptr.tolist() and summed_index.tolist() == reference.indices.tolist()
+    assert summed_value.tolist() == reference.data.tolist()
+    axis = CompressedAxis.of(start, summed_index, summed_value, torch.float64, "cpu")
+    assert axis.norm.tolist() == list(reference.multiply(reference).sum(axis=1).A1)
+
+
+def test_a_matrix_without_entries_named_twice_is_returned_as_it_is():
+    indptr, index = torch.tensor([0, 2, 3]), torch.tensor([1, 0, 1], dtype=torch.int32)
+    assert compressed.summed_duplicates(indptr, index, None, 2, 1)[1] is index

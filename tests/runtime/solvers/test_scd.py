@@ -280,3 +280,31 @@ def test_columns_split_over_programs_step_as_the_sequential_solver_does(loss, bi
                                    for band in kernels.bands]))
     torch.testing.assert_close(kernels.coordinates.cpu(), reference.coordinates, rtol=1e-6, atol=1e-6)
     torch.testing.assert_close(kernels.shared.cpu(), reference.shared, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("form", ["primal", "dual"])
+def test_rows_naming_a_column_twice_solve_the_ridge_of_their_summed_entries(form):
+    """Rows of a Criteo-shaped draw name their power-law columns many times; SDCA stepped with the
+    curvature of the entries as listed (7 for a one named 7 times, not 49) and diverged. The ridge
+    optimum of the summed matrix, in closed form, is the reference."""
+    data = planted(n=200, m=20, seed=3, classes=False)
+    doubled = torch.repeat_interleave(torch.arange(data.n_rows), data.indptr.diff())
+    # every row's first entry 6 times more at its end
+    firsts = data.indptr[:-1].repeat(6)
+    rows = torch.cat([doubled, torch.arange(data.n_rows).repeat(6)])
+    columns = torch.cat([data.indices, data.indices[firsts]])
+    values = torch.cat([data.values, data.values[firsts]]) if data.values is not None else None
+    order = torch.argsort(rows, stable=True)
+    twice = dataclasses.replace(data, indptr=torch.cat([torch.zeros(1, dtype=torch.int64),
+                                                        torch.bincount(rows, minlength=data.n_rows).cumsum(0)]),
+                                indices=columns[order].int(), values=None if values is None else values[order])
+    dense = torch.zeros(data.n_rows, data.n_features, dtype=torch.float64)
+    dense.index_put_((rows[order], columns[order].long()),
+                     torch.ones(rows.numel(), dtype=torch.float64) if values is None else values[order].double(),
+                     accumulate=True)
+    l2 = 0.01
+    y = data.labels.double()
+    expected = torch.linalg.solve(dense.t() @ dense + l2 * data.n_rows * torch.eye(data.n_features), dense.t() @ y)
+    solver = ScdSolver(twice, form, "squared", l2=l2, backend="sequential").fit(max_epochs=2000, tol=1e-10)
+    assert solver.stopped_because != "max_epochs"
+    torch.testing.assert_close(solver.coef_.double().cpu(), expected, rtol=1e-4, atol=1e-5)
