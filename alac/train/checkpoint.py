@@ -177,6 +177,8 @@ def restore(payload, model, backend="triton", device=None, log=None, ranks=None)
     trainer.epoch = payload["epoch"]
     trainer.history = list(payload["history"])
     trainer.checkpoint = payload
+    # a next fit plans the rows with the plan they trained with (in a HybridHash or FAE store where it placed them)
+    trainer.restored_plan = Plan(**payload["plan"])
     trainer.resume_from = resume_point(payload, trainer)
     return trainer
 

@@ -66,6 +66,9 @@ class Trainer:
         self.choose_hot_segment = choose_hot_segment
         # the run's planning step (alac.runtime.planning.run_plan) once the training data is laid out
         self.run_plan = None
+        # a checkpoint's plan (alac.train.checkpoint.restore) and, once planned, its state on the way to a store
+        self.restored_plan = None
+        self._moving = None
         self.placement = None          # its ParamPlacement
         self._said_no_snapshots = False
         self.log = log
@@ -165,14 +168,24 @@ class Trainer:
     def _plan_run(self, train, streamed):
         """The run's one planning step (alac.runtime.planning.run_plan): the plan's hot segment where this
         trainer chooses it, where the model's rows live and their row store (alac.runtime.rows.registry).
-        A model whose state is already there (restored) keeps its plan and store."""
-        if self._has_state() or self.executor.host_rows:
+        A restored model (a checkpoint's) is planned with the plan it trained with, and its state moves
+        into the store that plan places its rows in (_initialize) where that is not the device."""
+        if self.executor.host_rows:
+            return
+        restored = self._has_state()
+        if restored and (self.restored_plan is None or streamed or self.run_plan is not None):
             return
         layout = None if streamed else self.train_layout
-        run = plan_run(self.executor.ir, self.plan, train, layout, self.device, self.backend,
-                       self.choose_hot_segment, self._agree, self._rows_budget(train, streamed))
+        run = plan_run(self.executor.ir, self.restored_plan if restored else self.plan, train, layout, self.device,
+                       self.backend, self.choose_hot_segment and not restored, self._agree,
+                       self._rows_budget(train, streamed))
         self.run_plan = run
-        if run.plan != self.plan:
+        if restored:
+            if run.placement.mode == "device":
+                return
+            executor = self.executor
+            self._moving = (executor.state, executor.batches_done, executor.value_scale)
+        if run.plan != self.plan or restored:
             self.plan = run.plan
             model, _, *rest = self._executor_arguments
             self._executor_arguments = (model, run.plan, *rest)
@@ -230,6 +243,10 @@ class Trainer:
             self.executor.initialize(self.train_layout.host, self.train_layout.value_scale)
         else:
             self.executor.initialize(self.train_layout)
+        if self._moving is not None:
+            # a restored state into the store its plan placed it in: every row, in the layout's order
+            self.executor.state, self.executor.batches_done, self.executor.value_scale = self._moving
+            self._moving = None
         if self.placement is not None:
             self.placement = self.executor.calibrate(self.train_layout, labels, self.placement)
 

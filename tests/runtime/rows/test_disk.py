@@ -83,6 +83,28 @@ def test_a_checkpoint_of_a_model_on_disk_predicts_as_it_does(tmp_path):
     assert trainer.epoch == 2
 
 
+@pytest.mark.parametrize("host_budget,kind", [(None, "hybrid_hash"), (100_000, "disk")])
+def test_a_resumed_checkpoint_trains_on_in_the_store_its_plan_places_it_in(tmp_path, host_budget, kind):
+    """One epoch, a checkpoint, a restore and one more epoch: the rows go back behind the cache (or onto
+    disk), not into one table, and end as two epochs straight through end (the same batches)."""
+    from alac.train import checkpoint
+
+    train, valid = _data()
+    straight = _trainer("cpu", tmp_path / "a", host_budget=host_budget)
+    straight.fit(train)
+    first = _trainer("cpu", tmp_path / "b", host_budget=host_budget, epochs=1)
+    first.fit(train)
+    checkpoint.save(first, tmp_path / "model.alac", {"model": "fm", "arguments": {}})
+    resumed = checkpoint.load(tmp_path / "model.alac", ZOO["fm"](), backend="reference", device="cpu")
+    assert resumed.executor.kind == "device"        # predicting needs no store
+    resumed.fit(train, epochs=1)
+    assert resumed.executor.kind == kind and resumed.placement.mode == kind and resumed.epoch == 2
+    assert resumed.history[-1]["train_loss"] == straight.history[-1]["train_loss"]
+    (params, _), (expected, _) = resumed.parameters(), straight.parameters()
+    for name, values in expected.items():
+        torch.testing.assert_close(torch.from_numpy(params[name]), torch.from_numpy(values), rtol=0, atol=0)
+
+
 def test_the_files_live_while_the_store_does_and_a_dead_runs_are_removed(tmp_path):
     train, _ = _data()
     trainer = _trainer("cpu", tmp_path, host_budget=100_000, epochs=1)
