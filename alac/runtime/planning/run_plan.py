@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from alac.plan import Plan
 from alac.runtime.execution.state import row_bytes_of
+from alac.runtime.movement.blocks import is_block_source
 from alac.runtime.planning.param_planner import ParamPlacement, plan_placement
 from alac.runtime.planning.planner import AccessCosts, DataCounts, PlanChoice, hot_segment_choice
 from alac.runtime.rows.registry import planned_store
@@ -64,7 +65,7 @@ def plan_run(ir, plan, dataset, layout, device, backend="triton", choose_hot_seg
         reasons.append(("hot_size", chosen.hot_size, "the ranks' smallest (every rank trains one plan)"))
     if layout is None:
         row_bytes = row_bytes_of(ir)
-        n_features = dataset.meta.n_features if hasattr(dataset, "meta") else dataset.n_features
+        n_features = dataset.meta.n_features if is_block_source(dataset) else dataset.n_features
         placement = ParamPlacement("device", row_bytes, n_features * row_bytes, None,
                                    reasons=(("placement", "device", STREAMED_WHY),))
     else:

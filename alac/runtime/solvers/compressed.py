@@ -82,35 +82,36 @@ def transposed(start, index, value, n_other, chunk_entries=CHUNK_ENTRIES):
     return new_start, new_index, new_value
 
 
+def _coordinate_pieces(start, index, n_other, chunk_entries):
+    """(first, end, keys) of whole coordinates first .. end - 1, about chunk_entries entries at a time
+    (at least one coordinate): keys = coordinate offset * n_other + index of each entry."""
+    first = 0
+    while first < start.numel() - 1:
+        end = max(int(torch.searchsorted(start, start[first] + chunk_entries, right=True)) - 1, first + 1)
+        lo, hi = int(start[first]), int(start[end])
+        positions = torch.arange(lo, hi, device=start.device)
+        coordinate = torch.searchsorted(start[first:end + 1], positions, right=True) - 1
+        yield first, end, lo, hi, coordinate * n_other + index[lo:hi].long()
+        first = end
+
+
 def summed_duplicates(start, index, value, n_other, chunk_entries=CHUNK_ENTRIES):
     """(start, index, value) with the entries a coordinate has more than once at one index (a LIBSVM
     row that names a feature twice) summed into one: a coordinate's curvature ||a_c||^2 is that of its
     summed entries, which the products see. Unchanged (the same tensors) where there are none; else
-    each coordinate's entries by index, values made (2.0 for two ones) where there were none.
-    Coordinates are taken whole, about chunk_entries entries at a time."""
-    device, total = start.device, int(start[-1])
-    if total == 0:
-        return start, index, value
-    pieces, first = [], 0
-    while first < start.numel() - 1:
-        # the coordinates from `first` whose entries fit the chunk (at least one)
-        end = int(torch.searchsorted(start, start[first] + chunk_entries, right=True)) - 1
-        end = max(end, first + 1)
-        lo, hi = int(start[first]), int(start[end])
-        coordinate = torch.searchsorted(start[first:end + 1], torch.arange(lo, hi, device=device), right=True) - 1
-        key = coordinate * n_other + index[lo:hi].long()
-        unique, inverse = torch.unique(key, sorted=True, return_inverse=True)
-        pieces.append((first, end, lo, hi, unique, inverse))
-        first = end
-    if all(unique.numel() == hi - lo for _, _, lo, hi, unique, _ in pieces):
+    each coordinate's entries by index, values made (2.0 for two ones) where there were none. A piece
+    of coordinates at a time: a first pass finds whether any piece has a repeat, keeping nothing."""
+    if not any(torch.unique(keys).numel() < hi - lo for _, _, lo, hi, keys in
+               _coordinate_pieces(start, index, n_other, chunk_entries)):
         return start, index, value
     new_start = torch.zeros_like(start)
     new_index, new_value, offset = [], [], 0
-    for first, end, lo, hi, unique, inverse in pieces:
-        summed = torch.zeros(unique.numel(), dtype=value.dtype if value is not None else torch.float32, device=device)
-        summed.index_add_(0, inverse, value[lo:hi] if value is not None else torch.ones(hi - lo, device=device))
-        counts = torch.bincount(unique // n_other, minlength=end - first)
-        new_start[first + 1:end + 1] = offset + counts.cumsum(0)
+    for first, end, lo, hi, keys in _coordinate_pieces(start, index, n_other, chunk_entries):
+        unique, inverse = torch.unique(keys, sorted=True, return_inverse=True)
+        summed = torch.zeros(unique.numel(), dtype=torch.float32 if value is None else value.dtype,
+                             device=start.device)
+        summed.index_add_(0, inverse, torch.ones(hi - lo, device=start.device) if value is None else value[lo:hi])
+        new_start[first + 1:end + 1] = offset + torch.bincount(unique // n_other, minlength=end - first).cumsum(0)
         offset += unique.numel()
         new_index.append((unique % n_other).to(index.dtype))
         new_value.append(summed)
