@@ -469,10 +469,10 @@ def render():
             continue
         results = [json.loads(path.read_text()) for path in paths]
         runs = "Run: " + "; ".join(dict.fromkeys(run_line(result)[len("Run: "):-1] for result in results)) + "."
-        lines += [f"## {title}", "", f"{what} `{command}`. {runs}", "",
+        lines += [f"## {title}", f"{what} `{command}`. {runs}", "",
                   render_table(results[0] if isinstance(names, str) else results), ""]
     not_kept = json.loads(NOT_KEPT.read_text())
-    lines += ["## Tried and not kept", "",
+    lines += ["## Tried and not kept",
               table(["what", "figure", "why not"], [[n["what"], n["figure"], n["why"]] for n in not_kept]), ""]
     return "\n".join(lines)
 
