@@ -23,6 +23,7 @@ import torch
 
 from alac.errors import OptionError
 from alac.runtime.device.memory import available_bytes
+from alac.runtime.execution import epoch as runner
 from alac.runtime.movement.layout import order_by_frequency
 from alac.runtime.movement.streams import StreamedLayout
 from alac.runtime.planning.param_planner import ParamPlacement
@@ -224,15 +225,15 @@ class DataParallelTrainer(Trainer):
         # the epochs' loss sums over the ranks, added up on the device (each segment's rides on its
         # synchronisation's all-reduce): one read at the group's end, as Trainer's queued epochs
         loss_sums = torch.zeros(count, dtype=torch.float64, device=self.device)
+        if self.sharded_tables:
+            executor.synchronise(per_sync, self._factors)
         for index, epoch in enumerate(range(self.epoch, self.epoch + count)):
+            if self.sharded_tables:
+                loss_sums[index] += runner.queue_epoch(executor, layout, labels, epoch, self.lr)
+                continue
             order = layout.chunk_order(epoch, executor.seed)
             for segment in (order,) if per_sync is None else order.split(per_sync):
                 share = segment.numel() / order.numel()
-                if self.sharded_tables:
-                    loss_sums[index] += executor.train_segment(
-                        layout, labels, epoch, self.lr, segment,
-                        lambda movers, rows, share=share: self._factors(movers, share, rows))
-                    continue
                 before = self._tensors(clone=True)
                 executor.queue_epoch(layout, labels, epoch, self.lr, order=segment)
                 loss_sums[index] += self._aggregate(before, share, executor.loss_sum)

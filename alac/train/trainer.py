@@ -17,6 +17,7 @@ from alac import metrics
 from alac.errors import AlacError, OptionError
 from alac.plan import Plan
 from alac.runtime.device.memory import available_bytes
+from alac.runtime.execution import epoch as runner
 from alac.runtime.execution.executor import LabelMap
 from alac.runtime.movement.blocks import is_block_source
 from alac.runtime.movement.layout import BigraphLayout, LayoutOptions, build_layout
@@ -266,7 +267,7 @@ class Trainer:
 
             return self.executor.train_streamed_epochs(self.train_layout, self._block_labels, self.epoch, count,
                                                        self.lr, on_block=progress)
-        return self.executor.train_epochs(self.train_layout, labels, self.epoch, count, self.lr)
+        return runner.train_epochs(self.executor, self.train_layout, labels, self.epoch, count, self.lr)
 
     def _sample_loss(self, labels):
         """The divergence guard's yardstick: the loss of the first rows (of the first block when streamed)."""

@@ -131,15 +131,19 @@ def test_cuwide_rule_stops_above_the_window_mean():
     assert not trainer._should_stop([0.9, 0.8], 1)              # not enough epochs yet
 
 
-def _count_queued_epochs(trainer):
+def _count_queued_epochs(monkeypatch, trainer):
+    """The epochs of each group the trainer queues at once (one loss read per group)."""
+    import alac.train.trainer as train
+
     counts = []
-    queue = trainer.executor.train_epochs
+    queue = train.runner.train_epochs
 
-    def counting(layout, labels, first_epoch, count, lr):
-        counts.append(count)
-        return queue(layout, labels, first_epoch, count, lr)
+    def counting(store, layout, labels, first_epoch, count, lr):
+        if store is trainer.executor:
+            counts.append(count)
+        return queue(store, layout, labels, first_epoch, count, lr)
 
-    trainer.executor.train_epochs = counting
+    monkeypatch.setattr(train.runner, "train_epochs", counting)
     return counts
 
 
@@ -151,7 +155,7 @@ def test_fit_queues_epochs_and_trains_as_one_at_a_time(monkeypatch):
     monkeypatch.setattr(train, "QUEUE_SECONDS", 1e9)
     data = _data(2000)
     queued, single = _trainer(), _trainer(callbacks=[lambda trainer, record: False])
-    counts = _count_queued_epochs(queued)
+    counts = _count_queued_epochs(monkeypatch, queued)
     queued.fit(data, epochs=7)
     single.fit(data, epochs=7)
     assert counts == [1, 6]
@@ -189,7 +193,7 @@ def test_a_divergence_inside_a_queued_group_restores_the_group_start(monkeypatch
     trainer.fit(data, epochs=2)
     start = trainer.executor.state.clone()
     trainer.lr = 1e6
-    counts = _count_queued_epochs(trainer)
+    counts = _count_queued_epochs(monkeypatch, trainer)
     with pytest.raises(TrainingDiverged, match="diverged in epoch [3-7] .*epoch 2's parameters are restored"):
         trainer.fit(data, epochs=5)
     assert counts == [5]

@@ -25,6 +25,8 @@ from alac.ir.pipeline import lower
 from alac.optimizers import get_optimizer
 from alac.plan import Plan
 from alac.runtime.device.memory import check_feature_tables
+from alac.runtime.execution import epoch as runner
+from alac.runtime.execution.epoch import Segment
 from alac.runtime.execution.reference import ReferenceBackend
 from alac.runtime.execution.schedule import LearningRateSchedule, batch_scales
 from alac.runtime.execution.state import ModelState, row_bytes_of
@@ -183,23 +185,23 @@ class Executor:
         scales = batch_scales(layout, order, self.plan.chunks_per_batch)
         return self.schedule.rates(lr, epoch, self.batches_done, scales.numel(), order.device), scales, scales.numel()
 
+    def segments(self, layout, labels, epoch, lr, order=None):
+        """The row store's protocol (alac.runtime.execution.epoch): every row on this executor, so an
+        epoch is one segment (its chunks in order, by default the layout's order of the epoch)."""
+        if self.state is None:
+            self.initialize(layout)
+        order = layout.chunk_order(epoch, self.seed) if order is None else order
+        yield Segment(self, layout, labels, epoch, lr, chunks=order)
+        return self.loss_sum
+
     def train_epoch(self, layout, labels, epoch, lr, order=None):
         """One epoch (its chunks in order, by default the layout's order of the epoch); returns the mean
         training loss over the epoch."""
-        self.queue_epoch(layout, labels, epoch, lr, order)
-        return float(self.loss_sum) / max(layout.n_rows, 1)
+        return runner.train_epoch(self, layout, labels, epoch, lr, order)
 
     def train_epochs(self, layout, labels, first_epoch, count, lr):
-        """count epochs from first_epoch, queued back to back on the GPU with one read of their mean
-        training losses at the end (a list): what train_epoch does count times, without waiting for
-        each loss, so that an epoch's host work (its small launches, the kernel launch) overlaps the
-        previous epoch's kernels instead of preceding its own (a share of a short epoch, such as async
-        LR's at 1M rows: benchmarks/fit_queue.py)."""
-        losses = torch.zeros(count, device=self.device)
-        for index in range(count):
-            self.queue_epoch(layout, labels, first_epoch + index, lr)
-            losses[index] = self.loss_sum[0]
-        return (losses.double() / max(layout.n_rows, 1)).tolist()
+        """count epochs from first_epoch, queued back to back (alac.runtime.execution.epoch.train_epochs)."""
+        return runner.train_epochs(self, layout, labels, first_epoch, count, lr)
 
     def train_streamed_epoch(self, streamed, labels_of, epoch, lr, kernel_events=None, on_block=None):
         """One epoch over a StreamedLayout (train_streamed_epochs); returns its mean training loss."""

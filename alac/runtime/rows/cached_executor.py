@@ -58,10 +58,11 @@ class CachedExecutor(HostRowsExecutor):
     def epoch_record(self, epoch):
         return {"hit_ratio": self.epoch_hit_ratio.get(epoch)}
 
-    def train_epoch(self, layout, labels, epoch, lr, order=None):
-        """One epoch through the cache; its mean hit ratio lands in epoch_hit_ratio[epoch + 1]."""
+    def segments(self, layout, labels, epoch, lr, order=None):
+        """An epoch's segments through the cache (HybridHash.segments); its mean hit ratio lands in
+        epoch_hit_ratio[epoch + 1]."""
         before = len(self.cache.statistics.hit_ratio)
-        loss = self.cache.train_epoch(layout, labels, epoch, lr, order)
+        loss = yield from self.cache.segments(layout, labels, epoch, lr, order)
         ratios = self.cache.statistics.hit_ratio[before:]
         self.epoch_hit_ratio[epoch + 1] = sum(ratios) / max(len(ratios), 1)
         return loss

@@ -20,7 +20,8 @@ from dataclasses import dataclass
 import torch
 
 from alac.runtime.device.memory import mapped_view
-from alac.runtime.execution.schedule import batch_scales
+from alac.runtime.execution import epoch as runner
+from alac.runtime.execution.epoch import Segment
 from alac.runtime.execution.state import ModelState
 from alac.runtime.movement.layout import build_layout
 from alac.runtime.rows.profiler import classify_inputs
@@ -166,19 +167,6 @@ class FaeTables:
         rows = features if kind == "hot" else self._slot[features]
         self._dirty[rows[rows >= 0]] = True
 
-    def train_segment(self, kind, layout, labels, order, scales, first, batches, lr):
-        """Batches first .. first + batches of `order` over layout, by `kind`'s executor; scales: the
-        epoch's 1 / samples per batch of that order (a list, schedule.batch_scales)."""
-        self.use(kind)
-        executor = self.hot if kind == "hot" else self.cold
-        per_batch = executor.plan.chunks_per_batch
-        for batch in range(first, first + batches):
-            offset = batch * per_batch
-            executor.train_batch(layout, labels, order, offset, min(per_batch, layout.n_chunks - offset), lr,
-                                 scales[batch])
-        if self.dirty_only:
-            self._mark(kind, layout, order[first * per_batch:(first + batches) * per_batch])
-
     def whole(self):
         """The executor of every row, current (the hot rows copied back): for predictions, checkpoints."""
         self.use("cold")
@@ -187,27 +175,43 @@ class FaeTables:
     def current_state(self):
         return self.whole().state
 
-    def train_epoch(self, split, labels_of, epoch, seed, lr, scheduler, validate=None):
-        """An epoch of FAE: the cold and hot inputs of split (FaeData) in their own chunk orders, in
-        segments at scheduler.rate, cold first; after every swap validate() (the validation loss of
-        every row's current parameters, or None: a fixed rate) moves the rate. Returns the segments."""
+    def segments(self, split, labels_of, epoch, seed, lr, scheduler, validate=None):
+        """A generator of an epoch of FAE's Segments (alac.runtime.execution.epoch): the cold and hot
+        inputs of split (FaeData), each kind's epoch loaded on its executor in its own chunk order,
+        run in segments at scheduler.rate, cold first; after every swap validate() (the validation
+        loss of every row's current parameters, or None: a fixed rate) moves the rate. The segments
+        run, [(kind, first batch, batches)], land in self.last_segments; returns the epoch's loss sum
+        (a device tensor)."""
         layouts = {kind: layout for kind, layout in (("cold", split.cold), ("hot", split.hot)) if layout is not None}
-        per_batch = self.cold.plan.chunks_per_batch
-        # each kind's chunk order, labels and batch scales, made once for the epoch's segments
-        orders = {kind: layout.chunk_order(epoch, seed) for kind, layout in layouts.items()}
-        labels = {kind: labels_of(layout) for kind, layout in layouts.items()}
-        scales = {kind: batch_scales(layout, orders[kind], per_batch).tolist() for kind, layout in layouts.items()}
-        totals = {kind: len(scales.get(kind, ())) for kind in ("cold", "hot")}
-        done, segments = {"cold": 0, "hot": 0}, []
+        executors = {"cold": self.cold, "hot": self.hot}
+        started = self.cold.batches_done
+        for executor in executors.values():
+            executor.loss_sum.zero_()
+        labels, orders, totals = {}, {}, {"cold": 0, "hot": 0}
+        for kind, layout in layouts.items():
+            labels[kind], orders[kind] = labels_of(layout), layout.chunk_order(epoch, seed)
+            executors[kind].load_epoch(layout, labels[kind], epoch, lr, orders[kind])
+            totals[kind] = -(-orders[kind].numel() // executors[kind].plan.chunks_per_batch)
+        done, self.last_segments = {"cold": 0, "hot": 0}, []
         segment = _next_segment("cold", done, totals, scheduler.rate)
         while segment is not None:
             kind, first, count = segment
-            self.train_segment(kind, layouts[kind], labels[kind], orders[kind], scales[kind], first, count, lr)
-            segments.append(segment)
+            self.use(kind)
+            yield Segment(executors[kind], layouts[kind], labels[kind], epoch, lr, first=first, end=first + count)
+            if self.dirty_only:
+                per_batch = executors[kind].plan.chunks_per_batch
+                self._mark(kind, layouts[kind], orders[kind][first * per_batch:(first + count) * per_batch])
+            self.last_segments.append(segment)
             done[kind] += count
             following = "hot" if kind == "cold" else "cold"
             if validate is not None and done[following] < totals[following]:
                 scheduler.after_swap(validate())
             segment = _next_segment(following, done, totals, scheduler.rate)
-        return segments
+        for executor in executors.values():
+            executor.batches_done = started + sum(totals.values())
+        return self.cold.loss_sum.to(self.hot.device) + self.hot.loss_sum
 
+    def train_epoch(self, split, labels_of, epoch, seed, lr, scheduler, validate=None):
+        """An epoch of segments (FaeTables.segments); returns them, [(kind, first batch, batches)]."""
+        runner.run_segments(self.segments(split, labels_of, epoch, seed, lr, scheduler, validate))
+        return self.last_segments

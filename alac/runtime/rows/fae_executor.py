@@ -8,8 +8,7 @@ shuffle schedule: R(50) at first, cold first, then steered by the validation los
 when the Trainer has validation rows (FAE's Eq. 5; the first STEERING_ROWS of them), else fixed.
 
 The batches are FAE's, not the layout's: the hot inputs and the cold ones are laid out apart, so an
-epoch visits the same rows in another order (and sync batches, whatever the plan's semantics), at
-the schedule's learning rate of the epoch's first batch.
+epoch visits the same rows in another order (and sync batches, whatever the plan's semantics).
 """
 
 from __future__ import annotations
@@ -72,15 +71,8 @@ class FaeExecutor(HostRowsExecutor):
         self.batches_done = 0
         self._initialized = True
 
-    def train_epoch(self, layout, labels, epoch, lr, order=None):
-        """One epoch of FAE's pure batches (layout, labels and order: the Trainer's, unused); returns
-        its mean training loss."""
-        for executor in (self.whole, self.working):
-            executor.loss_sum.zero_()
-        rate = float(self.schedule.rates(lr, epoch, self.batches_done, 1, self.device)[0])
-        segments = self.tables.train_epoch(self.split, self.labels_of, epoch, self.seed, rate, self.scheduler,
-                                           self._validate)
-        self.batches_done += sum(count for _, _, count in segments)
-        total = self.whole.loss_sum.to(self.device) + self.working.loss_sum
-        rows = sum(part.n_rows for part in (self.split.hot, self.split.cold) if part is not None)
-        return float(total) / max(rows, 1)
+    def segments(self, layout, labels, epoch, lr, order=None):
+        """An epoch of FAE's pure batches (FaeTables.segments; layout, labels and order: the Trainer's,
+        unused); returns its loss sum."""
+        return (yield from self.tables.segments(self.split, self.labels_of, epoch, self.seed, lr, self.scheduler,
+                                                self._validate))

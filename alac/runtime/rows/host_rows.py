@@ -68,9 +68,6 @@ class HostRowsExecutor(RowStore):
         if self._initialized and value is not None:
             self._restored()
 
-    def train_epochs(self, layout, labels, first_epoch, count, lr):
-        return [self.train_epoch(layout, labels, first_epoch + index, lr) for index in range(count)]
-
     def sample_loss(self, layout, labels, max_rows=4096):
         return self._current().sample_loss(layout, labels, max_rows)
 

@@ -30,6 +30,8 @@ import torch
 from alac.errors import OptionError
 from alac.runtime.device.memory import mapped_view
 from alac.runtime.device.timing import gpu_milliseconds
+from alac.runtime.execution import epoch as runner
+from alac.runtime.execution.epoch import Segment
 from alac.runtime.execution.state import ModelState
 from alac.runtime.rows.cache_remap import MOVE_PROGRAMS, move_rows, remap, segment_rows
 
@@ -355,23 +357,26 @@ class HybridHash:
         return segment_rows(layout, chunks, self.slot_of, self.counts, self.shape.capacity,
                             slice(first, first + self._half), self._marks)
 
-    def _train_segment(self, layout, working_layout, labels, order, epoch, lr, first, end, per_batch, loss, pending):
-        """Batches first .. end - 1 of order, their rows in the staging half the previous segment
-        (`pending`) does not use; returns (the batch after the last one trained, this segment as
-        pending). Its bookkeeping (on the bookkeeping stream) and loads (on the side stream) run while
-        the previous segment's kernels run; a segment whose rows overflow a staging half is cut in half."""
-        chunks = order[first * per_batch:min(end * per_batch, order.numel())]
+    def _segment(self, layout, working_layout, labels, order, epoch, lr, first, end, per_batch, pending):
+        """A generator of one Segment: batches first .. end - 1 of order (fewer where their rows overflow
+        a staging half: the run is cut in half until they fit), their rows in the staging half the
+        previous segment (`pending`) does not use. Its bookkeeping (on the bookkeeping stream) and loads
+        (on the side stream) run while the previous segment's kernels run; after the segment's kernels
+        are queued the previous one is written back. Returns (the batch after the last one trained,
+        this segment as pending)."""
         half = 0 if pending is None or pending.half else 1
-        with self._streams.on_bookkeeping():
-            self._streams.bookkeeping_waits(self._assigned)
-            found = self._rows_of_segment(layout, chunks, half)
-        if found is None:
+        while True:
+            chunks = order[first * per_batch:min(end * per_batch, order.numel())]
+            with self._streams.on_bookkeeping():
+                self._streams.bookkeeping_waits(self._assigned)
+                found = self._rows_of_segment(layout, chunks, half)
+            if found is not None:
+                break
             if end - first == 1:
                 raise OptionError(f"one batch touches more rows that are not in the hot store than the "
                                   f"{self._half:,} rows of a staging half ({self.shape.staging:,} staging rows): "
                                   "raise the staging rows to at least twice the batch's distinct features")
-            return self._train_segment(layout, working_layout, labels, order, epoch, lr, first,
-                                       first + (end - first) // 2, per_batch, loss, pending)
+            end = first + (end - first) // 2
         rows, where = found
         self._staged_per_batch = rows.numel() / (end - first)
         self._streams.side_uses(rows, where)
@@ -399,11 +404,11 @@ class HybridHash:
         remap(layout, chunks, self.slot_of, working_layout.edge_feature, self.shape.capacity, per_batch,
               tuple(counter[first:end] for counter in self._hits))
         self._remapped = self._streams.record_compute()
-        if self._sync:
-            self.working.queue_batches(working_layout, labels, first, end)
-        else:
-            self.working.queue_epoch(working_layout, labels, epoch, lr, chunks)
-            loss += self.working.loss_sum
+        # sync: a run of the epoch loaded once; async: the chunks as an epoch of their own
+        yield Segment(self.working, working_layout, labels, epoch, lr, chunks=None if self._sync else chunks,
+                      first=first, end=end)
+        if not self._sync:
+            self._loss += self.working.loss_sum
         done = self._streams.record_compute()
         if pending is not None:
             with self._streams.on_side():
@@ -432,49 +437,49 @@ class HybridHash:
         self._assigned = self._streams.record_side()
         self._streams.compute_waits(self._assigned)
 
-    def train_epoch(self, layout, labels, epoch, lr, order=None):
-        """One epoch of mixed batches (the layout's epoch order unless given, in global row ids);
-        returns its mean training loss. The epoch's per-batch hit ratios join self.statistics."""
+    def segments(self, layout, labels, epoch, lr, order=None):
+        """The row store's generator of an epoch's segments (alac.runtime.execution.epoch) of mixed
+        batches (the layout's epoch order unless given, in global row ids), on the compute stream
+        (their bookkeeping and row traffic on the other two); returns the loss sum as a device tensor.
+        The epoch's per-batch hit ratios join self.statistics."""
         if self._current:
             self._sync_globals(into_host=False)
             self._current = False
         order = layout.chunk_order(epoch, self.working.seed) if order is None else order
+        per_batch = self.working.plan.chunks_per_batch
+        batches = -(-order.numel() // per_batch)
+        # sync: the epoch's order, learning rates and batch scales loaded once, each segment a run of them
+        self._sync = self.working.plan.semantics == "sync"
         with self._streams.on_compute():
-            loss = self._train_batches(layout, labels, epoch, lr, order)
+            working_layout = dataclasses.replace(layout, edge_feature=torch.full_like(layout.edge_feature, -1),
+                                                 n_features=self.shape.rows)
+            self._loss = torch.zeros(1, device=self.working.device)
+            if self._sync:
+                self.working.load_epoch(working_layout, labels, epoch, lr, order)
+            # the epoch's hits and edges per batch, counted into by every segment (no allocation of its own)
+            self._hits = torch.zeros((2, batches), dtype=torch.int32, device=self.working.device)
+            self._remapped = None
+            self._carried = torch.zeros((), dtype=torch.int64, device=self.working.device)
+            first, pending = 0, None
+            while first < batches:
+                if self._steps >= self.shape.warmup and (self._steps - self.shape.warmup) % self.shape.refresh == 0:
+                    self._drain(pending)
+                    pending = None
+                    with self._streams.on_side():
+                        self.refresh()
+                        self._assigned = self._streams.record_side()  # the next segment's rows see the new store
+                first, pending = yield from self._segment(layout, working_layout, labels, order, epoch, lr, first,
+                                                          self._segment_end(first, batches), per_batch, pending)
+            self._drain(pending)
+            self.statistics.rows_carried += int(self._carried)
         if self._hits.numel():
             hits, edges = self._hits
             self.statistics.hit_ratio.extend((hits / edges.clamp(min=1)).tolist())
-        return float(loss) / max(layout.n_rows, 1)
+        return self.working.loss_sum if self._sync else self._loss
 
-    def _train_batches(self, layout, labels, epoch, lr, order):
-        """The epoch's segments on the compute stream (their bookkeeping and row traffic on the other
-        two); returns the loss sum as a device tensor."""
-        per_batch = self.working.plan.chunks_per_batch
-        batches = -(-order.numel() // per_batch)
-        working_layout = dataclasses.replace(layout, edge_feature=torch.full_like(layout.edge_feature, -1),
-                                             n_features=self.shape.rows)
-        loss = torch.zeros(1, device=self.working.device)
-        # sync: the epoch's order, learning rates and batch scales loaded once, each segment a run of them
-        self._sync = self.working.plan.semantics == "sync"
-        if self._sync:
-            self.working.load_epoch(working_layout, labels, epoch, lr, order)
-        # the epoch's hits and edges per batch, counted into by every segment (no allocation of its own)
-        self._hits = torch.zeros((2, batches), dtype=torch.int32, device=self.working.device)
-        self._remapped = None
-        self._carried = torch.zeros((), dtype=torch.int64, device=self.working.device)
-        first, pending = 0, None
-        while first < batches:
-            if self._steps >= self.shape.warmup and (self._steps - self.shape.warmup) % self.shape.refresh == 0:
-                self._drain(pending)
-                pending = None
-                with self._streams.on_side():
-                    self.refresh()
-                    self._assigned = self._streams.record_side()      # the next segment's rows see the new store
-            first, pending = self._train_segment(layout, working_layout, labels, order, epoch, lr, first,
-                                                 self._segment_end(first, batches), per_batch, loss, pending)
-        self._drain(pending)
-        self.statistics.rows_carried += int(self._carried)
-        return self.working.loss_sum if self._sync else loss
+    def train_epoch(self, layout, labels, epoch, lr, order=None):
+        """One epoch of mixed batches; returns its mean training loss."""
+        return runner.train_epoch(self, layout, labels, epoch, lr, order)
 
     def whole_executor(self):
         """The executor of every row, current (the hot store's rows and the globals written back)."""

@@ -26,6 +26,7 @@ import torch
 
 from alac.errors import OptionError
 from alac.runtime.device.memory import available_bytes
+from alac.runtime.execution.epoch import Segment
 from alac.runtime.execution.state import DRAW_ROWS, ModelState
 from alac.runtime.rows.cache_remap import mark_touched, remap
 from alac.runtime.rows.store import RowStore
@@ -141,6 +142,7 @@ class ShardedExecutor(RowStore):
         self.kind = "hybrid" if replicate_hot else "sharded"
         self.shards = self.table = self.globals = None
         self.hot, self.hot_table = 0, None     # replicated rows 0 .. hot - 1, packed
+        self.sync_chunks, self.factors = None, None   # synchronise
         self._whole = None                     # the whole state, while assembled() holds it
         self._columns = ()     # (name, "params" or "states", shape of a row) of the packed table's columns
         # _scratch_of's entries of the last two layouts (training and validation), not made per segment
@@ -335,15 +337,32 @@ class ShardedExecutor(RowStore):
                               f"{self.device} while it trains, more than a rank's free memory: synchronise more often "
                               "(sync_every, --sync-every) so that a segment touches fewer rows")
 
-    def train_segment(self, layout, labels, epoch, lr, chunks, factors):
-        """Train the chunks (whole batches of the layout's chunk order) on their gathered rows and
-        combine the ranks' changes at the rows' owners (the replicated hot rows' by an all-reduce);
-        factors(movers, rows) gives what the summed changes of rows are multiplied by ({"rows": a float
-        or a tensor of one per row, "global": a float}; movers: how many ranks changed each of the
-        rows). Returns the ranks' summed loss of the segment (a device scalar)."""
-        before, route, working_layout = self._gathered(layout, chunks, training=True)
-        globals_before = {k: v.clone() for k, v in self.globals.items()}
-        self.working.queue_epoch(working_layout, labels, epoch, lr, chunks)
+    def synchronise(self, chunks, factors):
+        """Train epochs in segments of `chunks` chunks of their order (None: the whole epoch), the ranks'
+        changes combined after each; factors(movers, share, rows) gives what the summed changes of rows
+        are multiplied by ({"rows": a float or a tensor of one per row, "global": a float}; movers: how
+        many ranks changed each of the rows; share: the segment's share of the epoch's chunks)."""
+        self.sync_chunks, self.factors = chunks, factors
+
+    def segments(self, layout, labels, epoch, lr, order=None):
+        """The row store's generator of an epoch's segments (alac.runtime.execution.epoch): each run of
+        sync_chunks chunks trains on its gathered rows, and the ranks' changes are combined at the rows'
+        owners (the replicated hot rows' by an all-reduce). Returns the ranks' summed loss (a device
+        scalar)."""
+        order = layout.chunk_order(epoch, self.seed) if order is None else order
+        loss = torch.zeros((), dtype=torch.float64, device=self.device)
+        for chunks in (order,) if self.sync_chunks is None else order.split(self.sync_chunks):
+            share = chunks.numel() / order.numel()
+            before, route, working_layout = self._gathered(layout, chunks, training=True)
+            globals_before = {k: v.clone() for k, v in self.globals.items()}
+            yield Segment(self.working, working_layout, labels, epoch, lr, chunks=chunks)
+            loss += self._combine(before, route, globals_before,
+                                  lambda movers, rows, share=share: self.factors(movers, share, rows))
+        return loss
+
+    def _combine(self, before, route, globals_before, factors):
+        """The ranks' changes of a trained segment combined at the rows' owners; returns the ranks'
+        summed loss of the segment."""
         change = self._pack(self.working.state) - before
         asked, changes = self.shards.scatter(route, change[self.hot:])
         # sums over the rows asked for only: one of the whole shard doubled its memory (37.6 GiB a rank

@@ -1,11 +1,12 @@
 """The row store: where a model's per-feature rows (params and optimizer state) live and how an
 epoch's rows reach the kernels.
 
-Every store trains and answers as an Executor does (initialize, train_epochs, train_streamed_epochs,
-state, batches_done, predict, predict_slots, sample_loss, settings), its state always every row in
-the layout's order whatever the store (so a checkpoint moves between stores), and has the hooks
-below. The trainers hold one and use only this protocol, never asking which store it is. The stores:
-DeviceRows (alac.runtime.rows.device), CachedExecutor (HybridHash), FaeExecutor (FAE's hot table),
+Every store answers as an Executor does (initialize, state, batches_done, predict, predict_slots,
+sample_loss, settings), its state always every row in the layout's order whatever the store (so a
+checkpoint moves between stores), gives an epoch's segments (`segments`: a generator that the one
+runner, alac.runtime.execution.epoch, launches), and has the hooks below. The trainers hold one
+and use only this protocol, never asking which store it is. The stores: DeviceRows
+(alac.runtime.rows.device), CachedExecutor (HybridHash), FaeExecutor (FAE's hot table),
 ShardedExecutor (rows over ranks), DiskRows (memory-mapped files); alac.runtime.rows.registry gives
 the one of a planner's placement.
 """
@@ -14,6 +15,8 @@ from __future__ import annotations
 
 import contextlib
 
+from alac.runtime.execution import epoch as runner
+
 
 class RowStore:
     kind = "device"          # the placement it is, as `alac inspect` and the planner's reasons name it
@@ -21,6 +24,17 @@ class RowStore:
     sharded = False          # no process holds every row (rank-sharded or hybrid tables)
     statistics = None        # a cache's traffic figures (alac.runtime.rows.hybrid_hash.CacheStatistics)
     snapshots = True         # a trainer may copy its rows into host memory (divergence snapshots)
+
+    def segments(self, layout, labels, epoch, lr, order=None):
+        """A generator of the epoch's Segments (alac.runtime.execution.epoch) that returns the epoch's
+        loss sum (a device tensor); the store moves its rows around its yields."""
+        raise NotImplementedError
+
+    def train_epoch(self, layout, labels, epoch, lr, order=None):
+        return runner.train_epoch(self, layout, labels, epoch, lr, order)
+
+    def train_epochs(self, layout, labels, first_epoch, count, lr):
+        return runner.train_epochs(self, layout, labels, first_epoch, count, lr)
 
     def has_state(self):
         """Whether the model has its parameters (without assembling a state that is costly to assemble)."""

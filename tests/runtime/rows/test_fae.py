@@ -54,13 +54,14 @@ def test_fae_tables_train_as_one_table_does_on_the_same_batches(model, backend, 
     layouts = {"cold": (split.cold, split.cold), "hot": (split.hot, hot_global)}
     for epoch in range(epochs):
         orders = {kind: pair[0].chunk_order(epoch, 1) for kind, pair in layouts.items()}
-        segments = swap_segments(_batches(split.cold, plan), _batches(split.hot, plan), 0.3)
+        segments = tables.train_epoch(split, lambda layout: labels.model_labels(layout.labels), epoch, 1, 0.3,
+                                      ShuffleScheduler(0.3))
+        assert segments == swap_segments(_batches(split.cold, plan), _batches(split.hot, plan), 0.3)
         assert segments[0][0] == "cold" and len(segments) > 4
+        # the one table: the same batches, each kind's in its own order, batch after batch
         for kind, first, count in segments:
-            fae_layout, global_layout = layouts[kind]
+            _, global_layout = layouts[kind]
             per_batch = plan.chunks_per_batch
-            tables.train_segment(kind, fae_layout, labels.model_labels(fae_layout.labels), orders[kind],
-                                 batch_scales(fae_layout, orders[kind], per_batch).tolist(), first, count, 0.3)
             one_labels = labels.model_labels(global_layout.labels)
             scales = batch_scales(global_layout, orders[kind], per_batch).tolist()
             for batch in range(first, first + count):

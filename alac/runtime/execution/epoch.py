@@ -1,0 +1,72 @@
+"""One epoch over any row store (alac.runtime.rows.store): the store's `segments(layout, labels, epoch,
+lr, order)` is a generator of the epoch's segments, each a run of batches for an executor whose table
+holds the segment's rows and a layout whose edges point at that table. The runner here launches every
+segment; the store moves rows around its yields (a cache's loads and re-pointed edges before, the
+write-back after; a sharded table's gather and all-to-all) and returns the epoch's loss sum (a device
+tensor) when its generator ends. Device rows are one segment, the Executor itself."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class Segment:
+    """A run of an epoch's batches on one executor. chunks: the run's chunks, launched as an epoch of
+    their own (Executor.queue_epoch); None: batches first .. end - 1 of the executor's loaded epoch
+    (Executor.load_epoch, which a sync store calls once per epoch)."""
+
+    executor: object
+    layout: object
+    labels: object
+    epoch: int
+    lr: float
+    chunks: torch.Tensor | None = None
+    first: int = 0
+    end: int = 0
+
+
+def launch(segment):
+    """Queue a segment's kernels (their loss adds to its executor's loss_sum)."""
+    if segment.chunks is None:
+        segment.executor.queue_batches(segment.layout, segment.labels, segment.first, segment.end)
+    else:
+        segment.executor.queue_epoch(segment.layout, segment.labels, segment.epoch, segment.lr, segment.chunks)
+
+
+def queue_epoch(store, layout, labels, epoch, lr, order=None):
+    """Queue an epoch over the store (the layout's order of the epoch unless given); returns its loss
+    sum, a device tensor of one element that is final once the GPU has run what was queued."""
+    return run_segments(store.segments(layout, labels, epoch, lr, order))
+
+
+def run_segments(segments):
+    """Launch every segment of a store's generator; returns what the generator returns (the loss sum)."""
+    while True:
+        try:
+            segment = next(segments)
+        except StopIteration as finished:
+            return finished.value
+        launch(segment)
+
+
+def train_epoch(store, layout, labels, epoch, lr, order=None):
+    """One epoch over the store; returns its mean training loss."""
+    return float(queue_epoch(store, layout, labels, epoch, lr, order)) / max(layout.n_rows, 1)
+
+
+def train_epochs(store, layout, labels, first_epoch, count, lr):
+    """count epochs from first_epoch over the store, queued back to back with one read of their mean
+    training losses at the end (a list): an epoch's host work (its small launches, the kernel launch)
+    overlaps the previous epoch's kernels instead of preceding its own (benchmarks/fit_queue.py)."""
+    losses = None
+    for index in range(count):
+        loss = queue_epoch(store, layout, labels, first_epoch + index, lr)
+        if losses is None:
+            losses = torch.zeros(count, dtype=loss.dtype, device=loss.device)
+        losses[index] = loss.reshape(-1)[0]
+    if losses is None:
+        return []
+    return (losses.double() / max(layout.n_rows, 1)).tolist()
