@@ -16,7 +16,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "alac"
 # bottom first: a module may import from its own layer and the ones below it
 LAYERS = (
     ("alac", "alac.errors", "alac.checksums", "alac.temporary", "alac.counter_random", "alac.metrics", "alac.cache",
-     "alac.outputs", "alac.defaults"),
+     "alac.outputs", "alac.defaults", "alac.optional"),
     ("alac.data",),
     ("alac.dsl", "alac.optimizers", "alac.ir", "alac.models"),
     ("alac.codegen",),

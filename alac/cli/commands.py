@@ -27,10 +27,12 @@ def _load_options(args, format):
     from alac.data.formats import resolve_format
 
     path = getattr(args, "file", None) or args.data
-    if format == "table":
-        raise AlacError("tables (--format table) are read by alac train and alac predict")
-    format = resolve_format(path, format)
+    format = resolve_format(path, format, tables=True, say=lambda line: print(f"alac: {line}", file=sys.stderr))
     options = {}
+    if format == "table":
+        from alac.cli.data import table_options
+
+        return format, table_options(args)
     if format in ("libsvm", "libffm"):
         if args.n_features is not None:
             options["n_features"] = args.n_features
@@ -44,9 +46,23 @@ def _load_options(args, format):
     return format, options
 
 
+def _read_laid_out(path, format, options, layout_options, device=None, cache=False):
+    """(data set, its layout, the options to show) of a file of any format train reads, tables included."""
+    from alac.runtime.movement.layout import build_layout, load_layout
+
+    if format != "table":
+        dataset, layout = load_layout(path, format, layout_options, device=device, cache=cache, **options)
+        return dataset, layout, options
+    from alac.data.table import load_table_files
+
+    (dataset,), encoding = load_table_files([path], **options)
+    return dataset, build_layout(dataset, layout_options, device=device), {"label": encoding.label,
+                                                                           "fields": len(encoding.fields)}
+
+
 def _data_stats(args):
     from alac.data.formats import label_summary
-    from alac.runtime.movement.layout import LayoutOptions, build_layout, load_layout
+    from alac.runtime.movement.layout import LayoutOptions, build_layout
 
     layout_options = LayoutOptions(chunk_size=args.chunk_size, hot_size=args.hot_size)
     started = time.perf_counter()
@@ -63,10 +79,10 @@ def _data_stats(args):
         if args.file is None:
             raise AlacError("give a data FILE (or --synthetic ROWS)")
         format, options = _load_options(args, args.format)
-        dataset, layout = load_layout(args.file, format, layout_options, device=args.device,
-                                      cache=not args.no_cache, **options)
+        dataset, layout, options = _read_laid_out(args.file, format, options, layout_options, args.device,
+                                                  cache=not args.no_cache)
+        how = "tables are not cached" if format == "table" else "cache off" if args.no_cache else "disk cache on"
         source = str(args.file)
-        how = "cache off" if args.no_cache else "disk cache on"
     seconds = time.perf_counter() - started
     rows = [("file", source), ("format", format + "".join(f", {k}={v}" for k, v in options.items())),
             *layout.stats.lines(), ("labels", label_summary(dataset.labels)),
@@ -97,11 +113,11 @@ def _inspect(args):
     ir = lower(model)
     planning = []
     if args.data:
-        from alac.runtime.movement.layout import LayoutOptions, load_layout
+        from alac.runtime.movement.layout import LayoutOptions
         from alac.runtime.planning.run_plan import plan_run
 
         format, options = _load_options(args, args.format)
-        dataset, layout = load_layout(args.data, format, LayoutOptions(chunk_size=plan.chunk_size), **options)
+        dataset, layout, _ = _read_laid_out(args.data, format, options, LayoutOptions(chunk_size=plan.chunk_size))
         # `alac train`'s planning step: its hot segment, and where its rows would live under --gpu-memory
         device = layout.device.type
         run = plan_run(ir, dataclasses.replace(plan, memory_budget=args.gpu_memory, param_mode=args.param_mode),
@@ -281,12 +297,15 @@ def _export(args):
     return 0
 
 
+# a checkout's benchmarks (an installed alac has none, and no `alac bench`)
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+
+
 def _bench(args):
     """`alac bench NAME [ARGS]`: run benchmarks/NAME.py of this checkout with its arguments."""
     import runpy
-    from pathlib import Path
 
-    folder = Path(__file__).resolve().parent.parent / "benchmarks"
+    folder = BENCHMARKS
     script = folder / f"{args.name}.py"
     if not script.is_file():
         known = ", ".join(sorted(p.stem for p in folder.glob("*.py") if p.stem not in ("__init__", "report")))
@@ -360,10 +379,11 @@ def build_parser():
     export.add_argument("--numpy", metavar="FILE", help="a .npz of the parameters by original feature id")
     export.set_defaults(handler=_export)
 
-    bench = commands.add_parser("bench", help="run a benchmark of benchmarks/ (flow, parse_speed, ...)")
-    bench.add_argument("name")
-    bench.add_argument("arguments", nargs=argparse.REMAINDER)
-    bench.set_defaults(handler=_bench)
+    if (BENCHMARKS / "report.py").is_file():
+        bench = commands.add_parser("bench", help="run a benchmark of this checkout's benchmarks/ (flow, ...)")
+        bench.add_argument("name")
+        bench.add_argument("arguments", nargs=argparse.REMAINDER)
+        bench.set_defaults(handler=_bench)
     return parser
 
 

@@ -3,6 +3,7 @@ training rows held out for validation), or a training file streamed from a block
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 
 from alac.errors import AlacError
@@ -20,6 +21,11 @@ class TrainingData:
     test: object = None
     described: str = ""
     options: dict = field(default_factory=dict)   # how predict reads new files the same way
+
+
+def _said(line):
+    """A detected format, said before the data is read."""
+    print(f"alac: {line}", file=sys.stderr, flush=True)
 
 
 def _file_options(args, format):
@@ -55,7 +61,9 @@ def load_data(args, plan):
         return _blocks_on_disk(args, plan)
     paths = [p for p in (args.train, args.valid, args.test) if p is not None]
     options, scaling = {}, None
-    if args.format == "table":
+    # every file exists and is a file before any is parsed; the training file's format is the one
+    format = [formats.resolve_format(path, args.format, tables=True, say=_said) for path in paths][0]
+    if format == "table":
         from alac.data.table import load_table_files
 
         loaded, encoding = load_table_files(paths, **table_options(args))
@@ -63,8 +71,6 @@ def load_data(args, plan):
         format = "table"
         scaling = encoding.describe_scaling()
     else:
-        # every file exists and is a file before any is parsed; the training file's format is the one
-        format = [formats.resolve_format(path, args.format) for path in paths][0]
         loader, options = _file_options(args, format)
         if format == "libsvm":
             from alac.data import load_libsvm_files

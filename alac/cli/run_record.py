@@ -24,6 +24,8 @@ def data_hash(path):
     """The content hash of a data file, or of a block store folder's manifest (which checksums the rest)."""
     from alac.data import files
 
+    if files.is_stdin(path):
+        return files.content_hash(path)
     path = Path(path)
     return files.content_hash(path / "meta.json" if path.is_dir() else path)
 
@@ -35,7 +37,8 @@ def run_record(args, family):
     data = {}
     for key in DATA_OPTIONS:
         if options.get(key) is not None:
-            options[key] = str(Path(options[key]).resolve())
+            # standard input ("-") stays itself: a resume reads it again
+            options[key] = options[key] if options[key] == "-" else str(Path(options[key]).resolve())
             data[key] = data_hash(options[key])
     return {"family": family, "args": options, "data": data}
 

@@ -32,6 +32,7 @@ from alac.cli.progress import Progress
 from alac.cli.run_record import run_record
 from alac.errors import AlacError
 from alac.models import build_model, default_l2
+from alac.optional import need
 from alac.outputs import RunOutputs, check_output_folder, write_metrics_and_history
 from alac.train.race import ADAPTIVE, AUTO, race
 from alac.train.race import arms as race_arms
@@ -211,6 +212,8 @@ def _run_parsed(module, args, model_reference, restored=None):
             return scd_train.train_scd(args, module, load_data(args, plan_of(args)), model_reference, restored)
         if args.out is not None:
             check_output_folder(args.out)
+        if args.plot:
+            need("matplotlib", "--plot")
         return _run(args, module, model_reference, restored)
     except AlacError as error:
         print(f"alac: error: {error}", file=sys.stderr)

@@ -1,16 +1,23 @@
-"""Reading files as byte buffers: whole, or in blocks cut at line ends; content hashes; line lookup."""
+"""Reading data files as byte buffers: whole, or in blocks cut at line ends; compressed files and standard
+input read transparently; content hashes; line lookup."""
 
 from __future__ import annotations
 
+import bz2
+import gzip
+import io
+import lzma
 import mmap
 import os
 import stat
+import sys
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import xxhash
 
 from alac.errors import DataError
+from alac.optional import need
 
 # 64 MiB keeps a block's parse arrays (a few times the text) well inside a laptop's memory while a
 # block is long enough to scan that per-block overhead is negligible (benchmarks/parse_speed.py).
@@ -31,7 +38,49 @@ def _check_regular(path, mode):
         raise DataError(f"is {kind}, not a regular file: alac reads data from files", path=path)
 
 
-def _open(path):
+# the path that names standard input
+STDIN = "-"
+# magic bytes of the compressed files read transparently, streamed through their decompressor
+_MAGIC = ((b"\x1f\x8b", "gzip"), (b"BZh", "bz2"), (b"\x28\xb5\x2f\xfd", "zstd"), (b"\xfd7zXZ\x00", "xz"))
+_stdin = None
+
+
+def _stdin_bytes():
+    """Standard input, read once and held in memory (a loader reads its data more than once: the
+    format's detection, the parse, an error's line)."""
+    global _stdin
+    if _stdin is None:
+        _stdin = sys.stdin.buffer.read()
+    return _stdin
+
+
+def is_stdin(path):
+    return str(path) == STDIN
+
+
+def compression(path):
+    """"gzip", "bz2", "zstd", "xz" for a compressed file (by its first bytes), else None."""
+    if is_stdin(path):
+        head = _stdin_bytes()[:6]
+    else:
+        with _open_raw(path) as handle:
+            head = handle.read(6)
+    return next((name for magic, name in _MAGIC if head.startswith(magic)), None)
+
+
+def _decompressed(raw, kind, path):
+    """A reader of raw's decompressed bytes."""
+    if kind == "gzip":
+        return gzip.GzipFile(fileobj=raw)
+    if kind == "bz2":
+        return bz2.BZ2File(raw)
+    if kind == "xz":
+        return lzma.LZMAFile(raw)
+    zstandard = need("zstandard", f"{path}: reading zstd-compressed data")
+    return zstandard.ZstdDecompressor().stream_reader(raw, closefd=True)
+
+
+def _open_raw(path):
     try:
         mode = os.stat(path).st_mode
     except FileNotFoundError:
@@ -51,12 +100,34 @@ def _open(path):
         raise DataError(f"cannot read it ({error.strerror or error})", path=path) from None
 
 
+def open_data(path):
+    """A binary reader of a data file's content: standard input for "-", a gzip, bz2, zstd or xz file
+    decompressed as it is read (never unpacked to disk), else the file itself."""
+    kind = compression(path)
+    raw = io.BytesIO(_stdin_bytes()) if is_stdin(path) else _open_raw(path)
+    return raw if kind is None else _decompressed(raw, kind, path)
+
+
+def head(path, size):
+    """The first `size` bytes of a data file's content (decompressed)."""
+    with open_data(path) as handle:
+        return _read(handle, size, path)
+
+
 def read_bytes(path):
     """The whole file as a uint8 array (a DataError if a line is longer than MAX_LINE_BYTES)."""
-    with _open(path) as handle:
-        data = handle.read()
+    with open_data(path) as handle:
+        data = _read(handle, -1, path)
     _check_line_lengths(data, path)
     return np.frombuffer(data, dtype=np.uint8)
+
+
+def _read(handle, size, path):
+    """handle.read(size), a corrupt compressed file's error as a DataError."""
+    try:
+        return handle.read(size)
+    except (OSError, EOFError, lzma.LZMAError) as error:
+        raise DataError(f"cannot decompress it ({error})", path=path) from None
 
 
 def _check_line_lengths(data, path):
@@ -80,9 +151,9 @@ def iter_line_blocks(path, block_bytes=DEFAULT_BLOCK_BYTES):
     """
     first_line = 1
     carry = b""
-    with _open(path) as handle:
+    with open_data(path) as handle:
         while True:
-            data = handle.read(block_bytes)
+            data = _read(handle, block_bytes, path)
             if not data:
                 if carry:
                     yield np.frombuffer(carry, dtype=np.uint8), first_line
@@ -105,7 +176,10 @@ def content_hash(path):
     """A 128-bit hash of the file's bytes (xxh3: far faster than a parse), read through a
     memory map so no copy of the file is made."""
     digest = xxhash.xxh3_128()
-    with _open(path) as handle:
+    if is_stdin(path):
+        digest.update(_stdin_bytes())
+        return digest.hexdigest()
+    with _open_raw(path) as handle:
         if os.fstat(handle.fileno()).st_size:
             with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
                 digest.update(mapped)
@@ -128,7 +202,10 @@ def line_text(path, line):
 
 
 def file_size(path):
-    """The size of a regular file (a DataError for anything else)."""
+    """The size of a regular file as stored (compressed where it is; a DataError for anything else but
+    standard input)."""
+    if is_stdin(path):
+        return len(_stdin_bytes())
     try:
         info = os.stat(path)
     except FileNotFoundError:

@@ -18,12 +18,24 @@ _OPTIONS = {
 }
 # Enough lines to see past a header comment; detection never reads more.
 _DETECT_BYTES = 1 << 16
+# a name's last suffix (after a compression suffix) that says the format
+_SUFFIXES = {".csv": "table", ".parquet": "table", ".pq": "table", ".libsvm": "libsvm", ".svm": "libsvm",
+             ".ffm": "libffm", ".libffm": "libffm"}
+_COMPRESSED = (".gz", ".bz2", ".zst", ".xz")
 
 
-def detect_format(path):
-    """'criteo' for tab-separated lines, 'libffm' for field:id:value tokens, else 'libsvm'."""
-    with open(path, "rb") as handle:
-        head = handle.read(_DETECT_BYTES)
+def _by_suffix(path):
+    name = str(path).lower()
+    for suffix in _COMPRESSED:
+        name = name.removesuffix(suffix)
+    return next((fmt for suffix, fmt in _SUFFIXES.items() if name.endswith(suffix)), None)
+
+
+def _by_content(head):
+    """The format of a file's first bytes: 'table' for Parquet or comma-separated lines without
+    id:value tokens, 'criteo' for tab-separated lines, 'libffm' for field:id:value tokens, else 'libsvm'."""
+    if head.startswith(b"PAR1"):
+        return "table"
     for line in head.split(b"\n"):
         line = line.split(b"#", 1)[0].strip()
         if not line:
@@ -31,16 +43,45 @@ def detect_format(path):
         if b"\t" in line and b":" not in line:
             return "criteo"
         tokens = line.split()
+        if b"," in line and not any(b":" in token for token in tokens[1:]):
+            return "table"
         if len(tokens) > 1 and tokens[1].count(b":") == 2:
             return "libffm"
         return "libsvm"
     return "libsvm"
 
 
-def resolve_format(path, format):
+def detection(path):
+    """(format, how it was found): from the file name's suffix where it names one, else from the
+    content's first lines; how says which, and the compression it was read through."""
+    compressed = files.compression(path)
+    through = f", read through {compressed}" if compressed else ""
+    named = _by_suffix(path)
+    if named is not None:
+        return named, f"from its name{through}"
+    return _by_content(files.head(path, _DETECT_BYTES)), f"from its content{through}"
+
+
+def detect_format(path):
+    """The format `detection` finds (table, criteo, libffm or libsvm)."""
+    return detection(path)[0]
+
+
+def resolve_format(path, format, tables=False, say=None):
+    """The format to read path as: format, or the detected one for None / "auto" (said through
+    say(line) where given). tables: the caller reads tables too (else a detected table is a
+    DataError that says where tables are read)."""
     files.file_size(path)
     if format in (None, "auto"):
-        return detect_format(path)
+        format, how = detection(path)
+        if format == "table" and not tables:
+            raise DataError("looks like a table (CSV or Parquet, columns named by a header): alac train, "
+                            "predict and data stats read tables (--format table)", path=path)
+        if say is not None:
+            say(f"{path}: read as {format} (detected {how})")
+        return format
+    if format == "table" and tables:
+        return format
     if format not in FORMATS:
         raise DataError(f"unknown format {format!r}; choose one of {', '.join(FORMATS)} or 'auto'",
                         path=path)

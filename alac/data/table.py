@@ -18,6 +18,7 @@ Files are read by pandas (Parquet through pyarrow), never by a parser of alac's 
 
 from __future__ import annotations
 
+import io
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -27,6 +28,7 @@ import torch
 from alac.data import files
 from alac.data.dataset import DataSource, SparseDataset
 from alac.errors import DataError
+from alac.optional import need
 
 NUMERIC_MODES = ("bucketize", "value")
 NUMERIC_SCALES = ("standard", "log", "none")
@@ -36,11 +38,7 @@ PARQUET_SUFFIXES = (".parquet", ".pq")
 
 
 def _pandas():
-    try:
-        import pandas
-    except ImportError:
-        raise DataError("reading tables needs pandas: pip install 'alac[table]'") from None
-    return pandas
+    return need("pandas", "reading tables")
 
 
 def read_table(source, separator=","):
@@ -49,19 +47,22 @@ def read_table(source, separator=","):
     if isinstance(source, pd.DataFrame):
         return source.astype(str).where(source.notna(), ""), "the table", 1
     path = Path(source)
-    if path.is_dir():
+    if path.is_dir() and not files.is_stdin(source):
         raise DataError("is a folder, not a table file", path=path)
-    files.file_size(path)       # a regular file: never a device or a FIFO
+    files.file_size(source)     # a regular file (or standard input): never a device or a FIFO
     try:
-        if path.suffix.lower() in PARQUET_SUFFIXES:
-            frame = pd.read_parquet(path)
-            frame = frame.astype(str).where(frame.notna(), "")
-        else:
-            frame = pd.read_csv(path, sep=separator, dtype=str, keep_default_na=False, na_filter=False,
-                                skipinitialspace=True)
+        with files.open_data(source) as handle:
+            if path.suffix.lower() in PARQUET_SUFFIXES or files.head(source, 4) == b"PAR1":
+                # Parquet seeks: its bytes in memory (a compressed or piped one is not seekable)
+                need("pyarrow", "reading Parquet tables")
+                frame = pd.read_parquet(io.BytesIO(handle.read()))
+                frame = frame.astype(str).where(frame.notna(), "")
+            else:
+                frame = pd.read_csv(handle, sep=separator, dtype=str, keep_default_na=False, na_filter=False,
+                                    skipinitialspace=True)
     except pd.errors.EmptyDataError:
         raise DataError("empty file: no header line", path=path, line=1) from None
-    except (pd.errors.ParserError, UnicodeDecodeError, ValueError, OSError) as error:
+    except (pd.errors.ParserError, UnicodeDecodeError, ValueError, OSError, EOFError) as error:
         raise DataError(f"not a readable table ({_one_line(error)})", path=path) from None
     if frame.empty:
         raise DataError("no data rows after the header", path=path, line=2)

@@ -1,8 +1,12 @@
 """scikit-learn estimators over alac: the zoo's wide models (alac.sklearn.linear, with solver="scd"
 from alac.sklearn.scd) and the field models (alac.sklearn.deep)."""
 
-from alac.sklearn.deep import DeepFMClassifier, DLRMClassifier, FFMClassifier, WideAndDeepClassifier
-from alac.sklearn.linear import (
+from alac.optional import need
+
+need("sklearn", "alac.sklearn")
+
+from alac.sklearn.deep import DeepFMClassifier, DLRMClassifier, FFMClassifier, WideAndDeepClassifier  # noqa: E402
+from alac.sklearn.linear import (  # noqa: E402
                                  FMClassifier,
                                  FMRegressor,
                                  Lasso,

@@ -374,3 +374,80 @@ def test_train_out_of_core_streams_the_file_from_a_block_store_on_disk(tmp_path)
     no_metrics = _run_alac("train", "--model", "lr", "--train", str(tmp_path / "train.svm"), "--out-of-core",
                            env_extra=env)
     assert no_metrics.returncode == 2 and "reports its metrics on --valid or --test" in no_metrics.stderr
+
+
+def test_train_reads_compressed_files_and_standard_input_as_the_plain_file(tmp_path, capsys, monkeypatch):
+    """A gzip file and a bz2 stream piped to `--train -` train the model the plain file trains, and the
+    format each was read as is said before the data is read."""
+    import bz2
+    import gzip
+    import io
+
+    from alac.data import files
+
+    plain = _small_svm(tmp_path)
+    (tmp_path / "small.gz").write_bytes(gzip.compress(plain.read_bytes()))
+    monkeypatch.setattr(files, "_stdin", None)
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(bz2.compress(plain.read_bytes()))))
+    metrics = {}
+    for name, train in (("plain", plain), ("gzip", tmp_path / "small.gz"), ("stdin", "-")):
+        out = tmp_path / name
+        assert main(["train", "--model", "lr", "--train", str(train), "--epochs", "3", "--optimizer", "sgd",
+                     "--backend", "reference", "--out", str(out)]) == 0
+        metrics[name] = json.loads((out / "metrics.json").read_text())
+    err = capsys.readouterr().err
+    assert "small.svm: read as libsvm (detected from its name)" in err
+    assert "small.gz: read as libsvm (detected from its content, read through gzip)" in err
+    assert "-: read as libsvm (detected from its content, read through bz2)" in err
+    assert metrics["gzip"] == metrics["plain"] and metrics["stdin"] == metrics["plain"]
+
+
+def test_a_csv_file_is_a_table_without_format_and_data_stats_reads_it(tmp_path, capsys):
+    rows = ["user,item,rating"] + [f"u{i % 9},i{i % 13},{1 + (i % 9 + i % 13) % 5}" for i in range(300)]
+    (tmp_path / "ratings.csv").write_text("\n".join(rows) + "\n")
+    assert main(["data", "stats", str(tmp_path / "ratings.csv"), "--label", "rating"]) == 0
+    captured = capsys.readouterr()
+    assert "ratings.csv: read as table (detected from its name)" in captured.err
+    assert re.search(r"format\s+table, label=rating, fields=2", captured.out)
+    assert re.search(r"rows\s+300\b", captured.out)
+    out = tmp_path / "run"
+    assert main(["train", "--model", "fm", "--loss", "squared", "--train", str(tmp_path / "ratings.csv"),
+                 "--label", "rating", "--epochs", "2", "--backend", "reference", "--out", str(out)]) == 0
+    assert json.loads((out / "metrics.json").read_text())
+
+
+def test_bench_runs_a_checkout_s_benchmarks_and_an_installed_alac_offers_none(tmp_path, capsys, monkeypatch):
+    from alac.cli import commands
+
+    assert main(["bench", "nosuch"]) == 2
+    assert "this checkout has: " in capsys.readouterr().err and (commands.BENCHMARKS / "flow.py").is_file()
+    monkeypatch.setattr(commands, "BENCHMARKS", tmp_path / "benchmarks")      # an installed package's
+    with pytest.raises(SystemExit):
+        main(["bench", "flow"])
+    assert "invalid choice: 'bench'" in capsys.readouterr().err
+
+
+def test_optional_dependencies_fail_early_with_the_extra_that_installs_them(tmp_path, monkeypatch, capsys):
+    """Without matplotlib `--plot` stops before training; without scikit-learn `import alac.sklearn`
+    is one ImportError line that names the extra."""
+    import importlib
+
+    from alac import optional
+
+    real = importlib.import_module
+
+    def missing(name, *args):
+        if name in ("matplotlib", "sklearn"):
+            raise ImportError(name)
+        return real(name, *args)
+
+    monkeypatch.setattr(optional.importlib, "import_module", missing)
+    out = tmp_path / "run"
+    assert main(["train", "--model", "lr", "--train", str(_small_svm(tmp_path)), "--backend", "reference",
+                 "--out", str(out), "--plot"]) == 2
+    captured = capsys.readouterr()
+    assert "alac: error: --plot needs matplotlib: pip install 'matplotlib' (or 'alac[plot]')" in captured.err
+    assert "epoch" not in captured.out and not (out / "model.alac").exists()
+    with pytest.raises(ImportError, match=r"^alac.sklearn needs scikit-learn: pip install 'scikit-learn' "
+                                          r"\(or 'alac\[sklearn\]'\)$"):
+        optional.need("sklearn", "alac.sklearn")
