@@ -27,7 +27,9 @@ def _load_options(args, format):
     from alac.data.formats import resolve_format
 
     path = getattr(args, "file", None) or args.data
-    format = resolve_format(path, format, tables=True, say=lambda line: print(f"alac: {line}", file=sys.stderr))
+    # said on stdout beside the figures (stderr holds only an error's one line), not into --json's output
+    say = None if getattr(args, "json", False) else (lambda line: print(f"alac: {line}"))
+    format = resolve_format(path, format, tables=True, say=say)
     options = {}
     if format == "table":
         from alac.cli.data import table_options

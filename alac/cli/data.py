@@ -3,7 +3,6 @@ training rows held out for validation), or a training file streamed from a block
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass, field
 
 from alac.errors import AlacError
@@ -25,7 +24,7 @@ class TrainingData:
 
 def _said(line):
     """A detected format, said before the data is read."""
-    print(f"alac: {line}", file=sys.stderr, flush=True)
+    print(f"alac: {line}", flush=True)
 
 
 def _file_options(args, format):

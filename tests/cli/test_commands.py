@@ -395,7 +395,7 @@ def test_train_reads_compressed_files_and_standard_input_as_the_plain_file(tmp_p
         assert main(["train", "--model", "lr", "--train", str(train), "--epochs", "3", "--optimizer", "sgd",
                      "--backend", "reference", "--out", str(out)]) == 0
         metrics[name] = json.loads((out / "metrics.json").read_text())
-    err = capsys.readouterr().err
+    err = capsys.readouterr().out
     assert "small.svm: read as libsvm (detected from its name)" in err
     assert "small.gz: read as libsvm (detected from its content, read through gzip)" in err
     assert "-: read as libsvm (detected from its content, read through bz2)" in err
@@ -407,7 +407,7 @@ def test_a_csv_file_is_a_table_without_format_and_data_stats_reads_it(tmp_path, 
     (tmp_path / "ratings.csv").write_text("\n".join(rows) + "\n")
     assert main(["data", "stats", str(tmp_path / "ratings.csv"), "--label", "rating"]) == 0
     captured = capsys.readouterr()
-    assert "ratings.csv: read as table (detected from its name)" in captured.err
+    assert "ratings.csv: read as table (detected from its name)" in captured.out
     assert re.search(r"format\s+table, label=rating, fields=2", captured.out)
     assert re.search(r"rows\s+300\b", captured.out)
     out = tmp_path / "run"
