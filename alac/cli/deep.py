@@ -123,13 +123,17 @@ def _run(args, settings, trainer=None):
     resumed = trainer is not None
     trainer = trainer or DeepTrainer(settings, args.device)
     trainer.log = Progress(args.epochs)
+    trainer.log.start(None, len(trainer.history))
     diverged = None
     try:
         trainer.resume(train, valid, args.epochs) if resumed else trainer.fit(train, valid)
     except TrainingDiverged as error:
         # as the wide models: the restored weights are scored and written, and the exit status says so
         diverged = error
-        print(f"alac: {error}", file=sys.stderr)
+    finally:
+        trainer.log.close()      # the bar cleared before the lines that follow
+    if diverged:
+        print(f"alac: {diverged}", file=sys.stderr)
     final = {}
     for name, dataset in (("valid", valid), ("test", test)):
         if dataset is not None:

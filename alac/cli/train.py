@@ -325,18 +325,25 @@ def _train_one(args, module, data, log, trainer=None):
             if line:
                 say(f"placement: {line}", flush=True)
     if hasattr(streamed, "blocks"):
-        if isinstance(log, Progress):
+        if log is not None:
             trainer.block_progress = log.blocks
         where = f"a block store on disk ({data.train.folder})" if hasattr(data.train, "folder") else \
             "pinned host memory"
         say(f"training data streamed from {where}: {len(streamed.blocks)} blocks, "
             f"{streamed.bytes_per_epoch / 2**30:.2f} GiB per epoch", flush=True)
     diverged = None
+    if log is not None:
+        log.start(rows, trainer.epochs_trained)
+        trainer.row_progress = log.rows_done
     try:
         trainer.fit(data.train, data.valid, epochs=args.epochs - trainer.epochs_trained, report=data.test)
     except TrainingDiverged as error:
         diverged = error
-        print(f"alac: {error}", file=sys.stderr)
+    finally:
+        if log is not None:
+            log.close()      # the bar cleared before the lines that follow
+    if diverged:
+        print(f"alac: {diverged}", file=sys.stderr)
     if hasattr(streamed, "blocks") and trainer.device.type == "cuda":
         import torch
 

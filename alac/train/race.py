@@ -45,6 +45,8 @@ def race(contestants, train_arm, say=lambda line: None):
     """train_arm(arm) -> (trainer, diverged) for every arm; returns the index of the arm whose
     trainer reached the lowest validation loss (a diverged arm only wins if every arm diverged)."""
     results = []
+    say(f"optimizer auto: {len(contestants)} trainings raced on the validation loss, the better kept ("
+        + "; ".join(arm.describe() for arm in contestants) + "); name an --optimizer to train once")
     for number, arm in enumerate(contestants, 1):
         say(f"optimizer auto: arm {number}/{len(contestants)}, {arm.describe()}")
         trainer, diverged = train_arm(arm)

@@ -93,9 +93,9 @@ class Trainer:
         self._best = None
         # a checkpoint's (last state, best epoch) that the next fit continues from (alac.train.checkpoint.restore)
         self.resume_from = None
-        # streamed epochs: block_progress(epoch, blocks queued, blocks, (block, mean loss) of the latest
-        # block whose loss has reached the host, or None) as each block is queued
-        self.block_progress = None
+        # progress: streamed epochs' block_progress(epoch, blocks queued, blocks, (block, mean loss) of the
+        # latest block whose loss reached the host, or None); resident ones' row_progress(rows launched)
+        self.block_progress = self.row_progress = None
 
     @property
     def backend(self):
@@ -267,7 +267,8 @@ class Trainer:
 
             return self.executor.train_streamed_epochs(self.train_layout, self._block_labels, self.epoch, count,
                                                        self.lr, on_block=progress)
-        return runner.train_epochs(self.executor, self.train_layout, labels, self.epoch, count, self.lr)
+        return runner.train_epochs(self.executor, self.train_layout, labels, self.epoch, count, self.lr,
+                                   self.row_progress)
 
     def _sample_loss(self, labels):
         """The divergence guard's yardstick: the loss of the first rows (of the first block when streamed)."""

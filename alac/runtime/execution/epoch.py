@@ -28,28 +28,34 @@ class Segment:
     end: int = 0
 
 
-def launch(segment):
-    """Queue a segment's kernels (their loss adds to its executor's loss_sum)."""
-    if segment.chunks is None:
-        segment.executor.queue_batches(segment.layout, segment.labels, segment.first, segment.end)
-    else:
-        segment.executor.queue_epoch(segment.layout, segment.labels, segment.epoch, segment.lr, segment.chunks)
+def launch(segment, progress=None):
+    """Queue a segment's kernels (their loss adds to its executor's loss_sum); progress(rows): told the
+    rows of each launch (of each batch on the reference backend, which trains on the host)."""
+    executor = segment.executor
+    executor.on_rows = progress
+    try:
+        if segment.chunks is None:
+            executor.queue_batches(segment.layout, segment.labels, segment.first, segment.end)
+        else:
+            executor.queue_epoch(segment.layout, segment.labels, segment.epoch, segment.lr, segment.chunks)
+    finally:
+        executor.on_rows = None
 
 
-def queue_epoch(store, layout, labels, epoch, lr, order=None):
+def queue_epoch(store, layout, labels, epoch, lr, order=None, progress=None):
     """Queue an epoch over the store (the layout's order of the epoch unless given); returns its loss
     sum, a device tensor of one element that is final once the GPU has run what was queued."""
-    return run_segments(store.segments(layout, labels, epoch, lr, order))
+    return run_segments(store.segments(layout, labels, epoch, lr, order), progress)
 
 
-def run_segments(segments):
+def run_segments(segments, progress=None):
     """Launch every segment of a store's generator; returns what the generator returns (the loss sum)."""
     while True:
         try:
             segment = next(segments)
         except StopIteration as finished:
             return finished.value
-        launch(segment)
+        launch(segment, progress)
 
 
 def train_epoch(store, layout, labels, epoch, lr, order=None):
@@ -57,13 +63,14 @@ def train_epoch(store, layout, labels, epoch, lr, order=None):
     return float(queue_epoch(store, layout, labels, epoch, lr, order)) / max(layout.n_rows, 1)
 
 
-def train_epochs(store, layout, labels, first_epoch, count, lr):
+def train_epochs(store, layout, labels, first_epoch, count, lr, progress=None):
     """count epochs from first_epoch over the store, queued back to back with one read of their mean
     training losses at the end (a list): an epoch's host work (its small launches, the kernel launch)
-    overlaps the previous epoch's kernels instead of preceding its own (benchmarks/fit_queue.py)."""
+    overlaps the previous epoch's kernels instead of preceding its own (benchmarks/fit_queue.py).
+    progress(rows): as launch's."""
     losses = None
     for index in range(count):
-        loss = queue_epoch(store, layout, labels, first_epoch + index, lr)
+        loss = queue_epoch(store, layout, labels, first_epoch + index, lr, progress=progress)
         if losses is None:
             losses = torch.zeros(count, dtype=loss.dtype, device=loss.device)
         losses[index] = loss.reshape(-1)[0]

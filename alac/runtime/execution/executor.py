@@ -149,6 +149,8 @@ class Executor:
         self.block_losses = []      # the last streamed epoch's (block index, mean loss) per block
         self._reference = None      # a reference backend for sample_loss, made when first needed
         self.loss_sum = torch.zeros(1, device=self.device)
+        # on_rows(rows): told the rows of each launch (each batch on the reference backend), for progress
+        self.on_rows = None
 
     def use_programs(self, programs):
         """Sync epochs over `programs` persistent programs from now on (None: as many as the GPU holds)."""
@@ -261,7 +263,12 @@ class Executor:
         else:
             self.backend.train_run(self.state, layout, labels, offset, stop - offset, first, self.settings(),
                                    self.loss_sum)
+            self._launched(stop - offset, layout)
         self.batches_done += end - first
+
+    def _launched(self, chunks, layout):
+        if self.on_rows is not None:
+            self.on_rows(chunks * layout.chunk_size)
 
     def queue_epoch(self, layout, labels, epoch, lr, order=None):
         """Launch an epoch (its chunks in order, by default the layout's order of the epoch; an order
@@ -275,6 +282,7 @@ class Executor:
             self._reference_epoch(layout, labels, order, rates, scales)
         else:
             self.backend.train_epoch(self.state, layout, labels, order, rates, scales, self.settings(), self.loss_sum)
+            self._launched(order.numel(), layout)
         self.batches_done += n_batches
 
     def _reference_epoch(self, layout, labels, order, rates, scales):
@@ -291,6 +299,7 @@ class Executor:
             self.backend.train_batch(self.state, layout, labels, order[offset:offset + count], rate, scale,
                                      settings, self.loss_sum)
             self.state.decay(settings.decay_l2, rate)
+            self._launched(count, layout)
 
     def sample_loss(self, layout, labels, max_rows=4096):
         """The mean loss of the first chunks of the epoch-0 order (up to max_rows samples) at the
