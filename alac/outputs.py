@@ -77,6 +77,26 @@ def write_text_atomically(path, text):
     write_atomically(path, lambda out: out.write(text.encode()))
 
 
+def split_metrics(evaluate, valid, test, train):
+    """The final metrics of every model family, each key naming its split: evaluate(data set) of the
+    validation and test sets that exist (valid_auc, test_logloss, ...), else of the training set
+    (train_...)."""
+    final = {}
+    for split, dataset in (("valid", valid), ("test", test)):
+        if dataset is not None:
+            final.update({f"{split}_{name}": value for name, value in evaluate(dataset).items()})
+    if not final:
+        final = {f"train_{name}": value for name, value in evaluate(train).items()}
+    return final
+
+
+def final_line(final):
+    """The run's last line: its final metrics as one JSON object, floats to 6 places (a duality gap,
+    which lives far below that, as it is)."""
+    return json.dumps({k: round(v, 6) if isinstance(v, float) and k != "duality_gap" else v
+                       for k, v in final.items()})
+
+
 def write_metrics_and_history(outputs, final, history):
     """metrics.json (the final metrics) and history.csv (a row per epoch record, the epoch first) of a
     RunOutputs."""

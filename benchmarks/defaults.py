@@ -86,7 +86,8 @@ def train_once(module, argv, train, test, backend, seed=0):
     started = time.perf_counter()
     trainer, final, diverged = train_model(args, module, data)
     seconds = time.perf_counter() - started
-    return final, trainer.evaluate(data.valid), len(trainer.history), seconds, diverged is not None, args.optimizer
+    tested = {name.removeprefix("test_"): value for name, value in final.items() if name.startswith("test_")}
+    return tested, trainer.evaluate(data.valid), len(trainer.history), seconds, diverged is not None, args.optimizer
 
 
 def train_seeds(module, argv, train, test, backend, seeds):

@@ -22,11 +22,6 @@ class TrainingData:
     options: dict = field(default_factory=dict)   # how predict reads new files the same way
 
 
-def _said(line):
-    """A detected format, said before the data is read."""
-    print(f"alac: {line}", flush=True)
-
-
 def _file_options(args, format):
     """(keyword options of the format's loader, what a checkpoint keeps to read files alike)."""
     if format in ("libsvm", "libffm"):
@@ -61,7 +56,9 @@ def load_data(args, plan):
     paths = [p for p in (args.train, args.valid, args.test) if p is not None]
     options, scaling = {}, None
     # every file exists and is a file before any is parsed; the training file's format is the one
-    format = [formats.resolve_format(path, args.format, tables=True, say=_said) for path in paths][0]
+    format = [formats.resolve_format(path, args.format, tables=True) for path in paths][0]
+    # a detected format says how it was found in the run's first line (the data's description)
+    shown = f"{format}, detected {formats.detection(args.train)[1]}" if args.format in (None, "auto") else format
     if format == "table":
         from alac.data.table import load_table_files
 
@@ -96,7 +93,7 @@ def load_data(args, plan):
         "rows L2-normalized" if args.normalize else None,
         f"ids renumbered densely: the {train.n_features:,} used of {declared:,}" if renumbered else None,
         scaling) if note]
-    described = f"{args.train} ({'; '.join([format, *notes])})"
+    described = f"{args.train} ({'; '.join([shown, *notes])})"
     data = TrainingData(train, valid, test, described, options)
     return with_validation_split(data, args)
 

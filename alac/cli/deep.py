@@ -1,18 +1,16 @@
 """`alac train --model deepfm|wide_deep|dlrm|ffm`: the field models (alac.train.deep) from the command
 line.
 
-The data are read as for the wide models (LIBSVM, libffm, Criteo TSV, tables; the synthetic
-Criteo-shaped set without --train); every entry needs a field: libffm and Criteo files carry them,
---featindex FILE maps LIBSVM ids to fields (`field:value<TAB>index`), --fields-by-position takes field
-f as the f-th entry of every row (one-hot data such as iPinYou). Prints one line per epoch and a JSON
-line of test metrics; with --out DIR writes metrics.json, history.csv and model.pt (tensors and plain
-settings, read back with torch.load(weights_only=True): loading it runs no code; DeepTrainer.load),
-which `alac predict --model-dir DIR` reads (predict here).
-"""
+The data are read as for the wide models (LIBSVM, libffm, Criteo TSV, tables; the synthetic Criteo-shaped
+set without --train); every entry needs a field: libffm and Criteo files carry them, --featindex FILE maps
+LIBSVM ids to fields (`field:value<TAB>index`), --fields-by-position takes field f as the f-th entry of
+every row (one-hot data such as iPinYou). Prints one line per epoch and the JSON line of every family
+(alac.outputs.final_line: each metric named by its split); with --out DIR writes metrics.json, history.csv
+and model.pt (tensors and plain settings, read back with torch.load(weights_only=True): loading it runs no
+code; DeepTrainer.load), which `alac predict --model-dir DIR` reads (predict here)."""
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -24,7 +22,7 @@ from alac.cli.options import add_data_options, positive_float, positive_int, spl
 from alac.cli.parser import Parser
 from alac.cli.progress import Progress
 from alac.errors import AlacError, OptionError
-from alac.outputs import RunOutputs, check_output_folder, write_metrics_and_history
+from alac.outputs import RunOutputs, check_output_folder, final_line, split_metrics, write_metrics_and_history
 from alac.train.deep import DEEP_MODELS, DeepSettings, DeepTrainer
 from alac.train.trainer import TrainingDiverged
 
@@ -134,14 +132,20 @@ def _run(args, settings, trainer=None):
         trainer.log.close()      # the bar cleared before the lines that follow
     if diverged:
         print(f"alac: {diverged}", file=sys.stderr)
-    final = {}
-    for name, dataset in (("valid", valid), ("test", test)):
-        if dataset is not None:
-            probability = trainer.predict(dataset)
-            positive = trainer.labels.positive_mask(dataset.labels.to(probability.device))
-            final[f"{name}_logloss"] = float(metrics.logloss(probability, positive))
-            final[f"{name}_auc"] = float(metrics.auc(probability, positive))
-    print(json.dumps({k: round(v, 6) for k, v in final.items()}))
+    if trainer.stopped_because and not diverged:
+        best = (trainer.resume_point or {}).get("best_epoch")
+        print(f"stopped after epoch {len(trainer.history)}: {trainer.stopped_because}"
+              + ("" if best is None else f"; the best epoch's ({best}) model is kept"))
+
+    def evaluate(dataset):
+        probability = trainer.predict(dataset)
+        positive = trainer.labels.positive_mask(dataset.labels.to(probability.device))
+        return {"logloss": float(metrics.logloss(probability, positive)),
+                "auc": float(metrics.auc(probability, positive))}
+
+    final = split_metrics(evaluate, valid, test, train)
+    final.update(epochs=len(trainer.history), stopped_because=None if diverged else trainer.stopped_because)
+    print(final_line(final))
     if args.out is not None:
         # how `alac predict` reads new files as these were read (their format and the fields' map), and
         # how the run was made (a resume continues it)

@@ -13,7 +13,6 @@ read an SGD run's.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -22,7 +21,7 @@ import torch
 from alac import metrics
 from alac.cli.run_record import run_record
 from alac.errors import OptionError
-from alac.outputs import RunOutputs, write_metrics_and_history
+from alac.outputs import RunOutputs, final_line, split_metrics, write_metrics_and_history
 
 PROBLEMS = {"lr": ("dual", "logistic"), "lsvm": ("dual", "hinge"), "lsr": ("primal", "squared")}
 
@@ -81,13 +80,10 @@ def train_scd(args, module, data, model_reference, restored=None):
         + (f"; resumed after epoch {solver.epochs}" if restored is not None else ""), flush=True)
     solver.fit(args.epochs - solver.epochs, args.tol, log=lambda line: say("  " + line, flush=True))
     weights = solver.coef_.cpu()
-    final = {"epochs": solver.epochs, "duality_gap": solver.history[-1]["gap"], "seconds": solver.seconds,
-             "stopped_because": solver.stopped_because}
-    for split, dataset in (("valid", data.valid), ("test", data.test)):
-        if dataset is not None:
-            final.update({f"{split}_{k}": v for k, v in _scores(dataset, weights, name).items()})
-    say(json.dumps({k: round(v, 6) if isinstance(v, float) and k != "duality_gap" else v
-                    for k, v in final.items()}))
+    final = split_metrics(lambda dataset: _scores(dataset, weights, name), data.valid, data.test, data.train)
+    final.update(epochs=solver.epochs, stopped_because=solver.stopped_because,
+                 duality_gap=solver.history[-1]["gap"], seconds=solver.seconds)
+    say(final_line(final))
     if args.out is not None and ranks.rank == 0:
         out = Path(args.out)
         with RunOutputs(out) as outputs:

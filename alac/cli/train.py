@@ -1,17 +1,16 @@
 """Training from the command line: `alac train --model lr --train FILE --test FILE --out DIR`.
 
-Without --train the model trains on the built-in synthetic Criteo-shaped data (4M rows on a GPU,
-200k on a CPU), split 80/10/10 into train / validation / test. Without --valid, a share of the
-training rows (--valid-split, 10 % by default, drawn with --seed) is held out as validation data for
-early stopping. Prints one line per epoch (with a progress bar on a terminal) and ends with one JSON
-line of final test metrics. With --out DIR it also writes DIR/metrics.json, DIR/history.csv, the
-checkpoint DIR/model.alac and, with --plot, DIR/loss.png; the folder is checked before training.
-"""
+Without --train the model trains on the built-in synthetic Criteo-shaped data (4M rows on a GPU, 200k on a
+CPU), split 80/10/10 into train / validation / test. Without --valid, a share of the training rows (--valid-
+split, 10 % by default, drawn with --seed) is held out as validation data for early stopping. Prints one
+line per epoch (with a progress bar on a terminal) and ends with one JSON line of final metrics, each named
+by its split (valid_auc, test_logloss; train_... without either). With --out DIR it also writes
+DIR/metrics.json, DIR/history.csv, the checkpoint DIR/model.alac and, with --plot, DIR/loss.png; the folder
+is checked before training."""
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from pathlib import Path
@@ -33,7 +32,7 @@ from alac.cli.run_record import run_record
 from alac.errors import AlacError
 from alac.models import build_model, default_l2
 from alac.optional import need
-from alac.outputs import RunOutputs, check_output_folder, write_metrics_and_history
+from alac.outputs import RunOutputs, check_output_folder, final_line, split_metrics, write_metrics_and_history
 from alac.train.race import ADAPTIVE, AUTO, race
 from alac.train.race import arms as race_arms
 
@@ -233,7 +232,7 @@ def _run(args, module, model_reference, restored=None):
     # tables sharded over the ranks are assembled by all of them for the first one's outputs
     with trainer.executor.assembled():
         if first:
-            print(json.dumps({k: round(v, 6) for k, v in final.items()}))
+            print(final_line(final))
             if args.out is not None:
                 doing("writing the outputs")
                 _write_outputs(args, module, model_reference, trainer, final, data.options)
@@ -351,8 +350,9 @@ def _train_one(args, module, data, log, trainer=None):
     if trainer.stopped_because and not diverged:
         say(f"stopped after epoch {trainer.history[-1]['epoch']}: {trainer.stopped_because}; the best epoch's "
             f"({trainer.best_epoch}) model is kept")
-    evaluated = next(d for d in (data.test, data.valid, data.train) if d is not None)
-    final = trainer.evaluate(evaluated)
+    final = split_metrics(trainer.evaluate, data.valid, data.test, data.train)
+    final.update(epochs=trainer.history[-1]["epoch"] if trainer.history else 0,
+                 stopped_because=None if diverged else trainer.stopped_because)
     if args.l1:
         zeros = trainer.zero_share()
         say(f"exactly-zero weights: {100 * zeros:.2f}% of {trainer.n_features:,} features' parameters")

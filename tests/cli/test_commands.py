@@ -155,7 +155,7 @@ def test_train_then_predict_on_a9a_without_a_gpu(shared_data, tmp_path):
                        str(shared_data / "a9a/a9a.t"), "--backend", "reference", "--out", str(out), "--plot")
     assert result.returncode == 0, result.stderr
     metrics = json.loads((out / "metrics.json").read_text())
-    assert metrics["auc"] >= 0.900
+    assert metrics["test_auc"] >= 0.900
     history = (out / "history.csv").read_text().splitlines()
     # early stopping on 10 % of the training rows ends well before the 100 epochs at most
     assert history[0].startswith("epoch,") and "valid_logloss" in history[0] and 5 < len(history) < 100
@@ -168,7 +168,7 @@ def test_train_then_predict_on_a9a_without_a_gpu(shared_data, tmp_path):
     labels = load_libsvm(shared_data / "a9a/a9a.t", n_features=123).labels.numpy() > 0
     assert predictions.shape == (16281,)
     # the file holds 9 significant digits: rounding may tie or untie a few pairs of predictions
-    assert abs(roc_auc_score(labels, predictions) - metrics["auc"]) < 1e-5
+    assert abs(roc_auc_score(labels, predictions) - metrics["test_auc"]) < 1e-5
     result = _run_alac("export", "--model-dir", str(out), "--readable", str(tmp_path / "model.txt"),
                        "--numpy", str(tmp_path / "model.npz"))
     assert result.returncode == 0, result.stderr
@@ -369,8 +369,8 @@ def test_train_out_of_core_streams_the_file_from_a_block_store_on_disk(tmp_path)
     in_memory = _run_alac(*common, env_extra=env)
     final = [json.loads(run.stdout.strip().splitlines()[-1]) for run in (streamed, again, in_memory)]
     assert final[0] == final[1]
-    assert final[0]["logloss"] == pytest.approx(final[2]["logloss"], abs=0.01)
-    assert final[0]["auc"] == pytest.approx(final[2]["auc"], abs=0.01)
+    assert final[0]["valid_logloss"] == pytest.approx(final[2]["valid_logloss"], abs=0.01)
+    assert final[0]["valid_auc"] == pytest.approx(final[2]["valid_auc"], abs=0.01)
     no_metrics = _run_alac("train", "--model", "lr", "--train", str(tmp_path / "train.svm"), "--out-of-core",
                            env_extra=env)
     assert no_metrics.returncode == 2 and "reports its metrics on --valid or --test" in no_metrics.stderr
@@ -378,7 +378,7 @@ def test_train_out_of_core_streams_the_file_from_a_block_store_on_disk(tmp_path)
 
 def test_train_reads_compressed_files_and_standard_input_as_the_plain_file(tmp_path, capsys, monkeypatch):
     """A gzip file and a bz2 stream piped to `--train -` train the model the plain file trains, and the
-    format each was read as is said before the data is read."""
+    run's first line says how each was read."""
     import bz2
     import gzip
     import io
@@ -395,10 +395,10 @@ def test_train_reads_compressed_files_and_standard_input_as_the_plain_file(tmp_p
         assert main(["train", "--model", "lr", "--train", str(train), "--epochs", "3", "--optimizer", "sgd",
                      "--backend", "reference", "--out", str(out)]) == 0
         metrics[name] = json.loads((out / "metrics.json").read_text())
-    err = capsys.readouterr().out
-    assert "small.svm: read as libsvm (detected from its name)" in err
-    assert "small.gz: read as libsvm (detected from its content, read through gzip)" in err
-    assert "-: read as libsvm (detected from its content, read through bz2)" in err
+    out = capsys.readouterr().out
+    assert "small.svm (libsvm, detected from its name)" in out
+    assert "small.gz (libsvm, detected from its content, read through gzip)" in out
+    assert "model lr on - (libsvm, detected from its content, read through bz2)" in out
     assert metrics["gzip"] == metrics["plain"] and metrics["stdin"] == metrics["plain"]
 
 

@@ -53,7 +53,7 @@ def test_the_bar_moves_within_an_epoch_and_never_shares_a_line_with_the_table():
     assert len(table) == 2
     for line in table:
         assert line.split("\r")[-1].startswith("epoch   "), repr(line[:300])
-    assert lines[-2].split("\r")[-1].startswith('{"logloss"')
+    assert lines[-2].split("\r")[-1].startswith('{"valid_logloss"')
 
 
 def test_without_a_terminal_there_is_no_bar(capsys):

@@ -135,7 +135,7 @@ def test_a_checkpoint_loaded_in_python_predicts_its_best_epoch_and_fits_on_as_th
     train, valid, test = split(criteo_like(3000, seed=0), (0.8, 0.1, 0.1), seed=0)
     trainer = checkpoint.load(part / "model.alac", zoo_model("lr"), backend="reference")
     assert trainer.early_stopping == "patience" and trainer.patience == 2 and trainer.epoch == 7
-    expected = json.loads((part / "metrics.json").read_text())["logloss"]
+    expected = json.loads((part / "metrics.json").read_text())["test_logloss"]
     assert trainer.evaluate(test)["logloss"] == pytest.approx(expected, abs=1e-6)
     trainer.fit(train, valid, epochs=22, report=test)
     uninterrupted = torch.load(whole / "model.alac", weights_only=True)

@@ -40,7 +40,7 @@ def test_lr_on_a9a_reaches_the_target(shared_data, backend):
     result = run_model("lr", "--train", str(shared_data / "a9a/a9a"), "--test", str(shared_data / "a9a/a9a.t"),
                        "--backend", backend, *(["--optimizer", "adagrad", "--epochs", "4"] if interpreted else []))
     metrics = final_metrics(result)
-    assert metrics["auc"] >= 0.900 and metrics["accuracy"] >= 0.845, result.stdout
+    assert metrics["test_auc"] >= 0.900 and metrics["test_accuracy"] >= 0.845, result.stdout
     epochs = [line for line in result.stdout.splitlines() if line.startswith("epoch")]
     if interpreted:
         assert len(epochs) == 4
@@ -56,20 +56,24 @@ def test_fm_trains_on_real_data_without_diverging(shared_data, data, options):
     train, test = (str(shared_data / data.format(split)) for split in ("train", "test"))
     metrics = final_metrics(run_model("fm", "--train", train, "--test", test, "--backend", "reference",
                                       "--optimizer", "adagrad", "--epochs", "8", *options))
-    assert all(torch.isfinite(torch.tensor(v)) for v in metrics.values())
-    assert metrics["logloss"] < 0.7
+    scores = {k: v for k, v in metrics.items() if k.startswith(("valid_", "test_"))}
+    assert scores and all(torch.isfinite(torch.tensor(v)) for v in scores.values())
+    assert metrics["epochs"] == 2 and metrics["stopped_because"] is None
+    assert metrics["test_logloss"] < 0.7
 
 
 @pytest.mark.parametrize("model", ["lsvm", "lsr", "poisson"])
 def test_other_models_run_on_synthetic_data(model):
     metrics = final_metrics(run_model(model, "--synthetic", "3000", "--epochs", "2", "--backend", "reference"))
-    assert all(torch.isfinite(torch.tensor(v)) for v in metrics.values())
+    scores = {k: v for k, v in metrics.items() if k.startswith(("valid_", "test_"))}
+    assert scores and all(torch.isfinite(torch.tensor(v)) for v in scores.values())
+    assert metrics["epochs"] == 2 and metrics["stopped_because"] is None
 
 
 def test_lr_learns_the_synthetic_planted_model():
     metrics = final_metrics(run_model("lr", "--synthetic", "20000", "--epochs", "3", "--backend", "reference"))
     # the planted model's Bayes AUC is above 0.8; 16k rows and 3 epochs reach about 0.70
-    assert metrics["auc"] > 0.65
+    assert metrics["test_auc"] > 0.65
 
 
 def test_bad_file_is_a_clear_error(tmp_path):
@@ -90,7 +94,7 @@ def test_async_mode_on_a9a(shared_data):
     result = run_model("lr", "--train", str(shared_data / "a9a/a9a"), "--test", str(shared_data / "a9a/a9a.t"),
                        "--backend", "reference", "--mode", "async", "--chunk-size", "128")
     metrics = final_metrics(result)
-    assert metrics["auc"] >= 0.900 and metrics["accuracy"] >= 0.845, result.stdout
+    assert metrics["test_auc"] >= 0.900 and metrics["test_accuracy"] >= 0.845, result.stdout
 
 
 def test_async_hot_segment_options():
@@ -109,7 +113,7 @@ def test_ftrl_with_l1_on_a9a_is_sparse_and_accurate(shared_data):
                        "--backend", "reference", "--optimizer", "ftrl", "--lr", "1", "--l1", "0.02",
                        "--beta", "1", "--epochs", "12")
     metrics = final_metrics(result)
-    assert metrics["auc"] >= 0.9022 - 0.003 and metrics["zero_share"] > 0.1, result.stdout
+    assert metrics["test_auc"] >= 0.9022 - 0.003 and metrics["zero_share"] > 0.1, result.stdout
     assert "exactly-zero weights" in result.stdout
 
 
@@ -120,7 +124,7 @@ def test_ftrl_with_l1_on_20news_is_sparse_and_accurate(shared_data):
                        "--backend", "reference", "--optimizer", "ftrl", "--lr", "30", "--l1", "0.003", "--beta", "1",
                        "--batch-size", "32", "--epochs", "12", "--early-stopping", "none")
     metrics = final_metrics(result)
-    assert metrics["auc"] >= 0.9678 - 0.003 and metrics["zero_share"] > 0.2, result.stdout
+    assert metrics["test_auc"] >= 0.9678 - 0.003 and metrics["zero_share"] > 0.2, result.stdout
 
 
 def test_fm_with_defaults_beats_ridge_on_movielens(shared_data):

@@ -70,7 +70,7 @@ def test_sgd_at_lr_100_on_a9a_exits_3_with_the_initial_parameters(tmp_path, shar
     error = capsys.readouterr().err
     assert status == 3 and "training diverged in epoch 1" in error and "smaller learning rate" in error
     assert "the initial parameters are restored" in error and error.count("\n") == 1
-    assert json.loads((out / "metrics.json").read_text())["logloss"] == pytest.approx(math.log(2), abs=1e-6)
+    assert json.loads((out / "metrics.json").read_text())["test_logloss"] == pytest.approx(math.log(2), abs=1e-6)
     assert checkpoint.read(out / "model.alac")["epoch"] == 0
 
 
@@ -85,7 +85,7 @@ def test_a_table_value_column_left_unscaled_diverges_and_says_to_scale_it(tmp_pa
     assert "training diverged in epoch 1" in error and "--numeric-scale standard" in error
     assert main(common) == 0
     output = capsys.readouterr().out
-    assert "time (mean 1.50029e+09, deviation" in output and json.loads(output.splitlines()[-1])["rmse"] < 2
+    assert "time (mean 1.50029e+09, deviation" in output and json.loads(output.splitlines()[-1])["valid_rmse"] < 2
 
 
 @pytest.mark.parametrize("value", ["0", "-1", "nan", "inf"])
