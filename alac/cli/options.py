@@ -62,7 +62,8 @@ def split_fraction(text):
 def add_data_options(parser):
     """Options that say how to read a data file (train, predict and inspect share them)."""
     parser.add_argument("--format", default="auto", choices=FORMATS,
-                        help="file format (default: detected; tables of columns need --format table)")
+                        help="file format (default: detected from the name, .csv/.parquet/.svm/.ffm, or the "
+                             "content, a CSV header making a table; said in the first line)")
     parser.add_argument("--n-features", type=positive_int, default=None,
                         help="declared feature count (LIBSVM, libffm); ids beyond it are errors")
     parser.add_argument("--hash-bits", type=positive_int, default=None,
@@ -89,7 +90,9 @@ def plan_of(args):
     from alac.runtime.planning.planner import default_chunk_size
 
     options = {"batch_size": args.batch_size, "kernels": args.kernels, "semantics": args.mode,
-               "flush_every": args.flush_every, "param_mode": args.param_mode}
+               "flush_every": args.flush_every, "param_mode": args.param_mode,
+               "deterministic": getattr(args, "deterministic", False), "replicas": getattr(args, "replicas", 1),
+               "programs": getattr(args, "programs", None)}
     if args.hot_size is not None:
         options["hot_size"] = args.hot_size
     if args.gpu_memory is not None:

@@ -38,71 +38,88 @@ from alac.train.race import arms as race_arms
 
 
 def parser_for(parser, module=None):
-    """The training options; with a model module, also its model options (--l1, --l2, ARGUMENTS)."""
-    parser.add_argument("--train", help="training file (LIBSVM, libffm, Criteo TSV, or a table: CSV/Parquet), or "
-                        "a block store folder (alac.runtime.movement.block_store), streamed from disk")
-    parser.add_argument("--out-of-core", action="store_true",
+    """The training options in groups (data, model, optimizer, execution, several GPUs, output); with a
+    model module its own options (--l1, --l2, ARGUMENTS), without one every zoo model's (for --help)."""
+    data = parser.add_argument_group("data")
+    model_group = parser.add_argument_group("model")
+    training = parser.add_argument_group("optimizer and epochs")
+    execution = parser.add_argument_group("execution (how the kernels run and where rows live)")
+    ranks = parser.add_argument_group("several GPUs (under torchrun)")
+    output = parser.add_argument_group("output")
+    data.add_argument("--train", help="training file (LIBSVM, libffm, Criteo TSV, or a table: CSV/Parquet; gzip, "
+                      "bz2, xz or zstd compressed, or - for standard input), or a block store folder "
+                      "(alac.runtime.movement.block_store), streamed from disk")
+    data.add_argument("--out-of-core", action="store_true",
                         help="never load the training file whole: write it to a cached block store in two passes "
                              "and stream the blocks from disk (needs --valid or --test)")
-    parser.add_argument("--test", help="test file, in the training file's feature space")
-    parser.add_argument("--valid", help="validation file, evaluated after every epoch (early stopping)")
-    parser.add_argument("--valid-split", type=split_fraction, default=defaults.VALID_SPLIT, metavar="FRACTION",
+    data.add_argument("--test", help="test file, in the training file's feature space")
+    data.add_argument("--valid", help="validation file, evaluated after every epoch (early stopping)")
+    data.add_argument("--valid-split", type=split_fraction, default=defaults.VALID_SPLIT, metavar="FRACTION",
                         help="without --valid: hold out this share of the training rows (random, --seed) as "
                              f"validation data for early stopping (default {defaults.VALID_SPLIT}; 0: none)")
-    add_data_options(parser)
-    parser.add_argument("--normalize", action="store_true",
+    add_data_options(data)
+    data.add_argument("--normalize", action="store_true",
                         help="scale every row to unit L2 norm (for long real-valued rows such as text counts)")
-    parser.add_argument("--synthetic", type=positive_int, default=None, metavar="ROWS",
+    data.add_argument("--synthetic", type=positive_int, default=None, metavar="ROWS",
                         help="rows of synthetic data when no --train is given (default: 4M on a GPU, 200k on a CPU)")
-    parser.add_argument("--epochs", type=positive_int, default=defaults.EPOCHS,
+    training.add_argument("--epochs", type=positive_int, default=defaults.EPOCHS,
                         help=f"most epochs (default {defaults.EPOCHS}; early stopping usually ends sooner)")
-    parser.add_argument("--lr", type=positive_float, default=None,
+    training.add_argument("--lr", type=positive_float, default=None,
                         help="learning rate of the batch-mean gradient (default: the optimizer's)")
-    parser.add_argument("--batch-size", type=positive_int, default=defaults.BATCH_SIZE)
-    parser.add_argument("--chunk-size", type=positive_int, default=None,
+    training.add_argument("--batch-size", type=positive_int, default=defaults.BATCH_SIZE,
+                          help="samples per batch (sync: one optimizer step; async: lr means the same step)")
+    execution.add_argument("--chunk-size", type=positive_int, default=None,
                         help="samples per program, a power of two dividing the batch (default: the plan's)")
-    parser.add_argument("--kernels", default="fused", choices=["fused", "stage"])
-    parser.add_argument("--mode", default="sync", choices=["sync", "async"],
+    execution.add_argument("--kernels", default="fused", choices=["fused", "stage"],
+                           help="fused: one kernel per step; stage: a kernel per stage of the model (inspect them)")
+    execution.add_argument("--deterministic", action="store_true",
+                           help="sync: sum each batch's gradients in a fixed order, so that runs repeat bit for bit")
+    execution.add_argument("--replicas", type=positive_int, default=1,
+                           help="sync: copies of the hot accumulator that programs spread their atomic additions over")
+    execution.add_argument("--programs", type=positive_int, default=None,
+                           help="persistent programs of an epoch (default: as many as the GPU holds at once)")
+    execution.add_argument("--mode", default="sync", choices=["sync", "async"],
                         help="sync: exact mini-batch SGD; async: lock-free persistent programs (lr means the same)")
-    parser.add_argument("--hot-size", type=int, default=None, metavar="H",
+    execution.add_argument("--hot-size", type=int, default=None, metavar="H",
                         help="hot segment: the H most frequent features are summed inside a program before "
                              "they reach memory (default: the planner's on a GPU, else 0)")
-    parser.add_argument("--host-params", default="", metavar="NAMES",
+    execution.add_argument("--host-params", default="", metavar="NAMES",
                         help="params (comma-separated, e.g. w,v) whose rows and optimizer state live in pinned host "
                              "memory, read and updated by the kernels through mapped memory (sync mode)")
-    parser.add_argument("--gpu-memory", type=memory_size, default=None, metavar="SIZE",
+    execution.add_argument("--gpu-memory", type=memory_size, default=None, metavar="SIZE",
                         help="GPU memory the training data may take (e.g. 8GB); a larger layout is streamed from "
                              "pinned host memory in blocks (default: a share of the GPU's free memory)")
-    parser.add_argument("--host-memory", type=memory_size, default=None, metavar="SIZE",
+    execution.add_argument("--host-memory", type=memory_size, default=None, metavar="SIZE",
                         help="host memory the model's rows may take; rows over both budgets live in memory-mapped "
                              "files on disk behind a HybridHash cache (default: the host's available memory)")
-    parser.add_argument("--rows-dir", default=None, metavar="DIR",
+    execution.add_argument("--rows-dir", default=None, metavar="DIR",
                         help="where rows on disk go (default: the system's temporary folder)")
-    parser.add_argument("--param-mode", default="auto", choices=["auto", "hybrid_hash", "fae"],
+    execution.add_argument("--param-mode", default="auto", choices=["auto", "hybrid_hash", "fae"],
                         help="rows over the GPU budget for them: auto (the planner's cheaper), a HybridHash cache "
                              "(hybrid_hash) or FAE's hot table (fae)")
-    parser.add_argument("--flush-every", type=positive_int, default=8, metavar="K",
+    execution.add_argument("--flush-every", type=positive_int, default=8, metavar="K",
                         help="async hot segment: chunks between a program's flushes of its hot sums")
-    parser.add_argument("--backend", default="triton", choices=["triton", "interpret", "reference"],
+    execution.add_argument("--backend", default="triton", choices=["triton", "interpret", "reference"],
                         help="triton (GPU; falls back to reference without one), interpret (the generated "
                              "kernels in Triton's CPU interpreter, slow), reference (PyTorch)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--solver", default="sgd", choices=["sgd", "scd"],
+    training.add_argument("--seed", type=int, default=0,
+                          help="initial values, the epochs' order and the validation split")
+    model_group.add_argument("--solver", default="sgd", choices=["sgd", "scd"],
                         help="sgd: the generated kernels' epochs; scd: stochastic coordinate descent to a duality "
                              "gap (lr, lsvm, lsr; --l2 is lambda of mean loss + lambda/2 ||w||^2, default 1/N)")
-    parser.add_argument("--tol", type=float, default=1e-6, help="--solver scd: the duality gap to reach")
-    parser.add_argument("--sync-every", type=positive_int, default=None, metavar="BATCHES",
+    model_group.add_argument("--tol", type=float, default=1e-6, help="--solver scd: the duality gap to reach")
+    ranks.add_argument("--sync-every", type=positive_int, default=None, metavar="BATCHES",
                         help="under torchrun (several ranks, each training its share of the rows): batches between "
                              "synchronisations of the parameters (default: once an epoch)")
-    parser.add_argument("--sync", default="sequential", choices=["sequential", "rows", "adding", "averaging"],
+    ranks.add_argument("--sync", default="sequential", choices=["sequential", "rows", "adding", "averaging"],
                         help="under torchrun: how the ranks' parameter changes combine (sequential: each feature "
                              "row's sum scaled to what sequential SGD would change; rows: each row's mean over the "
                              "ranks that changed it; adding: their sum; averaging: their mean)")
-    parser.add_argument("--rank-timeout", type=positive_float, default=60.0, metavar="SECONDS",
+    ranks.add_argument("--rank-timeout", type=positive_float, default=60.0, metavar="SECONDS",
                         help="under torchrun: a rank silent this long (stopped, hung or gone) ends the run on every "
                              "other rank, which exits with status 4 naming it; a collective waits at most ten times "
                              "this for a slow rank (default 60)")
-    parser.add_argument("--rank-tables", default="auto", choices=["auto", "replicated", "sharded", "hybrid"],
+    ranks.add_argument("--rank-tables", default="auto", choices=["auto", "replicated", "sharded", "hybrid"],
                         help="under torchrun: every rank holds every parameter row (replicated), its share of them "
                              "(sharded: each segment's rows gathered from their owners), or the hot segment and its "
                              "share of the cold rows (hybrid); auto: replicated where the rows fit the GPU budget "
@@ -110,36 +127,53 @@ def parser_for(parser, module=None):
     from alac.optimizers import OPTIMIZERS
     from alac.runtime.execution.schedule import SCHEDULES
 
-    parser.add_argument("--optimizer", default=defaults.OPTIMIZER, choices=[AUTO, *sorted(OPTIMIZERS)],
+    training.add_argument("--optimizer", default=defaults.OPTIMIZER, choices=[AUTO, *sorted(OPTIMIZERS)],
                         help=f"default {defaults.OPTIMIZER}: AdaGrad and SGD raced on the validation data, the "
                              "better kept (two trainings; with --lr, AdaGrad only)")
     for name in sorted({h for o in OPTIMIZERS.values() for h in o.hyper}):
-        parser.add_argument(f"--{name.replace('_', '-')}", type=float, default=None,
-                            help="optimizer hyper-parameter of " + ", ".join(
-                                o.name for o in OPTIMIZERS.values() if name in o.hyper))
-    parser.add_argument("--schedule", default="constant", choices=SCHEDULES, help="learning-rate schedule")
-    parser.add_argument("--decay", type=float, default=0.0,
+        training.add_argument(f"--{name.replace('_', '-')}", type=float, default=None,
+                              help="optimizer hyper-parameter of " + ", ".join(
+                                  o.name for o in OPTIMIZERS.values() if name in o.hyper)
+                              + " (default: the optimizer's)")
+    training.add_argument("--schedule", default="constant", choices=SCHEDULES, help="learning-rate schedule")
+    training.add_argument("--decay", type=float, default=0.0,
                         help="schedule decay: inverse lr / (1 + decay t)^power, epoch_decay lr * decay^epoch")
-    parser.add_argument("--power", type=float, default=0.5, help="inverse schedule's power")
-    parser.add_argument("--early-stopping", default=defaults.EARLY_STOPPING, choices=["cuwide", "patience", "none"],
+    training.add_argument("--power", type=float, default=0.5, help="inverse schedule's power")
+    training.add_argument("--early-stopping", default=defaults.EARLY_STOPPING, choices=["cuwide", "patience", "none"],
                         help="with validation data: patience (default): stop after --patience epochs without "
                              "a new best and keep the best; cuwide: stop when the validation loss exceeds the "
                              "mean of the last 10 epochs; none")
-    parser.add_argument("--patience", type=positive_int, default=defaults.PATIENCE)
-    parser.add_argument("--unseen", default="ignore", choices=["ignore", "error"],
+    training.add_argument("--patience", type=positive_int, default=defaults.PATIENCE,
+                          help="early stopping: epochs without a new best validation loss before training stops")
+    data.add_argument("--unseen", default="ignore", choices=["ignore", "error"],
                         help="validation/test features the training data never had: ignore them (counted) or fail")
-    parser.add_argument("--out", metavar="DIR", help="write metrics.json, history.csv and the checkpoint here")
-    parser.add_argument("--plot", action="store_true", help="with --out: also DIR/loss.png")
-    if module is not None:
-        parser.add_argument("--l2", type=float, default=None,
-                            help="L2 coefficient (in the gradient, per occurrence; FTRL: in its closed form; "
-                                 f"default {default_l2(module):g}, none for SGD in the auto race)")
-        parser.add_argument("--l1", type=float, default=0.0, help="L1 coefficient (optimizers ftrl and sgd)")
-        parser.add_argument("--exact-l2", action="store_true",
-                            help="apply --l2 as a decay of every row after every batch (sync), not lazily")
-        for flag, spec in getattr(module, "ARGUMENTS", ()):
-            parser.add_argument(flag, **spec)
+    output.add_argument("--out", metavar="DIR", help="write metrics.json, history.csv and the checkpoint here")
+    output.add_argument("--plot", action="store_true", help="with --out: also DIR/loss.png")
+    l2_default = "the model's" if module is None else f"{default_l2(module):g}"
+    model_group.add_argument("--l2", type=float, default=None,
+                             help="L2 coefficient (in the gradient, per occurrence; FTRL: in its closed form; "
+                                  f"default {l2_default}, none for SGD in the auto race)")
+    model_group.add_argument("--l1", type=float, default=0.0, help="L1 coefficient (optimizers ftrl and sgd)")
+    model_group.add_argument("--exact-l2", action="store_true",
+                             help="apply --l2 as a decay of every row after every batch (sync), not lazily")
+    for flag, spec in _model_arguments(module):
+        model_group.add_argument(flag, **spec)
     return parser
+
+
+def _model_arguments(module):
+    """A model's own options; without one (help before --model) every zoo model's, each help saying
+    which models take it."""
+    if module is not None:
+        return list(getattr(module, "ARGUMENTS", ()))
+    from alac.models import names, zoo_module
+
+    takers = {}
+    for name in names():
+        for flag, spec in getattr(zoo_module(name), "ARGUMENTS", ()):
+            takers.setdefault(flag, (spec, []))[1].append(name)
+    return [(flag, {**spec, "help": f"({', '.join(models)}) {spec.get('help', '')}".rstrip()})
+            for flag, (spec, models) in takers.items()]
 
 
 def default_lr(module, args, optimizer_name=None):

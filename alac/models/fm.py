@@ -36,7 +36,8 @@ class FactorizationMachine(LinearModel):
 MODEL = FactorizationMachine
 ARGUMENTS = [
     ("--k", {"type": int, "default": 8, "help": "factors per feature"}),
-    ("--loss", {"default": "logistic", "choices": ["logistic", "squared"]}),
+    ("--loss", {"default": "logistic", "choices": ["logistic", "squared"],
+                "help": "logistic: a binary classifier; squared: a regressor (ratings)"}),
 ]
 
 

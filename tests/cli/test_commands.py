@@ -451,3 +451,28 @@ def test_optional_dependencies_fail_early_with_the_extra_that_installs_them(tmp_
     with pytest.raises(ImportError, match=r"^alac.sklearn needs scikit-learn: pip install 'scikit-learn' "
                                           r"\(or 'alac\[sklearn\]'\)$"):
         optional.need("sklearn", "alac.sklearn")
+
+
+def test_train_help_is_grouped_and_gives_every_option_a_help_and_its_default(capsys):
+    """`alac train --help` without --model lists every zoo model's options (saying which models take
+    them), in groups; every option says what it does, and every option with a default shows it."""
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    text = capsys.readouterr().out
+    groups = re.findall(r"^(\w[^\n:]*):$", text, flags=re.MULTILINE)
+    assert groups[1:] == ["data", "model", "optimizer and epochs",
+                          "execution (how the kernels run and where rows live)", "several GPUs (under torchrun)",
+                          "output"]
+    for flag in ("--l2", "--k", "--loss", "--deterministic", "--replicas", "--programs"):
+        assert re.search(rf"^  {flag}\b", text, flags=re.MULTILINE), flag
+    assert re.search(r"--k K\s+\(fm\) factors per feature \(default: 8\)", text)
+    from alac.cli.parser import Parser
+    from alac.cli.train import parser_for
+
+    parser = parser_for(Parser(prog="alac train"), None)
+    for action in parser._actions:
+        if action.option_strings and action.dest != "help":
+            assert action.help, action.option_strings
+            formatted = parser.formatter_class("alac")._get_help_string(action)
+            if action.default not in (None, False) and action.default != "":
+                assert "default" in formatted, action.option_strings
