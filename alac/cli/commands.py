@@ -290,12 +290,20 @@ def _export(args):
         if path:
             check_output_file(path)
     settle(args.model_dir)
+    from alac.cli import deep as deep_cli
+
+    if deep_cli.is_deep_checkpoint(args.model_dir):
+        return deep_cli.export(args.model_dir, args.readable, args.numpy)
     trainer, saved = _load_model_dir(args.model_dir, args.model)
     zero_based = saved["data_options"].get("zero_based")
+    # both files in the data files' numbering (1-based LIBSVM ids stay 1-based), each saying so
+    offset = 0 if zero_based in (None, True) else 1
     if args.readable:
-        checkpoint.export_readable(trainer, args.readable, id_offset=0 if zero_based in (None, True) else 1)
+        checkpoint.export_readable(trainer, args.readable, id_offset=offset)
     if args.numpy:
-        checkpoint.export_numpy(trainer, args.numpy)
+        checkpoint.export_numpy(trainer, args.numpy, id_offset=offset)
+    written = [path for path in (args.readable, args.numpy) if path]
+    print(f"wrote {' and '.join(written)}: feature ids as in the training files ({offset}-based)")
     return 0
 
 

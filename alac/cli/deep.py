@@ -198,6 +198,25 @@ def is_deep_checkpoint(model_dir):
     return (path / CHECKPOINT_NAME).is_file() if path.is_dir() else path.suffix == ".pt"
 
 
+def export(model_dir, readable, numpy_path):
+    """`alac export` of a field model: every tensor of its network (embedding tables by field id
+    row, the MLP's layers) into a .npz archive; no text form (a network is not a weight per feature)."""
+    import numpy as np
+
+    from alac.outputs import write_atomically
+
+    path = Path(model_dir) / CHECKPOINT_NAME if Path(model_dir).is_dir() else Path(model_dir)
+    if readable:
+        raise OptionError(f"{path}: a field model ({DeepTrainer.load(path).settings.model}) has no text form of "
+                          "one weight per feature: export its tensors with --numpy FILE.npz")
+    trainer = DeepTrainer.load(path)
+    tensors = {name.replace(".", "/"): value.detach().cpu().numpy() for name, value in
+               trainer.network.state_dict().items()}
+    write_atomically(numpy_path, lambda handle: np.savez(handle, **tensors))
+    print(f"wrote {numpy_path}: the {len(tensors)} tensors of the {trainer.settings.model} network")
+    return 0
+
+
 def _write_outputs(out, trainer, final, extras):
     with RunOutputs(out) as outputs:
         outputs.write(CHECKPOINT_NAME, lambda handle: torch.save(trainer.checkpoint(extras), handle))

@@ -232,11 +232,14 @@ def export_readable(trainer, path, id_offset=0):
     write_text_atomically(path, "\n".join(lines) + "\n")
 
 
-def export_numpy(trainer, path):
-    """The parameters (original feature ids) and globals as a .npz archive; where the files' ids were
-    renumbered (a sparse space), row i of a param is the feature whose id `feature_id` holds at i."""
+def export_numpy(trainer, path, id_offset=0):
+    """The parameters and globals as a .npz archive: row i of a param is the feature `feature_id[i]`,
+    in the data files' own numbering (id_offset 1 for 1-based files, as export_readable writes them;
+    `id_base` holds it)."""
     import numpy as np
 
     params, globals_ = trainer.parameters()
-    ids = {} if trainer.feature_ids is None else {"feature_id": trainer.feature_ids.numpy()}
-    np.savez(path, **params, **ids, **{f"global_{k}": np.array(v) for k, v in globals_.items()})
+    rows = next(iter(params.values())).shape[0]
+    ids = np.arange(rows) if trainer.feature_ids is None else trainer.feature_ids.numpy()
+    np.savez(path, **params, feature_id=ids + id_offset, id_base=np.array(id_offset),
+             **{f"global_{k}": np.array(v) for k, v in globals_.items()})

@@ -31,6 +31,16 @@ def test_the_synthetic_set_trains_and_the_checkpoint_predicts_its_test_metrics(t
     _, _, test = split(criteo_like(3000, seed=0, device="cpu"), (0.8, 0.1, 0.1), seed=0)
     probability = trainer.predict(test)
     assert float(metrics.auc(probability, test.labels > 0.5)) == pytest.approx(final["test_auc"], abs=1e-6)
+    assert final["epochs"] == 2 and final["stopped_because"] is None       # the wide models' keys too
+    # export: the network's tensors, no text form
+    assert main(["export", "--model-dir", str(tmp_path), "--numpy", str(tmp_path / "deep.npz")]) == 0
+    archive = __import__("numpy").load(tmp_path / "deep.npz")
+    state = trainer.network.state_dict()
+    assert sorted(archive.files) == sorted(name.replace(".", "/") for name in state)
+    for name, value in state.items():
+        assert (archive[name.replace(".", "/")] == value.cpu().numpy()).all()
+    assert main(["export", "--model-dir", str(tmp_path), "--readable", str(tmp_path / "m.txt")]) == 2
+    assert "has no text form of one weight per feature: export its tensors with --numpy" in capsys.readouterr().err
 
 
 def test_one_hot_libsvm_rows_take_fields_by_position_and_rows_without_fields_are_refused(tmp_path, capsys):

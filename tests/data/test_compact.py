@@ -46,9 +46,11 @@ def test_a_file_with_an_id_of_a_hundred_million_trains_predicts_and_exports_its_
     lines = (tmp_path / "m.txt").read_text().splitlines()
     weights = {int(line.split()[0]): float(line.split()[1]) for line in lines if not line.startswith("#")}
     assert sorted(weights) == [3, 5, 7, 100000000]
+    # both files in the training file's 1-based ids, each saying so
+    assert "ids 1-based" in lines[0] and "feature ids as in the training files (1-based)" in capsys.readouterr().out
     archive = np.load(tmp_path / "m.npz")
-    assert archive["feature_id"].tolist() == [2, 4, 6, 99999999]
-    np.testing.assert_allclose(archive["w"], [weights[i + 1] for i in archive["feature_id"]], rtol=1e-6)
+    assert archive["feature_id"].tolist() == [3, 5, 7, 100000000] and int(archive["id_base"]) == 1
+    np.testing.assert_allclose(archive["w"], [weights[i] for i in archive["feature_id"]], rtol=1e-6)
     assert main(["predict", "--model-dir", str(out), "--data", str(tmp_path / "new.svm"), "--output",
                  str(tmp_path / "p.txt"), "--backend", "reference"]) == 0
     assert "1 entries of" in capsys.readouterr().err          # feature 9: never trained, ignored
