@@ -31,19 +31,21 @@ CHECKPOINT_NAME = "model.pt"
 
 def parser():
     p = Parser(prog="alac train", description="Train a field model (Wide & Deep, DeepFM, DLRM, FFM).")
-    p.add_argument("--model", required=True, choices=sorted(DEEP_MODELS))
+    p.add_argument("--model", required=True, choices=sorted(DEEP_MODELS), help="the field model to train")
     p.add_argument("--train", help="training file (default: the synthetic Criteo-shaped set)")
     p.add_argument("--valid", help="validation file (early stopping)")
     p.add_argument("--test", help="test file")
-    p.add_argument("--valid-split", type=split_fraction, default=defaults.VALID_SPLIT, metavar="FRACTION")
+    p.add_argument("--valid-split", type=split_fraction, default=defaults.VALID_SPLIT, metavar="FRACTION",
+                   help="without --valid: this share of the training rows held out for early stopping")
     add_data_options(p)
     fields = p.add_mutually_exclusive_group()
     fields.add_argument("--featindex", help="a `field:value<TAB>index` file: the field of every LIBSVM id")
     fields.add_argument("--fields-by-position", action="store_true",
                         help="field f is the f-th entry of every row (one-hot rows of one feature per field)")
-    p.add_argument("--synthetic", type=positive_int, default=None, metavar="ROWS")
-    p.add_argument("--epochs", type=positive_int, default=10)
-    p.add_argument("--batch-size", type=positive_int, default=4096)
+    p.add_argument("--synthetic", type=positive_int, default=None, metavar="ROWS",
+                   help="rows of synthetic data when no --train is given (default: 4M on a GPU, 200k on a CPU)")
+    p.add_argument("--epochs", type=positive_int, default=10, help="most epochs (early stopping may end sooner)")
+    p.add_argument("--batch-size", type=positive_int, default=4096, help="samples per optimizer step")
     p.add_argument("--k", type=positive_int, default=None,
                    help="field embedding size (default 16; FFM: per field, 4 as libffm)")
     p.add_argument("--hidden", default="256,128", help="the MLP's layer sizes, comma-separated (DLRM: its top MLP)")
@@ -55,8 +57,9 @@ def parser():
     p.add_argument("--lr", type=positive_float, default=None, help="the tables' step (default: the optimizer's)")
     p.add_argument("--dense-lr", type=positive_float, default=1e-3, help="Adam's step on the MLP")
     p.add_argument("--optimizer", default="adagrad", help="the tables' optimizer (adagrad, sgd, ...)")
-    p.add_argument("--patience", type=positive_int, default=2)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--patience", type=positive_int, default=2,
+                   help="epochs without a new best validation loss before training stops")
+    p.add_argument("--seed", type=int, default=0, help="initial values, the batches' order and the split")
     p.add_argument("--tables", default="kernels", choices=["kernels", "reference"],
                    help="the tables' sums and updates: their generated kernels (on a GPU; the torch programs "
                         "elsewhere), or their torch programs")

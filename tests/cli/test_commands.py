@@ -469,10 +469,12 @@ def test_train_help_is_grouped_and_gives_every_option_a_help_and_its_default(cap
     from alac.cli.parser import Parser
     from alac.cli.train import parser_for
 
-    parser = parser_for(Parser(prog="alac train"), None)
-    for action in parser._actions:
-        if action.option_strings and action.dest != "help":
-            assert action.help, action.option_strings
-            formatted = parser.formatter_class("alac")._get_help_string(action)
-            if action.default not in (None, False) and action.default != "":
-                assert "default" in formatted, action.option_strings
+    from alac.cli.deep import parser as deep_parser
+
+    for parser in (parser_for(Parser(prog="alac train"), None), deep_parser()):
+        for action in parser._actions:
+            if action.option_strings and action.dest != "help":
+                assert action.help, action.option_strings
+                formatted = parser.formatter_class("alac")._get_help_string(action)
+                if action.default is not None and action.default is not False and action.default != "":
+                    assert "default" in formatted, action.option_strings
