@@ -16,13 +16,13 @@ import numpy as np
 import torch
 from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils.multiclass import check_classification_targets
-from sklearn.utils.validation import check_is_fitted, validate_data
+from sklearn.utils.validation import check_is_fitted, column_or_1d, validate_data
 
 from alac import defaults
 from alac.data.field_map import FieldMap, from_positions
 from alac.data.split import hold_out
 from alac.errors import DataError
-from alac.sklearn.inputs import sparse_dataset
+from alac.sklearn.inputs import fit_frame, forget_frame, frame_dataset, frame_fields, is_frame, sparse_dataset
 from alac.sklearn.linear import _fit, _warn_on_divergence
 from alac.train.deep import DeepSettings, DeepTrainer
 
@@ -53,7 +53,13 @@ class _DeepClassifier(ClassifierMixin, BaseEstimator):
         self.dense_fields, self.bottom = dense_fields, bottom
 
     def fit(self, X, y):
-        X, y = validate_data(self, X, y, accept_sparse="csr", dtype=[np.float64, np.float32])
+        if is_frame(X):
+            # a DataFrame's columns as tables are read, each column a field (fit_frame)
+            fit_frame(self, X)
+            y = column_or_1d(y, warn=True)
+        else:
+            forget_frame(self)
+            X, y = validate_data(self, X, y, accept_sparse="csr", dtype=[np.float64, np.float32])
         check_classification_targets(y)
         classes = np.unique(y)
         if classes.size > 2:
@@ -62,9 +68,13 @@ class _DeepClassifier(ClassifierMixin, BaseEstimator):
         if classes.size < 2:
             raise ValueError(f"{type(self).__name__} needs two classes in y, got 1 class")
         self.classes_ = classes
-        dataset = sparse_dataset(X, (y == self.classes_[1]).astype(np.float32))
-        self.field_of_ = _default_fields(dataset) if self.field_of is None else \
-            torch.as_tensor(np.asarray(self.field_of), dtype=torch.int32)
+        targets = (y == self.classes_[1]).astype(np.float32)
+        if hasattr(self, "frame_encoding_"):
+            dataset, self.field_of_ = frame_dataset(self, X, targets), frame_fields(self)
+        else:
+            dataset = sparse_dataset(X, targets)
+            self.field_of_ = _default_fields(dataset) if self.field_of is None else \
+                torch.as_tensor(np.asarray(self.field_of), dtype=torch.int32)
         dataset = _with_fields(dataset, self.field_of_)
         seed = 0 if self.random_state is None else int(self.random_state)
         train, valid = hold_out(dataset, self.validation_fraction, seed) if self.early_stopping else (dataset, None)
@@ -79,8 +89,12 @@ class _DeepClassifier(ClassifierMixin, BaseEstimator):
 
     def predict_proba(self, X):
         check_is_fitted(self, "trainer_")
-        X = validate_data(self, X, accept_sparse="csr", dtype=[np.float64, np.float32], reset=False)
-        p = self.trainer_.predict(_with_fields(sparse_dataset(X), self.field_of_)).double().numpy()
+        if hasattr(self, "frame_encoding_"):
+            dataset = frame_dataset(self, X)
+        else:
+            X = validate_data(self, X, accept_sparse="csr", dtype=[np.float64, np.float32], reset=False)
+            dataset = sparse_dataset(X)
+        p = self.trainer_.predict(_with_fields(dataset, self.field_of_)).double().numpy()
         return np.column_stack([1 - p, p])
 
     def decision_function(self, X):

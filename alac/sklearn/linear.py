@@ -25,12 +25,12 @@ from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils.metaestimators import available_if
 from sklearn.utils.multiclass import check_classification_targets
-from sklearn.utils.validation import check_is_fitted, validate_data
+from sklearn.utils.validation import check_is_fitted, column_or_1d, validate_data
 
 from alac import defaults
 from alac.data.split import hold_out
 from alac.models.fm import DEFAULT_L2 as _FM_L2
-from alac.sklearn.inputs import sparse_dataset
+from alac.sklearn.inputs import fit_frame, forget_frame, frame_dataset, is_frame, sparse_dataset
 from alac.sklearn.scd import fit_scd, scd_raw
 from alac.train.race import ADAPTIVE, AUTO, Arm, race
 from alac.train.race import arms as race_arms
@@ -229,10 +229,16 @@ class _WideEstimator(BaseEstimator):
         source = _block_source(X)
         if source is not None:
             return self._fit_blocks(source, y)
-        X, y = validate_data(self, X, y, accept_sparse="csr", dtype=[np.float64, np.float32],
-                             y_numeric=self._kind == "regressor")
-        targets = self._targets(y, first=True)
-        train, valid = sparse_dataset(X, targets), None
+        if is_frame(X):
+            # a DataFrame's columns as tables are read (categorical ids one-hot per field): fit_frame
+            fit_frame(self, X)
+            y = column_or_1d(y, warn=True)
+            train, valid = frame_dataset(self, X, self._targets(y, first=True)), None
+        else:
+            forget_frame(self)
+            X, y = validate_data(self, X, y, accept_sparse="csr", dtype=[np.float64, np.float32],
+                                 y_numeric=self._kind == "regressor")
+            train, valid = sparse_dataset(X, self._targets(y, first=True)), None
         if self.early_stopping:
             # like SGDClassifier(early_stopping=True): a random validation_fraction of the rows
             train, valid = hold_out(train, self.validation_fraction, self.random_state or 0)
@@ -306,6 +312,8 @@ class _WideEstimator(BaseEstimator):
         if getattr(self, "_scd_fit", False):
             return scd_raw(self, X)
         check_is_fitted(self, "_fitted")
+        if hasattr(self, "frame_encoding_"):
+            return self._trainer_for_use().predict(frame_dataset(self, X)).cpu().double().numpy()
         X = validate_data(self, X, accept_sparse="csr", dtype=[np.float64, np.float32], reset=False)
         return self._trainer_for_use().predict(sparse_dataset(X)).cpu().double().numpy()
 

@@ -466,10 +466,9 @@ def test_train_help_is_grouped_and_gives_every_option_a_help_and_its_default(cap
     for flag in ("--l2", "--k", "--loss", "--deterministic", "--replicas", "--programs"):
         assert re.search(rf"^  {flag}\b", text, flags=re.MULTILINE), flag
     assert re.search(r"--k K\s+\(fm\) factors per feature \(default: 8\)", text)
+    from alac.cli.deep import parser as deep_parser
     from alac.cli.parser import Parser
     from alac.cli.train import parser_for
-
-    from alac.cli.deep import parser as deep_parser
 
     for parser in (parser_for(Parser(prog="alac train"), None), deep_parser()):
         for action in parser._actions:
