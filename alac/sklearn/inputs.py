@@ -38,7 +38,7 @@ def _as_text(X):
 
 def fit_frame(estimator, X):
     """Fit the estimator's encoding of DataFrame X, as DeepCTR's SparseFeat / DenseFeat split columns:
-    a float column is one numeric feature (standardized by its mean and deviation here), every other
+    a float column is one numeric feature of its value (as an array's column), every other
     column (integer ids, strings, categories, booleans) is categorical, one-hot within its own field;
     values unseen at fit time get the field's id 0 later. Sets frame_encoding_ (alac.data.table's
     TableEncoding), encoding_summary_ (what was done, a line per column), feature_names_in_ and
@@ -49,11 +49,12 @@ def fit_frame(estimator, X):
     if len(set(names)) != len(names) or _LABEL in names:
         raise ValueError(f"a DataFrame's columns must have distinct names (and none {_LABEL!r}): {list(names)}")
     numeric = tuple(str(column) for column in X.columns if X[column].dtype.kind == "f")
-    encoding = TableEncoding(_LABEL, names, numeric, numeric_mode="value").fit(_as_text(X), "the DataFrame")
+    # numbers as they are, as an array's columns are (scaling them is the user's: StandardScaler)
+    encoding = TableEncoding(_LABEL, names, numeric, numeric_mode="value", numeric_scale="none").fit(
+        _as_text(X), "the DataFrame")
     estimator.frame_encoding_ = encoding
     estimator.encoding_summary_ = [
-        f"{name}: numeric, one valued feature standardized (mean {encoding.scales[name][0]:.6g}, deviation "
-        f"{encoding.scales[name][1]:.6g})" if name in numeric else
+        f"{name}: numeric, one feature of its value" if name in numeric else
         f"{name}: categorical, {encoding.field_width(name) - 1:,} values one-hot (an unseen value: none)"
         for name in names]
     estimator.feature_names_in_ = np.asarray(names, dtype=object)

@@ -44,8 +44,15 @@ def test_check_estimator(estimator):
         warnings.simplefilter("ignore")
         results = check_estimator(estimator, on_fail=None)
     failed = [(r["check_name"], str(r["exception"])[:200]) for r in results if r["status"] == "failed"
-              and not (estimator.__sklearn_tags__().non_deterministic and r["check_name"] in _REPEATS_BIT_FOR_BIT)]
+              and not (estimator.__sklearn_tags__().non_deterministic and r["check_name"] in _REPEATS_BIT_FOR_BIT)
+              and r["check_name"] not in _DATAFRAME_IDS]
     assert not failed
+
+
+# A DataFrame's integer columns are ids, one-hot per field (alac.sklearn.inputs.fit_frame: MovieLens's
+# user and movie ids read as numbers scored below the majority class), where this check wants the
+# integer array's numbers; tests/sklearn/test_frames.py tests the frames' reading
+_DATAFRAME_IDS = {"check_classifier_data_not_an_array"}
 
 
 # Checks that compare two fits at rtol 1e-7: on a GPU the kernels' float atomics add in another order
