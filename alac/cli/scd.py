@@ -61,7 +61,7 @@ def train_scd(args, module, data, model_reference, restored=None):
     l2 = args.l2 if args.l2 is not None else 1.0 / data.train.n_rows
     backend = {"triton": "auto", "reference": "sequential", "interpret": "interpret"}[args.backend]
     solver = solver_over_ranks(with_constant_feature(data.train), form, loss, l2=l2, l1=args.l1, backend=backend,
-                               seed=args.seed)
+                               seed=args.seed, aggregation=args.scd_aggregation, workers=args.scd_workers)
     ranks = solver.ranks
     if restored is not None:
         if ranks.world > 1:
@@ -70,9 +70,9 @@ def train_scd(args, module, data, model_reference, restored=None):
         solver.continue_from(restored)
     # under torchrun every rank solves its share; the first speaks and writes the outputs
     say = print if ranks.rank == 0 else (lambda *a, **k: None)
-    over = "" if ranks.world == 1 else (f", {ranks.describe()} each stepping its share of the "
-                                        f"{'rows' if form == 'dual' else 'columns'} (CoCoA, {solver.aggregation} "
-                                        "aggregation)")
+    part = f"{'rows' if form == 'dual' else 'columns'} (CoCoA, {solver.aggregation} aggregation)"
+    over = f", {ranks.describe()} each stepping its share of the {part}" if ranks.world > 1 else \
+        f", {args.scd_workers} virtual workers each stepping its share of the {part}" if args.scd_workers > 1 else ""
     say(f"alac: {name} by stochastic coordinate descent ({form} {loss}, lambda {l2:.3g}"
         + (f", l1 {args.l1:g}" if args.l1 else "") + f") on {solver.backend}"
         + (f" ({solver.in_flight} coordinates in flight)" if solver.backend != "sequential" else "") + over

@@ -108,6 +108,12 @@ def parser_for(parser, module=None):
                         help="sgd: the generated kernels' epochs; scd: stochastic coordinate descent to a duality "
                              "gap (lr, lsvm, lsr; --l2 is lambda of mean loss + lambda/2 ||w||^2, default 1/N)")
     model_group.add_argument("--tol", type=float, default=1e-6, help="--solver scd: the duality gap to reach")
+    model_group.add_argument("--scd-workers", type=positive_int, default=1, metavar="K",
+                             help="--solver scd in one process: CoCoA's K virtual workers, each stepping its share "
+                                  "of the coordinates (under torchrun the ranks are the workers)")
+    model_group.add_argument("--scd-aggregation", default=None, choices=["adaptive", "subspace", "averaging", "adding"],
+                             help="--solver scd over workers or ranks: how their changes combine (default: the "
+                                  "plane search for the squared loss without l1, else averaging)")
     ranks.add_argument("--sync-every", type=positive_int, default=None, metavar="BATCHES",
                         help="under torchrun (several ranks, each training its share of the rows): batches between "
                              "synchronisations of the parameters (default: once an epoch)")

@@ -138,7 +138,8 @@ class _WideEstimator(BaseEstimator):
         batch = max(16, int(self.batch_size) // 16 * 16)
         chunk_size = data.meta.chunk_size if is_block_source(data) else default_chunk_size(self.mode, batch,
                                                                                             self.backend)
-        return Plan(chunk_size=chunk_size, batch_size=batch, semantics=self.mode)
+        return Plan(chunk_size=chunk_size, batch_size=batch, semantics=self.mode, param_mode=self.param_mode,
+                    memory_budget=None if self.memory_budget is None else int(self.memory_budget))
 
     def _new_trainer(self, arm, data=None):
         """A Trainer (its plan's chunks those of data where given); under torchrun (several ranks) a
@@ -335,7 +336,9 @@ _COMMON_DOC = """
     is 0.01, and none for SGD in the auto race); l1: the L1 coefficient (with ftrl or sgd);
     early_stopping: hold out validation_fraction of the rows (random, random_state) and stop after
     n_iter_no_change epochs without a better validation loss, keeping the best epoch's model; mode:
-    sync or async; backend: triton on a GPU (the PyTorch reference without one); random_state.
+    sync or async; backend: triton on a GPU (the PyTorch reference without one); random_state;
+    memory_budget: bytes of GPU memory the data and the rows may take (alac train --gpu-memory; None: a
+    share of the free memory); param_mode: rows over it behind a HybridHash cache or FAE's (auto).
     Fitted: optimizer_, learning_rate_ and alpha_ (what trained the model, the auto race's winner).
     solver: "sgd", or "scd" (coordinate descent to a duality gap below tol in at most epochs epochs;
     alpha is then the L2 of mean loss + alpha/2 ||w||^2, fit_intercept adds a regularized constant
@@ -386,7 +389,8 @@ class _Linear:
                  optimizer=defaults.OPTIMIZER, alpha=0.0, l1=0.0, early_stopping=True,
                  validation_fraction=defaults.VALID_SPLIT, n_iter_no_change=defaults.PATIENCE, mode="sync",
                  backend="triton", random_state=None, solver="sgd", tol=1e-6, fit_intercept=True, verbose=0,
-                 dual="auto"):
+                 dual="auto", memory_budget=None, param_mode="auto"):
+        self.memory_budget, self.param_mode = memory_budget, param_mode
         self.learning_rate, self.epochs, self.batch_size, self.optimizer = learning_rate, epochs, batch_size, optimizer
         self.alpha, self.l1, self.early_stopping = alpha, l1, early_stopping
         self.validation_fraction, self.n_iter_no_change = validation_fraction, n_iter_no_change
@@ -439,8 +443,9 @@ class _FactorizationMachine:
     def __init__(self, n_factors=8, init_std=0.01, learning_rate=None, epochs=defaults.EPOCHS,
                  batch_size=defaults.BATCH_SIZE, optimizer=defaults.OPTIMIZER, alpha=None, l1=0.0,
                  early_stopping=True, validation_fraction=defaults.VALID_SPLIT, n_iter_no_change=defaults.PATIENCE,
-                 mode="sync", backend="triton", random_state=None):
+                 mode="sync", backend="triton", random_state=None, memory_budget=None, param_mode="auto"):
         self.n_factors, self.init_std = n_factors, init_std
+        self.memory_budget, self.param_mode = memory_budget, param_mode
         self.learning_rate, self.epochs, self.batch_size, self.optimizer = learning_rate, epochs, batch_size, optimizer
         self.alpha, self.l1, self.early_stopping = alpha, l1, early_stopping
         self.validation_fraction, self.n_iter_no_change = validation_fraction, n_iter_no_change
@@ -474,8 +479,10 @@ class _Wide:
 
     def __init__(self, model=None, learning_rate=None, epochs=defaults.EPOCHS, batch_size=defaults.BATCH_SIZE,
                  optimizer=defaults.OPTIMIZER, early_stopping=True, validation_fraction=defaults.VALID_SPLIT,
-                 n_iter_no_change=defaults.PATIENCE, mode="sync", backend="triton", random_state=None):
+                 n_iter_no_change=defaults.PATIENCE, mode="sync", backend="triton", random_state=None,
+                 memory_budget=None, param_mode="auto"):
         self.model, self.learning_rate, self.epochs, self.batch_size = model, learning_rate, epochs, batch_size
+        self.memory_budget, self.param_mode = memory_budget, param_mode
         self.optimizer, self.early_stopping = optimizer, early_stopping
         self.validation_fraction, self.n_iter_no_change = validation_fraction, n_iter_no_change
         self.mode, self.backend, self.random_state = mode, backend, random_state

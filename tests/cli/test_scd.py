@@ -95,3 +95,20 @@ def test_least_squares_on_fewer_rows_than_features_solves_the_dual(shared_data, 
     printed = capsys.readouterr().out
     assert "(dual squared, lambda" in printed.splitlines()[0]
     assert json.loads(printed.splitlines()[-1])["duality_gap"] <= 1e-6
+
+
+def test_virtual_workers_and_their_aggregation_are_options_of_the_command_line(tmp_path, capsys):
+    """--scd-workers K: CoCoA's K virtual workers in one process (--scd-aggregation: how their changes
+    combine); the plane search takes least squares to the gap, said in the first line."""
+    from alac.cli.commands import main
+
+    assert main(["train", "--model", "lsr", "--solver", "scd", "--synthetic", "2000", "--backend", "reference",
+                 "--l2", "0.01", "--epochs", "300", "--tol", "1e-6", "--scd-workers", "4", "--out",
+                 str(tmp_path / "run")]) == 0
+    out = capsys.readouterr().out
+    assert "4 virtual workers each stepping its share of the rows (CoCoA, subspace aggregation)" in out
+    final = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert final["stopped_because"] == "tol" and final["duality_gap"] <= 1e-6
+    assert main(["train", "--model", "lr", "--solver", "scd", "--synthetic", "2000", "--backend", "reference",
+                 "--scd-workers", "2", "--scd-aggregation", "subspace"]) == 2
+    assert "subspace aggregation searches the squared loss's objective" in capsys.readouterr().err

@@ -38,7 +38,9 @@ class DistributedScdSolver(ScdSolver):
             raise OptionError("ranks given their own rows solve the dual (split by rows); the primal splits the "
                               "columns: give every rank the whole set (rows=\"whole\")")
         # checked before any rank takes its share of the data
-        aggregation = resolve_aggregation(aggregation, loss, l1, ranks.world)
+        if ranks.world > 1 and options.get("workers", 1) > 1:
+            raise OptionError("under torchrun the ranks are CoCoA's workers: leave out the virtual workers")
+        aggregation = resolve_aggregation(aggregation, loss, l1, max(ranks.world, options.get("workers", 1)))
         if device is None and ranks.backend == "nccl":
             device = ranks.device
         self.ranks, self.total_features = ranks, data.n_features
@@ -76,7 +78,10 @@ class DistributedScdSolver(ScdSolver):
         return sizes
 
     def _local_orders(self):
-        """This rank's part's order, every part's drawn as the virtual workers draw them in turn."""
+        """This rank's part's order, every part's drawn as the virtual workers draw them in turn (one
+        rank: the virtual workers' own orders)."""
+        if self.ranks.world == 1:
+            return super()._local_orders()
         orders = [torch.randperm(n, generator=self.generator, device=self.generator.device) for n in self.part_sizes]
         return [orders[self.ranks.rank].to(self.device)]
 
