@@ -138,10 +138,10 @@ def _count_queued_epochs(monkeypatch, trainer):
     counts = []
     queue = train.runner.train_epochs
 
-    def counting(store, layout, labels, first_epoch, count, lr):
+    def counting(store, layout, labels, first_epoch, count, lr, progress=None):
         if store is trainer.executor:
             counts.append(count)
-        return queue(store, layout, labels, first_epoch, count, lr)
+        return queue(store, layout, labels, first_epoch, count, lr, progress)
 
     monkeypatch.setattr(train.runner, "train_epochs", counting)
     return counts
