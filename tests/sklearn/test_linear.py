@@ -222,16 +222,17 @@ def test_a_block_store_of_another_chunk_size_than_the_plans_is_refused(tmp_path)
 
 
 def test_a_gpu_budget_puts_the_rows_behind_a_cache_with_the_same_model():
-    """memory_budget (alac train --gpu-memory): rows over it train behind the HybridHash cache, whose
-    parameters are those of every row on the device, on the same batches."""
+    """memory_budget and param_mode (alac train --gpu-memory, --param-mode): rows over the budget train
+    behind the HybridHash cache, whose parameters are those of every row on the device, on the same
+    batches."""
     rng = np.random.default_rng(0)
     X = scipy.sparse.random(1500, 60000, density=0.0002, random_state=0, format="csr")
     X.data[:] = 1
     y = (rng.random(1500) < 0.5).astype(int)
     options = dict(backend="reference", optimizer="adagrad", epochs=2, early_stopping=False, batch_size=256)
     everywhere = LogisticRegression(**options).fit(X, y)
-    cached = LogisticRegression(**options, memory_budget=250_000).fit(X, y)
+    cached = LogisticRegression(**options, memory_budget=400_000, param_mode="hybrid_hash").fit(X, y)
     assert everywhere._trainer.placement.mode == "device" and cached._trainer.placement.mode == "hybrid_hash"
     np.testing.assert_allclose(cached.coef_, everywhere.coef_, rtol=1e-5, atol=1e-7)
     with pytest.raises(Exception, match="param_mode"):
-        LogisticRegression(**options, memory_budget=250_000, param_mode="nope").fit(X, y)
+        LogisticRegression(**options, memory_budget=400_000, param_mode="nope").fit(X, y)
