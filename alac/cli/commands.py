@@ -28,8 +28,9 @@ def _load_options(args, format):
 
     path = getattr(args, "file", None) or args.data
     # said on stdout beside the figures (stderr holds only an error's one line), not into --json's output
-    say = None if getattr(args, "json", False) else (lambda line: print(f"alac: {line}"))
-    format = resolve_format(path, format, tables=True, say=say)
+    said = None if getattr(args, "json", False) else (
+        lambda found, how: print(f"alac: {path}: read as {found} (detected {how})"))
+    format = resolve_format(path, format, tables=True, detected=said)
     options = {}
     if format == "table":
         from alac.cli.data import table_options

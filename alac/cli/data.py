@@ -56,9 +56,10 @@ def load_data(args, plan):
     paths = [p for p in (args.train, args.valid, args.test) if p is not None]
     options, scaling = {}, None
     # every file exists and is a file before any is parsed; the training file's format is the one
-    format = [formats.resolve_format(path, args.format, tables=True) for path in paths][0]
-    # a detected format says how it was found in the run's first line (the data's description)
-    shown = f"{format}, detected {formats.detection(args.train)[1]}" if args.format in (None, "auto") else format
+    found = []      # how each file's format was detected: the training file's is said in the first line
+    format = [formats.resolve_format(path, args.format, tables=True, detected=lambda *how: found.append(how))
+              for path in paths][0]
+    shown = f"{format}, detected {found[0][1]}" if found else format
     if format == "table":
         from alac.data.table import load_table_files
 

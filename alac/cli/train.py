@@ -40,6 +40,8 @@ from alac.train.race import arms as race_arms
 def parser_for(parser, module=None):
     """The training options in groups (data, model, optimizer, execution, several GPUs, output); with a
     model module its own options (--l1, --l2, ARGUMENTS), without one every zoo model's (for --help)."""
+    from alac.runtime.solvers.cocoa import AGGREGATIONS
+
     data = parser.add_argument_group("data")
     model_group = parser.add_argument_group("model")
     training = parser.add_argument_group("optimizer and epochs")
@@ -111,7 +113,7 @@ def parser_for(parser, module=None):
     model_group.add_argument("--scd-workers", type=positive_int, default=1, metavar="K",
                              help="--solver scd in one process: CoCoA's K virtual workers, each stepping its share "
                                   "of the coordinates (under torchrun the ranks are the workers)")
-    model_group.add_argument("--scd-aggregation", default=None, choices=["adaptive", "subspace", "averaging", "adding"],
+    model_group.add_argument("--scd-aggregation", default=None, choices=AGGREGATIONS,
                              help="--solver scd over workers or ranks: how their changes combine (default: the "
                                   "plane search for the squared loss without l1, else averaging)")
     ranks.add_argument("--sync-every", type=positive_int, default=None, metavar="BATCHES",

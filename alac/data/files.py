@@ -58,26 +58,26 @@ def is_stdin(path):
     return str(path) == STDIN
 
 
-def compression(path):
-    """"gzip", "bz2", "zstd", "xz" for a compressed file (by its first bytes), else None."""
-    if is_stdin(path):
-        head = _stdin_bytes()[:6]
-    else:
-        with _open_raw(path) as handle:
-            head = handle.read(6)
+def _compression_of(raw):
+    """The compression of a seekable raw reader by its first bytes (left at its start), or None."""
+    head = raw.read(6)
+    raw.seek(0)
     return next((name for magic, name in _MAGIC if head.startswith(magic)), None)
 
 
-def _decompressed(raw, kind, path):
-    """A reader of raw's decompressed bytes."""
-    if kind == "gzip":
-        return gzip.GzipFile(fileobj=raw)
-    if kind == "bz2":
-        return bz2.BZ2File(raw)
-    if kind == "xz":
-        return lzma.LZMAFile(raw)
-    zstandard = need("zstandard", f"{path}: reading zstd-compressed data")
-    return zstandard.ZstdDecompressor().stream_reader(raw, closefd=True)
+def compression(path):
+    """"gzip", "bz2", "zstd", "xz" for a compressed file (by its first bytes), else None."""
+    with _open_raw_or_stdin(path) as raw:
+        return _compression_of(raw)
+
+
+def _decompressed(source, kind, path):
+    """A reader of the decompressed bytes of source (a file's name, or a file object)."""
+    if kind == "zstd":
+        zstandard = need("zstandard", f"{path}: reading zstd-compressed data")
+        raw = source if hasattr(source, "read") else _open_raw(source)
+        return zstandard.ZstdDecompressor().stream_reader(raw, closefd=True)
+    return {"gzip": gzip.open, "bz2": bz2.open, "xz": lzma.open}[kind](source, "rb")
 
 
 def _open_raw(path):
@@ -103,9 +103,17 @@ def _open_raw(path):
 def open_data(path):
     """A binary reader of a data file's content: standard input for "-", a gzip, bz2, zstd or xz file
     decompressed as it is read (never unpacked to disk), else the file itself."""
-    kind = compression(path)
-    raw = io.BytesIO(_stdin_bytes()) if is_stdin(path) else _open_raw(path)
-    return raw if kind is None else _decompressed(raw, kind, path)
+    raw = _open_raw_or_stdin(path)
+    kind = _compression_of(raw)
+    if kind is None or is_stdin(path):
+        return raw if kind is None else _decompressed(raw, kind, path)
+    # a file is opened again by its name: gzip's, bz2's and lzma's readers leave a file object open
+    raw.close()
+    return _decompressed(path, kind, path)
+
+
+def _open_raw_or_stdin(path):
+    return io.BytesIO(_stdin_bytes()) if is_stdin(path) else _open_raw(path)
 
 
 def head(path, size):

@@ -67,18 +67,18 @@ def detect_format(path):
     return detection(path)[0]
 
 
-def resolve_format(path, format, tables=False, say=None):
-    """The format to read path as: format, or the detected one for None / "auto" (said through
-    say(line) where given). tables: the caller reads tables too (else a detected table is a
-    DataError that says where tables are read)."""
+def resolve_format(path, format, tables=False, detected=None):
+    """The format to read path as: format, or the detected one for None / "auto" (told to
+    detected(format, how) where given: alac.data.formats.detection's). tables: the caller reads tables
+    too (else a detected table is a DataError that says where tables are read)."""
     files.file_size(path)
     if format in (None, "auto"):
         format, how = detection(path)
         if format == "table" and not tables:
             raise DataError("looks like a table (CSV or Parquet, columns named by a header): alac train, "
                             "predict and data stats read tables (--format table)", path=path)
-        if say is not None:
-            say(f"{path}: read as {format} (detected {how})")
+        if detected is not None:
+            detected(format, how)
         return format
     if format == "table" and tables:
         return format

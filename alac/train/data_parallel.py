@@ -226,11 +226,12 @@ class DataParallelTrainer(Trainer):
         # synchronisation's all-reduce): one read at the group's end, as Trainer's queued epochs
         loss_sums = torch.zeros(count, dtype=torch.float64, device=self.device)
         if self.sharded_tables:
+            # the store combines the ranks' changes after each of its segments
             executor.synchronise(per_sync, self._factors)
-        for index, epoch in enumerate(range(self.epoch, self.epoch + count)):
-            if self.sharded_tables:
+            for index, epoch in enumerate(range(self.epoch, self.epoch + count)):
                 loss_sums[index] += runner.queue_epoch(executor, layout, labels, epoch, self.lr)
-                continue
+            return (loss_sums / self._rows_over_ranks()).tolist()
+        for index, epoch in enumerate(range(self.epoch, self.epoch + count)):
             order = layout.chunk_order(epoch, executor.seed)
             for segment in (order,) if per_sync is None else order.split(per_sync):
                 share = segment.numel() / order.numel()

@@ -110,5 +110,5 @@ def test_formats_are_detected_from_the_name_or_the_content_and_say_which(tmp_pat
     if expected == "table":
         with pytest.raises(DataError, match="looks like a table .*--format table"):
             formats.resolve_format(path, "auto")
-    assert formats.resolve_format(path, "auto", tables=True, say=said.append) == expected
-    assert said == [f"{path}: read as {expected} (detected {how})"]
+    assert formats.resolve_format(path, "auto", tables=True, detected=lambda *found: said.append(found)) == expected
+    assert said == [(expected, how)]

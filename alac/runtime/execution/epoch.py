@@ -77,3 +77,16 @@ def train_epochs(store, layout, labels, first_epoch, count, lr, progress=None):
     if losses is None:
         return []
     return (losses.double() / max(layout.n_rows, 1)).tolist()
+
+
+class Segmented:
+    """train_epoch and train_epochs (the functions above) as methods of whatever gives an epoch's
+    segments: an Executor, a row store, a HybridHash cache."""
+
+    def train_epoch(self, layout, labels, epoch, lr, order=None):
+        """One epoch; returns its mean training loss."""
+        return train_epoch(self, layout, labels, epoch, lr, order)
+
+    def train_epochs(self, layout, labels, first_epoch, count, lr):
+        """count epochs from first_epoch, queued back to back; their mean training losses."""
+        return train_epochs(self, layout, labels, first_epoch, count, lr)

@@ -25,8 +25,7 @@ from alac.ir.pipeline import lower
 from alac.optimizers import get_optimizer
 from alac.plan import Plan
 from alac.runtime.device.memory import check_feature_tables
-from alac.runtime.execution import epoch as runner
-from alac.runtime.execution.epoch import Segment
+from alac.runtime.execution.epoch import Segment, Segmented
 from alac.runtime.execution.reference import ReferenceBackend
 from alac.runtime.execution.schedule import LearningRateSchedule, batch_scales
 from alac.runtime.execution.state import ModelState, row_bytes_of
@@ -115,7 +114,7 @@ def step_settings(model, ir, optimizer, batch_size, value_scale, exact_l2=False,
         decay_l2={name: l2.get(name, 0.0) for name in params} if exact_l2 else None)
 
 
-class Executor:
+class Executor(Segmented):
     def __init__(self, model, plan=Plan(), backend="triton", device=None, seed=0, optimizer="sgd",
                  schedule=None, exact_l2=False):
         """exact_l2: apply the params' L2 as a decay of every row after every batch (sync only),
@@ -195,15 +194,6 @@ class Executor:
         order = layout.chunk_order(epoch, self.seed) if order is None else order
         yield Segment(self, layout, labels, epoch, lr, chunks=order)
         return self.loss_sum
-
-    def train_epoch(self, layout, labels, epoch, lr, order=None):
-        """One epoch (its chunks in order, by default the layout's order of the epoch); returns the mean
-        training loss over the epoch."""
-        return runner.train_epoch(self, layout, labels, epoch, lr, order)
-
-    def train_epochs(self, layout, labels, first_epoch, count, lr):
-        """count epochs from first_epoch, queued back to back (alac.runtime.execution.epoch.train_epochs)."""
-        return runner.train_epochs(self, layout, labels, first_epoch, count, lr)
 
     def train_streamed_epoch(self, streamed, labels_of, epoch, lr, kernel_events=None, on_block=None):
         """One epoch over a StreamedLayout (train_streamed_epochs); returns its mean training loss."""

@@ -30,8 +30,7 @@ import torch
 from alac.errors import OptionError
 from alac.runtime.device.memory import mapped_view
 from alac.runtime.device.timing import gpu_milliseconds
-from alac.runtime.execution import epoch as runner
-from alac.runtime.execution.epoch import Segment
+from alac.runtime.execution.epoch import Segment, Segmented
 from alac.runtime.execution.state import ModelState
 from alac.runtime.rows.cache_remap import MOVE_PROGRAMS, move_rows, remap, segment_rows
 
@@ -163,7 +162,7 @@ class _Streams:
             self.compute.wait_event(event)
 
 
-class HybridHash:
+class HybridHash(Segmented):
     """The host table (`whole`, an executor holding every row, placed in host memory on a GPU) and the
     GPU cache (`working`, an executor on the device whose rows are cache slots)."""
 
@@ -476,10 +475,6 @@ class HybridHash:
             hits, edges = self._hits
             self.statistics.hit_ratio.extend((hits / edges.clamp(min=1)).tolist())
         return self.working.loss_sum if self._sync else self._loss
-
-    def train_epoch(self, layout, labels, epoch, lr, order=None):
-        """One epoch of mixed batches; returns its mean training loss."""
-        return runner.train_epoch(self, layout, labels, epoch, lr, order)
 
     def whole_executor(self):
         """The executor of every row, current (the hot store's rows and the globals written back)."""

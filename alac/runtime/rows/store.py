@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import contextlib
 
-from alac.runtime.execution import epoch as runner
+from alac.runtime.execution.epoch import Segmented
 
 
-class RowStore:
+class RowStore(Segmented):
     kind = "device"          # the placement it is, as `alac inspect` and the planner's reasons name it
     host_rows = False        # its rows live in host memory: a trainer snapshots them only where that allows
     sharded = False          # no process holds every row (rank-sharded or hybrid tables)
@@ -29,12 +29,6 @@ class RowStore:
         """A generator of the epoch's Segments (alac.runtime.execution.epoch) that returns the epoch's
         loss sum (a device tensor); the store moves its rows around its yields."""
         raise NotImplementedError
-
-    def train_epoch(self, layout, labels, epoch, lr, order=None):
-        return runner.train_epoch(self, layout, labels, epoch, lr, order)
-
-    def train_epochs(self, layout, labels, first_epoch, count, lr):
-        return runner.train_epochs(self, layout, labels, first_epoch, count, lr)
 
     def has_state(self):
         """Whether the model has its parameters (without assembling a state that is costly to assemble)."""
