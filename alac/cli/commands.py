@@ -91,15 +91,53 @@ def _data_stats(args):
             *layout.stats.lines(), ("labels", label_summary(dataset.labels)),
             ("values", "all 1 (binary)" if dataset.is_binary else "real"),
             ("load + layout", f"{seconds:.3f} s ({how})")]
+    hot = None if args.hot_budget is None else _fae_hot_rows(dataset, args)
+    if hot is not None:
+        rows += [("fae threshold", f"t = {hot['threshold']:.3g} (rows accessed in at least that share of the "
+                                   f"{dataset.n_rows:,} samples are hot)"),
+                 ("fae hot rows", f"{hot['estimate']:,} estimated from {hot['share']:g} of the accesses, "
+                                  f"[{hot['lower']:,}, {hot['upper']:,}] at 99.9 %: {hot['bytes']:,} of the "
+                                  f"{args.hot_budget:,}-byte budget at {args.row_bytes} bytes a row"),
+                 ("fae hot rows counted", f"{hot['counted']:,} reach the threshold in the counted accesses"
+                                          + ("" if args.sample == 1 else
+                                             f", {hot['counted_every_access']:,} in all of them")),
+                 ("fae hot inputs", f"{hot['hot_inputs']:.4f} of the rows touch only hot features")]
     if args.json:
         print(json.dumps({"file": source, "format": format, "options": options,
                           "stats": {k: v for k, v in vars(layout.stats).items()},
-                          "labels": label_summary(dataset.labels), "seconds": seconds}))
+                          "labels": label_summary(dataset.labels), "seconds": seconds,
+                          **({} if hot is None else {"fae": hot})}))
         return 0
     width = max(len(name) for name, _ in rows)
     for name, value in rows:
         print(f"{name:<{width}}  {value}")
     return 0
+
+
+def _fae_hot_rows(dataset, args):
+    """FAE's sampling estimator (alac.runtime.rows.profiler) on a data set's one table: the threshold
+    whose estimated hot rows fit --hot-budget, from --sample of the accesses, beside the exact count."""
+    from alac.runtime.rows.profiler import (
+        access_counts,
+        classify_inputs,
+        estimate_hot_rows,
+        hot_features,
+        threshold_for_budget,
+    )
+
+    counts = access_counts(dataset.indices, dataset.n_features, args.sample, args.seed)
+    plan = threshold_for_budget([counts], args.row_bytes, args.hot_budget, dataset.n_rows, args.sample,
+                                seed=args.seed)
+    # threshold_for_budget draws the table's chunks with this seed: the same estimate, with its bounds
+    estimate = estimate_hot_rows(counts, plan.cutoff, seed=args.seed)
+    hot = hot_features([counts], plan)
+    # with a sample, the rows the hot table would hold beside those a full count finds at the same t
+    every = counts if args.sample == 1 else access_counts(dataset.indices, dataset.n_features)
+    hot_inputs, _ = classify_inputs(dataset, hot)
+    return {"threshold": plan.threshold, "share": args.sample, "estimate": estimate.rows, "lower": estimate.lower,
+            "upper": estimate.upper, "bytes": plan.hot_bytes, "counted": int(hot.sum()),
+            "counted_every_access": int((every >= plan.threshold * dataset.n_rows).sum()),
+            "hot_inputs": len(hot_inputs) / max(dataset.n_rows, 1)}
 
 
 def _inspect(args):
@@ -327,7 +365,7 @@ def _bench(args):
 
 
 def build_parser():
-    from alac.cli.options import memory_size
+    from alac.cli.options import memory_size, positive_int, sampled_share
     from alac.plan import Plan
 
     parser = Parser(prog="alac", description="Train sparse wide models on GPUs.")
@@ -338,10 +376,17 @@ def build_parser():
     stats.add_argument("file", nargs="?", help="a LIBSVM, libffm or Criteo TSV file")
     stats.add_argument("--synthetic", type=int, metavar="ROWS", default=None,
                        help="use ROWS rows of the built-in synthetic Criteo-shaped data instead of a file")
-    stats.add_argument("--seed", type=int, default=0, help="seed of the synthetic data (default 0)")
+    stats.add_argument("--seed", type=int, default=0, help="seed of the synthetic data and of FAE's sample (default 0)")
     _add_load_options(stats)
     stats.add_argument("--chunk-size", type=int, default=128, help="samples per chunk (default 128)")
     stats.add_argument("--hot-size", type=int, default=0, help="hot-segment size H (default 0)")
+    stats.add_argument("--hot-budget", type=memory_size, default=None, metavar="SIZE",
+                       help="FAE's estimator: the threshold whose hot rows (params and optimizer state) fit SIZE, "
+                            "the hot rows and the share of inputs that touch only them")
+    stats.add_argument("--sample", type=sampled_share, default=1.0, metavar="SHARE",
+                       help="with --hot-budget: the share of the accesses FAE's estimator counts (default 1: all)")
+    stats.add_argument("--row-bytes", type=positive_int, default=8, metavar="BYTES",
+                       help="with --hot-budget: bytes of a row (default 8: LR's weight and its AdaGrad sum)")
     stats.add_argument("--device", default=None, help="build the layout here (default: GPU if any)")
     stats.add_argument("--no-cache", action="store_true", help="neither read nor write the disk cache")
     stats.add_argument("--json", action="store_true", help="print one JSON object instead of a table")

@@ -49,6 +49,17 @@ def memory_size(text):
     return value
 
 
+def sampled_share(text):
+    """A share of the accesses in (0, 1]: FAE's sampling estimator counts that share of them."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"must be in (0, 1], got {text}")
+    return value
+
+
 def split_fraction(text):
     try:
         value = float(text)

@@ -34,6 +34,36 @@ def test_data_stats_synthetic(capsys):
     assert "78,000" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("share", [1.0, 0.25])
+def test_data_stats_runs_faes_estimator_for_a_hot_budget(share, capsys):
+    """--hot-budget: the hot rows the estimator's threshold makes (counted here from the data set's
+    own ids) are within its 99.9 % interval, fit the budget, and the hot-input share is the share of
+    rows whose every feature is hot."""
+    from alac.data.synthetic import criteo_like
+
+    budget = 200_000
+    assert main(["data", "stats", "--synthetic", "20000", "--device", "cpu", "--json", "--hot-budget", str(budget),
+                 "--sample", str(share)]) == 0
+    fae = json.loads(capsys.readouterr().out)["fae"]
+    data = criteo_like(20000, seed=0, device="cpu")
+    counts = torch.bincount(data.indices.long(), minlength=data.n_features)
+    assert fae["counted_every_access"] == int((counts >= fae["threshold"] * data.n_rows).sum())
+    assert fae["lower"] <= fae["counted"] <= fae["upper"] and fae["upper"] * 8 <= budget
+    if share == 1.0:
+        hot = counts >= fae["threshold"] * data.n_rows
+        rows_all_hot = [bool(hot[data.indices[a:b].long()].all()) for a, b in zip(data.indptr[:-1], data.indptr[1:])]
+        assert fae["counted"] == int(hot.sum()) and fae["hot_inputs"] == pytest.approx(sum(rows_all_hot) / data.n_rows)
+    else:
+        assert fae["counted"] < fae["counted_every_access"]
+
+
+def test_data_stats_refuses_a_sample_outside_zero_to_one(capsys):
+    with pytest.raises(SystemExit) as stop:
+        main(["data", "stats", "--synthetic", "100", "--hot-budget", "1MB", "--sample", "1.5"])
+    assert stop.value.code == 2
+    assert "--sample: must be in (0, 1], got 1.5" in capsys.readouterr().err
+
+
 def test_bad_file_gives_a_clear_error_not_a_traceback(tmp_path):
     path = tmp_path / "bad.svm"
     path.write_text("1 1:1\n1 2:zz\n")
