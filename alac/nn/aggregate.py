@@ -77,7 +77,7 @@ class _Batch:
 
 class SparseAggregate(torch.nn.Module):
     def __init__(self, model, n_features, optimizer="adagrad", lr=None, seed=0, device=None, value_scale=1.0,
-                 dtype=torch.float32, backend="auto", semantics="sync"):
+                 dtype=torch.float32, backend="auto", semantics="sync", rows=None):
         """model: an alac.dsl.Model (its aggregate is what is used; loss and predict may be left out);
         n_features: rows of its tables; lr: the sparse step (None: the optimizer's default);
         value_scale: the data's mean |x| (AdaGrad's eps is in its units); dtype: the params' storage
@@ -89,7 +89,9 @@ class SparseAggregate(torch.nn.Module):
         gradient buffer the size of the tables) or "interpret" (the same kernels in Triton's
         interpreter, on the CPU); semantics: "sync" (every touched row stepped once on its summed
         gradient, as one batch) or, on the kernels, "async" (every entry's gradient stepped at once, a
-        row's entries racing as Hogwild's do; no gradient buffer, float32 tables)."""
+        row's entries racing as Hogwild's do; no gradient buffer, float32 tables); rows: the ids of the
+        rows this module holds, drawn as the whole table draws them (default: every row; a rank's share,
+        alac.nn.ranked)."""
         if dtype not in TABLE_DTYPES:
             raise OptionError(f"table dtype is one of {', '.join(map(str, TABLE_DTYPES))}, got {dtype}")
         super().__init__()
@@ -113,9 +115,9 @@ class SparseAggregate(torch.nn.Module):
         self.asynchronous = semantics == "async"
         # refused before allocation when the rows and their optimizer state do not fit
         narrower = (4 - torch.empty((), dtype=dtype).element_size()) * self.ir.row_floats
-        check_feature_tables(self.n_features, row_bytes_of(self.ir) - narrower, f"the tables of {self.ir.name}",
-                             device)
-        state = ModelState.initial(model, torch.arange(self.n_features), device, seed, self.ir.optimizer)
+        held = self.n_features if rows is None else rows.numel()
+        check_feature_tables(held, row_bytes_of(self.ir) - narrower, f"the tables of {self.ir.name}", device)
+        state = ModelState.initial(model, torch.arange(self.n_features), device, seed, self.ir.optimizer, rows=rows)
         self._params = tuple(state.params)
         self._states = tuple(state.states)
         for name, tensor in state.params.items():
@@ -164,6 +166,10 @@ class SparseAggregate(torch.nn.Module):
         if fields is not None:
             trouble = trouble | ((fields < 0) | (fields >= n_fields)).any()
         return bool(trouble)
+
+    def rows_for(self, indices):
+        """(the state a batch's entries read, their indices into it): this module's own tables."""
+        return self.state, indices
 
     @property
     def table_device(self):
@@ -260,10 +266,11 @@ class _Aggregate(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, module, indices, bag, n_bags, samples, x, anchor):
+        state, rows = module.rows_for(indices)
         if module._kernels is not None:
-            accums = module._kernels.aggregate(module.state, indices, x, bag, n_bags)
+            accums = module._kernels.aggregate(state, rows, x, bag, n_bags)
         else:
-            accums, _ = module._reference.accums(module.state, indices, _values(x, indices), bag, n_bags)
+            accums, _ = module._reference.accums(state, rows, _values(x, indices), bag, n_bags)
         ctx.module, ctx.samples, ctx.n_bags = module, samples, n_bags
         ctx.save_for_backward(indices, bag, x)
         return tuple(accums[a.name] for a in module.ir.accums)

@@ -115,6 +115,40 @@ class Ranks:
                               "rank must train the same plan (only their hot sizes may differ; the smallest is taken)")
         return plan
 
+    def all_gather(self, tensor):
+        """[world, *shape]: every rank's tensor (of one shape on every rank) in rank order, on the
+        tensor's device."""
+        if self.world == 1:
+            return tensor[None]
+        moved = tensor.to(self.device).contiguous()
+        gathered = [torch.empty_like(moved) for _ in range(self.world)]
+        dist.all_gather(gathered, moved, group=self.group)
+        self.traffic.bytes += (self.world - 1) * moved.numel() * moved.element_size()
+        self.traffic.collectives += 1
+        return torch.stack(gathered).to(tensor.device)
+
+    def broadcast(self, tensor, source=0):
+        """`tensor` overwritten in place with rank `source`'s (on the ranks' device)."""
+        if self.world == 1:
+            return tensor
+        moved = tensor.to(self.device).contiguous()
+        dist.broadcast(moved, source, group=self.group)
+        self.traffic.bytes += moved.numel() * moved.element_size()
+        self.traffic.collectives += 1
+        if moved is not tensor:
+            tensor.copy_(moved)
+        return tensor
+
+    def all_gather_rows(self, tensor, counts):
+        """Every rank's rows of `tensor` (dim 0; counts[r] of them on rank r, known to every rank) end
+        to end in rank order: one all-gather of the rows padded to the largest count."""
+        if self.world == 1:
+            return tensor
+        padded = tensor.new_zeros((max(counts), *tensor.shape[1:]))
+        padded[:tensor.shape[0]] = tensor
+        gathered = self.all_gather(padded)
+        return torch.cat([gathered[r, :count] for r, count in enumerate(counts)])
+
     def all_to_all(self, tensor, send_counts, receive_counts):
         """Rows of `tensor` (dim 0) sent to the ranks, send_counts[r] of them to rank r in rank order;
         returns the rows received, receive_counts[r] of them from rank r, on the tensor's device."""
