@@ -23,6 +23,7 @@ from alac.cli.parser import Parser
 from alac.cli.progress import Progress
 from alac.errors import AlacError, OptionError
 from alac.outputs import RunOutputs, check_output_folder, final_line, split_metrics, write_metrics_and_history
+from alac.runtime.ranks.distributed import init_ranks
 from alac.train.deep import DEEP_MODELS, DeepSettings, DeepTrainer
 from alac.train.trainer import TrainingDiverged
 
@@ -66,6 +67,10 @@ def parser():
     p.add_argument("--no-cuda-graphs", action="store_true",
                    help="launch every step's kernels one by one instead of replaying a CUDA graph of it")
     p.add_argument("--device", default=None, help="cuda or cpu (default: the GPU when there is one)")
+    p.add_argument("--rank-tables", default="auto", choices=["auto", "replicated", "sharded", "hybrid"],
+                   help="under torchrun: every rank holds every table row (replicated), its share of them "
+                        "(sharded, fetched by the others), or the hot rows and its share of the rest (hybrid); "
+                        "default: the planner's, printed with its reason")
     p.add_argument("--out", help="folder for metrics.json, history.csv and model.pt")
     return p
 
@@ -86,17 +91,33 @@ def main(argv):
         settings = DeepSettings(model=args.model, k=args.k, lr=args.lr, dense_lr=args.dense_lr, epochs=args.epochs,
                                 batch_size=args.batch_size, optimizer=args.optimizer, patience=args.patience,
                                 seed=args.seed, cuda_graphs=not args.no_cuda_graphs, tables=args.tables,
-                                **lists)
+                                rank_tables=args.rank_tables, **lists)
         if args.out is not None:
             check_output_folder(args.out)
         if args.featindex and not Path(args.featindex).is_file():
             raise OptionError(f"{args.featindex}: no field index file there (--featindex)")
         if args.device is not None and torch.device(args.device).type == "cuda" and not torch.cuda.is_available():
             raise OptionError(f"--device {args.device}: this machine has no CUDA GPU")
-        return _run(args, settings)
+        return _over_ranks(args, settings)
     except AlacError as error:
         print(f"alac: error: {error}", file=sys.stderr)
         return 2
+
+
+def _over_ranks(args, settings, trainer=None):
+    """_run under torchrun's ranks (or one): every rank trains, the first speaks and writes; the ranks
+    end their group together, and a rank that fails is named by the others (exit status 4)."""
+    from alac.runtime.ranks.distributed import close_ranks, fault, is_collective_error
+
+    try:
+        init_ranks()
+        status = _run(args, settings, trainer)
+        close_ranks()
+    except Exception as error:
+        if not is_collective_error(error):
+            raise
+        fault(error)
+    return status
 
 
 def _run(args, settings, trainer=None):
@@ -118,13 +139,19 @@ def _run(args, settings, trainer=None):
         # the validation and test rows may hold features the training rows never had (left out)
         sets = [None if s is None else field_map.apply(s, unlisted_ok=index > 0) for index, s in enumerate(sets)]
     train, valid, test = sets
-    print(f"{args.model}: {data.described}; {train.n_rows:,} training rows"
-          + ("" if trainer is None else f"; resumed after epoch {len(trainer.history)}, to epoch {args.epochs}"),
-          flush=True)
+    ranks = init_ranks()
+    first = ranks.rank == 0
+    say = print if first else (lambda *a, **k: None)
+    say(f"{args.model}: {data.described}; {train.n_rows:,} training rows"
+        + ("" if ranks.world == 1 else f"; {ranks.describe()}")
+        + ("" if trainer is None else f"; resumed after epoch {len(trainer.history)}, to epoch {args.epochs}"),
+        flush=True)
     resumed = trainer is not None
     trainer = trainer or DeepTrainer(settings, args.device)
-    trainer.log = Progress(args.epochs)
-    trainer.log.start(None, len(trainer.history))
+    trainer.say = say
+    trainer.log = Progress(args.epochs) if first else None
+    if first:
+        trainer.log.start(None, len(trainer.history))
     diverged = None
     try:
         trainer.resume(train, valid, args.epochs) if resumed else trainer.fit(train, valid)
@@ -132,13 +159,14 @@ def _run(args, settings, trainer=None):
         # as the wide models: the restored weights are scored and written, and the exit status says so
         diverged = error
     finally:
-        trainer.log.close()      # the bar cleared before the lines that follow
-    if diverged:
+        if first:
+            trainer.log.close()      # the bar cleared before the lines that follow
+    if diverged and first:
         print(f"alac: {diverged}", file=sys.stderr)
     if trainer.stopped_because and not diverged:
         best = (trainer.resume_point or {}).get("best_epoch")
-        print(f"stopped after epoch {len(trainer.history)}: {trainer.stopped_because}"
-              + ("" if best is None else f"; the best epoch's ({best}) model is kept"))
+        say(f"stopped after epoch {len(trainer.history)}: {trainer.stopped_because}"
+            + ("" if best is None else f"; the best epoch's ({best}) model is kept"))
 
     def evaluate(dataset):
         probability = trainer.predict(dataset)
@@ -148,7 +176,7 @@ def _run(args, settings, trainer=None):
 
     final = split_metrics(evaluate, valid, test, train)
     final.update(epochs=len(trainer.history), stopped_because=None if diverged else trainer.stopped_because)
-    print(final_line(final))
+    say(final_line(final))
     if args.out is not None:
         # how `alac predict` reads new files as these were read (their format and the fields' map), and
         # how the run was made (a resume continues it)
@@ -156,7 +184,10 @@ def _run(args, settings, trainer=None):
                   "field_of": None if field_map is None else field_map.field_of.cpu(),
                   "field_ids": None if field_map is None else field_map.feature_ids,
                   "run": run_record(args, "deep")}
-        _write_outputs(Path(args.out), trainer, final, extras)
+        # every rank assembles the tables; the first writes them
+        checkpoint = trainer.checkpoint(extras)
+        if first:
+            _write_outputs(Path(args.out), checkpoint, trainer.history, final)
     return 3 if diverged else 0
 
 
@@ -175,8 +206,8 @@ def resume(path, options):
     point = trainer.resume_point
     if point is None:
         raise OptionError(f"{path}: it holds no record of where its run ended: train a new run")
-    return _run(run_arguments(record, options, point["epoch"], point.get("stopped_because"), path), trainer.settings,
-                trainer)
+    return _over_ranks(run_arguments(record, options, point["epoch"], point.get("stopped_because"), path),
+                       trainer.settings, trainer)
 
 
 def predict(model_dir, data_path, format_option=None):
@@ -220,8 +251,8 @@ def export(model_dir, readable, numpy_path):
     return 0
 
 
-def _write_outputs(out, trainer, final, extras):
+def _write_outputs(out, checkpoint, history, final):
     with RunOutputs(out) as outputs:
-        outputs.write(CHECKPOINT_NAME, lambda handle: torch.save(trainer.checkpoint(extras), handle))
-        write_metrics_and_history(outputs, final, trainer.history)
+        outputs.write(CHECKPOINT_NAME, lambda handle: torch.save(checkpoint, handle))
+        write_metrics_and_history(outputs, final, history)
     print(f"wrote {out}/{', '.join(outputs.written)}")

@@ -212,6 +212,8 @@ class SparseAggregate(torch.nn.Module):
     def _step(self, indices, x, bag, deltas, samples):
         """The optimizer on the rows of the entries (indices, x or None for ones, bag) from their
         bags' dLoss/dAccum (deltas: {accum name: [n_bags] or [n_bags, K]})."""
+        if indices.numel() == 0:
+            return
         state = self.state
         if self._kernels is not None:
             self._kernels.apply(state, indices, x, bag, deltas, self.lr, 1.0, self.settings(samples),
@@ -267,7 +269,11 @@ class _Aggregate(torch.autograd.Function):
     @staticmethod
     def forward(ctx, module, indices, bag, n_bags, samples, x, anchor):
         state, rows = module.rows_for(indices)
-        if module._kernels is not None:
+        if indices.numel() == 0:
+            # a rank's empty share of a batch (alac.nn.ranked): nothing to launch, every bag 0
+            accums = {a.name: torch.zeros((n_bags, module.ir.factor_size) if a.vector else (n_bags,),
+                                          device=indices.device) for a in module.ir.accums}
+        elif module._kernels is not None:
             accums = module._kernels.aggregate(state, rows, x, bag, n_bags)
         else:
             accums, _ = module._reference.accums(state, rows, _values(x, indices), bag, n_bags)

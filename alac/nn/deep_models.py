@@ -42,22 +42,24 @@ def mlp(sizes):
     return torch.nn.Sequential(*layers)
 
 
-def field_tables(model, n_features, ranks=None, replicated=None, **options):
+def field_tables(model, n_features, ranks=None, replicated=None, order=None, **options):
     """The SparseAggregate of a field model's tables: one process's, or under several ranks this rank's
-    share (alac.nn.ranked: ids below `replicated` on every rank, the others sharded; default all)."""
+    share (alac.nn.ranked: ids below `replicated` in the ranks' `order` on every rank, the others
+    sharded; default all replicated)."""
     if ranks is None or ranks.world == 1:
         return SparseAggregate(model, n_features, **options)
     from alac.nn.ranked import RankedAggregate
 
-    return RankedAggregate(model, n_features, ranks, replicated, **options)
+    return RankedAggregate(model, n_features, ranks, replicated, order, **options)
 
 
 class _FieldModel(torch.nn.Module):
-    def __init__(self, n_features, n_fields, k, squares, optimizer, lr, seed, device, backend, ranks, replicated):
+    def __init__(self, n_features, n_fields, k, squares, optimizer, lr, seed, device, backend, ranks, replicated,
+                 order):
         super().__init__()
         self.n_fields, self.k = n_fields, k
-        self.tables = field_tables(FieldTables(k, squares), n_features, ranks, replicated, optimizer=optimizer, lr=lr,
-                                   seed=seed, device=device, backend=backend)
+        self.tables = field_tables(FieldTables(k, squares), n_features, ranks, replicated, order, optimizer=optimizer,
+                                   lr=lr, seed=seed, device=device, backend=backend)
 
     def bags(self, indices, offsets, fields, values):
         return self.tables(indices, offsets, values, fields=fields, n_fields=self.n_fields)
@@ -69,11 +71,11 @@ class WideAndDeep(_FieldModel):
     squares = False      # the tables' bags of squared factors (an FM's interactions need them)
 
     def __init__(self, n_features, n_fields, k=16, hidden=(256, 128), n_dense=0, optimizer="adagrad", lr=None,
-                 seed=0, device=None, backend="auto", ranks=None, replicated=None):
-        """backend: the tables' (SparseAggregate's); ranks, replicated: their rows over ranks
+                 seed=0, device=None, backend="auto", ranks=None, replicated=None, order=None):
+        """backend: the tables' (SparseAggregate's); ranks, replicated, order: their rows over ranks
         (field_tables)."""
         super().__init__(n_features, n_fields, k, self.squares, optimizer, lr, seed, device, backend, ranks,
-                         replicated)
+                         replicated, order)
         self.deep = mlp([n_fields * k + n_dense, *hidden, 1]).to(self.tables.w.device)
         self.bias = torch.nn.Parameter(torch.zeros(1, device=self.tables.w.device))
 
@@ -102,8 +104,9 @@ class DLRMLike(_FieldModel):
     of it and the field embeddings, with it, feed a top MLP that gives the logit."""
 
     def __init__(self, n_features, n_fields, n_dense, k=16, bottom=(64,), top=(128, 64), optimizer="adagrad",
-                 lr=None, seed=0, device=None, backend="auto", ranks=None, replicated=None):
-        super().__init__(n_features, n_fields, k, False, optimizer, lr, seed, device, backend, ranks, replicated)
+                 lr=None, seed=0, device=None, backend="auto", ranks=None, replicated=None, order=None):
+        super().__init__(n_features, n_fields, k, False, optimizer, lr, seed, device, backend, ranks, replicated,
+                         order)
         device = self.tables.w.device
         self.bottom = torch.nn.Sequential(mlp([n_dense, *bottom, k]), torch.nn.ReLU()).to(device)
         vectors = n_fields + 1

@@ -65,16 +65,30 @@ class RankRows:
 
 
 class RankedAggregate(SparseAggregate):
-    def __init__(self, model, n_features, ranks, replicated=None, **options):
+    def __init__(self, model, n_features, ranks, replicated=None, order=None, **options):
         """A SparseAggregate (model, n_features, options as there) of which this rank holds the rows
         RankRows(n_features, replicated, ...) names; ranks: alac.runtime.ranks.distributed.Ranks;
-        replicated: the ids below it on every rank (default n_features: every row replicated)."""
+        replicated: the ids below it on every rank (default n_features: every row replicated);
+        order: the ids in the ranks' numbering (a permutation, the hot ones first; default as given):
+        the batches' ids are renumbered by it, the rows drawn and assembled in the given ids."""
         rows = RankRows(int(n_features), int(n_features) if replicated is None else int(replicated), ranks.rank,
                         ranks.world)
-        super().__init__(model, n_features, rows=rows.held_ids(), **options)
+        held = rows.held_ids()
+        super().__init__(model, n_features, rows=held if order is None else order.cpu()[held], **options)
         if self.asynchronous:
             raise OptionError("tables over ranks step in sync semantics (one step on every rank's batch)")
         self.ranks, self.rank_rows = ranks, rows
+        self._order = None if order is None else order.to(self.table_device)
+        self._renumbered = None
+        if order is not None:
+            self._renumbered = torch.empty_like(self._order)
+            self._renumbered[self._order] = torch.arange(rows.n_features, device=self.table_device)
+
+    def bags(self, indices, bag, n_bags, samples, values=None):
+        """SparseAggregate.bags, the ids in the ranks' numbering."""
+        if self._renumbered is not None:
+            indices = self._renumbered[indices]
+        return super().bags(indices, bag, n_bags, samples, values)
 
     def rows_for(self, indices):
         """The batch's rows as a table of its distinct ids (the sharded ones fetched from their owners)
@@ -158,12 +172,14 @@ class RankedAggregate(SparseAggregate):
             full = value.new_empty((rows.n_features, *value.shape[1:]))
             full[:rows.replicated] = value[:rows.replicated]
             full[ids.to(value.device)] = gathered
-            whole[name] = full
+            whole[name] = full if self._order is None else torch.empty_like(full).index_copy_(0, self._order, full)
         return whole
 
     def load_whole_state(self, whole):
         """This rank's rows taken from a whole table's state (whole_state's form, from any rank count)."""
         held = self.rank_rows.held_ids()
+        if self._order is not None:
+            held = self._order.cpu()[held]
         for name in (*self._params, *self._states):
             if whole[name].shape[0] != self.rank_rows.n_features:
                 raise OptionError(f"a table of {whole[name].shape[0]:,} rows cannot load into one of "

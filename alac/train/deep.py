@@ -31,17 +31,32 @@ from alac.optimizers import get_optimizer
 from alac.runtime.device.memory import available_bytes
 from alac.runtime.execution.executor import LabelMap
 from alac.runtime.movement.layout import default_device
+from alac.runtime.ranks.distributed import init_ranks
+from alac.train.deep_ranks import MODES as RANK_MODES
+from alac.train.deep_ranks import (
+    data_parallel,
+    load_whole_weights,
+    plan_rank_tables,
+    rows_of_batch,
+    share,
+    table_row_bytes,
+    whole_predictions,
+    whole_weights,
+)
 from alac.train.divergence import ADVICE, TrainingDiverged, ValidationGuard, base_rate_loss
 
 
-def _field_model(settings, n_features, n_fields, device, one_hot=False):
+def _field_model(settings, n_features, n_fields, device, one_hot=False, ranks=None, rank_tables=None):
     """The torch module of a field model of n_fields sparse fields and the settings' dense ones
-    (one_hot: no sample has two entries in a field, FFM then skips pairs within a field)."""
+    (one_hot: no sample has two entries in a field, FFM then skips pairs within a field); under
+    several ranks its tables placed as rank_tables (alac.train.deep_ranks.RankTables) says."""
     s = settings
     # the generated kernels on a GPU; elsewhere the reference programs compute the same tables
     backend = "triton" if s.tables == "kernels" and torch.device(device).type == "cuda" else "reference"
     options = {"k": s.k, "optimizer": s.optimizer, "lr": s.table_lr(), "seed": s.seed, "device": device,
                "backend": backend}
+    if ranks is not None and ranks.world > 1:
+        options.update(ranks=ranks, replicated=rank_tables.replicated, order=rank_tables.order)
     if s.model == "ffm":
         return FFM(n_features, n_fields, one_hot=one_hot, **options)
     if s.model == "dlrm":
@@ -70,7 +85,9 @@ class DeepSettings:
     training stops; cuda_graphs: on a GPU, replay full batches' steps from CUDA graphs
     (alac.nn.GraphedStep: batches whose entries are as many as the previous ones', e.g. one-hot
     fields; models without dense fields); tables: "kernels" (their generated kernels on a GPU,
-    alac.codegen.bag_kernels; the torch programs elsewhere) or "reference" (the torch programs)."""
+    alac.codegen.bag_kernels; the torch programs elsewhere) or "reference" (the torch programs);
+    rank_tables: under torchrun, the tables' rows replicated, sharded or hybrid (auto: the planner's,
+    alac.train.deep_ranks)."""
 
     model: str = "deepfm"
     k: int | None = None
@@ -86,6 +103,7 @@ class DeepSettings:
     bottom: tuple = (64,)
     cuda_graphs: bool = True
     tables: str = "kernels"
+    rank_tables: str = "auto"
 
     def __post_init__(self):
         for name in ("hidden", "bottom", "dense_fields"):
@@ -113,6 +131,8 @@ class DeepSettings:
             raise OptionError(f"tables run on their reference programs or kernels, got {self.tables!r}")
         if self.model == "ffm" and self.dense_fields:
             raise OptionError("ffm takes no dense features (dense_fields)")
+        if self.rank_tables not in RANK_MODES:
+            raise OptionError(f"rank_tables is one of {', '.join(RANK_MODES)}, got {self.rank_tables!r}")
 
     def table_lr(self):
         """The tables' learning rate: lr, else DEFAULT_TABLE_LR for AdaGrad and the optimizer's own
@@ -137,6 +157,9 @@ class DeepTrainer:
         self.guard = None           # the last fit's validation guard (alac.train.divergence)
         self.stopped_because = None
         self.resume_point = None   # where the last fit ended, for a checkpoint's resume (DeepTrainer.resume)
+        self.ranks = None          # under torchrun, the ranks that train together (alac.runtime.ranks)
+        self.rank_tables = None    # and where the tables' rows live over them (alac.train.deep_ranks)
+        self.say = None            # told the tables' placement over ranks, e.g. print
 
     def fit(self, train, valid=None):
         """Train on `train` (binary labels, field ids), validating on `valid` after every epoch (early
@@ -150,9 +173,10 @@ class DeepTrainer:
         self.n_fields = max(train.n_fields, int(train.fields.max()) + 1 if train.nnz else 1)
         self._split_fields()
         self.one_hot = _one_entry_per_field(train, self.n_fields)
+        self._place_rows(train.indices, math.ceil(train.n_rows / s.batch_size))
         torch.manual_seed(s.seed)
         self.network = _field_model(s, self.n_features, self.n_fields - len(s.dense_fields), self.device,
-                                    self.one_hot)
+                                    self.one_hot, self.ranks, self.rank_tables)
         # the bias starts at the training data's log-odds: from 0, rare clicks took Adam's small steps
         # many epochs to reach (FFM on iPinYou's rare clicks, benchmarks/deep_defaults.py)
         rate = float(self.labels.positive_mask(train.labels).float().mean().clamp(1e-6, 1 - 1e-6))
@@ -164,6 +188,22 @@ class DeepTrainer:
         self.history = []
         self._generator = torch.Generator().manual_seed(s.seed)
         return self._epochs(train, valid, 1, s.epochs, (math.inf, None), 0, None)
+
+    def _place_rows(self, indices, batches):
+        """The ranks of this fit (torchrun's, or one) and, over several, where the tables' rows live:
+        planned from the rows' accesses in `indices` (None: unknown, a restored model's)."""
+        self.ranks = init_ranks()
+        if self.device.type == "cuda" and self.ranks.device.type == "cuda":
+            self.device = self.ranks.device
+        if self.ranks.world == 1:
+            return
+        self.ranks.check_one_feature_space(self.n_features)
+        counts = None if indices is None else torch.bincount(indices.long(), minlength=self.n_features)
+        self.rank_tables = plan_rank_tables(self.settings.rank_tables, counts,
+                                            table_row_bytes(self.settings, self.n_fields), batches, self.ranks,
+                                            self.device, self.n_features)
+        if self.say is not None:
+            self.say(self.rank_tables.describe())
 
     def resume(self, train, valid=None, epochs=None):
         """Continue the run whose checkpoint this trainer was loaded from (DeepTrainer.load), to `epochs`
@@ -186,7 +226,11 @@ class DeepTrainer:
         None); waited: epochs since it; dense_state: the dense optimizer's state to continue from."""
         s = self.settings
         # the tables are buffers stepped in backward: the parameters are the MLP's and the bias
-        graphed = s.cuda_graphs and self.device.type == "cuda" and not s.dense_fields
+        ranks = self.ranks
+        many = ranks.world > 1
+        graphed = s.cuda_graphs and self.device.type == "cuda" and not s.dense_fields and not many
+        # over ranks: the dense part's gradients averaged by DDP, the tables' by alac.nn.ranked
+        forward = data_parallel(self.network, ranks) if many else self.network
         dense = torch.optim.Adam(self.network.parameters(), lr=s.dense_lr, capturable=graphed)
         if dense_state is not None:
             dense.load_state_dict(dense_state)
@@ -207,12 +251,18 @@ class DeepTrainer:
             for batch in _batches(train.take(order), s.batch_size):
                 if step is not None:
                     loss = step(batch.indices, batch.indptr, batch.fields, batch.values, batch.labels)
-                else:
-                    loss = self._loss(self._logits(batch), batch.labels)
-                    dense.zero_grad()
-                    loss.backward()
-                    dense.step()
-                loss_sum += loss.detach() * batch.n_rows
+                    loss_sum += loss.detach() * batch.n_rows
+                    continue
+                part = rows_of_batch(batch, *share(batch.n_rows, ranks)) if many else batch
+                summed = self._loss(self._logits(part, forward), part.labels, reduction="sum")
+                dense.zero_grad()
+                # the part's share of the batch's mean, times the ranks DDP averages over
+                (summed * (ranks.world / batch.n_rows)).backward()
+                dense.step()
+                loss_sum += summed.detach()
+            if many:
+                ranks.all_reduce(loss_sum, in_place=True)
+                self.network.tables.align()
             record = {"epoch": epoch, "train_loss": float(loss_sum) / train.n_rows}
             if not math.isfinite(record["train_loss"]):
                 self._diverged(f"training loss {record['train_loss']}", epoch, best_state, initial)
@@ -269,8 +319,9 @@ class DeepTrainer:
                                f"learning rate is {self.settings.table_lr():g}, the dense layers' "
                                f"{self.settings.dense_lr:g}.)")
 
-    def _loss(self, logit, labels):
-        return torch.nn.functional.binary_cross_entropy_with_logits(logit, self.labels.positive_mask(labels).float())
+    def _loss(self, logit, labels, reduction="mean"):
+        return torch.nn.functional.binary_cross_entropy_with_logits(logit, self.labels.positive_mask(labels).float(),
+                                                                    reduction=reduction)
 
     def _step_of(self, dense):
         """One step on a batch's tensors (a model without dense fields), for GraphedStep."""
@@ -295,10 +346,12 @@ class DeepTrainer:
         is_sparse = self._dense_slot < 0
         self._sparse_id = torch.where(is_sparse, torch.cumsum(is_sparse.long(), 0) - 1, -1)
 
-    def _logits(self, batch):
+    def _logits(self, batch, network=None):
+        """The logits of a batch by the network (or its DDP wrapper, `network`)."""
+        network = network or self.network
         indices, indptr, fields, values = batch.indices.long(), batch.indptr, batch.fields.long(), batch.values
         if not self.settings.dense_fields:
-            return self.network(indices, indptr, fields, values)
+            return network(indices, indptr, fields, values)
         # the dense fields' entries become a [B, dense] matrix (their values), the rest the sparse rows
         rows = batch.entry_rows()
         slot = self._dense_slot[fields]
@@ -306,8 +359,8 @@ class DeepTrainer:
         features = torch.zeros((batch.n_rows, len(self.settings.dense_fields)), device=indices.device)
         features.index_put_((rows[dense], slot[dense]), batch.values_or_ones()[dense], accumulate=True)
         sparse = batch.with_entries(~dense, rows)
-        return self.network(sparse.indices.long(), sparse.indptr, self._sparse_id[sparse.fields.long()],
-                            values=sparse.values, dense=features)
+        return network(sparse.indices.long(), sparse.indptr, self._sparse_id[sparse.fields.long()],
+                       values=sparse.values, dense=features)
 
     @torch.no_grad()
     def predict(self, dataset):
@@ -318,7 +371,14 @@ class DeepTrainer:
         if not same_numbering(dataset.feature_ids, self.feature_ids):
             dataset = dataset.in_space_of(self.feature_ids)
         dataset = self._known_entries(dataset.to(self.device))
-        logits = [self._logits(batch) for batch in _batches(dataset, self.settings.batch_size)]
+        batches = list(_batches(dataset, self.settings.batch_size))
+        ranks = self.ranks
+        if ranks is not None and ranks.world > 1:
+            # each rank its share of every batch (the tables' rows are fetched by all together)
+            logits = [self._logits(rows_of_batch(batch, *share(batch.n_rows, ranks))) for batch in batches]
+            local = torch.cat(logits) if logits else torch.zeros(0, device=self.device)
+            return torch.sigmoid(whole_predictions(local, [batch.n_rows for batch in batches], ranks)).cpu()
+        logits = [self._logits(batch) for batch in batches]
         return torch.sigmoid(torch.cat(logits)).cpu() if logits else torch.zeros(0)
 
     def _known_entries(self, dataset):
@@ -333,13 +393,14 @@ class DeepTrainer:
     def checkpoint(self, extras=None):
         """The trained model as tensors and plain values (torch.save it; DeepTrainer.load reads it back
         with torch.load(weights_only=True), which runs no code); extras: tensors and plain values kept
-        beside it (how to read data like the training data), given back as load's trainer.extras."""
+        beside it (how to read data like the training data), given back as load's trainer.extras. Under
+        several ranks every rank calls it (the tables are assembled whole, for any rank count)."""
         if self.network is None:
             raise OptionError("a checkpoint needs a trained model: call fit first")
         return {"settings": asdict(self.settings), "n_features": self.n_features, "n_fields": self.n_fields,
                 "positive": float(self.labels.positive), "history": self.history, "extras": extras or {},
                 "one_hot": self.one_hot, "feature_ids": self.feature_ids, "resume": self.resume_point,
-                "weights": {name: t.detach().cpu() for name, t in self.network.state_dict().items()}}
+                "weights": {name: t.detach().cpu() for name, t in whole_weights(self.network).items()}}
 
     @classmethod
     def load(cls, path, device=None):
@@ -366,9 +427,10 @@ class DeepTrainer:
         self.labels = LabelMap("binary", saved["positive"])
         self._split_fields()
         self.one_hot = bool(saved.get("one_hot", False))
+        self._place_rows(None, 0)
         self.network = _field_model(s, self.n_features, self.n_fields - len(s.dense_fields), self.device,
-                                    self.one_hot)
-        self.network.load_state_dict(saved["weights"])
+                                    self.one_hot, self.ranks, self.rank_tables)
+        load_whole_weights(self.network, saved["weights"])
         self._trust_batches()
 
     def __getstate__(self):

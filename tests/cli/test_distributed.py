@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from alac.cli.train import CHECKPOINT_NAME
+from alac import metrics
 from alac.data.split import split
 from alac.data.synthetic import criteo_like
 from alac.models import zoo_model
@@ -18,12 +19,13 @@ from alac.train import checkpoint
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _train_on_two_ranks(folder, *options):
+def _train_on_two_ranks(folder, *options, backend=("--backend", "reference")):
     """`torchrun --nproc-per-node 2 -m alac train --backend reference ...` run in folder; its result,
-    checked to have succeeded. No GPU for the ranks: gloo and the reference backend, as in CI."""
+    checked to have succeeded. No GPU for the ranks: gloo and the reference backend, as in CI (a field
+    model's tables: --tables reference, among the options, backend ())."""
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m", "alac",
-               "train", "--backend", "reference", *options]
+               "train", *backend, *options]
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600, cwd=folder)
     assert result.returncode == 0, result.stderr[-2000:]
     return result
@@ -77,3 +79,30 @@ def test_two_ranks_solve_by_coordinate_descent_as_two_virtual_workers(tmp_path):
                         workers=2, aggregation="subspace").fit(200, 1e-6)
     assert virtual.epochs == final["epochs"]
     np.testing.assert_allclose(np.load(out / "weights.npy"), virtual.coef_.numpy(), rtol=1e-7, atol=1e-10)
+
+
+@pytest.mark.parametrize("tables", ["sharded", "hybrid"])
+def test_a_deep_model_trains_on_two_ranks_as_one_process(tmp_path, tables):
+    """`torchrun -m alac train --model deepfm`: the tables' rows over the ranks, the MLP under DDP, each
+    rank its share of every batch; the run ends where one process on the same batches does, and its
+    checkpoint, whole, scores the test rows in one process as the ranks did."""
+    from alac.cli.deep import main as deep_main
+    from alac.train.deep import DeepTrainer
+
+    options = ["--model", "deepfm", "--synthetic", "3000", "--epochs", "2", "--batch-size", "256", "--hidden", "16",
+               "--tables", "reference", "--device", "cpu"]
+    result = _train_on_two_ranks(tmp_path, *options[:-2], "--rank-tables", tables, "--out", str(tmp_path / "ranks"),
+                                 backend=())
+    lines = result.stdout.splitlines()
+    assert "2 ranks (gloo, this one rank 0 on cpu)" in lines[0] and lines[1].startswith(f"tables {tables} (as asked")
+    assert sum(line.startswith("wrote ") for line in lines) == 1
+    ranks = json.loads((tmp_path / "ranks" / "metrics.json").read_text())
+    assert deep_main([*options, "--out", str(tmp_path / "one")]) == 0
+    one = json.loads((tmp_path / "one" / "metrics.json").read_text())
+    assert ranks["epochs"] == one["epochs"] == 2
+    for key in ("valid_logloss", "test_logloss", "test_auc"):
+        assert ranks[key] == pytest.approx(one[key], abs=1e-5)
+    _, _, test = split(criteo_like(3000, seed=0), (0.8, 0.1, 0.1), seed=0)
+    trainer = DeepTrainer.load(tmp_path / "ranks" / "model.pt", device="cpu")
+    probability = trainer.predict(test)
+    assert float(metrics.logloss(probability, test.labels > 0.5)) == pytest.approx(ranks["test_logloss"], abs=1e-6)

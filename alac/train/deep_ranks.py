@@ -1,0 +1,135 @@
+"""A field model's fit over ranks (torchrun): where the tables' rows live, each rank's share of a
+batch, the dense part under DistributedDataParallel, and predictions and checkpoints whole.
+
+Every rank reads the whole training set and draws the same batch order; rank r trains rows
+[B r / W, B (r + 1) / W) of every global batch of B rows, and its loss is its rows' share of the
+batch's mean loss times W, so that DDP's mean of the ranks' gradients (and alac.nn.ranked's, for the
+tables) is the gradient one process takes on the whole batch. The tables (alac.nn.ranked) are
+replicated, sharded row-wise, or hybrid: the hot rows (read by about every batch: at least as many
+accesses as batches in an epoch) replicated, in the ranks' numbering by frequency, the rest sharded.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from alac.errors import OptionError
+from alac.runtime.device.memory import available_bytes
+
+MODES = ("auto", "replicated", "sharded", "hybrid")
+# auto shards a table over TABLE_SHARE of a rank's free memory (replicated, every rank holds it whole
+# beside the scratch gradient buffer of its size and the data)
+TABLE_SHARE = 0.25
+
+
+@dataclass(frozen=True)
+class RankTables:
+    """Where a fit's table rows live over the ranks: mode, the rows every rank holds (the first
+    `replicated` of `order`, the ids by falling frequency; None: as numbered) and why."""
+
+    mode: str
+    replicated: int
+    order: torch.Tensor | None
+    reason: str
+
+    def describe(self):
+        return f"tables {self.mode} ({self.reason})"
+
+
+def table_row_bytes(settings, n_fields):
+    """Bytes of a table row of a field model (alac.train.deep.DeepSettings): params and optimizer state."""
+    from alac.ir.pipeline import lower
+    from alac.nn.deep_models import FieldTables
+    from alac.optimizers import get_optimizer
+    from alac.runtime.execution.state import row_bytes_of
+
+    k = settings.k * (n_fields if settings.model == "ffm" else 1)
+    return row_bytes_of(lower(FieldTables(k, squares=settings.model in ("deepfm", "ffm")),
+                              get_optimizer(settings.optimizer), aggregate_only=True))
+
+
+def plan_rank_tables(mode, counts, row_bytes, batches, ranks, device, rows=None):
+    """RankTables of a table whose rows are accessed `counts` times an epoch of `batches` global
+    batches (None: unknown, a restored model's: hybrid becomes sharded), at row_bytes a row (params
+    and optimizer state), over `ranks`; rows: the table's rows where counts is None."""
+    if mode not in MODES:
+        raise OptionError(f"rank tables are one of {', '.join(MODES)}, got {mode!r}")
+    rows = counts.numel() if counts is not None else rows
+    table = rows * row_bytes
+    if mode == "auto":
+        free = available_bytes(device)
+        fits = free is None or table <= TABLE_SHARE * free
+        mode = "replicated" if fits else "hybrid"
+        why = (f"{table:,} bytes of rows {'fit' if fits else 'exceed'} {TABLE_SHARE:.0%} of a rank's free memory"
+               + ("" if free is None else f" ({free:,} bytes)"))
+    else:
+        why = "as asked"
+    if mode == "replicated":
+        return RankTables(mode, rows, None, why)
+    if mode == "sharded" or counts is None:
+        return RankTables("sharded", 0, None, f"{why}; rank r owns rows r, r + {ranks.world}, ...")
+    order = torch.argsort(counts.cpu(), descending=True, stable=True)
+    hot = int((counts >= batches).sum())
+    return RankTables(mode, hot, order, f"{why}; the {hot:,} rows read at least once a batch on average "
+                                        f"replicated, the other {rows - hot:,} sharded")
+
+
+def share(rows, ranks):
+    """(first, end) of this rank's rows of a global batch of `rows` rows."""
+    return rows * ranks.rank // ranks.world, rows * (ranks.rank + 1) // ranks.world
+
+
+def rows_of_batch(batch, first, end):
+    """Rows first..end of a batch (a SparseDataset) as a batch of its own."""
+    return batch.take(torch.arange(first, end, device=batch.indptr.device))
+
+
+def data_parallel(network, ranks):
+    """The network with its dense part's gradients averaged over the ranks (DDP; the tables are
+    buffers, stepped by alac.nn.ranked in backward, and not broadcast)."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    devices = [ranks.device] if ranks.device.type == "cuda" else None
+    return DistributedDataParallel(network, device_ids=devices, broadcast_buffers=False)
+
+
+def whole_predictions(local, rows_per_batch, ranks):
+    """Every rank's predictions (`local`: its shares of the batches of rows_per_batch rows, end to end)
+    in the rows' order, on every rank."""
+    if ranks.world == 1:
+        return local
+    shares = [[(rows * r // ranks.world, rows * (r + 1) // ranks.world) for rows in rows_per_batch]
+              for r in range(ranks.world)]
+    counts = [sum(end - first for first, end in rank_shares) for rank_shares in shares]
+    gathered = ranks.all_gather_rows(local.to(ranks.device), counts).to(local.device)
+    starts = torch.tensor([0, *rows_per_batch]).cumsum(0)[:-1].tolist()
+    positions = torch.cat([torch.arange(start + first, start + end)
+                           for rank_shares in shares for start, (first, end) in zip(starts, rank_shares)])
+    return torch.empty_like(gathered).index_copy_(0, positions.to(gathered.device), gathered)
+
+
+def whole_weights(network):
+    """The network's state_dict with the tables whole (alac.nn.ranked: assembled from every rank,
+    which all call this), in the data's ids: the form a checkpoint keeps whatever the rank count."""
+    weights = dict(network.state_dict())
+    tables = getattr(network, "tables", None)
+    if hasattr(tables, "whole_state"):
+        weights.update({f"tables.{name}": value for name, value in tables.whole_state().items()})
+    return weights
+
+
+def load_whole_weights(network, weights):
+    """whole_weights' form loaded into a network whose tables may be a rank's share."""
+    tables = getattr(network, "tables", None)
+    if not hasattr(tables, "load_whole_state"):
+        network.load_state_dict(weights)
+        return
+    prefix = "tables."
+    own = {name: value for name, value in weights.items() if not name.startswith(prefix)}
+    missing = network.load_state_dict(own, strict=False).missing_keys
+    table_names = {name.removeprefix(prefix) for name in missing if name.startswith(prefix)}
+    if len(table_names) != len(missing) or any(prefix + name not in weights for name in table_names):
+        raise OptionError(f"the weights lack {sorted(missing)}")
+    tables.load_whole_state({name: weights[prefix + name] for name in table_names})
