@@ -143,8 +143,9 @@ class DeepSettings:
 
 
 class DeepTrainer:
-    def __init__(self, settings=DeepSettings(), device=None, log=None):
-        """log: called with every epoch's record (a dict), e.g. to print progress."""
+    def __init__(self, settings=DeepSettings(), device=None, log=None, ranks=None):
+        """log: called with every epoch's record (a dict), e.g. to print progress; ranks: the ranks
+        that train together (alac.runtime.ranks.distributed.Ranks; default torchrun's, or one)."""
         self.settings = settings
         self.device = torch.device(device) if device is not None else default_device()
         self.log = log
@@ -157,7 +158,7 @@ class DeepTrainer:
         self.guard = None           # the last fit's validation guard (alac.train.divergence)
         self.stopped_because = None
         self.resume_point = None   # where the last fit ended, for a checkpoint's resume (DeepTrainer.resume)
-        self.ranks = None          # under torchrun, the ranks that train together (alac.runtime.ranks)
+        self.ranks = ranks         # under torchrun, the ranks that train together (alac.runtime.ranks)
         self.rank_tables = None    # and where the tables' rows live over them (alac.train.deep_ranks)
         self.say = None            # told the tables' placement over ranks, e.g. print
 
@@ -192,7 +193,7 @@ class DeepTrainer:
     def _place_rows(self, indices, batches):
         """The ranks of this fit (torchrun's, or one) and, over several, where the tables' rows live:
         planned from the rows' accesses in `indices` (None: unknown, a restored model's)."""
-        self.ranks = init_ranks()
+        self.ranks = self.ranks or init_ranks()
         if self.device.type == "cuda" and self.ranks.device.type == "cuda":
             self.device = self.ranks.device
         if self.ranks.world == 1:

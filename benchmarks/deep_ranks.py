@@ -1,0 +1,198 @@
+"""DeepFM over several GPUs (alac.train.deep under ranks, alac.nn.ranked) against one GPU and against
+PyTorch DDP with a replicated embedding table; run under torchrun:
+`PYTHONPATH=. torchrun --nproc-per-node 2 benchmarks/deep_ranks.py [--rows 4000000]`.
+
+The set: the synthetic Criteo-shaped rows (alac.data.synthetic.criteo_like: 39 one-hot fields,
+labels from a planted FM), `--rows` training, `--valid-rows` validation and test rows. Arms, each
+`--epochs` epochs at batch `--batch-size` (global: the ranks split every batch), its validation after
+every epoch:
+- alac_1gpu: DeepTrainer on the first rank alone (the others wait);
+- alac_<mode>: DeepTrainer over every rank, its tables replicated, sharded or hybrid (`--modes`);
+- torch_ddp_1gpu / torch_ddp: the PyTorch user's DeepFM: one nn.Embedding of a weight and k factors per
+  feature with sparse gradients and torch.optim.Adagrad (element-wise), the MLP with Adam, the
+  whole model under DistributedDataParallel (every rank a copy of the table), on `--baseline-rows`
+  rows (it is slower).
+Per arm: `samples_per_s` (training rows over the median epoch's seconds, validation not counted),
+`epoch_seconds`, `validation_seconds` (the median epoch's validation), `valid_auc` per epoch,
+`test_auc`, `bytes_per_rank` (per epoch: what the rank's collectives sent, alac arms). Rank 0
+writes results/deep_ranks.json and .md (deep_ranks_<W>gpu.* for W ranks other than 2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from alac import metrics
+from alac.data.split import split
+from alac.data.synthetic import criteo_like
+from alac.runtime.ranks.distributed import first_ranks, init_ranks
+from alac.train.deep import DeepSettings, DeepTrainer
+from benchmarks.report import environment, write
+
+K, HIDDEN = 16, (256, 128)
+
+
+def alac_arm(name, ranks, train, valid, test, args, mode):
+    """DeepTrainer over `ranks` (None: this rank sits the arm out)."""
+    if ranks is None:
+        return None
+    ranks.traffic.bytes = 0
+    settings = DeepSettings(model="deepfm", k=K, hidden=HIDDEN, epochs=args.epochs, batch_size=args.batch_size,
+                            patience=args.epochs, rank_tables=mode, seed=args.seed)
+    trainer = DeepTrainer(settings, ranks.device, ranks=ranks)
+    started = time.perf_counter()
+    trainer.fit(train, valid)
+    torch.cuda.synchronize()
+    wall = time.perf_counter() - started
+    probability = trainer.predict(test)
+    seconds = [record["seconds"] for record in trainer.history]
+    return {"name": name, "ranks": ranks.world, "mode": mode if ranks.world > 1 else "one GPU",
+            "tables": None if trainer.rank_tables is None else trainer.rank_tables.describe(),
+            "epoch_seconds": seconds, "samples_per_s": train.n_rows / statistics.median(seconds),
+            "validation_seconds": (wall - sum(seconds)) / len(seconds),
+            "valid_auc": [record["valid_auc"] for record in trainer.history],
+            "test_auc": float(metrics.auc(probability, test.labels.cpu() > 0.5)),
+            "bytes_per_rank": ranks.traffic.bytes / len(seconds)}
+
+
+class TorchDeepFM(torch.nn.Module):
+    """DeepFM as a PyTorch user writes it for one-hot fields: one embedding of 1 + k per feature."""
+
+    def __init__(self, n_features, n_fields):
+        super().__init__()
+        self.table = torch.nn.Embedding(n_features, 1 + K, sparse=True)
+        with torch.no_grad():
+            self.table.weight.normal_(0, 0.01)
+            self.table.weight[:, 0] = 0
+        sizes = [n_fields * K, *HIDDEN, 1]
+        layers = []
+        for inputs, outputs in zip(sizes, sizes[1:]):
+            layers += [torch.nn.Linear(inputs, outputs), torch.nn.ReLU()]
+        self.deep = torch.nn.Sequential(*layers[:-1])
+        self.bias = torch.nn.Parameter(torch.zeros(1))
+
+    def forward(self, ids):
+        rows = self.table(ids)                     # [B, F, 1 + K]
+        w, v = rows[..., 0], rows[..., 1:]
+        interactions = 0.5 * (v.sum(1) ** 2 - (v**2).sum(1)).sum(1)
+        return self.bias + w.sum(1) + interactions + self.deep(v.flatten(1)).squeeze(1)
+
+
+def torch_arm(name, ranks, train, valid, test, args):
+    """The PyTorch user's DeepFM under DDP over `ranks` (None: this rank sits the arm out)."""
+    if ranks is None:
+        return None
+    from torch.nn.parallel import DistributedDataParallel
+
+    torch.manual_seed(args.seed)
+    fields = train.indices.numel() // train.n_rows
+    model = TorchDeepFM(train.n_features, fields).to(ranks.device)
+    forward = DistributedDataParallel(model, device_ids=[ranks.device], process_group=ranks.group) \
+        if ranks.world > 1 else model
+    sparse = torch.optim.Adagrad([model.table.weight], lr=0.02)
+    dense = torch.optim.Adam([p for n, p in model.named_parameters() if n != "table.weight"], lr=1e-3)
+    ids = {s: d.indices.view(d.n_rows, fields).long() for s, d in (("train", train), ("valid", valid),
+                                                                  ("test", test))}
+    labels = {s: d.labels.float() for s, d in (("train", train), ("valid", valid), ("test", test))}
+    generator = torch.Generator().manual_seed(args.seed)
+
+    @torch.no_grad()
+    def predicted(split_name):
+        return torch.cat([torch.sigmoid(model(part)) for part in ids[split_name].split(1 << 16)])
+
+    seconds, aucs, validation = [], [], []
+    for _ in range(args.epochs):
+        order = torch.randperm(train.n_rows, generator=generator).to(ranks.device)
+        torch.cuda.synchronize()
+        started = time.perf_counter()
+        for first in range(0, train.n_rows, args.batch_size):
+            batch = order[first:first + args.batch_size]
+            lo = batch.numel() * ranks.rank // ranks.world
+            hi = batch.numel() * (ranks.rank + 1) // ranks.world
+            mine = batch[lo:hi]
+            loss = torch.nn.functional.binary_cross_entropy_with_logits(forward(ids["train"][mine]),
+                                                                        labels["train"][mine])
+            sparse.zero_grad()
+            dense.zero_grad()
+            loss.backward()
+            sparse.step()
+            dense.step()
+        torch.cuda.synchronize()
+        seconds.append(time.perf_counter() - started)
+        started = time.perf_counter()
+        aucs.append(float(metrics.auc(predicted("valid").cpu(), labels["valid"].cpu() > 0.5)))
+        validation.append(time.perf_counter() - started)
+    return {"name": name, "ranks": ranks.world, "mode": "DDP, the table replicated", "epoch_seconds": seconds,
+            "samples_per_s": train.n_rows / statistics.median(seconds),
+            "validation_seconds": statistics.median(validation), "valid_auc": aucs,
+            "test_auc": float(metrics.auc(predicted("test").cpu(), labels["test"].cpu() > 0.5))}
+
+
+def report(payload):
+    env = payload["environment"]
+    lines = [f"DeepFM k = {K} over ranks ({env['device']} x {payload['ranks']}, {env['date']}: "
+             f"`PYTHONPATH=. torchrun --nproc-per-node {payload['ranks']} benchmarks/deep_ranks.py "
+             f"{payload['command']}`)", "",
+             "| arm | ranks | training rows | samples/s | vs one GPU | validation s / epoch s | valid AUC | test AUC "
+             "| MB sent per rank and epoch |", "|---|---|---|---|---|---|---|---|---|"]
+    one = {arm["name"].split("_")[0]: arm["samples_per_s"] for arm in payload["arms"] if arm["ranks"] == 1}
+    for arm in payload["arms"]:
+        epoch = statistics.median(arm["epoch_seconds"])
+        sent = arm.get("bytes_per_rank")
+        lines.append(f"| {arm['name']} | {arm['ranks']} | {arm['rows']:,} | {arm['samples_per_s'] / 1e6:.2f}M | "
+                     f"{arm['samples_per_s'] / one[arm['name'].split('_')[0]]:.2f}x | "
+                     f"{arm['validation_seconds']:.2f} / {epoch:.2f} | {arm['valid_auc'][-1]:.4f} | "
+                     f"{arm['test_auc']:.4f} | {'' if sent is None else f'{sent / 1e6:,.0f}'} |")
+    return "\n".join(lines)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=4_000_000)
+    parser.add_argument("--valid-rows", type=int, default=500_000)
+    parser.add_argument("--baseline-rows", type=int, default=1_000_000)
+    parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--batch-size", type=int, default=4096)
+    parser.add_argument("--modes", default="replicated,sharded,hybrid")
+    parser.add_argument("--no-baseline", action="store_true")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", default=None)
+    args = parser.parse_args()
+    ranks = init_ranks()
+    if not torch.cuda.is_available() or ranks.backend not in (None, "nccl"):
+        raise SystemExit("benchmarks/deep_ranks.py runs on GPUs: launch it with torchrun on a machine with CUDA")
+    data = criteo_like(args.rows + 2 * args.valid_rows, model="fm", seed=args.seed, device=ranks.device)
+    share = args.rows / data.n_rows
+    train, valid, test = split(data, (share, (1 - share) / 2, (1 - share) / 2), seed=args.seed)
+    del data
+    one = first_ranks(ranks, 1)
+    arms = [alac_arm("alac_1gpu", one, train, valid, test, args, "auto")]
+    for mode in args.modes.split(","):
+        arms.append(alac_arm(f"alac_{mode}", ranks, train, valid, test, args, mode))
+    if not args.no_baseline:
+        few = train.take(torch.arange(args.baseline_rows, device=train.indptr.device))
+        arms.append(torch_arm("torch_ddp_1gpu", one, few, valid, test, args))
+        arms.append(torch_arm("torch_ddp", ranks, few, valid, test, args))
+    if ranks.world > 1:
+        torch.distributed.barrier()
+    if ranks.rank == 0:
+        for arm in arms:
+            arm["rows"] = args.baseline_rows if arm["name"].startswith("torch") else train.n_rows
+        command = " ".join(sys.argv[1:])
+        payload = {"environment": environment(), "ranks": ranks.world, "command": command, "arms": arms,
+                   "arguments": vars(args)}
+        name = "deep_ranks" if ranks.world == 2 else f"deep_ranks_{ranks.world}gpu"
+        write(name, payload, report(payload), args.out)
+        print(report(payload), flush=True)
+
+
+if __name__ == "__main__":
+    main()
