@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from alac.cli.train import CHECKPOINT_NAME
 from alac import metrics
+from alac.cli.train import CHECKPOINT_NAME
 from alac.data.split import split
 from alac.data.synthetic import criteo_like
 from alac.models import zoo_model
