@@ -9,9 +9,10 @@ every epoch:
 - alac_1gpu: DeepTrainer on the first rank alone (the others wait);
 - alac_<mode>: DeepTrainer over every rank, its tables replicated, sharded or hybrid (`--modes`);
 - torch_ddp_1gpu / torch_ddp: the PyTorch user's DeepFM: one nn.Embedding of a weight and k factors per
-  feature with sparse gradients and torch.optim.Adagrad (element-wise), the MLP with Adam, the
-  whole model under DistributedDataParallel (every rank a copy of the table), on `--baseline-rows`
-  rows (it is slower).
+  feature with sparse gradients and torch.optim.Adagrad (element-wise), the MLP with Adam under
+  DistributedDataParallel, every rank a copy of the table whose sparse gradients are all-gathered
+  and summed (NCCL has no sparse all-reduce, so DDP cannot take them), on `--baseline-rows` rows
+  (it is slower).
 Per arm: `samples_per_s` (training rows over the median epoch's seconds, validation not counted),
 `epoch_seconds`, `validation_seconds` (the median epoch's validation), `valid_auc` per epoch,
 `test_auc`, `bytes_per_rank` (per epoch: what the rank's collectives sent, alac arms). Rank 0
@@ -95,6 +96,8 @@ def torch_arm(name, ranks, train, valid, test, args):
     torch.manual_seed(args.seed)
     fields = train.indices.numel() // train.n_rows
     model = TorchDeepFM(train.n_features, fields).to(ranks.device)
+    if ranks.world > 1:
+        DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(model, ["table.weight"])
     forward = DistributedDataParallel(model, device_ids=[ranks.device], process_group=ranks.group) \
         if ranks.world > 1 else model
     sparse = torch.optim.Adagrad([model.table.weight], lr=0.02)
@@ -123,6 +126,8 @@ def torch_arm(name, ranks, train, valid, test, args):
             sparse.zero_grad()
             dense.zero_grad()
             loss.backward()
+            if ranks.world > 1:
+                model.table.weight.grad = _averaged_sparse(model.table.weight.grad, ranks)
             sparse.step()
             dense.step()
         torch.cuda.synchronize()
@@ -134,6 +139,16 @@ def torch_arm(name, ranks, train, valid, test, args):
             "samples_per_s": train.n_rows / statistics.median(seconds),
             "validation_seconds": statistics.median(validation), "valid_auc": aucs,
             "test_auc": float(metrics.auc(predicted("test").cpu(), labels["test"].cpu() > 0.5))}
+
+
+def _averaged_sparse(grad, ranks):
+    """A sparse gradient's mean over the ranks (as DDP averages the dense ones): every rank's rows
+    all-gathered and summed."""
+    grad = grad.coalesce()
+    rows, values = grad.indices()[0], grad.values()
+    counts = ranks.all_gather(torch.tensor([rows.numel()], device=rows.device)).flatten().tolist()
+    rows, values = ranks.all_gather_rows(rows, counts), ranks.all_gather_rows(values, counts)
+    return torch.sparse_coo_tensor(rows[None], values / ranks.world, grad.shape).coalesce()
 
 
 def report(payload):

@@ -2,17 +2,20 @@
 replicated on every rank, sharded row-wise over them, or hybrid (the hot rows replicated, the cold
 ones sharded); the dense part trains under DistributedDataParallel beside them.
 
-Ids below `replicated` (the hot rows of a space numbered by frequency, alac.data.compact) are held by
-every rank; id g >= replicated by rank (g - replicated) % W alone, at its local row replicated +
-(g - replicated) // W (round-robin, so every rank owns as many warm rows as the others). A forward
-fetches the sharded rows a batch reads from their owners (an all-to-all of ids, one of rows). The
-backward sends each entry's value and dLoss/dAccum to the ranks that hold its row (every rank for a
-replicated row, by one all-gather; its owner for a sharded one, by one all-to-all), and each rank
-steps its rows once on all it received, as one batch of every rank's samples: the step one process
-takes on the global batch. The ranks' losses combine as DDP combines gradients (the objective is
-their mean), so each rank's dLoss/dAccum counts 1/W. A replicated row takes the same step on every
-rank, but float atomics on a GPU may round it apart: align() copies rank 0's replicated rows to the
-others (the trainer calls it after every epoch).
+Ids below `replicated` (the hot rows, first in the ranks' numbering `order`) are held by every rank;
+id g >= replicated by rank (g - replicated) % W alone, at its local row replicated + (g -
+replicated) // W (round-robin, so every rank owns as many warm rows as the others). A forward
+fetches the sharded rows of a batch's entries from their owners (an all-to-all of ids, one of rows).
+The backward sends each entry's value and dLoss/dAccum to the ranks that hold its row (every rank
+for a replicated row, by one all-gather; its owner for a sharded one, by one all-to-all), and each
+rank steps its rows once on all it received, as one batch of every rank's samples: the step one
+process takes on the global batch. Every exchange moves fixed slots (`capacity` entries per rank and
+destination, padding sent to a scratch row past the held ones), so a step waits for no count on the
+host where the trainer gives the capacity and the global batch (entry_capacity, global_samples). The
+ranks' losses combine as DDP combines gradients (the objective is their mean), so each rank's
+dLoss/dAccum counts 1/W. A replicated row takes the same step on every rank, but float atomics on a
+GPU may round it apart: align() copies rank 0's replicated rows to the others (the trainer calls it
+after every epoch).
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ from alac.nn.aggregate import SparseAggregate, _values
 from alac.runtime.execution.state import ModelState
 
 MODES = ("replicated", "sharded", "hybrid")
+# a padding slot's id: its row is the scratch row, which no entry reads
+PADDING = -1
 
 
 @dataclass(frozen=True)
@@ -64,20 +69,63 @@ class RankRows:
                            self.replicated + torch.div(ids - self.replicated, self.world, rounding_mode="floor"))
 
 
+class Route:
+    """A batch's sharded entries placed in slots [W * capacity] by owner (entry order kept within an
+    owner); the replicated entries have none."""
+
+    def __init__(self, indices, rows, capacity):
+        sharded = indices >= rows.replicated
+        owner = torch.where(sharded, rows.owner(indices), rows.world)
+        self.order = torch.argsort(owner, stable=True)
+        ordered = owner[self.order]
+        first = torch.searchsorted(ordered, torch.arange(rows.world + 1, device=indices.device))
+        slot = torch.arange(indices.numel(), device=indices.device) - first[ordered]
+        self.kept = ordered < rows.world
+        self.destination = (ordered * capacity + slot)[self.kept]
+        self.size = rows.world * capacity
+
+    def sent(self, values, padding):
+        """The entries' values in their slots (padding elsewhere)."""
+        slots = values.new_full((self.size, *values.shape[1:]), padding)
+        slots[self.destination] = values[self.order[self.kept]]
+        return slots
+
+    def received(self, slots):
+        """Slots back to the entries (the replicated entries' rows zero)."""
+        entries = slots.new_zeros((self.order.numel(), *slots.shape[1:]))
+        entries[self.order[self.kept]] = slots[self.destination]
+        return entries
+
+
+def _packed(values, keep, capacity, padding):
+    """The kept rows of `values` in `capacity` slots, padding after them."""
+    # the dropped rows written to one slot past the end, cut off: no count read on the host
+    slots = values.new_full((capacity + 1, *values.shape[1:]), padding)
+    slots[torch.where(keep, torch.cumsum(keep, 0) - 1, capacity)] = values
+    return slots[:capacity]
+
+
 class RankedAggregate(SparseAggregate):
     def __init__(self, model, n_features, ranks, replicated=None, order=None, **options):
         """A SparseAggregate (model, n_features, options as there) of which this rank holds the rows
-        RankRows(n_features, replicated, ...) names; ranks: alac.runtime.ranks.distributed.Ranks;
-        replicated: the ids below it on every rank (default n_features: every row replicated);
-        order: the ids in the ranks' numbering (a permutation, the hot ones first; default as given):
-        the batches' ids are renumbered by it, the rows drawn and assembled in the given ids."""
+        RankRows(n_features, replicated, ...) names, and a scratch row; ranks:
+        alac.runtime.ranks.distributed.Ranks; replicated: the ids below it on every rank (default
+        n_features: every row replicated); order: the ids in the ranks' numbering (a permutation, the
+        hot ones first; default as given): the batches' ids are renumbered by it, the rows drawn and
+        assembled in the given ids."""
         rows = RankRows(int(n_features), int(n_features) if replicated is None else int(replicated), ranks.rank,
                         ranks.world)
         held = rows.held_ids()
-        super().__init__(model, n_features, rows=held if order is None else order.cpu()[held], **options)
+        drawn = held if order is None else order.cpu()[held]
+        # the scratch row (drawn as row 0; padding's steps change it, nothing reads it)
+        super().__init__(model, n_features, rows=torch.cat([drawn, drawn[:1] if drawn.numel() else
+                                                            torch.zeros(1, dtype=torch.int64)]), **options)
         if self.asynchronous:
             raise OptionError("tables over ranks step in sync semantics (one step on every rank's batch)")
         self.ranks, self.rank_rows = ranks, rows
+        self._scratch_row = held.numel()
+        self.entry_capacity = None      # entries a rank's batch has at most (None: found every step)
+        self.global_samples = None      # the samples of a step over every rank (None: summed every step)
         self._order = None if order is None else order.to(self.table_device)
         self._renumbered = None
         if order is not None:
@@ -91,67 +139,78 @@ class RankedAggregate(SparseAggregate):
         return super().bags(indices, bag, n_bags, samples, values)
 
     def rows_for(self, indices):
-        """The batch's rows as a table of its distinct ids (the sharded ones fetched from their owners)
-        and the entries' indices into it; every row local where every row is replicated."""
+        """Every entry's row as a table of its own ([entries] rows: the replicated ones read here, the
+        sharded ones fetched from their owners) and the entries' indices into it; the module's own
+        tables where every row is replicated."""
         rows = self.rank_rows
         if rows.mode == "replicated":
             return self.state, indices
-        distinct, inverse = torch.unique(indices, return_inverse=True)
-        held_here = int((distinct < rows.replicated).sum())       # sorted: the replicated ids first
-        wanted = distinct[held_here:]
-        owner = rows.owner(wanted)
-        order = torch.argsort(owner, stable=True)
-        sent, received = self._counts(owner)
-        asked = self.ranks.all_to_all(wanted[order], sent, received)
+        route = Route(indices, rows, self._capacity(indices.numel()))
         params = self.state.params
-        local = rows.local(asked)
-        answer = torch.cat([value[local].reshape(local.numel(), -1) for value in params.values()], 1)
-        answered = self.ranks.all_to_all(answer, received, sent)
-        fetched = torch.empty_like(answered)
-        fetched[order] = answered
+        asked = self._local(self._exchange(route.sent(indices, PADDING)))
+        answer = torch.cat([value.reshape(value.shape[0], -1)[asked] for value in params.values()], 1)
+        fetched = route.received(self._exchange(answer))
+        held = indices < rows.replicated
+        here = torch.where(held, indices, 0)
         working, column = {}, 0
         for name, value in params.items():
-            width = value[0].numel()
-            part = fetched[:, column:column + width].reshape(-1, *value.shape[1:])
-            working[name] = torch.cat([value[distinct[:held_here]], part])
+            flat = value.reshape(value.shape[0], -1)
+            width = flat.shape[1]
+            entry_rows = torch.where(held[:, None], flat[here], fetched[:, column:column + width])
+            working[name] = entry_rows.reshape(-1, *value.shape[1:])
             column += width
-        return ModelState(working, {}, {}), inverse
+        return ModelState(working, {}, {}), torch.arange(indices.numel(), device=indices.device)
 
-    def _counts(self, owner):
-        """(rows this rank sends to each rank, rows it receives from each) for rows of these owners."""
-        sent = torch.bincount(owner, minlength=self.ranks.world)
-        received = self.ranks.all_to_all(sent, [1] * self.ranks.world, [1] * self.ranks.world)
-        return sent.tolist(), received.tolist()
+    def _local(self, ids):
+        """Local rows of ids this rank holds, padding's the scratch row."""
+        return torch.where(ids == PADDING, self._scratch_row, self.rank_rows.local(ids))
+
+    def _capacity(self, entries):
+        """Entries per rank and destination in this step's exchanges: entry_capacity where the trainer
+        gives it (no host round trip), else the ranks' largest count (one all-reduce read on the host)."""
+        if self.entry_capacity is not None:
+            if entries > self.entry_capacity:
+                raise OptionError(f"a rank's share of the batch has {entries:,} entries, more than the "
+                                  f"{self.entry_capacity:,} of entry_capacity")
+            return self.entry_capacity
+        count = torch.tensor([entries], device=self.ranks.device)
+        return max(1, int(self.ranks.all_reduce(count, op="max")))
+
+    def _exchange(self, slots):
+        """Slots [W * capacity, ...] sent to their ranks, as many received (equal splits)."""
+        part = slots.shape[0] // self.ranks.world
+        return self.ranks.all_to_all(slots, [part] * self.ranks.world, [part] * self.ranks.world)
 
     def _step(self, indices, x, bag, deltas, samples):
         """Every entry's value and dLoss/dAccum (1/W of it) sent where its row is held, and one step of
-        each rank's rows on what it received, as one batch of every rank's samples."""
+        each rank's rows on what it received, as one batch of every rank's samples (global_samples
+        where the trainer gives it, else the ranks' sum)."""
         rows, ranks = self.rank_rows, self.ranks
         names = list(deltas)
         payload = torch.cat([_values(x, indices)[:, None],
                              *(deltas[name][bag].reshape(bag.numel(), -1) / ranks.world for name in names)], 1)
-        replicated = indices < rows.replicated
-        counts = ranks.all_gather(torch.tensor([samples, int(replicated.sum())], device=indices.device)).tolist()
+        if self.global_samples is not None:
+            samples = self.global_samples
+        else:
+            samples = int(ranks.all_reduce(torch.tensor([samples], device=ranks.device)))
+        capacity = self._capacity(indices.numel())
         ids, payloads = [], []
         if rows.replicated:
-            hot_counts = [count for _, count in counts]
-            ids.append(ranks.all_gather_rows(indices[replicated], hot_counts))
-            payloads.append(ranks.all_gather_rows(payload[replicated], hot_counts))
+            held = indices < rows.replicated
+            ids.append(ranks.all_gather(_packed(indices, held, capacity, PADDING)).flatten())
+            payloads.append(ranks.all_gather(_packed(payload, held, capacity, 0.0)).flatten(0, 1))
         if rows.replicated < rows.n_features:
-            cold = ~replicated
-            owner = rows.owner(indices[cold])
-            order = torch.argsort(owner, stable=True)
-            sent, received = self._counts(owner)
-            ids.append(rows.local(ranks.all_to_all(indices[cold][order], sent, received)))
-            payloads.append(ranks.all_to_all(payload[cold][order], sent, received))
-        ids, payload = torch.cat(ids), torch.cat(payloads)
+            route = Route(indices, rows, capacity)
+            ids.append(self._exchange(route.sent(indices, PADDING)))
+            payloads.append(self._exchange(route.sent(payload, 0.0)))
+        ids, payload = self._local(torch.cat(ids)), torch.cat(payloads)
         entry_deltas, column = {}, 1
         for name in names:
             width = deltas[name][0].numel()
             entry_deltas[name] = payload[:, column:column + width].reshape(-1, *deltas[name].shape[1:])
             column += width
         super()._step(ids, payload[:, 0].contiguous(), torch.arange(ids.numel(), device=ids.device), entry_deltas,
-                      sum(count for count, _ in counts))
+                      samples)
 
     def align(self):
         """Rank 0's replicated rows (params and optimizer state) copied to every rank."""
@@ -168,7 +227,7 @@ class RankedAggregate(SparseAggregate):
         whole = {}
         for name in (*self._params, *self._states):
             value = getattr(self, name)
-            gathered = ranks.all_gather_rows(value[rows.replicated:], owned)
+            gathered = ranks.all_gather_rows(value[rows.replicated:self._scratch_row], owned)
             full = value.new_empty((rows.n_features, *value.shape[1:]))
             full[:rows.replicated] = value[:rows.replicated]
             full[ids.to(value.device)] = gathered
@@ -184,4 +243,4 @@ class RankedAggregate(SparseAggregate):
             if whole[name].shape[0] != self.rank_rows.n_features:
                 raise OptionError(f"a table of {whole[name].shape[0]:,} rows cannot load into one of "
                                   f"{self.rank_rows.n_features:,}")
-            getattr(self, name).copy_(whole[name][held.to(whole[name].device)])
+            getattr(self, name)[:self._scratch_row].copy_(whole[name][held.to(whole[name].device)])

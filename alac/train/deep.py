@@ -35,6 +35,7 @@ from alac.runtime.ranks.distributed import init_ranks
 from alac.train.deep_ranks import MODES as RANK_MODES
 from alac.train.deep_ranks import (
     data_parallel,
+    fix_exchanges,
     load_whole_weights,
     plan_rank_tables,
     rows_of_batch,
@@ -246,6 +247,8 @@ class DeepTrainer:
             initial = _state_copy(self.network)
         self.guard, self.stopped_because = guard, None
         for epoch in range(first, last + 1):
+            if many:
+                fix_exchanges(self.network, train, s.batch_size, ranks)
             started = time.perf_counter()
             order = torch.randperm(train.n_rows, generator=generator).to(self.device)
             loss_sum = torch.zeros((), device=self.device)
@@ -254,7 +257,10 @@ class DeepTrainer:
                     loss = step(batch.indices, batch.indptr, batch.fields, batch.values, batch.labels)
                     loss_sum += loss.detach() * batch.n_rows
                     continue
-                part = rows_of_batch(batch, *share(batch.n_rows, ranks)) if many else batch
+                part = batch
+                if many:
+                    part = rows_of_batch(batch, *share(batch.n_rows, ranks))
+                    self.network.tables.global_samples = batch.n_rows
                 summed = self._loss(self._logits(part, forward), part.labels, reduction="sum")
                 dense.zero_grad()
                 # the part's share of the batch's mean, times the ranks DDP averages over
@@ -376,6 +382,7 @@ class DeepTrainer:
         ranks = self.ranks
         if ranks is not None and ranks.world > 1:
             # each rank its share of every batch (the tables' rows are fetched by all together)
+            fix_exchanges(self.network, dataset, self.settings.batch_size, ranks)
             logits = [self._logits(rows_of_batch(batch, *share(batch.n_rows, ranks))) for batch in batches]
             local = torch.cat(logits) if logits else torch.zeros(0, device=self.device)
             return torch.sigmoid(whole_predictions(local, [batch.n_rows for batch in batches], ranks)).cpu()

@@ -86,6 +86,14 @@ def rows_of_batch(batch, first, end):
     return batch.take(torch.arange(first, end, device=batch.indptr.device))
 
 
+def fix_exchanges(network, dataset, batch_size, ranks):
+    """The tables' exchanges sized for batches of `dataset` (a rank's share of batch_size rows, at most
+    its longest row's entries each), so that a step reads no count on the host."""
+    tables = network.tables
+    longest = int(dataset.row_lengths().max()) if dataset.n_rows else 1
+    tables.entry_capacity = max(1, -(-batch_size // ranks.world) * longest)
+
+
 def data_parallel(network, ranks):
     """The network with its dense part's gradients averaged over the ranks (DDP; the tables are
     buffers, stepped by alac.nn.ranked in backward, and not broadcast)."""

@@ -52,11 +52,15 @@ def _rank(rank, folder):
         for mode, replicated in REPLICATED.items():
             model = _model(ranks=Ranks(rank, 2, torch.device("cpu"), "gloo"), replicated=replicated,
                            order=ORDER.get(mode))
+            if mode == "sharded":
+                # the trainer's way: the exchanges' slots and the global batch given, no count summed
+                model.tables.entry_capacity, model.tables.global_samples = ROWS // 2 * 2 * N_FIELDS, ROWS
             half = ROWS // 2
             _train(model, DistributedDataParallel(model, broadcast_buffers=False), (rank * half, (rank + 1) * half))
             model.tables.align()
             torch.save({"tables": model.tables.whole_state(), "deep": [p.detach() for p in model.parameters()],
-                        "held": {name: getattr(model.tables, name).clone() for name in ("w", "v")}},
+                        # the rows it held (the last is its scratch row, for the exchanges' padding)
+                        "held": {name: getattr(model.tables, name)[:-1].clone() for name in ("w", "v")}},
                        f"{folder}/{mode}{rank}.pt")
     finally:
         dist.destroy_process_group()
