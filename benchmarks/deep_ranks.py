@@ -6,7 +6,8 @@ The set: the synthetic Criteo-shaped rows (alac.data.synthetic.criteo_like: 39 o
 labels from a planted FM), `--rows` training, `--valid-rows` validation and test rows. Arms, each
 `--epochs` epochs at batch `--batch-size` (global: the ranks split every batch), its validation after
 every epoch:
-- alac_1gpu: DeepTrainer on the first rank alone (the others wait);
+- alac_1gpu: DeepTrainer on the first rank alone (the others wait), its steps replayed from CUDA
+  graphs; alac_1gpu_eager: launched one by one, as the ranks' steps are;
 - alac_<mode>: DeepTrainer over every rank, its tables replicated, sharded or hybrid (`--modes`);
 - torch_ddp_1gpu / torch_ddp: the PyTorch user's DeepFM: one nn.Embedding of a weight and k factors per
   feature with sparse gradients and torch.optim.Adagrad (element-wise), the MLP with Adam under
@@ -41,13 +42,13 @@ from benchmarks.report import environment, write
 K, HIDDEN = 16, (256, 128)
 
 
-def alac_arm(name, ranks, train, valid, test, args, mode):
+def alac_arm(name, ranks, train, valid, test, args, mode, cuda_graphs=True):
     """DeepTrainer over `ranks` (None: this rank sits the arm out)."""
     if ranks is None:
         return None
     ranks.traffic.bytes = 0
     settings = DeepSettings(model="deepfm", k=K, hidden=HIDDEN, epochs=args.epochs, batch_size=args.batch_size,
-                            patience=args.epochs, rank_tables=mode, seed=args.seed)
+                            patience=args.epochs, rank_tables=mode, seed=args.seed, cuda_graphs=cuda_graphs)
     trainer = DeepTrainer(settings, ranks.device, ranks=ranks)
     started = time.perf_counter()
     trainer.fit(train, valid)
@@ -158,7 +159,7 @@ def report(payload):
              f"{payload['command']}`)", "",
              "| arm | ranks | training rows | samples/s | vs one GPU | validation s / epoch s | valid AUC | test AUC "
              "| MB sent per rank and epoch |", "|---|---|---|---|---|---|---|---|---|"]
-    one = {arm["name"].split("_")[0]: arm["samples_per_s"] for arm in payload["arms"] if arm["ranks"] == 1}
+    one = {arm["name"].split("_")[0]: arm["samples_per_s"] for arm in payload["arms"][::-1] if arm["ranks"] == 1}
     for arm in payload["arms"]:
         epoch = statistics.median(arm["epoch_seconds"])
         sent = arm.get("bytes_per_rank")
@@ -189,7 +190,8 @@ def main():
     train, valid, test = split(data, (share, (1 - share) / 2, (1 - share) / 2), seed=args.seed)
     del data
     one = first_ranks(ranks, 1)
-    arms = [alac_arm("alac_1gpu", one, train, valid, test, args, "auto")]
+    arms = [alac_arm("alac_1gpu", one, train, valid, test, args, "auto"),
+            alac_arm("alac_1gpu_eager", one, train, valid, test, args, "auto", cuda_graphs=False)]
     for mode in args.modes.split(","):
         arms.append(alac_arm(f"alac_{mode}", ranks, train, valid, test, args, mode))
     if not args.no_baseline:

@@ -80,20 +80,21 @@ class Route:
         ordered = owner[self.order]
         first = torch.searchsorted(ordered, torch.arange(rows.world + 1, device=indices.device))
         slot = torch.arange(indices.numel(), device=indices.device) - first[ordered]
-        self.kept = ordered < rows.world
-        self.destination = (ordered * capacity + slot)[self.kept]
         self.size = rows.world * capacity
+        # a replicated entry's slot is one past the end, cut off (no mask: nothing read on the host)
+        self.destination = torch.where(ordered < rows.world, ordered * capacity + slot, self.size)
 
     def sent(self, values, padding):
         """The entries' values in their slots (padding elsewhere)."""
-        slots = values.new_full((self.size, *values.shape[1:]), padding)
-        slots[self.destination] = values[self.order[self.kept]]
-        return slots
+        slots = values.new_full((self.size + 1, *values.shape[1:]), padding)
+        slots[self.destination] = values[self.order]
+        return slots[:self.size]
 
     def received(self, slots):
         """Slots back to the entries (the replicated entries' rows zero)."""
-        entries = slots.new_zeros((self.order.numel(), *slots.shape[1:]))
-        entries[self.order[self.kept]] = slots[self.destination]
+        padded = torch.cat([slots, slots.new_zeros((1, *slots.shape[1:]))])
+        entries = torch.empty_like(padded[:self.order.numel()])
+        entries[self.order] = padded[self.destination]
         return entries
 
 

@@ -38,7 +38,6 @@ from alac.train.deep_ranks import (
     fix_exchanges,
     load_whole_weights,
     plan_rank_tables,
-    rows_of_batch,
     share,
     table_row_bytes,
     whole_predictions,
@@ -252,19 +251,18 @@ class DeepTrainer:
             started = time.perf_counter()
             order = torch.randperm(train.n_rows, generator=generator).to(self.device)
             loss_sum = torch.zeros((), device=self.device)
-            for batch in _batches(train.take(order), s.batch_size):
+            for batch in _batches(train.take(order), s.batch_size, ranks if many else None):
                 if step is not None:
                     loss = step(batch.indices, batch.indptr, batch.fields, batch.values, batch.labels)
                     loss_sum += loss.detach() * batch.n_rows
                     continue
-                part = batch
+                rows, part = batch if many else (batch.n_rows, batch)
                 if many:
-                    part = rows_of_batch(batch, *share(batch.n_rows, ranks))
-                    self.network.tables.global_samples = batch.n_rows
+                    self.network.tables.global_samples = rows
                 summed = self._loss(self._logits(part, forward), part.labels, reduction="sum")
                 dense.zero_grad()
                 # the part's share of the batch's mean, times the ranks DDP averages over
-                (summed * (ranks.world / batch.n_rows)).backward()
+                (summed * (ranks.world / rows)).backward()
                 dense.step()
                 loss_sum += summed.detach()
             if many:
@@ -378,15 +376,15 @@ class DeepTrainer:
         if not same_numbering(dataset.feature_ids, self.feature_ids):
             dataset = dataset.in_space_of(self.feature_ids)
         dataset = self._known_entries(dataset.to(self.device))
-        batches = list(_batches(dataset, self.settings.batch_size))
         ranks = self.ranks
         if ranks is not None and ranks.world > 1:
             # each rank its share of every batch (the tables' rows are fetched by all together)
             fix_exchanges(self.network, dataset, self.settings.batch_size, ranks)
-            logits = [self._logits(rows_of_batch(batch, *share(batch.n_rows, ranks))) for batch in batches]
+            batches = list(_batches(dataset, self.settings.batch_size, ranks))
+            logits = [self._logits(part) for _, part in batches]
             local = torch.cat(logits) if logits else torch.zeros(0, device=self.device)
-            return torch.sigmoid(whole_predictions(local, [batch.n_rows for batch in batches], ranks)).cpu()
-        logits = [self._logits(batch) for batch in batches]
+            return torch.sigmoid(whole_predictions(local, [rows for rows, _ in batches], ranks)).cpu()
+        logits = [self._logits(batch) for batch in _batches(dataset, self.settings.batch_size)]
         return torch.sigmoid(torch.cat(logits)).cpu() if logits else torch.zeros(0)
 
     def _known_entries(self, dataset):
@@ -490,21 +488,26 @@ def _checked_extras(extras, where):
     return dict(extras)
 
 
-def _batches(dataset, batch_size):
+def _batches(dataset, batch_size, ranks=None):
     """The dataset's consecutive batches of batch_size rows, as views of its tensors (the entries'
-    bounds read from the device once, not a round trip per batch)."""
+    bounds read from the device once, not a round trip per batch); over several ranks each is (the
+    batch's rows, this rank's share of them: alac.train.deep_ranks.share)."""
     starts = list(range(0, dataset.n_rows, batch_size))
-    bounds = dataset.indptr[torch.tensor(starts + [dataset.n_rows], device=dataset.indptr.device)].tolist()
-    for index, first in enumerate(starts):
-        end = min(first + batch_size, dataset.n_rows)
-        low, high = bounds[index], bounds[index + 1]
+    spans = [(first, min(first + batch_size, dataset.n_rows)) for first in starts]
+    if ranks is not None:
+        spans = [(first + a, first + b) for first, end in spans for a, b in [share(end - first, ranks)]]
+    cuts = sorted({row for span in spans for row in span})
+    bounds = dict(zip(cuts, dataset.indptr[torch.tensor(cuts, device=dataset.indptr.device)].tolist()))
+    for (first, end), start in zip(spans, starts):
+        low, high = bounds[first], bounds[end]
 
         def part(tensor):
             return None if tensor is None else tensor[low:high]
 
-        yield type(dataset)(dataset.indptr[first:end + 1] - low, dataset.indices[low:high], part(dataset.values),
-                            dataset.labels[first:end], dataset.n_features, part(dataset.fields), dataset.n_fields,
-                            dataset.source)
+        batch = type(dataset)(dataset.indptr[first:end + 1] - low, dataset.indices[low:high], part(dataset.values),
+                              dataset.labels[first:end], dataset.n_features, part(dataset.fields), dataset.n_fields,
+                              dataset.source)
+        yield batch if ranks is None else (min(start + batch_size, dataset.n_rows) - start, batch)
 
 
 def _one_entry_per_field(dataset, n_fields):

@@ -81,11 +81,6 @@ def share(rows, ranks):
     return rows * ranks.rank // ranks.world, rows * (ranks.rank + 1) // ranks.world
 
 
-def rows_of_batch(batch, first, end):
-    """Rows first..end of a batch (a SparseDataset) as a batch of its own."""
-    return batch.take(torch.arange(first, end, device=batch.indptr.device))
-
-
 def fix_exchanges(network, dataset, batch_size, ranks):
     """The tables' exchanges sized for batches of `dataset` (a rank's share of batch_size rows, at most
     its longest row's entries each), so that a step reads no count on the host."""
