@@ -15,14 +15,17 @@ import torch
 from alac.errors import OptionError
 
 
-def whole_step(loss_of, optimizers):
+def whole_step(loss_of, optimizers, after_backward=None):
     """A step function for GraphedStep: loss_of(*tensors), the dense optimizers' gradients zeroed in
-    place, its backward (the tables step inside it), every optimizer's step; returns the loss detached."""
+    place, its backward (the tables step inside it), after_backward() (e.g. the gradients averaged over
+    ranks), every optimizer's step; returns the loss detached."""
     def step(*tensors):
         loss = loss_of(*tensors)
         for optimizer in optimizers:
             optimizer.zero_grad(set_to_none=False)
         loss.backward()
+        if after_backward is not None:
+            after_backward()
         for optimizer in optimizers:
             optimizer.step()
         return loss.detach()
@@ -58,11 +61,13 @@ class GraphedStep:
     def _key(tensors):
         return tuple(None if t is None else (tuple(t.shape), t.dtype, t.device) for t in tensors)
 
-    def __call__(self, *tensors):
+    def __call__(self, *tensors, constants=()):
+        """constants: the host values fn reads besides the tensors (a graph holds them as they were at
+        its capture: calls with other constants get graphs of their own)."""
         on_gpu = any(t is not None and t.is_cuda for t in tensors)
         if not on_gpu:
             return self.fn(*tensors)
-        key = self._key(tensors)
+        key = (self._key(tensors), constants)
         graphed = self.graphs.get(key)
         if graphed is not None:
             graph, inputs, outputs = graphed

@@ -1,6 +1,6 @@
 """alac.nn's tables over ranks, PICASSO's hybrid parallelism (§III-B): a SparseAggregate's rows
 replicated on every rank, sharded row-wise over them, or hybrid (the hot rows replicated, the cold
-ones sharded); the dense part trains under DistributedDataParallel beside them.
+ones sharded); the dense part trains data-parallel beside them (DDP, or alac.train.deep_ranks.GradientMean).
 
 Ids below `replicated` (the hot rows, first in the ranks' numbering `order`) are held by every rank;
 id g >= replicated by rank (g - replicated) % W alone, at its local row replicated + (g -

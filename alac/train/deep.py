@@ -34,7 +34,7 @@ from alac.runtime.movement.layout import default_device
 from alac.runtime.ranks.distributed import init_ranks
 from alac.train.deep_ranks import MODES as RANK_MODES
 from alac.train.deep_ranks import (
-    data_parallel,
+    GradientMean,
     fix_exchanges,
     load_whole_weights,
     plan_rank_tables,
@@ -161,6 +161,7 @@ class DeepTrainer:
         self.ranks = ranks         # under torchrun, the ranks that train together (alac.runtime.ranks)
         self.rank_tables = None    # and where the tables' rows live over them (alac.train.deep_ranks)
         self.say = None            # told the tables' placement over ranks, e.g. print
+        self._loss_scale = 1.0     # a step's summed loss to its share of the batch's mean (over ranks: times W)
 
     def fit(self, train, valid=None):
         """Train on `train` (binary labels, field ids), validating on `valid` after every epoch (early
@@ -229,13 +230,13 @@ class DeepTrainer:
         # the tables are buffers stepped in backward: the parameters are the MLP's and the bias
         ranks = self.ranks
         many = ranks.world > 1
-        graphed = s.cuda_graphs and self.device.type == "cuda" and not s.dense_fields and not many
-        # over ranks: the dense part's gradients averaged by DDP, the tables' by alac.nn.ranked
-        forward = data_parallel(self.network, ranks) if many else self.network
+        graphed = s.cuda_graphs and self.device.type == "cuda" and not s.dense_fields
+        # over ranks: the dense part's gradients averaged by one all-reduce, the tables' by alac.nn.ranked
+        mean = GradientMean(self.network, ranks) if many else None
         dense = torch.optim.Adam(self.network.parameters(), lr=s.dense_lr, capturable=graphed)
         if dense_state is not None:
             dense.load_state_dict(dense_state)
-        step = GraphedStep(self._step_of(dense)) if graphed else None
+        step = GraphedStep(self._step_of(dense, mean)) if graphed else None
         train = self._known_entries(train.to(self.device))      # entries of no field (-1) left out
         (best, best_state), generator = best, self._generator
         guard, initial = None, None
@@ -252,18 +253,20 @@ class DeepTrainer:
             order = torch.randperm(train.n_rows, generator=generator).to(self.device)
             loss_sum = torch.zeros((), device=self.device)
             for batch in _batches(train.take(order), s.batch_size, ranks if many else None):
-                if step is not None:
-                    loss = step(batch.indices, batch.indptr, batch.fields, batch.values, batch.labels)
-                    loss_sum += loss.detach() * batch.n_rows
-                    continue
                 rows, part = batch if many else (batch.n_rows, batch)
                 if many:
                     self.network.tables.global_samples = rows
-                summed = self._loss(self._logits(part, forward), part.labels, reduction="sum")
-                dense.zero_grad()
-                # the part's share of the batch's mean, times the ranks DDP averages over
-                (summed * (ranks.world / rows)).backward()
-                dense.step()
+                # the part's share of the batch's mean loss, times the ranks the gradients are averaged over
+                self._loss_scale = ranks.world / rows
+                if step is not None:
+                    summed = step(part.indices, part.indptr, part.fields, part.values, part.labels, constants=(rows,))
+                else:
+                    summed = self._loss(self._logits(part), part.labels, reduction="sum")
+                    dense.zero_grad()
+                    (summed * self._loss_scale).backward()
+                    if mean is not None:
+                        mean()
+                    dense.step()
                 loss_sum += summed.detach()
             if many:
                 ranks.all_reduce(loss_sum, in_place=True)
@@ -328,11 +331,16 @@ class DeepTrainer:
         return torch.nn.functional.binary_cross_entropy_with_logits(logit, self.labels.positive_mask(labels).float(),
                                                                     reduction=reduction)
 
-    def _step_of(self, dense):
-        """One step on a batch's tensors (a model without dense fields), for GraphedStep."""
+    def _step_of(self, dense, mean=None):
+        """One step on a batch's tensors (a model without dense fields), for GraphedStep: returns the
+        part's summed loss, its gradient scaled by _loss_scale; mean: the ranks' gradient mean."""
         def loss_of(indices, indptr, fields, values, labels):
-            return self._loss(self.network(indices.long(), indptr, fields.long(), values), labels)
-        return whole_step(loss_of, [dense])
+            summed = self._loss(self.network(indices.long(), indptr, fields.long(), values), labels, reduction="sum")
+            return summed * self._loss_scale
+
+        def step(*tensors):
+            return whole_step(loss_of, [dense], mean)(*tensors) / self._loss_scale
+        return step
 
     def _trust_batches(self):
         """The entries reach the network checked (_known_entries): its tables skip their per-batch host
@@ -351,9 +359,8 @@ class DeepTrainer:
         is_sparse = self._dense_slot < 0
         self._sparse_id = torch.where(is_sparse, torch.cumsum(is_sparse.long(), 0) - 1, -1)
 
-    def _logits(self, batch, network=None):
-        """The logits of a batch by the network (or its DDP wrapper, `network`)."""
-        network = network or self.network
+    def _logits(self, batch):
+        network = self.network
         indices, indptr, fields, values = batch.indices.long(), batch.indptr, batch.fields.long(), batch.values
         if not self.settings.dense_fields:
             return network(indices, indptr, fields, values)

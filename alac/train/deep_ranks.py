@@ -1,12 +1,14 @@
 """A field model's fit over ranks (torchrun): where the tables' rows live, each rank's share of a
-batch, the dense part under DistributedDataParallel, and predictions and checkpoints whole.
+batch, the dense part data-parallel, and predictions and checkpoints whole.
 
-Every rank reads the whole training set and draws the same batch order; rank r trains rows
-[B r / W, B (r + 1) / W) of every global batch of B rows, and its loss is its rows' share of the
-batch's mean loss times W, so that DDP's mean of the ranks' gradients (and alac.nn.ranked's, for the
-tables) is the gradient one process takes on the whole batch. The tables (alac.nn.ranked) are
-replicated, sharded row-wise, or hybrid: the hot rows (read by about every batch: at least as many
-accesses as batches in an epoch) replicated, in the ranks' numbering by frequency, the rest sharded.
+Every rank reads the whole training set and draws the same batch order; rank r trains rows [B r / W,
+B (r + 1) / W) of every global batch of B rows, and its loss is its rows' share of the batch's mean
+loss times W, so that the mean of the ranks' gradients (GradientMean's, and alac.nn.ranked's for the
+tables) is the gradient one process takes on the whole batch; the dense part's gradients are
+averaged by one all-reduce (GradientMean), so a whole step replays from a CUDA graph as one
+process's does. The tables (alac.nn.ranked) are replicated, sharded row-wise, or hybrid: the hot
+rows (read by about every batch: at least as many accesses as batches in an epoch) replicated, in
+the ranks' numbering by frequency, the rest sharded.
 """
 
 from __future__ import annotations
@@ -89,13 +91,22 @@ def fix_exchanges(network, dataset, batch_size, ranks):
     tables.entry_capacity = max(1, -(-batch_size // ranks.world) * longest)
 
 
-def data_parallel(network, ranks):
-    """The network with its dense part's gradients averaged over the ranks (DDP; the tables are
-    buffers, stepped by alac.nn.ranked in backward, and not broadcast)."""
-    from torch.nn.parallel import DistributedDataParallel
+class GradientMean:
+    """The dense part data-parallel: its parameters' gradients averaged over the ranks by one
+    all-reduce of them flattened (DDP's mean; DDP's reducer is captured in a CUDA graph only after
+    eleven eager warm-up steps, PyTorch's CUDA graphs notes, where this all-reduce is captured as is)."""
 
-    devices = [ranks.device] if ranks.device.type == "cuda" else None
-    return DistributedDataParallel(network, device_ids=devices, broadcast_buffers=False)
+    def __init__(self, module, ranks):
+        self.parameters = [p for p in module.parameters() if p.requires_grad]
+        self.ranks = ranks
+
+    def __call__(self):
+        gradients = [p.grad for p in self.parameters if p.grad is not None]
+        flat = torch.cat([g.reshape(-1) for g in gradients])
+        self.ranks.all_reduce(flat, in_place=True)
+        flat /= self.ranks.world
+        for gradient, averaged in zip(gradients, torch._utils._unflatten_dense_tensors(flat, gradients)):
+            gradient.copy_(averaged)
 
 
 def whole_predictions(local, rows_per_batch, ranks):
