@@ -31,6 +31,9 @@ from alac.runtime.execution.state import ModelState
 MODES = ("replicated", "sharded", "hybrid")
 # a padding slot's id: its row is the scratch row, which no entry reads
 PADDING = -1
+# scratch rows past the held ones that padding slots are spread over (one row took every padding
+# entry's atomic additions in turn: benchmarks/deep_ranks.py, alac_sharded)
+SCRATCH_ROWS = 1024
 
 
 @dataclass(frozen=True)
@@ -73,7 +76,9 @@ class Route:
     """A batch's sharded entries placed in slots [W * capacity] by owner (entry order kept within an
     owner); the replicated entries have none."""
 
-    def __init__(self, indices, rows, capacity):
+    def __init__(self, indices, rows, capacity, overflow):
+        """overflow: a device flag set where an owner gets more than `capacity` entries (those are
+        not sent; RankedAggregate.check_exchanges raises)."""
         sharded = indices >= rows.replicated
         owner = torch.where(sharded, rows.owner(indices), rows.world)
         self.order = torch.argsort(owner, stable=True)
@@ -82,7 +87,9 @@ class Route:
         slot = torch.arange(indices.numel(), device=indices.device) - first[ordered]
         self.size = rows.world * capacity
         # a replicated entry's slot is one past the end, cut off (no mask: nothing read on the host)
-        self.destination = torch.where(ordered < rows.world, ordered * capacity + slot, self.size)
+        sent = ordered < rows.world
+        overflow |= (sent & (slot >= capacity)).any()
+        self.destination = torch.where(sent & (slot < capacity), ordered * capacity + slot, self.size)
 
     def sent(self, values, padding):
         """The entries' values in their slots (padding elsewhere)."""
@@ -93,16 +100,19 @@ class Route:
     def received(self, slots):
         """Slots back to the entries (the replicated entries' rows zero)."""
         padded = torch.cat([slots, slots.new_zeros((1, *slots.shape[1:]))])
-        entries = torch.empty_like(padded[:self.order.numel()])
+        entries = padded.new_empty((self.order.numel(), *padded.shape[1:]))
         entries[self.order] = padded[self.destination]
         return entries
 
 
-def _packed(values, keep, capacity, padding):
-    """The kept rows of `values` in `capacity` slots, padding after them."""
+def _packed(values, keep, capacity, padding, overflow):
+    """The kept rows of `values` in `capacity` slots, padding after them (overflow: set where they are
+    more, as Route's)."""
     # the dropped rows written to one slot past the end, cut off: no count read on the host
     slots = values.new_full((capacity + 1, *values.shape[1:]), padding)
-    slots[torch.where(keep, torch.cumsum(keep, 0) - 1, capacity)] = values
+    position = torch.cumsum(keep, 0) - 1
+    overflow |= (keep & (position >= capacity)).any()
+    slots[torch.where(keep & (position < capacity), position, capacity)] = values
     return slots[:capacity]
 
 
@@ -118,14 +128,15 @@ class RankedAggregate(SparseAggregate):
                         ranks.world)
         held = rows.held_ids()
         drawn = held if order is None else order.cpu()[held]
-        # the scratch row (drawn as row 0; padding's steps change it, nothing reads it)
-        super().__init__(model, n_features, rows=torch.cat([drawn, drawn[:1] if drawn.numel() else
-                                                            torch.zeros(1, dtype=torch.int64)]), **options)
+        # the scratch rows (drawn as row 0; padding's steps change them, nothing reads them)
+        scratch = torch.zeros(SCRATCH_ROWS, dtype=torch.int64) + (drawn[0] if drawn.numel() else 0)
+        super().__init__(model, n_features, rows=torch.cat([drawn, scratch]), **options)
         if self.asynchronous:
             raise OptionError("tables over ranks step in sync semantics (one step on every rank's batch)")
         self.ranks, self.rank_rows = ranks, rows
         self._scratch_row = held.numel()
-        self.entry_capacity = None      # entries a rank's batch has at most (None: found every step)
+        self.entry_capacity = None      # entries a rank sends one rank at most (None: found every step)
+        self.overflow = torch.zeros((), dtype=torch.bool, device=self.table_device)
         self.global_samples = None      # the samples of a step over every rank (None: summed every step)
         self._order = None if order is None else order.to(self.table_device)
         self._renumbered = None
@@ -146,7 +157,7 @@ class RankedAggregate(SparseAggregate):
         rows = self.rank_rows
         if rows.mode == "replicated":
             return self.state, indices
-        route = Route(indices, rows, self._capacity(indices.numel()))
+        route = Route(indices, rows, self._capacity(indices.numel()), self.overflow)
         params = self.state.params
         asked = self._local(self._exchange(route.sent(indices, PADDING)))
         answer = torch.cat([value.reshape(value.shape[0], -1)[asked] for value in params.values()], 1)
@@ -163,16 +174,36 @@ class RankedAggregate(SparseAggregate):
         return ModelState(working, {}, {}), torch.arange(indices.numel(), device=indices.device)
 
     def _local(self, ids):
-        """Local rows of ids this rank holds, padding's the scratch row."""
-        return torch.where(ids == PADDING, self._scratch_row, self.rank_rows.local(ids))
+        """Local rows of ids this rank holds, padding's the scratch rows in turn."""
+        spread = self._scratch_row + torch.remainder(torch.arange(ids.numel(), device=ids.device), SCRATCH_ROWS)
+        return torch.where(ids == PADDING, spread.view(ids.shape), self.rank_rows.local(ids))
+
+    def held(self, name):
+        """The rows of a param or optimizer state this rank holds (without the scratch rows), in
+        RankRows.held_ids' order."""
+        return getattr(self, name)[:self._scratch_row]
+
+    def check_exchanges(self):
+        """OptionError where a step's exchange had more entries for a rank than entry_capacity (one
+        host read: the trainer calls it after an epoch)."""
+        if bool(self.overflow):
+            raise OptionError(f"a rank's batch sent another more than the {self.entry_capacity:,} entries of "
+                              "entry_capacity: set it from the batches (alac.train.deep_ranks.fix_exchanges)")
+
+    def exchanged(self, indices, senders):
+        """The most entries one rank sends another in a step (its replicated entries to all, each
+        sharded one to its owner), over steps whose entries are `indices` (the data's ids) sent by
+        `senders` (a step and rank as one number per entry): entry_capacity for them, in one host read."""
+        rows = self.rank_rows
+        ids = indices if self._renumbered is None else self._renumbered[indices]
+        owner = torch.where(ids < rows.replicated, rows.world, rows.owner(ids))
+        counts = torch.bincount(senders * (rows.world + 1) + owner)
+        return max(1, int(counts.max())) if counts.numel() else 1
 
     def _capacity(self, entries):
         """Entries per rank and destination in this step's exchanges: entry_capacity where the trainer
         gives it (no host round trip), else the ranks' largest count (one all-reduce read on the host)."""
         if self.entry_capacity is not None:
-            if entries > self.entry_capacity:
-                raise OptionError(f"a rank's share of the batch has {entries:,} entries, more than the "
-                                  f"{self.entry_capacity:,} of entry_capacity")
             return self.entry_capacity
         count = torch.tensor([entries], device=self.ranks.device)
         return max(1, int(self.ranks.all_reduce(count, op="max")))
@@ -198,10 +229,10 @@ class RankedAggregate(SparseAggregate):
         ids, payloads = [], []
         if rows.replicated:
             held = indices < rows.replicated
-            ids.append(ranks.all_gather(_packed(indices, held, capacity, PADDING)).flatten())
-            payloads.append(ranks.all_gather(_packed(payload, held, capacity, 0.0)).flatten(0, 1))
+            ids.append(ranks.all_gather(_packed(indices, held, capacity, PADDING, self.overflow)).flatten())
+            payloads.append(ranks.all_gather(_packed(payload, held, capacity, 0.0, self.overflow)).flatten(0, 1))
         if rows.replicated < rows.n_features:
-            route = Route(indices, rows, capacity)
+            route = Route(indices, rows, capacity, self.overflow)
             ids.append(self._exchange(route.sent(indices, PADDING)))
             payloads.append(self._exchange(route.sent(payload, 0.0)))
         ids, payload = self._local(torch.cat(ids)), torch.cat(payloads)

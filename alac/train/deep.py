@@ -22,16 +22,16 @@ import torch
 
 from alac import metrics
 from alac.data.dataset import same_numbering
-from alac.data.read_options import check_feature_ids, check_read_options
+from alac.data.read_options import check_feature_ids
 from alac.errors import DataError, OptionError
 from alac.nn import GraphedStep, SparseAggregate, whole_step
 from alac.nn.deep_models import DeepFM, DLRMLike, WideAndDeep
 from alac.nn.field_aware import FFM
 from alac.optimizers import get_optimizer
-from alac.runtime.device.memory import available_bytes
 from alac.runtime.execution.executor import LabelMap
 from alac.runtime.movement.layout import default_device
 from alac.runtime.ranks.distributed import init_ranks
+from alac.train.deep_checkpoint import checked_extras, checked_resume_point, state_copy
 from alac.train.deep_ranks import MODES as RANK_MODES
 from alac.train.deep_ranks import (
     GradientMean,
@@ -214,7 +214,7 @@ class DeepTrainer:
         point = self.resume_point
         if point is None:
             raise OptionError("this trainer holds no run to continue: load a checkpoint that alac wrote after a fit")
-        best = (point["best_loss"], None if point["best_epoch"] is None else (_state_copy(self.network),
+        best = (point["best_loss"], None if point["best_epoch"] is None else (state_copy(self.network),
                                                                              point["best_epoch"]))
         if point["last_weights"] is not None:
             self.network.load_state_dict(point["last_weights"])
@@ -244,22 +244,25 @@ class DeepTrainer:
             guard = ValidationGuard("valid_logloss", base_rate_loss(True, self.labels.positive_mask(train.labels),
                                                                     self.labels.positive_mask(valid.labels)),
                                     self._valid_metrics(valid)["valid_logloss"])
-            initial = _state_copy(self.network)
+            initial = state_copy(self.network)
         self.guard, self.stopped_because = guard, None
         for epoch in range(first, last + 1):
-            if many:
-                fix_exchanges(self.network, train, s.batch_size, ranks)
             started = time.perf_counter()
             order = torch.randperm(train.n_rows, generator=generator).to(self.device)
             loss_sum = torch.zeros((), device=self.device)
-            for batch in _batches(train.take(order), s.batch_size, ranks if many else None):
+            shuffled = train.take(order)
+            if many:
+                fix_exchanges(self.network, shuffled, s.batch_size, ranks)
+            for batch in _batches(shuffled, s.batch_size, ranks if many else None):
                 rows, part = batch if many else (batch.n_rows, batch)
                 if many:
                     self.network.tables.global_samples = rows
                 # the part's share of the batch's mean loss, times the ranks the gradients are averaged over
                 self._loss_scale = ranks.world / rows
                 if step is not None:
-                    summed = step(part.indices, part.indptr, part.fields, part.values, part.labels, constants=(rows,))
+                    # a graph holds the global batch and the exchanges' size it was captured with
+                    constants = (rows, self.network.tables.entry_capacity) if many else (rows,)
+                    summed = step(part.indices, part.indptr, part.fields, part.values, part.labels, constants=constants)
                 else:
                     summed = self._loss(self._logits(part), part.labels, reduction="sum")
                     dense.zero_grad()
@@ -271,6 +274,7 @@ class DeepTrainer:
             if many:
                 ranks.all_reduce(loss_sum, in_place=True)
                 self.network.tables.align()
+                self.network.tables.check_exchanges()
             record = {"epoch": epoch, "train_loss": float(loss_sum) / train.n_rows}
             if not math.isfinite(record["train_loss"]):
                 self._diverged(f"training loss {record['train_loss']}", epoch, best_state, initial)
@@ -296,7 +300,7 @@ class DeepTrainer:
         # what a checkpoint keeps for a resume: the last epoch's weights where the best epoch's come back
         last_weights = None
         if best_state is not None and best_state[1] != len(self.history):
-            last_weights = _state_copy(self.network)
+            last_weights = state_copy(self.network)
             self.network.load_state_dict(best_state[0])
         self.resume_point = {"epoch": len(self.history), "best_epoch": None if best_state is None else best_state[1],
                               "best_loss": best, "waited": waited, "stopped_because": self.stopped_because,
@@ -433,10 +437,10 @@ class DeepTrainer:
     def _restore(self, saved, where="the checkpoint"):
         s = self.settings = DeepSettings(**saved["settings"])
         self.history = list(saved["history"])
-        self.extras = _checked_extras(saved.get("extras", {}), where)
+        self.extras = checked_extras(saved.get("extras", {}), where)
         self.n_features, self.n_fields = int(saved["n_features"]), int(saved["n_fields"])
         self.feature_ids = check_feature_ids(saved.get("feature_ids"), self.n_features, where)
-        self.resume_point = _checked_resume_point(saved.get("resume"), where)
+        self.resume_point = checked_resume_point(saved.get("resume"), where)
         self.labels = LabelMap("binary", saved["positive"])
         self._split_fields()
         self.one_hot = bool(saved.get("one_hot", False))
@@ -457,42 +461,6 @@ class DeepTrainer:
         self.__init__(DeepSettings(**state["settings"]), device)
         if state["checkpoint"] is not None:
             self._restore(state["checkpoint"])
-
-
-def _state_copy(network):
-    """The network's weights in host memory, or None where they take more than a quarter of what is
-    free there (the guard then keeps a diverged run's last weights)."""
-    size = sum(t.numel() * t.element_size() for t in network.state_dict().values())
-    free = available_bytes("cpu")
-    if free is not None and size > free // 4:
-        return None
-    return {name: t.detach().to("cpu", copy=True) for name, t in network.state_dict().items()}
-
-
-def _checked_resume_point(point, where):
-    """A checkpoint's resume point (None: it has none), a DataError where it is not what alac writes."""
-    if point is None:
-        return None
-    kinds = {"epoch": int, "best_loss": float, "waited": int, "generator": torch.Tensor, "dense": dict}
-    if not isinstance(point, dict) or any(not isinstance(point.get(key), kind) for key, kind in kinds.items()) or \
-            not isinstance(point.get("last_weights"), (dict, type(None))) or \
-            not isinstance(point.get("best_epoch"), (int, type(None))):
-        raise DataError("its record of where the run ended is damaged", path=where)
-    return point
-
-
-def _checked_extras(extras, where):
-    """A checkpoint's extras (how its training data was read), a DataError naming `where` where they
-    are not what alac writes: a dict with a data_options record and a field map (an integer tensor)."""
-    if not isinstance(extras, dict):
-        raise DataError(f"its extras are a {type(extras).__name__}, not a dict", path=where)
-    check_read_options(extras.get("data_options", {}), where)
-    for key in ("field_of", "field_ids"):
-        value = extras.get(key)
-        if value is not None and not (isinstance(value, torch.Tensor) and value.dim() == 1
-                                      and not value.is_floating_point()):
-            raise DataError(f"its field map is a {type(value).__name__}, not a 1-D integer tensor", path=where)
-    return dict(extras)
 
 
 def _batches(dataset, batch_size, ranks=None):

@@ -84,11 +84,18 @@ def share(rows, ranks):
 
 
 def fix_exchanges(network, dataset, batch_size, ranks):
-    """The tables' exchanges sized for batches of `dataset` (a rank's share of batch_size rows, at most
-    its longest row's entries each), so that a step reads no count on the host."""
+    """The tables' exchanges sized for the batches of `dataset`, in the order they will run (each
+    rank its share of every batch of batch_size rows): the most entries one rank sends another in a
+    step, one host read; never lowered, so the steps' CUDA graphs stay valid."""
     tables = network.tables
-    longest = int(dataset.row_lengths().max()) if dataset.n_rows else 1
-    tables.entry_capacity = max(1, -(-batch_size // ranks.world) * longest)
+    rows = dataset.entry_rows()
+    batch = torch.div(rows, batch_size, rounding_mode="floor")
+    position = rows - batch * batch_size
+    in_batch = torch.clamp(dataset.n_rows - batch * batch_size, max=batch_size)
+    # the rank whose share (alac.train.deep_ranks.share) holds the position
+    rank = torch.div((position + 1) * ranks.world - 1, in_batch, rounding_mode="floor")
+    needed = tables.exchanged(dataset.indices.long(), batch * ranks.world + rank)
+    tables.entry_capacity = max(tables.entry_capacity or 0, needed)
 
 
 class GradientMean:

@@ -6,6 +6,7 @@ tolerance; and a rank's rows are the ones RankRows names."""
 import pytest
 import torch
 
+from alac.errors import OptionError
 from alac.nn.deep_models import DeepFM
 from alac.nn.ranked import RankRows
 from alac.runtime.ranks.distributed import Ranks
@@ -59,9 +60,18 @@ def _rank(rank, folder):
             _train(model, DistributedDataParallel(model, broadcast_buffers=False), (rank * half, (rank + 1) * half))
             model.tables.align()
             torch.save({"tables": model.tables.whole_state(), "deep": [p.detach() for p in model.parameters()],
-                        # the rows it held (the last is its scratch row, for the exchanges' padding)
-                        "held": {name: getattr(model.tables, name)[:-1].clone() for name in ("w", "v")}},
+                        "held": {name: model.tables.held(name).clone() for name in ("w", "v")}},
                        f"{folder}/{mode}{rank}.pt")
+        # exchanges too small for the batch: the entries that do not fit are not sent, and the check says so
+        model = _model(ranks=Ranks(rank, 2, torch.device("cpu"), "gloo"), replicated=20)
+        model.tables.entry_capacity = 2
+        _train(model, DistributedDataParallel(model, broadcast_buffers=False), (rank * 8, rank * 8 + 8))
+        try:
+            model.tables.check_exchanges()
+            refused = ""
+        except OptionError as error:
+            refused = str(error)
+        torch.save(refused, f"{folder}/refused{rank}.pt")
     finally:
         dist.destroy_process_group()
 
@@ -89,6 +99,11 @@ def test_two_ranks_train_as_one_process_on_the_whole_batches(mode, trained):
             held = ORDER[mode][held]
         torch.testing.assert_close(saved["held"]["v"], one.tables.v[held], rtol=1e-5, atol=1e-6)
     assert not torch.equal(one.tables.v, _model().tables.v)      # the steps changed the tables
+
+
+def test_exchanges_smaller_than_a_batch_are_refused(trained):
+    for rank in (0, 1):
+        assert "more than the 2 entries of entry_capacity" in torch.load(trained / f"refused{rank}.pt")
 
 
 def test_rank_rows_split_the_ids_once():
