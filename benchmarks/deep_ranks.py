@@ -16,7 +16,8 @@ every epoch:
   (it is slower).
 Per arm: `samples_per_s` (training rows over the median epoch's seconds, validation not counted),
 `epoch_seconds`, `validation_seconds` (the median epoch's validation), `valid_auc` per epoch,
-`test_auc`, `bytes_per_rank` (per epoch: what the rank's collectives sent, alac arms). Rank 0
+`test_auc`, `bytes_per_rank` (per epoch: what the rank sends the others, alac arms: the tables'
+exchanges, RankedAggregate.bytes_per_step, and the dense gradients' ring all-reduce). Rank 0
 writes results/deep_ranks.json and .md (deep_ranks_<W>gpu.* for W ranks other than 2).
 """
 
@@ -46,7 +47,6 @@ def alac_arm(name, ranks, train, valid, test, args, mode, cuda_graphs=True):
     """DeepTrainer over `ranks` (None: this rank sits the arm out)."""
     if ranks is None:
         return None
-    ranks.traffic.bytes = 0
     settings = DeepSettings(model="deepfm", k=K, hidden=HIDDEN, epochs=args.epochs, batch_size=args.batch_size,
                             patience=args.epochs, rank_tables=mode, seed=args.seed, cuda_graphs=cuda_graphs)
     trainer = DeepTrainer(settings, ranks.device, ranks=ranks)
@@ -56,13 +56,17 @@ def alac_arm(name, ranks, train, valid, test, args, mode, cuda_graphs=True):
     wall = time.perf_counter() - started
     probability = trainer.predict(test)
     seconds = [record["seconds"] for record in trainer.history]
+    steps = -(-train.n_rows // args.batch_size)
+    dense = sum(p.numel() * 4 for p in trainer.network.parameters())
+    sent = 0 if ranks.world == 1 else steps * (trainer.network.tables.bytes_per_step()
+                                               + 2 * (ranks.world - 1) * dense // ranks.world)
     return {"name": name, "ranks": ranks.world, "mode": mode if ranks.world > 1 else "one GPU",
             "tables": None if trainer.rank_tables is None else trainer.rank_tables.describe(),
             "epoch_seconds": seconds, "samples_per_s": train.n_rows / statistics.median(seconds),
             "validation_seconds": (wall - sum(seconds)) / len(seconds),
             "valid_auc": [record["valid_auc"] for record in trainer.history],
             "test_auc": float(metrics.auc(probability, test.labels.cpu() > 0.5)),
-            "bytes_per_rank": ranks.traffic.bytes / len(seconds)}
+            "bytes_per_rank": sent}
 
 
 class TorchDeepFM(torch.nn.Module):

@@ -178,6 +178,18 @@ class RankedAggregate(SparseAggregate):
         spread = self._scratch_row + torch.remainder(torch.arange(ids.numel(), device=ids.device), SCRATCH_ROWS)
         return torch.where(ids == PADDING, spread.view(ids.shape), self.rank_rows.local(ids))
 
+    def bytes_per_step(self):
+        """Bytes this rank sends the others in a training step, its exchanges at entry_capacity: the
+        replicated entries' slots to every rank; the sharded ones' ids and rows (forward) and ids,
+        values and dLoss/dAccum (backward)."""
+        rows, others, capacity = self.rank_rows, self.ranks.world - 1, self.entry_capacity or 0
+        entry = 8 + 4 * (1 + sum(self.ir.factor_size if a.vector else 1 for a in self.ir.accums))
+        sent = others * capacity * entry if rows.replicated else 0
+        if rows.replicated < rows.n_features:
+            row = sum(value[0].numel() * value.element_size() for value in self.state.params.values())
+            sent += others * capacity * (8 + row + entry)
+        return sent
+
     def held(self, name):
         """The rows of a param or optimizer state this rank holds (without the scratch rows), in
         RankRows.held_ids' order."""
