@@ -137,6 +137,7 @@ class RankedAggregate(SparseAggregate):
         self._scratch_row = held.numel()
         self.entry_capacity = None      # entries a rank sends one rank at most (None: found every step)
         self.overflow = torch.zeros((), dtype=torch.bool, device=self.table_device)
+        self._last_route = (None, None)
         self.global_samples = None      # the samples of a step over every rank (None: summed every step)
         self._order = None if order is None else order.to(self.table_device)
         self._renumbered = None
@@ -158,6 +159,8 @@ class RankedAggregate(SparseAggregate):
         if rows.mode == "replicated":
             return self.state, indices
         route = Route(indices, rows, self._capacity(indices.numel()), self.overflow)
+        # the backward of these entries sends their changes by the same route
+        self._last_route = (indices, route)
         params = self.state.params
         asked = self._local(self._exchange(route.sent(indices, PADDING)))
         answer = torch.cat([value.reshape(value.shape[0], -1)[asked] for value in params.values()], 1)
@@ -244,7 +247,11 @@ class RankedAggregate(SparseAggregate):
             ids.append(ranks.all_gather(_packed(indices, held, capacity, PADDING, self.overflow)).flatten())
             payloads.append(ranks.all_gather(_packed(payload, held, capacity, 0.0, self.overflow)).flatten(0, 1))
         if rows.replicated < rows.n_features:
-            route = Route(indices, rows, capacity, self.overflow)
+            last, route = self._last_route
+            # the forward's entries (held by _last_route, so their memory is not reused by others)
+            same = last is not None and last.data_ptr() == indices.data_ptr() and last.shape == indices.shape
+            if not same or route.size != rows.world * capacity:
+                route = Route(indices, rows, capacity, self.overflow)
             ids.append(self._exchange(route.sent(indices, PADDING)))
             payloads.append(self._exchange(route.sent(payload, 0.0)))
         ids, payload = self._local(torch.cat(ids)), torch.cat(payloads)
