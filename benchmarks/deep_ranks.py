@@ -38,6 +38,7 @@ from alac.data.split import split
 from alac.data.synthetic import criteo_like
 from alac.runtime.ranks.distributed import first_ranks, init_ranks
 from alac.train.deep import DeepSettings, DeepTrainer
+from benchmarks.distributed import recorded_command
 from benchmarks.report import environment, write
 
 K, HIDDEN = 16, (256, 128)
@@ -158,10 +159,13 @@ def _averaged_sparse(grad, ranks):
 
 def report(payload):
     env = payload["environment"]
-    lines = [f"DeepFM k = {K} over ranks ({env['device']} x {payload['ranks']}, {env['date']}: "
-             f"`PYTHONPATH=. torchrun --nproc-per-node {payload['ranks']} benchmarks/deep_ranks.py "
-             f"{payload['command']}`)", "",
-             "| arm | ranks | training rows | samples/s | vs one GPU | validation s / epoch s | valid AUC | test AUC "
+    return (f"DeepFM k = {K} over ranks ({env['device']} x {payload['ranks']}, {env['date']}: "
+            f"`PYTHONPATH=. torchrun --nproc-per-node {payload['ranks']} benchmarks/deep_ranks.py "
+            f"{payload['command']}`)\n\n" + arms_table(payload))
+
+
+def arms_table(payload):
+    lines = ["| arm | ranks | training rows | samples/s | vs one GPU | validation s / epoch s | valid AUC | test AUC "
              "| MB sent per rank and epoch |", "|---|---|---|---|---|---|---|---|---|"]
     one = {arm["name"].split("_")[0]: arm["samples_per_s"] for arm in payload["arms"][::-1] if arm["ranks"] == 1}
     for arm in payload["arms"]:
@@ -207,7 +211,7 @@ def main():
     if ranks.rank == 0:
         for arm in arms:
             arm["rows"] = args.baseline_rows if arm["name"].startswith("torch") else train.n_rows
-        command = " ".join(sys.argv[1:])
+        command = recorded_command(sys.argv[1:])
         payload = {"environment": environment(), "ranks": ranks.world, "command": command, "arms": arms,
                    "arguments": vars(args)}
         name = "deep_ranks" if ranks.world == 2 else f"deep_ranks_{ranks.world}gpu"

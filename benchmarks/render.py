@@ -271,6 +271,12 @@ def deep_defaults_table(result):
     return report(result)
 
 
+def deep_ranks_table(result):
+    from benchmarks.deep_ranks import arms_table
+
+    return arms_table(result)
+
+
 # (result file, title, what it measures, command, table)
 SECTIONS = [
     ("defaults", "Defaults that learn",
@@ -421,6 +427,15 @@ SECTIONS = [
        "256000000`, the same with `--models fm16`, `--parts scd --own-rows --criteo-scale 4`, and "
        "`PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True` with `--parts placement --placement-scale 63",
        distributed_tables) for world in (4, 8)),
+    ("deep_ranks", "DeepFM over two GPUs: the tables across ranks",
+     "DeepFM k = 16 (MLP 256, 128) on 4M synthetic Criteo-shaped rows (39 one-hot fields, planted FM labels), "
+     "batch 4096, 3 epochs: DeepTrainer on one GPU (its steps replayed from CUDA graphs, and launched one by one), "
+     "and over both, each rank its half of every batch, the tables replicated, sharded row-wise or hybrid "
+     "(alac.nn.ranked: rows fetched from their owners, every entry's change sent where its row is held; the steps "
+     "replayed from CUDA graphs); PyTorch DDP with one `nn.Embedding` of sparse gradients (all-gathered: NCCL has "
+     "no sparse all-reduce) and Adagrad on 1M of the rows. samples/s: training rows over the median epoch; "
+     "validation s: the median epoch's validation and set-up.",
+     "PYTHONPATH=. torchrun --nproc-per-node 2 benchmarks/deep_ranks.py", deep_ranks_table),
     ("dp_aggregation", "How data-parallel ranks' changes combine",
      "Two gloo ranks on the CPU with the reference backend (an async plan runs there as exact sequential SGD, "
      "chunk after chunk), each training half the rows and synchronising once an epoch, against one process on "

@@ -63,7 +63,9 @@ def plan_rank_tables(mode, counts, row_bytes, batches, ranks, device, rows=None)
     if mode == "auto":
         free = available_bytes(device)
         fits = free is None or table <= TABLE_SHARE * free
-        mode = "replicated" if fits else "hybrid"
+        # replicated is the faster while the rows fit, sharded past them (hybrid, whose hot entries every
+        # rank steps, the slowest: benchmarks/deep_ranks.py, arms alac_replicated, alac_sharded, alac_hybrid)
+        mode = "replicated" if fits else "sharded"
         why = (f"{table:,} bytes of rows {'fit' if fits else 'exceed'} {TABLE_SHARE:.0%} of a rank's free memory"
                + ("" if free is None else f" ({free:,} bytes)"))
     else:
