@@ -67,6 +67,12 @@ def parser():
     p.add_argument("--no-cuda-graphs", action="store_true",
                    help="launch every step's kernels one by one instead of replaying a CUDA graph of it")
     p.add_argument("--device", default=None, help="cuda or cpu (default: the GPU when there is one)")
+    p.add_argument("--micro-batches", type=positive_int, default=1, metavar="N",
+                   help="PICASSO's D-interleaving: a step's batch in N micro-batches backpropagated in turn, the "
+                        "tables stepped once (default 1: off)")
+    p.add_argument("--side-stream", action="store_true",
+                   help="PICASSO's K-interleaving: the next micro-batch's table lookups on a side stream beside "
+                        "this one's MLP (a GPU)")
     p.add_argument("--rank-tables", default="auto", choices=["auto", "replicated", "sharded", "hybrid"],
                    help="under torchrun: every rank holds every table row (replicated), its share of them "
                         "(sharded, fetched by the others), or the hot rows and its share of the rest (hybrid); "
@@ -91,7 +97,8 @@ def main(argv):
         settings = DeepSettings(model=args.model, k=args.k, lr=args.lr, dense_lr=args.dense_lr, epochs=args.epochs,
                                 batch_size=args.batch_size, optimizer=args.optimizer, patience=args.patience,
                                 seed=args.seed, cuda_graphs=not args.no_cuda_graphs, tables=args.tables,
-                                rank_tables=args.rank_tables, **lists)
+                                rank_tables=args.rank_tables, micro_batches=args.micro_batches,
+                                side_stream=args.side_stream, **lists)
         if args.out is not None:
             check_output_folder(args.out)
         if args.featindex and not Path(args.featindex).is_file():

@@ -114,7 +114,9 @@ class DLRMLike(_FieldModel):
         self.top = mlp([k + self.pairs.shape[1], *top, 1]).to(device)
 
     def forward(self, indices, offsets, fields, dense, values=None):
-        bags = self.bags(indices, offsets, fields, values)
+        return self.logit(self.bags(indices, offsets, fields, values), dense)
+
+    def logit(self, bags, dense):
         dense_vector = self.bottom(dense)
         vectors = torch.cat([dense_vector[:, None, :], bags["vx"]], 1)
         dots = torch.bmm(vectors, vectors.transpose(1, 2))[:, self.pairs[0], self.pairs[1]]

@@ -32,9 +32,15 @@ class FFM(torch.nn.Module):
         self.bias = torch.nn.Parameter(torch.zeros(1, device=self.tables.w.device))
 
     def forward(self, indices, offsets, fields, values=None):
+        return self.logit(self.bags(indices, offsets, fields, values))
+
+    def bags(self, indices, offsets, fields, values=None):
+        return self.tables(indices, offsets, values, fields=fields, n_fields=self.n_fields)
+
+    def logit(self, bags, dense=None):
+        """The logits of a batch's bags (dense: none, as FFM takes no dense features)."""
         F, k = self.n_fields, self.k
-        bags = self.tables(indices, offsets, values, fields=fields, n_fields=F)
-        rows = offsets.numel() - 1
+        rows = bags["wx"].shape[0]
         A = bags["vx"].view(rows, F, F, k)                  # A[b, f, g]: field f's entries' vectors for field g
         across = (A * A.transpose(1, 2)).sum(-1).triu(1).sum((1, 2))
         if self.one_hot:

@@ -79,7 +79,8 @@ def interleaved_step(tables, parts, sparse, dense, interleaving=Interleaving()):
     shares add up to the whole batch's loss); each share is backpropagated in turn and the tables
     (anything with deferred(): SparseAggregate, PackedEmbeddingBags) step once at the end. Returns the
     step's loss (a detached tensor). The dense optimizer's step is the caller's, after it."""
-    on_gpu = any(parameter.is_cuda for parameter in tables.parameters())
+    # the tables' rows are buffers (SparseAggregate's), not parameters
+    on_gpu = any(tensor.is_cuda for tensor in (*tables.parameters(), *tables.buffers()))
     side = torch.cuda.Stream() if interleaving.side_stream and on_gpu else None
     main = torch.cuda.current_stream() if side is not None else None
 

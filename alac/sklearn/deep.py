@@ -34,7 +34,9 @@ _DOC = """
     field of every column (None: by position); early_stopping: hold out validation_fraction of the
     rows (random, random_state) and stop after n_iter_no_change epochs without a better validation
     logloss, keeping the best epoch; device: None picks the GPU when there is one; dense_fields:
-    fields whose columns' values are dense features (not FFM's); bottom: DLRM's bottom MLP.
+    fields whose columns' values are dense features (not FFM's); bottom: DLRM's bottom MLP;
+    rank_tables: under torchrun, the tables' rows over the ranks (auto, replicated, sharded, hybrid);
+    micro_batches, side_stream: PICASSO's D- and K-interleaving of a step (off: 1, False).
 """
 
 
@@ -44,13 +46,14 @@ class _DeepClassifier(ClassifierMixin, BaseEstimator):
     def __init__(self, k=None, hidden=(256, 128), learning_rate=None, dense_learning_rate=1e-3, epochs=10,
                  batch_size=4096, optimizer="adagrad", field_of=None, early_stopping=True,
                  validation_fraction=defaults.VALID_SPLIT, n_iter_no_change=2, device=None, random_state=None,
-                 dense_fields=(), bottom=(64,)):
+                 dense_fields=(), bottom=(64,), rank_tables="auto", micro_batches=1, side_stream=False):
         self.k, self.hidden, self.learning_rate = k, hidden, learning_rate
         self.dense_learning_rate = dense_learning_rate
         self.epochs, self.batch_size, self.optimizer, self.field_of = epochs, batch_size, optimizer, field_of
         self.early_stopping, self.validation_fraction = early_stopping, validation_fraction
         self.n_iter_no_change, self.device, self.random_state = n_iter_no_change, device, random_state
         self.dense_fields, self.bottom = dense_fields, bottom
+        self.rank_tables, self.micro_batches, self.side_stream = rank_tables, micro_batches, side_stream
 
     def fit(self, X, y):
         if is_frame(X):
@@ -81,7 +84,9 @@ class _DeepClassifier(ClassifierMixin, BaseEstimator):
         settings = DeepSettings(model=self._model, k=self.k, hidden=tuple(self.hidden), lr=self.learning_rate,
                                 dense_lr=self.dense_learning_rate, epochs=self.epochs, batch_size=self.batch_size,
                                 optimizer=self.optimizer, patience=self.n_iter_no_change, seed=seed,
-                                dense_fields=tuple(self.dense_fields), bottom=tuple(self.bottom))
+                                dense_fields=tuple(self.dense_fields), bottom=tuple(self.bottom),
+                                rank_tables=self.rank_tables, micro_batches=self.micro_batches,
+                                side_stream=self.side_stream)
         self.trainer_ = DeepTrainer(settings, self.device)
         _warn_on_divergence(_fit(self.trainer_, train, valid))
         self.n_iter_ = len(self.trainer_.history)

@@ -38,11 +38,11 @@ from alac.train.deep_ranks import (
     fix_exchanges,
     load_whole_weights,
     plan_rank_tables,
-    share,
     table_row_bytes,
     whole_predictions,
     whole_weights,
 )
+from alac.train.deep_steps import batches, interleaved_loss
 from alac.train.divergence import ADVICE, TrainingDiverged, ValidationGuard, base_rate_loss
 
 
@@ -87,7 +87,8 @@ class DeepSettings:
     fields; models without dense fields); tables: "kernels" (their generated kernels on a GPU,
     alac.codegen.bag_kernels; the torch programs elsewhere) or "reference" (the torch programs);
     rank_tables: under torchrun, the tables' rows replicated, sharded or hybrid (auto: the planner's,
-    alac.train.deep_ranks)."""
+    alac.train.deep_ranks); micro_batches, side_stream: PICASSO's D- and K-interleaving of a step
+    (alac.nn.interleave; off by default: benchmarks/fields.py measured the packed step faster)."""
 
     model: str = "deepfm"
     k: int | None = None
@@ -104,6 +105,8 @@ class DeepSettings:
     cuda_graphs: bool = True
     tables: str = "kernels"
     rank_tables: str = "auto"
+    micro_batches: int = 1
+    side_stream: bool = False
 
     def __post_init__(self):
         for name in ("hidden", "bottom", "dense_fields"):
@@ -113,7 +116,8 @@ class DeepSettings:
             object.__setattr__(self, "k", 4 if self.model == "ffm" else 16)
         if self.model not in DEEP_MODELS:
             raise OptionError(f"unknown deep model {self.model!r}: one of {', '.join(sorted(DEEP_MODELS))}")
-        numbers = {"k": self.k, "epochs": self.epochs, "batch_size": self.batch_size, "patience": self.patience}
+        numbers = {"k": self.k, "epochs": self.epochs, "batch_size": self.batch_size, "patience": self.patience,
+                   "micro_batches": self.micro_batches}
         if any(not isinstance(v, int) or v < 1 for v in numbers.values()) or \
                 any(not isinstance(h, int) or h < 1 for h in self.hidden) or not 0 < self.dense_lr < math.inf or \
                 (self.lr is not None and not 0 < self.lr < math.inf):
@@ -186,7 +190,7 @@ class DeepTrainer:
         bias = self.network.bias if hasattr(self.network, "bias") else self.network.top[-1].bias
         with torch.no_grad():
             bias.fill_(math.log(rate / (1 - rate)))
-        self._trust_batches()
+        self._trustbatches()
         self.history = []
         self._generator = torch.Generator().manual_seed(s.seed)
         return self._epochs(train, valid, 1, s.epochs, (math.inf, None), 0, None)
@@ -230,7 +234,8 @@ class DeepTrainer:
         # the tables are buffers stepped in backward: the parameters are the MLP's and the bias
         ranks = self.ranks
         many = ranks.world > 1
-        graphed = s.cuda_graphs and self.device.type == "cuda" and not s.dense_fields
+        graphed = s.cuda_graphs and self.device.type == "cuda" and not s.dense_fields and s.micro_batches == 1 \
+            and not s.side_stream
         # over ranks: the dense part's gradients averaged by one all-reduce, the tables' by alac.nn.ranked
         mean = GradientMean(self.network, ranks) if many else None
         dense = torch.optim.Adam(self.network.parameters(), lr=s.dense_lr, capturable=graphed)
@@ -253,13 +258,19 @@ class DeepTrainer:
             shuffled = train.take(order)
             if many:
                 fix_exchanges(self.network, shuffled, s.batch_size, ranks)
-            for batch in _batches(shuffled, s.batch_size, ranks if many else None):
+            for batch in batches(shuffled, s.batch_size, ranks if many else None):
                 rows, part = batch if many else (batch.n_rows, batch)
                 if many:
                     self.network.tables.global_samples = rows
                 # the part's share of the batch's mean loss, times the ranks the gradients are averaged over
                 self._loss_scale = ranks.world / rows
-                if step is not None:
+                if s.micro_batches > 1 or s.side_stream:
+                    dense.zero_grad()
+                    summed = interleaved_loss(self, part, self._loss_scale)
+                    if mean is not None:
+                        mean()
+                    dense.step()
+                elif step is not None:
                     # a graph holds the global batch and the exchanges' size it was captured with
                     constants = (rows, self.network.tables.entry_capacity) if many else (rows,)
                     summed = step(part.indices, part.indptr, part.fields, part.values, part.labels, constants=constants)
@@ -346,7 +357,7 @@ class DeepTrainer:
             return whole_step(loss_of, [dense], mean)(*tensors) / self._loss_scale
         return step
 
-    def _trust_batches(self):
+    def _trustbatches(self):
         """The entries reach the network checked (_known_entries): its tables skip their per-batch host
         round trip, so that the host queues steps ahead of the GPU."""
         for module in self.network.modules():
@@ -364,10 +375,15 @@ class DeepTrainer:
         self._sparse_id = torch.where(is_sparse, torch.cumsum(is_sparse.long(), 0) - 1, -1)
 
     def _logits(self, batch):
-        network = self.network
+        sparse, dense = self.inputs(batch)
+        return self.network.logit(self.network.bags(*sparse), dense)
+
+    def inputs(self, batch):
+        """A batch as the network takes it: (its sparse entries' indices, offsets, fields and values;
+        the dense fields' values as a [B, dense] matrix, or None without dense fields)."""
         indices, indptr, fields, values = batch.indices.long(), batch.indptr, batch.fields.long(), batch.values
         if not self.settings.dense_fields:
-            return network(indices, indptr, fields, values)
+            return (indices, indptr, fields, values), None
         # the dense fields' entries become a [B, dense] matrix (their values), the rest the sparse rows
         rows = batch.entry_rows()
         slot = self._dense_slot[fields]
@@ -375,8 +391,7 @@ class DeepTrainer:
         features = torch.zeros((batch.n_rows, len(self.settings.dense_fields)), device=indices.device)
         features.index_put_((rows[dense], slot[dense]), batch.values_or_ones()[dense], accumulate=True)
         sparse = batch.with_entries(~dense, rows)
-        return network(sparse.indices.long(), sparse.indptr, self._sparse_id[sparse.fields.long()],
-                       values=sparse.values, dense=features)
+        return (sparse.indices.long(), sparse.indptr, self._sparse_id[sparse.fields.long()], sparse.values), features
 
     @torch.no_grad()
     def predict(self, dataset):
@@ -391,11 +406,11 @@ class DeepTrainer:
         if ranks is not None and ranks.world > 1:
             # each rank its share of every batch (the tables' rows are fetched by all together)
             fix_exchanges(self.network, dataset, self.settings.batch_size, ranks)
-            batches = list(_batches(dataset, self.settings.batch_size, ranks))
-            logits = [self._logits(part) for _, part in batches]
+            shares = list(batches(dataset, self.settings.batch_size, ranks))
+            logits = [self._logits(part) for _, part in shares]
             local = torch.cat(logits) if logits else torch.zeros(0, device=self.device)
-            return torch.sigmoid(whole_predictions(local, [rows for rows, _ in batches], ranks)).cpu()
-        logits = [self._logits(batch) for batch in _batches(dataset, self.settings.batch_size)]
+            return torch.sigmoid(whole_predictions(local, [rows for rows, _ in shares], ranks)).cpu()
+        logits = [self._logits(batch) for batch in batches(dataset, self.settings.batch_size)]
         return torch.sigmoid(torch.cat(logits)).cpu() if logits else torch.zeros(0)
 
     def _known_entries(self, dataset):
@@ -448,7 +463,7 @@ class DeepTrainer:
         self.network = _field_model(s, self.n_features, self.n_fields - len(s.dense_fields), self.device,
                                     self.one_hot, self.ranks, self.rank_tables)
         load_whole_weights(self.network, saved["weights"])
-        self._trust_batches()
+        self._trustbatches()
 
     def __getstate__(self):
         """Pickled as its checkpoint (the tables' programs are rebuilt) and the device."""
@@ -461,28 +476,6 @@ class DeepTrainer:
         self.__init__(DeepSettings(**state["settings"]), device)
         if state["checkpoint"] is not None:
             self._restore(state["checkpoint"])
-
-
-def _batches(dataset, batch_size, ranks=None):
-    """The dataset's consecutive batches of batch_size rows, as views of its tensors (the entries'
-    bounds read from the device once, not a round trip per batch); over several ranks each is (the
-    batch's rows, this rank's share of them: alac.train.deep_ranks.share)."""
-    starts = list(range(0, dataset.n_rows, batch_size))
-    spans = [(first, min(first + batch_size, dataset.n_rows)) for first in starts]
-    if ranks is not None:
-        spans = [(first + a, first + b) for first, end in spans for a, b in [share(end - first, ranks)]]
-    cuts = sorted({row for span in spans for row in span})
-    bounds = dict(zip(cuts, dataset.indptr[torch.tensor(cuts, device=dataset.indptr.device)].tolist()))
-    for (first, end), start in zip(spans, starts):
-        low, high = bounds[first], bounds[end]
-
-        def part(tensor):
-            return None if tensor is None else tensor[low:high]
-
-        batch = type(dataset)(dataset.indptr[first:end + 1] - low, dataset.indices[low:high], part(dataset.values),
-                              dataset.labels[first:end], dataset.n_features, part(dataset.fields), dataset.n_fields,
-                              dataset.source)
-        yield batch if ranks is None else (min(start + batch_size, dataset.n_rows) - start, batch)
 
 
 def _one_entry_per_field(dataset, n_fields):

@@ -137,3 +137,15 @@ def test_the_field_models_are_named_alike_everywhere_and_inspect_points_to_alac_
     assert sorted(DEEP_MODELS) == sorted(FIELD_MODELS)
     assert main(["inspect", "--model", "dlrm"]) == 2
     assert "field model" in capsys.readouterr().err
+
+
+def test_interleaving_from_the_command_line_trains_the_same_steps(tmp_path, capsys):
+    """--micro-batches and --side-stream (PICASSO's D- and K-interleaving) schedule a step, not change
+    it: the run ends where the plain one does."""
+    runs = {}
+    for name, options in (("plain", []), ("interleaved", ["--micro-batches", "3", "--side-stream"])):
+        assert main(["train", "--model", "deepfm", "--synthetic", "1500", "--epochs", "2", *SMALL, *options,
+                     "--out", str(tmp_path / name)]) == 0
+        runs[name] = json.loads((tmp_path / name / "metrics.json").read_text())
+    for key in ("valid_logloss", "test_logloss", "test_auc"):
+        assert runs["interleaved"][key] == pytest.approx(runs["plain"][key], abs=1e-5)

@@ -20,10 +20,13 @@ def _data(rows, seed=1):
     return criteo_like(rows, n_fields=N_FIELDS, seed=seed, model="fm", k=4, device="cpu")
 
 
-def test_one_full_batch_epoch_is_a_hand_written_deepfm_step():
+@pytest.mark.parametrize("interleaving", [{}, {"micro_batches": 3}, {"micro_batches": 2, "side_stream": True}])
+def test_one_full_batch_epoch_is_a_hand_written_deepfm_step(interleaving):
+    """Whole, or in PICASSO's interleaving (micro-batches backpropagated in turn, the tables stepped
+    once; a side stream for the lookups where there is a GPU): the same step."""
     data = _data(300)
     settings = DeepSettings(model="deepfm", k=4, hidden=(8,), lr=0.5, optimizer="sgd", epochs=1,
-                            batch_size=data.n_rows)
+                            batch_size=data.n_rows, **interleaving)
     trainer = DeepTrainer(settings, device="cpu")
     torch.manual_seed(settings.seed)
     start = DEEP_MODELS["deepfm"](data.n_features, N_FIELDS, k=4, hidden=(8,), optimizer="sgd", lr=0.5,
