@@ -81,15 +81,16 @@ def test_two_ranks_solve_by_coordinate_descent_as_two_virtual_workers(tmp_path):
     np.testing.assert_allclose(np.load(out / "weights.npy"), virtual.coef_.numpy(), rtol=1e-7, atol=1e-10)
 
 
-@pytest.mark.parametrize("tables", ["sharded", "hybrid"])
-def test_a_deep_model_trains_on_two_ranks_as_one_process(tmp_path, tables):
-    """`torchrun -m alac train --model deepfm`: the tables' rows over the ranks, the MLP under DDP, each
+def test_a_deep_model_trains_on_two_ranks_as_one_process(tmp_path):
+    """`torchrun -m alac train --model deepfm`: the tables' rows over the ranks (hybrid: some on both,
+    the others sharded; tests/nn/test_ranked.py trains each mode), the MLP's gradients averaged, each
     rank its share of every batch; the run ends where one process on the same batches does, and its
     checkpoint, whole, scores the test rows in one process as the ranks did."""
+    tables = "hybrid"
     from alac.cli.deep import main as deep_main
     from alac.train.deep import DeepTrainer
 
-    options = ["--model", "deepfm", "--synthetic", "3000", "--epochs", "2", "--batch-size", "256", "--hidden", "16",
+    options = ["--model", "deepfm", "--synthetic", "2000", "--epochs", "2", "--batch-size", "256", "--hidden", "16",
                "--tables", "reference", "--device", "cpu"]
     result = _train_on_two_ranks(tmp_path, *options[:-2], "--rank-tables", tables, "--out", str(tmp_path / "ranks"),
                                  backend=())
@@ -102,7 +103,7 @@ def test_a_deep_model_trains_on_two_ranks_as_one_process(tmp_path, tables):
     assert ranks["epochs"] == one["epochs"] == 2
     for key in ("valid_logloss", "test_logloss", "test_auc"):
         assert ranks[key] == pytest.approx(one[key], abs=1e-5)
-    _, _, test = split(criteo_like(3000, seed=0), (0.8, 0.1, 0.1), seed=0)
+    _, _, test = split(criteo_like(2000, seed=0), (0.8, 0.1, 0.1), seed=0)
     trainer = DeepTrainer.load(tmp_path / "ranks" / "model.pt", device="cpu")
     probability = trainer.predict(test)
     assert float(metrics.logloss(probability, test.labels > 0.5)) == pytest.approx(ranks["test_logloss"], abs=1e-6)
