@@ -18,7 +18,7 @@ import torch
 
 from alac import defaults, metrics
 from alac.cli.data import load_data, read_like_training
-from alac.cli.options import add_data_options, positive_float, positive_int, split_fraction
+from alac.cli.options import add_data_options, add_rank_options, positive_float, positive_int, split_fraction
 from alac.cli.parser import Parser
 from alac.cli.progress import Progress
 from alac.errors import AlacError, OptionError
@@ -73,10 +73,10 @@ def parser():
     p.add_argument("--side-stream", action="store_true",
                    help="PICASSO's K-interleaving: the next micro-batch's table lookups on a side stream beside "
                         "this one's MLP (a GPU)")
-    p.add_argument("--rank-tables", default="auto", choices=["auto", "replicated", "sharded", "hybrid"],
-                   help="under torchrun: every rank holds every table row (replicated), its share of them "
-                        "(sharded, fetched by the others), or the hot rows and its share of the rest (hybrid); "
-                        "default: the planner's, printed with its reason")
+    add_rank_options(p, "under torchrun: every rank holds every table row (replicated), its share of them (sharded, "
+                        "fetched by the others), or the rows read about once a batch and its share of the rest "
+                        "(hybrid); auto: replicated where they fit a quarter of a rank's free memory, else sharded "
+                        "(the run's second line says which and why)")
     p.add_argument("--out", help="folder for metrics.json, history.csv and model.pt")
     return p
 
@@ -117,7 +117,7 @@ def _over_ranks(args, settings, trainer=None):
     from alac.runtime.ranks.distributed import close_ranks, fault, is_collective_error
 
     try:
-        init_ranks()
+        init_ranks(timeout=args.rank_timeout)
         status = _run(args, settings, trainer)
         close_ranks()
     except Exception as error:

@@ -60,6 +60,19 @@ def sampled_share(text):
     return value
 
 
+RANK_TABLES = ("auto", "replicated", "sharded", "hybrid")
+
+
+def add_rank_options(group, tables_help):
+    """The options of a run under torchrun that every family takes: --rank-timeout and --rank-tables
+    (tables_help: what its tables' modes mean for the family)."""
+    group.add_argument("--rank-timeout", type=positive_float, default=60.0, metavar="SECONDS",
+                       help="under torchrun: a rank silent this long (stopped, hung or gone) ends the run on every "
+                            "other rank, which exits with status 4 naming it; a collective waits at most ten times "
+                            "this for a slow rank (default 60)")
+    group.add_argument("--rank-tables", default="auto", choices=RANK_TABLES, help=tables_help)
+
+
 def split_fraction(text):
     try:
         value = float(text)

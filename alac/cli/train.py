@@ -20,6 +20,7 @@ from alac.cli.data import load_data
 from alac.cli.options import (
     CHECKPOINT_NAME,
     add_data_options,
+    add_rank_options,
     checkpoint_spec,
     memory_size,
     plan_of,
@@ -123,15 +124,10 @@ def parser_for(parser, module=None):
                         help="under torchrun: how the ranks' parameter changes combine (sequential: each feature "
                              "row's sum scaled to what sequential SGD would change; rows: each row's mean over the "
                              "ranks that changed it; adding: their sum; averaging: their mean)")
-    ranks.add_argument("--rank-timeout", type=positive_float, default=60.0, metavar="SECONDS",
-                        help="under torchrun: a rank silent this long (stopped, hung or gone) ends the run on every "
-                             "other rank, which exits with status 4 naming it; a collective waits at most ten times "
-                             "this for a slow rank (default 60)")
-    ranks.add_argument("--rank-tables", default="auto", choices=["auto", "replicated", "sharded", "hybrid"],
-                        help="under torchrun: every rank holds every parameter row (replicated), its share of them "
-                             "(sharded: each segment's rows gathered from their owners), or the hot segment and its "
-                             "share of the cold rows (hybrid); auto: replicated where the rows fit the GPU budget "
-                             "(--gpu-memory), else hybrid with segments whose rows fit what is left")
+    add_rank_options(ranks, "under torchrun: every rank holds every parameter row (replicated), its share of them "
+                            "(sharded: each segment's rows gathered from their owners), or the hot segment and its "
+                            "share of the cold rows (hybrid); auto: replicated where the rows fit the GPU budget "
+                            "(--gpu-memory), else hybrid with segments whose rows fit what is left")
     from alac.optimizers import OPTIMIZERS
     from alac.runtime.execution.schedule import SCHEDULES
 
