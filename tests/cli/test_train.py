@@ -116,6 +116,7 @@ def test_ftrl_with_l1_on_a9a_is_sparse_and_accurate(shared_data):
     assert "exactly-zero weights" in result.stdout
 
 
+@pytest.mark.gpu      # 20 s on CI's two cores: run with the GPU suite
 def test_ftrl_with_l1_on_20news_is_sparse_and_accurate(shared_data):
     # the data README's reference (rows L2-normalised): test AUC 0.9678
     result = run_model("lr", "--train", str(shared_data / "20news/20news.binary.train.svm"),
@@ -126,6 +127,7 @@ def test_ftrl_with_l1_on_20news_is_sparse_and_accurate(shared_data):
     assert metrics["test_auc"] >= 0.9678 - 0.003 and metrics["zero_share"] > 0.2, result.stdout
 
 
+@pytest.mark.gpu      # 28 s on CI's two cores: run with the GPU suite
 def test_fm_with_defaults_beats_ridge_on_movielens(shared_data):
     """FM regression on user and movie ids with `alac train`'s defaults against scikit-learn's Ridge on
     the same one-hot ids (alpha chosen on validation rows, as benchmarks/defaults.py does): the

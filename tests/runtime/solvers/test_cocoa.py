@@ -73,10 +73,10 @@ def test_the_plane_search_ends_its_second_epoch_at_least_as_well_as_the_line_sea
 def test_the_plane_search_halves_the_epochs_where_the_line_search_zigzags():
     """The Criteo-shaped dual ridge (the lambda N of the 200M-row problem at 1e-3 on 20,000 rows): the
     line search's gamma alternates epoch by epoch; the plane search reaches gap 1e-6 in half the epochs
-    at K = 4 and 8 (3 against 6 and 7 when written)."""
+    at K = 4 (3 against 6 when written; K = 8 alike, 3 against 7, left out for CI's 15 s a test)."""
     data = criteo_dual_like(20_000, 7_500, 25, 39, 0, "cpu")
     data.labels = data.labels * 2 - 1
-    for workers in (4, 8):
+    for workers in (4,):
         epochs = {}
         for aggregation in ("adaptive", "subspace"):
             solver = ScdSolver(data, "dual", l2=10.0, backend="sequential", workers=workers, aggregation=aggregation)
