@@ -32,52 +32,58 @@ CHECKPOINT_NAME = "model.pt"
 
 def parser():
     p = Parser(prog="alac train", description="Train a field model (Wide & Deep, DeepFM, DLRM, FFM).")
-    p.add_argument("--model", required=True, choices=sorted(DEEP_MODELS), help="the field model to train")
-    p.add_argument("--train", help="training file (default: the synthetic Criteo-shaped set)")
-    p.add_argument("--valid", help="validation file (early stopping)")
-    p.add_argument("--test", help="test file")
-    p.add_argument("--valid-split", type=split_fraction, default=defaults.VALID_SPLIT, metavar="FRACTION",
-                   help="without --valid: this share of the training rows held out for early stopping")
-    add_data_options(p)
-    fields = p.add_mutually_exclusive_group()
+    data = p.add_argument_group("data")
+    model = p.add_argument_group("model")
+    training = p.add_argument_group("optimizer and epochs")
+    execution = p.add_argument_group("execution")
+    ranks = p.add_argument_group("several GPUs (under torchrun)")
+    output = p.add_argument_group("output")
+    model.add_argument("--model", required=True, choices=sorted(DEEP_MODELS), help="the field model to train")
+    data.add_argument("--train", help="training file (default: the synthetic Criteo-shaped set)")
+    data.add_argument("--valid", help="validation file (early stopping)")
+    data.add_argument("--test", help="test file")
+    data.add_argument("--valid-split", type=split_fraction, default=defaults.VALID_SPLIT, metavar="FRACTION",
+                      help="without --valid: this share of the training rows held out for early stopping")
+    add_data_options(data)
+    fields = data.add_mutually_exclusive_group()
     fields.add_argument("--featindex", help="a `field:value<TAB>index` file: the field of every LIBSVM id")
     fields.add_argument("--fields-by-position", action="store_true",
                         help="field f is the f-th entry of every row (one-hot rows of one feature per field)")
-    p.add_argument("--synthetic", type=positive_int, default=None, metavar="ROWS",
-                   help="rows of synthetic data when no --train is given (default: 4M on a GPU, 200k on a CPU)")
-    p.add_argument("--epochs", type=positive_int, default=10, help="most epochs (early stopping may end sooner)")
-    p.add_argument("--batch-size", type=positive_int, default=4096, help="samples per optimizer step")
-    p.add_argument("--k", type=positive_int, default=None,
-                   help="field embedding size (default 16; FFM: per field, 4 as libffm)")
-    p.add_argument("--hidden", default="256,128", help="the MLP's layer sizes, comma-separated (DLRM: its top MLP)")
-    p.add_argument("--bottom", default="64", help="DLRM's bottom MLP sizes, comma-separated")
-    p.add_argument("--dense-fields", default="", metavar="IDS",
-                   help="field ids (comma-separated; a table's fields are its feature columns in order) whose "
-                        "entries' values are dense features (DLRM needs some; e.g. a table's --numeric columns "
-                        "with --numeric-mode value)")
-    p.add_argument("--lr", type=positive_float, default=None, help="the tables' step (default: the optimizer's)")
-    p.add_argument("--dense-lr", type=positive_float, default=1e-3, help="Adam's step on the MLP")
-    p.add_argument("--optimizer", default="adagrad", help="the tables' optimizer (adagrad, sgd, ...)")
-    p.add_argument("--patience", type=positive_int, default=2,
-                   help="epochs without a new best validation loss before training stops")
-    p.add_argument("--seed", type=int, default=0, help="initial values, the batches' order and the split")
-    p.add_argument("--tables", default="kernels", choices=["kernels", "reference"],
-                   help="the tables' sums and updates: their generated kernels (on a GPU; the torch programs "
-                        "elsewhere), or their torch programs")
-    p.add_argument("--no-cuda-graphs", action="store_true",
-                   help="launch every step's kernels one by one instead of replaying a CUDA graph of it")
-    p.add_argument("--device", default=None, help="cuda or cpu (default: the GPU when there is one)")
-    p.add_argument("--micro-batches", type=positive_int, default=1, metavar="N",
-                   help="PICASSO's D-interleaving: a step's batch in N micro-batches backpropagated in turn, the "
-                        "tables stepped once (default 1: off)")
-    p.add_argument("--side-stream", action="store_true",
-                   help="PICASSO's K-interleaving: the next micro-batch's table lookups on a side stream beside "
-                        "this one's MLP (a GPU)")
-    add_rank_options(p, "under torchrun: every rank holds every table row (replicated), its share of them (sharded, "
-                        "fetched by the others), or the rows read about once a batch and its share of the rest "
-                        "(hybrid); auto: replicated where they fit a quarter of a rank's free memory, else sharded "
-                        "(the run's second line says which and why)")
-    p.add_argument("--out", help="folder for metrics.json, history.csv and model.pt")
+    data.add_argument("--synthetic", type=positive_int, default=None, metavar="ROWS",
+                      help="rows of synthetic data when no --train is given (default: 4M on a GPU, 200k on a CPU)")
+    data.add_argument("--dense-fields", default="", metavar="IDS",
+                      help="field ids (comma-separated; a table's fields are its feature columns in order) whose "
+                           "entries' values are dense features (DLRM needs some; e.g. a table's --numeric columns "
+                           "with --numeric-mode value)")
+    model.add_argument("--k", type=positive_int, default=None,
+                       help="field embedding size (default 16; FFM: per field, 4 as libffm)")
+    model.add_argument("--hidden", default="256,128", help="the MLP's layer sizes, comma-separated (DLRM: its top MLP)")
+    model.add_argument("--bottom", default="64", help="DLRM's bottom MLP sizes, comma-separated")
+    training.add_argument("--epochs", type=positive_int, default=10, help="most epochs (early stopping may end sooner)")
+    training.add_argument("--batch-size", type=positive_int, default=4096, help="samples per optimizer step")
+    training.add_argument("--lr", type=positive_float, default=None, help="the tables' step (default: the optimizer's)")
+    training.add_argument("--dense-lr", type=positive_float, default=1e-3, help="Adam's step on the MLP")
+    training.add_argument("--optimizer", default="adagrad", help="the tables' optimizer (adagrad, sgd, ...)")
+    training.add_argument("--patience", type=positive_int, default=2,
+                          help="epochs without a new best validation loss before training stops")
+    training.add_argument("--seed", type=int, default=0, help="initial values, the batches' order and the split")
+    execution.add_argument("--tables", default="kernels", choices=["kernels", "reference"],
+                           help="the tables' sums and updates: their generated kernels (on a GPU; the torch "
+                                "programs elsewhere), or their torch programs")
+    execution.add_argument("--no-cuda-graphs", action="store_true",
+                           help="launch every step's kernels one by one instead of replaying a CUDA graph of it")
+    execution.add_argument("--device", default=None, help="cuda or cpu (default: the GPU when there is one)")
+    execution.add_argument("--micro-batches", type=positive_int, default=1, metavar="N",
+                           help="PICASSO's D-interleaving: a step's batch in N micro-batches backpropagated in turn, "
+                                "the tables stepped once (default 1: off)")
+    execution.add_argument("--side-stream", action="store_true",
+                           help="PICASSO's K-interleaving: the next micro-batch's table lookups on a side stream "
+                                "beside this one's MLP (a GPU)")
+    add_rank_options(ranks, "under torchrun: every rank holds every table row (replicated), its share of them "
+                            "(sharded, fetched by the others), or the rows read about once a batch and its share of "
+                            "the rest (hybrid); auto: replicated where they fit a quarter of a rank's free memory, "
+                            "else sharded (the run's second line says which and why)")
+    output.add_argument("--out", help="folder for metrics.json, history.csv and model.pt")
     return p
 
 

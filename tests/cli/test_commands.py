@@ -503,6 +503,12 @@ def test_train_help_is_grouped_and_gives_every_option_a_help_and_its_default(cap
     for flag in ("--l2", "--k", "--loss", "--deterministic", "--replicas", "--programs"):
         assert re.search(rf"^  {flag}\b", text, flags=re.MULTILINE), flag
     assert re.search(r"--k K\s+\(fm\) factors per feature \(default: 8\)", text)
+    # the field models' help: the same groups (their execution options are the step's)
+    with pytest.raises(SystemExit):
+        main(["train", "--model", "deepfm", "--help"])
+    deep_groups = re.findall(r"^(\w[^\n:]*):$", capsys.readouterr().out, flags=re.MULTILINE)
+    assert deep_groups[1:] == ["data", "model", "optimizer and epochs", "execution", "several GPUs (under torchrun)",
+                               "output"]
     from alac.cli.deep import parser as deep_parser
     from alac.cli.parser import Parser
     from alac.cli.train import parser_for
