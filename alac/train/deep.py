@@ -221,7 +221,7 @@ class DeepTrainer:
         best = (point["best_loss"], None if point["best_epoch"] is None else (state_copy(self.network),
                                                                              point["best_epoch"]))
         if point["last_weights"] is not None:
-            self.network.load_state_dict(point["last_weights"])
+            load_whole_weights(self.network, point["last_weights"])
         self._generator = torch.Generator()
         self._generator.set_state(point["generator"])
         return self._epochs(train, valid, point["epoch"] + 1, epochs or self.settings.epochs, best, point["waited"],
@@ -311,7 +311,8 @@ class DeepTrainer:
         # what a checkpoint keeps for a resume: the last epoch's weights where the best epoch's come back
         last_weights = None
         if best_state is not None and best_state[1] != len(self.history):
-            last_weights = state_copy(self.network)
+            # whole (every rank's rows assembled): a checkpoint resumes at any rank count
+            last_weights = state_copy(self.network, whole_weights(self.network))
             self.network.load_state_dict(best_state[0])
         self.resume_point = {"epoch": len(self.history), "best_epoch": None if best_state is None else best_state[1],
                               "best_loss": best, "waited": waited, "stopped_because": self.stopped_because,

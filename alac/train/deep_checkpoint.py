@@ -10,14 +10,16 @@ from alac.errors import DataError
 from alac.runtime.device.memory import available_bytes
 
 
-def state_copy(network):
-    """The network's weights in host memory, or None where they take more than a quarter of what is
-    free there (the guard then keeps a diverged run's last weights)."""
-    size = sum(t.numel() * t.element_size() for t in network.state_dict().values())
+def state_copy(network, weights=None):
+    """The network's weights (or `weights`, a state_dict of it in another form) in host memory, or None
+    where they take more than a quarter of what is free there (the guard then keeps a diverged run's
+    last weights)."""
+    weights = network.state_dict() if weights is None else weights
+    size = sum(t.numel() * t.element_size() for t in weights.values())
     free = available_bytes("cpu")
     if free is not None and size > free // 4:
         return None
-    return {name: t.detach().to("cpu", copy=True) for name, t in network.state_dict().items()}
+    return {name: t.detach().to("cpu", copy=True) for name, t in weights.items()}
 
 
 def checked_resume_point(point, where):

@@ -107,3 +107,8 @@ def test_a_deep_model_trains_on_two_ranks_as_one_process(tmp_path):
     trainer = DeepTrainer.load(tmp_path / "ranks" / "model.pt", device="cpu")
     probability = trainer.predict(test)
     assert float(metrics.logloss(probability, test.labels > 0.5)) == pytest.approx(ranks["test_logloss"], abs=1e-6)
+    # and one process continues the two ranks' run from it, to a third epoch
+    from alac.cli.commands import main
+
+    assert main(["train", "--resume", str(tmp_path / "ranks"), "--epochs", "3", "--device", "cpu"]) == 0
+    assert json.loads((tmp_path / "ranks" / "metrics.json").read_text())["epochs"] == 3
