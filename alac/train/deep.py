@@ -241,7 +241,8 @@ class DeepTrainer:
         dense = torch.optim.Adam(self.network.parameters(), lr=s.dense_lr, capturable=graphed)
         if dense_state is not None:
             dense.load_state_dict(dense_state)
-        step = GraphedStep(self._step_of(dense, mean)) if graphed else None
+        # over ranks a step's graph is also one per size of the exchanges (which may grow between epochs)
+        step = GraphedStep(self._step_of(dense, mean), max_graphs=4 if many else 2) if graphed else None
         train = self._known_entries(train.to(self.device))      # entries of no field (-1) left out
         (best, best_state), generator = best, self._generator
         guard, initial = None, None

@@ -13,6 +13,7 @@ the ranks' numbering by frequency, the rest sharded.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -21,6 +22,10 @@ from alac.errors import OptionError
 from alac.runtime.device.memory import available_bytes
 
 MODES = ("auto", "replicated", "sharded", "hybrid")
+# room above the batches' largest exchange: a later epoch's (or the validation set's) seldom needs more,
+# and a larger size means new CUDA graphs (benchmarks/deep_ranks.py --batch-size 16384, arm
+# alac_sharded, ran its third epoch eagerly without it)
+EXCHANGE_MARGIN = 0.02
 # auto shards a table over TABLE_SHARE of a rank's free memory (replicated, every rank holds it whole
 # beside the scratch gradient buffer of its size and the data)
 TABLE_SHARE = 0.25
@@ -97,7 +102,8 @@ def fix_exchanges(network, dataset, batch_size, ranks):
     # the rank whose share (alac.train.deep_ranks.share) holds the position
     rank = torch.div((position + 1) * ranks.world - 1, in_batch, rounding_mode="floor")
     needed = tables.exchanged(dataset.indices.long(), batch * ranks.world + rank)
-    tables.entry_capacity = max(tables.entry_capacity or 0, needed)
+    if tables.entry_capacity is None or needed > tables.entry_capacity:
+        tables.entry_capacity = math.ceil(needed * (1 + EXCHANGE_MARGIN))
 
 
 class GradientMean:
