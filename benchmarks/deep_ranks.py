@@ -17,7 +17,9 @@ every epoch:
 Per arm: `samples_per_s` (training rows over the median epoch's seconds, validation not counted),
 `epoch_seconds`, `validation_seconds` (the median epoch's validation), `valid_auc` per epoch,
 `test_auc`, `bytes_per_rank` (per epoch: what the rank sends the others, alac arms: the tables'
-exchanges, RankedAggregate.bytes_per_step, and the dense gradients' ring all-reduce). Rank 0
+exchanges, RankedAggregate.bytes_per_step, and the dense gradients' ring all-reduce). `--profile
+MODE`: instead, one epoch of alac_<MODE> (1gpu or a mode) after one unrecorded, under torch.profiler;
+rank 0 writes the kernels' and collectives' GPU time (deep_ranks_profile_<MODE>.txt). Rank 0
 writes results/deep_ranks.json and .md (deep_ranks_<W>gpu.* for W ranks other than 2).
 """
 
@@ -44,6 +46,12 @@ from benchmarks.report import environment, write
 K, HIDDEN = 16, (256, 128)
 
 
+def _wait(device):
+    """The device's queued work done (nothing to wait for on a CPU, where tests run the arms)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
 def alac_arm(name, ranks, train, valid, test, args, mode, cuda_graphs=True):
     """DeepTrainer over `ranks` (None: this rank sits the arm out)."""
     if ranks is None:
@@ -53,7 +61,7 @@ def alac_arm(name, ranks, train, valid, test, args, mode, cuda_graphs=True):
     trainer = DeepTrainer(settings, ranks.device, ranks=ranks)
     started = time.perf_counter()
     trainer.fit(train, valid)
-    torch.cuda.synchronize()
+    _wait(ranks.device)
     wall = time.perf_counter() - started
     probability = trainer.predict(test)
     seconds = [record["seconds"] for record in trainer.history]
@@ -120,7 +128,7 @@ def torch_arm(name, ranks, train, valid, test, args):
     seconds, aucs, validation = [], [], []
     for _ in range(args.epochs):
         order = torch.randperm(train.n_rows, generator=generator).to(ranks.device)
-        torch.cuda.synchronize()
+        _wait(ranks.device)
         started = time.perf_counter()
         for first in range(0, train.n_rows, args.batch_size):
             batch = order[first:first + args.batch_size]
@@ -136,7 +144,7 @@ def torch_arm(name, ranks, train, valid, test, args):
                 model.table.weight.grad = _averaged_sparse(model.table.weight.grad, ranks)
             sparse.step()
             dense.step()
-        torch.cuda.synchronize()
+        _wait(ranks.device)
         seconds.append(time.perf_counter() - started)
         started = time.perf_counter()
         aucs.append(float(metrics.auc(predicted("valid").cpu(), labels["valid"].cpu() > 0.5)))
@@ -145,6 +153,32 @@ def torch_arm(name, ranks, train, valid, test, args):
             "samples_per_s": train.n_rows / statistics.median(seconds),
             "validation_seconds": statistics.median(validation), "valid_auc": aucs,
             "test_auc": float(metrics.auc(predicted("test").cpu(), labels["test"].cpu() > 0.5))}
+
+
+def profile(mode, ranks, train, valid, test, args):
+    """One recorded epoch of alac_<mode> after one unrecorded (compilation, graph capture), the GPU
+    time by kernel and collective written by rank 0."""
+    if ranks is None:
+        return
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as profiled
+
+    settings = DeepSettings(model="deepfm", k=K, hidden=HIDDEN, epochs=2, batch_size=args.batch_size, patience=2,
+                            rank_tables="auto" if mode == "1gpu" else mode, seed=args.seed)
+    trainer = DeepTrainer(settings, ranks.device, ranks=ranks)
+    trainer.fit(train, None)
+    with profiled(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as recorded:
+        trainer.resume(train, None, 3)
+        _wait(ranks.device)
+    if ranks.rank == 0:
+        folder = Path(args.out or Path(__file__).parent / "results")
+        folder.mkdir(parents=True, exist_ok=True)
+        table = recorded.key_averages().table(sort_by="device_time_total", row_limit=40)
+        steps = -(-train.n_rows // args.batch_size)
+        (folder / f"deep_ranks_profile_{mode}.txt").write_text(
+            f"alac_{mode}, {ranks.world} ranks, one epoch of {steps} steps (batch {args.batch_size}), "
+            f"{trainer.history[-1]['seconds']:.3f} s\n{table}\n")
+        print(table, flush=True)
 
 
 def _averaged_sparse(grad, ranks):
@@ -187,6 +221,7 @@ def main():
     parser.add_argument("--batch-size", type=int, default=4096)
     parser.add_argument("--modes", default="replicated,sharded,hybrid")
     parser.add_argument("--no-baseline", action="store_true")
+    parser.add_argument("--profile", default=None, metavar="MODE", help="profile one epoch of alac_MODE instead")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
@@ -198,6 +233,9 @@ def main():
     train, valid, test = split(data, (share, (1 - share) / 2, (1 - share) / 2), seed=args.seed)
     del data
     one = first_ranks(ranks, 1)
+    if args.profile:
+        profile(args.profile, one if args.profile == "1gpu" else ranks, train, valid, test, args)
+        return
     arms = [alac_arm("alac_1gpu", one, train, valid, test, args, "auto"),
             alac_arm("alac_1gpu_eager", one, train, valid, test, args, "auto", cuda_graphs=False)]
     for mode in args.modes.split(","):
