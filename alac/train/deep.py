@@ -411,6 +411,7 @@ class DeepTrainer:
             shares = list(batches(dataset, self.settings.batch_size, ranks))
             logits = [self._logits(part) for _, part in shares]
             local = torch.cat(logits) if logits else torch.zeros(0, device=self.device)
+            self.network.tables.check_exchanges()
             return torch.sigmoid(whole_predictions(local, [rows for rows, _ in shares], ranks)).cpu()
         logits = [self._logits(batch) for batch in batches(dataset, self.settings.batch_size)]
         return torch.sigmoid(torch.cat(logits)).cpu() if logits else torch.zeros(0)
