@@ -19,7 +19,7 @@ import torch
 from alac import defaults, metrics
 from alac.cli.data import load_data, read_like_training
 from alac.cli.options import add_data_options, add_rank_options, positive_float, positive_int, split_fraction
-from alac.cli.parser import Parser
+from alac.cli.parser import Parser, train_groups
 from alac.cli.progress import Progress
 from alac.errors import AlacError, OptionError
 from alac.outputs import RunOutputs, check_output_folder, final_line, split_metrics, write_metrics_and_history
@@ -32,12 +32,7 @@ CHECKPOINT_NAME = "model.pt"
 
 def parser():
     p = Parser(prog="alac train", description="Train a field model (Wide & Deep, DeepFM, DLRM, FFM).")
-    data = p.add_argument_group("data")
-    model = p.add_argument_group("model")
-    training = p.add_argument_group("optimizer and epochs")
-    execution = p.add_argument_group("execution")
-    ranks = p.add_argument_group("several GPUs (under torchrun)")
-    output = p.add_argument_group("output")
+    data, model, training, execution, ranks, output = train_groups(p)
     model.add_argument("--model", required=True, choices=sorted(DEEP_MODELS), help="the field model to train")
     data.add_argument("--train", help="training file (default: the synthetic Criteo-shaped set)")
     data.add_argument("--valid", help="validation file (early stopping)")

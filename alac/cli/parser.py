@@ -28,3 +28,10 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def train_groups(parser, execution="execution"):
+    """(data, model, optimizer and epochs, execution, several GPUs, output): the option groups of
+    `alac train --help` for every model family, in that order (execution: the family's title)."""
+    return tuple(parser.add_argument_group(title) for title in
+                 ("data", "model", "optimizer and epochs", execution, "several GPUs (under torchrun)", "output"))

@@ -28,6 +28,7 @@ from alac.cli.options import (
     positive_int,
     split_fraction,
 )
+from alac.cli.parser import train_groups
 from alac.cli.progress import Progress
 from alac.cli.run_record import run_record
 from alac.errors import AlacError
@@ -43,12 +44,8 @@ def parser_for(parser, module=None):
     model module its own options (--l1, --l2, ARGUMENTS), without one every zoo model's (for --help)."""
     from alac.runtime.solvers.cocoa import AGGREGATIONS
 
-    data = parser.add_argument_group("data")
-    model_group = parser.add_argument_group("model")
-    training = parser.add_argument_group("optimizer and epochs")
-    execution = parser.add_argument_group("execution (how the kernels run and where rows live)")
-    ranks = parser.add_argument_group("several GPUs (under torchrun)")
-    output = parser.add_argument_group("output")
+    data, model_group, training, execution, ranks, output = train_groups(
+        parser, "execution (how the kernels run and where rows live)")
     data.add_argument("--train", help="training file (LIBSVM, libffm, Criteo TSV, or a table: CSV/Parquet; gzip, "
                       "bz2, xz or zstd compressed, or - for standard input), or a block store folder "
                       "(alac.runtime.movement.block_store), streamed from disk")
