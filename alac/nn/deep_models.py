@@ -15,6 +15,7 @@ import torch
 
 from alac.dsl import Model, Normal, Param
 from alac.nn import SparseAggregate
+from alac.nn.ranked import RankedAggregate
 
 
 class FieldTables(Model):
@@ -48,8 +49,6 @@ def field_tables(model, n_features, ranks=None, replicated=None, order=None, **o
     sharded; default all replicated)."""
     if ranks is None or ranks.world == 1:
         return SparseAggregate(model, n_features, **options)
-    from alac.nn.ranked import RankedAggregate
-
     return RankedAggregate(model, n_features, ranks, replicated, order, **options)
 
 

@@ -28,7 +28,6 @@ from alac.errors import OptionError
 from alac.nn.aggregate import SparseAggregate, _values
 from alac.runtime.execution.state import ModelState
 
-MODES = ("replicated", "sharded", "hybrid")
 # a padding slot's id: its row is the scratch row, which no entry reads
 PADDING = -1
 # scratch rows past the held ones that padding slots are spread over (one row took every padding
@@ -119,7 +118,7 @@ def _packed(values, keep, capacity, padding, overflow):
 class RankedAggregate(SparseAggregate):
     def __init__(self, model, n_features, ranks, replicated=None, order=None, **options):
         """A SparseAggregate (model, n_features, options as there) of which this rank holds the rows
-        RankRows(n_features, replicated, ...) names, and a scratch row; ranks:
+        RankRows(n_features, replicated, ...) names, and SCRATCH_ROWS scratch rows; ranks:
         alac.runtime.ranks.distributed.Ranks; replicated: the ids below it on every rank (default
         n_features: every row replicated); order: the ids in the ranks' numbering (a permutation, the
         hot ones first; default as given): the batches' ids are renumbered by it, the rows drawn and
@@ -170,10 +169,11 @@ class RankedAggregate(SparseAggregate):
         working, column = {}, 0
         for name, value in params.items():
             flat = value.reshape(value.shape[0], -1)
-            width = flat.shape[1]
-            entry_rows = torch.where(held[:, None], flat[here], fetched[:, column:column + width])
+            entry_rows = fetched[:, column:column + flat.shape[1]]
+            if rows.replicated:      # hybrid: the replicated entries' rows read here
+                entry_rows = torch.where(held[:, None], flat[here], entry_rows)
             working[name] = entry_rows.reshape(-1, *value.shape[1:])
-            column += width
+            column += flat.shape[1]
         return ModelState(working, {}, {}), torch.arange(indices.numel(), device=indices.device)
 
     def _local(self, ids):

@@ -190,7 +190,7 @@ class DeepTrainer:
         bias = self.network.bias if hasattr(self.network, "bias") else self.network.top[-1].bias
         with torch.no_grad():
             bias.fill_(math.log(rate / (1 - rate)))
-        self._trustbatches()
+        self._trust_batches()
         self.history = []
         self._generator = torch.Generator().manual_seed(s.seed)
         return self._epochs(train, valid, 1, s.epochs, (math.inf, None), 0, None)
@@ -265,20 +265,17 @@ class DeepTrainer:
                     self.network.tables.global_samples = rows
                 # the part's share of the batch's mean loss, times the ranks the gradients are averaged over
                 self._loss_scale = ranks.world / rows
-                if s.micro_batches > 1 or s.side_stream:
-                    dense.zero_grad()
-                    summed = interleaved_loss(self, part, self._loss_scale)
-                    if mean is not None:
-                        mean()
-                    dense.step()
-                elif step is not None:
+                if step is not None:
                     # a graph holds the global batch and the exchanges' size it was captured with
                     constants = (rows, self.network.tables.entry_capacity) if many else (rows,)
                     summed = step(part.indices, part.indptr, part.fields, part.values, part.labels, constants=constants)
                 else:
-                    summed = self._loss(self._logits(part), part.labels, reduction="sum")
                     dense.zero_grad()
-                    (summed * self._loss_scale).backward()
+                    if s.micro_batches > 1 or s.side_stream:
+                        summed = interleaved_loss(self, part, self._loss_scale)
+                    else:
+                        summed = self._loss(self._logits(part), part.labels, reduction="sum")
+                        (summed * self._loss_scale).backward()
                     if mean is not None:
                         mean()
                     dense.step()
@@ -359,7 +356,7 @@ class DeepTrainer:
             return whole_step(loss_of, [dense], mean)(*tensors) / self._loss_scale
         return step
 
-    def _trustbatches(self):
+    def _trust_batches(self):
         """The entries reach the network checked (_known_entries): its tables skip their per-batch host
         round trip, so that the host queues steps ahead of the GPU."""
         for module in self.network.modules():
@@ -466,7 +463,7 @@ class DeepTrainer:
         self.network = _field_model(s, self.n_features, self.n_fields - len(s.dense_fields), self.device,
                                     self.one_hot, self.ranks, self.rank_tables)
         load_whole_weights(self.network, saved["weights"])
-        self._trustbatches()
+        self._trust_batches()
 
     def __getstate__(self):
         """Pickled as its checkpoint (the tables' programs are rebuilt) and the device."""

@@ -85,9 +85,10 @@ def plan_rank_tables(mode, counts, row_bytes, batches, ranks, device, rows=None)
                                         f"replicated, the other {rows - hot:,} sharded")
 
 
-def share(rows, ranks):
-    """(first, end) of this rank's rows of a global batch of `rows` rows."""
-    return rows * ranks.rank // ranks.world, rows * (ranks.rank + 1) // ranks.world
+def share(rows, ranks, rank=None):
+    """(first, end) of this rank's (or `rank`'s) rows of a global batch of `rows` rows."""
+    rank = ranks.rank if rank is None else rank
+    return rows * rank // ranks.world, rows * (rank + 1) // ranks.world
 
 
 def fix_exchanges(network, dataset, batch_size, ranks):
@@ -129,8 +130,7 @@ def whole_predictions(local, rows_per_batch, ranks):
     in the rows' order, on every rank."""
     if ranks.world == 1:
         return local
-    shares = [[(rows * r // ranks.world, rows * (r + 1) // ranks.world) for rows in rows_per_batch]
-              for r in range(ranks.world)]
+    shares = [[share(rows, ranks, rank) for rows in rows_per_batch] for rank in range(ranks.world)]
     counts = [sum(end - first for first, end in rank_shares) for rank_shares in shares]
     gathered = ranks.all_gather_rows(local.to(ranks.device), counts).to(local.device)
     starts = torch.tensor([0, *rows_per_batch]).cumsum(0)[:-1].tolist()
