@@ -103,7 +103,7 @@ def test_a_deep_model_trains_on_two_ranks_as_one_process(tmp_path):
     assert ranks["epochs"] == one["epochs"] == 2
     for key in ("valid_logloss", "test_logloss", "test_auc"):
         assert ranks[key] == pytest.approx(one[key], abs=1e-5)
-    _, _, test = split(criteo_like(2000, seed=0), (0.8, 0.1, 0.1), seed=0)
+    _, _, test = split(criteo_like(2000, seed=0, device="cpu"), (0.8, 0.1, 0.1), seed=0)    # as the run's --device cpu
     trainer = DeepTrainer.load(tmp_path / "ranks" / "model.pt", device="cpu")
     probability = trainer.predict(test)
     assert float(metrics.logloss(probability, test.labels > 0.5)) == pytest.approx(ranks["test_logloss"], abs=1e-6)
