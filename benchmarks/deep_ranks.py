@@ -4,8 +4,8 @@ PyTorch DDP with a replicated embedding table; run under torchrun:
 
 The set: the synthetic Criteo-shaped rows (alac.data.synthetic.criteo_like: 39 one-hot fields,
 labels from a planted FM), `--rows` training, `--valid-rows` validation and test rows. Arms, each
-`--epochs` epochs at batch `--batch-size` (global: the ranks split every batch), its validation after
-every epoch:
+`--epochs` epochs at `--batch-size` rows a step on each rank (DDP's convention: W ranks step on W times
+the rows of one GPU), its validation after every epoch:
 - alac_1gpu: DeepTrainer on the first rank alone (the others wait), its steps replayed from CUDA
   graphs; alac_1gpu_eager: launched one by one, as the ranks' steps are;
 - alac_<mode>: DeepTrainer over every rank, its tables replicated, sharded or hybrid (`--modes`);
@@ -15,12 +15,13 @@ every epoch:
   and summed (NCCL has no sparse all-reduce, so DDP cannot take them), on `--baseline-rows` rows
   (it is slower).
 Per arm: `samples_per_s` (training rows over the median epoch's seconds, validation not counted),
-`epoch_seconds`, `validation_seconds` (the median epoch's validation), `valid_auc` per epoch,
-`test_auc`, `bytes_per_rank` (per epoch: what the rank sends the others, alac arms: the tables'
-exchanges, RankedAggregate.bytes_per_step, and the dense gradients' ring all-reduce). `--profile
-MODE`: instead, one epoch of alac_<MODE> (1gpu or a mode) after one unrecorded, under torch.profiler;
-rank 0 writes the kernels' and collectives' GPU time (deep_ranks_profile_<MODE>.txt). Rank 0
-writes results/deep_ranks.json and .md (deep_ranks_<W>gpu.* for W ranks other than 2).
+`epoch_seconds`, `validation_seconds` (the median epoch's validation), `fit_seconds` (the whole fit,
+set-up and the first validation included), `valid_auc` per epoch, `test_auc`, `bytes_per_rank` (per
+epoch: what the rank sends the others, alac arms: the tables' exchanges,
+RankedAggregate.bytes_per_step, and the dense gradients' ring all-reduce), `step_ms` (the median
+epoch's seconds a step) and `exchange_ms_per_step` (a step's collectives alone at the fit's sizes,
+timed by CUDA events: exchange_ms). Rank 0 writes results/deep_ranks.json and .md
+(deep_ranks_<W>gpu.* for W ranks other than 2).
 """
 
 from __future__ import annotations
@@ -65,17 +66,20 @@ def alac_arm(name, ranks, train, valid, test, args, mode, cuda_graphs=True):
     wall = time.perf_counter() - started
     probability = trainer.predict(test)
     seconds = [record["seconds"] for record in trainer.history]
-    steps = -(-train.n_rows // args.batch_size)
+    steps = -(-train.n_rows // (args.batch_size * ranks.world))
     dense = sum(p.numel() * 4 for p in trainer.network.parameters())
     sent = 0 if ranks.world == 1 else steps * (trainer.network.tables.bytes_per_step()
                                                + 2 * (ranks.world - 1) * dense // ranks.world)
+    exchanges = exchange_ms(trainer, ranks) if ranks.world > 1 and ranks.device.type == "cuda" else None
     return {"name": name, "ranks": ranks.world, "mode": mode if ranks.world > 1 else "one GPU",
             "tables": None if trainer.rank_tables is None else trainer.rank_tables.describe(),
             "epoch_seconds": seconds, "samples_per_s": train.n_rows / statistics.median(seconds),
-            "validation_seconds": (wall - sum(seconds)) / len(seconds),
+            "validation_seconds": statistics.median(record["valid_seconds"] for record in trainer.history),
+            "fit_seconds": wall,
             "valid_auc": [record["valid_auc"] for record in trainer.history],
             "test_auc": float(metrics.auc(probability, test.labels.cpu() > 0.5)),
-            "bytes_per_rank": sent}
+            "bytes_per_rank": sent, "step_ms": 1e3 * statistics.median(seconds) / steps,
+            "exchange_ms_per_step": exchanges}
 
 
 class TorchDeepFM(torch.nn.Module):
@@ -130,8 +134,8 @@ def torch_arm(name, ranks, train, valid, test, args):
         order = torch.randperm(train.n_rows, generator=generator).to(ranks.device)
         _wait(ranks.device)
         started = time.perf_counter()
-        for first in range(0, train.n_rows, args.batch_size):
-            batch = order[first:first + args.batch_size]
+        for first in range(0, train.n_rows, args.batch_size * ranks.world):
+            batch = order[first:first + args.batch_size * ranks.world]
             lo = batch.numel() * ranks.rank // ranks.world
             hi = batch.numel() * (ranks.rank + 1) // ranks.world
             mine = batch[lo:hi]
@@ -155,30 +159,38 @@ def torch_arm(name, ranks, train, valid, test, args):
             "test_auc": float(metrics.auc(predicted("test").cpu(), labels["test"].cpu() > 0.5))}
 
 
-def profile(mode, ranks, train, valid, test, args):
-    """One recorded epoch of alac_<mode> after one unrecorded (compilation, graph capture), the GPU
-    time by kernel and collective written by rank 0."""
-    if ranks is None:
-        return
-    from torch.profiler import ProfilerActivity
-    from torch.profiler import profile as profiled
+def exchange_ms(trainer, ranks, repeats=50):
+    """Milliseconds a training step's collectives take alone at the fit's sizes (the tables'
+    exchanges at entry_capacity, the dense gradients' all-reduce), timed by CUDA events over
+    `repeats` rounds: what a step over ranks pays beyond one GPU's kernels."""
+    tables = trainer.network.tables
+    rows, capacity, device = tables.rank_rows, tables.entry_capacity, ranks.device
+    width = 1 + sum(tables.ir.factor_size if a.vector else 1 for a in tables.ir.accums)
+    row = sum(value[0].numel() for value in tables.state.params.values())
+    dense = torch.zeros(sum(p.numel() for p in trainer.network.parameters()), device=device)
+    ids, payload = torch.zeros(capacity, dtype=torch.int64, device=device), torch.zeros(capacity, width, device=device)
+    split = [capacity] * ranks.world
 
-    settings = DeepSettings(model="deepfm", k=K, hidden=HIDDEN, epochs=2, batch_size=args.batch_size, patience=2,
-                            rank_tables="auto" if mode == "1gpu" else mode, seed=args.seed)
-    trainer = DeepTrainer(settings, ranks.device, ranks=ranks)
-    trainer.fit(train, None)
-    with profiled(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as recorded:
-        trainer.resume(train, None, 3)
-        _wait(ranks.device)
-    if ranks.rank == 0:
-        folder = Path(args.out or Path(__file__).parent / "results")
-        folder.mkdir(parents=True, exist_ok=True)
-        table = recorded.key_averages().table(sort_by="device_time_total", row_limit=40)
-        steps = -(-train.n_rows // args.batch_size)
-        (folder / f"deep_ranks_profile_{mode}.txt").write_text(
-            f"alac_{mode}, {ranks.world} ranks, one epoch of {steps} steps (batch {args.batch_size}), "
-            f"{trainer.history[-1]['seconds']:.3f} s\n{table}\n")
-        print(table, flush=True)
+    def step():
+        if rows.replicated:
+            ranks.all_gather(ids), ranks.all_gather(payload)
+        if rows.replicated < rows.n_features:
+            all_ids = ids.repeat(ranks.world)
+            ranks.all_to_all(all_ids, split, split)
+            ranks.all_to_all(torch.zeros(ranks.world * capacity, row, device=device), split, split)
+            ranks.all_to_all(all_ids, split, split)
+            ranks.all_to_all(payload.repeat(ranks.world, 1), split, split)
+        ranks.all_reduce(dense, in_place=True)
+
+    for _ in range(5):
+        step()
+    began, ended = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    began.record()
+    for _ in range(repeats):
+        step()
+    ended.record()
+    ended.synchronize()
+    return began.elapsed_time(ended) / repeats
 
 
 def _averaged_sparse(grad, ranks):
@@ -200,7 +212,8 @@ def report(payload):
 
 def arms_table(payload):
     lines = ["| arm | ranks | training rows | samples/s | vs one GPU | validation s / epoch s | valid AUC | test AUC "
-             "| MB sent per rank and epoch |", "|---|---|---|---|---|---|---|---|---|"]
+             "| MB sent per rank and epoch | ms a step (its collectives alone) |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     one = {arm["name"].split("_")[0]: arm["samples_per_s"] for arm in payload["arms"][::-1] if arm["ranks"] == 1}
     for arm in payload["arms"]:
         epoch = statistics.median(arm["epoch_seconds"])
@@ -208,8 +221,16 @@ def arms_table(payload):
         lines.append(f"| {arm['name']} | {arm['ranks']} | {arm['rows']:,} | {arm['samples_per_s'] / 1e6:.2f}M | "
                      f"{arm['samples_per_s'] / one[arm['name'].split('_')[0]]:.2f}x | "
                      f"{arm['validation_seconds']:.2f} / {epoch:.2f} | {arm['valid_auc'][-1]:.4f} | "
-                     f"{arm['test_auc']:.4f} | {'' if sent is None else f'{sent / 1e6:,.0f}'} |")
+                     f"{arm['test_auc']:.4f} | {'' if sent is None else f'{sent / 1e6:,.0f}'} | "
+                     f"{_step_cell(arm)} |")
     return "\n".join(lines)
+
+
+def _step_cell(arm):
+    if arm.get("step_ms") is None:
+        return ""
+    alone = arm.get("exchange_ms_per_step")
+    return f"{arm['step_ms']:.3f}" + ("" if alone is None else f" ({alone:.3f})")
 
 
 def main():
@@ -221,7 +242,6 @@ def main():
     parser.add_argument("--batch-size", type=int, default=4096)
     parser.add_argument("--modes", default="replicated,sharded,hybrid")
     parser.add_argument("--no-baseline", action="store_true")
-    parser.add_argument("--profile", default=None, metavar="MODE", help="profile one epoch of alac_MODE instead")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
@@ -233,9 +253,6 @@ def main():
     train, valid, test = split(data, (share, (1 - share) / 2, (1 - share) / 2), seed=args.seed)
     del data
     one = first_ranks(ranks, 1)
-    if args.profile:
-        profile(args.profile, one if args.profile == "1gpu" else ranks, train, valid, test, args)
-        return
     arms = [alac_arm("alac_1gpu", one, train, valid, test, args, "auto"),
             alac_arm("alac_1gpu_eager", one, train, valid, test, args, "auto", cuda_graphs=False)]
     for mode in args.modes.split(","):

@@ -70,25 +70,30 @@ def _field_model(settings, n_features, n_fields, device, one_hot=False, ranks=No
 # smallest arm is the only one no model's run diverged at, and matches the others on iPinYou.
 DEFAULT_TABLE_LR = 0.02
 
+# rows a prediction batch takes in one process (a forward only: fewer, larger launches than the
+# training batches'; benchmarks/deep_ranks.py, arm alac_1gpu's validation seconds)
+PREDICT_ROWS = 1 << 16
+
 # field models: the deep ones, and the field-aware FM (k per field; no MLP, its bias trained by Adam)
 DEEP_MODELS = {"deepfm": DeepFM, "wide_deep": WideAndDeep, "dlrm": DLRMLike, "ffm": FFM}
 
 
 @dataclass(frozen=True)
 class DeepSettings:
-    """model: deepfm, wide_deep, dlrm or ffm; k: the field embeddings' size (FFM: per field; None: 4
-    for FFM as libffm, else 16); hidden:
-    the MLP's layers (DLRM's top MLP; not FFM's); bottom: DLRM's bottom MLP; dense_fields: the fields
-    whose entries' values are dense features (one value per row and field, 0 where absent; DLRM
-    needs some, FFM takes none); lr: the tables' step (None: table_lr()'s default); dense_lr:
-    Adam's on the MLPs and bias; patience: epochs without a better validation logloss before
-    training stops; cuda_graphs: on a GPU, replay full batches' steps from CUDA graphs
-    (alac.nn.GraphedStep: batches whose entries are as many as the previous ones', e.g. one-hot
-    fields; models without dense fields); tables: "kernels" (their generated kernels on a GPU,
-    alac.codegen.bag_kernels; the torch programs elsewhere) or "reference" (the torch programs);
-    rank_tables: under torchrun, the tables' rows replicated, sharded or hybrid (auto: the planner's,
-    alac.train.deep_ranks); micro_batches, side_stream: PICASSO's D- and K-interleaving of a step
-    (alac.nn.interleave; off by default: benchmarks/fields.py measured the packed step faster)."""
+    """model: deepfm, wide_deep, dlrm or ffm; k: the field embeddings' size (FFM: per field; None: 4 for
+    FFM as libffm, else 16); hidden: the MLP's layers (DLRM's top MLP; not FFM's); bottom: DLRM's bottom
+    MLP; dense_fields: the fields whose entries' values are dense features (one value per row and field,
+    0 where absent; DLRM needs some, FFM takes none); lr: the tables' step (None: table_lr()'s default);
+    dense_lr: Adam's on the MLPs and bias; batch_size: the rows of a step on each rank (under torchrun a
+    step takes W × batch_size rows, as DDP's and TorchRec's per-process batches do); patience: epochs
+    without a better validation logloss before training stops; cuda_graphs: on a GPU, replay full
+    batches' steps from CUDA graphs (alac.nn.GraphedStep: batches whose entries are as many as the
+    previous ones', e.g. one-hot fields; models without dense fields); tables: "kernels" (their
+    generated kernels on a GPU, alac.codegen.bag_kernels; the torch programs elsewhere) or "reference"
+    (the torch programs); rank_tables: under torchrun, the tables' rows replicated, sharded or hybrid
+    (auto: the planner's, alac.train.deep_ranks); micro_batches, side_stream: PICASSO's D- and
+    K-interleaving of a step (alac.nn.interleave; off by default: benchmarks/fields.py measured the
+    packed step faster)."""
 
     model: str = "deepfm"
     k: int | None = None
@@ -179,7 +184,7 @@ class DeepTrainer:
         self.n_fields = max(train.n_fields, int(train.fields.max()) + 1 if train.nnz else 1)
         self._split_fields()
         self.one_hot = _one_entry_per_field(train, self.n_fields)
-        self._place_rows(train.indices, math.ceil(train.n_rows / s.batch_size))
+        self._place_rows(train.indices, math.ceil(train.n_rows / self._step_rows()))
         torch.manual_seed(s.seed)
         self.network = _field_model(s, self.n_features, self.n_fields - len(s.dense_fields), self.device,
                                     self.one_hot, self.ranks, self.rank_tables)
@@ -247,6 +252,7 @@ class DeepTrainer:
         (best, best_state), generator = best, self._generator
         guard, initial = None, None
         if valid is not None:
+            valid = self._prepared(valid)           # once: every epoch's validation reads it as it is
             guard = ValidationGuard("valid_logloss", base_rate_loss(True, self.labels.positive_mask(train.labels),
                                                                     self.labels.positive_mask(valid.labels)),
                                     self._valid_metrics(valid)["valid_logloss"])
@@ -258,8 +264,8 @@ class DeepTrainer:
             loss_sum = torch.zeros((), device=self.device)
             shuffled = train.take(order)
             if many:
-                fix_exchanges(self.network, shuffled, s.batch_size, ranks)
-            for batch in batches(shuffled, s.batch_size, ranks if many else None):
+                fix_exchanges(self.network, shuffled, self._step_rows(), ranks)
+            for batch in batches(shuffled, self._step_rows(), ranks if many else None):
                 rows, part = batch if many else (batch.n_rows, batch)
                 if many:
                     self.network.tables.global_samples = rows
@@ -290,7 +296,9 @@ class DeepTrainer:
             record["seconds"] = time.perf_counter() - started
             record["rows_per_s"] = train.n_rows / record["seconds"]
             if valid is not None:
+                began = time.perf_counter()
                 record.update(self._valid_metrics(valid))
+                record["valid_seconds"] = time.perf_counter() - began
             self.history.append(record)
             if self.log is not None:
                 self.log(record)
@@ -319,7 +327,8 @@ class DeepTrainer:
         return self.history
 
     def _valid_metrics(self, valid):
-        probability = self.predict(valid)
+        """Validation logloss and AUC of a _prepared set, computed on the model's device."""
+        probability = self._probabilities(valid)
         positive = self.labels.positive_mask(valid.labels.to(probability.device))
         return {"valid_logloss": float(metrics.logloss(probability, positive)),
                 "valid_auc": float(metrics.auc(probability, positive))}
@@ -392,26 +401,37 @@ class DeepTrainer:
         sparse = batch.with_entries(~dense, rows)
         return (sparse.indices.long(), sparse.indptr, self._sparse_id[sparse.fields.long()], sparse.values), features
 
-    @torch.no_grad()
     def predict(self, dataset):
         """The probability of the positive class per row (CPU float32 tensor)."""
+        return self._probabilities(self._prepared(dataset)).cpu()
+
+    def _prepared(self, dataset):
+        """`dataset` checked, in the model's numbering, on its device, its unknown entries left out."""
         if self.network is None:
             raise OptionError("predict needs a trained model: call fit first")
         _check_fields(dataset, "the data")
         if not same_numbering(dataset.feature_ids, self.feature_ids):
             dataset = dataset.in_space_of(self.feature_ids)
-        dataset = self._known_entries(dataset.to(self.device))
+        return self._known_entries(dataset.to(self.device))
+
+    @torch.no_grad()
+    def _probabilities(self, dataset):
+        """The positive class's probability per row of a _prepared dataset, on the model's device."""
         ranks = self.ranks
         if ranks is not None and ranks.world > 1:
-            # each rank its share of every batch (the tables' rows are fetched by all together)
-            fix_exchanges(self.network, dataset, self.settings.batch_size, ranks)
-            shares = list(batches(dataset, self.settings.batch_size, ranks))
+            # each rank batch_size rows of every step (the tables' rows are fetched by all together)
+            fix_exchanges(self.network, dataset, self._step_rows(), ranks)
+            shares = list(batches(dataset, self._step_rows(), ranks))
             logits = [self._logits(part) for _, part in shares]
             local = torch.cat(logits) if logits else torch.zeros(0, device=self.device)
             self.network.tables.check_exchanges()
-            return torch.sigmoid(whole_predictions(local, [rows for rows, _ in shares], ranks)).cpu()
-        logits = [self._logits(batch) for batch in batches(dataset, self.settings.batch_size)]
-        return torch.sigmoid(torch.cat(logits)).cpu() if logits else torch.zeros(0)
+            return torch.sigmoid(whole_predictions(local, [rows for rows, _ in shares], ranks))
+        logits = [self._logits(batch) for batch in batches(dataset, max(self.settings.batch_size, PREDICT_ROWS))]
+        return torch.sigmoid(torch.cat(logits)) if logits else torch.zeros(0, device=self.device)
+
+    def _step_rows(self):
+        """Rows a step takes over every rank: batch_size on each (DDP's and TorchRec's convention)."""
+        return self.settings.batch_size * (self.ranks.world if self.ranks is not None else 1)
 
     def _known_entries(self, dataset):
         """The dataset without the entries of features or fields the model never trained."""

@@ -1,14 +1,14 @@
 """A field model's fit over ranks (torchrun): where the tables' rows live, each rank's share of a
 batch, the dense part data-parallel, and predictions and checkpoints whole.
 
-Every rank reads the whole training set and draws the same batch order; rank r trains rows [B r / W,
-B (r + 1) / W) of every global batch of B rows, and its loss is its rows' share of the batch's mean
-loss times W, so that the mean of the ranks' gradients (GradientMean's, and alac.nn.ranked's for the
-tables) is the gradient one process takes on the whole batch; the dense part's gradients are
-averaged by one all-reduce (GradientMean), so a whole step replays from a CUDA graph as one
-process's does. The tables (alac.nn.ranked) are replicated, sharded row-wise, or hybrid: the hot
-rows (read by about every batch: at least as many accesses as batches in an epoch) replicated, in
-the ranks' numbering by frequency, the rest sharded.
+Every rank reads the whole training set and draws the same batch order; a step takes a global batch of B
+= W × batch_size rows (each rank batch_size, DDP's convention), rank r rows [B r / W, B (r + 1) / W) of
+it, and its loss is its rows' share of the batch's mean loss times W, so that the mean of the ranks'
+gradients (GradientMean's, and alac.nn.ranked's for the tables) is the gradient one process takes on the
+whole batch; the dense part's gradients are averaged by one all-reduce (GradientMean), so a whole step
+replays from a CUDA graph as one process's does. The tables (alac.nn.ranked) are replicated, sharded
+row-wise, or hybrid: the hot rows (read by about every batch: at least as many accesses as batches in an
+epoch) replicated, in the ranks' numbering by frequency, the rest sharded.
 """
 
 from __future__ import annotations

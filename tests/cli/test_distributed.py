@@ -84,21 +84,21 @@ def test_two_ranks_solve_by_coordinate_descent_as_two_virtual_workers(tmp_path):
 def test_a_deep_model_trains_on_two_ranks_as_one_process(tmp_path):
     """`torchrun -m alac train --model deepfm`: the tables' rows over the ranks (hybrid: some on both,
     the others sharded; tests/nn/test_ranked.py trains each mode), the MLP's gradients averaged, each
-    rank its share of every batch; the run ends where one process on the same batches does, and its
+    rank --batch-size rows of every step (DDP's convention); the run ends where one process on the same
+    batches (twice the rows) does, and its
     checkpoint, whole, scores the test rows in one process as the ranks did."""
     tables = "hybrid"
     from alac.cli.deep import main as deep_main
     from alac.train.deep import DeepTrainer
 
-    options = ["--model", "deepfm", "--synthetic", "2000", "--epochs", "2", "--batch-size", "256", "--hidden", "16",
-               "--tables", "reference", "--device", "cpu"]
-    result = _train_on_two_ranks(tmp_path, *options[:-2], "--rank-tables", tables, "--out", str(tmp_path / "ranks"),
-                                 backend=())
+    options = ["--model", "deepfm", "--synthetic", "2000", "--epochs", "2", "--hidden", "16", "--tables", "reference"]
+    result = _train_on_two_ranks(tmp_path, *options, "--batch-size", "128", "--rank-tables", tables,
+                                 "--out", str(tmp_path / "ranks"), backend=())
     lines = result.stdout.splitlines()
     assert "2 ranks (gloo, this one rank 0 on cpu)" in lines[0] and lines[1].startswith(f"tables {tables} (as asked")
     assert sum(line.startswith("wrote ") for line in lines) == 1
     ranks = json.loads((tmp_path / "ranks" / "metrics.json").read_text())
-    assert deep_main([*options, "--out", str(tmp_path / "one")]) == 0
+    assert deep_main([*options, "--batch-size", "256", "--device", "cpu", "--out", str(tmp_path / "one")]) == 0
     one = json.loads((tmp_path / "one" / "metrics.json").read_text())
     assert ranks["epochs"] == one["epochs"] == 2
     for key in ("valid_logloss", "test_logloss", "test_auc"):
