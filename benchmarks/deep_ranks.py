@@ -233,6 +233,14 @@ def _step_cell(arm):
     return f"{arm['step_ms']:.3f}" + ("" if alone is None else f" ({alone:.3f})")
 
 
+def _told(arm, rank):
+    """The arm, its line printed by the first rank as it ends (a run cut short still says how far it got)."""
+    if arm is not None and rank == 0:
+        print(f"{arm['name']}: {arm['samples_per_s'] / 1e6:.2f}M samples/s, epochs {arm['epoch_seconds']}, "
+              f"validation {arm['validation_seconds']:.3f} s, test AUC {arm['test_auc']:.4f}", flush=True)
+    return arm
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=4_000_000)
@@ -253,14 +261,17 @@ def main():
     train, valid, test = split(data, (share, (1 - share) / 2, (1 - share) / 2), seed=args.seed)
     del data
     one = first_ranks(ranks, 1)
-    arms = [alac_arm("alac_1gpu", one, train, valid, test, args, "auto"),
-            alac_arm("alac_1gpu_eager", one, train, valid, test, args, "auto", cuda_graphs=False)]
-    for mode in args.modes.split(","):
-        arms.append(alac_arm(f"alac_{mode}", ranks, train, valid, test, args, mode))
+    arms = [_told(alac_arm("alac_1gpu", one, train, valid, test, args, "auto"), ranks.rank),
+            _told(alac_arm("alac_1gpu_eager", one, train, valid, test, args, "auto", cuda_graphs=False), ranks.rank)]
+    # one rank (torchrun --nproc-per-node 1) runs the one-GPU arms alone
+    several = ranks.world > 1
+    for mode in args.modes.split(",") if several else ():
+        arms.append(_told(alac_arm(f"alac_{mode}", ranks, train, valid, test, args, mode), ranks.rank))
     if not args.no_baseline:
         few = train.take(torch.arange(args.baseline_rows, device=train.indptr.device))
-        arms.append(torch_arm("torch_ddp_1gpu", one, few, valid, test, args))
-        arms.append(torch_arm("torch_ddp", ranks, few, valid, test, args))
+        arms.append(_told(torch_arm("torch_ddp_1gpu", one, few, valid, test, args), ranks.rank))
+        if several:
+            arms.append(_told(torch_arm("torch_ddp", ranks, few, valid, test, args), ranks.rank))
     if ranks.world > 1:
         torch.distributed.barrier()
     if ranks.rank == 0:
