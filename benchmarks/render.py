@@ -430,7 +430,8 @@ SECTIONS = [
     ("deep_ranks", "DeepFM over two GPUs: the tables across ranks",
      "DeepFM k = 16 (MLP 256, 128) on 4M synthetic Criteo-shaped rows (39 one-hot fields, planted FM labels), "
      "batch 4096, 3 epochs: DeepTrainer on one GPU (its steps replayed from CUDA graphs, and launched one by one), "
-     "and over both, each rank its half of every batch, the tables replicated, sharded row-wise or hybrid "
+     "and over both, each rank half of every 4096-row step (measured before `--batch-size` became the rows of each "
+     "rank, DDP's convention; not yet re-measured), the tables replicated, sharded row-wise or hybrid "
      "(alac.nn.ranked: rows fetched from their owners, every entry's change sent where its row is held; the steps "
      "replayed from CUDA graphs); PyTorch DDP with one `nn.Embedding` of sparse gradients (all-gathered: NCCL has "
      "no sparse all-reduce) and Adagrad on 1M of the rows. samples/s: training rows over the median epoch; "

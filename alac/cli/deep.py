@@ -151,8 +151,9 @@ def _run(args, settings, trainer=None):
     ranks = init_ranks()
     first = ranks.rank == 0
     say = print if first else (lambda *a, **k: None)
+    batch = (settings if trainer is None else trainer.settings).batch_size
     say(f"{args.model}: {data.described}; {train.n_rows:,} training rows"
-        + ("" if ranks.world == 1 else f"; {ranks.describe()}")
+        + ("" if ranks.world == 1 else f"; {ranks.describe()}, {batch * ranks.world:,} rows a step ({batch:,} on each)")
         + ("" if trainer is None else f"; resumed after epoch {len(trainer.history)}, to epoch {args.epochs}"),
         flush=True)
     resumed = trainer is not None

@@ -95,7 +95,8 @@ def test_a_deep_model_trains_on_two_ranks_as_one_process(tmp_path):
     result = _train_on_two_ranks(tmp_path, *options, "--batch-size", "128", "--rank-tables", tables,
                                  "--out", str(tmp_path / "ranks"), backend=())
     lines = result.stdout.splitlines()
-    assert "2 ranks (gloo, this one rank 0 on cpu)" in lines[0] and lines[1].startswith(f"tables {tables} (as asked")
+    assert "2 ranks (gloo, this one rank 0 on cpu), 256 rows a step (128 on each)" in lines[0]
+    assert lines[1].startswith(f"tables {tables} (as asked")
     assert sum(line.startswith("wrote ") for line in lines) == 1
     ranks = json.loads((tmp_path / "ranks" / "metrics.json").read_text())
     assert deep_main([*options, "--batch-size", "256", "--device", "cpu", "--out", str(tmp_path / "one")]) == 0
