@@ -30,7 +30,8 @@ _DOC = """
 
     k: the field embeddings' size (None: 16; FFM: 4 per field, as libffm); hidden: the MLP's layer
     sizes; learning_rate: the tables' step (None: alac.train.deep.DeepSettings.table_lr's);
-    dense_learning_rate: Adam's on the MLP; optimizer: the tables' (adagrad, sgd, ...); field_of: the
+    dense_learning_rate: Adam's on the MLP; batch_size: the rows of a step on each rank (under torchrun
+    a step takes ranks × batch_size); optimizer: the tables' (adagrad, sgd, ...); field_of: the
     field of every column (None: by position); early_stopping: hold out validation_fraction of the
     rows (random, random_state) and stop after n_iter_no_change epochs without a better validation
     logloss, keeping the best epoch; device: None picks the GPU when there is one; dense_fields:

@@ -346,9 +346,8 @@ class Trainer:
                                lambda: self._restore_sound(snapshots, start, lowest, layout_labels))
             lowest = loss if lowest is None else min(lowest, loss)
             if valid_layout is not None:
-                began = time.perf_counter()
-                record.update({f"valid_{k}": v for k, v in self.evaluate_layout(valid_layout, valid).items()})
-                record["valid_seconds"] = time.perf_counter() - began
+                began, scores = time.perf_counter(), self.evaluate_layout(valid_layout, valid)
+                record.update({f"valid_{k}": v for k, v in scores.items()}, valid_seconds=time.perf_counter() - began)
             if report_layout is not None:
                 record.update({f"test_{k}": v for k, v in self.evaluate_layout(report_layout, report).items()})
             self.history.append(record)
