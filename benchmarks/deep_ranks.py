@@ -161,25 +161,16 @@ def torch_arm(name, ranks, train, valid, test, args):
 
 def exchange_ms(trainer, ranks, repeats=50):
     """Milliseconds a training step's collectives take alone at the fit's sizes (the tables'
-    exchanges at entry_capacity, the dense gradients' all-reduce), timed by CUDA events over
+    RankedAggregate.step_exchanges, the dense gradients' all-reduce), timed by CUDA events over
     `repeats` rounds: what a step over ranks pays beyond one GPU's kernels."""
-    tables = trainer.network.tables
-    rows, capacity, device = tables.rank_rows, tables.entry_capacity, ranks.device
-    width = 1 + sum(tables.ir.factor_size if a.vector else 1 for a in tables.ir.accums)
-    row = sum(value[0].numel() for value in tables.state.params.values())
-    dense = torch.zeros(sum(p.numel() for p in trainer.network.parameters()), device=device)
-    ids, payload = torch.zeros(capacity, dtype=torch.int64, device=device), torch.zeros(capacity, width, device=device)
-    split = [capacity] * ranks.world
+    split = [trainer.network.tables.entry_capacity] * ranks.world
+    slots = [(kind, torch.zeros(shape, dtype=dtype, device=ranks.device))
+             for kind, shape, dtype in trainer.network.tables.step_exchanges()]
+    dense = torch.zeros(sum(p.numel() for p in trainer.network.parameters()), device=ranks.device)
 
     def step():
-        if rows.replicated:
-            ranks.all_gather(ids), ranks.all_gather(payload)
-        if rows.replicated < rows.n_features:
-            all_ids = ids.repeat(ranks.world)
-            ranks.all_to_all(all_ids, split, split)
-            ranks.all_to_all(torch.zeros(ranks.world * capacity, row, device=device), split, split)
-            ranks.all_to_all(all_ids, split, split)
-            ranks.all_to_all(payload.repeat(ranks.world, 1), split, split)
+        for kind, tensor in slots:
+            ranks.all_gather(tensor) if kind == "all_gather" else ranks.all_to_all(tensor, split, split)
         ranks.all_reduce(dense, in_place=True)
 
     for _ in range(5):

@@ -20,6 +20,7 @@ after every epoch).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -181,17 +182,29 @@ class RankedAggregate(SparseAggregate):
         spread = self._scratch_row + torch.remainder(torch.arange(ids.numel(), device=ids.device), SCRATCH_ROWS)
         return torch.where(ids == PADDING, spread.view(ids.shape), self.rank_rows.local(ids))
 
-    def bytes_per_step(self):
-        """Bytes this rank sends the others in a training step, its exchanges at entry_capacity: the
-        replicated entries' slots to every rank; the sharded ones' ids and rows (forward) and ids,
-        values and dLoss/dAccum (backward)."""
-        rows, others, capacity = self.rank_rows, self.ranks.world - 1, self.entry_capacity or 0
-        entry = 8 + 4 * (1 + sum(self.ir.factor_size if a.vector else 1 for a in self.ir.accums))
-        sent = others * capacity * entry if rows.replicated else 0
+    def step_exchanges(self):
+        """A training step's exchanges at entry_capacity, in order, as (collective, shape, dtype): the
+        replicated entries' ids and payloads (value and dLoss/dAccum) all-gathered from [capacity] slots;
+        the sharded ones' ids and rows (forward), ids and payloads (backward) moved all-to-all in
+        [W * capacity] slots."""
+        rows, world, capacity = self.rank_rows, self.ranks.world, self.entry_capacity or 0
+        width = 1 + sum(self.ir.factor_size if a.vector else 1 for a in self.ir.accums)
+        exchanges = []
+        if rows.replicated:
+            exchanges += [("all_gather", (capacity,), torch.int64), ("all_gather", (capacity, width), torch.float32)]
         if rows.replicated < rows.n_features:
-            row = sum(value[0].numel() * value.element_size() for value in self.state.params.values())
-            sent += others * capacity * (8 + row + entry)
-        return sent
+            params = list(self.state.params.values())
+            row = sum(value[0].numel() for value in params)
+            slots = world * capacity
+            exchanges += [("all_to_all", (slots,), torch.int64), ("all_to_all", (slots, row), params[0].dtype),
+                          ("all_to_all", (slots,), torch.int64), ("all_to_all", (slots, width), torch.float32)]
+        return exchanges
+
+    def bytes_per_step(self):
+        """Bytes this rank sends the others in a training step (step_exchanges: `capacity` slots to each)."""
+        others, capacity = self.ranks.world - 1, self.entry_capacity or 0
+        return sum(others * capacity * math.prod(shape[1:]) * torch.empty((), dtype=dtype).element_size()
+                   for _, shape, dtype in self.step_exchanges())
 
     def held(self, name):
         """The rows of a param or optimizer state this rank holds (without the scratch rows), in

@@ -51,16 +51,18 @@ def _rank(rank, folder):
     dist.init_process_group("gloo", init_method=f"file://{folder}/rendezvous", rank=rank, world_size=2)
     try:
         for mode, replicated in REPLICATED.items():
-            model = _model(ranks=Ranks(rank, 2, torch.device("cpu"), "gloo"), replicated=replicated,
-                           order=ORDER.get(mode))
+            ranks = Ranks(rank, 2, torch.device("cpu"), "gloo")
+            model = _model(ranks=ranks, replicated=replicated, order=ORDER.get(mode))
             if mode == "sharded":
                 # the trainer's way: the exchanges' slots and the global batch given, no count summed
                 model.tables.entry_capacity, model.tables.global_samples = ROWS // 2 * 2 * N_FIELDS, ROWS
             half = ROWS // 2
             _train(model, DistributedDataParallel(model, broadcast_buffers=False), (rank * half, (rank + 1) * half))
+            # what the tables' collectives moved (DDP's own all-reduce does not pass through Ranks)
+            sent = (ranks.traffic.bytes, model.tables.bytes_per_step())
             model.tables.align()
             torch.save({"tables": model.tables.whole_state(), "deep": [p.detach() for p in model.parameters()],
-                        "held": {name: model.tables.held(name).clone() for name in ("w", "v")}},
+                        "held": {name: model.tables.held(name).clone() for name in ("w", "v")}, "sent": sent},
                        f"{folder}/{mode}{rank}.pt")
         # exchanges too small for the batch: the entries that do not fit are not sent, and the check says so
         model = _model(ranks=Ranks(rank, 2, torch.device("cpu"), "gloo"), replicated=20)
@@ -99,6 +101,14 @@ def test_two_ranks_train_as_one_process_on_the_whole_batches(mode, trained):
             held = ORDER[mode][held]
         torch.testing.assert_close(saved["held"]["v"], one.tables.v[held], rtol=1e-5, atol=1e-6)
     assert not torch.equal(one.tables.v, _model().tables.v)      # the steps changed the tables
+
+
+def test_bytes_per_step_are_what_a_steps_exchanges_send(trained):
+    """RankedAggregate.bytes_per_step (from step_exchanges) against the bytes the ranks' collectives
+    counted over the sharded run's steps, where nothing else passes through them."""
+    for rank in (0, 1):
+        moved, per_step = torch.load(trained / f"sharded{rank}.pt")["sent"]
+        assert per_step > 0 and moved == STEPS * per_step
 
 
 def test_exchanges_smaller_than_a_batch_are_refused(trained):
