@@ -252,17 +252,20 @@ def main():
     train, valid, test = split(data, (share, (1 - share) / 2, (1 - share) / 2), seed=args.seed)
     del data
     one = first_ranks(ranks, 1)
-    arms = [_told(alac_arm("alac_1gpu", one, train, valid, test, args, "auto"), ranks.rank),
-            _told(alac_arm("alac_1gpu_eager", one, train, valid, test, args, "auto", cuda_graphs=False), ranks.rank)]
+    def told(arm):
+        return _told(arm, ranks.rank)
+
+    arms = [told(alac_arm("alac_1gpu", one, train, valid, test, args, "auto")),
+            told(alac_arm("alac_1gpu_eager", one, train, valid, test, args, "auto", cuda_graphs=False))]
     # one rank (torchrun --nproc-per-node 1) runs the one-GPU arms alone
     several = ranks.world > 1
     for mode in args.modes.split(",") if several else ():
-        arms.append(_told(alac_arm(f"alac_{mode}", ranks, train, valid, test, args, mode), ranks.rank))
+        arms.append(told(alac_arm(f"alac_{mode}", ranks, train, valid, test, args, mode)))
     if not args.no_baseline:
         few = train.take(torch.arange(args.baseline_rows, device=train.indptr.device))
-        arms.append(_told(torch_arm("torch_ddp_1gpu", one, few, valid, test, args), ranks.rank))
+        arms.append(told(torch_arm("torch_ddp_1gpu", one, few, valid, test, args)))
         if several:
-            arms.append(_told(torch_arm("torch_ddp", ranks, few, valid, test, args), ranks.rank))
+            arms.append(told(torch_arm("torch_ddp", ranks, few, valid, test, args)))
     if ranks.world > 1:
         torch.distributed.barrier()
     if ranks.rank == 0:
