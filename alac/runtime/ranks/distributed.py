@@ -178,7 +178,8 @@ def init_ranks(backend=None, timeout=None):
     """The ranks of this process: torchrun's (a process group made here unless one exists; NCCL when
     CUDA is there, else gloo; each rank on GPU LOCAL_RANK), or one rank. A group made here is watched
     (alac.runtime.ranks.rank_watch): a rank silent for `timeout` seconds (default RANK_TIMEOUT) ends the run
-    on the others, and a collective waits at most COLLECTIVE_TIMEOUTS times that."""
+    on the others, and a collective waits at most COLLECTIVE_TIMEOUTS times that. One rank computes on
+the current GPU where CUDA is there (as torchrun's one process expects), else on the CPU."""
     if dist.is_available() and dist.is_initialized():
         backend = dist.get_backend()
     elif int(os.environ.get("WORLD_SIZE", "1")) > 1:
@@ -190,7 +191,8 @@ def init_ranks(backend=None, timeout=None):
         _MADE_HERE.append(True)
         _watch(timeout)
     else:
-        return Ranks()
+        return Ranks(device=torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available()
+                     else torch.device("cpu"))
     if backend not in ("nccl", "gloo"):
         raise OptionError(f"alac's collectives run on NCCL or gloo, got the process group's {backend!r}")
     device = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else torch.device("cpu")

@@ -49,3 +49,13 @@ def test_the_first_ranks_reduce_among_themselves(tmp_path):
 def test_more_ranks_than_there_are_is_refused():
     with pytest.raises(OptionError, match="the first 2 ranks of 1: between 1 and 1"):
         first_ranks(Ranks(), 2)
+
+
+def test_one_rank_computes_on_the_current_gpu_where_there_is_one(monkeypatch):
+    # torchrun's one process (WORLD_SIZE 1) on a GPU machine: its ranks' device is that GPU, not the CPU
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 3)
+    assert init_ranks().device == torch.device("cuda", 3)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert init_ranks().device == torch.device("cpu")
