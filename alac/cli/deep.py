@@ -18,7 +18,14 @@ import torch
 
 from alac import defaults, metrics
 from alac.cli.data import load_data, read_like_training
-from alac.cli.options import add_data_options, add_rank_options, positive_float, positive_int, split_fraction
+from alac.cli.options import (
+    add_data_options,
+    add_rank_options,
+    memory_size,
+    positive_float,
+    positive_int,
+    split_fraction,
+)
 from alac.cli.parser import Parser, train_groups
 from alac.cli.progress import Progress
 from alac.errors import AlacError, OptionError
@@ -69,6 +76,10 @@ def parser():
     execution.add_argument("--no-cuda-graphs", action="store_true",
                            help="launch every step's kernels one by one instead of replaying a CUDA graph of it")
     execution.add_argument("--device", default=None, help="cuda or cpu (default: the GPU when there is one)")
+    execution.add_argument("--gpu-memory", type=memory_size, default=None, metavar="SIZE",
+                           help="GPU memory the tables may take (e.g. 8GB): larger tables live in host memory, their "
+                                "most-read rows cached on the GPU; under torchrun each rank's budget for its share "
+                                "(default: a quarter of the GPU's free memory)")
     execution.add_argument("--micro-batches", type=positive_int, default=1, metavar="N",
                            help="PICASSO's D-interleaving: a step's batch in N micro-batches backpropagated in turn, "
                                 "the tables stepped once (default 1: off)")
@@ -99,7 +110,8 @@ def main(argv):
         settings = DeepSettings(model=args.model, k=args.k, lr=args.lr, dense_lr=args.dense_lr, epochs=args.epochs,
                                 batch_size=args.batch_size, optimizer=args.optimizer, patience=args.patience,
                                 seed=args.seed, cuda_graphs=not args.no_cuda_graphs, tables=args.tables,
-                                rank_tables=args.rank_tables, micro_batches=args.micro_batches,
+                                rank_tables=args.rank_tables, gpu_memory=args.gpu_memory,
+                                micro_batches=args.micro_batches,
                                 side_stream=args.side_stream, **lists)
         if args.out is not None:
             check_output_folder(args.out)

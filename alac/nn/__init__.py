@@ -16,12 +16,14 @@ and predict are not used and may be left out (the deep part has its own biases a
 fields, every field of a sample pools into its own bag. The sums and updates run as the
 model's reference programs (vectorized torch gathers and index_add, alac.runtime.execution.reference), the
 programs every generated kernel is tested against. GraphedStep replays a whole training step
-(forward, the tables' update in backward, the dense optimizer) from a CUDA graph.
+(forward, the tables' update in backward, the dense optimizer) from a CUDA graph. HostCachedAggregate
+keeps the rows in host memory and the hot ones on the GPU, for tables larger than its memory.
 """
 
 from alac.nn.aggregate import TABLE_DTYPES, SparseAggregate
 from alac.nn.graphed import GraphedStep, whole_step
+from alac.nn.host_cached import HostCachedAggregate
 from alac.nn.packed import KeyedBags, PackedEmbeddingBags, Table, pack_tables, table_accesses
 
-__all__ = ["TABLE_DTYPES", "GraphedStep", "KeyedBags", "PackedEmbeddingBags", "SparseAggregate", "Table", "pack_tables",
-           "table_accesses", "whole_step"]
+__all__ = ["TABLE_DTYPES", "GraphedStep", "HostCachedAggregate", "KeyedBags", "PackedEmbeddingBags",
+           "SparseAggregate", "Table", "pack_tables", "table_accesses", "whole_step"]

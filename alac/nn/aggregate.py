@@ -76,6 +76,8 @@ class _Batch:
 
 
 class SparseAggregate(torch.nn.Module):
+    graphable = True    # a step queues no host read, so a CUDA graph may replay it (alac.nn.GraphedStep)
+
     def __init__(self, model, n_features, optimizer="adagrad", lr=None, seed=0, device=None, value_scale=1.0,
                  dtype=torch.float32, backend="auto", semantics="sync", rows=None):
         """model: an alac.dsl.Model (its aggregate is what is used; loss and predict may be left out);

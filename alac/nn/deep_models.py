@@ -3,9 +3,9 @@ al. 2016), DeepFM (Guo et al. 2017) and a DLRM-like model (Naumov et al. 2019).
 
 Each takes a batch of one-hot (or weighted) sparse rows as CSR with the field of every entry, and
 optionally dense features, and returns one logit per sample. The tables (a weight and a k-vector per
-feature, and their optimizer state) live in one SparseAggregate, pooled per field in one call and
-updated inside backward; the MLPs are ordinary torch modules for any torch.optim optimizer. They
-(and alac.nn.field_aware's FFM) train with `alac train --model NAME` and the classifiers of
+feature, and their optimizer state) live in one SparseAggregate (placed as alac.nn.table_rows says),
+pooled per field in one call and updated inside backward; the MLPs are ordinary torch modules for any
+torch.optim optimizer. They (and alac.nn.field_aware's FFM) train with `alac train --model NAME` and the classifiers of
 alac.sklearn.deep (alac.train.deep).
 """
 
@@ -14,8 +14,7 @@ from __future__ import annotations
 import torch
 
 from alac.dsl import Model, Normal, Param
-from alac.nn import SparseAggregate
-from alac.nn.ranked import RankedAggregate
+from alac.nn.table_rows import ONE_DEVICE
 
 
 class FieldTables(Model):
@@ -43,22 +42,12 @@ def mlp(sizes):
     return torch.nn.Sequential(*layers)
 
 
-def field_tables(model, n_features, ranks=None, replicated=None, order=None, **options):
-    """The SparseAggregate of a field model's tables: one process's, or under several ranks this rank's
-    share (alac.nn.ranked: ids below `replicated` in the ranks' `order` on every rank, the others
-    sharded; default all replicated)."""
-    if ranks is None or ranks.world == 1:
-        return SparseAggregate(model, n_features, **options)
-    return RankedAggregate(model, n_features, ranks, replicated, order, **options)
-
-
 class _FieldModel(torch.nn.Module):
-    def __init__(self, n_features, n_fields, k, squares, optimizer, lr, seed, device, backend, ranks, replicated,
-                 order):
+    def __init__(self, n_features, n_fields, k, squares, optimizer, lr, seed, device, backend, rows):
         super().__init__()
         self.n_fields, self.k = n_fields, k
-        self.tables = field_tables(FieldTables(k, squares), n_features, ranks, replicated, order, optimizer=optimizer,
-                                   lr=lr, seed=seed, device=device, backend=backend)
+        self.tables = rows.tables(FieldTables(k, squares), n_features, optimizer=optimizer, lr=lr, seed=seed,
+                                  device=device, backend=backend)
 
     def bags(self, indices, offsets, fields, values):
         return self.tables(indices, offsets, values, fields=fields, n_fields=self.n_fields)
@@ -70,11 +59,9 @@ class WideAndDeep(_FieldModel):
     squares = False      # the tables' bags of squared factors (an FM's interactions need them)
 
     def __init__(self, n_features, n_fields, k=16, hidden=(256, 128), n_dense=0, optimizer="adagrad", lr=None,
-                 seed=0, device=None, backend="auto", ranks=None, replicated=None, order=None):
-        """backend: the tables' (SparseAggregate's); ranks, replicated, order: their rows over ranks
-        (field_tables)."""
-        super().__init__(n_features, n_fields, k, self.squares, optimizer, lr, seed, device, backend, ranks,
-                         replicated, order)
+                 seed=0, device=None, backend="auto", rows=ONE_DEVICE):
+        """backend: the tables' (SparseAggregate's); rows: where their rows live (alac.nn.table_rows)."""
+        super().__init__(n_features, n_fields, k, self.squares, optimizer, lr, seed, device, backend, rows)
         self.deep = mlp([n_fields * k + n_dense, *hidden, 1]).to(self.tables.w.device)
         self.bias = torch.nn.Parameter(torch.zeros(1, device=self.tables.w.device))
 
@@ -103,9 +90,8 @@ class DLRMLike(_FieldModel):
     of it and the field embeddings, with it, feed a top MLP that gives the logit."""
 
     def __init__(self, n_features, n_fields, n_dense, k=16, bottom=(64,), top=(128, 64), optimizer="adagrad",
-                 lr=None, seed=0, device=None, backend="auto", ranks=None, replicated=None, order=None):
-        super().__init__(n_features, n_fields, k, False, optimizer, lr, seed, device, backend, ranks, replicated,
-                         order)
+                 lr=None, seed=0, device=None, backend="auto", rows=ONE_DEVICE):
+        super().__init__(n_features, n_fields, k, False, optimizer, lr, seed, device, backend, rows)
         device = self.tables.w.device
         self.bottom = torch.nn.Sequential(mlp([n_dense, *bottom, k]), torch.nn.ReLU()).to(device)
         vectors = n_fields + 1

@@ -13,22 +13,23 @@ from __future__ import annotations
 
 import torch
 
-from alac.nn.deep_models import FieldTables, field_tables
+from alac.nn.deep_models import FieldTables
+from alac.nn.table_rows import ONE_DEVICE
 
 
 class FFM(torch.nn.Module):
     def __init__(self, n_features, n_fields, k=4, optimizer="adagrad", lr=None, seed=0, device=None, init_std=0.1,
-                 one_hot=False, backend="auto", semantics="sync", ranks=None, replicated=None, order=None):
+                 one_hot=False, backend="auto", semantics="sync", rows=ONE_DEVICE):
         """init_std: of the factors; libffm draws them uniformly in [0, 1 / sqrt(k)). one_hot: every
         sample has at most one entry per field, so no pairs within a field (their sums of squares,
-        half the tables' work, are not computed). backend, semantics: the tables' (SparseAggregate's); ranks,
-        replicated, order: their rows over ranks (alac.nn.deep_models.field_tables)."""
+        half the tables' work, are not computed). backend, semantics: the tables' (SparseAggregate's); rows:
+        where their rows live (alac.nn.table_rows)."""
         super().__init__()
         self.n_fields, self.k, self.one_hot = n_fields, k, one_hot
         # per feature a weight and a k-vector for each field, flattened field-major
-        self.tables = field_tables(FieldTables(n_fields * k, squares=not one_hot, init_std=init_std), n_features,
-                                   ranks, replicated, order, optimizer=optimizer, lr=lr, seed=seed, device=device,
-                                   backend=backend, semantics=semantics)
+        self.tables = rows.tables(FieldTables(n_fields * k, squares=not one_hot, init_std=init_std), n_features,
+                                  optimizer=optimizer, lr=lr, seed=seed, device=device, backend=backend,
+                                  semantics=semantics)
         self.bias = torch.nn.Parameter(torch.zeros(1, device=self.tables.w.device))
 
     def forward(self, indices, offsets, fields, values=None):

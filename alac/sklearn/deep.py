@@ -37,7 +37,8 @@ _DOC = """
     logloss, keeping the best epoch; device: None picks the GPU when there is one; dense_fields:
     fields whose columns' values are dense features (not FFM's); bottom: DLRM's bottom MLP;
     rank_tables: under torchrun, the tables' rows over the ranks (auto, replicated, sharded, hybrid);
-    micro_batches, side_stream: PICASSO's D- and K-interleaving of a step (off: 1, False).
+    gpu_memory: bytes the tables may take on the GPU, larger ones in host memory with their most-read rows
+    cached there (None: a quarter of its free memory; alac train --gpu-memory); micro_batches, side_stream: PICASSO's D- and K-interleaving of a step (off: 1, False).
 """
 
 
@@ -47,14 +48,16 @@ class _DeepClassifier(ClassifierMixin, BaseEstimator):
     def __init__(self, k=None, hidden=(256, 128), learning_rate=None, dense_learning_rate=1e-3, epochs=10,
                  batch_size=4096, optimizer="adagrad", field_of=None, early_stopping=True,
                  validation_fraction=defaults.VALID_SPLIT, n_iter_no_change=2, device=None, random_state=None,
-                 dense_fields=(), bottom=(64,), rank_tables="auto", micro_batches=1, side_stream=False):
+                 dense_fields=(), bottom=(64,), rank_tables="auto", gpu_memory=None, micro_batches=1,
+                 side_stream=False):
         self.k, self.hidden, self.learning_rate = k, hidden, learning_rate
         self.dense_learning_rate = dense_learning_rate
         self.epochs, self.batch_size, self.optimizer, self.field_of = epochs, batch_size, optimizer, field_of
         self.early_stopping, self.validation_fraction = early_stopping, validation_fraction
         self.n_iter_no_change, self.device, self.random_state = n_iter_no_change, device, random_state
         self.dense_fields, self.bottom = dense_fields, bottom
-        self.rank_tables, self.micro_batches, self.side_stream = rank_tables, micro_batches, side_stream
+        self.rank_tables, self.gpu_memory = rank_tables, gpu_memory
+        self.micro_batches, self.side_stream = micro_batches, side_stream
 
     def fit(self, X, y):
         if is_frame(X):
@@ -86,7 +89,8 @@ class _DeepClassifier(ClassifierMixin, BaseEstimator):
                                 dense_lr=self.dense_learning_rate, epochs=self.epochs, batch_size=self.batch_size,
                                 optimizer=self.optimizer, patience=self.n_iter_no_change, seed=seed,
                                 dense_fields=tuple(self.dense_fields), bottom=tuple(self.bottom),
-                                rank_tables=self.rank_tables, micro_batches=self.micro_batches,
+                                rank_tables=self.rank_tables, gpu_memory=self.gpu_memory,
+                                micro_batches=self.micro_batches,
                                 side_stream=self.side_stream)
         self.trainer_ = DeepTrainer(settings, self.device)
         _warn_on_divergence(_fit(self.trainer_, train, valid))

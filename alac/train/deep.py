@@ -27,6 +27,7 @@ from alac.errors import DataError, OptionError
 from alac.nn import GraphedStep, SparseAggregate, whole_step
 from alac.nn.deep_models import DeepFM, DLRMLike, WideAndDeep
 from alac.nn.field_aware import FFM
+from alac.nn.table_rows import ONE_DEVICE, TableRows
 from alac.optimizers import get_optimizer
 from alac.runtime.execution.executor import LabelMap
 from alac.runtime.movement.layout import default_device
@@ -44,19 +45,18 @@ from alac.train.deep_ranks import (
 )
 from alac.train.deep_steps import batches, interleaved_loss
 from alac.train.divergence import ADVICE, TrainingDiverged, ValidationGuard, base_rate_loss
+from alac.train.table_memory import plan_table_memory
 
 
-def _field_model(settings, n_features, n_fields, device, one_hot=False, ranks=None, rank_tables=None):
+def _field_model(settings, n_features, n_fields, device, one_hot=False, rows=ONE_DEVICE):
     """The torch module of a field model of n_fields sparse fields and the settings' dense ones
-    (one_hot: no sample has two entries in a field, FFM then skips pairs within a field); under
-    several ranks its tables placed as rank_tables (alac.train.deep_ranks.RankTables) says."""
+    (one_hot: no sample has two entries in a field, FFM then skips pairs within a field), its tables'
+    rows placed as `rows` says (alac.nn.table_rows)."""
     s = settings
     # the generated kernels on a GPU; elsewhere the reference programs compute the same tables
     backend = "triton" if s.tables == "kernels" and torch.device(device).type == "cuda" else "reference"
     options = {"k": s.k, "optimizer": s.optimizer, "lr": s.table_lr(), "seed": s.seed, "device": device,
-               "backend": backend}
-    if ranks is not None and ranks.world > 1:
-        options.update(ranks=ranks, replicated=rank_tables.replicated, order=rank_tables.order)
+               "backend": backend, "rows": rows}
     if s.model == "ffm":
         return FFM(n_features, n_fields, one_hot=one_hot, **options)
     if s.model == "dlrm":
@@ -91,7 +91,10 @@ class DeepSettings:
     previous ones', e.g. one-hot fields; models without dense fields); tables: "kernels" (their
     generated kernels on a GPU, alac.codegen.bag_kernels; the torch programs elsewhere) or "reference"
     (the torch programs); rank_tables: under torchrun, the tables' rows replicated, sharded or hybrid
-    (auto: the planner's, alac.train.deep_ranks); micro_batches, side_stream: PICASSO's D- and
+    (auto: the planner's, alac.train.deep_ranks); gpu_memory: bytes the tables may take on a GPU
+    (None: a quarter of its free memory): larger tables live in host memory, their most-read rows
+    cached on the GPU (alac.train.table_memory), and over ranks the budget of each rank's share
+    (alac.train.deep_ranks); micro_batches, side_stream: PICASSO's D- and
     K-interleaving of a step (alac.nn.interleave; off by default: benchmarks/fields.py measured the
     packed step faster)."""
 
@@ -110,6 +113,7 @@ class DeepSettings:
     cuda_graphs: bool = True
     tables: str = "kernels"
     rank_tables: str = "auto"
+    gpu_memory: int | None = None
     micro_batches: int = 1
     side_stream: bool = False
 
@@ -140,6 +144,8 @@ class DeepSettings:
             raise OptionError(f"tables run on their reference programs or kernels, got {self.tables!r}")
         if self.model == "ffm" and self.dense_fields:
             raise OptionError("ffm takes no dense features (dense_fields)")
+        if self.gpu_memory is not None and (not isinstance(self.gpu_memory, int) or self.gpu_memory < 1):
+            raise OptionError(f"gpu_memory is a number of bytes >= 1 (or None), got {self.gpu_memory!r}")
         if self.rank_tables not in RANK_MODES:
             raise OptionError(f"rank_tables is one of {', '.join(RANK_MODES)}, got {self.rank_tables!r}")
 
@@ -169,7 +175,8 @@ class DeepTrainer:
         self.resume_point = None   # where the last fit ended, for a checkpoint's resume (DeepTrainer.resume)
         self.ranks = ranks         # under torchrun, the ranks that train together (alac.runtime.ranks)
         self.rank_tables = None    # and where the tables' rows live over them (alac.train.deep_ranks)
-        self.say = None            # told the tables' placement over ranks, e.g. print
+        self.table_rows = ONE_DEVICE   # where the tables' rows live (alac.nn.table_rows)
+        self.say = None            # told the tables' placement over ranks or in host memory, e.g. print
         self._loss_scale = 1.0     # a step's summed loss to its share of the batch's mean (over ranks: times W)
 
     def fit(self, train, valid=None):
@@ -184,10 +191,10 @@ class DeepTrainer:
         self.n_fields = max(train.n_fields, int(train.fields.max()) + 1 if train.nnz else 1)
         self._split_fields()
         self.one_hot = _one_entry_per_field(train, self.n_fields)
-        self._place_rows(train.indices, math.ceil(train.n_rows / self._step_rows()))
+        self._place_rows(train, math.ceil(train.n_rows / self._step_rows()))
         torch.manual_seed(s.seed)
         self.network = _field_model(s, self.n_features, self.n_fields - len(s.dense_fields), self.device,
-                                    self.one_hot, self.ranks, self.rank_tables)
+                                    self.one_hot, self.table_rows)
         # the bias starts at the training data's log-odds: from 0, rare clicks took Adam's small steps
         # many epochs to reach (FFM on iPinYou's rare clicks, benchmarks/deep_defaults.py)
         rate = float(self.labels.positive_mask(train.labels).float().mean().clamp(1e-6, 1 - 1e-6))
@@ -200,19 +207,29 @@ class DeepTrainer:
         self._generator = torch.Generator().manual_seed(s.seed)
         return self._epochs(train, valid, 1, s.epochs, (math.inf, None), 0, None)
 
-    def _place_rows(self, indices, batches):
-        """The ranks of this fit (torchrun's, or one) and, over several, where the tables' rows live:
-        planned from the rows' accesses in `indices` (None: unknown, a restored model's)."""
+    def _place_rows(self, dataset, batches):
+        """The ranks of this fit (torchrun's, or one) and where the tables' rows live (self.table_rows):
+        over several ranks, or beyond the GPU's budget in one process, planned from the rows' accesses in
+        `dataset` (None: unknown, a restored model's)."""
         self.ranks = self.ranks or init_ranks()
         if self.device.type == "cuda" and self.ranks.device.type == "cuda":
             self.device = self.ranks.device
+        s, indices = self.settings, None if dataset is None else dataset.indices
+        row_bytes = table_row_bytes(s, self.n_fields)
         if self.ranks.world == 1:
+            # a step's entries at most: its rows times the longest row's (the fields, one-hot)
+            longest = self.n_fields if dataset is None or not dataset.n_rows else int(dataset.indptr.diff().max())
+            memory = plan_table_memory(indices, self.n_features, row_bytes, self._step_rows() * max(1, longest),
+                                       s.gpu_memory, self.device)
+            self.table_rows = TableRows(hot=memory.hot, staging_rows=memory.staging_rows)
+            if memory.hot is not None and self.say is not None:
+                self.say(memory.describe())
             return
         self.ranks.check_one_feature_space(self.n_features)
         counts = None if indices is None else torch.bincount(indices.long(), minlength=self.n_features)
-        self.rank_tables = plan_rank_tables(self.settings.rank_tables, counts,
-                                            table_row_bytes(self.settings, self.n_fields), batches, self.ranks,
-                                            self.device, self.n_features)
+        self.rank_tables = plan_rank_tables(s.rank_tables, counts, row_bytes, batches, self.ranks, self.device,
+                                            self.n_features, s.gpu_memory)
+        self.table_rows = TableRows(self.ranks, self.rank_tables.replicated, self.rank_tables.order)
         if self.say is not None:
             self.say(self.rank_tables.describe())
 
@@ -240,7 +257,7 @@ class DeepTrainer:
         ranks = self.ranks
         many = ranks.world > 1
         graphed = s.cuda_graphs and self.device.type == "cuda" and not s.dense_fields and s.micro_batches == 1 \
-            and not s.side_stream
+            and not s.side_stream and self.network.tables.graphable
         # over ranks: the dense part's gradients averaged by one all-reduce, the tables' by alac.nn.ranked
         mean = GradientMean(self.network, ranks) if many else None
         dense = torch.optim.Adam(self.network.parameters(), lr=s.dense_lr, capturable=graphed)
@@ -426,7 +443,10 @@ class DeepTrainer:
             local = torch.cat(logits) if logits else torch.zeros(0, device=self.device)
             self.network.tables.check_exchanges()
             return torch.sigmoid(whole_predictions(local, [rows for rows, _ in shares], ranks))
-        logits = [self._logits(batch) for batch in batches(dataset, max(self.settings.batch_size, PREDICT_ROWS))]
+        # (host tables' cache stages one training step's rows)
+        rows = self.settings.batch_size if self.table_rows.hot is not None else max(self.settings.batch_size,
+                                                                                     PREDICT_ROWS)
+        logits = [self._logits(batch) for batch in batches(dataset, rows)]
         return torch.sigmoid(torch.cat(logits)) if logits else torch.zeros(0, device=self.device)
 
     def _step_rows(self):
@@ -481,7 +501,7 @@ class DeepTrainer:
         self.one_hot = bool(saved.get("one_hot", False))
         self._place_rows(None, 0)
         self.network = _field_model(s, self.n_features, self.n_fields - len(s.dense_fields), self.device,
-                                    self.one_hot, self.ranks, self.rank_tables)
+                                    self.one_hot, self.table_rows)
         load_whole_weights(self.network, saved["weights"])
         self._trust_batches()
 

@@ -57,22 +57,24 @@ def table_row_bytes(settings, n_fields):
                               get_optimizer(settings.optimizer), aggregate_only=True))
 
 
-def plan_rank_tables(mode, counts, row_bytes, batches, ranks, device, rows=None):
+def plan_rank_tables(mode, counts, row_bytes, batches, ranks, device, rows=None, budget=None):
     """RankTables of a table whose rows are accessed `counts` times an epoch of `batches` global
     batches (None: unknown, a restored model's: hybrid becomes sharded), at row_bytes a row (params
-    and optimizer state), over `ranks`; rows: the table's rows where counts is None."""
+    and optimizer state), over `ranks`; rows: the table's rows where counts is None; budget: bytes the
+    tables may take on a rank (None: TABLE_SHARE of its free memory)."""
     if mode not in MODES:
         raise OptionError(f"rank tables are one of {', '.join(MODES)}, got {mode!r}")
     rows = counts.numel() if counts is not None else rows
     table = rows * row_bytes
     if mode == "auto":
-        free = available_bytes(device)
-        fits = free is None or table <= TABLE_SHARE * free
+        free = available_bytes(device) if budget is None else None
+        fits = table <= budget if budget is not None else free is None or table <= TABLE_SHARE * free
         # replicated is the faster while the rows fit, sharded past them (hybrid, whose hot entries every
         # rank steps, the slowest: benchmarks/deep_ranks.py, arms alac_replicated, alac_sharded, alac_hybrid)
         mode = "replicated" if fits else "sharded"
-        why = (f"{table:,} bytes of rows {'fit' if fits else 'exceed'} {TABLE_SHARE:.0%} of a rank's free memory"
-               + ("" if free is None else f" ({free:,} bytes)"))
+        limit = (f"the GPU budget given ({budget:,} bytes)" if budget is not None else
+                 f"{TABLE_SHARE:.0%} of a rank's free memory" + ("" if free is None else f" ({free:,} bytes)"))
+        why = f"{table:,} bytes of rows {'fit' if fits else 'exceed'} {limit}"
     else:
         why = "as asked"
     if mode == "replicated":

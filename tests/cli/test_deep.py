@@ -149,3 +149,19 @@ def test_interleaving_from_the_command_line_trains_the_same_steps(tmp_path, caps
         runs[name] = json.loads((tmp_path / name / "metrics.json").read_text())
     for key in ("valid_logloss", "test_logloss", "test_auc"):
         assert runs["interleaved"][key] == pytest.approx(runs["plain"][key], abs=1e-5)
+
+
+def test_tables_over_the_gpu_budget_train_from_host_memory_to_the_same_model(tmp_path, capsys):
+    """--gpu-memory below the tables' size: the rows in host memory, the most read cached (the run says
+    so), the same steps as with every row on the device."""
+    runs = {}
+    for name, options in (("device", []), ("host", ["--gpu-memory", "6.2MB"])):
+        assert main(["train", "--model", "deepfm", "--synthetic", "1500", "--epochs", "2", *SMALL, "--batch-size",
+                     "64", *options, "--out", str(tmp_path / name)]) == 0
+        runs[name] = json.loads((tmp_path / name / "metrics.json").read_text())
+        if options:
+            assert "tables in host memory, " in capsys.readouterr().out
+    for key in ("valid_logloss", "test_logloss", "test_auc"):
+        assert runs["host"][key] == pytest.approx(runs["device"][key], abs=1e-5)
+    assert main(["train", "--model", "deepfm", "--synthetic", "1500", *SMALL, "--gpu-memory", "400KB"]) == 2
+    assert "cannot hold the host tables' cache" in capsys.readouterr().err

@@ -9,6 +9,7 @@ import torch
 from alac.errors import OptionError
 from alac.nn.deep_models import DeepFM
 from alac.nn.ranked import RankRows
+from alac.nn.table_rows import TableRows
 from alac.runtime.ranks.distributed import Ranks
 
 N_FEATURES, N_FIELDS, K, ROWS, STEPS = 60, 3, 4, 16, 3
@@ -29,9 +30,10 @@ def _batch(step, first=0, end=ROWS):
     return indices[a:b], offsets[first:end + 1] - a, fields[a:b], labels[first:end]
 
 
-def _model(**ranks):
+def _model(**placement):
     torch.manual_seed(1)
-    return DeepFM(N_FEATURES, N_FIELDS, k=K, hidden=(8,), optimizer="adagrad", lr=0.2, device="cpu", **ranks)
+    return DeepFM(N_FEATURES, N_FIELDS, k=K, hidden=(8,), optimizer="adagrad", lr=0.2, device="cpu",
+                  rows=TableRows(**placement))
 
 
 def _train(model, forward, rows):

@@ -78,10 +78,12 @@ class BagLauncher:
         if asynchronous:
             self._launch("apply_async", indices.numel(), values, x is not None)
             return
-        if self._scratch is None:
+        rows = next(iter(state.params.values())).shape[0]
+        if self._scratch is None or self._scratch[1].numel() != rows:
+            # sized to the tables (a cache's grows: alac.nn.host_cached)
             self._scratch = ({name: torch.zeros(tensor.shape, device=tensor.device)
                               for name, tensor in state.params.items()},
-                             torch.zeros(next(iter(state.params.values())).shape[0], dtype=torch.int32,
+                             torch.zeros(rows, dtype=torch.int32,
                                          device=indices.device))
         sums, touched = self._scratch
         values.update({("grad", name): tensor for name, tensor in sums.items()})
