@@ -6,10 +6,11 @@ through its mapped (UVA) address. The GPU holds the `hot` rows (the caller's cho
 takes the rows its training data reads most, FAE's static choice, since it counts the whole data before
 it trains) and a staging area. A forward gives each of its batch's other rows a staging slot (one per
 entry at most, found without a host read, so that a step replays from a CUDA graph), gathers those rows
-from host memory there and points the entries at cache slots; the step trains the cache's rows as a SparseAggregate trains its own, then writes the staged rows back. Every
-row has one current copy, so the module trains as a SparseAggregate that holds every row on the GPU
-(tests/nn/test_host_cached.py, to float tolerance). Its state_dict is the whole tables in the ids'
-order, as a SparseAggregate's: checkpoints move between the two.
+from host memory there and points the entries at cache slots; the step trains the cache's rows as a
+SparseAggregate trains its own, then writes the staged rows back. Every row has one current copy, so the
+module trains as a SparseAggregate that holds every row on the GPU (tests/nn/test_host_cached.py, to
+float tolerance). Its state_dict is the whole tables in the ids' order, as a SparseAggregate's:
+checkpoints move between the two.
 """
 
 from __future__ import annotations
@@ -92,7 +93,7 @@ class HostCachedAggregate(SparseAggregate):
         slot_of[writes] = position
         slot = slot_of[indices]
         rows = torch.where(cold & (slot == position), indices, -1)
-        slot_of[writes] = -1
+        slot_of.index_fill_(0, writes, -1)      # (a scalar assigned by indexing copies from the host)
         staged = (rows >= 0).sum()
         self._counts += torch.stack([staged, cold.sum(), (~cold).sum()])
         return slot.long(), rows

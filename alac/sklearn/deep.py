@@ -38,7 +38,8 @@ _DOC = """
     fields whose columns' values are dense features (not FFM's); bottom: DLRM's bottom MLP;
     rank_tables: under torchrun, the tables' rows over the ranks (auto, replicated, sharded, hybrid);
     gpu_memory: bytes the tables may take on the GPU, larger ones in host memory with their most-read rows
-    cached there (None: a quarter of its free memory; alac train --gpu-memory); micro_batches, side_stream: PICASSO's D- and K-interleaving of a step (off: 1, False).
+    cached there (None: a quarter of its free memory; alac train --gpu-memory); micro_batches,
+    side_stream: PICASSO's D- and K-interleaving of a step (off: 1, False).
 """
 
 
