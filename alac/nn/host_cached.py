@@ -25,6 +25,9 @@ from alac.runtime.rows.cache_remap import move_rows
 
 # staging slots past the needed ones when the staging area grows (fewer re-allocations)
 STAGING_MARGIN = 0.25
+# programs of a step's row moves at most (one per block of rows: the move has the GPU to itself, where
+# the wide models' moves beside a persistent kernel take MOVE_PROGRAMS; benchmarks/deep_host_tables.py)
+STAGING_PROGRAMS = 1 << 16
 
 
 class HostCachedAggregate(SparseAggregate):
@@ -111,14 +114,16 @@ class HostCachedAggregate(SparseAggregate):
         self._stage(self._states, rows)
         super()._step(slot, x, bag, deltas, samples)
         for name in (*self._params, *self._states):
-            move_rows(self._reachable[name], getattr(self, name), rows, self.capacity, to_listed=True)
+            move_rows(self._reachable[name], getattr(self, name), rows, self.capacity, to_listed=True,
+                      programs=STAGING_PROGRAMS)
         self._staged = None
 
     def _stage(self, names, rows):
         """The rows of the tables `names` that `rows` names (per staging slot, -1: none) copied from host
         memory into the staging slots."""
         for name in names:
-            move_rows(self._reachable[name], getattr(self, name), rows, self.capacity, to_listed=False)
+            move_rows(self._reachable[name], getattr(self, name), rows, self.capacity, to_listed=False,
+                      programs=STAGING_PROGRAMS)
 
     def _ensure_staging(self, rows):
         """The cache's tables grown to hold `rows` staging slots past the hot ones."""

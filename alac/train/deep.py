@@ -16,7 +16,7 @@ import dataclasses
 import math
 import pickle
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 
 import torch
 
@@ -25,15 +25,11 @@ from alac.data.dataset import same_numbering
 from alac.data.read_options import check_feature_ids
 from alac.errors import DataError, OptionError
 from alac.nn import GraphedStep, SparseAggregate, whole_step
-from alac.nn.deep_models import DeepFM, DLRMLike, WideAndDeep
-from alac.nn.field_aware import FFM
 from alac.nn.table_rows import ONE_DEVICE, TableRows
-from alac.optimizers import get_optimizer
 from alac.runtime.execution.executor import LabelMap
 from alac.runtime.movement.layout import default_device
 from alac.runtime.ranks.distributed import init_ranks
 from alac.train.deep_checkpoint import checked_extras, checked_resume_point, state_copy
-from alac.train.deep_ranks import MODES as RANK_MODES
 from alac.train.deep_ranks import (
     GradientMean,
     fix_exchanges,
@@ -43,122 +39,21 @@ from alac.train.deep_ranks import (
     whole_predictions,
     whole_weights,
 )
+from alac.train.deep_settings import DEEP_MODELS, DEFAULT_SETTINGS, DeepSettings, field_model
 from alac.train.deep_steps import batches, interleaved_loss
 from alac.train.divergence import ADVICE, TrainingDiverged, ValidationGuard, base_rate_loss
 from alac.train.table_memory import plan_table_memory
-
-
-def _field_model(settings, n_features, n_fields, device, one_hot=False, rows=ONE_DEVICE):
-    """The torch module of a field model of n_fields sparse fields and the settings' dense ones
-    (one_hot: no sample has two entries in a field, FFM then skips pairs within a field), its tables'
-    rows placed as `rows` says (alac.nn.table_rows)."""
-    s = settings
-    # the generated kernels on a GPU; elsewhere the reference programs compute the same tables
-    backend = "triton" if s.tables == "kernels" and torch.device(device).type == "cuda" else "reference"
-    options = {"k": s.k, "optimizer": s.optimizer, "lr": s.table_lr(), "seed": s.seed, "device": device,
-               "backend": backend, "rows": rows}
-    if s.model == "ffm":
-        return FFM(n_features, n_fields, one_hot=one_hot, **options)
-    if s.model == "dlrm":
-        return DLRMLike(n_features, n_fields, len(s.dense_fields), bottom=s.bottom, top=s.hidden, **options)
-    return DEEP_MODELS[s.model](n_features, n_fields, hidden=s.hidden, n_dense=len(s.dense_fields), **options)
-
-
-# The tables' AdaGrad step when none is given, chosen by benchmarks/deep_defaults.py (its lr arms on
-# criteo-tiny and iPinYou): AdaGrad's own default, chosen for the wide models, makes the first steps of
-# many fields' embeddings blow the logits up on criteo-tiny, far above the base rate's loss; the
-# smallest arm is the only one no model's run diverged at, and matches the others on iPinYou.
-DEFAULT_TABLE_LR = 0.02
 
 # rows a prediction batch takes in one process (a forward only: fewer, larger launches than the
 # training batches'; benchmarks/deep_ranks.py, arm alac_1gpu's validation seconds)
 PREDICT_ROWS = 1 << 16
 
-# field models: the deep ones, and the field-aware FM (k per field; no MLP, its bias trained by Adam)
-DEEP_MODELS = {"deepfm": DeepFM, "wide_deep": WideAndDeep, "dlrm": DLRMLike, "ffm": FFM}
-
-
-@dataclass(frozen=True)
-class DeepSettings:
-    """model: deepfm, wide_deep, dlrm or ffm; k: the field embeddings' size (FFM: per field; None: 4 for
-    FFM as libffm, else 16); hidden: the MLP's layers (DLRM's top MLP; not FFM's); bottom: DLRM's bottom
-    MLP; dense_fields: the fields whose entries' values are dense features (one value per row and field,
-    0 where absent; DLRM needs some, FFM takes none); lr: the tables' step (None: table_lr()'s default);
-    dense_lr: Adam's on the MLPs and bias; batch_size: the rows of a step on each rank (under torchrun a
-    step takes W × batch_size rows, as DDP's and TorchRec's per-process batches do); patience: epochs
-    without a better validation logloss before training stops; cuda_graphs: on a GPU, replay full
-    batches' steps from CUDA graphs (alac.nn.GraphedStep: batches whose entries are as many as the
-    previous ones', e.g. one-hot fields; models without dense fields); tables: "kernels" (their
-    generated kernels on a GPU, alac.codegen.bag_kernels; the torch programs elsewhere) or "reference"
-    (the torch programs); rank_tables: under torchrun, the tables' rows replicated, sharded or hybrid
-    (auto: the planner's, alac.train.deep_ranks); gpu_memory: bytes the tables may take on a GPU
-    (None: a quarter of its free memory): larger tables live in host memory, their most-read rows
-    cached on the GPU (alac.train.table_memory), and over ranks the budget of each rank's share
-    (alac.train.deep_ranks); micro_batches, side_stream: PICASSO's D- and
-    K-interleaving of a step (alac.nn.interleave; off by default: benchmarks/fields.py measured the
-    packed step faster)."""
-
-    model: str = "deepfm"
-    k: int | None = None
-    hidden: tuple = (256, 128)
-    lr: float | None = None
-    dense_lr: float = 1e-3
-    epochs: int = 10
-    batch_size: int = 4096
-    optimizer: str = "adagrad"
-    patience: int = 2
-    seed: int = 0
-    dense_fields: tuple = ()
-    bottom: tuple = (64,)
-    cuda_graphs: bool = True
-    tables: str = "kernels"
-    rank_tables: str = "auto"
-    gpu_memory: int | None = None
-    micro_batches: int = 1
-    side_stream: bool = False
-
-    def __post_init__(self):
-        for name in ("hidden", "bottom", "dense_fields"):
-            object.__setattr__(self, name, tuple(getattr(self, name)))
-        if self.k is None:
-            # FFM's k is per field pair, libffm's default; the deep models' one embedding per feature
-            object.__setattr__(self, "k", 4 if self.model == "ffm" else 16)
-        if self.model not in DEEP_MODELS:
-            raise OptionError(f"unknown deep model {self.model!r}: one of {', '.join(sorted(DEEP_MODELS))}")
-        numbers = {"k": self.k, "epochs": self.epochs, "batch_size": self.batch_size, "patience": self.patience,
-                   "micro_batches": self.micro_batches}
-        if any(not isinstance(v, int) or v < 1 for v in numbers.values()) or \
-                any(not isinstance(h, int) or h < 1 for h in self.hidden) or not 0 < self.dense_lr < math.inf or \
-                (self.lr is not None and not 0 < self.lr < math.inf):
-            raise OptionError(f"k, epochs, batch_size, patience and every hidden size are integers >= 1 and "
-                              f"lr (where given) and dense_lr finite numbers > 0, got {self}")
-        get_optimizer(self.optimizer)       # an unknown name is refused before any data is read
-        if any(not isinstance(h, int) or h < 1 for h in self.bottom) or \
-                any(not isinstance(f, int) or f < 0 for f in self.dense_fields) or \
-                len(set(self.dense_fields)) != len(self.dense_fields):
-            raise OptionError(f"bottom sizes are integers >= 1 and dense_fields distinct field ids >= 0, got {self}")
-        if self.model == "dlrm" and not self.dense_fields:
-            raise OptionError("dlrm needs dense features: name the fields that hold them (dense_fields, "
-                              "alac train --dense-fields)")
-        if self.tables not in ("reference", "kernels"):
-            raise OptionError(f"tables run on their reference programs or kernels, got {self.tables!r}")
-        if self.model == "ffm" and self.dense_fields:
-            raise OptionError("ffm takes no dense features (dense_fields)")
-        if self.gpu_memory is not None and (not isinstance(self.gpu_memory, int) or self.gpu_memory < 1):
-            raise OptionError(f"gpu_memory is a number of bytes >= 1 (or None), got {self.gpu_memory!r}")
-        if self.rank_tables not in RANK_MODES:
-            raise OptionError(f"rank_tables is one of {', '.join(RANK_MODES)}, got {self.rank_tables!r}")
-
-    def table_lr(self):
-        """The tables' learning rate: lr, else DEFAULT_TABLE_LR for AdaGrad and the optimizer's own
-        default for the others (None: the model's)."""
-        if self.lr is not None:
-            return self.lr
-        return DEFAULT_TABLE_LR if self.optimizer == "adagrad" else get_optimizer(self.optimizer).default_lr
+# the settings and models are alac.train.deep_settings'; imported from here too
+__all__ = ["DEEP_MODELS", "PREDICT_ROWS", "DeepSettings", "DeepTrainer"]
 
 
 class DeepTrainer:
-    def __init__(self, settings=DeepSettings(), device=None, log=None, ranks=None):
+    def __init__(self, settings=DEFAULT_SETTINGS, device=None, log=None, ranks=None):
         """log: called with every epoch's record (a dict), e.g. to print progress; ranks: the ranks
         that train together (alac.runtime.ranks.distributed.Ranks; default torchrun's, or one)."""
         self.settings = settings
@@ -193,7 +88,7 @@ class DeepTrainer:
         self.one_hot = _one_entry_per_field(train, self.n_fields)
         self._place_rows(train, math.ceil(train.n_rows / self._step_rows()))
         torch.manual_seed(s.seed)
-        self.network = _field_model(s, self.n_features, self.n_fields - len(s.dense_fields), self.device,
+        self.network = field_model(s, self.n_features, self.n_fields - len(s.dense_fields), self.device,
                                     self.one_hot, self.table_rows)
         # the bias starts at the training data's log-odds: from 0, rare clicks took Adam's small steps
         # many epochs to reach (FFM on iPinYou's rare clicks, benchmarks/deep_defaults.py)
@@ -500,7 +395,7 @@ class DeepTrainer:
         self._split_fields()
         self.one_hot = bool(saved.get("one_hot", False))
         self._place_rows(None, 0)
-        self.network = _field_model(s, self.n_features, self.n_fields - len(s.dense_fields), self.device,
+        self.network = field_model(s, self.n_features, self.n_fields - len(s.dense_fields), self.device,
                                     self.one_hot, self.table_rows)
         load_whole_weights(self.network, saved["weights"])
         self._trust_batches()

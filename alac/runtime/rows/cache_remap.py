@@ -109,11 +109,12 @@ MOVE_PROGRAMS = 4
 MOVE_BLOCK = 4096
 
 
-def move_rows(listed, consecutive, rows, start, to_listed, use_triton=None):
+def move_rows(listed, consecutive, rows, start, to_listed, use_triton=None, programs=MOVE_PROGRAMS):
     """Rows between two tables of the same width: listed[rows[i]] and consecutive[start + i] for each i
     with rows[i] >= 0, copied into the listed rows (to_listed) or out of them. One launch of whole rows
     on a GPU (a staging half's write-back to the host table over its mapping, a carry between the
-    halves), where torch's indexing moved one value per thread and needed the skipped rows filtered out."""
+    halves), where torch's indexing moved one value per thread and needed the skipped rows filtered out;
+    at most `programs` programs (a move beside a persistent kernel leaves it its multiprocessors)."""
     if not rows.numel():
         return
     if not _use_triton(rows.device, use_triton):
@@ -128,6 +129,6 @@ def move_rows(listed, consecutive, rows, start, to_listed, use_triton=None):
     width = listed[0].numel()
     block_w = 1 << max(width - 1, 0).bit_length()
     per_program = max(1, MOVE_BLOCK // block_w)
-    programs = min(-(-rows.numel() // per_program), MOVE_PROGRAMS)
+    programs = min(-(-rows.numel() // per_program), programs)
     move_rows_kernel[(programs,)](listed, consecutive, rows, rows.numel(), start, WIDTH=width, BLOCK_W=block_w,
                                   ROWS=per_program, TO_LISTED=to_listed)
