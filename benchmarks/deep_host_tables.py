@@ -1,7 +1,8 @@
 """DeepFM whose tables exceed the GPU's budget for them: every row in host memory, the most-read rows
-cached on the GPU (alac.nn.host_cached), against the same fit with every row on the GPU and against
-the PyTorch user's way of a table beyond the GPU (an nn.Embedding in host memory with sparse gradients
-and torch.optim.Adagrad on the CPU, the MLP on the GPU); one process:
+cached on the GPU (alac.nn.host_cached), and whose training rows stream from host memory
+(alac.train.deep_steps), against the same fit with everything on the GPU and against the PyTorch
+user's way of a table beyond the GPU (an nn.Embedding in host memory with sparse gradients and
+torch.optim.Adagrad on the CPU, the MLP on the GPU); one process:
 `PYTHONPATH=. python benchmarks/deep_host_tables.py [--scale 2]`.
 
 The set: the Criteo Kaggle set's 26 categorical fields (alac.data.synthetic.kaggle_like: Zipf ids, its
@@ -10,6 +11,8 @@ validation and test rows. Arms, `--epochs` epochs at `--batch-size` rows a step:
 - alac_gpu: DeepTrainer with every row on the GPU;
 - alac_host_<share>: DeepTrainer with the GPU budget (DeepSettings.gpu_memory) at each `--budgets` share
   of the tables' bytes: the rows in host memory, as many of the most read cached as the budget holds;
+- alac_streamed, alac_host_<last share>_streamed: the training rows in host memory (stream_data), the
+  tables on the GPU, or in host memory at the last budget;
 - torch_host_table: the PyTorch DeepFM of benchmarks/deep_ranks.py, its table in host memory, on
   `--baseline-rows` rows (it is slower).
 Per arm: `samples_per_s` (training rows over the median epoch's seconds), `epoch_seconds`,
@@ -45,10 +48,11 @@ def _wait(device):
         torch.cuda.synchronize(device)
 
 
-def alac_arm(name, train, valid, test, args, device, budget=None):
-    """DeepTrainer at the GPU budget `budget` (None: every row on the GPU)."""
+def alac_arm(name, train, valid, test, args, device, budget=None, stream=None):
+    """DeepTrainer at the GPU budget `budget` (None: every row on the GPU), its training rows streamed
+    from host memory where `stream` (train then on the CPU)."""
     settings = DeepSettings(model="deepfm", k=K, hidden=HIDDEN, epochs=args.epochs, batch_size=args.batch_size,
-                            patience=args.epochs, seed=args.seed, gpu_memory=budget)
+                            patience=args.epochs, seed=args.seed, gpu_memory=budget, stream_data=stream)
     trainer = DeepTrainer(settings, device)
     trainer.say = print
     started = time.perf_counter()
@@ -57,7 +61,7 @@ def alac_arm(name, train, valid, test, args, device, budget=None):
     wall = time.perf_counter() - started
     probability = trainer.predict(test)
     seconds = [record["seconds"] for record in trainer.history]
-    arm = {"name": name, "rows": train.n_rows, "epoch_seconds": seconds,
+    arm = {"name": name, "rows": train.n_rows, "epoch_seconds": seconds, "streamed": bool(stream),
            "samples_per_s": train.n_rows / statistics.median(seconds), "fit_seconds": wall,
            "valid_auc": [record["valid_auc"] for record in trainer.history],
            "test_auc": float(metrics.auc(probability, test.labels.cpu() > 0.5)), "budget_bytes": budget}
@@ -123,17 +127,19 @@ def report(payload):
 
 def arms_table(payload):
     lines = [f"Tables of {payload['table_bytes'] / 1e9:.2f} GB ({payload['features']:,} rows).", "",
-             "| arm | GPU budget for the tables | rows cached | entries the cache served | rows from host memory "
-             "a step | training rows | samples/s | vs all on the GPU | valid AUC | test AUC |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "| arm | training rows from | GPU budget for the tables | rows cached | entries the cache served | rows "
+             "from host memory a step | training rows | samples/s | vs all on the GPU | valid AUC | test AUC |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     gpu = next(arm["samples_per_s"] for arm in payload["arms"] if arm["name"] == "alac_gpu")
     for arm in payload["arms"]:
         cache = ["", "", "", ""]
         if arm.get("cached_rows") is not None:
             cache = [f"{arm['budget_bytes'] / 1e9:.2f} GB", f"{arm['cached_rows']:,}",
                      f"{arm['cached_entry_share']:.1%}", f"{arm['staged_rows_per_step']:,.0f}"]
-        lines.append(f"| {arm['name']} | {' | '.join(cache)} | {arm['rows']:,} | {arm['samples_per_s'] / 1e6:.3f}M | "
-                     f"{arm['samples_per_s'] / gpu:.2f}x | {arm['valid_auc'][-1]:.4f} | {arm['test_auc']:.4f} |")
+        source = "host memory" if arm.get("streamed") else "GPU" if arm["name"].startswith("alac") else ""
+        lines.append(f"| {arm['name']} | {source} | {' | '.join(cache)} | {arm['rows']:,} | "
+                     f"{arm['samples_per_s'] / 1e6:.3f}M | {arm['samples_per_s'] / gpu:.2f}x | "
+                     f"{arm['valid_auc'][-1]:.4f} | {arm['test_auc']:.4f} |")
     return "\n".join(lines)
 
 
@@ -168,8 +174,13 @@ def main():
         arms.append(arm)
 
     told(alac_arm("alac_gpu", train, valid, test, args, device))
-    for budget_share in (float(b) for b in args.budgets.split(",")):
+    shares = [float(b) for b in args.budgets.split(",")]
+    for budget_share in shares:
         told(alac_arm(f"alac_host_{budget_share:g}", train, valid, test, args, device, int(budget_share * table_bytes)))
+    host_train = train.to("cpu")
+    told(alac_arm("alac_streamed", host_train, valid, test, args, device, stream=True))
+    told(alac_arm(f"alac_host_{shares[-1]:g}_streamed", host_train, valid, test, args, device,
+                  int(shares[-1] * table_bytes), stream=True))
     if not args.no_baseline:
         few = train.take(torch.arange(args.baseline_rows, device=train.indptr.device))
         told(torch_arm("torch_host_table", few, valid, test, args, device))

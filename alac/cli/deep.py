@@ -80,6 +80,9 @@ def parser():
                            help="GPU memory the tables may take (e.g. 8GB): larger tables live in host memory, their "
                                 "most-read rows cached on the GPU; under torchrun each rank's budget for its share "
                                 "(default: a quarter of the GPU's free memory)")
+    execution.add_argument("--stream-data", action="store_true",
+                           help="keep the training rows in host memory, the GPU gathering an epoch's part at a time "
+                                "(default: where they take more than half the GPU's free memory)")
     execution.add_argument("--micro-batches", type=positive_int, default=1, metavar="N",
                            help="PICASSO's D-interleaving: a step's batch in N micro-batches backpropagated in turn, "
                                 "the tables stepped once (default 1: off)")
@@ -111,6 +114,7 @@ def main(argv):
                                 batch_size=args.batch_size, optimizer=args.optimizer, patience=args.patience,
                                 seed=args.seed, cuda_graphs=not args.no_cuda_graphs, tables=args.tables,
                                 rank_tables=args.rank_tables, gpu_memory=args.gpu_memory,
+                                stream_data=True if args.stream_data else None,
                                 micro_batches=args.micro_batches,
                                 side_stream=args.side_stream, **lists)
         if args.out is not None:

@@ -162,7 +162,8 @@ class SparseDataset:
     def take(self, rows):
         """The data set made of `rows` (a 1-D integer tensor of row indices), in that order."""
         rows = torch.as_tensor(rows, dtype=torch.int64, device=self.device)
-        lengths = self.row_lengths()[rows]
+        # only the taken rows' bounds read (the rows may be a part of a set in mapped host memory)
+        lengths = self.indptr[rows + 1] - self.indptr[rows]
         indptr = torch.zeros(rows.numel() + 1, dtype=torch.int64, device=self.device)
         torch.cumsum(lengths, 0, out=indptr[1:])
         entry_row = torch.repeat_interleave(torch.arange(rows.numel(), device=self.device), lengths)

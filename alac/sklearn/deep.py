@@ -38,7 +38,9 @@ _DOC = """
     fields whose columns' values are dense features (not FFM's); bottom: DLRM's bottom MLP;
     rank_tables: under torchrun, the tables' rows over the ranks (auto, replicated, sharded, hybrid);
     gpu_memory: bytes the tables may take on the GPU, larger ones in host memory with their most-read rows
-    cached there (None: a quarter of its free memory; alac train --gpu-memory); micro_batches,
+    cached there (None: a quarter of its free memory; alac train --gpu-memory); stream_data: the training
+    rows kept in host memory, the GPU gathering an epoch's part at a time (None: where they take more than
+    half its free memory); micro_batches,
     side_stream: PICASSO's D- and K-interleaving of a step (off: 1, False).
 """
 
@@ -49,7 +51,7 @@ class _DeepClassifier(ClassifierMixin, BaseEstimator):
     def __init__(self, k=None, hidden=(256, 128), learning_rate=None, dense_learning_rate=1e-3, epochs=10,
                  batch_size=4096, optimizer="adagrad", field_of=None, early_stopping=True,
                  validation_fraction=defaults.VALID_SPLIT, n_iter_no_change=2, device=None, random_state=None,
-                 dense_fields=(), bottom=(64,), rank_tables="auto", gpu_memory=None, micro_batches=1,
+                 dense_fields=(), bottom=(64,), rank_tables="auto", gpu_memory=None, stream_data=None, micro_batches=1,
                  side_stream=False):
         self.k, self.hidden, self.learning_rate = k, hidden, learning_rate
         self.dense_learning_rate = dense_learning_rate
@@ -57,7 +59,7 @@ class _DeepClassifier(ClassifierMixin, BaseEstimator):
         self.early_stopping, self.validation_fraction = early_stopping, validation_fraction
         self.n_iter_no_change, self.device, self.random_state = n_iter_no_change, device, random_state
         self.dense_fields, self.bottom = dense_fields, bottom
-        self.rank_tables, self.gpu_memory = rank_tables, gpu_memory
+        self.rank_tables, self.gpu_memory, self.stream_data = rank_tables, gpu_memory, stream_data
         self.micro_batches, self.side_stream = micro_batches, side_stream
 
     def fit(self, X, y):
@@ -91,6 +93,7 @@ class _DeepClassifier(ClassifierMixin, BaseEstimator):
                                 optimizer=self.optimizer, patience=self.n_iter_no_change, seed=seed,
                                 dense_fields=tuple(self.dense_fields), bottom=tuple(self.bottom),
                                 rank_tables=self.rank_tables, gpu_memory=self.gpu_memory,
+                                stream_data=self.stream_data,
                                 micro_batches=self.micro_batches,
                                 side_stream=self.side_stream)
         self.trainer_ = DeepTrainer(settings, self.device)

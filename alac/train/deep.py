@@ -40,7 +40,7 @@ from alac.train.deep_ranks import (
     whole_weights,
 )
 from alac.train.deep_settings import DEEP_MODELS, DEFAULT_SETTINGS, DeepSettings, field_model
-from alac.train.deep_steps import batches, interleaved_loss
+from alac.train.deep_steps import batches, epoch_parts, in_host_memory, interleaved_loss, part_rows
 from alac.train.divergence import ADVICE, TrainingDiverged, ValidationGuard, base_rate_loss
 from alac.train.table_memory import plan_table_memory
 
@@ -160,7 +160,10 @@ class DeepTrainer:
             dense.load_state_dict(dense_state)
         # over ranks a step's graph is also one per size of the exchanges (which may grow between epochs)
         step = GraphedStep(self._step_of(dense, mean), max_graphs=4 if many else 2) if graphed else None
-        train = self._known_entries(train.to(self.device))      # entries of no field (-1) left out
+        train = self._known_entries(train)      # entries of no field (-1) left out
+        # rows larger than the GPU's share for them stream from host memory, an epoch part at a time
+        self._part_rows = part_rows(train, self._step_rows(), self.device, s.stream_data)
+        train = in_host_memory(train.to("cpu"), self.device) if self._part_rows else train.to(self.device)
         (best, best_state), generator = best, self._generator
         guard, initial = None, None
         if valid is not None:
@@ -174,30 +177,11 @@ class DeepTrainer:
             started = time.perf_counter()
             order = torch.randperm(train.n_rows, generator=generator).to(self.device)
             loss_sum = torch.zeros((), device=self.device)
-            shuffled = train.take(order)
-            if many:
-                fix_exchanges(self.network, shuffled, self._step_rows(), ranks)
-            for batch in batches(shuffled, self._step_rows(), ranks if many else None):
-                rows, part = batch if many else (batch.n_rows, batch)
+            for shuffled in epoch_parts(train, order, self._part_rows):
                 if many:
-                    self.network.tables.global_samples = rows
-                # the part's share of the batch's mean loss, times the ranks the gradients are averaged over
-                self._loss_scale = ranks.world / rows
-                if step is not None:
-                    # a graph holds the global batch and the exchanges' size it was captured with
-                    constants = (rows, self.network.tables.entry_capacity) if many else (rows,)
-                    summed = step(part.indices, part.indptr, part.fields, part.values, part.labels, constants=constants)
-                else:
-                    dense.zero_grad()
-                    if s.micro_batches > 1 or s.side_stream:
-                        summed = interleaved_loss(self, part, self._loss_scale)
-                    else:
-                        summed = self._loss(self._logits(part), part.labels, reduction="sum")
-                        (summed * self._loss_scale).backward()
-                    if mean is not None:
-                        mean()
-                    dense.step()
-                loss_sum += summed.detach()
+                    fix_exchanges(self.network, shuffled, self._step_rows(), ranks)
+                for batch in batches(shuffled, self._step_rows(), ranks if many else None):
+                    loss_sum += self._train_batch(batch, step, dense, mean).detach()
             if many:
                 ranks.all_reduce(loss_sum, in_place=True)
                 self.network.tables.align()
@@ -237,6 +221,30 @@ class DeepTrainer:
                               "generator": generator.get_state(), "dense": dense.state_dict(),
                               "last_weights": last_weights}
         return self.history
+
+    def _train_batch(self, batch, step, dense, mean):
+        """One step on a batch (over ranks: (the global batch's rows, this rank's share)) by its graph
+        `step` or eagerly with the dense optimizer and the ranks' gradient mean; its summed loss."""
+        many = mean is not None
+        rows, part = batch if many else (batch.n_rows, batch)
+        if many:
+            self.network.tables.global_samples = rows
+        # the part's share of the batch's mean loss, times the ranks the gradients are averaged over
+        self._loss_scale = self.ranks.world / rows
+        if step is not None:
+            # a graph holds the global batch and the exchanges' size it was captured with
+            constants = (rows, self.network.tables.entry_capacity) if many else (rows,)
+            return step(part.indices, part.indptr, part.fields, part.values, part.labels, constants=constants)
+        dense.zero_grad()
+        if self.settings.micro_batches > 1 or self.settings.side_stream:
+            summed = interleaved_loss(self, part, self._loss_scale)
+        else:
+            summed = self._loss(self._logits(part), part.labels, reduction="sum")
+            (summed * self._loss_scale).backward()
+        if many:
+            mean()
+        dense.step()
+        return summed
 
     def _valid_metrics(self, valid):
         """Validation logloss and AUC of a _prepared set, computed on the model's device."""

@@ -57,7 +57,9 @@ class DeepSettings:
     (auto: the planner's, alac.train.deep_ranks); gpu_memory: bytes the tables may take on a GPU
     (None: a quarter of its free memory): larger tables live in host memory, their most-read rows
     cached on the GPU (alac.train.table_memory), and over ranks the budget of each rank's share
-    (alac.train.deep_ranks); micro_batches, side_stream: PICASSO's D- and
+    (alac.train.deep_ranks); stream_data: the training rows stay in host memory and reach the GPU an
+    epoch part at a time (None: where they take more than half its free memory; alac.train.deep_steps);
+    micro_batches, side_stream: PICASSO's D- and
     K-interleaving of a step (alac.nn.interleave; off by default: benchmarks/fields.py measured the
     packed step faster)."""
 
@@ -77,6 +79,7 @@ class DeepSettings:
     tables: str = "kernels"
     rank_tables: str = "auto"
     gpu_memory: int | None = None
+    stream_data: bool | None = None
     micro_batches: int = 1
     side_stream: bool = False
 

@@ -1,15 +1,30 @@
 """A field model's batches, and its training step in PICASSO's interleaving (alac.nn.interleave), for
-alac.train.deep:
+alac.train.deep. Training rows larger than the GPU's share for them stay in page-locked host memory and
+reach the GPU an epoch part at a time: the part's rows, in the epoch's order, gathered by the GPU itself
+over their mapped addresses (no host thread, no copy of the whole set), so the batches are exactly the
+ones of the rows on the GPU (tests/train/test_deep_stream.py).
+
 D-interleaving, the batch in micro-batches whose losses backpropagate in turn while the tables record
 their rows' gradients and step once; K-interleaving, the next micro-batch's lookups issued on a side
 stream before this one's MLP. The same step as the whole batch's (tests/train/test_deep.py)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
+from alac.errors import OptionError
 from alac.nn.interleave import Interleaving, interleaved_step, split_rows
+from alac.runtime.device.memory import available_bytes, mapped_view, pinned_copy
 from alac.train.deep_ranks import share
+
+# the training rows stay in host memory where they take more than this share of the GPU's free memory
+# (the tables, the MLP's activations and a part's rows need the rest)
+STREAM_SHARE = 0.5
+# a streamed part: whole steps of about this many bytes of rows (fewer, larger gathers; a part and the
+# batches cut from it are on the GPU at once)
+PART_BYTES = 1 << 28
 
 
 def interleaved_loss(trainer, batch, scale):
@@ -54,3 +69,48 @@ def batches(dataset, batch_size, ranks=None):
                               dataset.labels[first:end], dataset.n_features, part(dataset.fields), dataset.n_fields,
                               dataset.source)
         yield batch if ranks is None else (min(start + batch_size, dataset.n_rows) - start, batch)
+
+
+def dataset_bytes(dataset):
+    """Bytes of a dataset's tensors."""
+    tensors = (dataset.indptr, dataset.indices, dataset.values, dataset.labels, dataset.fields)
+    return sum(t.numel() * t.element_size() for t in tensors if t is not None)
+
+
+def part_rows(dataset, step_rows, device, stream=None):
+    """Rows of every part an epoch's training rows stream in (a whole number of steps), or None where
+    they go to the device whole: as `stream` says (None: where they take more than STREAM_SHARE of a
+    GPU's free memory; never off a GPU unless asked)."""
+    size = dataset_bytes(dataset)
+    if stream is None:
+        free = available_bytes(device) if torch.device(device).type == "cuda" else None
+        stream = free is not None and size > STREAM_SHARE * free
+    if not stream:
+        return None
+    if dataset.device.type == "cuda":
+        raise OptionError("streamed training rows come from host memory: give the training set on the CPU")
+    steps = max(1, int(PART_BYTES * dataset.n_rows // max(1, size * step_rows)))
+    return steps * step_rows
+
+
+def in_host_memory(dataset, device):
+    """The dataset's tensors in page-locked host memory, seen from `device` through their mapped
+    addresses where it is a GPU (its gathers read them over PCIe)."""
+    if torch.device(device).type != "cuda":
+        return dataset
+
+    def mapped(tensor):
+        return None if tensor is None else mapped_view(pinned_copy(tensor), device)
+
+    return dataclasses.replace(dataset, indptr=mapped(dataset.indptr), indices=mapped(dataset.indices),
+                               values=mapped(dataset.values), labels=mapped(dataset.labels),
+                               fields=mapped(dataset.fields))
+
+
+def epoch_parts(dataset, order, rows=None):
+    """The dataset's rows in `order` (on the device), taken `rows` at a time (None: all at once)."""
+    if rows is None:
+        yield dataset.take(order)
+        return
+    for first in range(0, order.numel(), rows):
+        yield dataset.take(order[first:first + rows])
