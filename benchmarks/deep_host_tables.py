@@ -122,12 +122,12 @@ def torch_arm(name, train, valid, test, args, device):
 def report(payload):
     env = payload["environment"]
     return (f"DeepFM k = {K} with its tables in host memory ({env['device']}, {env['date']}: "
-            f"`PYTHONPATH=. python benchmarks/deep_host_tables.py {payload['command']}`)\n\n" + arms_table(payload))
+            f"`PYTHONPATH=. python benchmarks/deep_host_tables.py {payload['command']}`; tables of "
+            f"{payload['table_bytes'] / 1e9:.2f} GB, {payload['features']:,} rows)\n\n" + arms_table(payload))
 
 
 def arms_table(payload):
-    lines = [f"Tables of {payload['table_bytes'] / 1e9:.2f} GB ({payload['features']:,} rows).", "",
-             "| arm | training rows from | GPU budget for the tables | rows cached | entries the cache served | rows "
+    lines = ["| arm | training rows from | GPU budget for the tables | rows cached | entries the cache served | rows "
              "from host memory a step | training rows | samples/s | vs all on the GPU | valid AUC | test AUC |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     gpu = next(arm["samples_per_s"] for arm in payload["arms"] if arm["name"] == "alac_gpu")

@@ -445,8 +445,8 @@ SECTIONS = [
      "PYTHONPATH=. torchrun --nproc-per-node 2 benchmarks/deep_ranks.py", deep_ranks_table),
     ("deep_host_tables", "DeepFM beyond the GPU's memory: its tables and training rows in host memory",
      "DeepFM k = 16 (MLP 256, 128) on 4M rows of the Kaggle-shaped set (26 fields of Zipf 1.1 ids, 33.8M feature "
-     "rows, planted FM labels), batch 4096, 3 epochs: everything on the GPU, against the tables' rows in host "
-     "memory with the most-read ones cached on the GPU at budgets of a share of the tables' bytes "
+     "rows: 2.6 GB of tables, planted FM labels), batch 4096, 3 epochs: everything on the GPU, against the "
+     "tables' rows in host memory with the most-read ones cached on the GPU at budgets of a share of the tables' bytes "
      "(alac.nn.host_cached: a step's other rows staged over their mapped addresses, stepped on the GPU and written "
      "back, the steps replayed from CUDA graphs), the training rows in host memory (an epoch's parts gathered by "
      "the GPU over their mapped addresses), and both; PyTorch with its `nn.Embedding` table and Adagrad in host "

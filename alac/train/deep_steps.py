@@ -108,9 +108,36 @@ def in_host_memory(dataset, device):
 
 
 def epoch_parts(dataset, order, rows=None):
-    """The dataset's rows in `order` (on the device), taken `rows` at a time (None: all at once)."""
+    """The dataset's rows in `order` (on the device), taken `rows` at a time (None: all at once); on a
+    GPU each part is gathered on a side stream while the caller trains on the one before."""
     if rows is None:
         yield dataset.take(order)
         return
-    for first in range(0, order.numel(), rows):
-        yield dataset.take(order[first:first + rows])
+    starts = range(0, order.numel(), rows)
+    if order.device.type != "cuda":
+        for first in starts:
+            yield dataset.take(order[first:first + rows])
+        return
+    compute, side = torch.cuda.current_stream(order.device), torch.cuda.Stream(order.device)
+    side.wait_stream(compute)           # the order was drawn on the compute stream
+
+    def taken(first):
+        with torch.cuda.stream(side):
+            return dataset.take(order[first:first + rows])
+
+    following = taken(starts[0])
+    for index in range(len(starts)):
+        part = following
+        compute.wait_stream(side)
+        _used_on(part, compute)
+        if index + 1 < len(starts):
+            # queued before this part's steps, so that its gathers run beside them
+            following = taken(starts[index + 1])
+        yield part
+
+
+def _used_on(dataset, stream):
+    """A part made on a side stream read on `stream`: its memory not reused before that stream is done."""
+    for tensor in (dataset.indptr, dataset.indices, dataset.values, dataset.labels, dataset.fields):
+        if tensor is not None:
+            tensor.record_stream(stream)
