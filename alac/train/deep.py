@@ -28,7 +28,7 @@ from alac.nn import GraphedStep, SparseAggregate, whole_step
 from alac.nn.table_rows import ONE_DEVICE, TableRows
 from alac.runtime.execution.executor import LabelMap
 from alac.runtime.movement.layout import default_device
-from alac.runtime.ranks.distributed import init_ranks
+from alac.runtime.ranks.distributed import doing, init_ranks
 from alac.train.deep_checkpoint import checked_extras, checked_resume_point, state_copy
 from alac.train.deep_ranks import (
     GradientMean,
@@ -174,6 +174,7 @@ class DeepTrainer:
             initial = state_copy(self.network)
         self.guard, self.stopped_because = guard, None
         for epoch in range(first, last + 1):
+            doing(f"training epoch {epoch}")       # named to the other ranks should this one fail
             started = time.perf_counter()
             order = torch.randperm(train.n_rows, generator=generator).to(self.device)
             loss_sum = torch.zeros((), device=self.device)

@@ -19,6 +19,10 @@ from benchmarks.rank_faults import rank_pid
 ROOT = Path(__file__).resolve().parents[2]
 TRAIN = ["-m", "alac", "train", "--model", "lr", "--synthetic", "6000", "--epochs", "300", "--early-stopping", "none",
          "--optimizer", "sgd", "--lr", "0.5", "--backend", "reference", "--sync-every", "1", "--rank-timeout", "3"]
+# a field model's run over ranks (its tables sharded, the ranks' exchanges every step)
+DEEP = ["-m", "alac", "train", "--model", "deepfm", "--synthetic", "3000", "--epochs", "300", "--patience", "300",
+        "--k", "4", "--hidden", "8", "--batch-size", "128", "--device", "cpu", "--rank-tables", "sharded",
+        "--rank-timeout", "3"]
 
 
 def _environment(**extra):
@@ -52,11 +56,12 @@ def _kept(folder):
 
 
 # (kill -9 of rank 1: under torchrun, below)
-@pytest.mark.parametrize("victim, sig, message", [
-    (1, signal.SIGSTOP, "alac: error: rank 1 failed (silent for 3 s) while training epoch"),
-    (0, signal.SIGKILL, "alac: error: the store the ranks meet at stopped answering"),
+@pytest.mark.parametrize("command, victim, sig, message", [
+    (TRAIN, 1, signal.SIGSTOP, "alac: error: rank 1 failed (silent for 3 s) while training epoch"),
+    (TRAIN, 0, signal.SIGKILL, "alac: error: the store the ranks meet at stopped answering"),
+    (DEEP, 1, signal.SIGSTOP, "alac: error: rank 1 failed (silent for 3 s) while training epoch"),
 ])
-def test_a_killed_or_stopped_rank_ends_the_run_on_the_other_in_one_line(tmp_path, victim, sig, message):
+def test_a_killed_or_stopped_rank_ends_the_run_on_the_other_in_one_line(tmp_path, command, victim, sig, message):
     out = tmp_path / "out"
     _old_outputs(out)
     port = _free_port()
@@ -65,7 +70,7 @@ def test_a_killed_or_stopped_rank_ends_the_run_on_the_other_in_one_line(tmp_path
         log = tmp_path / f"{rank}.out"
         environment = _environment(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
                                    LOCAL_RANK=str(rank), WORLD_SIZE="2")
-        ranks.append(subprocess.Popen([sys.executable, *TRAIN, "--out", str(out)], env=environment, cwd=tmp_path,
+        ranks.append(subprocess.Popen([sys.executable, *command, "--out", str(out)], env=environment, cwd=tmp_path,
                                       stdout=open(log, "w"), stderr=subprocess.PIPE, text=True))
     try:
         _wait_for_training(tmp_path / "0.out", ranks[0])
