@@ -45,12 +45,14 @@ class HostCachedAggregate(SparseAggregate):
         placeholder = torch.zeros(max(0, int(staging_rows)), dtype=torch.int64)
         super().__init__(model, n_features, rows=torch.cat([hot, placeholder]), **options)
         device, dtype = self.table_device, getattr(self, self._params[0]).dtype
-        whole = ModelState.initial(model, torch.arange(self.n_features), "cpu", options.get("seed", 0),
-                                   self.ir.optimizer)
-        # in page-locked memory where the device is a GPU (its kernels reach it mapped), else as it is
-        pinned = pinned_copy if device.type == "cuda" else (lambda value: value)
-        self._host = {name: pinned(whole.params[name].to(dtype)) for name in self._params}
-        self._host.update({name: pinned(whole.states[name]) for name in self._states})
+        # drawn straight into page-locked memory where the device is a GPU (its kernels reach it mapped;
+        # no second copy of a table the size of the host's memory), else into host memory
+        whole = ModelState.initial(model, torch.arange(self.n_features), device, options.get("seed", 0),
+                                   self.ir.optimizer, host=self._params)
+        narrow = pinned_copy if device.type == "cuda" else (lambda value: value)
+        self._host = {name: value if value.dtype == dtype else narrow(value.to(dtype))
+                      for name, value in whole.params.items()}
+        self._host.update(whole.states)
         self._reachable = {name: mapped_view(value, device) for name, value in self._host.items()}
         self._hot = hot.to(device)
         # a row's cache slot (-1: in host memory); one spare entry past the rows takes the writes of
