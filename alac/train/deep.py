@@ -2,7 +2,10 @@
 a SparseDataset whose entries carry field ids: the loop a PyTorch user writes (shuffled batches of
 rows, the logistic loss, Adam on the MLP), the tables stepped inside backward by alac.nn; a
 validation pass after every epoch and early stopping on its logloss, the best epoch's weights kept.
-The estimators of alac.sklearn.deep fit it.
+The estimators of alac.sklearn.deep fit it. Where the rows live: over torchrun's ranks as
+alac.train.deep_ranks plans them; in one process on the GPU, or past its budget in host memory with
+the most-read rows cached (alac.train.table_memory); the training rows on the GPU, or past half its
+memory streamed from host memory (alac.train.deep_steps).
 
 Field ids come with the data (libffm, Criteo TSV, alac.data.load_featindex or from_positions). At
 prediction, entries whose feature or field the model never trained are left out (unseen_entries
