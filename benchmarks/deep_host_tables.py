@@ -38,14 +38,9 @@ from alac.data.split import split
 from alac.data.synthetic import kaggle_like
 from alac.train.deep import DeepSettings, DeepTrainer
 from alac.train.deep_ranks import table_row_bytes
-from benchmarks.deep_ranks import HIDDEN, K, TorchDeepFM
+from benchmarks.deep_ranks import HIDDEN, K, TorchDeepFM, _wait
 from benchmarks.distributed import recorded_command
 from benchmarks.report import environment, write
-
-
-def _wait(device):
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def alac_arm(name, train, valid, test, args, device, budget=None, stream=None):

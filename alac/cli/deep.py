@@ -114,8 +114,7 @@ def main(argv):
                                 batch_size=args.batch_size, optimizer=args.optimizer, patience=args.patience,
                                 seed=args.seed, cuda_graphs=not args.no_cuda_graphs, tables=args.tables,
                                 rank_tables=args.rank_tables, gpu_memory=args.gpu_memory,
-                                stream_data=True if args.stream_data else None,
-                                micro_batches=args.micro_batches,
+                                stream_data=True if args.stream_data else None, micro_batches=args.micro_batches,
                                 side_stream=args.side_stream, **lists)
         if args.out is not None:
             check_output_folder(args.out)

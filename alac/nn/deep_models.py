@@ -5,8 +5,8 @@ Each takes a batch of one-hot (or weighted) sparse rows as CSR with the field of
 optionally dense features, and returns one logit per sample. The tables (a weight and a k-vector per
 feature, and their optimizer state) live in one SparseAggregate (placed as alac.nn.table_rows says),
 pooled per field in one call and updated inside backward; the MLPs are ordinary torch modules for any
-torch.optim optimizer. They (and alac.nn.field_aware's FFM) train with `alac train --model NAME` and the classifiers of
-alac.sklearn.deep (alac.train.deep).
+torch.optim optimizer. They (and alac.nn.field_aware's FFM) train with `alac train --model NAME` and
+the classifiers of alac.sklearn.deep (alac.train.deep).
 """
 
 from __future__ import annotations

@@ -62,9 +62,9 @@ class HostCachedAggregate(SparseAggregate):
         for name in (*self._params, *self._states):
             getattr(self, name)[:self.capacity] = self._reachable[name][self._hot]
         self._staged = None         # the last forward's (indices, cache slots of its entries, rows it staged)
-        # on the device (no host read): rows gathered from host memory, the entries they served, the
-        # entries the hot rows served
-        self._counts = torch.zeros(3, dtype=torch.int64, device=device)
+        # on the device (no host read): rows gathered from host memory and the entries they served
+        self._counts = torch.zeros(2, dtype=torch.int64, device=device)
+        self._entries = 0           # entries looked up
 
     @property
     def staged_rows(self):
@@ -76,7 +76,8 @@ class HostCachedAggregate(SparseAggregate):
 
     @property
     def cached_entries(self):
-        return int(self._counts[2])
+        """Entries the hot rows served."""
+        return self._entries - self.staged_entries
 
     def rows_for(self, indices):
         """The cache's tables with the batch's other rows staged in them, and its entries' slots."""
@@ -99,8 +100,8 @@ class HostCachedAggregate(SparseAggregate):
         slot = slot_of[indices]
         rows = torch.where(cold & (slot == position), indices, -1)
         slot_of.index_fill_(0, writes, -1)      # (a scalar assigned by indexing copies from the host)
-        staged = (rows >= 0).sum()
-        self._counts += torch.stack([staged, cold.sum(), (~cold).sum()])
+        self._counts += torch.stack([(rows >= 0).sum(), cold.sum()])
+        self._entries += indices.numel()
         return slot.long(), rows
 
     def _step(self, indices, x, bag, deltas, samples):

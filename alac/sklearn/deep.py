@@ -40,8 +40,8 @@ _DOC = """
     gpu_memory: bytes the tables may take on the GPU, larger ones in host memory with their most-read rows
     cached there (None: a quarter of its free memory; alac train --gpu-memory); stream_data: the training
     rows kept in host memory, the GPU gathering an epoch's part at a time (None: where they take more than
-    half its free memory); micro_batches,
-    side_stream: PICASSO's D- and K-interleaving of a step (off: 1, False).
+    half its free memory); micro_batches, side_stream: PICASSO's D- and K-interleaving of a step (off:
+    1, False).
 """
 
 
@@ -51,8 +51,8 @@ class _DeepClassifier(ClassifierMixin, BaseEstimator):
     def __init__(self, k=None, hidden=(256, 128), learning_rate=None, dense_learning_rate=1e-3, epochs=10,
                  batch_size=4096, optimizer="adagrad", field_of=None, early_stopping=True,
                  validation_fraction=defaults.VALID_SPLIT, n_iter_no_change=2, device=None, random_state=None,
-                 dense_fields=(), bottom=(64,), rank_tables="auto", gpu_memory=None, stream_data=None, micro_batches=1,
-                 side_stream=False):
+                 dense_fields=(), bottom=(64,), rank_tables="auto", gpu_memory=None, stream_data=None,
+                 micro_batches=1, side_stream=False):
         self.k, self.hidden, self.learning_rate = k, hidden, learning_rate
         self.dense_learning_rate = dense_learning_rate
         self.epochs, self.batch_size, self.optimizer, self.field_of = epochs, batch_size, optimizer, field_of
@@ -93,8 +93,7 @@ class _DeepClassifier(ClassifierMixin, BaseEstimator):
                                 optimizer=self.optimizer, patience=self.n_iter_no_change, seed=seed,
                                 dense_fields=tuple(self.dense_fields), bottom=tuple(self.bottom),
                                 rank_tables=self.rank_tables, gpu_memory=self.gpu_memory,
-                                stream_data=self.stream_data,
-                                micro_batches=self.micro_batches,
+                                stream_data=self.stream_data, micro_batches=self.micro_batches,
                                 side_stream=self.side_stream)
         self.trainer_ = DeepTrainer(settings, self.device)
         _warn_on_divergence(_fit(self.trainer_, train, valid))

@@ -92,7 +92,7 @@ class DeepTrainer:
         self._place_rows(train, math.ceil(train.n_rows / self._step_rows()))
         torch.manual_seed(s.seed)
         self.network = field_model(s, self.n_features, self.n_fields - len(s.dense_fields), self.device,
-                                    self.one_hot, self.table_rows)
+                                   self.one_hot, self.table_rows)
         # the bias starts at the training data's log-odds: from 0, rare clicks took Adam's small steps
         # many epochs to reach (FFM on iPinYou's rare clicks, benchmarks/deep_defaults.py)
         rate = float(self.labels.positive_mask(train.labels).float().mean().clamp(1e-6, 1 - 1e-6))
@@ -166,7 +166,7 @@ class DeepTrainer:
         train = self._known_entries(train)      # entries of no field (-1) left out
         # rows larger than the GPU's share for them stream from host memory, an epoch part at a time
         self._part_rows = part_rows(train, self._step_rows(), self.device, s.stream_data)
-        train = in_host_memory(train.to("cpu"), self.device) if self._part_rows else train.to(self.device)
+        train = in_host_memory(train, self.device) if self._part_rows else train.to(self.device)
         (best, best_state), generator = best, self._generator
         guard, initial = None, None
         if valid is not None:
@@ -408,7 +408,7 @@ class DeepTrainer:
         self.one_hot = bool(saved.get("one_hot", False))
         self._place_rows(None, 0)
         self.network = field_model(s, self.n_features, self.n_fields - len(s.dense_fields), self.device,
-                                    self.one_hot, self.table_rows)
+                                   self.one_hot, self.table_rows)
         load_whole_weights(self.network, saved["weights"])
         self._trust_batches()
 

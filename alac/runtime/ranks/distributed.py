@@ -179,7 +179,7 @@ def init_ranks(backend=None, timeout=None):
     CUDA is there, else gloo; each rank on GPU LOCAL_RANK), or one rank. A group made here is watched
     (alac.runtime.ranks.rank_watch): a rank silent for `timeout` seconds (default RANK_TIMEOUT) ends the run
     on the others, and a collective waits at most COLLECTIVE_TIMEOUTS times that. One rank computes on
-the current GPU where CUDA is there (as torchrun's one process expects), else on the CPU."""
+    the current GPU where CUDA is there (as torchrun's one process expects), else on the CPU."""
     if dist.is_available() and dist.is_initialized():
         backend = dist.get_backend()
     elif int(os.environ.get("WORLD_SIZE", "1")) > 1:
