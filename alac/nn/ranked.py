@@ -72,6 +72,38 @@ class RankRows:
                            self.replicated + torch.div(ids - self.replicated, self.world, rounding_mode="floor"))
 
 
+@dataclass(frozen=True)
+class ExchangeShape:
+    """What a table's exchanges move per entry: its row's param values (param_width of param_dtype)
+    and its payload (value and dLoss/dAccum: payload_width float32)."""
+
+    param_width: int
+    param_dtype: torch.dtype
+    payload_width: int
+
+
+def payload_width(ir):
+    """An entry's payload in a backward exchange: its value and its bag's dLoss/dAccum."""
+    return 1 + sum(ir.factor_size if a.vector else 1 for a in ir.accums)
+
+
+def step_exchanges(shape, world, replicated_capacity, sharded_capacity):
+    """A training step's exchanges, in order, as (collective, shape, dtype): the replicated entries'
+    ids and payloads all-gathered from [replicated_capacity] slots; the sharded ones' ids and rows
+    (forward), ids and payloads (backward) moved all-to-all in [world * sharded_capacity] slots
+    (none where a capacity is 0)."""
+    exchanges = []
+    if replicated_capacity:
+        exchanges += [("all_gather", (replicated_capacity,), torch.int64),
+                      ("all_gather", (replicated_capacity, shape.payload_width), torch.float32)]
+    if sharded_capacity:
+        slots = world * sharded_capacity
+        ids = ("all_to_all", (slots,), torch.int64)
+        exchanges += [ids, ("all_to_all", (slots, shape.param_width), shape.param_dtype),
+                      ids, ("all_to_all", (slots, shape.payload_width), torch.float32)]
+    return exchanges
+
+
 class Route:
     """A batch's sharded entries placed in slots [W * capacity] by owner (entry order kept within an
     owner); the replicated entries have none."""
@@ -183,22 +215,12 @@ class RankedAggregate(SparseAggregate):
         return torch.where(ids == PADDING, spread.view(ids.shape), self.rank_rows.local(ids))
 
     def step_exchanges(self):
-        """A training step's exchanges at entry_capacity, in order, as (collective, shape, dtype): the
-        replicated entries' ids and payloads (value and dLoss/dAccum) all-gathered from [capacity] slots;
-        the sharded ones' ids and rows (forward), ids and payloads (backward) moved all-to-all in
-        [W * capacity] slots."""
-        rows, world, capacity = self.rank_rows, self.ranks.world, self.entry_capacity or 0
-        width = 1 + sum(self.ir.factor_size if a.vector else 1 for a in self.ir.accums)
-        exchanges = []
-        if rows.replicated:
-            exchanges += [("all_gather", (capacity,), torch.int64), ("all_gather", (capacity, width), torch.float32)]
-        if rows.replicated < rows.n_features:
-            params = list(self.state.params.values())
-            row = sum(value[0].numel() for value in params)
-            slots = world * capacity
-            exchanges += [("all_to_all", (slots,), torch.int64), ("all_to_all", (slots, row), params[0].dtype),
-                          ("all_to_all", (slots,), torch.int64), ("all_to_all", (slots, width), torch.float32)]
-        return exchanges
+        """A training step's exchanges at entry_capacity, in order (step_exchanges below)."""
+        rows, capacity = self.rank_rows, self.entry_capacity or 0
+        params = list(self.state.params.values())
+        shape = ExchangeShape(sum(value[0].numel() for value in params), params[0].dtype, payload_width(self.ir))
+        return step_exchanges(shape, self.ranks.world, capacity if rows.replicated else 0,
+                              capacity if rows.replicated < rows.n_features else 0)
 
     def bytes_per_step(self):
         """Bytes this rank sends the others in a training step (step_exchanges: `capacity` slots to each)."""

@@ -38,6 +38,7 @@ from alac.train.deep_ranks import (
     fix_exchanges,
     load_whole_weights,
     plan_rank_tables,
+    table_exchange_shape,
     table_row_bytes,
     whole_predictions,
     whole_weights,
@@ -126,7 +127,7 @@ class DeepTrainer:
         self.ranks.check_one_feature_space(self.n_features)
         counts = None if indices is None else torch.bincount(indices.long(), minlength=self.n_features)
         self.rank_tables = plan_rank_tables(s.rank_tables, counts, row_bytes, batches, self.ranks, self.device,
-                                            self.n_features, s.gpu_memory)
+                                            self.n_features, s.gpu_memory, table_exchange_shape(s, self.n_fields))
         self.table_rows = TableRows(self.ranks, self.rank_tables.replicated, self.rank_tables.order)
         if self.say is not None:
             self.say(self.rank_tables.describe())

@@ -19,7 +19,9 @@ from dataclasses import dataclass
 import torch
 
 from alac.errors import OptionError
+from alac.nn.ranked import ExchangeShape, payload_width, step_exchanges
 from alac.runtime.device.memory import available_bytes
+from alac.runtime.ranks.exchange_timing import exchange_seconds
 
 MODES = ("auto", "replicated", "sharded", "hybrid")
 # room above the batches' largest exchange: a later epoch's (or the validation set's) seldom needs more,
@@ -29,6 +31,12 @@ EXCHANGE_MARGIN = 0.02
 # auto shards a table over TABLE_SHARE of a rank's free memory (replicated, every rank holds it whole
 # beside the scratch gradient buffer of its size and the data)
 TABLE_SHARE = 0.25
+# auto's order among the modes whose rows fit, and the share of the first one's measured exchange time
+# another must stay under to be taken instead: beside its exchanges a sharded step routes its entries
+# and a hybrid one steps the hot entries on every rank (benchmarks/deep_ranks.py, arms alac_replicated,
+# alac_sharded, alac_hybrid)
+PREFERENCE = ("replicated", "sharded", "hybrid")
+SWITCH = 0.5
 
 
 @dataclass(frozen=True)
@@ -45,46 +53,82 @@ class RankTables:
         return f"tables {self.mode} ({self.reason})"
 
 
-def table_row_bytes(settings, n_fields):
-    """Bytes of a table row of a field model (alac.train.deep.DeepSettings): params and optimizer state."""
+def _table_ir(settings, n_fields):
     from alac.ir.pipeline import lower
     from alac.nn.deep_models import FieldTables
     from alac.optimizers import get_optimizer
-    from alac.runtime.execution.state import row_bytes_of
 
     k = settings.k * (n_fields if settings.model == "ffm" else 1)
-    return row_bytes_of(lower(FieldTables(k, squares=settings.model in ("deepfm", "ffm")),
-                              get_optimizer(settings.optimizer), aggregate_only=True))
+    return lower(FieldTables(k, squares=settings.model in ("deepfm", "ffm")), get_optimizer(settings.optimizer),
+                 aggregate_only=True)
 
 
-def plan_rank_tables(mode, counts, row_bytes, batches, ranks, device, rows=None, budget=None):
+def table_row_bytes(settings, n_fields):
+    """Bytes of a table row of a field model (alac.train.deep.DeepSettings): params and optimizer state."""
+    from alac.runtime.execution.state import row_bytes_of
+
+    return row_bytes_of(_table_ir(settings, n_fields))
+
+
+def table_exchange_shape(settings, n_fields):
+    """What a field model's table exchanges over ranks per entry (alac.nn.ranked.ExchangeShape)."""
+    ir = _table_ir(settings, n_fields)
+    return ExchangeShape(sum(ir.factor_size if p.vector else 1 for p in ir.params), torch.float32, payload_width(ir))
+
+
+def plan_rank_tables(mode, counts, row_bytes, batches, ranks, device, rows=None, budget=None, shape=None,
+                     measure=exchange_seconds):
     """RankTables of a table whose rows are accessed `counts` times an epoch of `batches` global
     batches (None: unknown, a restored model's: hybrid becomes sharded), at row_bytes a row (params
     and optimizer state), over `ranks`; rows: the table's rows where counts is None; budget: bytes the
-    tables may take on a rank (None: TABLE_SHARE of its free memory)."""
+    tables may take on a rank (None: TABLE_SHARE of its free memory). auto takes the first of
+    PREFERENCE whose rows fit the budget, unless another that fits moves a step's exchanges
+    (alac.nn.ranked.ExchangeShape `shape`, timed over the ranks by `measure`) in under SWITCH of
+    its time."""
     if mode not in MODES:
         raise OptionError(f"rank tables are one of {', '.join(MODES)}, got {mode!r}")
     rows = counts.numel() if counts is not None else rows
-    table = rows * row_bytes
+    hot = None if counts is None else int((counts >= batches).sum())
+    order = None if counts is None else torch.argsort(counts.cpu(), descending=True, stable=True)
     if mode == "auto":
-        free = available_bytes(device) if budget is None else None
-        fits = table <= budget if budget is not None else free is None or table <= TABLE_SHARE * free
-        # replicated is the faster while the rows fit, sharded past them (hybrid, whose hot entries every
-        # rank steps, the slowest: benchmarks/deep_ranks.py, arms alac_replicated, alac_sharded, alac_hybrid)
-        mode = "replicated" if fits else "sharded"
-        limit = (f"the GPU budget given ({budget:,} bytes)" if budget is not None else
-                 f"{TABLE_SHARE:.0%} of a rank's free memory" + ("" if free is None else f" ({free:,} bytes)"))
-        why = f"{table:,} bytes of rows {'fit' if fits else 'exceed'} {limit}"
+        mode, why = _auto_mode(counts, row_bytes, batches, ranks, device, rows, budget, shape, measure, hot, order)
     else:
         why = "as asked"
     if mode == "replicated":
         return RankTables(mode, rows, None, why)
     if mode == "sharded" or counts is None:
         return RankTables("sharded", 0, None, f"{why}; rank r owns rows r, r + {ranks.world}, ...")
-    order = torch.argsort(counts.cpu(), descending=True, stable=True)
-    hot = int((counts >= batches).sum())
     return RankTables(mode, hot, order, f"{why}; the {hot:,} rows read at least once a batch on average "
                                         f"replicated, the other {rows - hot:,} sharded")
+
+
+def _auto_mode(counts, row_bytes, batches, ranks, device, rows, budget, shape, measure, hot, order):
+    """(mode, why) of plan_rank_tables' auto."""
+    world = ranks.world
+    held = {"replicated": rows, "sharded": -(-rows // world)}
+    if counts is not None and 0 < hot < rows:
+        held["hybrid"] = hot + -(-(rows - hot) // world)
+    free = available_bytes(device) if budget is None else None
+    limit = budget if budget is not None else None if free is None else TABLE_SHARE * free
+    limit_text = (f"the GPU budget given ({budget:,} bytes)" if budget is not None else
+                  f"{TABLE_SHARE:.0%} of a rank's free memory" + ("" if free is None else f" ({free:,} bytes)"))
+    fits = [m for m in PREFERENCE if m in held and (limit is None or held[m] * row_bytes <= limit)]
+    table = rows * row_bytes
+    why = f"{table:,} bytes of rows {'fit' if fits[:1] == ['replicated'] else 'exceed'} {limit_text}"
+    if not fits:
+        return "sharded", f"{why}, and so does a rank's shard ({held['sharded'] * row_bytes:,} bytes)"
+    if counts is None or shape is None or len(fits) == 1 or measure is None:
+        return fits[0], why
+    entries = float(counts.sum()) / (max(batches, 1) * world)      # a rank's entries in a step
+    hot_share = float(counts[order[:hot]].sum()) / max(float(counts.sum()), 1.0)
+    hybrid = max(math.ceil(hot_share * entries), math.ceil((1 - hot_share) * entries / world), 1)
+    capacities = {"replicated": (max(math.ceil(entries), 1), 0), "sharded": (0, max(math.ceil(entries / world), 1)),
+                  "hybrid": (hybrid, hybrid)}
+    seconds = {m: measure(ranks, step_exchanges(shape, world, *capacities[m])) for m in fits}
+    fastest = min(fits, key=seconds.get)
+    mode = fastest if seconds[fastest] < SWITCH * seconds[fits[0]] else fits[0]
+    timed = ", ".join(f"{m} {seconds[m] * 1e3:.3g} ms" for m in fits)
+    return mode, f"{why}; a step's exchanges, measured: {timed}"
 
 
 def share(rows, ranks, rank=None):
