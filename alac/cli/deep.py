@@ -22,6 +22,7 @@ from alac.cli.options import (
     add_data_options,
     add_rank_options,
     memory_size,
+    micro_batches,
     positive_float,
     positive_int,
     split_fraction,
@@ -83,16 +84,18 @@ def parser():
     execution.add_argument("--stream-data", action="store_true",
                            help="keep the training rows in host memory, the GPU gathering an epoch's part at a time "
                                 "(default: where they take more than half the GPU's free memory)")
-    execution.add_argument("--micro-batches", type=positive_int, default=1, metavar="N",
+    execution.add_argument("--micro-batches", type=micro_batches, default=None, metavar="N|auto",
                            help="PICASSO's D-interleaving: a step's batch in N micro-batches backpropagated in turn, "
-                                "the tables stepped once (default 1: off)")
+                                "the tables stepped once (default auto: by its Eq. 2, only where a step's measured "
+                                "activations exceed half the GPU's free memory)")
     execution.add_argument("--side-stream", action="store_true",
                            help="PICASSO's K-interleaving: the next micro-batch's table lookups on a side stream "
                                 "beside this one's MLP (a GPU)")
     add_rank_options(ranks, "under torchrun: every rank holds every table row (replicated), its share of them "
                             "(sharded, fetched by the others), or the rows read about once a batch and its share of "
-                            "the rest (hybrid); auto: replicated where they fit a quarter of a rank's free memory, "
-                            "else sharded (the run's second line says which and why)")
+                            "the rest (hybrid); auto: the first of replicated, sharded that fits a quarter of a rank's "
+                            "free memory, another only where a step's exchanges, timed over the ranks, take under "
+                            "half as long (the run's second line says which and why)")
     output.add_argument("--out", help="folder for metrics.json, history.csv and model.pt")
     return p
 

@@ -22,6 +22,11 @@ def positive_int(text):
     return value
 
 
+def micro_batches(text):
+    """--micro-batches: a count >= 1, or auto (None: the trainer's Eq. 2)."""
+    return None if text == "auto" else positive_int(text)
+
+
 def positive_float(text):
     """A finite number above 0 (a learning rate: 0 learns nothing, a negative one climbs the loss)."""
     try:

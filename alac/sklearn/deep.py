@@ -40,8 +40,9 @@ _DOC = """
     gpu_memory: bytes the tables may take on the GPU, larger ones in host memory with their most-read rows
     cached there (None: a quarter of its free memory; alac train --gpu-memory); stream_data: the training
     rows kept in host memory, the GPU gathering an epoch's part at a time (None: where they take more than
-    half its free memory); micro_batches, side_stream: PICASSO's D- and K-interleaving of a step (off:
-    1, False).
+    half its free memory); micro_batches: PICASSO's D-interleaving of a step (None: by its Eq. 2, split only
+    where a step's measured activations exceed half the GPU's free memory; 1: off); side_stream:
+    K-interleaving (off by default).
 """
 
 
@@ -52,7 +53,7 @@ class _DeepClassifier(ClassifierMixin, BaseEstimator):
                  batch_size=4096, optimizer="adagrad", field_of=None, early_stopping=True,
                  validation_fraction=defaults.VALID_SPLIT, n_iter_no_change=2, device=None, random_state=None,
                  dense_fields=(), bottom=(64,), rank_tables="auto", gpu_memory=None, stream_data=None,
-                 micro_batches=1, side_stream=False):
+                 micro_batches=None, side_stream=False):
         self.k, self.hidden, self.learning_rate = k, hidden, learning_rate
         self.dense_learning_rate = dense_learning_rate
         self.epochs, self.batch_size, self.optimizer, self.field_of = epochs, batch_size, optimizer, field_of

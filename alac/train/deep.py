@@ -44,7 +44,16 @@ from alac.train.deep_ranks import (
     whole_weights,
 )
 from alac.train.deep_settings import DEEP_MODELS, DEFAULT_SETTINGS, DeepSettings, field_model
-from alac.train.deep_steps import batches, epoch_parts, in_host_memory, interleaved_loss, part_rows
+from alac.train.deep_steps import (
+    PROBE_ROWS,
+    STEP_SHARE,
+    batches,
+    epoch_parts,
+    in_host_memory,
+    interleaved_loss,
+    micro_batches_of,
+    part_rows,
+)
 from alac.train.divergence import ADVICE, TrainingDiverged, ValidationGuard, base_rate_loss
 from alac.train.table_memory import plan_table_memory
 
@@ -155,7 +164,18 @@ class DeepTrainer:
         # the tables are buffers stepped in backward: the parameters are the MLP's and the bias
         ranks = self.ranks
         many = ranks.world > 1
-        graphed = s.cuda_graphs and self.device.type == "cuda" and not s.dense_fields and s.micro_batches == 1 \
+        train = self._known_entries(train)      # entries of no field (-1) left out
+        # rows larger than the GPU's share for them stream from host memory, an epoch part at a time
+        self._part_rows = part_rows(train, self._step_rows(), self.device, s.stream_data)
+        train = in_host_memory(train, self.device) if self._part_rows else train.to(self.device)
+        self._micro_batches = s.micro_batches
+        if self._micro_batches is None:
+            probe = train.take(torch.arange(min(train.n_rows, 2 * PROBE_ROWS), device=self.device))
+            self._micro_batches = micro_batches_of(self, probe, s.batch_size)
+            if self._micro_batches > 1 and self.say is not None:
+                self.say(f"a step in {self._micro_batches} micro-batches (PICASSO's Eq. 2: its measured activations "
+                         f"exceed {STEP_SHARE:.0%} of the GPU's free memory)")
+        graphed = s.cuda_graphs and self.device.type == "cuda" and not s.dense_fields and self._micro_batches == 1 \
             and not s.side_stream and self.network.tables.graphable
         # over ranks: the dense part's gradients averaged by one all-reduce, the tables' by alac.nn.ranked
         mean = GradientMean(self.network, ranks) if many else None
@@ -164,10 +184,6 @@ class DeepTrainer:
             dense.load_state_dict(dense_state)
         # over ranks a step's graph is also one per size of the exchanges (which may grow between epochs)
         step = GraphedStep(self._step_of(dense, mean), max_graphs=4 if many else 2) if graphed else None
-        train = self._known_entries(train)      # entries of no field (-1) left out
-        # rows larger than the GPU's share for them stream from host memory, an epoch part at a time
-        self._part_rows = part_rows(train, self._step_rows(), self.device, s.stream_data)
-        train = in_host_memory(train, self.device) if self._part_rows else train.to(self.device)
         (best, best_state), generator = best, self._generator
         guard, initial = None, None
         if valid is not None:
@@ -241,8 +257,8 @@ class DeepTrainer:
             constants = (rows, self.network.tables.entry_capacity) if many else (rows,)
             return step(part.indices, part.indptr, part.fields, part.values, part.labels, constants=constants)
         dense.zero_grad()
-        if self.settings.micro_batches > 1 or self.settings.side_stream:
-            summed = interleaved_loss(self, part, self._loss_scale)
+        if self._micro_batches > 1 or self.settings.side_stream:
+            summed = interleaved_loss(self, part, self._loss_scale, self._micro_batches)
         else:
             summed = self._loss(self._logits(part), part.labels, reduction="sum")
             (summed * self._loss_scale).backward()

@@ -59,9 +59,10 @@ class DeepSettings:
     cached on the GPU (alac.train.table_memory), and over ranks the budget of each rank's share
     (alac.train.deep_ranks); stream_data: the training rows stay in host memory and reach the GPU an
     epoch part at a time (None: where they take more than half its free memory; alac.train.deep_steps);
-    micro_batches, side_stream: PICASSO's D- and
-    K-interleaving of a step (alac.nn.interleave; off by default: benchmarks/fields.py measured the
-    packed step faster)."""
+    micro_batches: PICASSO's D-interleaving of a step (alac.nn.interleave; None: by Eq. 2, a step in
+    micro-batches only where its measured activations would take more than half the GPU's free memory,
+    alac.train.deep_steps; benchmarks/fields.py measured the whole step faster where it fits);
+    side_stream: K-interleaving (off by default, for the same reason)."""
 
     model: str = "deepfm"
     k: int | None = None
@@ -80,7 +81,7 @@ class DeepSettings:
     rank_tables: str = "auto"
     gpu_memory: int | None = None
     stream_data: bool | None = None
-    micro_batches: int = 1
+    micro_batches: int | None = None
     side_stream: bool = False
 
     def __post_init__(self):
@@ -92,7 +93,7 @@ class DeepSettings:
         if self.model not in DEEP_MODELS:
             raise OptionError(f"unknown deep model {self.model!r}: one of {', '.join(sorted(DEEP_MODELS))}")
         numbers = {"k": self.k, "epochs": self.epochs, "batch_size": self.batch_size, "patience": self.patience,
-                   "micro_batches": self.micro_batches}
+                   "micro_batches": 1 if self.micro_batches is None else self.micro_batches}
         if any(not isinstance(v, int) or v < 1 for v in numbers.values()) or \
                 any(not isinstance(h, int) or h < 1 for h in self.hidden) or not 0 < self.dense_lr < math.inf or \
                 (self.lr is not None and not 0 < self.lr < math.inf):

@@ -15,7 +15,7 @@ import dataclasses
 import torch
 
 from alac.errors import OptionError
-from alac.nn.interleave import Interleaving, interleaved_step, split_rows
+from alac.nn.interleave import Interleaving, interleaved_step, memory_per_row, micro_batches_for, split_rows
 from alac.runtime.device.memory import available_bytes, mapped_view, pinned_copy
 from alac.train.deep_ranks import share
 
@@ -25,17 +25,53 @@ STREAM_SHARE = 0.5
 # a streamed part: whole steps of about this many bytes of rows (fewer, larger gathers; a part and the
 # batches cut from it are on the GPU at once)
 PART_BYTES = 1 << 28
+# D-interleaving's auto (Eq. 2): a step's activations may take this share of the GPU's free memory, as
+# measured by a probe's forward and backward of PROBE_ROWS rows and twice as many (their difference
+# per row: the fixed allocations cancel)
+STEP_SHARE = 0.5
+PROBE_ROWS = 256
 
 
-def interleaved_loss(trainer, batch, scale):
-    """The forward and backward of `batch` (a SparseDataset) by trainer.network as trainer.settings'
-    micro_batches and side_stream say, each part's summed loss times `scale` backpropagated (the
+def micro_batches_of(trainer, batch, step_rows):
+    """PICASSO's Eq. 2 for trainer's steps of step_rows rows: the fewest micro-batches whose
+    activations stay within STEP_SHARE of the GPU's free memory, the memory a row adds measured on
+    `batch`'s first rows (the tables' outputs and the dense part's forward and backward; the tables are
+    not stepped, the dense gradients put back). 1 off a GPU or where the batch is smaller than the probe."""
+    device = batch.indptr.device
+    if device.type != "cuda" or batch.n_rows < 2 * PROBE_ROWS or step_rows <= 2 * PROBE_ROWS:
+        return 1
+    network = trainer.network
+    parameters = [p for p in network.parameters() if p.requires_grad]
+    kept = [p.grad for p in parameters]
+
+    def probe(rows):
+        part = batch.take(torch.arange(rows, device=device))
+        sparse, dense = trainer.inputs(part)
+        with torch.no_grad():
+            bags = network.bags(*sparse)
+        bags = {name: value.detach().requires_grad_() for name, value in bags.items()}
+        trainer._loss(network.logit(bags, dense), part.labels, reduction="sum").backward()
+        for p in parameters:
+            p.grad = None
+
+    try:
+        peaks = [memory_per_row(lambda rows=rows: probe(rows), rows) * rows for rows in (PROBE_ROWS, 2 * PROBE_ROWS)]
+    finally:
+        for p, grad in zip(parameters, kept):
+            p.grad = grad
+    per_row = max((peaks[1] - peaks[0]) / PROBE_ROWS, 1.0)
+    return micro_batches_for(step_rows, [(STEP_SHARE * available_bytes(device), per_row)])
+
+
+def interleaved_loss(trainer, batch, scale, micro_batches):
+    """The forward and backward of `batch` (a SparseDataset) by trainer.network in micro_batches, on a
+    side stream where trainer.settings' side_stream says, each part's summed loss times `scale` backpropagated (the
     tables step once, at the end); returns the batch's summed loss. The dense optimizer's step is the
     caller's."""
     network, settings = trainer.network, trainer.settings
     device = batch.indptr.device
     parts = [batch.take(torch.arange(first, end, device=device))
-             for first, end in split_rows(batch.n_rows, settings.micro_batches)]
+             for first, end in split_rows(batch.n_rows, micro_batches)]
     inputs = [trainer.inputs(part) for part in parts]
 
     def sparse(index):
@@ -45,7 +81,7 @@ def interleaved_loss(trainer, batch, scale):
         logit = network.logit(bags, inputs[index][1])
         return trainer._loss(logit, parts[index].labels, reduction="sum") * scale
 
-    interleaving = Interleaving(settings.micro_batches, settings.side_stream)
+    interleaving = Interleaving(micro_batches, settings.side_stream)
     return interleaved_step(network.tables, list(range(len(parts))), sparse, dense, interleaving) / scale
 
 

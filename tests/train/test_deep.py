@@ -2,6 +2,7 @@
 on dense tables, Adam on the same MLP); training learns a planted model; early stopping keeps the best
 epoch; unseen features and fields are left out at prediction; bad input is refused."""
 
+import dataclasses
 import math
 import pickle
 
@@ -168,3 +169,40 @@ def test_a_diverging_run_stops_with_a_clear_error():
     trainer = DeepTrainer(DeepSettings(k=4, hidden=(8,), epochs=3, batch_size=64, dense_lr=1e30), device="cpu")
     with pytest.raises(TrainingDiverged, match="training diverged in epoch 1 .*smaller learning rate"):
         trainer.fit(data)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_micro_batches_by_eq_2_split_only_a_step_whose_activations_exceed_the_memory(monkeypatch):
+    """auto (micro_batches None) keeps a step whole where it fits, and where its measured activations
+    exceed STEP_SHARE of the free memory splits it as that many explicit micro-batches would."""
+    from alac.train import deep_steps
+
+    data = _data(4096)
+    settings = DeepSettings(model="deepfm", k=4, hidden=(64,), epochs=1, batch_size=2048, stream_data=False)
+    whole = DeepTrainer(settings, device="cuda")
+    whole.fit(data)
+    assert whole._micro_batches == 1
+    costs = []
+    eq_2 = deep_steps.micro_batches_for
+
+    def spied(rows, pairs):
+        costs.append(pairs[0][1])
+        return eq_2(rows, pairs)
+
+    monkeypatch.setattr(deep_steps, "micro_batches_for", spied)
+    monkeypatch.setattr(deep_steps, "available_bytes", lambda device: 1 << 20)
+    said = []
+    split = DeepTrainer(settings, device="cuda")
+    split.say = said.append
+    split.fit(data)
+    parts = split._micro_batches
+    # a row's activations: at least its tables' outputs (w, v and v^2 sums of 6 fields) and hidden layer
+    assert costs[0] >= 4 * (N_FIELDS * (1 + 2 * 4) + 64)
+    assert parts == math.ceil(2048 / ((1 << 19) // costs[0])) > 1
+    assert said == [f"a step in {parts} micro-batches (PICASSO's Eq. 2: its measured activations exceed 50% of "
+                    "the GPU's free memory)"]
+    monkeypatch.undo()
+    explicit = DeepTrainer(dataclasses.replace(settings, micro_batches=parts), device="cuda")
+    explicit.fit(data)
+    assert split.history[0]["train_loss"] == pytest.approx(explicit.history[0]["train_loss"], rel=1e-5)
+    torch.testing.assert_close(split.network.tables.v, explicit.network.tables.v)
