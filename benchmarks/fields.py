@@ -133,12 +133,13 @@ class Packed(GraphedSteps, torch.nn.Module):
     interleaved as `interleaving` says (alac.nn.interleave: D micro-batches, K a side stream), or
     replayed from a CUDA graph (graphed)."""
 
-    def __init__(self, shapes, device, interleaving=None, backend="reference", graphed=False):
+    def __init__(self, shapes, device, interleaving=None, backend="reference", graphed=False, interleave_packs=True):
         super().__init__()
         self.interleaving, self.graphed = interleaving, graphed
         self.names = [f"f{f}" for f in range(len(shapes))]
         self.tables = PackedEmbeddingBags([Table(name, c, d, lr=TABLE_LR) for name, (c, d) in zip(self.names, shapes)],
-                                          seed=SEED, device=device, backend=backend)
+                                          seed=SEED, device=device, backend=backend,
+                                          interleave_packs=interleave_packs)
         self.deep = mlp([sum(d for _, d in shapes), *HIDDEN, 1]).to(device)
         self.columns = torch.tensor([self.names.index(key) for key in self.tables.keys], device=device)
         self.tables.check_batches = False      # valid ids by construction (as the DeepFM arms)

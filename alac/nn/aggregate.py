@@ -126,8 +126,9 @@ class SparseAggregate(torch.nn.Module):
             self.register_buffer(name, tensor.to(dtype))
         for name, tensor in state.states.items():
             self.register_buffer(name, tensor)
-        # a leaf that requires grad, so that autograd calls backward though the tables do not
-        self._anchor = torch.zeros(0, requires_grad=True)
+        # a leaf that requires grad, so that autograd calls backward though the tables do not; on the
+        # tables' device, so that a backward that stepped them on a side stream joins the caller's stream
+        self._anchor = torch.zeros(0, device=device, requires_grad=True)
         self._deferred = None       # inside deferred(): the recorded (indices, x, bag, deltas, samples)
         self.check_batches = True   # forward checks its batch (ids, offsets, fields) with one host round trip
 
@@ -279,7 +280,7 @@ class _Aggregate(torch.autograd.Function):
             accums = module._kernels.aggregate(state, rows, x, bag, n_bags)
         else:
             accums, _ = module._reference.accums(state, rows, _values(x, indices), bag, n_bags)
-        ctx.module, ctx.samples, ctx.n_bags = module, samples, n_bags
+        ctx.module, ctx.samples, ctx.n_bags, ctx.anchor_device = module, samples, n_bags, anchor.device
         ctx.save_for_backward(indices, bag, x)
         return tuple(accums[a.name] for a in module.ir.accums)
 
@@ -295,4 +296,4 @@ class _Aggregate(torch.autograd.Function):
             module._deferred.append((indices, x, bag, deltas, ctx.samples))
         else:
             module._step(indices, x, bag, deltas, ctx.samples)
-        return None, None, None, None, None, None, torch.zeros(0)
+        return None, None, None, None, None, None, torch.zeros(0, device=ctx.anchor_device)

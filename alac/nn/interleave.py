@@ -8,7 +8,10 @@ not what it computes.
   (memory_per_row: the peak GPU memory a warm-up step adds, per row).
 - K-interleaving: the next micro-batch's table lookups issued on a side stream before this one's dense
   part, so that the memory-bound lookups overlap the compute-bound MLP (a GPU only; the tables do not
-  change within the step, so the order does not change the result).
+  change within the step, so the order does not change the result). And the packs of a
+  PackedEmbeddingBags in groups by PICASSO's Eq. 3 (pack_groups): packs whose parameters in a step
+  together fit one wave of the GPU's programs run side by side on streams of their own, the groups in
+  turn.
 
     step = Interleaving(micro_batches=4, side_stream=True)
     loss = interleaved_step(tables, parts, lambda part: tables(part.bags),
@@ -24,6 +27,11 @@ from dataclasses import dataclass
 import torch
 
 from alac.errors import OptionError
+from alac.runtime.execution.bag_launcher import TILE_VALUES
+
+# table programs resident on a multiprocessor at once, for Eq. 3's wave (benchmarks/fields.py, arms
+# alac_packed_graphed and alac_packed_graphed_k_groups)
+PROGRAMS_PER_SM = 4
 
 
 @dataclass(frozen=True)
@@ -64,6 +72,49 @@ def memory_per_row(step, rows):
     step()
     torch.cuda.synchronize()
     return max(torch.cuda.max_memory_allocated() - before, 1) / max(rows, 1)
+
+
+def pack_groups(volumes, capacity):
+    """PICASSO's Eq. 3 for packed operations of one resource: consecutive groups of the ops (their
+    parameter volumes in a step, RParam) whose summed volume stays within `capacity` (RBound over a
+    unit RParam); an op larger than it is a group alone. A group's ops run side by side, the groups in
+    turn."""
+    groups, load = [], capacity
+    for index, volume in enumerate(volumes):
+        if not groups or load + volume > capacity:
+            groups.append([])
+            load = 0
+        groups[-1].append(index)
+        load += volume
+    return groups
+
+
+def wave_values(device):
+    """Eq. 3's bound for alac.nn's table kernels on a GPU: the parameter values one wave of its
+    programs holds (multiprocessors x PROGRAMS_PER_SM tiles of TILE_VALUES); a pack under it leaves
+    multiprocessors idle that another pack's kernel can take."""
+    return torch.cuda.get_device_properties(device).multi_processor_count * PROGRAMS_PER_SM * TILE_VALUES
+
+
+def interleaved_group(calls, streams):
+    """Each of calls (the ops of one Eq. 3 group, returning iterables of (name, tensor)) on a side
+    stream of its own where there are several and a GPU, the current stream waiting for them all;
+    streams: the side streams so far (grown as needed, kept by the caller). Their results, in order."""
+    if len(calls) < 2:
+        return [item for call in calls for item in call()]
+    main = torch.cuda.current_stream()
+    while len(streams) < len(calls):
+        streams.append(torch.cuda.Stream())
+    results = []
+    for call, stream in zip(calls, streams):
+        stream.wait_stream(main)            # the op's inputs were made on the main stream
+        with torch.cuda.stream(stream):
+            results += list(call())
+    for stream in streams[:len(calls)]:
+        main.wait_stream(stream)
+    for _, tensor in results:
+        tensor.record_stream(main)
+    return results
 
 
 def split_rows(n_rows, micro_batches):

@@ -13,6 +13,7 @@ import torch
 from alac.dsl import Model, Normal, Param
 from alac.errors import DataError, OptionError
 from alac.nn.aggregate import SparseAggregate, _Batch
+from alac.nn.interleave import interleaved_group, pack_groups, wave_values
 
 
 @dataclass(frozen=True)
@@ -132,8 +133,12 @@ class PackedEmbeddingBags(torch.nn.Module):
     same B rows for every table, and gives {table name: [B, dim]}. A pack too heavy for one operation
     is cut into shards of equal cost (pack_tables)."""
 
-    def __init__(self, tables, seed=0, device=None, accesses=None, max_cost=None, backend="auto"):
-        """accesses, max_cost: split heavy packs (pack_tables); backend: the packs' (SparseAggregate's)."""
+    def __init__(self, tables, seed=0, device=None, accesses=None, max_cost=None, backend="auto",
+                 interleave_packs=True):
+        """accesses, max_cost: split heavy packs (pack_tables); backend: the packs' (SparseAggregate's);
+        interleave_packs: PICASSO's K-interleaving of the packs on a GPU (alac.nn.interleave.pack_groups:
+        packs whose step's parameters together fill less than one wave of the GPU run side by side, each
+        on a stream of its own)."""
         super().__init__()
         names = [t.name for t in tables]
         if len(set(names)) != len(names) or not names:
@@ -151,6 +156,8 @@ class PackedEmbeddingBags(torch.nn.Module):
                                               dtype=getattr(torch, dtype), backend=backend))
             self._members.append(list(zip(members, starts)))
         self._keyed = {}       # (keys, device) -> _key_constants
+        self.interleave_packs = interleave_packs
+        self._streams = []     # K-interleaving's side streams, made as a group first needs them
         # forward checks the ids with a host round trip unless this is off
         self.check_batches = True
         # the tables pack by pack: KeyedBags in this order need no reordering
@@ -243,10 +250,11 @@ class PackedEmbeddingBags(torch.nn.Module):
             trouble = self.check_batches and not checked and bool(trouble)
         if trouble:
             self._explain_keyed(keys, batch, key, rows)
-        pooled, begin = {}, 0
-        for index, (module, members) in enumerate(zip(self.packs, self._members)):
-            part = slice(begin, ends[index])
-            begin = ends[index]
+        pooled, begins = {}, [0, *ends[:-1]]
+
+        def pool(index):
+            module, members = self.packs[index], self._members[index]
+            part = slice(begins[index], ends[index])
             ids = batch.indices[part] + start_of[key[part]]
             bag = sample[part] * len(members) + position_of[key[part]]
             x = None if batch.values is None else batch.values[part]
@@ -255,8 +263,19 @@ class PackedEmbeddingBags(torch.nn.Module):
                 counts = torch.bincount(bag, minlength=samples * len(members)).view(samples, len(members), 1)
                 sums = sums / counts.clamp(min=1)
             # unbind: its backward is one stack per pack (a select per table costs three kernels each)
-            pooled.update((table.name, value) for (table, _), value in zip(members, sums.unbind(1)))
+            return zip((table.name for table, _ in members), sums.unbind(1))
+
+        volumes = [(end - begin) * members[0][0].dim for begin, end, members in zip(begins, ends, self._members)]
+        for group in self._groups(volumes, device):
+            pooled.update(interleaved_group([lambda index=index: pool(index) for index in group], self._streams))
         return pooled
+
+    def _groups(self, volumes, device):
+        """The packs in K-interleaving groups by Eq. 3 (alac.nn.interleave.pack_groups) where
+        interleave_packs is on and the tables are on a GPU, else each alone."""
+        if not self.interleave_packs or device.type != "cuda" or len(volumes) < 2:
+            return [[index] for index in range(len(volumes))]
+        return pack_groups(volumes, wave_values(device))
 
     def _pack_ends(self, keys, key_lengths, entries):
         """Where every pack's entries end, from the host's entries per key (keys in the packs' order),

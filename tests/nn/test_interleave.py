@@ -16,6 +16,7 @@ from alac.nn.interleave import (
     memory_per_row,
     micro_batch_rows,
     micro_batches_for,
+    pack_groups,
     split_rows,
 )
 
@@ -23,9 +24,9 @@ DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 TABLES = [Table(f"f{i}", rows=30 + i, dim=(4, 8)[i % 2], lr=0.2) for i in range(6)]
 
 
-def _model():
+def _model(interleave_packs=True):
     torch.manual_seed(0)
-    tables = PackedEmbeddingBags(TABLES, seed=3, device=DEVICE)
+    tables = PackedEmbeddingBags(TABLES, seed=3, device=DEVICE, interleave_packs=interleave_packs)
     return tables, mlp([sum(t.dim for t in TABLES), 16, 1]).to(DEVICE)
 
 
@@ -114,3 +115,36 @@ def test_a_steps_memory_per_row_sizes_its_micro_batches():
     assert cost >= 4096
     assert micro_batches_for(1000, [(100 * cost, cost)]) == 10
 
+
+
+def test_picassos_eq_3_groups_consecutive_packs_within_the_capacity():
+    assert pack_groups([3, 4, 2, 9, 1, 1], 9) == [[0, 1, 2], [3], [4, 5]]
+    # an op over the capacity is a group alone; nothing is left out or reordered
+    assert pack_groups([20, 1, 30], 10) == [[0], [1], [2]]
+    assert pack_groups([], 5) == []
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_packs_interleaved_on_streams_train_as_packs_in_turn_eagerly_and_from_a_cuda_graph():
+    """The two packs (dims 4 and 8) of a small batch fill far less than a wave: Eq. 3 puts them in one
+    group, each pack on a stream of its own; the outputs and steps are those of the packs in turn, and
+    the streams' work joins the step's stream so that the step replays from a CUDA graph."""
+    from alac.nn import GraphedStep, whole_step
+
+    ids, labels = _batch()
+    trained = []
+    for interleave in (True, False):
+        tables, deep = _model(interleave)
+        tables.check_batches = False        # a graph's step reads nothing on the host
+        adam = torch.optim.Adam(deep.parameters(), lr=1e-3, capturable=True)
+        step = GraphedStep(whole_step(lambda ids, labels, tables=tables, deep=deep: torch.nn.functional.
+                                      binary_cross_entropy_with_logits(_logit(tables, deep, ids), labels), [adam]))
+        # two warm-up steps, the capture's, one replayed; a replay's output is the graph's: copied
+        losses = torch.stack([step(ids, labels).clone() for _ in range(4)])
+        torch.cuda.synchronize()
+        trained.append((tables, losses, step))
+    (side, side_losses, graphed), (turn, turn_losses, _) = trained
+    assert len(side._streams) == 2 and turn._streams == [] and graphed.graphs
+    torch.testing.assert_close(side_losses, turn_losses)
+    for ours, theirs in zip(side.packs, turn.packs):
+        torch.testing.assert_close(ours.v, theirs.v)
