@@ -277,6 +277,12 @@ def deep_ranks_table(result):
     return arms_table(result)
 
 
+def pack_interleaving_table(result):
+    from benchmarks.pack_interleaving import arms_table
+
+    return arms_table(result)
+
+
 def deep_host_tables_table(result):
     from benchmarks.deep_host_tables import arms_table
 
@@ -453,6 +459,12 @@ SECTIONS = [
      "memory (sparse gradients), the MLP on the GPU, on 200,000 rows (its AUC is of fewer rows).",
      "PYTHONPATH=. python benchmarks/deep_host_tables.py --rows 4000000 --scale 1 --epochs 3 --budgets "
      "0.5,0.2,0.1", deep_host_tables_table),
+    ("pack_interleaving", "Packed tables side by side: PICASSO's K-interleaving by Eq. 3",
+     "benchmarks/fields.py's 200 fields (dims 4, 8, 16 and 32: four packs, Zipf 1.1 ids, MLP 256, 128), 200 steps "
+     "on the tables' generated kernels: the packs in turn against the packs of each Eq. 3 group (parameters of a "
+     "step within one wave of the GPU's programs) side by side on streams of their own (alac.nn.PackedEmbeddingBags' "
+     "default inside a CUDA graph; eagerly the packs run in turn).",
+     "PYTHONPATH=. python benchmarks/pack_interleaving.py", pack_interleaving_table),
     ("dp_aggregation", "How data-parallel ranks' changes combine",
      "Two gloo ranks on the CPU with the reference backend (an async plan runs there as exact sequential SGD, "
      "chunk after chunk), each training half the rows and synchronising once an epoch, against one process on "

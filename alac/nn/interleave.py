@@ -99,12 +99,10 @@ def wave_values(device):
 def interleaved_group(calls, streams):
     """Each of calls (the ops of one Eq. 3 group, returning iterables of (name, tensor)) on a side
     stream of its own where there are several and a GPU, the current stream waiting for them all;
-    streams: the side streams so far (grown as needed, kept by the caller). Their results, in order."""
+    streams: at least as many side streams. Their results, in order."""
     if len(calls) < 2:
         return [item for call in calls for item in call()]
     main = torch.cuda.current_stream()
-    while len(streams) < len(calls):
-        streams.append(torch.cuda.Stream())
     results = []
     for call, stream in zip(calls, streams):
         stream.wait_stream(main)            # the op's inputs were made on the main stream

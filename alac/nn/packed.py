@@ -134,11 +134,12 @@ class PackedEmbeddingBags(torch.nn.Module):
     is cut into shards of equal cost (pack_tables)."""
 
     def __init__(self, tables, seed=0, device=None, accesses=None, max_cost=None, backend="auto",
-                 interleave_packs=True):
+                 interleave_packs=None):
         """accesses, max_cost: split heavy packs (pack_tables); backend: the packs' (SparseAggregate's);
         interleave_packs: PICASSO's K-interleaving of the packs on a GPU (alac.nn.interleave.pack_groups:
         packs whose step's parameters together fill less than one wave of the GPU run side by side, each
-        on a stream of its own)."""
+        on a stream of its own); None: while a CUDA graph captures the step only, where it pays (eagerly
+        the streams' host work costs more than they overlap: benchmarks/pack_interleaving.py)."""
         super().__init__()
         names = [t.name for t in tables]
         if len(set(names)) != len(names) or not names:
@@ -157,7 +158,11 @@ class PackedEmbeddingBags(torch.nn.Module):
             self._members.append(list(zip(members, starts)))
         self._keyed = {}       # (keys, device) -> _key_constants
         self.interleave_packs = interleave_packs
-        self._streams = []     # K-interleaving's side streams, made as a group first needs them
+        # K-interleaving's side streams, made here: not while a CUDA graph captures
+        table_device = self.packs[0].table_device
+        self._streams = [torch.cuda.Stream(table_device) for _ in self.packs] \
+            if table_device.type == "cuda" and len(self.packs) > 1 and interleave_packs is not False else []
+        self.last_groups = None    # the packs' Eq. 3 groups in the last forward
         # forward checks the ids with a host round trip unless this is off
         self.check_batches = True
         # the tables pack by pack: KeyedBags in this order need no reordering
@@ -266,14 +271,18 @@ class PackedEmbeddingBags(torch.nn.Module):
             return zip((table.name for table, _ in members), sums.unbind(1))
 
         volumes = [(end - begin) * members[0][0].dim for begin, end, members in zip(begins, ends, self._members)]
-        for group in self._groups(volumes, device):
+        self.last_groups = self._groups(volumes, device)
+        for group in self.last_groups:
             pooled.update(interleaved_group([lambda index=index: pool(index) for index in group], self._streams))
         return pooled
 
     def _groups(self, volumes, device):
         """The packs in K-interleaving groups by Eq. 3 (alac.nn.interleave.pack_groups) where
-        interleave_packs is on and the tables are on a GPU, else each alone."""
-        if not self.interleave_packs or device.type != "cuda" or len(volumes) < 2:
+        interleave_packs says so and the tables are on a GPU, else each alone."""
+        on = self.interleave_packs
+        if on is None:
+            on = device.type == "cuda" and torch.cuda.is_current_stream_capturing()
+        if not on or not self._streams:
             return [[index] for index in range(len(volumes))]
         return pack_groups(volumes, wave_values(device))
 

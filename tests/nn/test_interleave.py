@@ -24,7 +24,7 @@ DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 TABLES = [Table(f"f{i}", rows=30 + i, dim=(4, 8)[i % 2], lr=0.2) for i in range(6)]
 
 
-def _model(interleave_packs=True):
+def _model(interleave_packs=None):
     torch.manual_seed(0)
     tables = PackedEmbeddingBags(TABLES, seed=3, device=DEVICE, interleave_packs=interleave_packs)
     return tables, mlp([sum(t.dim for t in TABLES), 16, 1]).to(DEVICE)
@@ -124,27 +124,42 @@ def test_picassos_eq_3_groups_consecutive_packs_within_the_capacity():
     assert pack_groups([], 5) == []
 
 
+def _graphed_steps(interleave, ids, labels, steps=4):
+    """The tables after `steps` GraphedSteps (two warm-up steps, the capture's, replays) and the losses."""
+    from alac.nn import GraphedStep, whole_step
+
+    tables, deep = _model(interleave)
+    tables.check_batches = False        # a graph's step reads nothing on the host
+    adam = torch.optim.Adam(deep.parameters(), lr=1e-3, capturable=True)
+    step = GraphedStep(whole_step(lambda ids, labels: torch.nn.functional.binary_cross_entropy_with_logits(
+        _logit(tables, deep, ids), labels), [adam]))
+    losses = torch.stack([step(ids, labels).clone() for _ in range(steps)])     # a replay's output is the graph's
+    torch.cuda.synchronize()
+    assert step.graphs
+    return tables, losses
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_packs_interleaved_on_streams_train_as_packs_in_turn_eagerly_and_from_a_cuda_graph():
     """The two packs (dims 4 and 8) of a small batch fill far less than a wave: Eq. 3 puts them in one
     group, each pack on a stream of its own; the outputs and steps are those of the packs in turn, and
-    the streams' work joins the step's stream so that the step replays from a CUDA graph."""
-    from alac.nn import GraphedStep, whole_step
-
+    the streams' work joins the step's stream so that the step replays from a CUDA graph. By default
+    (None) only a graph's capture interleaves them."""
     ids, labels = _batch()
-    trained = []
-    for interleave in (True, False):
+    eager = {}
+    for interleave in (True, False, None):
         tables, deep = _model(interleave)
-        tables.check_batches = False        # a graph's step reads nothing on the host
-        adam = torch.optim.Adam(deep.parameters(), lr=1e-3, capturable=True)
-        step = GraphedStep(whole_step(lambda ids, labels, tables=tables, deep=deep: torch.nn.functional.
-                                      binary_cross_entropy_with_logits(_logit(tables, deep, ids), labels), [adam]))
-        # two warm-up steps, the capture's, one replayed; a replay's output is the graph's: copied
-        losses = torch.stack([step(ids, labels).clone() for _ in range(4)])
+        loss = torch.nn.functional.binary_cross_entropy_with_logits(_logit(tables, deep, ids), labels)
+        loss.backward()
         torch.cuda.synchronize()
-        trained.append((tables, losses, step))
-    (side, side_losses, graphed), (turn, turn_losses, _) = trained
-    assert len(side._streams) == 2 and turn._streams == [] and graphed.graphs
+        eager[interleave] = (tables, loss.detach())
+    assert eager[True][0].last_groups == [[0, 1]]
+    assert eager[False][0].last_groups == eager[None][0].last_groups == [[0], [1]]
+    torch.testing.assert_close(eager[True][1], eager[False][1])
+    for ours, theirs in zip(eager[True][0].packs, eager[False][0].packs):
+        torch.testing.assert_close(ours.v, theirs.v)
+    (side, side_losses), (turn, turn_losses) = _graphed_steps(None, ids, labels), _graphed_steps(False, ids, labels)
+    assert side.last_groups == [[0, 1]] and turn.last_groups == [[0], [1]]       # as captured
     torch.testing.assert_close(side_losses, turn_losses)
     for ours, theirs in zip(side.packs, turn.packs):
         torch.testing.assert_close(ours.v, theirs.v)
