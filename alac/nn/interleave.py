@@ -27,7 +27,6 @@ from dataclasses import dataclass
 import torch
 
 from alac.errors import OptionError
-from alac.runtime.execution.bag_launcher import TILE_VALUES
 
 # table programs resident on a multiprocessor at once, for Eq. 3's wave (benchmarks/fields.py, arms
 # alac_packed_graphed and alac_packed_graphed_k_groups)
@@ -93,6 +92,9 @@ def wave_values(device):
     """Eq. 3's bound for alac.nn's table kernels on a GPU: the parameter values one wave of its
     programs holds (multiprocessors x PROGRAMS_PER_SM tiles of TILE_VALUES); a pack under it leaves
     multiprocessors idle that another pack's kernel can take."""
+    # here, not at the top: the launcher imports triton, which training without it must not need
+    from alac.runtime.execution.bag_launcher import TILE_VALUES
+
     return torch.cuda.get_device_properties(device).multi_processor_count * PROGRAMS_PER_SM * TILE_VALUES
 
 

@@ -3,6 +3,7 @@ batch's step does (the same tables and MLP gradients as one forward and backward
 tests/nn/test_aggregate.py checks against hand-written PyTorch); Eq. 2's arithmetic; deferred's guards."""
 
 import copy
+import functools
 
 import pytest
 import torch
@@ -36,8 +37,15 @@ def _batch(rows=96):
     return ids.to(DEVICE), (torch.rand(rows, generator=generator) < 0.4).float().to(DEVICE)
 
 
+@functools.cache
+def _columns(keys, device):
+    """The ids' columns in the packs' key order, made once (before any graph's capture, which copies
+    nothing from the host)."""
+    return torch.tensor([int(k[1:]) for k in keys], device=device)
+
+
 def _logit(tables, deep, ids):
-    pooled = tables(KeyedBags.one_hot(tables.keys, ids[:, [int(k[1:]) for k in tables.keys]]))
+    pooled = tables(KeyedBags.one_hot(tables.keys, ids[:, _columns(tables.keys, ids.device)]))
     return deep(torch.cat([pooled[t.name] for t in TABLES], 1)).squeeze(1)
 
 
