@@ -1,0 +1,268 @@
+"""libFM's coordinate solvers for factorization machines (Rendle, "Factorization Machines with libFM",
+ACM TIST 2012): ALS, each coordinate set to its regularized least-squares optimum given the others,
+and MCMC, each drawn from its Gaussian conditional, with the noise precision and one group of
+hyper-priors per field drawn in turn (myFM's `group_shapes`), and for classification probit's latent
+targets. On a CPU or a GPU, in torch, float32 or float64.
+
+A step updates one coordinate for all of its occurrences: w_0, w_j, or v_{j,f}, keeping the
+residuals e = y - ŷ and Rendle's caches q_{i,f} = Σ_l v_{l,f} x_{i,l} current. The features of a
+field that gives every row at most one entry share no row, so all of a field's coordinates of one kind
+(its w, or its v_{.,f} for one f) are independent given the rest: they are stepped together, as one
+after the other would be (tests/runtime/solvers/test_fm_coordinate.py, against the float64 loop of
+alac.runtime.solvers.fm_sequential). A field that repeats in a row would make its features' steps
+conflict: such data is refused. Features no training row has stay at 0.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from alac.errors import DataError, OptionError
+
+SOLVERS = ("als", "mcmc")
+TASKS = ("regression", "classification")
+
+
+@dataclass(frozen=True)
+class CoordinateSettings:
+    """solver: als or mcmc; k: factors; iterations; burn_in: MCMC's samples left out of the average;
+    init_std: v's initial normal std; reg_w, reg_v: ALS's L2 (MCMC draws them); task: regression
+    (squared loss / Gaussian noise) or classification (MCMC: probit); the hyper-priors' constants as
+    libFM and myFM take them (alpha_0, beta_0 for the noise precision, alpha_lambda, beta_lambda for
+    the groups' precisions, gamma_0 and mu_0 for their means); initial_precision: the priors' precision
+    before their first draw (myFM's vague start); draw_hypers False: MCMC keeps the noise precision at
+    1 and every prior at mean 0 and initial_precision (a fixed Gaussian prior)."""
+
+    solver: str = "mcmc"
+    k: int = 8
+    iterations: int = 100
+    burn_in: int = 10
+    init_std: float = 0.1
+    reg_w: float = 0.0
+    reg_v: float = 0.0
+    task: str = "regression"
+    seed: int = 0
+    alpha_0: float = 1.0
+    beta_0: float = 1.0
+    alpha_lambda: float = 1.0
+    beta_lambda: float = 1.0
+    gamma_0: float = 1.0
+    mu_0: float = 0.0
+    initial_precision: float = 1e-5
+    draw_hypers: bool = True
+
+    def __post_init__(self):
+        if self.solver not in SOLVERS or self.task not in TASKS:
+            raise OptionError(f"solver is one of {', '.join(SOLVERS)} and task one of {', '.join(TASKS)}, got "
+                              f"{self.solver!r}, {self.task!r}")
+        if self.solver == "als" and self.task == "classification":
+            raise OptionError("ALS fits the squared loss: classify by solver='mcmc' (probit)")
+        if self.k < 0 or self.iterations < 1 or not 0 <= self.burn_in < self.iterations or self.init_std < 0 or \
+                self.reg_w < 0 or self.reg_v < 0:
+            raise OptionError(f"k >= 0, iterations >= 1, 0 <= burn_in < iterations, init_std, reg_w and reg_v >= 0, "
+                              f"got {self}")
+
+
+@dataclass(frozen=True)
+class FieldGroup:
+    """One field's features (global ids, ascending) and its entries: row, the feature's position in
+    `features`, value."""
+
+    field: int
+    features: torch.Tensor
+    rows: torch.Tensor
+    local: torch.Tensor
+    values: torch.Tensor
+
+
+def field_groups(dataset, device, dtype):
+    """The FieldGroups of a SparseDataset with fields, checked: every feature in one field, no field
+    twice in a row (a DataError names the row's line otherwise)."""
+    if dataset.fields is None:
+        raise DataError(f"{dataset.source.path or 'the data'}: ALS and MCMC step a field's features together and "
+                        "need every entry's field (libffm rows, a table's columns)")
+    rows = dataset.entry_rows().long().cpu()
+    fields = dataset.fields.long().cpu()
+    features = dataset.indices.long().cpu()
+    values = dataset.values_or_ones().cpu()
+    per_row = torch.bincount(rows * dataset.n_fields + fields, minlength=dataset.n_rows * dataset.n_fields)
+    if per_row.numel() and int(per_row.max()) > 1:
+        where = int(torch.argmax(per_row))
+        row, field = divmod(where, dataset.n_fields)
+        raise DataError(f"{dataset.source.describe_row(row)}: field {field} has {int(per_row[where])} entries; ALS "
+                        "and MCMC step a field's features together and take at most one entry of a field a row")
+    field_of = torch.full((dataset.n_features,), -1, dtype=torch.int64)
+    field_of[features] = fields
+    mixed = field_of[features] != fields
+    if bool(mixed.any()):
+        entry = int(torch.nonzero(mixed)[0])
+        raise DataError(f"{dataset.source.describe_row(int(rows[entry]))}: feature {int(features[entry])} comes in "
+                        f"fields {int(fields[entry])} and {int(field_of[features[entry]])}: ALS and MCMC group a "
+                        "feature's prior by its one field")
+    groups = []
+    for field in torch.unique(fields).tolist():
+        members = torch.nonzero(field_of == field).flatten()
+        mine = fields == field
+        position = torch.full((dataset.n_features,), -1, dtype=torch.int64)
+        position[members] = torch.arange(members.numel())
+        groups.append(FieldGroup(field, members.to(device), rows[mine].to(device),
+                                 position[features[mine]].to(device), values[mine].to(device, dtype)))
+    return groups
+
+
+class CoordinateSolver:
+    """ALS or MCMC for an FM on the rows of `train` (a SparseDataset with fields; labels the targets,
+    or 0/1 classes for classification), on `device` in `dtype`. iterate() runs one sweep; `samples`
+    counts MCMC's draws past burn_in, whose predictions average()."""
+
+    def __init__(self, settings, train, n_features=None, device="cpu", dtype=torch.float64):
+        self.settings, self.device, self.dtype = settings, torch.device(device), dtype
+        self.n_features = n_features or train.n_features
+        self.groups = field_groups(train, self.device, dtype)
+        self.n_rows = train.n_rows
+        labels = train.labels.to(self.device, dtype)
+        self.classes = labels > 0.5 if settings.task == "classification" else None
+        self.targets = labels if self.classes is None else torch.where(self.classes, 1.0, -1.0).to(dtype)
+        k = settings.k
+        self.generator = torch.Generator(self.device).manual_seed(settings.seed)
+        self.host = np.random.default_rng(settings.seed)
+        self.w0 = torch.zeros((), device=self.device, dtype=dtype)
+        self.w = torch.zeros(self.n_features, device=self.device, dtype=dtype)
+        self.v = torch.zeros((self.n_features, k), device=self.device, dtype=dtype)
+        for group in self.groups:
+            self.v[group.features] = settings.init_std * self._normal((group.features.numel(), k))
+        self.alpha = 1.0
+        n_groups = len(self.groups)
+        self.mu_w, self.lambda_w = np.zeros(n_groups), np.full(n_groups, settings.initial_precision)
+        self.mu_v, self.lambda_v = np.zeros((n_groups, k)), np.full((n_groups, k), settings.initial_precision)
+        self.q = torch.zeros((self.n_rows, k), device=self.device, dtype=dtype)
+        for group in self.groups:
+            self.q.index_add_(0, group.rows, group.values[:, None] * self.v[group.features[group.local]])
+        self.e = self.targets - self.predict_rows()
+        self.iteration = 0
+        self.samples = 0
+
+    def _normal(self, shape):
+        return torch.randn(shape, generator=self.generator, device=self.device, dtype=self.dtype)
+
+    def predict_rows(self):
+        """ŷ of the training rows from the caches: w_0 + Σ w x + ½ Σ_f (q_f² - Σ v_f² x²)."""
+        linear = torch.full((self.n_rows,), float(self.w0), device=self.device, dtype=self.dtype)
+        squares = torch.zeros((self.n_rows,), device=self.device, dtype=self.dtype)
+        for group in self.groups:
+            ids = group.features[group.local]
+            linear.index_add_(0, group.rows, self.w[ids] * group.values)
+            squares.index_add_(0, group.rows, (self.v[ids] ** 2).sum(1) * group.values ** 2)
+        return linear + 0.5 * ((self.q ** 2).sum(1) - squares)
+
+    def _draw(self, old, h, rows, local, count, mu, precision_prior):
+        """One block of coordinates (old [count], their entries' h, rows, local positions): each set to
+        its conditional's mean (ALS) or drawn from it (MCMC); the residuals follow. Returns the change."""
+        numerator = torch.zeros(count, device=self.device, dtype=self.dtype)
+        numerator.index_add_(0, local, h * (self.e[rows] + old[local] * h))
+        curvature = torch.zeros(count, device=self.device, dtype=self.dtype).index_add_(0, local, h * h)
+        precision = self.alpha * curvature + precision_prior
+        mean = (self.alpha * numerator + mu * precision_prior) / precision
+        new = mean if self.settings.solver == "als" else mean + self._normal(count) / precision.sqrt()
+        change = new - old
+        self.e.index_add_(0, rows, -change[local] * h)
+        return change
+
+    def _priors(self, index, f=None):
+        """(mean, precision) of a group's w (f None) or v_{.,f}: ALS's L2, MCMC's drawn hyper-priors."""
+        if self.settings.solver == "als":
+            return 0.0, self.settings.reg_w if f is None else self.settings.reg_v
+        if f is None:
+            return float(self.mu_w[index]), float(self.lambda_w[index])
+        return float(self.mu_v[index, f]), float(self.lambda_v[index, f])
+
+    def _latent_targets(self):
+        """Probit's latent z ~ N(ŷ, 1) truncated to the side of the row's class; the residuals become z - ŷ."""
+        prediction = (self.targets - self.e).double()
+        u = torch.rand(self.n_rows, generator=self.generator, device=self.device, dtype=torch.float64)
+        normal = torch.distributions.Normal(torch.zeros((), dtype=torch.float64, device=self.device), 1.0)
+        below = normal.cdf(-prediction)          # P(z < 0)
+        low = torch.where(self.classes, below, torch.zeros_like(below))
+        high = torch.where(self.classes, torch.ones_like(below), below)
+        p = (low + u * (high - low)).clamp(1e-15, 1 - 1e-15)
+        z = prediction + torch.special.ndtri(p)
+        self.targets = z.to(self.dtype)
+        self.e = self.targets - prediction.to(self.dtype)
+
+    def iterate(self):
+        """One sweep in libFM's and myFM's order: (MCMC: classification's latent targets or the noise
+        precision,) w_0, (MCMC: the fields' w priors,) every field's w, (the fields' v priors,) then for
+        each f every field's v_{.,f}."""
+        s = self.settings
+        hypers = s.solver == "mcmc" and s.draw_hypers
+        if s.solver == "mcmc" and self.classes is not None:
+            self._latent_targets()
+        elif hypers:
+            squared = float((self.e.double() ** 2).sum())
+            self.alpha = self.host.gamma((s.alpha_0 + self.n_rows) / 2, 2 / (s.beta_0 + squared))
+        ones = torch.ones(self.n_rows, device=self.device, dtype=self.dtype)
+        rows = torch.arange(self.n_rows, device=self.device)
+        self.w0 += self._draw(self.w0.view(1), ones, rows, torch.zeros_like(rows), 1, 0.0, 0.0)[0]
+        if hypers:
+            self._draw_group_priors(self.w[:, None], self.mu_w[:, None], self.lambda_w[:, None])
+        for index, group in enumerate(self.groups):
+            count = group.features.numel()
+            mu, precision = self._priors(index)
+            self.w[group.features] += self._draw(self.w[group.features], group.values, group.rows, group.local, count,
+                                                 mu, precision)
+        if hypers:
+            self._draw_group_priors(self.v, self.mu_v, self.lambda_v)
+        for f in range(s.k):
+            for index, group in enumerate(self.groups):
+                count = group.features.numel()
+                old = self.v[group.features, f]
+                h = group.values * (self.q[group.rows, f] - group.values * old[group.local])
+                mu, precision = self._priors(index, f)
+                change = self._draw(old, h, group.rows, group.local, count, mu, precision)
+                self.v[group.features, f] = old + change
+                self.q[:, f].index_add_(0, group.rows, change[group.local] * group.values)
+        self.iteration += 1
+        if s.solver == "mcmc" and self.iteration > s.burn_in:
+            self.samples += 1
+
+    def _draw_group_priors(self, params, mu, precision):
+        """Every field's prior mean and precision of each column of params ([n_features, columns]: w as
+        one column, or v), in place in mu and precision ([groups, columns]), from their Normal-Gamma
+        conditionals as libFM's; one read of the device."""
+        moments = [torch.cat([params[group.features].sum(0), (params[group.features] ** 2).sum(0)])
+                   for group in self.groups]
+        moments = torch.stack(moments).double().cpu().numpy()
+        columns = params.shape[1]
+        for index, group in enumerate(self.groups):
+            for column in range(columns):
+                precision[index, column], mu[index, column] = self._normal_gamma(
+                    group.features.numel(), moments[index, column], moments[index, columns + column], mu[index, column])
+
+    def _normal_gamma(self, n, total, square, mu):
+        """(precision, mean) of a group of n coordinates (their sum and sum of squares): the precision
+        from Gamma given the current mean, then the mean from its Normal given the new precision."""
+        s, rng = self.settings, self.host
+        spread = square - 2 * mu * total + n * mu * mu + s.gamma_0 * (mu - s.mu_0) ** 2
+        precision = rng.gamma((s.alpha_lambda + n + 1) / 2, 2 / (s.beta_lambda + spread))
+        mean = rng.normal((total + s.gamma_0 * s.mu_0) / (n + s.gamma_0), 1 / math.sqrt((n + s.gamma_0) * precision))
+        return precision, mean
+
+    def predict(self, dataset):
+        """ŷ of a SparseDataset's rows (its feature ids in this model's numbering) under the current
+        coordinates (probit's latent mean for classification)."""
+        rows = dataset.entry_rows().long().to(self.device)
+        ids = dataset.indices.long().to(self.device)
+        x = dataset.values_or_ones().to(self.device, self.dtype)
+        known = ids < self.n_features
+        rows, ids, x = rows[known], ids[known], x[known]
+        linear = torch.full((dataset.n_rows,), float(self.w0), device=self.device, dtype=self.dtype)
+        linear.index_add_(0, rows, self.w[ids] * x)
+        sums = torch.zeros((dataset.n_rows, self.settings.k), device=self.device, dtype=self.dtype)
+        sums.index_add_(0, rows, self.v[ids] * x[:, None])
+        squares = torch.zeros(dataset.n_rows, device=self.device, dtype=self.dtype)
+        squares.index_add_(0, rows, (self.v[ids] ** 2).sum(1) * x ** 2)
+        return linear + 0.5 * ((sums ** 2).sum(1) - squares)
