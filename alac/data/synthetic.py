@@ -24,7 +24,7 @@ from alac.data.table import MAX_FEATURES
 from alac.errors import OptionError
 
 # Independent random streams.
-_CARDINALITY, _ID, _WEIGHT_U1, _WEIGHT_U2, _FACTOR_U1, _FACTOR_U2, _LABEL = range(7)
+_CARDINALITY, _ID, _WEIGHT_U1, _WEIGHT_U2, _FACTOR_U1, _FACTOR_U2, _LABEL, _NOISE_U1, _NOISE_U2 = range(9)
 
 # Values drawn per block of rows (ids, and the planted FM's factors of every id): 2**26 keeps the
 # float64 temporaries near 0.5 GB whatever the fields and k (2**20 rows of k = 64 factors took 13 GB).
@@ -160,21 +160,52 @@ def kaggle_like(n_rows, zipf=1.1, seed=0, model="fm", k=16, device=None, first_r
     planted = planted_model(seed=seed, model=model, k=k, device=device,
                             cardinalities=[c * scale for c in KAGGLE_CARDINALITIES])
 
-    def zipf_local(u, cardinality):
+    options = (("model", model), ("zipf", zipf), ("seed", seed), ("k", k), ("shape", "kaggle"))
+    if scale != 1:
+        options += (("scale", scale),)
+    return _planted_rows(planted, n_rows, seed, first_row, _zipf_local(zipf), options)
+
+
+def ratings_like(n_ratings, n_users=100_000, n_items=20_000, k=8, zipf=1.1, noise_std=0.5, mean=3.5, seed=0,
+                 device=None, first_row=0):
+    """`n_ratings` (user, item) ratings, one-hot fields 0 (users) and 1 (items, ids after the users'),
+    each field's ids Zipf(zipf)-distributed as kaggle_like's (power-law users and items); the rating
+    is a planted FM of rank k (mean, user and item biases N(0, 0.3^2), factors scaled so that the
+    interaction has about unit variance) plus N(0, noise_std^2) noise: the set of benchmarks/fm_mcmc.py."""
+    if zipf <= 0 or n_users < 1 or n_items < 1 or noise_std < 0:
+        raise OptionError(f"the Zipf exponent is positive, the users and items at least 1 and the noise std at "
+                          f"least 0, got {zipf}, {n_users}, {n_items}, {noise_std}")
+    planted = planted_model(seed=seed, model="fm", k=k, bias=mean, device=device, cardinalities=[n_users, n_items])
+
+    def rating(logits, rows):
+        return logits + noise_std * normal(seed, (_NOISE_U1, _NOISE_U2), rows)
+
+    options = (("zipf", zipf), ("seed", seed), ("k", k), ("shape", "ratings"), ("noise_std", noise_std))
+    return _planted_rows(planted, n_ratings, seed, first_row, _zipf_local(zipf), options, rating)
+
+
+def _zipf_local(zipf):
+    """A field's local id of a uniform u: the continuous power law's inverse CDF over [1, c + 1), floored."""
+    def local(u, cardinality):
         if zipf == 1:
             return torch.floor((cardinality + 1) ** u) - 1
         power = 1 - zipf
         return torch.floor((((cardinality + 1) ** power - 1) * u + 1) ** (1 / power)) - 1
-
-    options = (("model", model), ("zipf", zipf), ("seed", seed), ("k", k), ("shape", "kaggle"))
-    if scale != 1:
-        options += (("scale", scale),)
-    return _planted_rows(planted, n_rows, seed, first_row, zipf_local, options)
+    return local
 
 
-def _planted_rows(planted, n_rows, seed, first_row, draw_local, options):
+def _binary(seed):
+    """Labels 1 with the planted logits' probability."""
+    def labels(logits, rows):
+        return (uniform(seed, _LABEL, rows) < torch.sigmoid(logits)).float()
+    return labels
+
+
+def _planted_rows(planted, n_rows, seed, first_row, draw_local, options, labels_of=None):
     """Rows [first_row, first_row + n_rows) of one id per field, local id draw_local(u, cardinality)
-    of a uniform u per (row, field), labels drawn from the planted model."""
+    of a uniform u per (row, field), labels labels_of(planted logits, row numbers) (default: binary,
+    drawn with the logits' probability)."""
+    labels_of = labels_of or _binary(seed)
     device = planted.field_offsets.device
     n_fields = planted.cardinalities.numel()
     planted = planted.tabulated(n_rows * n_fields)
@@ -193,8 +224,7 @@ def _planted_rows(planted, n_rows, seed, first_row, draw_local, options):
         ids = local + planted.field_offsets[:-1]
         indices[start * n_fields:stop * n_fields] = ids.view(-1).int()
         rows = torch.arange(first_row + start, first_row + stop, dtype=torch.int64, device=device)
-        probability = torch.sigmoid(planted.logits(ids))
-        labels[start:stop] = (uniform(seed, _LABEL, rows) < probability).float()
+        labels[start:stop] = labels_of(planted.logits(ids), rows).float()
     return SparseDataset(
         indptr=torch.arange(0, nnz + 1, n_fields, dtype=torch.int64, device=device), indices=indices,
         values=None, labels=labels, n_features=planted.n_features,

@@ -112,3 +112,20 @@ def test_a_kaggle_scale_past_int32_ids_is_refused_before_any_row_is_made():
     largest = (2**31 - 1) // sum(KAGGLE_CARDINALITIES)
     with pytest.raises(OptionError, match=f"the largest scale is {largest}"):
         kaggle_like(10, scale=largest + 1, model="lr", device="cpu")
+
+
+def test_ratings_follow_their_planted_fm_plus_noise_with_power_law_users_and_items():
+    from alac.data.synthetic import planted_model, ratings_like
+
+    data = ratings_like(100_000, n_users=2000, n_items=500, k=4, noise_std=0.5, seed=3, device="cpu")
+    assert (data.n_features, data.n_fields) == (2500, 2) and data.values is None
+    ids = data.indices.long().view(-1, 2)
+    assert bool((ids[:, 0] < 2000).all()) and bool((ids[:, 1] >= 2000).all())
+    # Zipf 1.1: the first user is rated about 2^1.1 times as often as the second, far more than the median one
+    users = torch.bincount(ids[:, 0], minlength=2000).double()
+    assert 1.7 < float(users[0] / users[1]) < 2.6 and float(users[0]) > 50 * float(users.median())
+    # the residual from the planted model (an FM of user and item: mean 3.5, biases, one product) is the noise
+    planted = planted_model(seed=3, model="fm", k=4, bias=3.5, device="cpu", cardinalities=[2000, 500])
+    residual = data.labels.double() - planted.logits(ids)
+    assert abs(float(residual.mean())) < 0.01 and float(residual.std()) == pytest.approx(0.5, rel=0.02)
+    assert torch.equal(ratings_like(1000, 2000, 500, k=4, seed=3, device="cpu").labels, data.labels[:1000])
