@@ -5,12 +5,11 @@ hyper-priors per field drawn in turn (myFM's `group_shapes`), and for classifica
 targets. On a CPU or a GPU, in torch, float32 or float64.
 
 A step updates one coordinate for all of its occurrences: w_0, w_j, or v_{j,f}, keeping the
-residuals e = y - ŷ and Rendle's caches q_{i,f} = Σ_l v_{l,f} x_{i,l} current. The features of a
-field that gives every row at most one entry share no row, so all of a field's coordinates of one kind
-(its w, or its v_{.,f} for one f) are independent given the rest: they are stepped together, as one
-after the other would be (tests/runtime/solvers/test_fm_coordinate.py, against the float64 loop of
-alac.runtime.solvers.fm_sequential). A field that repeats in a row would make its features' steps
-conflict: such data is refused. Features no training row has stay at 0.
+residuals e = y - ŷ and Rendle's caches q_{i,f} = Σ_l v_{l,f} x_{i,l} current. Features that share
+no row have independent coordinates given the rest, so a block of them (alac.runtime.solvers.fm_blocks:
+a one-hot field whole, a repeating field split by colouring) steps its w, or its v_{.,f} for one f,
+together, as one after the other would (tests/runtime/solvers/test_fm_coordinate.py, against the
+float64 loop of alac.runtime.solvers.fm_sequential). Features no training row has stay at 0.
 """
 
 from __future__ import annotations
@@ -21,7 +20,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from alac.errors import DataError, OptionError
+from alac.errors import OptionError
+from alac.runtime.solvers.fm_blocks import coordinate_blocks
 
 SOLVERS = ("als", "mcmc")
 TASKS = ("regression", "classification")
@@ -67,53 +67,6 @@ class CoordinateSettings:
                               f"got {self}")
 
 
-@dataclass(frozen=True)
-class FieldGroup:
-    """One field's features (global ids, ascending) and its entries: row, the feature's position in
-    `features`, value."""
-
-    field: int
-    features: torch.Tensor
-    rows: torch.Tensor
-    local: torch.Tensor
-    values: torch.Tensor
-
-
-def field_groups(dataset, device, dtype):
-    """The FieldGroups of a SparseDataset with fields, checked: every feature in one field, no field
-    twice in a row (a DataError names the row's line otherwise)."""
-    if dataset.fields is None:
-        raise DataError(f"{dataset.source.path or 'the data'}: ALS and MCMC step a field's features together and "
-                        "need every entry's field (libffm rows, a table's columns)")
-    rows = dataset.entry_rows().long().cpu()
-    fields = dataset.fields.long().cpu()
-    features = dataset.indices.long().cpu()
-    values = dataset.values_or_ones().cpu()
-    per_row = torch.bincount(rows * dataset.n_fields + fields, minlength=dataset.n_rows * dataset.n_fields)
-    if per_row.numel() and int(per_row.max()) > 1:
-        where = int(torch.argmax(per_row))
-        row, field = divmod(where, dataset.n_fields)
-        raise DataError(f"{dataset.source.describe_row(row)}: field {field} has {int(per_row[where])} entries; ALS "
-                        "and MCMC step a field's features together and take at most one entry of a field a row")
-    field_of = torch.full((dataset.n_features,), -1, dtype=torch.int64)
-    field_of[features] = fields
-    mixed = field_of[features] != fields
-    if bool(mixed.any()):
-        entry = int(torch.nonzero(mixed)[0])
-        raise DataError(f"{dataset.source.describe_row(int(rows[entry]))}: feature {int(features[entry])} comes in "
-                        f"fields {int(fields[entry])} and {int(field_of[features[entry]])}: ALS and MCMC group a "
-                        "feature's prior by its one field")
-    groups = []
-    for field in torch.unique(fields).tolist():
-        members = torch.nonzero(field_of == field).flatten()
-        mine = fields == field
-        position = torch.full((dataset.n_features,), -1, dtype=torch.int64)
-        position[members] = torch.arange(members.numel())
-        groups.append(FieldGroup(field, members.to(device), rows[mine].to(device),
-                                 position[features[mine]].to(device), values[mine].to(device, dtype)))
-    return groups
-
-
 class CoordinateSolver:
     """ALS or MCMC for an FM on the rows of `train` (a SparseDataset with fields; labels the targets,
     or 0/1 classes for classification), on `device` in `dtype`. iterate() runs one sweep; `samples`
@@ -122,7 +75,7 @@ class CoordinateSolver:
     def __init__(self, settings, train, n_features=None, device="cpu", dtype=torch.float64):
         self.settings, self.device, self.dtype = settings, torch.device(device), dtype
         self.n_features = n_features or train.n_features
-        self.groups = field_groups(train, self.device, dtype)
+        self.blocks, self.priors = coordinate_blocks(train, self.device, dtype)
         self.n_rows = train.n_rows
         labels = train.labels.to(self.device, dtype)
         self.classes = labels > 0.5 if settings.task == "classification" else None
@@ -133,15 +86,15 @@ class CoordinateSolver:
         self.w0 = torch.zeros((), device=self.device, dtype=dtype)
         self.w = torch.zeros(self.n_features, device=self.device, dtype=dtype)
         self.v = torch.zeros((self.n_features, k), device=self.device, dtype=dtype)
-        for group in self.groups:
-            self.v[group.features] = settings.init_std * self._normal((group.features.numel(), k))
+        for features in self.priors:
+            self.v[features] = settings.init_std * self._normal((features.numel(), k))
         self.alpha = 1.0
-        n_groups = len(self.groups)
+        n_groups = len(self.priors)
         self.mu_w, self.lambda_w = np.zeros(n_groups), np.full(n_groups, settings.initial_precision)
         self.mu_v, self.lambda_v = np.zeros((n_groups, k)), np.full((n_groups, k), settings.initial_precision)
         self.q = torch.zeros((self.n_rows, k), device=self.device, dtype=dtype)
-        for group in self.groups:
-            self.q.index_add_(0, group.rows, group.values[:, None] * self.v[group.features[group.local]])
+        for block in self.blocks:
+            self.q.index_add_(0, block.rows, block.values[:, None] * self.v[block.features[block.local]])
         self.e = self.targets - self.predict_rows()
         self.iteration = 0
         self.samples = 0
@@ -153,10 +106,10 @@ class CoordinateSolver:
         """ŷ of the training rows from the caches: w_0 + Σ w x + ½ Σ_f (q_f² - Σ v_f² x²)."""
         linear = torch.full((self.n_rows,), float(self.w0), device=self.device, dtype=self.dtype)
         squares = torch.zeros((self.n_rows,), device=self.device, dtype=self.dtype)
-        for group in self.groups:
-            ids = group.features[group.local]
-            linear.index_add_(0, group.rows, self.w[ids] * group.values)
-            squares.index_add_(0, group.rows, (self.v[ids] ** 2).sum(1) * group.values ** 2)
+        for block in self.blocks:
+            ids = block.features[block.local]
+            linear.index_add_(0, block.rows, self.w[ids] * block.values)
+            squares.index_add_(0, block.rows, (self.v[ids] ** 2).sum(1) * block.values ** 2)
         return linear + 0.5 * ((self.q ** 2).sum(1) - squares)
 
     def _draw(self, old, h, rows, local, count, mu, precision_prior):
@@ -209,38 +162,35 @@ class CoordinateSolver:
         self.w0 += self._draw(self.w0.view(1), ones, rows, torch.zeros_like(rows), 1, 0.0, 0.0)[0]
         if hypers:
             self._draw_group_priors(self.w[:, None], self.mu_w[:, None], self.lambda_w[:, None])
-        for index, group in enumerate(self.groups):
-            count = group.features.numel()
-            mu, precision = self._priors(index)
-            self.w[group.features] += self._draw(self.w[group.features], group.values, group.rows, group.local, count,
-                                                 mu, precision)
+        for block in self.blocks:
+            mu, precision = self._priors(block.prior)
+            self.w[block.features] += self._draw(self.w[block.features], block.values, block.rows, block.local,
+                                                 block.features.numel(), mu, precision)
         if hypers:
             self._draw_group_priors(self.v, self.mu_v, self.lambda_v)
         for f in range(s.k):
-            for index, group in enumerate(self.groups):
-                count = group.features.numel()
-                old = self.v[group.features, f]
-                h = group.values * (self.q[group.rows, f] - group.values * old[group.local])
-                mu, precision = self._priors(index, f)
-                change = self._draw(old, h, group.rows, group.local, count, mu, precision)
-                self.v[group.features, f] = old + change
-                self.q[:, f].index_add_(0, group.rows, change[group.local] * group.values)
+            for block in self.blocks:
+                old = self.v[block.features, f]
+                h = block.values * (self.q[block.rows, f] - block.values * old[block.local])
+                mu, precision = self._priors(block.prior, f)
+                change = self._draw(old, h, block.rows, block.local, block.features.numel(), mu, precision)
+                self.v[block.features, f] = old + change
+                self.q[:, f].index_add_(0, block.rows, change[block.local] * block.values)
         self.iteration += 1
         if s.solver == "mcmc" and self.iteration > s.burn_in:
             self.samples += 1
 
     def _draw_group_priors(self, params, mu, precision):
         """Every field's prior mean and precision of each column of params ([n_features, columns]: w as
-        one column, or v), in place in mu and precision ([groups, columns]), from their Normal-Gamma
+        one column, or v), in place in mu and precision ([fields, columns]), from their Normal-Gamma
         conditionals as libFM's; one read of the device."""
-        moments = [torch.cat([params[group.features].sum(0), (params[group.features] ** 2).sum(0)])
-                   for group in self.groups]
+        moments = [torch.cat([params[features].sum(0), (params[features] ** 2).sum(0)]) for features in self.priors]
         moments = torch.stack(moments).double().cpu().numpy()
         columns = params.shape[1]
-        for index, group in enumerate(self.groups):
+        for index, features in enumerate(self.priors):
             for column in range(columns):
                 precision[index, column], mu[index, column] = self._normal_gamma(
-                    group.features.numel(), moments[index, column], moments[index, columns + column], mu[index, column])
+                    features.numel(), moments[index, column], moments[index, columns + column], mu[index, column])
 
     def _normal_gamma(self, n, total, square, mu):
         """(precision, mean) of a group of n coordinates (their sum and sum of squares): the precision

@@ -1,9 +1,10 @@
 """libFM's ALS and MCMC for factorization machines one coordinate at a time, in float64 on the CPU, as
 Rendle's "Factorization Machines with libFM" (ACM TIST 2012, Algorithms 2 and 3) writes them: the
-reference that alac.runtime.solvers.fm_coordinate, which steps a field's coordinates together, is
-checked against. It draws its random numbers from the same generators in the same order (a block's
-normals as one draw, taken by its coordinates in turn), so the two agree to rounding where the
-parallel steps are exact. For small problems: plain Python loops.
+reference that alac.runtime.solvers.fm_coordinate, which steps a block's coordinates together, is
+checked against. It visits the coordinates in the same blocks' order (alac.runtime.solvers.fm_blocks)
+and draws its random numbers from the same generators in the same order (a block's normals as one
+draw, taken by its coordinates in turn), so the two agree to rounding where the blocks' coordinates
+are independent. For small problems: plain Python loops.
 """
 
 from __future__ import annotations
@@ -14,22 +15,29 @@ import numpy as np
 import torch
 
 
-def sequential_fit(settings, rows, features, fields, values, targets, n_features, iterations=None):
-    """(w0, w, v, alpha) after `iterations` sweeps (default settings.iterations) on the entries (row,
-    feature, field, value: numpy arrays) of len(targets) rows; regression only."""
+def sequential_fit(settings, dataset, iterations=None):
+    """(w0, w, v, alpha) after `iterations` sweeps (default settings.iterations) on a SparseDataset with
+    fields; regression only."""
+    from alac.runtime.solvers.fm_blocks import coordinate_blocks
+
     k, mcmc = settings.k, settings.solver == "mcmc"
+    rows, features = dataset.entry_rows().numpy(), dataset.indices.long().numpy()
+    values, targets = dataset.values_or_ones().double().numpy(), dataset.labels.double().numpy()
+    n_features = dataset.n_features
+    blocks, priors = coordinate_blocks(dataset, "cpu", torch.float64)
+    blocks = [(block.prior, block.features.tolist()) for block in blocks]
+    priors = [members.tolist() for members in priors]
     generator = torch.Generator().manual_seed(settings.seed)
     host = np.random.default_rng(settings.seed)
 
     def normals(count):
         return torch.randn(count, generator=generator, dtype=torch.float64).numpy()
 
-    field_ids = sorted(set(fields.tolist()))
-    members = {f: sorted(set(features[fields == f].tolist())) for f in field_ids}
+    field_ids = range(len(priors))
     w0, w, v = 0.0, np.zeros(n_features), np.zeros((n_features, k))
-    for f in field_ids:
-        drawn = torch.randn((len(members[f]), k), generator=generator, dtype=torch.float64).numpy()
-        v[members[f]] = settings.init_std * drawn
+    for members in priors:
+        drawn = torch.randn((len(members), k), generator=generator, dtype=torch.float64).numpy()
+        v[members] = settings.init_std * drawn
     occurrences = {j: np.nonzero(features == j)[0] for j in range(n_features)}
     n = len(targets)
     alpha = 1.0
@@ -70,22 +78,22 @@ def sequential_fit(settings, rows, features, fields, values, targets, n_features
         w0 = step(w0, np.ones(n), np.arange(n), noise[0], 0.0, 0.0)
         if hypers:
             for f in field_ids:
-                lambda_w[f], mu_w[f] = _normal_gamma(s, host, w[members[f]], mu_w[f])
-        for f in field_ids:
-            noise = normals(len(members[f]))
-            for position, j in enumerate(members[f]):
+                lambda_w[f], mu_w[f] = _normal_gamma(s, host, w[priors[f]], mu_w[f])
+        for f, members in blocks:
+            noise = normals(len(members))
+            for position, j in enumerate(members):
                 at = rows[occurrences[j]]
                 prior = (mu_w[f], lambda_w[f]) if mcmc else (0.0, settings.reg_w)
                 w[j] = step(w[j], values[occurrences[j]], at, noise[position], *prior)
         if hypers:
             for f in field_ids:
                 for factor in range(k):
-                    lambda_v[f][factor], mu_v[f][factor] = _normal_gamma(s, host, v[members[f], factor],
+                    lambda_v[f][factor], mu_v[f][factor] = _normal_gamma(s, host, v[priors[f], factor],
                                                                          mu_v[f][factor])
         for factor in range(k):
-            for f in field_ids:
-                noise = normals(len(members[f]))
-                for position, j in enumerate(members[f]):
+            for f, members in blocks:
+                noise = normals(len(members))
+                for position, j in enumerate(members):
                     at, x = rows[occurrences[j]], values[occurrences[j]]
                     h = x * (q[at, factor] - x * v[j, factor])
                     prior = (mu_v[f][factor], lambda_v[f][factor]) if mcmc else (0.0, settings.reg_v)

@@ -14,27 +14,37 @@ from alac.runtime.solvers.fm_coordinate import CoordinateSettings, CoordinateSol
 from alac.runtime.solvers.fm_sequential import sequential_fit
 
 
-def _ratings(n_rows=120, users=9, items=7, seed=0, k=2):
-    """One-hot user and item fields (item ids after the users'), a third field of 3 values with
-    real-valued x, and ratings from a planted low-rank model plus noise."""
+def _ratings(n_rows=120, users=9, items=7, seed=0, k=2, tags=5):
+    """One-hot user and item fields (item ids after the users'), a one-hot third field of 3 values
+    with real-valued x, a bag of 1-3 distinct tags of `tags` (field 3: it repeats in rows; none where
+    tags is 0), and ratings from a planted low-rank model plus noise."""
     rng = np.random.default_rng(seed)
     user = rng.integers(0, users, n_rows)
     item = users + rng.integers(0, items, n_rows)
     third = users + items + rng.integers(0, 3, n_rows)
     x3 = rng.uniform(0.5, 1.5, n_rows)
-    planted = rng.normal(0, 0.7, (users + items + 3, k))
+    first_tag = users + items + 3
+    planted = rng.normal(0, 0.7, (first_tag + tags, k))
     y = 3.0 + (planted[user] * planted[item]).sum(1) + 0.3 * x3 + rng.normal(0, 0.2, n_rows)
-    indices = np.stack([user, item, third], 1).reshape(-1)
-    values = np.stack([np.ones(n_rows), np.ones(n_rows), x3], 1).reshape(-1)
-    fields = np.tile([0, 1, 2], n_rows)
-    return SparseDataset(torch.arange(0, 3 * n_rows + 1, 3), torch.tensor(indices, dtype=torch.int32),
+    indices, values, fields, indptr = [], [], [], [0]
+    for i in range(n_rows):
+        bag = first_tag + rng.choice(tags, rng.integers(1, 4), replace=False) if tags else []
+        y[i] += 0.2 * len(bag)
+        indices += [user[i], item[i], third[i], *bag]
+        values += [1.0, 1.0, x3[i], *[1.0] * len(bag)]
+        fields += [0, 1, 2, *[3] * len(bag)]
+        indptr.append(len(indices))
+    return SparseDataset(torch.tensor(indptr), torch.tensor(indices, dtype=torch.int32),
                          torch.tensor(values, dtype=torch.float32), torch.tensor(y, dtype=torch.float32),
-                         users + items + 3, torch.tensor(fields, dtype=torch.int32), 3)
+                         first_tag + tags, torch.tensor(fields, dtype=torch.int32), 4 if tags else 3)
 
 
-def _entries(data):
-    return (data.entry_rows().numpy(), data.indices.long().numpy(), data.fields.long().numpy(),
-            data.values.double().numpy(), data.labels.double().numpy())
+def _design(data):
+    """The dense design matrix of a data set, a column of ones (the bias) last."""
+    design = np.zeros((data.n_rows, data.n_features + 1))
+    design[:, -1] = 1.0
+    design[data.entry_rows().numpy(), data.indices.long().numpy()] = data.values.double().numpy()
+    return design
 
 
 @pytest.mark.parametrize("solver", ["als", "mcmc"])
@@ -44,7 +54,7 @@ def test_a_fields_coordinates_stepped_together_are_rendles_sequential_steps(solv
     parallel = CoordinateSolver(settings, data)
     for _ in range(settings.iterations):
         parallel.iterate()
-    w0, w, v, alpha = sequential_fit(settings, *_entries(data), data.n_features)
+    w0, w, v, alpha = sequential_fit(settings, data)
     assert float(parallel.w0) == pytest.approx(w0, rel=1e-9, abs=1e-12)
     np.testing.assert_allclose(parallel.w.numpy(), w, rtol=1e-8, atol=1e-11)
     np.testing.assert_allclose(parallel.v.numpy(), v, rtol=1e-8, atol=1e-11)
@@ -60,10 +70,7 @@ def test_als_without_factors_converges_to_ridge_regressions_closed_form():
     # the bias and each one-hot field's weights are nearly collinear: coordinate descent creeps along them
     for _ in range(3000):
         solver.iterate()
-    design = np.zeros((data.n_rows, data.n_features + 1))
-    rows, features, _, values, y = _entries(data)
-    design[:, -1] = 1.0
-    design[rows, features] = values
+    design, y = _design(data), data.labels.double().numpy()
     penalty = np.diag([reg] * data.n_features + [0.0])     # the bias is not regularized
     closed = np.linalg.solve(design.T @ design + penalty, design.T @ y)
     np.testing.assert_allclose(solver.w.numpy(), closed[:-1], atol=1e-7)
@@ -73,13 +80,10 @@ def test_als_without_factors_converges_to_ridge_regressions_closed_form():
 def test_mcmc_with_a_fixed_prior_samples_bayesian_linear_regressions_posterior():
     """Noise precision 1, prior N(0, 1) on every w, flat on w0: the posterior is N(A^-1 X'y, A^-1) with
     A = X'X + diag(1, ..., 1, 0); the chain's mean and variances after burn-in match it."""
-    data = _ratings(n_rows=60, users=4, items=3)
+    data = _ratings(n_rows=60, users=4, items=3, tags=4)
     solver = CoordinateSolver(CoordinateSettings(solver="mcmc", k=0, iterations=1, burn_in=0, draw_hypers=False,
                                                  initial_precision=1.0, seed=1), data)
-    rows, features, _, values, y = _entries(data)
-    design = np.zeros((data.n_rows, data.n_features + 1))
-    design[:, -1] = 1.0
-    design[rows, features] = values
+    design, y = _design(data), data.labels.double().numpy()
     precision = design.T @ design + np.diag([1.0] * data.n_features + [0.0])
     covariance = np.linalg.inv(precision)
     mean = covariance @ design.T @ y
@@ -98,13 +102,29 @@ def test_mcmc_with_a_fixed_prior_samples_bayesian_linear_regressions_posterior()
     np.testing.assert_allclose(draws.var(0), np.diag(covariance), rtol=0.2)
 
 
-def test_data_the_field_steps_cannot_take_are_refused_with_the_row():
-    data = _ratings(n_rows=5)
-    twice = SparseDataset(data.indptr, data.indices, data.values, data.labels, data.n_features,
-                          torch.tensor([0, 0, 2] + [0, 1, 2] * 4, dtype=torch.int32), 3,
-                          DataSource("ratings.ffm", "libffm", row_lines=torch.arange(1, 6)))
-    with pytest.raises(DataError, match="ratings.ffm: line 1: field 0 has 2 entries"):
-        CoordinateSolver(CoordinateSettings(), twice)
+def test_a_repeating_fields_blocks_share_no_row_and_cover_its_features():
+    from alac.runtime.solvers.fm_blocks import coordinate_blocks
+
+    data = _ratings(n_rows=200, tags=12)
+    blocks, priors = coordinate_blocks(data, "cpu", torch.float64)
+    tags = [block for block in blocks if block.prior == 3]
+    assert [block.prior for block in blocks][:3] == [0, 1, 2] and len(tags) >= 3     # rows hold up to 3 tags
+    covered = torch.cat([block.features for block in tags]).sort().values
+    assert torch.equal(covered, priors[3]) and torch.equal(priors[3], torch.arange(19, 31))
+    for block in tags:
+        assert block.rows.unique().numel() == block.rows.numel()      # a row at most once a block
+        assert torch.equal(block.features[block.local], data.indices.long()[data.fields == 3][
+            torch.isin(data.indices.long()[data.fields == 3], block.features)])
+
+
+def test_data_the_coordinate_solvers_cannot_group_are_refused_with_the_row():
+    data = _ratings(n_rows=5, tags=0)
+    # feature 0 is a user in line 1 and an item in line 2
+    mixed = SparseDataset(torch.tensor([0, 2, 4]), torch.tensor([0, 5, 0, 6], dtype=torch.int32), None,
+                          torch.tensor([1.0, 2.0]), 7, torch.tensor([0, 1, 1, 1], dtype=torch.int32), 2,
+                          DataSource("ratings.ffm", "libffm", row_lines=torch.tensor([1, 2])))
+    with pytest.raises(DataError, match=r"ratings.ffm: line 1: feature 0 comes in fields 0 and 1"):
+        CoordinateSolver(CoordinateSettings(), mixed)
     without = SparseDataset(data.indptr, data.indices, data.values, data.labels, data.n_features)
     with pytest.raises(DataError, match="need every entry's field"):
         CoordinateSolver(CoordinateSettings(), without)

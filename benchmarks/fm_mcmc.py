@@ -1,0 +1,236 @@
+"""Factorization machines by libFM's MCMC and ALS (alac.runtime.solvers.fm_coordinate) against myFM's
+Gibbs sampler, side by side in one process:
+`PYTHONPATH=. python benchmarks/fm_mcmc.py [--parts quality,speed]`.
+
+quality: MovieLens latest-small ratings (the shared data; a random 90/10 split, seed 0; one-hot user
+and movie fields, one prior group each) by alac MCMC and ALS, myFM's MyFMRegressor, and alac's SGD FM
+with `alac train --model fm --loss squared` defaults; iPinYou's clicks (train -> test, fields from its
+featindex) by alac MCMC probit against MyFMClassifier and the SGD FM's defaults. The same rank
+(`--k`), iterations (`--iterations`) and kept samples (iterations - `--burn-in`) for both samplers;
+alac's prediction is the mean over the kept samples, as myFM's.
+speed: seconds per MCMC iteration at each `--sizes` ratings of alac.data.synthetic.ratings_like (power-law
+users and items, a planted rank-8 FM): alac on the GPU (float32 and float64) and on the CPU, myFM on the
+CPU (its iterations after the first, from its fit's wall time over `--speed-iterations`).
+Writes results/fm_mcmc.json and .md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sps
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from alac import metrics
+from alac.data import load_featindex, load_libsvm_files
+from alac.data.split import split
+from alac.data.synthetic import ratings_like
+from alac.data.table import load_table
+from alac.runtime.solvers.fm_coordinate import CoordinateSettings, CoordinateSolver
+from benchmarks.distributed import recorded_command
+from benchmarks.report import environment, write
+
+SHARED_DATA = Path(os.environ.get("ALAC_SHARED_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
+PARTS = ("quality", "speed")
+
+
+def _wait(device):
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize()
+
+
+def alac_fit(train, test, settings, device, dtype=torch.float64, n_features=None):
+    """(mean prediction over the kept samples (probit: of Phi), seconds per iteration) of alac's solver."""
+    solver = CoordinateSolver(settings, train, n_features, device, dtype)
+    mean = torch.zeros(test.n_rows, device=device, dtype=torch.float64)
+    seconds = []
+    for _ in range(settings.iterations):
+        _wait(device)
+        started = time.perf_counter()
+        solver.iterate()
+        _wait(device)
+        seconds.append(time.perf_counter() - started)
+        if solver.samples or settings.solver == "als":
+            predicted = solver.predict(test).double()
+            if settings.task == "classification":
+                predicted = torch.special.ndtr(predicted)
+            kept = max(solver.samples, 1)
+            mean = predicted if settings.solver == "als" else mean + (predicted - mean) / kept
+    return mean.cpu(), seconds, solver
+
+
+def csr(dataset, n_features):
+    keep = dataset.indices.long() < n_features
+    rows = dataset.entry_rows()[keep].numpy()
+    return sps.csr_matrix((dataset.values_or_ones()[keep].double().numpy(), (rows, dataset.indices[keep].numpy())),
+                          shape=(dataset.n_rows, n_features))
+
+
+def group_shapes(dataset):
+    """myFM's group_shapes: the features (columns in order) of each field, as consecutive counts."""
+    field_of = torch.full((dataset.n_features,), -1, dtype=torch.int64)
+    field_of[dataset.indices.long()] = dataset.fields.long()
+    # columns no row has take the field of the column before them (they are never drawn from data)
+    for column in range(dataset.n_features):
+        if field_of[column] < 0:
+            field_of[column] = field_of[column - 1] if column else 0
+    if bool((field_of.diff() < 0).any()):
+        raise ValueError("myFM's groups are consecutive columns: the fields' features must be")
+    return torch.bincount(field_of).tolist()
+
+
+def myfm_fit(train, test, n_features, k, iterations, kept, classification, seed=0):
+    import myfm
+
+    model = (myfm.MyFMClassifier if classification else myfm.MyFMRegressor)(rank=k, random_seed=seed)
+    started = time.perf_counter()
+    model.fit(csr(train, n_features), train.labels.numpy(), n_iter=iterations, n_kept_samples=kept,
+              group_shapes=group_shapes(train))
+    seconds = time.perf_counter() - started
+    x = csr(test, n_features)
+    predicted = model.predict_proba(x) if classification else model.predict(x)
+    return torch.as_tensor(np.asarray(predicted), dtype=torch.float64), seconds
+
+
+def sgd_defaults(train, test, loss):
+    """alac train --model fm with its defaults (and --loss), as benchmarks/defaults.py runs it."""
+    from alac.models import zoo_module
+    from benchmarks.defaults import train_once
+
+    tested, *_ = train_once(zoo_module("fm"), ["--loss", loss] if loss != "logistic" else [], train, test,
+                            "triton" if torch.cuda.is_available() else "reference")
+    return tested
+
+
+def quality_arms(args, device):
+    arms = []
+    k, iterations, burn = args.k, args.iterations, args.burn_in
+    ratings = load_table(SHARED_DATA / "ml-latest-small/ratings.csv", label="rating", fields="userId,movieId")
+    train, test = split(ratings, (0.9, 0.1), seed=0)
+    truth = test.labels.double()
+
+    def rmse(predicted):
+        return float(((predicted - truth) ** 2).mean().sqrt())
+
+    settings = CoordinateSettings(solver="mcmc", k=k, iterations=iterations, burn_in=burn, seed=args.seed)
+    predicted, seconds, solver = alac_fit(train, test, settings, device, n_features=ratings.n_features)
+    arms.append({"name": "alac_mcmc", "data": "ml-latest-small", "test_rmse": rmse(predicted),
+                 "seconds_per_iteration": float(np.median(seconds)), "alpha": float(solver.alpha)})
+    for reg in args.als_regs:
+        als = CoordinateSettings(solver="als", k=k, iterations=iterations, burn_in=0, reg_w=reg, reg_v=reg,
+                                 seed=args.seed)
+        predicted, seconds, _ = alac_fit(train, test, als, device, n_features=ratings.n_features)
+        arms.append({"name": f"alac_als_reg{reg:g}", "data": "ml-latest-small", "test_rmse": rmse(predicted),
+                     "seconds_per_iteration": float(np.median(seconds))})
+    predicted, seconds = myfm_fit(train, test, ratings.n_features, k, iterations, iterations - burn, False, args.seed)
+    arms.append({"name": "myfm_mcmc", "data": "ml-latest-small", "test_rmse": rmse(predicted),
+                 "seconds_per_iteration": seconds / iterations})
+    arms.append({"name": "alac_sgd_defaults", "data": "ml-latest-small",
+                 "test_rmse": sgd_defaults(train, test, "squared")["rmse"]})
+    for arm in arms:
+        print(arm, flush=True)
+    fields = load_featindex(SHARED_DATA / "ipinyou/featindex.txt")
+    train, test = (fields.apply(part) for part in load_libsvm_files([SHARED_DATA / "ipinyou/train.fm.txt",
+                                                                     SHARED_DATA / "ipinyou/test.fm.txt"]))
+    positive = test.labels > 0.5
+    classes = CoordinateSettings(solver="mcmc", k=k, iterations=iterations, burn_in=burn, task="classification",
+                                 seed=args.seed)
+    predicted, seconds, _ = alac_fit(train, test, classes, device, n_features=train.n_features)
+    clicks = [{"name": "alac_mcmc", "data": "ipinyou", "test_auc": float(metrics.auc(predicted.float(), positive)),
+               "seconds_per_iteration": float(np.median(seconds))}]
+    predicted, seconds = myfm_fit(train, test, train.n_features, k, iterations, iterations - burn, True, args.seed)
+    clicks.append({"name": "myfm_mcmc", "data": "ipinyou", "test_auc": float(metrics.auc(predicted.float(), positive)),
+                   "seconds_per_iteration": seconds / iterations})
+    clicks.append({"name": "alac_sgd_defaults", "data": "ipinyou",
+                   "test_auc": sgd_defaults(train, test, "logistic")["auc"]})
+    for arm in clicks:
+        print(arm, flush=True)
+    return arms + clicks
+
+
+def speed_arms(args, device):
+    arms = []
+    for size in args.sizes:
+        data = ratings_like(size, n_users=max(100, size // 100), n_items=max(50, size // 500), k=8, seed=args.seed,
+                            device=device)
+        settings = CoordinateSettings(solver="mcmc", k=args.k, iterations=args.speed_iterations, burn_in=0,
+                                      seed=args.seed)
+        runs = [(device, torch.float32), (device, torch.float64)]
+        if torch.device(device).type == "cuda" and size <= args.cpu_max:
+            runs.append(("cpu", torch.float64))
+        for where, dtype in runs:
+            on = data.to(where)
+            _, seconds, _ = alac_fit(on, on.take(torch.arange(1, device=on.indices.device)), settings, where, dtype)
+            arms.append({"name": f"alac_{torch.device(where).type}_{str(dtype)[6:]}", "ratings": size,
+                         "seconds_per_iteration": float(np.median(seconds[1:]))})
+            print(arms[-1], flush=True)
+        cpu = data.to("cpu")
+        if size <= args.myfm_max:
+            tiny = cpu.take(torch.arange(1))
+            _, first = myfm_fit(cpu, tiny, cpu.n_features, args.k, 1, 1, False, args.seed)
+            _, whole = myfm_fit(cpu, tiny, cpu.n_features, args.k, 1 + args.speed_iterations, 1, False, args.seed)
+            arms.append({"name": "myfm_cpu", "ratings": size,
+                         "seconds_per_iteration": (whole - first) / args.speed_iterations})
+            print(arms[-1], flush=True)
+        del data, cpu
+    return arms
+
+
+def arms_table(payload):
+    lines = ["| data | arm | test RMSE | test AUC | s / iteration |", "|---|---|---|---|---|"]
+    for arm in payload["arms"]:
+        if "ratings" in arm:
+            continue
+        rmse = f"{arm['test_rmse']:.4f}" if "test_rmse" in arm else ""
+        auc = f"{arm['test_auc']:.4f}" if "test_auc" in arm else ""
+        seconds = f"{arm['seconds_per_iteration']:.4f}" if "seconds_per_iteration" in arm else ""
+        lines.append(f"| {arm['data']} | {arm['name']} | {rmse} | {auc} | {seconds} |")
+    sizes = sorted({arm["ratings"] for arm in payload["arms"] if "ratings" in arm})
+    if sizes:
+        names = sorted({arm["name"] for arm in payload["arms"] if "ratings" in arm})
+        lines += ["", "| ratings | " + " | ".join(names) + " | myFM / alac GPU float32 |",
+                  "|---|" + "---|" * (len(names) + 1)]
+        for size in sizes:
+            at = {arm["name"]: arm["seconds_per_iteration"] for arm in payload["arms"] if arm.get("ratings") == size}
+            ratio = at["myfm_cpu"] / at["alac_cuda_float32"] if "myfm_cpu" in at and "alac_cuda_float32" in at else None
+            lines.append(f"| {size:,} | " + " | ".join(f"{at[n]:.4f}" if n in at else "" for n in names) + " | "
+                         + (f"{ratio:.0f}x" if ratio else "") + " |")
+    return "\n".join(lines)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--parts", type=lambda text: text.split(","), default=list(PARTS))
+    parser.add_argument("--k", type=int, default=8)
+    parser.add_argument("--iterations", type=int, default=200)
+    parser.add_argument("--burn-in", type=int, default=50)
+    parser.add_argument("--als-regs", type=lambda text: [float(v) for v in text.split(",")], default=[1.0, 5.0, 20.0])
+    parser.add_argument("--sizes", type=lambda text: [int(v) for v in text.split(",")],
+                        default=[100_000, 10_000_000, 100_000_000])
+    parser.add_argument("--speed-iterations", type=int, default=5)
+    parser.add_argument("--myfm-max", type=int, default=100_000_000, help="largest set myFM is timed on")
+    parser.add_argument("--cpu-max", type=int, default=10_000_000, help="largest set alac is timed on the CPU on")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--out", default=None)
+    args = parser.parse_args()
+    arms = []
+    if "quality" in args.parts:
+        arms += quality_arms(args, args.device)
+    if "speed" in args.parts:
+        arms += speed_arms(args, args.device)
+    payload = {"environment": environment(), "arguments": vars(args), "command": recorded_command(sys.argv[1:]),
+               "arms": arms}
+    write("fm_mcmc", payload, arms_table(payload), args.out)
+    print(arms_table(payload))
+
+
+if __name__ == "__main__":
+    main()
