@@ -10,8 +10,9 @@ featindex) by alac MCMC probit against MyFMClassifier and the SGD FM's defaults.
 alac's prediction is the mean over the kept samples, as myFM's.
 speed: seconds per MCMC iteration at each `--sizes` ratings of alac.data.synthetic.ratings_like (power-law
 users and items, a planted rank-8 FM): alac on the GPU (float32 and float64) and on the CPU, myFM on the
-CPU (its iterations after the first, from its fit's wall time over `--speed-iterations`).
-Writes results/fm_mcmc.json and .md.
+CPU (the median time between its callbacks after the first iteration, over `--speed-iterations`).
+Writes results/fm_mcmc.json and .md, again after every arm (a run cut short keeps what it measured);
+`--merge A.json B.json` writes one result of runs made part by part.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from alac.data.synthetic import ratings_like
 from alac.data.table import load_table
 from alac.runtime.solvers.fm_coordinate import CoordinateSettings, CoordinateSolver
 from benchmarks.distributed import recorded_command
-from benchmarks.report import environment, write
+from benchmarks.report import environment, merge, write
 
 SHARED_DATA = Path(os.environ.get("ALAC_SHARED_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
 PARTS = ("quality", "speed")
@@ -66,36 +67,46 @@ def alac_fit(train, test, settings, device, dtype=torch.float64, n_features=None
     return mean.cpu(), seconds, solver
 
 
-def csr(dataset, n_features):
+def csr(dataset, n_features, column=None):
+    """scipy CSR of a dataset's known features, feature j in column[j] (default j)."""
     keep = dataset.indices.long() < n_features
+    ids = dataset.indices.long()[keep]
+    columns = ids if column is None else column[ids]
     rows = dataset.entry_rows()[keep].numpy()
-    return sps.csr_matrix((dataset.values_or_ones()[keep].double().numpy(), (rows, dataset.indices[keep].numpy())),
+    return sps.csr_matrix((dataset.values_or_ones()[keep].double().numpy(), (rows, columns.numpy())),
                           shape=(dataset.n_rows, n_features))
 
 
-def group_shapes(dataset):
-    """myFM's group_shapes: the features (columns in order) of each field, as consecutive counts."""
-    field_of = torch.full((dataset.n_features,), -1, dtype=torch.int64)
+def field_columns(dataset, n_features):
+    """(each feature's column with every field's features consecutive, myFM's group_shapes: the
+    columns of each field in turn); features no row has go with the last field."""
+    field_of = torch.full((n_features,), int(dataset.fields.max()), dtype=torch.int64)
     field_of[dataset.indices.long()] = dataset.fields.long()
-    # columns no row has take the field of the column before them (they are never drawn from data)
-    for column in range(dataset.n_features):
-        if field_of[column] < 0:
-            field_of[column] = field_of[column - 1] if column else 0
-    if bool((field_of.diff() < 0).any()):
-        raise ValueError("myFM's groups are consecutive columns: the fields' features must be")
-    return torch.bincount(field_of).tolist()
+    order = torch.argsort(field_of, stable=True)
+    column = torch.empty_like(order)
+    column[order] = torch.arange(n_features)
+    return column, [count for count in torch.bincount(field_of).tolist() if count]
 
 
 def myfm_fit(train, test, n_features, k, iterations, kept, classification, seed=0):
+    """(myFM's prediction of test, its median seconds per iteration: between its callbacks, which
+    report nothing, so that the time is its sampler's)."""
     import myfm
 
+    column, shapes = field_columns(train, n_features)
     model = (myfm.MyFMClassifier if classification else myfm.MyFMRegressor)(rank=k, random_seed=seed)
+    stamps = []
+
+    def stamp(*_):
+        stamps.append(time.perf_counter())
+        return False, None
+
     started = time.perf_counter()
-    model.fit(csr(train, n_features), train.labels.numpy(), n_iter=iterations, n_kept_samples=kept,
-              group_shapes=group_shapes(train))
-    seconds = time.perf_counter() - started
-    x = csr(test, n_features)
+    model.fit(csr(train, n_features, column), train.labels.numpy(), n_iter=iterations, n_kept_samples=kept,
+              group_shapes=shapes, callback=stamp)
+    x = csr(test, n_features, column)
     predicted = model.predict_proba(x) if classification else model.predict(x)
+    seconds = float(np.median(np.diff([started, *stamps])[1:])) if len(stamps) > 1 else stamps[0] - started
     return torch.as_tensor(np.asarray(predicted), dtype=torch.float64), seconds
 
 
@@ -109,8 +120,7 @@ def sgd_defaults(train, test, loss):
     return tested
 
 
-def quality_arms(args, device):
-    arms = []
+def quality_arms(args, device, record):
     k, iterations, burn = args.k, args.iterations, args.burn_in
     ratings = load_table(SHARED_DATA / "ml-latest-small/ratings.csv", label="rating", fields="userId,movieId")
     train, test = split(ratings, (0.9, 0.1), seed=0)
@@ -121,21 +131,19 @@ def quality_arms(args, device):
 
     settings = CoordinateSettings(solver="mcmc", k=k, iterations=iterations, burn_in=burn, seed=args.seed)
     predicted, seconds, solver = alac_fit(train, test, settings, device, n_features=ratings.n_features)
-    arms.append({"name": "alac_mcmc", "data": "ml-latest-small", "test_rmse": rmse(predicted),
-                 "seconds_per_iteration": float(np.median(seconds)), "alpha": float(solver.alpha)})
+    record({"name": "alac_mcmc", "data": "ml-latest-small", "test_rmse": rmse(predicted),
+            "seconds_per_iteration": float(np.median(seconds)), "alpha": float(solver.alpha)})
     for reg in args.als_regs:
         als = CoordinateSettings(solver="als", k=k, iterations=iterations, burn_in=0, reg_w=reg, reg_v=reg,
                                  seed=args.seed)
         predicted, seconds, _ = alac_fit(train, test, als, device, n_features=ratings.n_features)
-        arms.append({"name": f"alac_als_reg{reg:g}", "data": "ml-latest-small", "test_rmse": rmse(predicted),
-                     "seconds_per_iteration": float(np.median(seconds))})
+        record({"name": f"alac_als_reg{reg:g}", "data": "ml-latest-small", "test_rmse": rmse(predicted),
+                "seconds_per_iteration": float(np.median(seconds))})
     predicted, seconds = myfm_fit(train, test, ratings.n_features, k, iterations, iterations - burn, False, args.seed)
-    arms.append({"name": "myfm_mcmc", "data": "ml-latest-small", "test_rmse": rmse(predicted),
-                 "seconds_per_iteration": seconds / iterations})
-    arms.append({"name": "alac_sgd_defaults", "data": "ml-latest-small",
-                 "test_rmse": sgd_defaults(train, test, "squared")["rmse"]})
-    for arm in arms:
-        print(arm, flush=True)
+    record({"name": "myfm_mcmc", "data": "ml-latest-small", "test_rmse": rmse(predicted),
+            "seconds_per_iteration": seconds})
+    record({"name": "alac_sgd_defaults", "data": "ml-latest-small",
+            "test_rmse": sgd_defaults(train, test, "squared")["rmse"]})
     fields = load_featindex(SHARED_DATA / "ipinyou/featindex.txt")
     train, test = (fields.apply(part) for part in load_libsvm_files([SHARED_DATA / "ipinyou/train.fm.txt",
                                                                      SHARED_DATA / "ipinyou/test.fm.txt"]))
@@ -143,20 +151,15 @@ def quality_arms(args, device):
     classes = CoordinateSettings(solver="mcmc", k=k, iterations=iterations, burn_in=burn, task="classification",
                                  seed=args.seed)
     predicted, seconds, _ = alac_fit(train, test, classes, device, n_features=train.n_features)
-    clicks = [{"name": "alac_mcmc", "data": "ipinyou", "test_auc": float(metrics.auc(predicted.float(), positive)),
-               "seconds_per_iteration": float(np.median(seconds))}]
+    record({"name": "alac_mcmc", "data": "ipinyou", "test_auc": float(metrics.auc(predicted.float(), positive)),
+            "seconds_per_iteration": float(np.median(seconds))})
     predicted, seconds = myfm_fit(train, test, train.n_features, k, iterations, iterations - burn, True, args.seed)
-    clicks.append({"name": "myfm_mcmc", "data": "ipinyou", "test_auc": float(metrics.auc(predicted.float(), positive)),
-                   "seconds_per_iteration": seconds / iterations})
-    clicks.append({"name": "alac_sgd_defaults", "data": "ipinyou",
-                   "test_auc": sgd_defaults(train, test, "logistic")["auc"]})
-    for arm in clicks:
-        print(arm, flush=True)
-    return arms + clicks
+    record({"name": "myfm_mcmc", "data": "ipinyou", "test_auc": float(metrics.auc(predicted.float(), positive)),
+            "seconds_per_iteration": seconds})
+    record({"name": "alac_sgd_defaults", "data": "ipinyou", "test_auc": sgd_defaults(train, test, "logistic")["auc"]})
 
 
-def speed_arms(args, device):
-    arms = []
+def speed_arms(args, device, record):
     for size in args.sizes:
         data = ratings_like(size, n_users=max(100, size // 100), n_items=max(50, size // 500), k=8, seed=args.seed,
                             device=device)
@@ -168,19 +171,14 @@ def speed_arms(args, device):
         for where, dtype in runs:
             on = data.to(where)
             _, seconds, _ = alac_fit(on, on.take(torch.arange(1, device=on.indices.device)), settings, where, dtype)
-            arms.append({"name": f"alac_{torch.device(where).type}_{str(dtype)[6:]}", "ratings": size,
-                         "seconds_per_iteration": float(np.median(seconds[1:]))})
-            print(arms[-1], flush=True)
+            record({"name": f"alac_{torch.device(where).type}_{str(dtype)[6:]}", "ratings": size,
+                    "seconds_per_iteration": float(np.median(seconds[1:]))})
         cpu = data.to("cpu")
         if size <= args.myfm_max:
-            tiny = cpu.take(torch.arange(1))
-            _, first = myfm_fit(cpu, tiny, cpu.n_features, args.k, 1, 1, False, args.seed)
-            _, whole = myfm_fit(cpu, tiny, cpu.n_features, args.k, 1 + args.speed_iterations, 1, False, args.seed)
-            arms.append({"name": "myfm_cpu", "ratings": size,
-                         "seconds_per_iteration": (whole - first) / args.speed_iterations})
-            print(arms[-1], flush=True)
+            _, seconds = myfm_fit(cpu, cpu.take(torch.arange(1)), cpu.n_features, args.k, 1 + args.speed_iterations, 1,
+                                  False, args.seed)
+            record({"name": "myfm_cpu", "ratings": size, "seconds_per_iteration": seconds})
         del data, cpu
-    return arms
 
 
 def arms_table(payload):
@@ -220,15 +218,25 @@ def main():
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--out", default=None)
+    parser.add_argument("--merge", nargs="+", metavar="JSON", help="write one result of these runs' fm_mcmc.json")
     args = parser.parse_args()
-    arms = []
-    if "quality" in args.parts:
-        arms += quality_arms(args, args.device)
-    if "speed" in args.parts:
-        arms += speed_arms(args, args.device)
+    if args.merge:
+        payload = merge(args.merge, "fm_mcmc.py")
+        write("fm_mcmc", payload, arms_table(payload), args.out)
+        print(arms_table(payload))
+        return
     payload = {"environment": environment(), "arguments": vars(args), "command": recorded_command(sys.argv[1:]),
-               "arms": arms}
-    write("fm_mcmc", payload, arms_table(payload), args.out)
+               "arms": []}
+
+    def record(arm):
+        print(arm, flush=True)
+        payload["arms"].append(arm)
+        write("fm_mcmc", payload, arms_table(payload), args.out)
+
+    if "quality" in args.parts:
+        quality_arms(args, args.device, record)
+    if "speed" in args.parts:
+        speed_arms(args, args.device, record)
     print(arms_table(payload))
 
 

@@ -72,7 +72,9 @@ class CoordinateSolver:
     or 0/1 classes for classification), on `device` in `dtype`. iterate() runs one sweep; `samples`
     counts MCMC's draws past burn_in, whose predictions average()."""
 
-    def __init__(self, settings, train, n_features=None, device="cpu", dtype=torch.float64):
+    def __init__(self, settings, train, n_features=None, device="cpu", dtype=torch.float64, generator_device=None):
+        """generator_device: where the normals are drawn (default `device`; "cpu" draws a GPU run's
+        numbers as a CPU run's, moved to the GPU: for comparisons)."""
         self.settings, self.device, self.dtype = settings, torch.device(device), dtype
         self.n_features = n_features or train.n_features
         self.blocks, self.priors = coordinate_blocks(train, self.device, dtype)
@@ -81,7 +83,7 @@ class CoordinateSolver:
         self.classes = labels > 0.5 if settings.task == "classification" else None
         self.targets = labels if self.classes is None else torch.where(self.classes, 1.0, -1.0).to(dtype)
         k = settings.k
-        self.generator = torch.Generator(self.device).manual_seed(settings.seed)
+        self.generator = torch.Generator(generator_device or self.device).manual_seed(settings.seed)
         self.host = np.random.default_rng(settings.seed)
         self.w0 = torch.zeros((), device=self.device, dtype=dtype)
         self.w = torch.zeros(self.n_features, device=self.device, dtype=dtype)
@@ -100,7 +102,8 @@ class CoordinateSolver:
         self.samples = 0
 
     def _normal(self, shape):
-        return torch.randn(shape, generator=self.generator, device=self.device, dtype=self.dtype)
+        drawn = torch.randn(shape, generator=self.generator, device=self.generator.device, dtype=self.dtype)
+        return drawn.to(self.device)
 
     def predict_rows(self):
         """ŷ of the training rows from the caches: w_0 + Σ w x + ½ Σ_f (q_f² - Σ v_f² x²)."""
@@ -136,7 +139,8 @@ class CoordinateSolver:
     def _latent_targets(self):
         """Probit's latent z ~ N(ŷ, 1) truncated to the side of the row's class; the residuals become z - ŷ."""
         prediction = (self.targets - self.e).double()
-        u = torch.rand(self.n_rows, generator=self.generator, device=self.device, dtype=torch.float64)
+        u = torch.rand(self.n_rows, generator=self.generator, device=self.generator.device,
+                       dtype=torch.float64).to(self.device)
         normal = torch.distributions.Normal(torch.zeros((), dtype=torch.float64, device=self.device), 1.0)
         below = normal.cdf(-prediction)          # P(z < 0)
         low = torch.where(self.classes, below, torch.zeros_like(below))

@@ -47,20 +47,26 @@ def _design(data):
     return design
 
 
+DEVICES = ["cpu", "cuda"] if torch.cuda.is_available() else ["cpu"]
+
+
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("solver", ["als", "mcmc"])
-def test_a_fields_coordinates_stepped_together_are_rendles_sequential_steps(solver):
+def test_a_blocks_coordinates_stepped_together_are_rendles_sequential_steps(solver, device):
+    """On the GPU too: its normals are drawn on the CPU's generator for this comparison."""
     data = _ratings()
     settings = CoordinateSettings(solver=solver, k=3, iterations=6, burn_in=2, reg_w=0.1, reg_v=0.5, seed=4)
-    parallel = CoordinateSolver(settings, data)
+    parallel = CoordinateSolver(settings, data, device=device, generator_device="cpu")
     for _ in range(settings.iterations):
         parallel.iterate()
     w0, w, v, alpha = sequential_fit(settings, data)
     assert float(parallel.w0) == pytest.approx(w0, rel=1e-9, abs=1e-12)
-    np.testing.assert_allclose(parallel.w.numpy(), w, rtol=1e-8, atol=1e-11)
-    np.testing.assert_allclose(parallel.v.numpy(), v, rtol=1e-8, atol=1e-11)
+    np.testing.assert_allclose(parallel.w.cpu().numpy(), w, rtol=1e-8, atol=1e-11)
+    np.testing.assert_allclose(parallel.v.cpu().numpy(), v, rtol=1e-8, atol=1e-11)
     assert parallel.alpha == pytest.approx(alpha, rel=1e-8)
     # the caches are still those of the coordinates
-    np.testing.assert_allclose(parallel.e.numpy(), (data.labels.double() - parallel.predict(data)).numpy(), atol=1e-10)
+    np.testing.assert_allclose(parallel.e.cpu().numpy(),
+                               (data.labels.double() - parallel.predict(data).cpu()).numpy(), atol=1e-10)
 
 
 def test_als_without_factors_converges_to_ridge_regressions_closed_form():
