@@ -104,9 +104,13 @@ def parser_for(parser, module=None):
                              "kernels in Triton's CPU interpreter, slow), reference (PyTorch)")
     training.add_argument("--seed", type=int, default=0,
                           help="initial values, the epochs' order and the validation split")
-    model_group.add_argument("--solver", default="sgd", choices=["sgd", "scd"],
+    model_group.add_argument("--solver", default="sgd", choices=["sgd", "scd", "als", "mcmc"],
                         help="sgd: the generated kernels' epochs; scd: stochastic coordinate descent to a duality "
-                             "gap (lr, lsvm, lsr; --l2 is lambda of mean loss + lambda/2 ||w||^2, default 1/N)")
+                             "gap (lr, lsvm, lsr; --l2 is lambda of mean loss + lambda/2 ||w||^2, default 1/N); "
+                             "als, mcmc: libFM's solvers for fm, --epochs sweeps (als: --loss squared, --l2 on the "
+                             "sum of squared errors, default 20; mcmc: its priors drawn, probit for --loss logistic)")
+    model_group.add_argument("--burn-in", type=int, default=None, metavar="SWEEPS",
+                             help="--solver mcmc: sweeps left out of the average (default a fifth of --epochs)")
     model_group.add_argument("--tol", type=float, default=1e-6, help="--solver scd: the duality gap to reach")
     model_group.add_argument("--scd-workers", type=positive_int, default=1, metavar="K",
                              help="--solver scd in one process: CoCoA's K virtual workers, each stepping its share "
@@ -236,6 +240,13 @@ def _run_parsed(module, args, model_reference, restored=None):
     try:
         # under torchrun: the ranks' group (and the watch that ends the run when one fails) before any work
         init_ranks(timeout=args.rank_timeout)
+        if args.solver in ("als", "mcmc"):
+            from alac.cli import fm_coordinate
+
+            fm_coordinate.check_options(module, args, given_l2)
+            if args.out is not None:
+                check_output_folder(args.out)
+            return fm_coordinate.train_coordinate(args, module, load_data(args, plan_of(args)), model_reference)
         if args.solver == "scd":
             from alac.cli import scd as scd_train
 

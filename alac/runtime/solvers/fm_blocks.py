@@ -64,14 +64,12 @@ def _colours(rows, local, n_local):
 
 
 def coordinate_blocks(dataset, device, dtype):
-    """The Blocks of a SparseDataset with fields, in field order and within a field by colour; and the
-    features of each field (the priors' groups). Every feature must come in one field (a DataError
-    names the row's line otherwise)."""
-    if dataset.fields is None:
-        raise DataError(f"{dataset.source.path or 'the data'}: ALS and MCMC group the coordinates by field and need "
-                        "every entry's field (libffm rows, a table's columns, or --featindex)")
+    """The Blocks of a SparseDataset, in field order and within a field by colour; and the features of
+    each field (the priors' groups; data without fields are one). Every feature must come in one field
+    (a DataError names the row's line otherwise)."""
     rows = dataset.entry_rows().long().cpu()
-    fields = dataset.fields.long().cpu()
+    # data without fields: one field, one prior, its features coloured
+    fields = dataset.fields.long().cpu() if dataset.fields is not None else torch.zeros_like(rows)
     features = dataset.indices.long().cpu()
     values = dataset.values_or_ones().cpu()
     field_of = torch.full((dataset.n_features,), -1, dtype=torch.int64)

@@ -100,6 +100,7 @@ class CoordinateSolver:
         self.e = self.targets - self.predict_rows()
         self.iteration = 0
         self.samples = 0
+        self.mean = None       # (w0, w, v) averaged over MCMC's kept samples
 
     def _normal(self, shape):
         drawn = torch.randn(shape, generator=self.generator, device=self.generator.device, dtype=self.dtype)
@@ -183,6 +184,17 @@ class CoordinateSolver:
         self.iteration += 1
         if s.solver == "mcmc" and self.iteration > s.burn_in:
             self.samples += 1
+            current = (self.w0, self.w, self.v)
+            if self.mean is None:
+                self.mean = tuple(value.clone() for value in current)
+            for mean, value in zip(self.mean, current):
+                mean += (value - mean) / self.samples
+
+    def coordinates(self):
+        """(w0, w, v) that a model of this fit keeps: MCMC's average over its kept samples (the
+        posterior mean: on MovieLens its predictions score as the samples' mean prediction does,
+        benchmarks/fm_mcmc.py), or the current ones (ALS, or MCMC within its burn-in)."""
+        return self.mean if self.mean is not None else (self.w0, self.w, self.v)
 
     def _draw_group_priors(self, params, mu, precision):
         """Every field's prior mean and precision of each column of params ([n_features, columns]: w as
@@ -205,18 +217,19 @@ class CoordinateSolver:
         mean = rng.normal((total + s.gamma_0 * s.mu_0) / (n + s.gamma_0), 1 / math.sqrt((n + s.gamma_0) * precision))
         return precision, mean
 
-    def predict(self, dataset):
-        """ŷ of a SparseDataset's rows (its feature ids in this model's numbering) under the current
-        coordinates (probit's latent mean for classification)."""
+    def predict(self, dataset, coordinates=None):
+        """ŷ of a SparseDataset's rows (its feature ids in this model's numbering) under `coordinates`
+        ((w0, w, v); default the current ones; probit's latent mean for classification)."""
+        w0, w, v = coordinates or (self.w0, self.w, self.v)
         rows = dataset.entry_rows().long().to(self.device)
         ids = dataset.indices.long().to(self.device)
         x = dataset.values_or_ones().to(self.device, self.dtype)
         known = ids < self.n_features
         rows, ids, x = rows[known], ids[known], x[known]
-        linear = torch.full((dataset.n_rows,), float(self.w0), device=self.device, dtype=self.dtype)
-        linear.index_add_(0, rows, self.w[ids] * x)
+        linear = torch.full((dataset.n_rows,), float(w0), device=self.device, dtype=self.dtype)
+        linear.index_add_(0, rows, w[ids] * x)
         sums = torch.zeros((dataset.n_rows, self.settings.k), device=self.device, dtype=self.dtype)
-        sums.index_add_(0, rows, self.v[ids] * x[:, None])
+        sums.index_add_(0, rows, v[ids] * x[:, None])
         squares = torch.zeros(dataset.n_rows, device=self.device, dtype=self.dtype)
-        squares.index_add_(0, rows, (self.v[ids] ** 2).sum(1) * x ** 2)
+        squares.index_add_(0, rows, (v[ids] ** 2).sum(1) * x ** 2)
         return linear + 0.5 * ((sums ** 2).sum(1) - squares)

@@ -123,7 +123,7 @@ def test_a_repeating_fields_blocks_share_no_row_and_cover_its_features():
             torch.isin(data.indices.long()[data.fields == 3], block.features)])
 
 
-def test_data_the_coordinate_solvers_cannot_group_are_refused_with_the_row():
+def test_features_in_two_fields_are_refused_with_the_row_and_data_without_fields_are_one_field():
     data = _ratings(n_rows=5, tags=0)
     # feature 0 is a user in line 1 and an item in line 2
     mixed = SparseDataset(torch.tensor([0, 2, 4]), torch.tensor([0, 5, 0, 6], dtype=torch.int32), None,
@@ -131,8 +131,9 @@ def test_data_the_coordinate_solvers_cannot_group_are_refused_with_the_row():
                           DataSource("ratings.ffm", "libffm", row_lines=torch.tensor([1, 2])))
     with pytest.raises(DataError, match=r"ratings.ffm: line 1: feature 0 comes in fields 0 and 1"):
         CoordinateSolver(CoordinateSettings(), mixed)
+    # data without fields: one prior, its features in blocks that share no row
     without = SparseDataset(data.indptr, data.indices, data.values, data.labels, data.n_features)
-    with pytest.raises(DataError, match="need every entry's field"):
-        CoordinateSolver(CoordinateSettings(), without)
+    solver = CoordinateSolver(CoordinateSettings(), without)
+    assert len(solver.priors) == 1 and len(solver.blocks) >= 3
     with pytest.raises(OptionError, match="ALS fits the squared loss"):
         CoordinateSettings(solver="als", task="classification")
