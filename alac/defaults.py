@@ -15,3 +15,7 @@ EARLY_STOPPING = "patience"
 PATIENCE = 5
 # Without validation data, this share of the training rows is held out for early stopping.
 VALID_SPLIT = 0.1
+# libFM's ALS (alac train --solver als, FMRegressor(solver="als")): the L2 on the sum of squared errors
+# where none is given (benchmarks/fm_mcmc.py, arms alac_als_reg1, alac_als_reg5, alac_als_reg20: the best
+# on MovieLens)
+ALS_L2 = 20.0

@@ -20,16 +20,14 @@ from pathlib import Path
 
 import torch
 
-from alac import metrics
+from alac import defaults, metrics
 from alac.cli.run_record import run_record
 from alac.errors import OptionError
 from alac.outputs import RunOutputs, final_line, split_metrics, write_metrics_and_history
 
 # sigmoid(PROBIT_TO_LOGIT z) is within 0.0095 of Phi(z) (Haley 1952)
 PROBIT_TO_LOGIT = 1.702
-# ALS's L2 on sum of squared errors + l2 * sum of squared coordinates where --l2 is not given
-# (benchmarks/fm_mcmc.py, arms alac_als_reg1, alac_als_reg5, alac_als_reg20: the best on MovieLens)
-ALS_L2 = 20.0
+
 
 
 def check_options(module, args, given_l2):
@@ -44,7 +42,7 @@ def check_options(module, args, given_l2):
         raise OptionError("--solver mcmc draws its priors' precisions: leave out --l2")
     if given_l2 is not None and given_l2 < 0:
         raise OptionError(f"--l2 is at least 0, got {given_l2}")
-    args.l2 = ALS_L2 if given_l2 is None else given_l2
+    args.l2 = defaults.ALS_L2 if given_l2 is None else given_l2
     burn_in = burn_in_of(args)
     if args.solver == "mcmc" and not 0 <= burn_in < args.epochs:
         raise OptionError(f"--burn-in is at least 0 and below --epochs ({args.epochs}), got {burn_in}")

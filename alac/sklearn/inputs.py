@@ -87,3 +87,19 @@ def frame_fields(estimator):
     encoding = estimator.frame_encoding_
     widths = torch.tensor([encoding.field_width(name) for name in encoding.fields])
     return torch.repeat_interleave(torch.arange(len(encoding.fields), dtype=torch.int32), widths)
+
+
+def block_source(X):
+    """The block source X is (a DiskBlocks or PinnedBlocks, or a block store folder), else None."""
+    import os
+
+    from alac.runtime.movement.blocks import is_block_source
+    from alac.runtime.movement.out_of_core import is_block_store
+
+    if is_block_source(X):
+        return X
+    if isinstance(X, (str, os.PathLike)) and is_block_store(X):
+        from alac.runtime.movement.block_store import DiskBlocks
+
+        return DiskBlocks(X, pin=torch.cuda.is_available())
+    return None

@@ -30,7 +30,8 @@ from sklearn.utils.validation import check_is_fitted, column_or_1d, validate_dat
 from alac import defaults
 from alac.data.split import hold_out
 from alac.models.fm import DEFAULT_L2 as _FM_L2
-from alac.sklearn.inputs import fit_frame, forget_frame, frame_dataset, is_frame, sparse_dataset
+from alac.sklearn.fm_coordinate import coordinate_raw, fit_coordinate
+from alac.sklearn.inputs import block_source, fit_frame, forget_frame, frame_dataset, is_frame, sparse_dataset
 from alac.sklearn.scd import fit_scd, scd_raw
 from alac.train.race import ADAPTIVE, AUTO, Arm, race
 from alac.train.race import arms as race_arms
@@ -41,22 +42,6 @@ def _zoo(name):
     from alac.models import zoo_module
 
     return zoo_module(name).MODEL
-
-
-def _block_source(X):
-    """The block source X is (a DiskBlocks or PinnedBlocks, or a block store folder), else None."""
-    import os
-
-    from alac.runtime.movement.blocks import is_block_source
-    from alac.runtime.movement.out_of_core import is_block_store
-
-    if is_block_source(X):
-        return X
-    if isinstance(X, (str, os.PathLike)) and is_block_store(X):
-        from alac.runtime.movement.block_store import DiskBlocks
-
-        return DiskBlocks(X, pin=torch.cuda.is_available())
-    return None
 
 
 def _fit(trainer, train, valid=None, epochs=None):
@@ -81,6 +66,7 @@ class _WideEstimator(BaseEstimator):
     """Shared machinery: the Trainer behind fit / partial_fit / predict, kept as arrays when pickled."""
 
     _kind = None  # "classifier" or "regressor"
+    _solvers = ("sgd",)   # sgd: the Trainer; scd: alac.sklearn.scd; als, mcmc: alac.sklearn.fm_coordinate
 
     def _build_model(self, l2):
         raise NotImplementedError
@@ -221,13 +207,19 @@ class _WideEstimator(BaseEstimator):
         return np.asarray(y, dtype=np.float64)
 
     def fit(self, X, y=None):
-        self._scd_fit = False
-        if getattr(self, "solver", "sgd") == "scd":
+        self._scd_fit = self._coordinate_fit = False
+        solver = getattr(self, "solver", "sgd")
+        if solver not in self._solvers:
+            raise ValueError(f"{type(self).__name__}: solver is one of {', '.join(map(repr, self._solvers))}, "
+                             f"got {solver!r}")
+        if solver == "scd":
             return fit_scd(self, X, y)
-        if getattr(self, "solver", "sgd") != "sgd" or not getattr(self, "fit_intercept", True):
-            raise ValueError(f"{type(self).__name__}: solver is 'sgd' or 'scd', and fit_intercept=False needs "
-                             f"solver='scd' (the SGD models carry a bias); got solver={self.solver!r}")
-        source = _block_source(X)
+        if solver in ("als", "mcmc"):
+            return fit_coordinate(self, X, y)
+        if not getattr(self, "fit_intercept", True):
+            raise ValueError(f"{type(self).__name__}: fit_intercept=False needs solver='scd' (the SGD models carry "
+                             "a bias)")
+        source = block_source(X)
         if source is not None:
             return self._fit_blocks(source, y)
         if is_frame(X):
@@ -282,7 +274,7 @@ class _WideEstimator(BaseEstimator):
         return self
 
     def _sgd(self):
-        return getattr(self, "solver", "sgd") != "scd"
+        return getattr(self, "solver", "sgd") == "sgd"
 
     @available_if(_sgd)
     def partial_fit(self, X, y, classes=None):
@@ -312,6 +304,8 @@ class _WideEstimator(BaseEstimator):
     def _raw(self, X):
         if getattr(self, "_scd_fit", False):
             return scd_raw(self, X)
+        if getattr(self, "_coordinate_fit", False):
+            return coordinate_raw(self, X)
         check_is_fitted(self, "_fitted")
         if hasattr(self, "frame_encoding_"):
             return self._trainer_for_use().predict(frame_dataset(self, X)).cpu().double().numpy()
@@ -343,7 +337,8 @@ _COMMON_DOC = """
     solver: "sgd", or "scd" (coordinate descent to a duality gap below tol in at most epochs epochs;
     alpha is then the L2 of mean loss + alpha/2 ||w||^2, fit_intercept adds a regularized constant
     feature, verbose > 0 prints the gap after every epoch, dual: the form ("auto", True, False: Ridge's
-    and LogisticRegression's; LinearSVC solves the dual); alac.sklearn.scd).
+    and LogisticRegression's; LinearSVC solves the dual); alac.sklearn.scd); the FMs' "als" and "mcmc"
+    (libFM's solvers, epochs sweeps, burn_in; FMClassifier by probit MCMC: alac.sklearn.fm_coordinate).
 """
 
 
@@ -384,6 +379,8 @@ class _Regressor(RegressorMixin, _WideEstimator):
 
 class _Linear:
     """The linear estimators' parameters (scikit-learn reads them from this __init__)."""
+
+    _solvers = ("sgd", "scd")
 
     def __init__(self, learning_rate=None, epochs=defaults.EPOCHS, batch_size=defaults.BATCH_SIZE,
                  optimizer=defaults.OPTIMIZER, alpha=0.0, l1=0.0, early_stopping=True,
@@ -429,6 +426,8 @@ class Lasso(_Regressor):
     the most epochs; fit_intercept: a regularized constant feature; backend: triton on a GPU (the
     float64 sequential solver without one, or with "reference"); verbose > 0: the gap every epoch."""
 
+    _solvers = ("scd",)
+
     solver = "scd"
 
     def __init__(self, alpha=1.0, epochs=1000, tol=1e-6, fit_intercept=True, backend="triton", random_state=None,
@@ -443,8 +442,10 @@ class _FactorizationMachine:
     def __init__(self, n_factors=8, init_std=0.01, learning_rate=None, epochs=defaults.EPOCHS,
                  batch_size=defaults.BATCH_SIZE, optimizer=defaults.OPTIMIZER, alpha=None, l1=0.0,
                  early_stopping=True, validation_fraction=defaults.VALID_SPLIT, n_iter_no_change=defaults.PATIENCE,
-                 mode="sync", backend="triton", random_state=None, memory_budget=None, param_mode="auto"):
+                 mode="sync", backend="triton", random_state=None, memory_budget=None, param_mode="auto",
+                 solver="sgd", burn_in=None):
         self.n_factors, self.init_std = n_factors, init_std
+        self.solver, self.burn_in = solver, burn_in
         self.memory_budget, self.param_mode = memory_budget, param_mode
         self.learning_rate, self.epochs, self.batch_size, self.optimizer = learning_rate, epochs, batch_size, optimizer
         self.alpha, self.l1, self.early_stopping = alpha, l1, early_stopping
@@ -461,6 +462,7 @@ class _FactorizationMachine:
 
     # alpha=None: the model's L2, except for SGD in the auto race (alac.train.race)
     _default_alpha = _FM_L2
+    _solvers = ("sgd", "als", "mcmc")
 
 
 class FMClassifier(_FactorizationMachine, _BinaryClassifier):

@@ -86,7 +86,7 @@ def test_what_the_scd_solver_cannot_fit_is_refused():
         LogisticRegression(solver="scd", dual=False).fit(X, y)
     with pytest.raises(ValueError, match="solves the dual of the squared loss: it needs alpha > 0"):
         Ridge(solver="scd", dual=True).fit(*_data())
-    with pytest.raises(ValueError, match="solver is 'sgd' or 'scd'"):
+    with pytest.raises(ValueError, match="solver is one of 'sgd', 'scd', got 'newton'"):
         LogisticRegression(solver="newton").fit(X, y)
     with pytest.raises(ValueError, match="fit_intercept=False needs solver='scd'"):
         LogisticRegression(fit_intercept=False).fit(X, y)

@@ -220,16 +220,24 @@ class CoordinateSolver:
     def predict(self, dataset, coordinates=None):
         """ŷ of a SparseDataset's rows (its feature ids in this model's numbering) under `coordinates`
         ((w0, w, v); default the current ones; probit's latent mean for classification)."""
-        w0, w, v = coordinates or (self.w0, self.w, self.v)
-        rows = dataset.entry_rows().long().to(self.device)
-        ids = dataset.indices.long().to(self.device)
-        x = dataset.values_or_ones().to(self.device, self.dtype)
-        known = ids < self.n_features
-        rows, ids, x = rows[known], ids[known], x[known]
-        linear = torch.full((dataset.n_rows,), float(w0), device=self.device, dtype=self.dtype)
-        linear.index_add_(0, rows, w[ids] * x)
-        sums = torch.zeros((dataset.n_rows, self.settings.k), device=self.device, dtype=self.dtype)
-        sums.index_add_(0, rows, v[ids] * x[:, None])
-        squares = torch.zeros(dataset.n_rows, device=self.device, dtype=self.dtype)
-        squares.index_add_(0, rows, (v[ids] ** 2).sum(1) * x ** 2)
-        return linear + 0.5 * ((sums ** 2).sum(1) - squares)
+        return fm_scores(dataset, coordinates or (self.w0, self.w, self.v))
+
+
+def fm_scores(dataset, coordinates):
+    """The FM's ŷ = w0 + Σ w x + ½ Σ_f ((Σ v_f x)² - Σ v_f² x²) of a SparseDataset's rows under
+    coordinates (w0, w, v) (tensors, on the device and in the dtype it computes in); features past
+    the coordinates' weigh nothing."""
+    w0, w, v = coordinates
+    device, dtype = w.device, w.dtype
+    rows = dataset.entry_rows().long().to(device)
+    ids = dataset.indices.long().to(device)
+    x = dataset.values_or_ones().to(device, dtype)
+    known = ids < w.numel()
+    rows, ids, x = rows[known], ids[known], x[known]
+    linear = torch.full((dataset.n_rows,), float(w0), device=device, dtype=dtype)
+    linear.index_add_(0, rows, w[ids] * x)
+    sums = torch.zeros((dataset.n_rows, v.shape[1]), device=device, dtype=dtype)
+    sums.index_add_(0, rows, v[ids] * x[:, None])
+    squares = torch.zeros(dataset.n_rows, device=device, dtype=dtype)
+    squares.index_add_(0, rows, (v[ids] ** 2).sum(1) * x ** 2)
+    return linear + 0.5 * ((sums ** 2).sum(1) - squares)
