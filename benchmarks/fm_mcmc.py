@@ -4,8 +4,9 @@ Gibbs sampler, side by side in one process:
 
 quality: MovieLens latest-small ratings (the shared data; a random 90/10 split, seed 0; one-hot user
 and movie fields, one prior group each) by alac MCMC and ALS, myFM's MyFMRegressor, and alac's SGD FM
-with `alac train --model fm --loss squared` defaults; iPinYou's clicks (train -> test, fields from its
-featindex) by alac MCMC probit against MyFMClassifier and the SGD FM's defaults. The same rank
+with `alac train --model fm --loss squared` defaults; the same ratings as classes (liked: above 3.5) and
+iPinYou's clicks (train -> test, fields from its featindex; 50 test clicks: its AUC is noisy) by alac
+MCMC probit against MyFMClassifier and the SGD FM's defaults. The same rank
 (`--k`), iterations (`--iterations`) and kept samples (iterations - `--burn-in`) for both samplers;
 alac's prediction is the mean over the kept samples, as myFM's.
 speed: seconds per MCMC iteration at each `--sizes` ratings of alac.data.synthetic.ratings_like (power-law
@@ -18,6 +19,7 @@ Writes results/fm_mcmc.json and .md, again after every arm (a run cut short keep
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 import time
@@ -144,19 +146,22 @@ def quality_arms(args, device, record):
             "seconds_per_iteration": seconds})
     record({"name": "alac_sgd_defaults", "data": "ml-latest-small",
             "test_rmse": sgd_defaults(train, test, "squared")["rmse"]})
+    liked = dataclasses.replace(ratings, labels=(ratings.labels > 3.5).float())
     fields = load_featindex(SHARED_DATA / "ipinyou/featindex.txt")
-    train, test = (fields.apply(part) for part in load_libsvm_files([SHARED_DATA / "ipinyou/train.fm.txt",
-                                                                     SHARED_DATA / "ipinyou/test.fm.txt"]))
-    positive = test.labels > 0.5
-    classes = CoordinateSettings(solver="mcmc", k=k, iterations=iterations, burn_in=burn, task="classification",
-                                 seed=args.seed)
-    predicted, seconds, _ = alac_fit(train, test, classes, device, n_features=train.n_features)
-    record({"name": "alac_mcmc", "data": "ipinyou", "test_auc": float(metrics.auc(predicted.float(), positive)),
-            "seconds_per_iteration": float(np.median(seconds))})
-    predicted, seconds = myfm_fit(train, test, train.n_features, k, iterations, iterations - burn, True, args.seed)
-    record({"name": "myfm_mcmc", "data": "ipinyou", "test_auc": float(metrics.auc(predicted.float(), positive)),
-            "seconds_per_iteration": seconds})
-    record({"name": "alac_sgd_defaults", "data": "ipinyou", "test_auc": sgd_defaults(train, test, "logistic")["auc"]})
+    clicks = [fields.apply(part) for part in load_libsvm_files([SHARED_DATA / "ipinyou/train.fm.txt",
+                                                                SHARED_DATA / "ipinyou/test.fm.txt"])]
+    for data, (train, test) in (("ml-latest-small liked", split(liked, (0.9, 0.1), seed=0)), ("ipinyou", clicks)):
+        positive = test.labels > 0.5
+        classes = CoordinateSettings(solver="mcmc", k=k, iterations=iterations, burn_in=burn, task="classification",
+                                     seed=args.seed)
+        predicted, seconds, _ = alac_fit(train, test, classes, device, n_features=train.n_features)
+        record({"name": "alac_mcmc", "data": data, "test_auc": float(metrics.auc(predicted.float(), positive)),
+                "seconds_per_iteration": float(np.median(seconds))})
+        predicted, seconds = myfm_fit(train, test, train.n_features, k, iterations, iterations - burn, True,
+                                      args.seed)
+        record({"name": "myfm_mcmc", "data": data, "test_auc": float(metrics.auc(predicted.float(), positive)),
+                "seconds_per_iteration": seconds})
+        record({"name": "alac_sgd_defaults", "data": data, "test_auc": sgd_defaults(train, test, "logistic")["auc"]})
 
 
 def speed_arms(args, device, record):
@@ -209,7 +214,7 @@ def main():
     parser.add_argument("--k", type=int, default=8)
     parser.add_argument("--iterations", type=int, default=200)
     parser.add_argument("--burn-in", type=int, default=50)
-    parser.add_argument("--als-regs", type=lambda text: [float(v) for v in text.split(",")], default=[1.0, 5.0, 20.0])
+    parser.add_argument("--als-regs", type=lambda text: [float(v) for v in text.split(",")], default=[5.0, 20.0, 50.0])
     parser.add_argument("--sizes", type=lambda text: [int(v) for v in text.split(",")],
                         default=[100_000, 10_000_000, 100_000_000])
     parser.add_argument("--speed-iterations", type=int, default=5)

@@ -3,8 +3,9 @@ solvers (alac.runtime.solvers.fm_coordinate) instead of SGD epochs: --epochs swe
 --burn-in of them left out of its average; --loss squared for ratings (ALS or MCMC), logistic for
 classes (MCMC's probit).
 
-Every sweep prints the training RMSE (or AUC), the validation metric of the average prediction so far
-(MCMC: over the kept samples, as libFM and myFM report), the noise precision and the samples kept.
+Every sweep prints the training RMSE (or AUC), the noise precision, MCMC's prior precisions (their mean
+over the fields), the samples kept and the validation metric of the average prediction so far (MCMC:
+over the kept samples, as libFM and myFM report).
 Outputs: metrics.json, history.csv and model.alac, the zoo FM holding MCMC's posterior mean (ALS's
 last coordinates), which `alac predict` and `alac export` read as an SGD run's. A probit model is kept
 as the logistic FM of its scores times PROBIT_TO_LOGIT (sigmoid(1.702 z) is within 0.0095 of Phi(z)
@@ -80,8 +81,12 @@ def train_coordinate(args, module, data, model_reference):
     history, started, status = [], time.perf_counter(), 0
     for _ in range(args.epochs):
         solver.iterate()
-        record = {"epoch": solver.iteration, **_train_metric(solver), "alpha": float(solver.alpha),
-                  "samples": solver.samples}
+        record = {"epoch": solver.iteration, **_train_metric(solver), "alpha": float(solver.alpha)}
+        if args.solver == "mcmc":
+            # the priors' precisions drawn, averaged over the fields (and factors)
+            record.update(lambda_w=float(solver.lambda_w.mean()),
+                          lambda_v=float(solver.lambda_v.mean()) if solver.lambda_v.size else 0.0)
+        record["samples"] = solver.samples
         for name in averages:
             averages[name] = _averaged(solver, getattr(data, name), averages[name], classification)
         if data.valid is not None:
