@@ -22,7 +22,15 @@ from alac import defaults
 from alac.data.field_map import FieldMap, from_positions
 from alac.data.split import hold_out
 from alac.errors import DataError
-from alac.sklearn.inputs import fit_frame, forget_frame, frame_dataset, frame_fields, is_frame, sparse_dataset
+from alac.sklearn.inputs import (
+    fit_frame,
+    forget_frame,
+    frame_dataset,
+    frame_fields,
+    is_frame,
+    predict_dataset,
+    sparse_dataset,
+)
 from alac.sklearn.linear import _fit, _warn_on_divergence
 from alac.train.deep import DeepSettings, DeepTrainer
 
@@ -103,12 +111,7 @@ class _DeepClassifier(ClassifierMixin, BaseEstimator):
 
     def predict_proba(self, X):
         check_is_fitted(self, "trainer_")
-        if hasattr(self, "frame_encoding_"):
-            dataset = frame_dataset(self, X)
-        else:
-            X = validate_data(self, X, accept_sparse="csr", dtype=[np.float64, np.float32], reset=False)
-            dataset = sparse_dataset(X)
-        p = self.trainer_.predict(_with_fields(dataset, self.field_of_)).double().numpy()
+        p = self.trainer_.predict(_with_fields(predict_dataset(self, X), self.field_of_)).double().numpy()
         return np.column_stack([1 - p, p])
 
     def decision_function(self, X):

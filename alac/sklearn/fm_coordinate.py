@@ -16,7 +16,7 @@ import torch
 from sklearn.utils.validation import check_is_fitted, column_or_1d, validate_data
 
 from alac import defaults
-from alac.sklearn.inputs import fit_frame, forget_frame, frame_dataset, is_frame, sparse_dataset
+from alac.sklearn.inputs import fit_frame, forget_frame, frame_dataset, is_frame, predict_dataset, sparse_dataset
 
 
 def fit_coordinate(estimator, X, y):
@@ -65,11 +65,7 @@ def coordinate_raw(estimator, X):
     from alac.runtime.solvers.fm_coordinate import fm_scores
 
     check_is_fitted(estimator, "factors_")
-    if hasattr(estimator, "frame_encoding_"):
-        dataset = frame_dataset(estimator, X)
-    else:
-        dataset = sparse_dataset(validate_data(estimator, X, accept_sparse="csr", dtype=[np.float64, np.float32],
-                                               reset=False))
+    dataset = predict_dataset(estimator, X)
     coordinates = (torch.tensor(float(estimator.intercept_[0]), dtype=torch.float64),
                    torch.from_numpy(np.asarray(estimator.coef_, dtype=np.float64).reshape(-1)),
                    torch.from_numpy(np.asarray(estimator.factors_, dtype=np.float64)))

@@ -82,6 +82,17 @@ def frame_dataset(estimator, X, labels=None):
     return dataset
 
 
+def predict_dataset(estimator, X):
+    """The SparseDataset of X to predict: in the DataFrame encoding of the fit where it was on one, else
+    of X's matrix checked against the fit's features."""
+    from sklearn.utils.validation import validate_data
+
+    if hasattr(estimator, "frame_encoding_"):
+        return frame_dataset(estimator, X)
+    return sparse_dataset(validate_data(estimator, X, accept_sparse="csr", dtype=[np.float64, np.float32],
+                                        reset=False))
+
+
 def frame_fields(estimator):
     """The field of every feature of the encoding (one field per column)."""
     encoding = estimator.frame_encoding_

@@ -31,7 +31,15 @@ from alac import defaults
 from alac.data.split import hold_out
 from alac.models.fm import DEFAULT_L2 as _FM_L2
 from alac.sklearn.fm_coordinate import coordinate_raw, fit_coordinate
-from alac.sklearn.inputs import block_source, fit_frame, forget_frame, frame_dataset, is_frame, sparse_dataset
+from alac.sklearn.inputs import (
+    block_source,
+    fit_frame,
+    forget_frame,
+    frame_dataset,
+    is_frame,
+    predict_dataset,
+    sparse_dataset,
+)
 from alac.sklearn.scd import fit_scd, scd_raw
 from alac.train.race import ADAPTIVE, AUTO, Arm, race
 from alac.train.race import arms as race_arms
@@ -307,10 +315,7 @@ class _WideEstimator(BaseEstimator):
         if getattr(self, "_coordinate_fit", False):
             return coordinate_raw(self, X)
         check_is_fitted(self, "_fitted")
-        if hasattr(self, "frame_encoding_"):
-            return self._trainer_for_use().predict(frame_dataset(self, X)).cpu().double().numpy()
-        X = validate_data(self, X, accept_sparse="csr", dtype=[np.float64, np.float32], reset=False)
-        return self._trainer_for_use().predict(sparse_dataset(X)).cpu().double().numpy()
+        return self._trainer_for_use().predict(predict_dataset(self, X)).cpu().double().numpy()
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
