@@ -253,40 +253,14 @@ def streaming_table(result):
                       for a in big)).rstrip()
 
 
-def dp_aggregation_table(result):
-    from benchmarks.dp_aggregation import report  # it imports this module's table()
+def benchmark_table(name, function="arms_table"):
+    """The table of a benchmark that renders its own (benchmarks/<name>.py's `function`), imported when
+    it renders: those modules import this one's table()."""
+    def render_table(result):
+        import importlib
 
-    return report(result)
-
-
-def rank_faults_table(result):
-    from benchmarks.rank_faults import report  # it imports this module's table()
-
-    return report(result)
-
-
-def deep_defaults_table(result):
-    from benchmarks.deep_defaults import report  # it imports this module's table()
-
-    return report(result)
-
-
-def deep_ranks_table(result):
-    from benchmarks.deep_ranks import arms_table
-
-    return arms_table(result)
-
-
-def pack_interleaving_table(result):
-    from benchmarks.pack_interleaving import arms_table
-
-    return arms_table(result)
-
-
-def deep_host_tables_table(result):
-    from benchmarks.deep_host_tables import arms_table
-
-    return arms_table(result)
+        return getattr(importlib.import_module(f"benchmarks.{name}"), function)(result)
+    return render_table
 
 
 # (result file, title, what it measures, command, table)
@@ -392,13 +366,13 @@ SECTIONS = [
      "Two ranks train LR (parameters synchronised every batch) under torchrun; once training runs, one rank is "
      "killed or stopped: seconds until the other rank has exited (its watch names the failed rank) and until "
      "torchrun has (it gives a stopped rank 30 s after SIGTERM before it kills it), with the survivor's line.",
-     "PYTHONPATH=. python benchmarks/rank_faults.py", rank_faults_table),
+     "PYTHONPATH=. python benchmarks/rank_faults.py", benchmark_table("rank_faults", "report")),
     ("deep_defaults", "The field models' defaults on real data",
      "`alac train --model ffm|deepfm|wide_deep --lr LR`, every other option its default, on criteo-tiny read as a "
      "Criteo file (its used ids renumbered densely) and iPinYou (fields by position): the best validation logloss "
      "(10 % of the training rows) of each table lr beside the base rate's, and iPinYou's test AUC (best / AUC); † "
      "where the divergence guard stopped the run.",
-     "PYTHONPATH=. python benchmarks/deep_defaults.py", deep_defaults_table),
+     "PYTHONPATH=. python benchmarks/deep_defaults.py", benchmark_table("deep_defaults", "report")),
     ("scd", "Stochastic coordinate descent to a duality gap",
      "Ridge on a webspam-shaped set (262,938 × 680,715, power-law columns, unit rows) by alac's SCD kernels, "
      "primal and dual (and the wild, non-atomic control), the float64 sequential solver, scikit-learn's Ridge and "
@@ -448,7 +422,7 @@ SECTIONS = [
      "replayed from CUDA graphs); PyTorch DDP with one `nn.Embedding` of sparse gradients (all-gathered: NCCL has "
      "no sparse all-reduce) and Adagrad on 1M of the rows. samples/s: training rows over the median epoch; "
      "validation s: the median epoch's validation and set-up.",
-     "PYTHONPATH=. torchrun --nproc-per-node 2 benchmarks/deep_ranks.py", deep_ranks_table),
+     "PYTHONPATH=. torchrun --nproc-per-node 2 benchmarks/deep_ranks.py", benchmark_table("deep_ranks")),
     ("deep_host_tables", "DeepFM beyond the GPU's memory: its tables and training rows in host memory",
      "DeepFM k = 16 (MLP 256, 128) on 4M rows of the Kaggle-shaped set (26 fields of Zipf 1.1 ids, 33.8M feature "
      "rows: 2.6 GB of tables, planted FM labels), batch 4096, 3 epochs: everything on the GPU, against the "
@@ -458,19 +432,27 @@ SECTIONS = [
      "the GPU over their mapped addresses), and both; PyTorch with its `nn.Embedding` table and Adagrad in host "
      "memory (sparse gradients), the MLP on the GPU, on 200,000 rows (its AUC is of fewer rows).",
      "PYTHONPATH=. python benchmarks/deep_host_tables.py --rows 4000000 --scale 1 --epochs 3 --budgets "
-     "0.5,0.2,0.1", deep_host_tables_table),
+     "0.5,0.2,0.1", benchmark_table("deep_host_tables")),
+    ("fm_mcmc", "Factorization machines by MCMC and ALS against myFM",
+     "MovieLens latest-small (random 90/10 split, seed 0) ratings and the same ratings as classes (liked: above "
+     "3.5), iPinYou's clicks: alac's MCMC (probit for classes) and ALS against myFM's Gibbs sampler at the same "
+     "rank (8), iterations (200) and kept samples (150), and alac's SGD FM with its defaults; seconds per MCMC "
+     "iteration on power-law synthetic ratings (alac.data.synthetic.ratings_like) on the GPU and the CPU "
+     "against myFM's on the CPU.",
+     "PYTHONPATH=. python benchmarks/fm_mcmc.py --parts quality --out A; ... --parts speed --out B; "
+     "... --merge A/fm_mcmc.json B/fm_mcmc.json", benchmark_table("fm_mcmc")),
     ("pack_interleaving", "Packed tables side by side: PICASSO's K-interleaving by Eq. 3",
      "benchmarks/fields.py's 200 fields (dims 4, 8, 16 and 32: four packs, Zipf 1.1 ids, MLP 256, 128), 200 steps "
      "on the tables' generated kernels: the packs in turn against the packs of each Eq. 3 group (parameters of a "
      "step within one wave of the GPU's programs) side by side on streams of their own (alac.nn.PackedEmbeddingBags' "
      "default inside a CUDA graph; eagerly the packs run in turn).",
-     "PYTHONPATH=. python benchmarks/pack_interleaving.py", pack_interleaving_table),
+     "PYTHONPATH=. python benchmarks/pack_interleaving.py", benchmark_table("pack_interleaving")),
     ("dp_aggregation", "How data-parallel ranks' changes combine",
      "Two gloo ranks on the CPU with the reference backend (an async plan runs there as exact sequential SGD, "
      "chunk after chunk), each training half the rows and synchronising once an epoch, against one process on "
      "all of them: LR on 400,000 synthetic Criteo-shaped rows at lr 2, FM k = 8 on 200,000 at lr 0.5, "
      "validated on 50,000.", "PYTHONPATH=. python benchmarks/dp_aggregation.py --out benchmarks/results",
-     dp_aggregation_table),
+     benchmark_table("dp_aggregation", "report")),
     ("layout_build", "Layout build, 4M × 39 synthetic rows", "Generating and laying out the data on the CPU and GPU.",
      "PYTHONPATH=. python benchmarks/layout_build.py", layout_table),
     ("parse_speed", "Parsing LIBSVM text",
