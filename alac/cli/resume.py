@@ -76,6 +76,10 @@ def _resume_wide(path, options):
                                          f"file a checkpoint names: give --model {file}")
     module = model_module(options.model) if options.model else zoo_module(spec["model"])
     reference = spec.get("model_file", spec.get("model"))
+    if record["family"] in ("als", "mcmc"):
+        raise OptionError(f"{path}: an {record['family'].upper()} run is not continued (its checkpoint holds the "
+                          "posterior mean or the last coordinates, not the chain and its priors): train a new run "
+                          "with more --epochs")
     if record["family"] == "scd":
         scd = saved.get("scd")
         if scd is None:

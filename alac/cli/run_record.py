@@ -9,7 +9,7 @@ from pathlib import Path
 
 from alac.errors import DataError, OptionError
 
-FAMILIES = ("flow", "scd", "deep")
+FAMILIES = ("flow", "scd", "deep", "als", "mcmc")
 DATA_OPTIONS = ("train", "valid", "test", "featindex")
 _PLAIN = (str, int, float, bool, type(None))
 

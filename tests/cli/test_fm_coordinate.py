@@ -40,6 +40,11 @@ def test_mcmc_learns_planted_ratings_and_its_checkpoint_predicts_as_training_sco
                  str(tmp_path / "predicted.txt"), "--backend", "reference"]) == 0
     predicted = torch.from_numpy(np.loadtxt(tmp_path / "predicted.txt"))
     assert float(metrics.rmse(predicted, test.labels.double())) == pytest.approx(final["test_rmse"], abs=1e-5)
+    # the chain is not in the checkpoint: a resume is refused, the outputs kept
+    capsys.readouterr()
+    assert main(["train", "--resume", str(out), "--epochs", "60"]) == 2
+    assert "an MCMC run is not continued" in capsys.readouterr().err
+    assert json.loads((out / "metrics.json").read_text()) == final
 
 
 def test_probit_mcmc_classifies_and_its_logistic_checkpoint_ranks_alike(tmp_path):
