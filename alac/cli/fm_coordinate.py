@@ -15,6 +15,7 @@ probit's.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from pathlib import Path
@@ -65,6 +66,8 @@ def train_coordinate(args, module, data, model_reference):
     if not isinstance(data.train, SparseDataset):
         raise OptionError(f"--solver {args.solver} reads its training data in memory, not from a block store")
     classification = args.loss == "logistic"
+    if classification:
+        data = _as_classes(data)
     settings = CoordinateSettings(solver=args.solver, k=args.k, iterations=args.epochs,
                                   burn_in=burn_in_of(args) if args.solver == "mcmc" else 0,
                                   reg_w=args.l2 or 0.0, reg_v=args.l2 or 0.0, seed=args.seed,
@@ -113,6 +116,19 @@ def train_coordinate(args, module, data, model_reference):
             _save_checkpoint(args, module, model_reference, data, coordinates, classification, history, outputs)
         print(f"wrote {out}/{', '.join(outputs.written)}")
     return status
+
+
+def _as_classes(data):
+    """The data's labels as 1 (the larger of the training set's two values) or 0, every split's by the
+    training set's (a DataError names a set with more than two values)."""
+    from alac.runtime.execution.executor import LabelMap
+
+    labels = LabelMap.fit("binary", data.train.labels, data.train.source.path or "the training data")
+
+    def classes(dataset):
+        return None if dataset is None else dataclasses.replace(dataset,
+                                                                labels=labels.positive_mask(dataset.labels).float())
+    return dataclasses.replace(data, train=classes(data.train), valid=classes(data.valid), test=classes(data.test))
 
 
 def _train_metric(solver):

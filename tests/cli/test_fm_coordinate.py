@@ -90,3 +90,16 @@ def test_mcmc_on_movielens_beats_the_sgd_fms_defaults(shared_data, tmp_path):
 def test_what_the_coordinate_solvers_cannot_fit_is_refused_before_the_data(options, message, capsys):
     assert main(["train", *options, "--train", "no-such-file.svm"]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_classes_of_any_two_values_are_mapped_and_more_are_refused(tmp_path, capsys):
+    # the label a user effect: the larger value (7), the positive class, for the first 15 users
+    rows = ["user,item,label"] + [f"{u},{i},{7 if u < 15 else 2}" for u in range(30) for i in range(10)]
+    (tmp_path / "two.csv").write_text("\n".join(rows) + "\n")
+    assert main(["train", "--model", "fm", "--solver", "mcmc", "--k", "2", "--epochs", "5", "--train",
+                 str(tmp_path / "two.csv"), "--label", "label", "--fields", "user,item"]) == 0
+    assert json.loads(capsys.readouterr().out.splitlines()[-1])["valid_auc"] > 0.95
+    (tmp_path / "three.csv").write_text("\n".join(rows + ["1,1,9"]) + "\n")
+    assert main(["train", "--model", "fm", "--solver", "mcmc", "--epochs", "5", "--train", str(tmp_path / "three.csv"),
+                 "--label", "label", "--fields", "user,item"]) == 2
+    assert "a binary classifier needs two label values" in capsys.readouterr().err
