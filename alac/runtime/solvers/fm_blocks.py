@@ -91,10 +91,19 @@ def coordinate_blocks(dataset, device, dtype):
         repeats = torch.unique(field_rows).numel() < field_rows.numel()
         colour = torch.from_numpy(_colours(field_rows.numpy(), field_local.numpy(), members.numel())) if repeats \
             else torch.zeros(members.numel(), dtype=torch.int64)
-        for c in range(int(colour.max()) + 1 if members.numel() else 0):
-            chosen = colour == c
-            renumber = torch.cumsum(chosen, 0) - 1
-            entries = chosen[field_local]
+        if not members.numel():
+            continue
+        # a colour's features in id order, and its entries in the field's order: one sort each, then cuts
+        by_colour = torch.argsort(colour, stable=True)
+        counts = torch.bincount(colour).tolist()
+        rank = torch.empty_like(colour)
+        rank[by_colour] = torch.arange(colour.numel()) - torch.repeat_interleave(
+            torch.cumsum(torch.tensor([0] + counts[:-1]), 0), torch.tensor(counts))
+        entry_colour = colour[field_local]
+        entry_order = torch.argsort(entry_colour, stable=True)
+        entry_counts = torch.bincount(entry_colour, minlength=len(counts)).tolist()
+        field_values = values[mine]
+        for chosen, entries in zip(torch.split(by_colour, counts), torch.split(entry_order, entry_counts)):
             blocks.append(Block(prior, members[chosen].to(device), field_rows[entries].to(device),
-                                renumber[field_local[entries]].to(device), values[mine][entries].to(device, dtype)))
+                                rank[field_local[entries]].to(device), field_values[entries].to(device, dtype)))
     return blocks, priors
