@@ -68,9 +68,9 @@ class CoordinateSettings:
 
 
 class CoordinateSolver:
-    """ALS or MCMC for an FM on the rows of `train` (a SparseDataset with fields; labels the targets,
-    or 0/1 classes for classification), on `device` in `dtype`. iterate() runs one sweep; `samples`
-    counts MCMC's draws past burn_in, whose predictions average()."""
+    """ALS or MCMC for an FM on the rows of `train` (a SparseDataset, its fields the prior groups; labels
+    the targets, or 0/1 classes for classification), on `device` in `dtype`. iterate() runs one sweep;
+    `samples` counts MCMC's draws past burn_in, whose average coordinates() gives."""
 
     def __init__(self, settings, train, n_features=None, device="cpu", dtype=torch.float64, generator_device=None):
         """generator_device: where the normals are drawn (default `device`; "cpu" draws a GPU run's
@@ -123,7 +123,8 @@ class CoordinateSolver:
         numerator.index_add_(0, local, h * (self.e[rows] + old[local] * h))
         curvature = torch.zeros(count, device=self.device, dtype=self.dtype).index_add_(0, local, h * h)
         precision = self.alpha * curvature + precision_prior
-        mean = (self.alpha * numerator + mu * precision_prior) / precision
+        # a coordinate of zero curvature under no prior (ALS without L2, only zero values) stays put
+        mean = torch.where(precision > 0, (self.alpha * numerator + mu * precision_prior) / precision, old)
         new = mean if self.settings.solver == "als" else mean + self._normal(count) / precision.sqrt()
         change = new - old
         self.e.index_add_(0, rows, -change[local] * h)

@@ -137,3 +137,15 @@ def test_features_in_two_fields_are_refused_with_the_row_and_data_without_fields
     assert len(solver.priors) == 1 and len(solver.blocks) >= 3
     with pytest.raises(OptionError, match="ALS fits the squared loss"):
         CoordinateSettings(solver="als", task="classification")
+
+
+def test_a_feature_whose_values_are_all_zero_stays_put_under_als_without_l2():
+    data = _ratings(n_rows=40, tags=0)
+    values = data.values.clone()
+    values[data.indices.long() == int(data.indices[2])] = 0.0        # the third field's first value seen
+    zeroed = SparseDataset(data.indptr, data.indices, values, data.labels, data.n_features, data.fields, 3)
+    solver = CoordinateSolver(CoordinateSettings(solver="als", k=2, iterations=3, burn_in=0), zeroed)
+    for _ in range(3):
+        solver.iterate()
+    assert bool(torch.isfinite(solver.w).all() and torch.isfinite(solver.v).all() and torch.isfinite(solver.e).all())
+    assert float(solver.w[int(data.indices[2])]) == 0.0
