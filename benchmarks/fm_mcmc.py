@@ -187,21 +187,30 @@ def speed_arms(args, device, record):
 
 
 def arms_table(payload):
-    lines = ["| data | arm | test RMSE | test AUC | s / iteration |", "|---|---|---|---|---|"]
-    for arm in payload["arms"]:
-        if "ratings" in arm:
-            continue
-        rmse = f"{arm['test_rmse']:.4f}" if "test_rmse" in arm else ""
-        auc = f"{arm['test_auc']:.4f}" if "test_auc" in arm else ""
-        seconds = f"{arm['seconds_per_iteration']:.4f}" if "seconds_per_iteration" in arm else ""
-        lines.append(f"| {arm['data']} | {arm['name']} | {rmse} | {auc} | {seconds} |")
-    sizes = sorted({arm["ratings"] for arm in payload["arms"] if "ratings" in arm})
+    """One row per data set (its metric: test RMSE or AUC) and one per size of the speed part."""
+    arms = payload["arms"]
+    lines = ["| data | metric | alac MCMC | myFM | alac ALS (best L2) | alac SGD defaults | "
+             "s / iteration, alac / myFM |", "|---|---|---|---|---|---|---|"]
+    for data in dict.fromkeys(arm["data"] for arm in arms if "data" in arm):
+        mine = {arm["name"]: arm for arm in arms if arm.get("data") == data}
+        metric = "test_rmse" if "test_rmse" in next(iter(mine.values())) else "test_auc"
+        als = [arm for name, arm in mine.items() if name.startswith("alac_als")]
+        best = (min if metric == "test_rmse" else max)(als, key=lambda arm: arm[metric]) if als else None
+
+        def cell(name, mine=mine, metric=metric):
+            return f"{mine[name][metric]:.4f}" if name in mine else ""
+        seconds = " / ".join(f"{mine[name]['seconds_per_iteration']:.4f}" for name in ("alac_mcmc", "myfm_mcmc")
+                             if name in mine)
+        lines.append(f"| {data} | {metric.removeprefix('test_')} | {cell('alac_mcmc')} | {cell('myfm_mcmc')} | "
+                     + (f"{best[metric]:.4f} ({best['name'].removeprefix('alac_als_reg')})" if best else "")
+                     + f" | {cell('alac_sgd_defaults')} | {seconds} |")
+    sizes = sorted({arm["ratings"] for arm in arms if "ratings" in arm})
+    names = ["alac_cuda_float32", "alac_cuda_float64", "alac_cpu_float64", "myfm_cpu"]
     if sizes:
-        names = sorted({arm["name"] for arm in payload["arms"] if "ratings" in arm})
-        lines += ["", "| ratings | " + " | ".join(names) + " | myFM / alac GPU float32 |",
-                  "|---|" + "---|" * (len(names) + 1)]
+        lines += ["", "| ratings | s / iteration: alac GPU float32 | alac GPU float64 | alac CPU | myFM CPU | "
+                  "myFM / alac GPU float32 |", "|---|---|---|---|---|---|"]
         for size in sizes:
-            at = {arm["name"]: arm["seconds_per_iteration"] for arm in payload["arms"] if arm.get("ratings") == size}
+            at = {arm["name"]: arm["seconds_per_iteration"] for arm in arms if arm.get("ratings") == size}
             ratio = at["myfm_cpu"] / at["alac_cuda_float32"] if "myfm_cpu" in at and "alac_cuda_float32" in at else None
             lines.append(f"| {size:,} | " + " | ".join(f"{at[n]:.4f}" if n in at else "" for n in names) + " | "
                          + (f"{ratio:.0f}x" if ratio else "") + " |")
