@@ -31,10 +31,10 @@ EXCHANGE_MARGIN = 0.02
 # auto shards a table over TABLE_SHARE of a rank's free memory (replicated, every rank holds it whole
 # beside the scratch gradient buffer of its size and the data)
 TABLE_SHARE = 0.25
-# auto's order among the modes whose rows fit, and the share of the first one's measured exchange time
-# another must stay under to be taken instead: beside its exchanges a sharded step routes its entries
-# and a hybrid one steps the hot entries on every rank (benchmarks/deep_ranks.py, arms alac_replicated,
-# alac_sharded, alac_hybrid)
+# auto's order among the modes whose rows fit: their speed on two H200s (benchmarks/deep_ranks.py, arms
+# alac_replicated, alac_sharded, alac_hybrid); and the share of the first one's measured exchange time
+# another must stay under to be taken instead, a margin for the work beside its exchanges (a sharded step
+# routes its entries, a hybrid one steps the hot entries on every rank) that no run has set yet
 PREFERENCE = ("replicated", "sharded", "hybrid")
 SWITCH = 0.5
 
