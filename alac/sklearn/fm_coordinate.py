@@ -40,10 +40,10 @@ def fit_coordinate(estimator, X, y):
         X, y = validate_data(estimator, X, y, accept_sparse="csr", dtype=[np.float64, np.float32],
                              y_numeric=not classifier)
         train = sparse_dataset(X, estimator._targets(y, first=True))
+    reg = defaults.ALS_L2 if estimator.alpha is None else estimator.alpha
     settings = CoordinateSettings(solver=solver, k=estimator.n_factors, iterations=epochs,
                                   burn_in=burn_in if solver == "mcmc" else 0, init_std=estimator.init_std,
-                                  reg_w=defaults.ALS_L2 if estimator.alpha is None else estimator.alpha,
-                                  reg_v=defaults.ALS_L2 if estimator.alpha is None else estimator.alpha,
+                                  reg_w=reg, reg_v=reg,
                                   task="classification" if classifier else "regression",
                                   seed=estimator.random_state or 0)
     device = "cuda" if estimator.backend == "triton" and torch.cuda.is_available() else "cpu"

@@ -45,7 +45,6 @@ from alac.train.deep_ranks import (
 )
 from alac.train.deep_settings import DEEP_MODELS, DEFAULT_SETTINGS, DeepSettings, field_model
 from alac.train.deep_steps import (
-    PROBE_ROWS,
     STEP_SHARE,
     batches,
     epoch_parts,
@@ -170,8 +169,7 @@ class DeepTrainer:
         train = in_host_memory(train, self.device) if self._part_rows else train.to(self.device)
         self._micro_batches = s.micro_batches
         if self._micro_batches is None:
-            probe = train.take(torch.arange(min(train.n_rows, 2 * PROBE_ROWS), device=self.device))
-            self._micro_batches = micro_batches_of(self, probe, s.batch_size)
+            self._micro_batches = micro_batches_of(self, train, s.batch_size)
             if self._micro_batches > 1 and self.say is not None:
                 self.say(f"a step in {self._micro_batches} micro-batches (PICASSO's Eq. 2: its measured activations "
                          f"exceed {STEP_SHARE:.0%} of the GPU's free memory)")

@@ -89,20 +89,20 @@ def plan_rank_tables(mode, counts, row_bytes, batches, ranks, device, rows=None,
         raise OptionError(f"rank tables are one of {', '.join(MODES)}, got {mode!r}")
     rows = counts.numel() if counts is not None else rows
     hot = None if counts is None else int((counts >= batches).sum())
-    order = None if counts is None else torch.argsort(counts.cpu(), descending=True, stable=True)
     if mode == "auto":
-        mode, why = _auto_mode(counts, row_bytes, batches, ranks, device, rows, budget, shape, measure, hot, order)
+        mode, why = _auto_mode(counts, row_bytes, batches, ranks, device, rows, budget, shape, measure, hot)
     else:
         why = "as asked"
     if mode == "replicated":
         return RankTables(mode, rows, None, why)
     if mode == "sharded" or counts is None:
         return RankTables("sharded", 0, None, f"{why}; rank r owns rows r, r + {ranks.world}, ...")
+    order = torch.argsort(counts.cpu(), descending=True, stable=True)
     return RankTables(mode, hot, order, f"{why}; the {hot:,} rows read at least once a batch on average "
                                         f"replicated, the other {rows - hot:,} sharded")
 
 
-def _auto_mode(counts, row_bytes, batches, ranks, device, rows, budget, shape, measure, hot, order):
+def _auto_mode(counts, row_bytes, batches, ranks, device, rows, budget, shape, measure, hot):
     """(mode, why) of plan_rank_tables' auto."""
     world = ranks.world
     held = {"replicated": rows, "sharded": -(-rows // world)}
@@ -120,7 +120,7 @@ def _auto_mode(counts, row_bytes, batches, ranks, device, rows, budget, shape, m
     if counts is None or shape is None or len(fits) == 1 or measure is None:
         return fits[0], why
     entries = float(counts.sum()) / (max(batches, 1) * world)      # a rank's entries in a step
-    hot_share = float(counts[order[:hot]].sum()) / max(float(counts.sum()), 1.0)
+    hot_share = float(counts[counts >= batches].sum()) / max(float(counts.sum()), 1.0)   # the hybrid's hot rows
     hybrid = max(math.ceil(hot_share * entries), math.ceil((1 - hot_share) * entries / world), 1)
     capacities = {"replicated": (max(math.ceil(entries), 1), 0), "sharded": (0, max(math.ceil(entries / world), 1)),
                   "hybrid": (hybrid, hybrid)}

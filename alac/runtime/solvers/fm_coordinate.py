@@ -97,7 +97,7 @@ class CoordinateSolver:
         self.q = torch.zeros((self.n_rows, k), device=self.device, dtype=dtype)
         for block in self.blocks:
             self.q.index_add_(0, block.rows, block.values[:, None] * self.v[block.features[block.local]])
-        self.e = self.targets - self.predict_rows()
+        self.e = self.targets - fm_scores(train, (self.w0, self.w, self.v))
         self.iteration = 0
         self.samples = 0
         self.mean = None       # (w0, w, v) averaged over MCMC's kept samples
@@ -105,16 +105,6 @@ class CoordinateSolver:
     def _normal(self, shape):
         drawn = torch.randn(shape, generator=self.generator, device=self.generator.device, dtype=self.dtype)
         return drawn.to(self.device)
-
-    def predict_rows(self):
-        """ŷ of the training rows from the caches: w_0 + Σ w x + ½ Σ_f (q_f² - Σ v_f² x²)."""
-        linear = torch.full((self.n_rows,), float(self.w0), device=self.device, dtype=self.dtype)
-        squares = torch.zeros((self.n_rows,), device=self.device, dtype=self.dtype)
-        for block in self.blocks:
-            ids = block.features[block.local]
-            linear.index_add_(0, block.rows, self.w[ids] * block.values)
-            squares.index_add_(0, block.rows, (self.v[ids] ** 2).sum(1) * block.values ** 2)
-        return linear + 0.5 * ((self.q ** 2).sum(1) - squares)
 
     def _draw(self, old, h, rows, local, count, mu, precision_prior):
         """One block of coordinates (old [count], their entries' h, rows, local positions): each set to
