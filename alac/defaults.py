@@ -16,6 +16,6 @@ PATIENCE = 5
 # Without validation data, this share of the training rows is held out for early stopping.
 VALID_SPLIT = 0.1
 # libFM's ALS (alac train --solver als, FMRegressor(solver="als")): the L2 on the sum of squared errors
-# where none is given (benchmarks/fm_mcmc.py, arms alac_als_reg1, alac_als_reg5, alac_als_reg20: the best
-# on MovieLens)
+# where none is given (benchmarks/fm_mcmc.py, arms alac_als_reg5, alac_als_reg20, alac_als_reg50 and an
+# earlier alac_als_reg1: the best on MovieLens)
 ALS_L2 = 20.0

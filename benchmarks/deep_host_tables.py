@@ -38,7 +38,7 @@ from alac.data.split import split
 from alac.data.synthetic import kaggle_like
 from alac.train.deep import DeepSettings, DeepTrainer
 from alac.train.deep_ranks import table_row_bytes
-from benchmarks.deep_ranks import HIDDEN, K, TorchDeepFM, _wait
+from benchmarks.deep_ranks import HIDDEN, TABLE_LR, K, TorchDeepFM, _wait
 from benchmarks.distributed import recorded_command
 from benchmarks.report import environment, write
 
@@ -46,8 +46,9 @@ from benchmarks.report import environment, write
 def alac_arm(name, train, valid, test, args, device, budget=None, stream=None):
     """DeepTrainer at the GPU budget `budget` (None: every row on the GPU), its training rows streamed
     from host memory where `stream` (train then on the CPU)."""
-    settings = DeepSettings(model="deepfm", k=K, hidden=HIDDEN, epochs=args.epochs, batch_size=args.batch_size,
-                            patience=args.epochs, seed=args.seed, gpu_memory=budget, stream_data=stream)
+    settings = DeepSettings(model="deepfm", k=K, hidden=HIDDEN, lr=TABLE_LR, epochs=args.epochs,
+                            batch_size=args.batch_size, patience=args.epochs, seed=args.seed, gpu_memory=budget,
+                            stream_data=stream)
     trainer = DeepTrainer(settings, device)
     trainer.say = print
     started = time.perf_counter()
@@ -78,7 +79,7 @@ def torch_arm(name, train, valid, test, args, device):
     table = model.table
     model.table = torch.nn.Identity()
     model.to(device)
-    sparse = torch.optim.Adagrad(table.parameters(), lr=0.02)
+    sparse = torch.optim.Adagrad(table.parameters(), lr=TABLE_LR)
     dense = torch.optim.Adam(model.parameters(), lr=1e-3)
     ids = {s: d.indices.view(d.n_rows, fields).long().cpu() for s, d in (("train", train), ("valid", valid),
                                                                          ("test", test))}

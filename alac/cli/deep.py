@@ -65,7 +65,9 @@ def parser():
     training.add_argument("--epochs", type=positive_int, default=10, help="most epochs (early stopping may end sooner)")
     training.add_argument("--batch-size", type=positive_int, default=4096,
                           help="samples per optimizer step on each rank (under torchrun a step takes ranks x this)")
-    training.add_argument("--lr", type=positive_float, default=None, help="the tables' step (default: the optimizer's)")
+    training.add_argument("--lr", type=positive_float, default=None,
+                          help="the tables' step (default: AdaGrad's 1 / the sparse fields, at most 0.5; the "
+                               "other optimizers' own)")
     training.add_argument("--dense-lr", type=positive_float, default=1e-3, help="Adam's step on the MLP")
     training.add_argument("--optimizer", default="adagrad", help="the tables' optimizer (adagrad, sgd, ...)")
     training.add_argument("--patience", type=positive_int, default=2,

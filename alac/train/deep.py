@@ -43,7 +43,14 @@ from alac.train.deep_ranks import (
     whole_predictions,
     whole_weights,
 )
-from alac.train.deep_settings import DEEP_MODELS, DEFAULT_SETTINGS, DeepSettings, field_model
+from alac.train.deep_settings import (
+    DEEP_MODELS,
+    DEFAULT_SETTINGS,
+    TABLE_LR_FIELDS,
+    TABLE_LR_MAX,
+    DeepSettings,
+    field_model,
+)
 from alac.train.deep_steps import (
     STEP_SHARE,
     batches,
@@ -110,9 +117,17 @@ class DeepTrainer:
         with torch.no_grad():
             bias.fill_(math.log(rate / (1 - rate)))
         self._trust_batches()
+        if s.lr is None and s.optimizer == "adagrad" and self.say is not None:
+            self.say(f"the tables' AdaGrad step {self.table_lr:g}: {TABLE_LR_FIELDS:g} / the data's "
+                     f"{self.n_fields - len(s.dense_fields)} sparse fields, at most {TABLE_LR_MAX:g} (--lr sets it)")
         self.history = []
         self._generator = torch.Generator().manual_seed(s.seed)
         return self._epochs(train, valid, 1, s.epochs, (math.inf, None), 0, None)
+
+    @property
+    def table_lr(self):
+        """The tables' learning rate (DeepSettings.table_lr for the data's sparse fields)."""
+        return self.settings.table_lr(self.n_fields - len(self.settings.dense_fields))
 
     def _place_rows(self, dataset, batches):
         """The ranks of this fit (torchrun's, or one) and where the tables' rows live (self.table_rows):
@@ -286,7 +301,7 @@ class DeepTrainer:
             self.history.clear()
             restored = "the initial weights are restored"
         raise TrainingDiverged(f"training diverged in epoch {epoch} ({reason}); {restored}. {ADVICE} (The tables' "
-                               f"learning rate is {self.settings.table_lr():g}, the dense layers' "
+                               f"learning rate is {self.table_lr:g}, the dense layers' "
                                f"{self.settings.dense_lr:g}.)")
 
     def _loss(self, logit, labels, reduction="mean"):

@@ -22,7 +22,7 @@ def field_model(settings, n_features, n_fields, device, one_hot=False, rows=ONE_
     s = settings
     # the generated kernels on a GPU; elsewhere the reference programs compute the same tables
     backend = "triton" if s.tables == "kernels" and torch.device(device).type == "cuda" else "reference"
-    options = {"k": s.k, "optimizer": s.optimizer, "lr": s.table_lr(), "seed": s.seed, "device": device,
+    options = {"k": s.k, "optimizer": s.optimizer, "lr": s.table_lr(n_fields), "seed": s.seed, "device": device,
                "backend": backend, "rows": rows}
     if s.model == "ffm":
         return FFM(n_features, n_fields, one_hot=one_hot, **options)
@@ -31,11 +31,12 @@ def field_model(settings, n_features, n_fields, device, one_hot=False, rows=ONE_
     return DEEP_MODELS[s.model](n_features, n_fields, hidden=s.hidden, n_dense=len(s.dense_fields), **options)
 
 
-# The tables' AdaGrad step when none is given, chosen by benchmarks/deep_defaults.py (its lr arms on
-# criteo-tiny and iPinYou): AdaGrad's own default, chosen for the wide models, makes the first steps of
-# many fields' embeddings blow the logits up on criteo-tiny, far above the base rate's loss; the
-# smallest arm is the only one no model's run diverged at, and matches the others on iPinYou.
-DEFAULT_TABLE_LR = 0.02
+# The tables' AdaGrad step when none is given: TABLE_LR_FIELDS / (sparse fields), at most TABLE_LR_MAX.
+# A first step moves every embedding by about lr, and the pairwise terms of F fields then move a logit
+# by about (F lr)^2 k: a step that suits two fields blows up 39 (benchmarks/deep_defaults.py: lr 0.5 is
+# the best arm on MovieLens' two fields; criteo-tiny's 39 diverge at 0.05; iPinYou's 16 lose at 0.2).
+TABLE_LR_FIELDS = 1.0
+TABLE_LR_MAX = 0.5
 
 # field models: the deep ones, and the field-aware FM (k per field; no MLP, its bias trained by Adam)
 DEEP_MODELS = {"deepfm": DeepFM, "wide_deep": WideAndDeep, "dlrm": DLRMLike, "ffm": FFM}
@@ -43,26 +44,26 @@ DEEP_MODELS = {"deepfm": DeepFM, "wide_deep": WideAndDeep, "dlrm": DLRMLike, "ff
 
 @dataclass(frozen=True)
 class DeepSettings:
-    """model: deepfm, wide_deep, dlrm or ffm; k: the field embeddings' size (FFM: per field; None: 4 for
-    FFM as libffm, else 16); hidden: the MLP's layers (DLRM's top MLP; not FFM's); bottom: DLRM's bottom
-    MLP; dense_fields: the fields whose entries' values are dense features (one value per row and field,
-    0 where absent; DLRM needs some, FFM takes none); lr: the tables' step (None: table_lr()'s default);
-    dense_lr: Adam's on the MLPs and bias; batch_size: the rows of a step on each rank (under torchrun a
-    step takes W × batch_size rows, as DDP's and TorchRec's per-process batches do); patience: epochs
-    without a better validation logloss before training stops; cuda_graphs: on a GPU, replay full
-    batches' steps from CUDA graphs (alac.nn.GraphedStep: batches whose entries are as many as the
-    previous ones', e.g. one-hot fields; models without dense fields); tables: "kernels" (their
-    generated kernels on a GPU, alac.codegen.bag_kernels; the torch programs elsewhere) or "reference"
-    (the torch programs); rank_tables: under torchrun, the tables' rows replicated, sharded or hybrid
-    (auto: the planner's, alac.train.deep_ranks); gpu_memory: bytes the tables may take on a GPU
-    (None: a quarter of its free memory): larger tables live in host memory, their most-read rows
-    cached on the GPU (alac.train.table_memory), and over ranks the budget of each rank's share
-    (alac.train.deep_ranks); stream_data: the training rows stay in host memory and reach the GPU an
-    epoch part at a time (None: where they take more than half its free memory; alac.train.deep_steps);
-    micro_batches: PICASSO's D-interleaving of a step (alac.nn.interleave; None: by Eq. 2, a step in
-    micro-batches only where its measured activations would take more than half the GPU's free memory,
-    alac.train.deep_steps; benchmarks/fields.py measured the whole step faster where it fits);
-    side_stream: K-interleaving (off by default, for the same reason)."""
+    """model: deepfm, wide_deep, dlrm or ffm; k: the field embeddings' size (FFM: per field; None: 4 for FFM as
+    libffm, else 16); hidden: the MLP's layers (DLRM's top MLP; not FFM's); bottom: DLRM's bottom MLP;
+    dense_fields: the fields whose entries' values are dense features (one value per row and field, 0 where
+    absent; DLRM needs some, FFM takes none); lr: the tables' step (None: table_lr()'s, scaled to the data's
+    fields); dense_lr: Adam's on the MLPs and bias; batch_size: the rows of a step on each rank (under
+    torchrun a step takes W × batch_size rows, as DDP's and TorchRec's per-process batches do); patience:
+    epochs without a better validation logloss before training stops; cuda_graphs: on a GPU, replay full
+    batches' steps from CUDA graphs (alac.nn.GraphedStep: batches whose entries are as many as the previous
+    ones', e.g. one-hot fields; models without dense fields); tables: "kernels" (their generated kernels on
+    a GPU, alac.codegen.bag_kernels; the torch programs elsewhere) or "reference" (the torch programs);
+    rank_tables: under torchrun, the tables' rows replicated, sharded or hybrid (auto: the planner's,
+    alac.train.deep_ranks); gpu_memory: bytes the tables may take on a GPU (None: a quarter of its free
+    memory): larger tables live in host memory, their most-read rows cached on the GPU
+    (alac.train.table_memory), and over ranks the budget of each rank's share (alac.train.deep_ranks);
+    stream_data: the training rows stay in host memory and reach the GPU an epoch part at a time (None:
+    where they take more than half its free memory; alac.train.deep_steps); micro_batches: PICASSO's
+    D-interleaving of a step (alac.nn.interleave; None: by Eq. 2, a step in micro-batches only where its
+    measured activations would take more than half the GPU's free memory, alac.train.deep_steps;
+    benchmarks/fields.py measured the whole step faster where it fits); side_stream: K-interleaving (off by
+    default, for the same reason)."""
 
     model: str = "deepfm"
     k: int | None = None
@@ -116,12 +117,14 @@ class DeepSettings:
         if self.rank_tables not in RANK_MODES:
             raise OptionError(f"rank_tables is one of {', '.join(RANK_MODES)}, got {self.rank_tables!r}")
 
-    def table_lr(self):
-        """The tables' learning rate: lr, else DEFAULT_TABLE_LR for AdaGrad and the optimizer's own
-        default for the others (None: the model's)."""
+    def table_lr(self, n_fields):
+        """The tables' learning rate for n_fields sparse fields: lr, else for AdaGrad TABLE_LR_FIELDS /
+        n_fields (at most TABLE_LR_MAX), and the optimizer's own default for the others."""
         if self.lr is not None:
             return self.lr
-        return DEFAULT_TABLE_LR if self.optimizer == "adagrad" else get_optimizer(self.optimizer).default_lr
+        if self.optimizer == "adagrad":
+            return min(TABLE_LR_MAX, TABLE_LR_FIELDS / max(n_fields, 1))
+        return get_optimizer(self.optimizer).default_lr
 
 
 DEFAULT_SETTINGS = DeepSettings()
