@@ -16,13 +16,15 @@ validation rows; FM must beat it.
 Data (the folder's README): a9a -> a9a.t; w8a rows i % 5 != 4 -> rows i % 5 == 4; ipinyou train ->
 test; 20news (rows L2-normalised, as its reference) train -> test; ml-latest-small ratings, FM
 regression on user and movie ids, a random 90/10 split with seed 0.
-Writes results/defaults.json and .md.
+Writes results/defaults.json and .md (`--update results/defaults.json --sets S --models M --no-sweep`:
+those rows' defaults re-measured into the earlier result, e.g. after a change of the defaults).
 """
 
 from __future__ import annotations
 
 import argparse
 import itertools
+import json
 import os
 import sys
 import time
@@ -112,6 +114,16 @@ def sweep_configs(model):
                 yield {"optimizer": optimizer, "lr": lr}
 
 
+def score_sweep(row, metric):
+    """The row's tuned run (the best validation metric of its sweep), oracle and target."""
+    better = min if metric == "rmse" else max
+    tuned = better(row["sweep"], key=lambda run: run["valid"][metric])
+    row["tuned"] = dict(tuned["test"], config=tuned["config"], valid=tuned["valid"][metric])
+    row["oracle"] = better(run["test"][metric] for run in row["sweep"])
+    row["within_target"] = (row["defaults"][metric] >= row["tuned"][metric] - TARGET[metric] if metric == "auc"
+                            else row["defaults"][metric] <= row["tuned"][metric] + TARGET[metric])
+
+
 def flags(config):
     return [part for key, value in config.items() for part in (f"--{key}", str(value))]
 
@@ -147,12 +159,19 @@ def main():
     parser.add_argument("--models", default="lr,fm")
     parser.add_argument("--no-sweep", action="store_true", help="the defaults only")
     parser.add_argument("--out", default=os.environ.get("OUT"))
+    parser.add_argument("--update", metavar="JSON", type=Path,
+                        help="re-measure only the rows --sets and --models select in this earlier result, keeping its "
+                             "other rows, and with --no-sweep the selected rows' sweeps (each sweep run names every "
+                             "option it varies); a re-measured row records its device and date")
     args = parser.parse_args()
 
     from alac.models import zoo_module
 
     names = args.sets.split(",")
     sets = load_sets(args.data, names)
+    env = environment()
+    earlier = json.loads(args.update.read_text()) if args.update else None
+    previous = None if earlier is None else {(r["data"], r["model"]): r for r in earlier["results"]}
     results = []
     for name, model, extra in RUNS:
         if name not in names or model not in args.models.split(","):
@@ -160,7 +179,6 @@ def main():
         train, test = sets[name]
         module = zoo_module(model)
         metric = "rmse" if "squared" in extra else "auc"
-        better = min if metric == "rmse" else max
         seeds = SEEDS.get(name, 1)
         final, valid, epochs, seconds, diverged, per_seed, optimizers = train_seeds(module, extra, train, test,
                                                                                    args.backend, seeds)
@@ -170,6 +188,8 @@ def main():
                "sweep": []}
         print(f"{name} {model} defaults: {metric} {final[metric]:.4f} ({epochs:.0f} epochs, {seconds:.1f} s)",
               flush=True)
+        if previous is not None:
+            row["measured"] = {key: env[key] for key in ("device", "date")}
         if not args.no_sweep:
             for config in sweep_configs(model):
                 final, valid, epochs, seconds, diverged, per_seed, _ = train_seeds(
@@ -179,15 +199,18 @@ def main():
                                      "per_seed": [run[metric] for run in per_seed]})
                 print(f"  {config}: valid {valid[metric]:.4f} test {final[metric]:.4f} ({epochs:.0f} epochs"
                       + (", diverged" if diverged else "") + ")", flush=True)
-            tuned = better(row["sweep"], key=lambda run: run["valid"][metric])
-            row["tuned"] = dict(tuned["test"], config=tuned["config"], valid=tuned["valid"][metric])
-            row["oracle"] = better(run["test"][metric] for run in row["sweep"])
-            row["within_target"] = (row["defaults"][metric] >= row["tuned"][metric] - TARGET[metric] if metric == "auc"
-                                    else row["defaults"][metric] <= row["tuned"][metric] + TARGET[metric])
+        if previous is not None and args.no_sweep:
+            row["sweep"] = previous.get((name, row["model"]), {}).get("sweep", [])
+        if row["sweep"]:
+            score_sweep(row, metric)
         if metric == "rmse":
             row["ridge"] = ridge_baseline(train, test)
             row["beats_ridge"] = row["defaults"]["rmse"] < row["ridge"]["rmse"]
         results.append(row)
+    if previous is not None:
+        fresh = {(r["data"], r["model"]): r for r in results}
+        results = [fresh.get(key, row) for key, row in previous.items()]
+        env = earlier["environment"]
 
     header = ["data", "model", "metric", "defaults", "tuned (sweep, chosen on validation)", "tuned config", "oracle",
               "auto kept", "within target", "epochs (defaults)"]
@@ -202,7 +225,6 @@ def main():
                      f"{r['defaults']['epochs']:.0f}" + (f" (mean of {r['seeds']} seeds)" if r["seeds"] > 1 else "")])
     from alac import defaults
 
-    env = environment()
     lines = [f"Defaults against a sweep ({env['device']}, {env['date']}, backend {args.backend}; "
              f"`PYTHONPATH=. python benchmarks/defaults.py --backend {args.backend}`). Defaults: optimizer "
              f"{defaults.OPTIMIZER} (AdaGrad and SGD at their default rates raced on the validation rows), "

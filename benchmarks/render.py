@@ -72,6 +72,9 @@ def defaults_table(result):
                      kept(r["defaults"].get("optimizers", [])), "yes" if r.get("within_target") else "no"])
     text = table(["data", "model", "metric", "defaults", "tuned", "tuned config", "auto kept", "within target"], rows)
     for r in result["results"]:
+        if "measured" in r:
+            text += (f"\n\n{r['data']} {r['model']}: its defaults re-measured on {r['measured']['device']}, "
+                     f"{r['measured']['date'][:10]} (`--update`), its sweep in the run above.")
         if "ridge" in r:
             text += (f"\n\n{r['data']}: FM with defaults RMSE {r['defaults']['rmse']:.4f}, scikit-learn Ridge on the "
                      f"one-hot ids {r['ridge']['rmse']:.4f} (alpha {r['ridge']['alpha']:g}).")

@@ -11,6 +11,7 @@ is checked before training."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 from pathlib import Path
@@ -157,7 +158,8 @@ def parser_for(parser, module=None):
     l2_default = "the model's" if module is None else f"{default_l2(module):g}"
     model_group.add_argument("--l2", type=float, default=None,
                              help="L2 coefficient (in the gradient, per occurrence; FTRL: in its closed form; "
-                                  f"default {l2_default}, none for SGD in the auto race)")
+                                  f"default {l2_default} times the training values' mean |x|, none for SGD in the "
+                                  "auto race)")
     model_group.add_argument("--l1", type=float, default=0.0, help="L1 coefficient (optimizers ftrl and sgd)")
     model_group.add_argument("--exact-l2", action="store_true",
                              help="apply --l2 as a decay of every row after every batch (sync), not lazily")
@@ -194,9 +196,9 @@ def default_lr(module, args, optimizer_name=None):
 def complete_arguments(module, args):
     """Fill in the defaults that depend on the model and the optimizer: the learning rate and L2, and
     for --optimizer auto the race's arms (args.race; None when an optimizer is named or --lr given)."""
-    l2_given = args.l2 is not None
+    l2_given = args.l2_given = args.l2 is not None
     if not l2_given:
-        args.l2 = default_l2(module)
+        args.l2 = default_l2(module)      # in the data's units once it is read (scale_default_l2)
     args.race = None
     if args.optimizer == AUTO:
         if args.lr is None:
@@ -285,6 +287,19 @@ def _run(args, module, model_reference, restored=None):
     return 3 if diverged else 0
 
 
+def scale_default_l2(args, module, train):
+    """Where no --l2 was given, the model's default L2 in units of the training rows' mean |value|
+    (alac.models.default_l2), in args.l2 and the race's arms that carry it."""
+    if getattr(args, "l2_given", True):
+        return
+    scale = train.value_scale
+    scale = scale() if callable(scale) else float(scale)    # a dataset's, or a block store's manifest's
+    args.l2 = default_l2(module, scale)
+    if args.race:
+        args.race = tuple(dataclasses.replace(arm, l2=arm.l2 * scale) for arm in args.race)
+    args.l2_given = True
+
+
 def train_model(args, module, data, log=None, trainer=None):
     """Train module's model on data as args say (what `alac train` does between reading the files
     and writing the outputs); returns (trainer, final metrics, the divergence error or None). With
@@ -292,9 +307,10 @@ def train_model(args, module, data, log=None, trainer=None):
     its optimizer, lr and l2 written back to args (the checkpoint's and the outputs' record). A
     trainer given (a resumed run's) trains on to args.epochs epochs."""
     say = print if log is not None else (lambda *a, **k: None)
-    contestants = getattr(args, "race", None)
     if trainer is not None:
         return _train_one(args, module, data, log, trainer)
+    scale_default_l2(args, module, data.train)
+    contestants = getattr(args, "race", None)
     if contestants and data.valid is None:
         say("optimizer auto: no validation data to race on; AdaGrad trains alone")
     elif contestants:

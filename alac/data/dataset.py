@@ -145,6 +145,14 @@ class SparseDataset:
         return dataclasses.replace(self, indptr=indptr, indices=self.indices[keep], values=kept(self.values),
                                    fields=kept(self.fields))
 
+    def value_scale(self):
+        """The mean magnitude of the known features' values (1 for one-hot data), as a layout's
+        (alac.runtime.movement.layout) of the same rows."""
+        if self.values is None:
+            return 1.0
+        known = self.indices >= 0
+        return mean_scale(self.values[known].double().abs().sum(), int(known.sum()))
+
     def values_or_ones(self):
         if self.values is not None:
             return self.values
@@ -282,3 +290,7 @@ class SparseDataset:
                    n_fields=meta["n_fields"], source=source, feature_ids=tensor("feature_ids"))
 
 
+def mean_scale(total, count):
+    """A mean magnitude total / count (1 without values), rounded to float32: the same whether summed
+    whole (a layout) or piece by piece (a block store), so the optimizer defaults it sets are too."""
+    return float(torch.tensor(float(total) / count, dtype=torch.float32)) if count else 1.0

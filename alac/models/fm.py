@@ -44,5 +44,6 @@ ARGUMENTS = [
 def DEFAULT_LR(args):
     # the squared loss's gradient grows with the score, so it takes a smaller step
     return 0.5 if args.loss == "logistic" else 0.05
-# benchmarks/defaults.py: FM on the shared data with the default optimizer
+# benchmarks/defaults.py: FM on the shared data with the default optimizer; in units of the training
+# values' mean |x| (alac.models.default_l2)
 DEFAULT_L2 = 0.01

@@ -86,10 +86,11 @@ class _WideEstimator(BaseEstimator):
         """The zoo module and its options (for the model's SGD rate), or None for a user's DSL model."""
         return None
 
-    def _alpha(self):
-        """(the L2 coefficient, whether it was given): alpha, or the model's default where it is None."""
+    def _alpha(self, value_scale):
+        """(the L2 coefficient, whether it was given): alpha, or where it is None the model's default in
+        units of the training rows' mean |value| (value_scale; alac.models.default_l2)."""
         alpha = getattr(self, "alpha", None)
-        return (self._default_alpha, False) if alpha is None else (alpha, True)
+        return (self._default_alpha * value_scale, False) if alpha is None else (alpha, True)
 
     def _lr(self, optimizer):
         if self.learning_rate is not None:
@@ -101,12 +102,12 @@ class _WideEstimator(BaseEstimator):
             raise ValueError(f"optimizer {optimizer!r} has no default learning rate: give learning_rate")
         return lr
 
-    def _single_arm(self):
+    def _single_arm(self, value_scale):
         """What trains without a race: the optimizer named (AdaGrad for auto), its rate and the L2."""
         optimizer = ADAPTIVE if self.optimizer == AUTO else self.optimizer
-        return Arm(optimizer, self._lr(optimizer), self._alpha()[0])
+        return Arm(optimizer, self._lr(optimizer), self._alpha(value_scale)[0])
 
-    def _contestants(self):
+    def _contestants(self, value_scale):
         """The auto race's arms, or None: an optimizer named, a learning rate given or a user's model."""
         options = self._model_options()
         if self.optimizer != AUTO or self.learning_rate is not None or options is None:
@@ -114,7 +115,7 @@ class _WideEstimator(BaseEstimator):
         from alac.cli.train import default_lr
 
         module, arguments = options
-        return race_arms(self._lr(ADAPTIVE), default_lr(module, arguments, "sgd"), *self._alpha())
+        return race_arms(self._lr(ADAPTIVE), default_lr(module, arguments, "sgd"), *self._alpha(value_scale))
 
     def _keep_arm(self, arm):
         self.optimizer_, self.learning_rate_, self.alpha_ = arm.optimizer, arm.lr, arm.l2
@@ -243,7 +244,7 @@ class _WideEstimator(BaseEstimator):
         if self.early_stopping:
             # like SGDClassifier(early_stopping=True): a random validation_fraction of the rows
             train, valid = hold_out(train, self.validation_fraction, self.random_state or 0)
-        contestants = self._contestants() if valid is not None else None
+        contestants = self._contestants(train.value_scale()) if valid is not None else None
         if contestants:
             runs = []
 
@@ -255,7 +256,7 @@ class _WideEstimator(BaseEstimator):
             winner = race(contestants, train_arm)
             (trainer, diverged), arm = runs[winner], contestants[winner]
         else:
-            arm = self._single_arm()
+            arm = self._single_arm(train.value_scale())
             trainer = self._new_trainer(arm, train)
             diverged = _fit(trainer, train, valid)
         _warn_on_divergence(diverged)
@@ -268,7 +269,7 @@ class _WideEstimator(BaseEstimator):
         """fit on a block source: one arm (no validation rows to race on), the targets its labels."""
         if y is not None:
             raise ValueError("a block store holds its own labels: fit(store) takes no y")
-        arm = self._single_arm()
+        arm = self._single_arm(source.value_scale)
         trainer = self._new_trainer(arm, source)
         diverged = _fit(trainer, source)
         _warn_on_divergence(diverged)
@@ -298,7 +299,7 @@ class _WideEstimator(BaseEstimator):
         targets = self._targets(y, first)
         data = sparse_dataset(X, targets)
         if first:
-            arm = self._single_arm()
+            arm = self._single_arm(data.value_scale())
             self._keep_arm(arm)
             trainer = self._new_trainer(arm, data)
         else:

@@ -88,3 +88,42 @@ def test_estimator_race_records_the_winner_and_refits_to_the_same_model():
                          learning_rate=auto.learning_rate_, alpha=auto.alpha_).fit(X, y)
     np.testing.assert_allclose(auto.coef_, named.coef_, rtol=1e-4, atol=1e-6)
     np.testing.assert_allclose(auto.predict_proba(X), named.predict_proba(X), rtol=1e-4, atol=1e-6)
+
+
+def test_the_default_l2_is_in_units_of_the_training_values_and_a_given_one_is_kept():
+    """FM's default L2 (0.01) times the rows' mean |value|: on rows of values 0.25 a default run is
+    the run of --l2 0.0025, in the CLI's race arms and the estimator alike; one-hot rows keep 0.01."""
+    import dataclasses
+
+    import torch
+
+    from alac.cli.train import scale_default_l2
+    from alac.data.synthetic import criteo_like
+    from alac.sklearn.linear import FMRegressor
+
+    module = zoo_module("fm")
+    data = criteo_like(600, n_fields=4, seed=1, device="cpu")
+    quarter = dataclasses.replace(data, values=torch.full((data.nnz,), 0.25))
+    argv = ["--backend", "reference", "--epochs", "2", "--optimizer", "adagrad"]
+
+    def fit(rows, extra):
+        args = parse_arguments(module, [*argv, *extra])
+        trainer, *_ = train_model(args, module, with_validation_split(TrainingData(rows, None, None), args))
+        return args, trainer.parameters()[0]["v"]
+
+    default, v = fit(quarter, [])
+    given, explicit = fit(quarter, ["--l2", "0.0025"])
+    assert default.l2 == pytest.approx(0.0025) and given.l2 == 0.0025
+    # bit for bit on a CPU; a GPU's scatter-adds sum in another order every run
+    np.testing.assert_allclose(v, explicit, rtol=1e-4, atol=1e-6)
+    assert fit(quarter, ["--l2", "0.01"])[0].l2 == 0.01
+    assert fit(data, [])[0].l2 == 0.01
+    raced = parse_arguments(module, [])
+    scale_default_l2(raced, module, quarter)
+    assert [arm.l2 for arm in raced.race] == [pytest.approx(0.0025), 0.0]
+    X = np.full((300, 6), 0.25, dtype=np.float32) * (np.random.default_rng(0).random((300, 6)) < 0.5)
+    y = X.sum(1)
+    estimator = FMRegressor(backend="reference", epochs=1, optimizer="adagrad", early_stopping=False).fit(X, y)
+    assert estimator.alpha_ == pytest.approx(0.0025)
+    assert FMRegressor(backend="reference", epochs=1, optimizer="adagrad", alpha=0.01,
+                       early_stopping=False).fit(X, y).alpha_ == 0.01

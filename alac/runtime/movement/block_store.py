@@ -32,7 +32,7 @@ import numpy as np
 import torch
 import xxhash
 
-from alac.data.dataset import DataSource
+from alac.data.dataset import DataSource, mean_scale
 from alac.errors import DataError, OptionError
 from alac.runtime.movement import wire
 from alac.runtime.movement.block_manifest import FEATURE_ARRAYS, META_FILE, REBUILD, block_file, read_manifest, sealed
@@ -43,7 +43,6 @@ from alac.runtime.movement.layout import (
     LayoutStats,
     build_layout,
     default_device,
-    mean_scale,
     order_by_frequency,
     top_share,
 )

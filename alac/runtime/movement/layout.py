@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from alac.data.dataset import SparseDataset
+from alac.data.dataset import SparseDataset, mean_scale
 from alac.errors import OptionError
 from alac.runtime.device.memory import LAYOUT_BYTES_PER_FEATURE, check_feature_tables
 from alac.runtime.movement.permutation import chunk_order
@@ -225,12 +225,6 @@ class BigraphLayout:
                    n_features=meta["n_features"], n_fields=meta["n_fields"],
                    fixed_width=meta["fixed_width"], edge_value=tensors.pop("edge_value", None),
                    edge_field=tensors.pop("edge_field", None), stats=LayoutStats(**stats), **tensors)
-
-
-def mean_scale(total, count):
-    """A mean magnitude total / count (1 without values), rounded to float32: the same whether summed
-    whole (a layout) or piece by piece (a block store), so the optimizer defaults it sets are too."""
-    return float(torch.tensor(float(total) / count, dtype=torch.float32)) if count else 1.0
 
 
 def default_device():
