@@ -42,6 +42,7 @@ from benchmarks.report import environment, merge, write
 
 SHARED_DATA = Path(os.environ.get("ALAC_SHARED_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
 PARTS = ("quality", "speed")
+TASKS = ("ratings", "liked", "ipinyou")
 
 
 def _wait(device):
@@ -124,44 +125,54 @@ def sgd_defaults(train, test, loss):
 
 def quality_arms(args, device, record):
     k, iterations, burn = args.k, args.iterations, args.burn_in
+
+    def keep(arm):
+        record({**arm, "iterations": iterations})
+
     ratings = load_table(SHARED_DATA / "ml-latest-small/ratings.csv", label="rating", fields="userId,movieId")
     train, test = split(ratings, (0.9, 0.1), seed=0)
-    truth = test.labels.double()
+    if "ratings" in args.tasks:
+        truth = test.labels.double()
 
-    def rmse(predicted):
-        return float(((predicted - truth) ** 2).mean().sqrt())
+        def rmse(predicted):
+            return float(((predicted - truth) ** 2).mean().sqrt())
 
-    settings = CoordinateSettings(solver="mcmc", k=k, iterations=iterations, burn_in=burn, seed=args.seed)
-    predicted, seconds, solver = alac_fit(train, test, settings, device, n_features=ratings.n_features)
-    record({"name": "alac_mcmc", "data": "ml-latest-small", "test_rmse": rmse(predicted),
-            "seconds_per_iteration": float(np.median(seconds)), "alpha": float(solver.alpha)})
-    for reg in args.als_regs:
-        als = CoordinateSettings(solver="als", k=k, iterations=iterations, burn_in=0, reg_w=reg, reg_v=reg,
-                                 seed=args.seed)
-        predicted, seconds, _ = alac_fit(train, test, als, device, n_features=ratings.n_features)
-        record({"name": f"alac_als_reg{reg:g}", "data": "ml-latest-small", "test_rmse": rmse(predicted),
-                "seconds_per_iteration": float(np.median(seconds))})
-    predicted, seconds = myfm_fit(train, test, ratings.n_features, k, iterations, iterations - burn, False, args.seed)
-    record({"name": "myfm_mcmc", "data": "ml-latest-small", "test_rmse": rmse(predicted),
-            "seconds_per_iteration": seconds})
-    record({"name": "alac_sgd_defaults", "data": "ml-latest-small",
-            "test_rmse": sgd_defaults(train, test, "squared")["rmse"]})
-    liked = dataclasses.replace(ratings, labels=(ratings.labels > 3.5).float())
-    fields = load_featindex(SHARED_DATA / "ipinyou/featindex.txt")
-    clicks = [fields.apply(part) for part in load_libsvm_files([SHARED_DATA / "ipinyou/train.fm.txt",
-                                                                SHARED_DATA / "ipinyou/test.fm.txt"])]
-    for data, (train, test) in (("ml-latest-small liked", split(liked, (0.9, 0.1), seed=0)), ("ipinyou", clicks)):
+        settings = CoordinateSettings(solver="mcmc", k=k, iterations=iterations, burn_in=burn, seed=args.seed)
+        predicted, seconds, solver = alac_fit(train, test, settings, device, n_features=ratings.n_features)
+        keep({"name": "alac_mcmc", "data": "ml-latest-small", "test_rmse": rmse(predicted),
+              "seconds_per_iteration": float(np.median(seconds)), "alpha": float(solver.alpha)})
+        for reg in args.als_regs:
+            als = CoordinateSettings(solver="als", k=k, iterations=iterations, burn_in=0, reg_w=reg, reg_v=reg,
+                                     seed=args.seed)
+            predicted, seconds, _ = alac_fit(train, test, als, device, n_features=ratings.n_features)
+            keep({"name": f"alac_als_reg{reg:g}", "data": "ml-latest-small", "test_rmse": rmse(predicted),
+                  "seconds_per_iteration": float(np.median(seconds))})
+        predicted, seconds = myfm_fit(train, test, ratings.n_features, k, iterations, iterations - burn, False,
+                                      args.seed)
+        keep({"name": "myfm_mcmc", "data": "ml-latest-small", "test_rmse": rmse(predicted),
+              "seconds_per_iteration": seconds})
+        keep({"name": "alac_sgd_defaults", "data": "ml-latest-small",
+              "test_rmse": sgd_defaults(train, test, "squared")["rmse"]})
+    tasks = []
+    if "liked" in args.tasks:
+        liked = dataclasses.replace(ratings, labels=(ratings.labels > 3.5).float())
+        tasks.append(("ml-latest-small liked", split(liked, (0.9, 0.1), seed=0)))
+    if "ipinyou" in args.tasks:
+        fields = load_featindex(SHARED_DATA / "ipinyou/featindex.txt")
+        tasks.append(("ipinyou", [fields.apply(part) for part in load_libsvm_files(
+            [SHARED_DATA / "ipinyou/train.fm.txt", SHARED_DATA / "ipinyou/test.fm.txt"])]))
+    for data, (train, test) in tasks:
         positive = test.labels > 0.5
         classes = CoordinateSettings(solver="mcmc", k=k, iterations=iterations, burn_in=burn, task="classification",
                                      seed=args.seed)
         predicted, seconds, _ = alac_fit(train, test, classes, device, n_features=train.n_features)
-        record({"name": "alac_mcmc", "data": data, "test_auc": float(metrics.auc(predicted.float(), positive)),
-                "seconds_per_iteration": float(np.median(seconds))})
+        keep({"name": "alac_mcmc", "data": data, "test_auc": float(metrics.auc(predicted.float(), positive)),
+              "seconds_per_iteration": float(np.median(seconds))})
         predicted, seconds = myfm_fit(train, test, train.n_features, k, iterations, iterations - burn, True,
                                       args.seed)
-        record({"name": "myfm_mcmc", "data": data, "test_auc": float(metrics.auc(predicted.float(), positive)),
-                "seconds_per_iteration": seconds})
-        record({"name": "alac_sgd_defaults", "data": data, "test_auc": sgd_defaults(train, test, "logistic")["auc"]})
+        keep({"name": "myfm_mcmc", "data": data, "test_auc": float(metrics.auc(predicted.float(), positive)),
+              "seconds_per_iteration": seconds})
+        keep({"name": "alac_sgd_defaults", "data": data, "test_auc": sgd_defaults(train, test, "logistic")["auc"]})
 
 
 def speed_arms(args, device, record):
@@ -191,8 +202,9 @@ def arms_table(payload):
     arms = payload["arms"]
     lines = ["| data | metric | alac MCMC | myFM | alac ALS (best L2) | alac SGD defaults | "
              "s / iteration, alac / myFM |", "|---|---|---|---|---|---|---|"]
-    for data in dict.fromkeys(arm["data"] for arm in arms if "data" in arm):
-        mine = {arm["name"]: arm for arm in arms if arm.get("data") == data}
+    counts = {arm.get("iterations") for arm in arms if "data" in arm}
+    for data, iterations in dict.fromkeys((arm["data"], arm.get("iterations")) for arm in arms if "data" in arm):
+        mine = {arm["name"]: arm for arm in arms if arm.get("data") == data and arm.get("iterations") == iterations}
         metric = "test_rmse" if "test_rmse" in next(iter(mine.values())) else "test_auc"
         als = [arm for name, arm in mine.items() if name.startswith("alac_als")]
         best = (min if metric == "test_rmse" else max)(als, key=lambda arm: arm[metric]) if als else None
@@ -201,7 +213,8 @@ def arms_table(payload):
             return f"{mine[name][metric]:.4f}" if name in mine else ""
         seconds = " / ".join(f"{mine[name]['seconds_per_iteration']:.4f}" for name in ("alac_mcmc", "myfm_mcmc")
                              if name in mine)
-        lines.append(f"| {data} | {metric.removeprefix('test_')} | {cell('alac_mcmc')} | {cell('myfm_mcmc')} | "
+        label = f"{data}, {iterations} iterations" if len(counts) > 1 else data
+        lines.append(f"| {label} | {metric.removeprefix('test_')} | {cell('alac_mcmc')} | {cell('myfm_mcmc')} | "
                      + (f"{best[metric]:.4f} ({best['name'].removeprefix('alac_als_reg')})" if best else "")
                      + f" | {cell('alac_sgd_defaults')} | {seconds} |")
     sizes = sorted({arm["ratings"] for arm in arms if "ratings" in arm})
@@ -220,6 +233,8 @@ def arms_table(payload):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--parts", type=lambda text: text.split(","), default=list(PARTS))
+    parser.add_argument("--tasks", type=lambda text: text.split(","), default=list(TASKS),
+                        help="the quality part's data: ratings, liked, ipinyou")
     parser.add_argument("--k", type=int, default=8)
     parser.add_argument("--iterations", type=int, default=200)
     parser.add_argument("--burn-in", type=int, default=50)

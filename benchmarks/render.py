@@ -442,12 +442,14 @@ SECTIONS = [
     ("fm_mcmc", "Factorization machines by MCMC and ALS against myFM",
      "MovieLens latest-small (random 90/10 split, seed 0) ratings and the same ratings as classes (liked: above "
      "3.5), iPinYou's clicks: alac's MCMC (probit for classes) and ALS against myFM's Gibbs sampler at the same "
-     "rank (8), iterations (200) and kept samples (150), and alac's SGD FM with its defaults; seconds per MCMC "
+     "rank (8), iterations and kept samples (200 and 150; 1000 and 800 where the row says), and alac's SGD FM "
+     "with its defaults; seconds per MCMC "
      "iteration on power-law synthetic ratings (alac.data.synthetic.ratings_like) on the GPU and the CPU "
      "against myFM's on the CPU.",
-     "PYTHONPATH=. python benchmarks/fm_mcmc.py --parts quality --out A; ... --parts speed --sizes "
-     "100000,10000000 --out B; ... --parts speed --sizes 100000000 --speed-iterations 2 --out C; then --merge "
-     "A/fm_mcmc.json B/fm_mcmc.json C/fm_mcmc.json", benchmark_table("fm_mcmc")),
+     "PYTHONPATH=. python benchmarks/fm_mcmc.py --parts quality --out A; ... --parts quality --tasks liked "
+     "--iterations 1000 --burn-in 200 --out D; ... --parts speed --sizes 100000,10000000 --out B; ... --parts speed "
+     "--sizes 100000000 --speed-iterations 2 --out C; then --merge A/fm_mcmc.json D/fm_mcmc.json B/fm_mcmc.json "
+     "C/fm_mcmc.json", benchmark_table("fm_mcmc")),
     ("pack_interleaving", "Packed tables side by side: PICASSO's K-interleaving by Eq. 3",
      "benchmarks/fields.py's 200 fields (dims 4, 8, 16 and 32: four packs, Zipf 1.1 ids, MLP 256, 128), 200 steps "
      "on the tables' generated kernels: the packs in turn against the packs of each Eq. 3 group (parameters of a "
