@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import statistics
 import sys
 from pathlib import Path
 
@@ -280,11 +281,27 @@ def _run(args, module, model_reference, restored=None):
     # tables sharded over the ranks are assembled by all of them for the first one's outputs
     with trainer.executor.assembled():
         if first:
+            roofline = _roofline_line(trainer)
+            if roofline is not None:
+                print(roofline)
             print(final_line(final))
             if args.out is not None:
                 doing("writing the outputs")
                 _write_outputs(args, module, model_reference, trainer, final, data.options)
     return 3 if diverged else 0
+
+
+def _roofline_line(trainer):
+    """On a GPU, the epoch's accesses, their floor and the run's median epoch against it
+    (alac.runtime.planning.roofline.epoch_line); None for rows streamed through the GPU."""
+    from alac.runtime.movement.layout import BigraphLayout
+    from alac.runtime.planning.roofline import epoch_line
+
+    layout = trainer.train_layout
+    if not isinstance(layout, BigraphLayout) or not trainer.history:
+        return None
+    epoch_ms = 1000 * statistics.median(record["seconds"] for record in trainer.history)
+    return epoch_line(trainer.executor.ir, trainer.plan, layout, epoch_ms)
 
 
 def scale_default_l2(args, module, train):

@@ -2,9 +2,11 @@
 
 At every real edge an async epoch reads the edge's row of each per-feature array (params and
 optimizer state) and adds a change to it: atomically into the table at cold edges, into the
-program's own sums at hot ones (re-indexed id < H). Flat Triton kernels that make exactly those
-accesses, each edge once in storage order at full occupancy, without the model's math or any chain
-of dependent loads, time the floor of any kernel that makes them (benchmarks/async_floor.py times
+program's own sums at hot ones (re-indexed id < H). One flat Triton pass that makes exactly those
+accesses, every array's at an edge together (as the kernels make them: per-edge transactions, not
+bytes, bound an epoch), each edge once in storage order at full occupancy, without the model's math
+or any chain of dependent loads, times the floor of any kernel that makes them; where the epoch's
+bytes at the GPU's copy bandwidth take longer, that is the floor (benchmarks/async_floor.py times
 each kind of access apart). A sync epoch with edge updates makes the same accesses (its hot edges'
 changes into R replica sums) and meets at two grid-wide barriers a batch, timed by a kernel that
 does nothing else. `alac inspect` and `alac bench flow` print the line.
@@ -29,6 +31,8 @@ NO_UPDATE, ATOMIC_ALL, ATOMIC_COLD, ATOMIC_HOT, ATOMIC_SPLIT, STORE_COLD = range
 
 # launches timed per array for the floor (median), after one warm-up
 FLOOR_REPEATS = 5
+# per-feature arrays one pass of the floor's kernel makes together; more go in further passes (summed)
+ARRAYS_PER_PASS = 4
 
 
 def edges_per_program(width):
@@ -80,6 +84,63 @@ def run_traffic(edge_feature, params, hot_sums, hot_size, copies, width, gather,
     return gathered
 
 
+@triton.jit
+def _row_traffic(param_ptr, hot_sums_ptr, feature, present, hot, cold, pid, hot_size, copies, scale,
+                 K: tl.constexpr):
+    """One array's accesses at a block of edges (edge_traffic's ATOMIC_SPLIT with a gather); returns the
+    sum of what it gathered."""
+    lanes = tl.arange(0, K)[None, :]
+    row = param_ptr + feature[:, None] * K + lanes
+    value = tl.load(row, mask=present[:, None], other=0.0)
+    tl.atomic_add(row, value * scale, mask=cold[:, None], sem="relaxed")
+    sums = hot_sums_ptr + ((pid % copies).to(tl.int64) * hot_size + feature)[:, None] * K + lanes
+    tl.atomic_add(sums, value, mask=hot[:, None], sem="relaxed")
+    return tl.sum(tl.sum(value, axis=1), axis=0)
+
+
+@triton.jit
+def edge_traffic_together(feature_ptr, p0, p1, p2, p3, h0, h1, h2, h3, gathered_ptr, n_edges, hot_size, copies, scale,
+                          W0: tl.constexpr, W1: tl.constexpr, W2: tl.constexpr, W3: tl.constexpr,
+                          BLOCK: tl.constexpr):
+    """Each edge's id read once, then its row of every array pN of WN floats (0: no array) gathered
+    and changed as the async kernel splits its changes (cold edges into the table, hot ones into the
+    program's copy of hN's [H, WN] sums); what a program gathered goes to gathered_ptr[pid]."""
+    pid = tl.program_id(0)
+    edge = pid.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    feature = tl.load(feature_ptr + edge, mask=edge < n_edges, other=-1)
+    present = feature >= 0
+    feature = tl.where(present, feature, 0).to(tl.int64)
+    hot = present & (feature < hot_size)
+    cold = present & ~hot
+    total = _row_traffic(p0, h0, feature, present, hot, cold, pid, hot_size, copies, scale, W0)
+    if W1 > 0:
+        total += _row_traffic(p1, h1, feature, present, hot, cold, pid, hot_size, copies, scale, W1)
+    if W2 > 0:
+        total += _row_traffic(p2, h2, feature, present, hot, cold, pid, hot_size, copies, scale, W2)
+    if W3 > 0:
+        total += _row_traffic(p3, h3, feature, present, hot, cold, pid, hot_size, copies, scale, W3)
+    tl.store(gathered_ptr + pid, total)
+
+
+def run_traffic_together(edge_feature, tables, widths, hot_sums, hot_size, copies, scale=1e-12):
+    """One launch of the single-pass kernel over every edge slot: tables[i] holds rows of widths[i]
+    floats (powers of two; at most ARRAYS_PER_PASS arrays), hot_sums[i] copies x H of them; returns
+    what its programs gathered."""
+    if not 1 <= len(tables) <= ARRAYS_PER_PASS:
+        raise ValueError(f"one pass makes the accesses of 1 to {ARRAYS_PER_PASS} arrays, got {len(tables)}")
+    block = edges_per_program(max(widths))
+    programs = triton.cdiv(edge_feature.numel(), block)
+    gathered = torch.zeros(programs, dtype=torch.float32, device=edge_feature.device)
+    absent = ARRAYS_PER_PASS - len(tables)
+    # an absent array's pointers are the first's, its width 0: the kernel leaves them alone
+    tables, hot_sums = [*tables, *tables[:1] * absent], [*hot_sums, *hot_sums[:1] * absent]
+    widths = [*widths, *[0] * absent]
+    edge_traffic_together[(programs,)](edge_feature, *tables, *hot_sums, gathered, edge_feature.numel(), hot_size,
+                                       copies, scale, W0=widths[0], W1=widths[1], W2=widths[2], W3=widths[3],
+                                       BLOCK=block, num_warps=4)
+    return gathered
+
+
 @dataclasses.dataclass(frozen=True)
 class EpochAccesses:
     """What an async epoch must touch: its real edges (hot ones below H), the widths in floats of the
@@ -112,7 +173,7 @@ class EpochAccesses:
                 "layout streamed" + (f", {self.barriers:,} grid barriers" if self.barriers else ""))
         if floor_ms is not None:
             what = "these accesses and barriers" if self.barriers else "these accesses"
-            text += f"; floor (flat kernels of {what}) {floor_ms:.2f} ms"
+            text += f"; floor (one flat pass of {what}, or their bytes at copy bandwidth) {floor_ms:.2f} ms"
             if kernel_ms is not None:
                 text += f"; the kernel's {kernel_ms:.2f} ms is {kernel_ms / floor_ms:.2f}x the floor"
         return text
@@ -142,21 +203,26 @@ def epoch_accesses(ir, layout, hot_size):
 
 
 def measure_floor(accesses, layout, hot_size, copies):
-    """Milliseconds of the flat kernels making an epoch's accesses (a CUDA layout): for each array,
-    every edge's row gathered and changed as the async kernel splits its changes (cold edges' atomic
-    additions into the table, hot edges' into `copies` per-program sums), summed over the arrays.
-    A width that is not a power of two is timed at the next one (an over-estimate)."""
+    """Milliseconds of an epoch's floor (a CUDA layout): the larger of one flat pass making every
+    edge's accesses of every array together (rows gathered and changed as the async kernel splits its
+    changes: cold edges' atomic additions into the table, hot edges' into `copies` per-program sums;
+    more than ARRAYS_PER_PASS arrays in further passes, summed) and the epoch's bytes (rows gathered
+    and written back, the layout streamed) at the GPU's copy bandwidth. A width that is not a power of
+    two is timed at the next one (an over-estimate)."""
     from alac.runtime.device.timing import gpu_milliseconds
+    from alac.runtime.planning.planner import measure_access_costs
 
-    total = 0.0
-    for _, width in accesses.arrays:
-        width = triton.next_power_of_2(width)
-        params = torch.zeros(layout.n_features * width, device=layout.device)
-        hot_sums = torch.zeros(max(1, copies * hot_size * width), device=layout.device)
-        milliseconds, _ = gpu_milliseconds(lambda: run_traffic(layout.edge_feature, params, hot_sums, hot_size, copies,
-                                                               width, True, ATOMIC_SPLIT), FLOOR_REPEATS)
-        total += milliseconds
-    return total
+    widths = [triton.next_power_of_2(width) for _, width in accesses.arrays]
+    passes = 0.0
+    for first in range(0, len(widths), ARRAYS_PER_PASS):
+        group = widths[first:first + ARRAYS_PER_PASS]
+        tables = [torch.zeros(layout.n_features * width, device=layout.device) for width in group]
+        hot_sums = [torch.zeros(max(1, copies * hot_size * width), device=layout.device) for width in group]
+        milliseconds, _ = gpu_milliseconds(lambda: run_traffic_together(layout.edge_feature, tables, group, hot_sums,
+                                                                        hot_size, copies), FLOOR_REPEATS)
+        passes += milliseconds
+    moved = 2 * accesses.row_bytes + accesses.streamed_bytes
+    return max(passes, moved / (measure_access_costs(layout.device).copy_gb_per_s * 1e9) * 1000)
 
 
 def epoch_roofline(ir, layout, hot_size, copies):
@@ -217,3 +283,19 @@ def plan_roofline(ir, plan, layout):
     batches = -(-layout.n_chunks // plan.chunks_per_batch)
     programs = sync_programs(plan, layout, interpret=layout.device.type != "cuda")
     return sync_epoch_roofline(ir, layout, plan.hot_size, plan.replicas, batches, programs)
+
+
+def epoch_line(ir, plan, layout, epoch_ms):
+    """The roofline line of a training run on a GPU (None elsewhere, for a plan without one, or where
+    the floor's own copies of the arrays would take more than a quarter of the free memory): the
+    accesses, their floor and the run's median epoch (epoch_ms) against it."""
+    if layout.device.type != "cuda":
+        return None
+    from alac.runtime.device.memory import available_bytes
+
+    widths = [triton.next_power_of_2(width) for _, width in row_arrays(ir)]
+    needed = 4 * layout.n_features * sum(widths[:ARRAYS_PER_PASS])
+    if needed > available_bytes(layout.device) // 4:
+        return f"roofline: not measured (its flat pass would need {needed / 1e9:.1f} GB of copies of the tables)"
+    accesses, floor = plan_roofline(ir, plan, layout)
+    return None if accesses is None else accesses.line(floor, epoch_ms)
