@@ -157,22 +157,24 @@ def run_model(k, train, valid, args, bandwidth, disk):
         results.append(_arm(f"{name}_streamed_{depth}_per_budget_{ids}" + ("" if overlap else "_no_overlap"),
                             "host_pinned", streamed, executor, epochs, args, trainer, valid_layout, valid, bandwidth))
         streamed.close()
-    store = DiskBlocks(disk["folder"], pin=True)
-    streamed = StreamedLayout(store, "cuda")
-    executor = Executor(_model(k), plan, backend="triton", device="cuda", seed=args.seed)
+    for codec, folder in disk["folders"].items():
+        store = DiskBlocks(folder, pin=True)
+        streamed = StreamedLayout(store, "cuda")
+        executor = Executor(_model(k), plan, backend="triton", device="cuda", seed=args.seed)
 
-    def from_disk(first, count):
-        # every epoch reads from the disk: one at a time, its pages dropped from the cache before it
-        for e in range(first, first + count):
-            drop_from_page_cache(store.folder)
-            executor.train_streamed_epoch(streamed, model_labels, e, lr)
+        def from_disk(first, count, store=store, streamed=streamed, executor=executor):
+            # every epoch reads from the disk: one at a time, its pages dropped from the cache before it
+            for e in range(first, first + count):
+                drop_from_page_cache(store.folder)
+                executor.train_streamed_epoch(streamed, model_labels, e, lr)
 
-    arm = _arm(f"{name}_streamed_from_disk", "disk", streamed, executor, from_disk, args, trainer, valid_layout, valid,
-               bandwidth)
-    arm.update(disk_read_gb_per_s=disk["read_gb_per_s"],
-               read_bound_ms=1000 * streamed.bytes_per_epoch / (disk["read_gb_per_s"] * 1e9))
-    results.append(arm)
-    streamed.close()
+        arm = _arm(f"{name}_streamed_from_disk" + (f"_{codec}" if codec else ""), "disk", streamed, executor,
+                   from_disk, args, trainer, valid_layout, valid, bandwidth)
+        stored = sum(path.stat().st_size for path in Path(folder).glob("block-*.bin"))
+        arm.update(disk_read_gb_per_s=disk["read_gb_per_s"], codec=codec, stored_bytes=stored,
+                   read_bound_ms=1000 * stored / (disk["read_gb_per_s"] * 1e9))
+        results.append(arm)
+        streamed.close()
     if not k:
         results[-1]["timeline"] = timeline(layout, plan, budget, lr, model_labels, args)
     trainer.executor.state = None
@@ -285,9 +287,13 @@ def main():
     with tempfile.TemporaryDirectory(dir=args.disk_dir) as folder:
         store = write_block_store(Path(folder) / "store", synthetic_pieces(args.rows, seed=args.seed, device="cuda"),
                                   LayoutOptions(chunk_size=32), 1024 // 32, int(args.budget_gb * 2**30) // 4, "cuda")
-        disk = {"folder": store.folder, "read_gb_per_s": disk_read_gb_per_s(store)}
+        disk = {"folders": {None: store.folder}, "read_gb_per_s": disk_read_gb_per_s(store)}
         store.close()
         sweep = ring_sweep(store.folder)
+        # the same blocks zstd-compressed, decompressed by the reader threads (alac.runtime.movement.block_codec)
+        disk["folders"]["zstd"] = write_block_store(
+            Path(folder) / "store_zstd", synthetic_pieces(args.rows, seed=args.seed, device="cuda"),
+            LayoutOptions(chunk_size=32), 1024 // 32, int(args.budget_gb * 2**30) // 4, "cuda", codec="zstd").folder
         arms = [arm for k in (0, 16) for arm in run_model(k, train, valid, args, bandwidth, disk)]
     del train, valid
     torch.cuda.empty_cache()

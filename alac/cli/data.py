@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from alac.errors import AlacError
+from alac.errors import AlacError, OptionError
 
 
 def table_options(args):
@@ -53,6 +53,8 @@ def load_data(args, plan):
 
     if args.out_of_core or out_of_core.is_block_store(args.train):
         return _blocks_on_disk(args, plan)
+    if getattr(args, "block_codec", "none") != "none":
+        raise OptionError("--block-codec compresses the block store --out-of-core writes: give --out-of-core")
     paths = [p for p in (args.train, args.valid, args.test) if p is not None]
     options, scaling = {}, None
     # every file exists and is a file before any is parsed; the training file's format is the one
@@ -113,7 +115,8 @@ def _blocks_on_disk(args, plan):
     loader, options = _file_options(args, format)
     store, described = out_of_core.training_blocks(
         args.train, format, plan, resolve_backend(args.backend)[1], loader,
-        lambda done, rows: print(f"  written {done:,} of {rows:,} rows to the block store", flush=True))
+        lambda done, rows: print(f"  written {done:,} of {rows:,} rows to the block store", flush=True),
+        codec=None if args.block_codec == "none" else args.block_codec)
     valid, test = out_of_core.evaluation_files(args, store, format, loader)
     options.update(format=format, normalize=False, zero_based=None if store.base is None else store.base == 0)
     return TrainingData(store, valid, test, described, options)

@@ -53,3 +53,17 @@ def test_the_hot_table_shows_each_k_without_with_the_cost_models_the_planners_an
                                   run(16, 256, 256, 18.0), run(16, 768, 768, 11.5, 9.0)]})
     assert ("| 16 | 30.00 | 1,100 (110 MB): 13.00 (1.30×), 0.5000 | 700 (70 MB): 12.00 (1.20×), 0.5000 | "
             "768 (77 MB): 11.50 (1.28×), 0.5000 |") in text
+
+
+def test_the_streaming_table_sets_compressed_blocks_against_the_raw_store():
+    from benchmarks.render import streaming_table
+
+    def arm(name, ms, **extra):
+        return {"name": name, "source": "disk", "bytes_per_epoch": 3000, "bytes_per_edge": 3.0, "ms_per_epoch": ms,
+                "read_bound_ms": 10.0, "resident_ms": 5.0, "val_logloss": [0.5], **extra}
+
+    text = streaming_table({"pinned_h2d_gb_per_s": 50.0, "arms": [
+        arm("lr_streamed_from_disk", 30.0), arm("lr_streamed_from_disk_zstd", 20.0, stored_bytes=2000)]})
+    assert "zstd-compressed blocks from disk (lr_streamed_from_disk, stored 1.50x smaller): 1.50x the raw store's " \
+           "speed." in text
+    assert "| lr_streamed_from_disk_zstd | disk |" in text

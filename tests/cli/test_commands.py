@@ -404,13 +404,19 @@ def test_train_out_of_core_streams_the_file_from_a_block_store_on_disk(tmp_path)
     again = _run_alac(*[store.group(1) if a == str(tmp_path / "train.svm") else a for a in common], env_extra=env)
     assert again.returncode == 0, again.stderr
     in_memory = _run_alac(*common, env_extra=env)
-    final = [json.loads(run.stdout.strip().splitlines()[-1]) for run in (streamed, again, in_memory)]
-    assert final[0] == final[1]
+    compressed = _run_alac(*common, "--out-of-core", "--block-codec", "zstd", env_extra=env)
+    assert compressed.returncode == 0, compressed.stderr
+    assert re.search(r"\d+, zstd-compressed blocks", compressed.stdout), compressed.stdout
+    final = [json.loads(run.stdout.strip().splitlines()[-1]) for run in (streamed, again, in_memory, compressed)]
+    assert final[0] == final[1] == final[3]
     assert final[0]["valid_logloss"] == pytest.approx(final[2]["valid_logloss"], abs=0.01)
     assert final[0]["valid_auc"] == pytest.approx(final[2]["valid_auc"], abs=0.01)
     no_metrics = _run_alac("train", "--model", "lr", "--train", str(tmp_path / "train.svm"), "--out-of-core",
                            env_extra=env)
     assert no_metrics.returncode == 2 and "reports its metrics on --valid or --test" in no_metrics.stderr
+    resident = _run_alac(*common, "--block-codec", "zstd", env_extra=env)
+    assert resident.returncode == 2 and "--block-codec compresses the block store --out-of-core writes" in \
+        resident.stderr
 
 
 def test_train_reads_compressed_files_and_standard_input_as_the_plain_file(tmp_path, capsys, monkeypatch):

@@ -20,6 +20,7 @@ import xxhash
 
 from alac.checksums import file_checksum
 from alac.errors import DataError
+from alac.runtime.movement.block_codec import CODECS
 from alac.runtime.movement.blocks import OPTIONAL_ARRAYS, Block
 
 VERSION = 3
@@ -89,9 +90,10 @@ def read_manifest(folder):
     for index, entry in enumerate(meta["blocks"]):
         block_path = block_file(folder, index)
         size = block_path.stat().st_size if block_path.is_file() else None
-        if size != entry["bytes"]:
+        stored = entry.get("stored", entry["bytes"])
+        if size != stored:
             raise DataError(f"block {index} is {'missing' if size is None else f'truncated: {size:,} bytes'} of "
-                            f"{entry['bytes']:,}; {REBUILD}", path=block_path)
+                            f"{stored:,}; {REBUILD}", path=block_path)
     return meta, features
 
 
@@ -113,6 +115,7 @@ def _check_meta(meta):
     _require(meta["base"] in (0, 1, None), f"base {meta['base']!r} is not 0, 1 or null")
     scale = meta["value_scale"]
     _require(isinstance(scale, (int, float)) and math.isfinite(scale) and scale > 0, f"value_scale {scale!r}")
+    _require(meta.get("codec") in CODECS, f"codec {meta.get('codec')!r}")
     optional = meta["optional"]
     _require(isinstance(optional, list) and set(optional) <= set(OPTIONAL_ARRAYS), f"optional {optional!r}")
     _require(("edge_feature" in optional) != ("edge_id16" in optional), "optional names no one form of the ids")
@@ -124,7 +127,7 @@ def _check_meta(meta):
     for index, entry in enumerate(blocks):
         block = Block(**{name: entry[name] for name in Block.__dataclass_fields__})
         _require(all(_is_int(v) for v in vars(block).values()) and _is_int(entry["bytes"], 1)
-                 and isinstance(entry["xxh3"], str), f"block {index}'s fields")
+                 and _is_int(entry.get("stored", 1), 1) and isinstance(entry["xxh3"], str), f"block {index}'s fields")
         _require(block.first_chunk == chunk and block.first_edge == edge,
                  f"block {index} starts at chunk {block.first_chunk} and edge {block.first_edge}, where the blocks "
                  f"before it end at chunk {chunk} and edge {edge}")

@@ -35,6 +35,7 @@ import xxhash
 from alac.data.dataset import DataSource, mean_scale
 from alac.errors import DataError, OptionError
 from alac.runtime.movement import wire
+from alac.runtime.movement.block_codec import check_codec, decode_into, encode
 from alac.runtime.movement.block_manifest import FEATURE_ARRAYS, META_FILE, REBUILD, block_file, read_manifest, sealed
 from alac.runtime.movement.blocks import NARROW_IDS, PADDING_MARGIN, Block, PinnedBlocks, packed, wire_arrays
 from alac.runtime.movement.layout import (
@@ -172,13 +173,14 @@ def build_blocks(pieces, options, chunks_per_batch, block_bytes, device, fields,
 
 
 def write_block_store(folder, pieces, options=None, chunks_per_batch=1, block_bytes=256 << 20,
-                      device=None, fields=False, progress=None, ids="auto"):
+                      device=None, fields=False, progress=None, ids="auto", codec=None):
     """Lay the data out into blocks of whole batches of about block_bytes each, in `folder`.
 
     pieces: a function returning an iterable of SparseDataset pieces in row order (called twice).
-    progress(rows_done, rows) is called after every block; ids: the ids' wire form. Returns the
-    opened DiskBlocks.
+    progress(rows_done, rows) is called after every block; ids: the ids' wire form; codec: how the
+    block files hold their bytes (alac.runtime.movement.block_codec). Returns the opened DiskBlocks.
     """
+    check_codec(codec)
     device = torch.device(device) if device is not None else default_device()
     folder = Path(folder)
     if folder.exists() and not (folder / META_FILE).is_file() and (not folder.is_dir() or any(folder.iterdir())):
@@ -191,8 +193,10 @@ def write_block_store(folder, pieces, options=None, chunks_per_batch=1, block_by
 
     def write(index, layout, local, optional):
         buffer = packed(layout, local, optional)
-        block_file(temporary, index).write_bytes(buffer.numpy().tobytes())
-        return {"bytes": buffer.numel(), "xxh3": xxhash.xxh3_64_hexdigest(buffer.numpy())}
+        stored = encode(buffer.numpy(), codec)
+        block_file(temporary, index).write_bytes(stored)
+        # the checksum is over what is stored: a damaged file is refused before it is decoded
+        return {"bytes": buffer.numel(), "stored": len(stored), "xxh3": xxhash.xxh3_64_hexdigest(stored)}
 
     try:
         meta, features = build_blocks(pieces, options, chunks_per_batch, block_bytes, device, fields, progress, write,
@@ -200,7 +204,7 @@ def write_block_store(folder, pieces, options=None, chunks_per_batch=1, block_by
         for name, array in features.items():
             np.save(temporary / f"{name}.npy", array.numpy())
         # meta.json last: a store is whole when it has one
-        (temporary / META_FILE).write_text(json.dumps(sealed(meta, temporary)))
+        (temporary / META_FILE).write_text(json.dumps(sealed(dict(meta, codec=codec), temporary)))
         if folder.exists():
             # the old store is moved aside first: a crash between the renames leaves it a stale temporary
             old = folder.parent / temporary_folder_name(folder.name)
@@ -279,6 +283,7 @@ class DiskBlocks:
         self.optional = frozenset(meta["optional"])
         self.value_scale = float(meta["value_scale"])
         self.base = meta["base"]
+        self.codec = meta.get("codec")
         self._check_recorded_damage()
         self.pin, self.ring_depth, self.readers = pin, ring_depth, readers
         self._pool, self._free = None, None
@@ -318,19 +323,29 @@ class DiskBlocks:
         return self._pool, self._free
 
     def _read_into(self, index):
-        """A ring buffer holding block index, read and checked (runs on a reader thread)."""
+        """A ring buffer holding block index, read, checked and decoded (runs on a reader thread)."""
         buffer, copied = self._free.get()
         if copied is not None:
             copied.synchronize()
         entry, path = self._entries[index], block_file(self.folder, index)
         view = buffer[:entry["bytes"]]
+        stored_bytes = entry.get("stored", entry["bytes"])
+        # a compressed block is read whole first (its checksum is over what is stored)
+        stored = view.numpy() if self.codec is None else np.empty(stored_bytes, dtype=np.uint8)
         with open(path, "rb", buffering=0) as handle:
-            read = handle.readinto(memoryview(view.numpy()))
-        if read != entry["bytes"] or xxhash.xxh3_64_hexdigest(view.numpy()) != entry["xxh3"]:
+            read = handle.readinto(memoryview(stored))
+        problem = None
+        if read != stored_bytes or xxhash.xxh3_64_hexdigest(stored) != entry["xxh3"]:
+            problem = "its bytes do not match the store's checksum"
+        elif self.codec is not None:
+            try:
+                decode_into(stored, view.numpy(), self.codec)
+            except ValueError as error:
+                problem = f"it does not decode ({error})"
+        if problem is not None:
             self._free.put((buffer, None))
             self.mark_damaged(index)
-            raise DataError(f"block {index} is damaged (its bytes do not match the store's checksum); {REBUILD}",
-                            path=path)
+            raise DataError(f"block {index} is damaged ({problem}); {REBUILD}", path=path)
         return buffer, view
 
     def read(self, order):
@@ -375,7 +390,7 @@ class DiskBlocks:
 
 
 def cached_block_store(path, format="auto", options=None, chunks_per_batch=1, block_bytes=256 << 20,
-                       cache_dir=None, device=None, progress=None, **load_options):
+                       cache_dir=None, device=None, progress=None, codec=None, **load_options):
     """The block store of a data file under the cache directory, keyed by the file's content and the
     options; written (two passes over the file) when absent, damaged or truncated."""
     from alac.cache import DiskCache
@@ -386,7 +401,7 @@ def cached_block_store(path, format="auto", options=None, chunks_per_batch=1, bl
     device = torch.device(device) if device is not None else default_device()
     key = DiskCache.key("blocks", dataset=formats.dataset_cache_key(path, format, load_options),
                         options=dataclasses.asdict(options), chunks_per_batch=chunks_per_batch,
-                        block_bytes=block_bytes)
+                        block_bytes=block_bytes, **({"codec": codec} if codec else {}))
     root = DiskCache(cache_dir).root
     remove_stale_folders(root)
     folder = root / key
@@ -396,4 +411,4 @@ def cached_block_store(path, format="auto", options=None, chunks_per_batch=1, bl
         except DataError:
             pass  # damaged: alac's own copy, written again below
     return write_block_store(folder, file_pieces(path, format, **load_options), options, chunks_per_batch,
-                             block_bytes, device, progress=progress)
+                             block_bytes, device, progress=progress, codec=codec)

@@ -29,9 +29,10 @@ def rows_and_features(data):
     return (data.meta.n_rows, data.meta.n_features) if is_block_source(data) else (data.n_rows, data.n_features)
 
 
-def training_blocks(path, format, plan, device, loader_options, progress=None):
+def training_blocks(path, format, plan, device, loader_options, progress=None, codec=None):
     """(DiskBlocks, description) of a block store folder, or of a file's cached store (written in two
-    passes over the file when absent or damaged: it is never held whole)."""
+    passes over the file when absent or damaged: it is never held whole; codec: how its block files
+    hold their bytes, alac.runtime.movement.block_codec)."""
     import torch
 
     pin = torch.device(device).type == "cuda"
@@ -42,8 +43,9 @@ def training_blocks(path, format, plan, device, loader_options, progress=None):
         raise OptionError("--out-of-core reads LIBSVM, libffm and Criteo files; a table (CSV/Parquet) is loaded whole")
     block_bytes = (plan.memory_budget // BLOCKS_IN_BUDGET) if plan.memory_budget else DEFAULT_BLOCK_BYTES
     store = cached_block_store(path, format, LayoutOptions(chunk_size=plan.chunk_size), plan.chunks_per_batch,
-                               block_bytes, device=device, progress=progress, **loader_options)
-    return store, f"{path} ({format}, out of core: {len(store.blocks)} blocks from {store.folder})"
+                               block_bytes, device=device, progress=progress, codec=codec, **loader_options)
+    compressed = "" if store.codec is None else f", {store.codec}-compressed"
+    return store, f"{path} ({format}, out of core: {len(store.blocks)}{compressed} blocks from {store.folder})"
 
 
 def check_arguments(args):

@@ -62,15 +62,19 @@ def _same_data(got, expected):
         assert torch.equal(got.values, expected.values)
 
 
-@pytest.mark.parametrize("ids", ["int32", "narrow"])
-def test_a_block_store_holds_the_file_it_was_written_from(tmp_path, ids):
+@pytest.mark.parametrize("ids, codec", [("int32", None), ("narrow", None), ("narrow", "zstd")])
+def test_a_block_store_holds_the_file_it_was_written_from(tmp_path, ids, codec):
     """Pieces of the file (a few hundred bytes each) regrouped into blocks of whole batches: the
     blocks hold every row once, re-indexed by the frequency of the whole file, rows numbered as in it
-    (ids moved in either wire form)."""
+    (ids moved in either wire form; the block files as they are or zstd-compressed, smaller)."""
     path = _file(tmp_path)
     store = write_block_store(tmp_path / "store", file_pieces(path, block_bytes=600), OPTIONS, chunks_per_batch=2,
-                              block_bytes=2000, device="cpu", ids=ids)
+                              block_bytes=2000, device="cpu", ids=ids, codec=codec)
     store = DiskBlocks(store.folder, ring_depth=2)
+    assert store.codec == codec
+    sizes = [(store.folder / f"block-{index:06d}.bin").stat().st_size for index in range(len(store.blocks))]
+    packed_sizes = [entry["bytes"] for entry in store._entries]
+    assert (sizes == packed_sizes) == (codec is None) and sum(sizes) <= sum(packed_sizes)
     assert ("edge_id16" in store.optional) == (ids == "narrow")
     assert len(store.blocks) > 4
     assert all(block.chunks % 2 == 0 for block in store.blocks[:-1])
@@ -117,24 +121,26 @@ def test_sync_training_from_disk_equals_resident_training_of_its_blocks(tmp_path
     streamed.close()
 
 
-def test_a_truncated_block_is_a_clear_error_before_training_and_the_cached_store_is_rebuilt(tmp_path):
+@pytest.mark.parametrize("codec", [None, "zstd"])
+def test_a_truncated_block_is_a_clear_error_before_training_and_the_cached_store_is_rebuilt(tmp_path, codec):
     path = _file(tmp_path)
     store = cached_block_store(path, options=OPTIONS, chunks_per_batch=2, block_bytes=2000, cache_dir=tmp_path / "c",
-                               device="cpu")
+                               device="cpu", codec=codec)
     victim = store.folder / "block-000001.bin"
     victim.write_bytes(victim.read_bytes()[:100])
     with pytest.raises(DataError, match=r"block-000001\.bin: block 1 is truncated: 100 bytes of [\d,]+; write the st"):
         DiskBlocks(store.folder)
     rebuilt = cached_block_store(path, options=OPTIONS, chunks_per_batch=2, block_bytes=2000,
-                                 cache_dir=tmp_path / "c", device="cpu")
-    assert rebuilt.folder == store.folder
+                                 cache_dir=tmp_path / "c", device="cpu", codec=codec)
+    assert rebuilt.folder == store.folder and rebuilt.codec == codec
     _same_data(_resident(rebuilt).to_csr(), load_libsvm(path))
 
 
-def test_a_corrupted_block_is_a_clear_error_when_read_and_the_cached_store_is_rebuilt(tmp_path):
+@pytest.mark.parametrize("codec", [None, "zstd"])
+def test_a_corrupted_block_is_a_clear_error_when_read_and_the_cached_store_is_rebuilt(tmp_path, codec):
     path = _file(tmp_path)
     store = cached_block_store(path, options=OPTIONS, chunks_per_batch=2, block_bytes=2000, cache_dir=tmp_path / "c",
-                               device="cpu")
+                               device="cpu", codec=codec)
     victim = store.folder / "block-000002.bin"
     data = bytearray(victim.read_bytes())
     data[len(data) // 2] ^= 0x40
@@ -148,9 +154,30 @@ def test_a_corrupted_block_is_a_clear_error_when_read_and_the_cached_store_is_re
         DiskBlocks(store.folder)
     # the cache's own store is written again
     rebuilt = cached_block_store(path, options=OPTIONS, chunks_per_batch=2, block_bytes=2000,
-                                 cache_dir=tmp_path / "c", device="cpu")
+                                 cache_dir=tmp_path / "c", device="cpu", codec=codec)
     _same_data(_resident(rebuilt).to_csr(), load_libsvm(path))
     assert not (rebuilt.folder / DAMAGED_FILE).exists()
+
+
+def test_a_compressed_block_that_does_not_decode_to_its_size_is_damaged_and_a_bad_codec_is_refused(tmp_path):
+    """A block file whose checksum holds (a manifest written for it) but whose bytes decompress to another
+    size is one clear error when read; an unknown codec is refused before anything is written."""
+    import zstandard
+
+    from alac.runtime.movement.block_manifest import sealed
+
+    store = write_block_store(tmp_path / "store", file_pieces(_file(tmp_path)), OPTIONS, 2, block_bytes=2000,
+                              device="cpu", codec="zstd")
+    victim = store.folder / "block-000001.bin"
+    other = zstandard.ZstdCompressor().compress(b"\0" * 10)
+    victim.write_bytes(other)
+    meta = json.loads((store.folder / "meta.json").read_text())
+    meta["blocks"][1].update(stored=len(other), xxh3=xxhash.xxh3_64_hexdigest(other))
+    (store.folder / "meta.json").write_text(json.dumps(sealed(meta, store.folder)))
+    with pytest.raises(DataError, match=r"block 1 is damaged \(it does not decode \(10 bytes, not [\d,]+\)\)"):
+        _resident(DiskBlocks(store.folder))
+    with pytest.raises(OptionError, match="codec is one of None, zstd, got 'lz4'"):
+        write_block_store(tmp_path / "other", file_pieces(_file(tmp_path)), OPTIONS, 2, device="cpu", codec="lz4")
 
 
 def test_a_repaired_block_clears_the_record_of_its_damage(tmp_path):
