@@ -298,11 +298,13 @@ def _roofline_line(trainer):
     """On a GPU, the epoch's accesses, their floor and the run's median epoch against it
     (alac.runtime.planning.roofline.epoch_line); None for rows streamed through the GPU."""
     from alac.runtime.movement.layout import BigraphLayout
-    from alac.runtime.planning.roofline import epoch_line
 
     layout = trainer.train_layout
-    if not isinstance(layout, BigraphLayout) or not trainer.history:
+    # (off a GPU nothing is measured, and training there needs no triton)
+    if not isinstance(layout, BigraphLayout) or layout.device.type != "cuda" or not trainer.history:
         return None
+    from alac.runtime.planning.roofline import epoch_line
+
     epoch_ms = 1000 * statistics.median(record["seconds"] for record in trainer.history)
     return epoch_line(trainer.executor.ir, trainer.plan, layout, epoch_ms)
 
