@@ -9,7 +9,7 @@ or any chain of dependent loads, times the floor of any kernel that makes them; 
 bytes at the GPU's copy bandwidth take longer, that is the floor (benchmarks/async_floor.py times
 each kind of access apart). A sync epoch with edge updates makes the same accesses (its hot edges'
 changes into R replica sums) and meets at two grid-wide barriers a batch, timed by a kernel that
-does nothing else. `alac inspect` and `alac bench flow` print the line.
+does nothing else. `alac inspect`, `alac bench flow` and `alac train` on a GPU print the line.
 """
 
 from __future__ import annotations
