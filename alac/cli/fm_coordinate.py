@@ -140,15 +140,14 @@ def _train_metric(solver):
 
 def _averaged(solver, dataset, average, classification):
     """The running mean of the predictions of a set over the kept samples (the current one before)."""
-    predicted = solver.predict(dataset).double()
-    if classification:
-        predicted = torch.special.ndtr(predicted)
+    predicted = _scores(solver, dataset, None, classification)
     if average is None or solver.samples <= 1:
         return predicted
     return average + (predicted - average) / solver.samples
 
 
 def _scores(solver, dataset, coordinates, classification):
+    """The predictions of a set under coordinates (None: the current ones): Phi of probit's scores."""
     predicted = solver.predict(dataset, coordinates).double()
     return torch.special.ndtr(predicted) if classification else predicted
 

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from sklearn.utils.validation import check_is_fitted, column_or_1d, validate_data
+from sklearn.utils.validation import check_is_fitted
 
 from alac import defaults
-from alac.sklearn.inputs import fit_frame, forget_frame, frame_dataset, is_frame, predict_dataset, sparse_dataset
+from alac.sklearn.inputs import predict_dataset, training_dataset
 
 
 def fit_coordinate(estimator, X, y):
@@ -31,15 +31,7 @@ def fit_coordinate(estimator, X, y):
         raise ValueError(f"{name}(solver='mcmc') draws its priors' precisions: leave alpha None")
     epochs = estimator.epochs
     burn_in = estimator.burn_in if estimator.burn_in is not None else epochs // 5
-    if is_frame(X):
-        fit_frame(estimator, X)
-        targets = estimator._targets(column_or_1d(y, warn=True), first=True)
-        train = frame_dataset(estimator, X, targets)
-    else:
-        forget_frame(estimator)
-        X, y = validate_data(estimator, X, y, accept_sparse="csr", dtype=[np.float64, np.float32],
-                             y_numeric=not classifier)
-        train = sparse_dataset(X, estimator._targets(y, first=True))
+    train = training_dataset(estimator, X, y)
     reg = defaults.ALS_L2 if estimator.alpha is None else estimator.alpha
     settings = CoordinateSettings(solver=solver, k=estimator.n_factors, iterations=epochs,
                                   burn_in=burn_in if solver == "mcmc" else 0, init_std=estimator.init_std,

@@ -82,6 +82,20 @@ def frame_dataset(estimator, X, labels=None):
     return dataset
 
 
+def training_dataset(estimator, X, y):
+    """The SparseDataset of a fit's X and y (the estimator's targets of y): a DataFrame encoded (the
+    encoding kept on the estimator), else X's matrix checked as scikit-learn checks it."""
+    from sklearn.utils.validation import column_or_1d, validate_data
+
+    if is_frame(X):
+        fit_frame(estimator, X)
+        return frame_dataset(estimator, X, estimator._targets(column_or_1d(y, warn=True), first=True))
+    forget_frame(estimator)
+    X, y = validate_data(estimator, X, y, accept_sparse="csr", dtype=[np.float64, np.float32],
+                         y_numeric=estimator._kind == "regressor")
+    return sparse_dataset(X, estimator._targets(y, first=True))
+
+
 def predict_dataset(estimator, X):
     """The SparseDataset of X to predict: in the DataFrame encoding of the fit where it was on one, else
     of X's matrix checked against the fit's features."""

@@ -25,7 +25,7 @@ from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils.metaestimators import available_if
 from sklearn.utils.multiclass import check_classification_targets
-from sklearn.utils.validation import check_is_fitted, column_or_1d, validate_data
+from sklearn.utils.validation import check_is_fitted, validate_data
 
 from alac import defaults
 from alac.data.split import hold_out
@@ -33,12 +33,9 @@ from alac.models.fm import DEFAULT_L2 as _FM_L2
 from alac.sklearn.fm_coordinate import coordinate_raw, fit_coordinate
 from alac.sklearn.inputs import (
     block_source,
-    fit_frame,
-    forget_frame,
-    frame_dataset,
-    is_frame,
     predict_dataset,
     sparse_dataset,
+    training_dataset,
 )
 from alac.sklearn.scd import fit_scd, scd_raw
 from alac.train.race import ADAPTIVE, AUTO, Arm, race
@@ -231,16 +228,8 @@ class _WideEstimator(BaseEstimator):
         source = block_source(X)
         if source is not None:
             return self._fit_blocks(source, y)
-        if is_frame(X):
-            # a DataFrame's columns as tables are read (categorical ids one-hot per field): fit_frame
-            fit_frame(self, X)
-            y = column_or_1d(y, warn=True)
-            train, valid = frame_dataset(self, X, self._targets(y, first=True)), None
-        else:
-            forget_frame(self)
-            X, y = validate_data(self, X, y, accept_sparse="csr", dtype=[np.float64, np.float32],
-                                 y_numeric=self._kind == "regressor")
-            train, valid = sparse_dataset(X, self._targets(y, first=True)), None
+        # a DataFrame's columns as tables are read (categorical ids one-hot per field)
+        train, valid = training_dataset(self, X, y), None
         if self.early_stopping:
             # like SGDClassifier(early_stopping=True): a random validation_fraction of the rows
             train, valid = hold_out(train, self.validation_fraction, self.random_state or 0)

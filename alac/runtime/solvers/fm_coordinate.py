@@ -98,6 +98,10 @@ class CoordinateSolver:
         for block in self.blocks:
             self.q.index_add_(0, block.rows, block.values[:, None] * self.v[block.features[block.local]])
         self.e = self.targets - fm_scores(train, (self.w0, self.w, self.v))
+        # w0's block of one coordinate, made once: (its entries' values, rows, local positions)
+        every_row = torch.arange(self.n_rows, device=self.device)
+        self._w0_entries = (torch.ones(self.n_rows, device=self.device, dtype=dtype), every_row,
+                            torch.zeros_like(every_row))
         self.iteration = 0
         self.samples = 0
         self.mean = None       # (w0, w, v) averaged over MCMC's kept samples
@@ -153,9 +157,7 @@ class CoordinateSolver:
         elif hypers:
             squared = float((self.e.double() ** 2).sum())
             self.alpha = self.host.gamma((s.alpha_0 + self.n_rows) / 2, 2 / (s.beta_0 + squared))
-        ones = torch.ones(self.n_rows, device=self.device, dtype=self.dtype)
-        rows = torch.arange(self.n_rows, device=self.device)
-        self.w0 += self._draw(self.w0.view(1), ones, rows, torch.zeros_like(rows), 1, 0.0, 0.0)[0]
+        self.w0 += self._draw(self.w0.view(1), *self._w0_entries, 1, 0.0, 0.0)[0]
         if hypers:
             self._draw_group_priors(self.w[:, None], self.mu_w[:, None], self.lambda_w[:, None])
         for block in self.blocks:
