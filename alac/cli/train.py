@@ -296,12 +296,13 @@ def _run(args, module, model_reference, restored=None):
 
 def _roofline_line(trainer):
     """On a GPU, the epoch's accesses, their floor and the run's median epoch against it
-    (alac.runtime.planning.roofline.epoch_line); None for rows streamed through the GPU."""
+    (alac.runtime.planning.roofline.epoch_line); None for rows streamed through the GPU, and for the
+    reference backend, whose epochs are not the kernels the floor bounds (and which needs no Triton)."""
     from alac.runtime.movement.layout import BigraphLayout
 
     layout = trainer.train_layout
-    # (off a GPU nothing is measured, and training there needs no triton)
-    if not isinstance(layout, BigraphLayout) or layout.device.type != "cuda" or not trainer.history:
+    if (trainer.backend != "triton" or not isinstance(layout, BigraphLayout) or layout.device.type != "cuda"
+            or not trainer.history):
         return None
     from alac.runtime.planning.roofline import epoch_line
 
