@@ -12,11 +12,16 @@ from alac.dsl import Constant, Normal, Uniform
 from alac.runtime.device.memory import mapped_view, pinned_copy, pinned_empty
 
 
-def row_bytes_of(ir, names=None):
-    """Bytes of one row of the model's params (those named, by default all): their values and their
+def table_widths(ir, names=None):
+    """Values per feature of each table of the model's params (those named, by default all) and their
     optimizer state (a state kept per row of a vector param, as AdaGrad's accumulator, is one value)."""
-    return 4 * sum(p.size + sum(1 if per_row else p.size for _, _, per_row in ir.optimizer.states)
-                   for p in ir.params if names is None or p.name in names)
+    return [width for p in ir.params if names is None or p.name in names
+            for width in (p.size, *(1 if per_row else p.size for _, _, per_row in ir.optimizer.states))]
+
+
+def row_bytes_of(ir, names=None):
+    """Bytes of one row of the model's params (those named, by default all) and their optimizer state."""
+    return 4 * sum(table_widths(ir, names))
 
 
 def _initial_values(init, shape, generator):
@@ -98,6 +103,20 @@ def _drawn(init, shape, generator, new_to_old, device, host, seed, index):
     return table
 
 
+# A packed row's vectors start at multiples of 4 values (16 bytes), so their loads and atomics stay
+# 16-byte vectors; rows of more than 32 values are whole 128-byte lines.
+PACK_ALIGNMENT, PACK_LINE = 4, 32
+
+
+def packed_row_width(widths):
+    """Values in a packed row holding tables of these widths (vectors first, each aligned): the next
+    power of two up to PACK_LINE, else a multiple of it (a row starts a line)."""
+    width = 0
+    for size in sorted(widths, key=lambda size: size == 1):
+        width = (-(-width // PACK_ALIGNMENT) * PACK_ALIGNMENT if size > 1 else width) + size
+    return 1 << (width - 1).bit_length() if width <= PACK_LINE else -(-width // PACK_LINE) * PACK_LINE
+
+
 @dataclass
 class ModelState:
     params: dict      # name -> float32 [n_features] or [n_features, k], by re-indexed feature id
@@ -151,6 +170,38 @@ class ModelState:
         return cls({k: _placed(v, device, k in host) for k, v in params.items()},
                    {k: _placed(v, device, False) for k, v in globals_.items()},
                    {k: _placed(v, device, owner(k) in host) for k, v in states.items()})
+
+    @property
+    def row_width(self):
+        """The widest row stride of the params' and states' tables (values)."""
+        return max((t.stride(0) for t in (*self.params.values(), *self.states.values()) if t.dim()), default=1)
+
+    def packed(self):
+        """This state with each feature's params and optimizer state side by side in one row of a
+        [n, W] table (W: packed_row_width), vectors first, then scalars: an edge's accesses to them
+        share cache lines (benchmarks/async_floor.py's packed rows). The kernels read each table's row
+        stride from its tensor. Tables in pinned host memory stay apart. Each table is freed as it is
+        copied, if nothing else holds it."""
+        params, states = dict(self.params), dict(self.states)
+        kinds = {"param": params, "state": states}
+        keys = [(kind, name) for kind, tables in kinds.items() for name, t in tables.items()
+                if not (t.device.type == "cpu" and t.is_pinned())]
+        if not keys:
+            return ModelState(params, self.globals, states)
+        # vectors first (a stable sort keeps the declared order within each)
+        keys.sort(key=lambda key: kinds[key[0]][key[1]].dim() == 1)
+        first = kinds[keys[0][0]][keys[0][1]]
+        sizes = [kinds[kind][name].shape[1] if kinds[kind][name].dim() == 2 else 1 for kind, name in keys]
+        table = torch.zeros(first.shape[0], packed_row_width(sizes), device=first.device)
+        start = 0
+        for (kind, name), size in zip(keys, sizes):
+            if size > 1:
+                start = -(-start // PACK_ALIGNMENT) * PACK_ALIGNMENT
+            view = table[:, start:start + size] if size > 1 else table[:, start]
+            view.copy_(kinds[kind].pop(name))
+            kinds[kind][name] = view
+            start += size
+        return ModelState(params, self.globals, states)
 
     def in_original_order(self, old_to_new):
         """Parameters indexed by the user's original feature ids."""
