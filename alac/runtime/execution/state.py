@@ -108,13 +108,20 @@ def _drawn(init, shape, generator, new_to_old, device, host, seed, index):
 PACK_ALIGNMENT, PACK_LINE = 4, 32
 
 
+def packed_columns(widths):
+    """(values in a packed row, each table's first column) for tables of these widths: vectors first
+    (in their order), each at an aligned column, then scalars; the row the next power of two up to
+    PACK_LINE values, else a multiple of it (a row starts a line)."""
+    starts, width = [0] * len(widths), 0
+    for index in sorted(range(len(widths)), key=lambda i: widths[i] == 1):
+        if widths[index] > 1:
+            width = -(-width // PACK_ALIGNMENT) * PACK_ALIGNMENT
+        starts[index], width = width, width + widths[index]
+    return (1 << (width - 1).bit_length() if width <= PACK_LINE else -(-width // PACK_LINE) * PACK_LINE), starts
+
+
 def packed_row_width(widths):
-    """Values in a packed row holding tables of these widths (vectors first, each aligned): the next
-    power of two up to PACK_LINE, else a multiple of it (a row starts a line)."""
-    width = 0
-    for size in sorted(widths, key=lambda size: size == 1):
-        width = (-(-width // PACK_ALIGNMENT) * PACK_ALIGNMENT if size > 1 else width) + size
-    return 1 << (width - 1).bit_length() if width <= PACK_LINE else -(-width // PACK_LINE) * PACK_LINE
+    return packed_columns(widths)[0]
 
 
 @dataclass
@@ -188,19 +195,14 @@ class ModelState:
                 if not (t.device.type == "cpu" and t.is_pinned())]
         if not keys:
             return ModelState(params, self.globals, states)
-        # vectors first (a stable sort keeps the declared order within each)
-        keys.sort(key=lambda key: kinds[key[0]][key[1]].dim() == 1)
         first = kinds[keys[0][0]][keys[0][1]]
         sizes = [kinds[kind][name].shape[1] if kinds[kind][name].dim() == 2 else 1 for kind, name in keys]
-        table = torch.zeros(first.shape[0], packed_row_width(sizes), device=first.device)
-        start = 0
-        for (kind, name), size in zip(keys, sizes):
-            if size > 1:
-                start = -(-start // PACK_ALIGNMENT) * PACK_ALIGNMENT
-            view = table[:, start:start + size] if size > 1 else table[:, start]
+        width, starts = packed_columns(sizes)
+        table = torch.zeros(first.shape[0], width, device=first.device)
+        for (kind, name), size, start in zip(keys, sizes, starts):
+            view = table[:, start:start + size] if kinds[kind][name].dim() == 2 else table[:, start]
             view.copy_(kinds[kind].pop(name))
             kinds[kind][name] = view
-            start += size
         return ModelState(params, self.globals, states)
 
     def in_original_order(self, old_to_new):
