@@ -102,3 +102,20 @@ def mapped_view(host, device):
     return torch.as_tensor(_MappedArray(host), device=device)
 
 
+
+
+# GPU tables start at a multiple of 2 MiB: the async LR epoch ran 1.4x slower with w at some addresses
+# and never at these (scripts of benchmarks/fit_queue.py's placements: w moved alone, the rest kept)
+TABLE_ALIGNMENT_BYTES = 2 << 20
+
+
+def aligned_empty(shape, device, dtype=torch.float32):
+    """An uninitialised tensor on `device` whose first value is TABLE_ALIGNMENT_BYTES-aligned on a GPU
+    (a view into a block that much larger; elsewhere a plain tensor)."""
+    if torch.device(device).type != "cuda":
+        return torch.empty(shape, dtype=dtype, device=device)
+    size = torch.empty((), dtype=dtype).element_size()
+    spare = TABLE_ALIGNMENT_BYTES // size
+    block = torch.empty(math.prod(shape) + spare, dtype=dtype, device=device)
+    start = (-block.data_ptr() % TABLE_ALIGNMENT_BYTES) // size
+    return block[start:start + math.prod(shape)].view(shape)

@@ -9,7 +9,7 @@ import torch
 
 from alac.counter_random import normal, uniform
 from alac.dsl import Constant, Normal, Uniform
-from alac.runtime.device.memory import mapped_view, pinned_copy, pinned_empty
+from alac.runtime.device.memory import aligned_empty, mapped_view, pinned_copy, pinned_empty
 
 
 def table_widths(ir, names=None):
@@ -48,15 +48,19 @@ def _in_host(device, host):
     return host and torch.device(device).type == "cuda"
 
 
-def _placed(values, device, host):
-    """values on the device, or (host) in pinned host memory when the device is a GPU."""
+def _placed(values, device, host, table=True):
+    """values on the device (a table copied there aligned: aligned_empty; values already there are
+    kept), or (host) in pinned host memory when the device is a GPU."""
     if _in_host(device, host):
         return pinned_copy(values)
-    return values.to(device)
+    target = torch.device(device)
+    if not table or (values.device.type == target.type and target.index in (None, values.device.index)):
+        return values.to(device)
+    return aligned_empty(values.shape, device, values.dtype).copy_(values)
 
 
 def _empty(shape, device, host):
-    return pinned_empty(shape) if _in_host(device, host) else torch.empty(shape, device=device)
+    return pinned_empty(shape) if _in_host(device, host) else aligned_empty(shape, device)
 
 
 def counter_values(init, first, rows, width, seed, index, device):
@@ -175,7 +179,7 @@ class ModelState:
             return max((p for p in params if state_name.startswith(f"{p}_")), key=len, default=None)
 
         return cls({k: _placed(v, device, k in host) for k, v in params.items()},
-                   {k: _placed(v, device, False) for k, v in globals_.items()},
+                   {k: _placed(v, device, False, table=False) for k, v in globals_.items()},
                    {k: _placed(v, device, owner(k) in host) for k, v in states.items()})
 
     @property
@@ -198,7 +202,7 @@ class ModelState:
         first = kinds[keys[0][0]][keys[0][1]]
         sizes = [kinds[kind][name].shape[1] if kinds[kind][name].dim() == 2 else 1 for kind, name in keys]
         width, starts = packed_columns(sizes)
-        table = torch.zeros(first.shape[0], width, device=first.device)
+        table = aligned_empty((first.shape[0], width), first.device).zero_()
         for (kind, name), size, start in zip(keys, sizes, starts):
             view = table[:, start:start + size] if kinds[kind][name].dim() == 2 else table[:, start]
             view.copy_(kinds[kind].pop(name))

@@ -48,3 +48,20 @@ def test_pinned_host_tables_stay_apart():
     packed = state.packed()
     assert packed.params["v"].is_pinned() and packed.params["v"].is_contiguous()
     assert packed.params["w"].is_cuda and packed.params["w"].stride(0) == packed_row_width([1, 1])
+
+
+def test_gpu_tables_start_at_aligned_addresses():
+    """Tables drawn on a GPU start on a TABLE_ALIGNMENT_BYTES boundary; globals and tables already
+    on the device are kept as they are."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    from alac.runtime.device.memory import TABLE_ALIGNMENT_BYTES
+
+    model = zoo_model("fm", k=4)
+    ir = lower(model, "adagrad")
+    torch.empty(1000, device="cuda")       # so that the next block is not aligned by chance
+    state = ModelState.initial(model, torch.arange(300), "cuda", optimizer=ir.optimizer)
+    for table in (*state.params.values(), *state.states.values(), *state.packed().params.values()):
+        assert table.data_ptr() % TABLE_ALIGNMENT_BYTES == 0 or table.dim() == 1 and table.stride(0) > 1
+    kept = ModelState.placed(state.params, state.globals, state.states, "cuda")
+    assert kept.params["v"] is state.params["v"] and kept.globals["b"] is state.globals["b"]
