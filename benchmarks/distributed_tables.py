@@ -72,6 +72,12 @@ def tables(payload):
     flow = [a for a in arms if a["name"].startswith("flow_")]
     if len({a["ranks"] for a in flow}) > 2:
         text += _scaling_table(flow)
+    elif flow and max(a["ranks"] for a in flow) == 1:
+        # one rank (torchrun --nproc-per-node 1): its epochs queued and validated, nothing to speed up
+        text += table(["rows", "model", "lr", "ms / epoch queued", "ms / epoch, validating each epoch",
+                       "val logloss"],
+                      [[f"{a['rows']:,}", a["name"].split("_")[1], a.get("lr", "-"), f"{a['ms_per_epoch']:.1f}",
+                        f"{a['ms_per_epoch_validated']:.1f}", f"{a['val_logloss'][-1]:.4f}"] for a in flow])
     elif flow:
         def arm(rows, model, suffix):
             return next((a for a in flow if a["rows"] == rows and a["name"] == f"flow_{model}_{suffix}"), None)
