@@ -48,9 +48,6 @@ class Plan:
     # Async: programs claim chunk-order positions from an atomic counter instead of fixed shares.
     # Off: it ran faster but converged worse (flow_sweep's queue arms).
     chunk_queue: bool = False
-    # A feature's params and optimizer state side by side in one row on the device (ModelState.packed),
-    # so that an edge's accesses share cache lines; the kernels are the same either way.
-    packed_rows: bool = False
     # Sync on a GPU: replay the epoch's launches as a CUDA graph.
     cuda_graph: bool = True
     # Sync: an epoch is one persistent launch whose programs meet at a grid-wide barrier after each
@@ -160,7 +157,7 @@ class Plan:
     def describe(self):
         text = (f"semantics={self.semantics} kernels={self.kernels} chunk_size={self.chunk_size} "
                 f"batch_size={self.batch_size} num_warps={self.num_warps or 'auto'} hot_size={self.hot_size} "
-                f"slots_per_step={self.slots_per_step or 'auto'}" + (" packed_rows" if self.packed_rows else ""))
+                f"slots_per_step={self.slots_per_step or 'auto'}")
         if self.semantics == "sync":
             return (text + f" replicas={self.replicas} spread_lines={self.lines_to_spread}"
                     + (" deterministic" if self.deterministic else "")

@@ -161,8 +161,6 @@ def pytorch_stage(train, valid, epochs, lr, batch_size, k, seed):
 
 
 BACKEND = "triton"
-# the AdaGrad arms' step: the deep tables' default on 39 fields (alac.train.deep_settings.DeepSettings.table_lr)
-ADAGRAD_LR = 1 / 39
 
 
 class History(list):
@@ -274,18 +272,6 @@ def run_arms(args, train, valid, k):
         ("alac_async_hot_queue", lambda: alac_arm(train, valid, args.epochs, args.lr, k, args.seed,
                                                   dataclasses.replace(async_choice.plan, chunk_queue=True))),
     ]
-    # a feature's tables apart and packed in one row (Plan.packed_rows), with SGD and with AdaGrad's state
-    # (at ADAGRAD_LR: these arms compare storage, not optimizers)
-    for optimizer in ("sgd", "adagrad"):
-        for packed in (False, True):
-            suffix = ("_adagrad" if optimizer == "adagrad" else "") + ("_packed" if packed else "")
-            if suffix:
-                arms += [(f"alac_async_hot{suffix}", lambda o=optimizer, p=packed: alac_arm(
-                    train, valid, args.epochs, ADAGRAD_LR if o == "adagrad" else args.lr, k, args.seed,
-                    dataclasses.replace(async_choice.plan, packed_rows=p), o)),
-                         (f"alac_fused_sync_b1024{suffix}", lambda o=optimizer, p=packed: alac_arm(
-                             train, valid, args.epochs, ADAGRAD_LR if o == "adagrad" else args.lr, k, args.seed,
-                             dataclasses.replace(b1024, packed_rows=p), o))]
     selected = [a for a in arms if not args.arms or a[0] in args.arms.split(",")]
     # the sync epoch at other batch sizes, for time to the target beside its epoch time
     selected += [(f"alac_fused_sync_b{size}", lambda size=size: alac_arm(

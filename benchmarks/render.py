@@ -410,6 +410,11 @@ SECTIONS = [
      "and the plane search (_subspace); the adaptive arm ran first and its first epochs hold the kernels' "
      "compilation (its later epochs take the plane search's 363 ms).",
      "PYTHONPATH=. torchrun --nproc-per-node 2 benchmarks/distributed.py", distributed_tables),
+    ("distributed_1gpu", "One GPU under torchrun: epochs queued against epochs validated one by one",
+     "The flow arms' one-GPU fits on 64M synthetic Criteo-shaped rows: five epochs queued back to back (what fit "
+     "does without validation) and five with the validation set evaluated after each.",
+     "PYTHONPATH=. torchrun --nproc-per-node 1 benchmarks/distributed.py --parts flow --flow-rows 64000000 "
+     "--models lr,fm16", distributed_tables),
     *((f"distributed_{world}gpu", f"Scaling over {world} GPUs",
        f"The flow arms (LR and FM k = 16, the sequential aggregation) on the first 1, 2, ... {world} ranks, each "
        f"making only its share of the 256M rows, and the SCD arms over {world} ranks: TPA-SCD's Criteo-shaped dual "

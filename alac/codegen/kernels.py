@@ -73,8 +73,6 @@ def _manifest(specs):
 
 
 class KernelGenerator(StageEmitter, ParamAccess, EpochKernel):
-    row_strides = True
-
     def __init__(self, ir, plan):
         self.ir = ir
         self.optimizer = ir.optimizer

@@ -21,9 +21,7 @@ MODEL_ROLES = ("param", "global", "state")
 ALLOCATED_ROLES = ("grad", "touched", "queue", "hot_sums", "edge_grad", "chunk_grad", "chunk_loss",
                    "batch_edge_grad", "stage_rows", "schedule", "arrivals")
 # Scalars: a layout's or plan's size, a launch's position, a regulariser's coefficient, a hyper.
-# row_stride: values between a param's or state's rows, as its tensor has them (a row store may keep a
-# feature's tables side by side in one row: ModelState.packed).
-SCALAR_ROLES = ("size", "launch", "gradient_l2", "update_l1", "update_l2", "hyper", "row_stride")
+SCALAR_ROLES = ("size", "launch", "gradient_l2", "update_l1", "update_l2", "hyper")
 # alac.nn's kernels (alac.codegen.bag_kernels): a call's entries and its bags' dLoss/dAccum
 # the SCD kernels (alac.codegen.scd_kernels): an epoch's coordinate order and the shared vector; a split
 # coordinate's sums (alac.codegen.scd_split_kernels)
@@ -134,11 +132,6 @@ def state(p, state_name, per_row, placement="device"):
     where its param's rows live."""
     return Argument(f"state_{p.name}_{state_name}_ptr", "state", f"{p.name}_{state_name}",
                     shape=_rows("n_features", p.vector and not per_row), placement=placement)
-
-
-def row_stride(table):
-    """The row stride of a param's or a state's table (an argument of role param or state)."""
-    return Argument(f"{table.name.removesuffix('_ptr')}_row", "row_stride", table.of, "int")
 
 
 def grad(name, vector=False, is_global=False):

@@ -38,30 +38,9 @@ class ParamAccess:
     """KernelGenerator's access to params and optimizer state (a mixin: it reads the generator's
     ir, optimizer, params and plan-derived flags)."""
 
-    # Params' and states' rows at their tables' row strides (arguments the runtime binds from the
-    # tensors), so that a row store may keep a feature's tables side by side (ModelState.packed); off:
-    # rows of K values (alac.nn's bag kernels, whose tables are always apart).
-    row_strides = False
-
     def _param_argument(self, p):
         """The argument of param p's rows, placed where the variant puts them."""
         return m.param(p, self.variant.placement(p.name))
-
-    def _table(self, w, table):
-        """Declare a param's or state's table (and its row stride); returns its name."""
-        if self.row_strides:
-            w.arg(m.row_stride(table))
-        return w.arg(table)
-
-    def _row_offsets(self, table, ids, edge, vector):
-        """Offsets of the rows of ids (an [S, C] tile when edge, else a block) in a param's or state's
-        table: K lanes a row of a vector (its first K values), one value of a scalar."""
-        if not self.row_strides:
-            return self._vector_offsets(ids, edge) if vector else ids
-        stride = m.row_stride(table).name
-        if not vector:
-            return f"{ids} * {stride}"
-        return f"{ids}[:, :, None] * {stride} + lanes" if edge else f"{ids}[:, None] * {stride} + lanes[None, :]"
 
     @staticmethod
     def _vector_offsets(ids, edge=False):
@@ -88,23 +67,21 @@ class ParamAccess:
             ranks, names, targets, _ = self._update_symbols(w, p, "feature", edges, True, f"{name}_")
             self._derive(w, p, ranks, names, targets, variable, set(), f"{name}_")
             if self.hot:
-                table = self._param_argument(p)
-                offsets = self._row_offsets(table, "feature", True, p.vector)
+                offsets = self._vector_offsets("feature", True) if p.vector else "feature"
                 hot, cold = f"present & ~cold_{name}", f"cold_{name}"
                 if p.vector:
                     hot, cold = self._lane_mask(f"({hot})", True), self._lane_mask(cold, True)
                 # past L1: other programs' flushes store it, and an SM's L1 keeps its old lines
-                stored = self._table(w, table)
+                stored = w.arg(self._param_argument(p))
                 w.line(f"{name} = tl.where({cold}, derived_{name}, tl.load({stored} + {offsets}, "
                        f"mask={hot}, other=0.0, cache_modifier=\".cg\"))")
             return
-        table = self._param_argument(self.params[name])
-        pointer = self._table(w, table)
-        offsets = self._row_offsets(table, "feature", True, self.params[name].vector)
+        pointer = w.arg(self._param_argument(self.params[name]))
         if self.params[name].vector:
-            w.line(f"{name} = tl.load({pointer} + {offsets}, mask={self._lane_mask('present', True)}, other=0.0)")
+            w.line(f"{name} = tl.load({pointer} + {self._vector_offsets('feature', True)}, "
+                   f"mask={self._lane_mask('present', True)}, other=0.0)")
         else:
-            w.line(f"{name} = tl.load({pointer} + {offsets}, mask=present, other=0.0)")
+            w.line(f"{name} = tl.load({pointer} + feature, mask=present, other=0.0)")
 
     def _batch_edge_offsets(self, w, p, mask):
         """Offsets and mask of the current [S, C] edge tile in a per-batch edge buffer (chunk
@@ -209,15 +186,14 @@ class ParamAccess:
                  "l1": w.arg(m.regularizer("update_l1", p.name)) if self.optimizer.has_l1 else "0.0",
                  "l2": m.regularizer("update_l2", p.name).name,
                  "lr": "lr"}
-        full_offsets = self._row_offsets(self._param_argument(p), ids, edge, p.vector)
+        full_offsets = self._vector_offsets(ids, edge) if p.vector else ids
         full_mask = self._lane_mask(mask, edge) if p.vector else mask
         targets = {}
         for state, _, row in self.optimizer.states:
             per_row = row and p.vector
             ranks[f"s_{state}"] = row_rank if (row or not p.vector) else lane_rank
             names[f"s_{state}"] = _state_variable(prefix, state)
-            target = m.state(p, state, row, self.variant.placement(p.name))
-            targets[state] = (target, self._row_offsets(target, ids, edge, p.vector and not per_row),
+            targets[state] = (m.state(p, state, row, self.variant.placement(p.name)), ids if per_row else full_offsets,
                               mask if per_row else full_mask)
         return ranks, names, targets, (full_offsets, full_mask)
 
@@ -234,8 +210,7 @@ class ParamAccess:
         # (benchmarks/optimizers.py's FTRL arms).
         for state, (target, offsets, target_mask) in targets.items():
             if f"s_{state}" in reads and state not in loaded:
-                table = self._table(w, target)
-                w.line(f"{names[f's_{state}']} = tl.where({target_mask}, tl.atomic_add({table} + {offsets}, "
+                w.line(f"{names[f's_{state}']} = tl.where({target_mask}, tl.atomic_add({w.arg(target)} + {offsets}, "
                        f"0.0, mask={target_mask}, sem=\"relaxed\"), 0.0)")
                 loaded.add(state)
         for d in program:
@@ -278,9 +253,9 @@ class ParamAccess:
         used = self._use_arguments(w, p, program)
         w.comment(f"{self.optimizer.name} on {p.name}" + (" (the change, added atomically)" if mode == "delta" else ""))
         w.line(f"{names['g']} = {gradient}")
-        pointer = self._table(w, self._param_argument(p)) if stored else None
+        pointer = w.arg(self._param_argument(p)) if stored else None
         for target, _, _ in targets.values():
-            self._table(w, target)
+            w.arg(target)
         defined = {d.name for d in program}
         loaded = set()
         if derived and param_loaded:

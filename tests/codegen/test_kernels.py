@@ -171,8 +171,6 @@ PLAN_VARIANTS = {
     "hot segment": dict(hot_size=6),
     "hot segment, 3 replicas": dict(hot_size=6, replicas=3),
     "every feature hot": dict(hot_size=1000, replicas=2),
-    # a feature's params and optimizer state in one row: the same kernels at other row strides
-    "packed rows, hot": dict(hot_size=6, replicas=2, packed_rows=True),
     "stage kernels, hot": dict(kernels="stage", hot_size=5, replicas=2, slots_per_step=4),
     # the variants above run an epoch as one kernel with grid barriers; these launch per batch
     "per-batch launches": dict(grid_barrier=False),
@@ -202,8 +200,7 @@ def test_sync_plan_variants_equal_the_reference(model_name, variant):
     plan = Plan(**{"chunk_size": 8, "batch_size": 16, **PLAN_VARIANTS[variant]})
     executors = _executors(model_name, plan, layout)
     backend = executors[KERNEL_BACKEND].backend
-    constants = backend._constants(layout, executors[KERNEL_BACKEND].state)
-    resident = constants["RESIDENT"] and "_resident_" in backend.generated.train[0].name
+    resident = backend._constants(layout)["RESIDENT"] and "_resident_" in backend.generated.train[0].name
     if variant.startswith("resident chunks"):
         assert resident == (variant != "resident chunks off")
     for executor in executors.values():
@@ -215,8 +212,8 @@ def test_sync_plan_variants_equal_the_reference(model_name, variant):
 
 
 @pytest.mark.parametrize("model_name", ["lr", "fm"])
-@pytest.mark.parametrize("hot_size, packed_rows", [(0, False), (7, False), (7, True)])
-def test_async_with_one_program_is_sequential_sgd(model_name, hot_size, packed_rows):
+@pytest.mark.parametrize("hot_size", [0, 7])
+def test_async_with_one_program_is_sequential_sgd(model_name, hot_size):
     """With one program in flight the async kernel is exact: chunk after chunk, step lr / B per
     sample, which the reference runs as sync batches of one chunk. (A chunk must fit one edge tile,
     S >= its width: FM's gradient reads v, which the chunk's earlier tiles have already moved.)"""
@@ -224,12 +221,8 @@ def test_async_with_one_program_is_sequential_sgd(model_name, hot_size, packed_r
     dataset = awkward_dataset(8, labels=model.labels)
     device, layout, labels = laid_out(dataset, model.labels)
     plan = Plan(chunk_size=8, batch_size=32, semantics="async", programs=1, hot_size=hot_size, slots_per_step=64,
-                flush_every=1, packed_rows=packed_rows)
+                flush_every=1)
     executors = _executors(model_name, plan, layout)
-    if model_name == "fm":
-        state = executors[KERNEL_BACKEND].state
-        storages = {t.untyped_storage().data_ptr() for t in (*state.params.values(), *state.states.values())}
-        assert (len(storages) == 1) == packed_rows
     for executor in executors.values():
         executor.train_epoch(layout, labels, epoch=0, lr=0.5)
     _assert_states_close(executors["reference"].state, executors[KERNEL_BACKEND].state)
@@ -250,7 +243,7 @@ def test_64_bit_feature_offsets_equal_the_reference(model_name, semantics, monke
     executors = _executors(model_name, plan, layout)
     for executor in executors.values():
         executor.train_epoch(layout, labels, epoch=0, lr=0.5)
-    assert executors[KERNEL_BACKEND].backend._constants(layout, executors[KERNEL_BACKEND].state)["WIDE_IDS"]
+    assert executors[KERNEL_BACKEND].backend._constants(layout)["WIDE_IDS"]
     _assert_states_close(executors["reference"].state, executors[KERNEL_BACKEND].state)
 
 

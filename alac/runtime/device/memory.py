@@ -104,8 +104,9 @@ def mapped_view(host, device):
 
 
 
-# GPU tables start at a multiple of 2 MiB: the async LR epoch ran 1.4x slower with w at some addresses
-# and never at these (scripts of benchmarks/fit_queue.py's placements: w moved alone, the rest kept)
+# GPU tables start at a multiple of 2 MiB: the async LR epoch was slower with w at some addresses, never
+# at these (w moved alone under a trained plan; benchmarks/distributed.py's one-GPU queued arm, and
+# flow.py's alac_async_hot, ran at the slower speed before)
 TABLE_ALIGNMENT_BYTES = 2 << 20
 
 

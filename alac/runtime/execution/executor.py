@@ -28,7 +28,7 @@ from alac.runtime.device.memory import check_feature_tables
 from alac.runtime.execution.epoch import Segment, Segmented
 from alac.runtime.execution.reference import ReferenceBackend
 from alac.runtime.execution.schedule import LearningRateSchedule, batch_scales
-from alac.runtime.execution.state import ModelState, packed_row_width, row_bytes_of, table_widths
+from alac.runtime.execution.state import ModelState, row_bytes_of
 from alac.runtime.movement.layout import default_device
 from alac.runtime.movement.streams import BlockStatistics
 
@@ -166,14 +166,10 @@ class Executor(Segmented):
         for where, names in (("cpu", self.plan.host_params),
                              (self.device, [n for n in declared if n not in self.plan.host_params])):
             row_bytes = row_bytes_of(self.ir, names)
-            if row_bytes and self.plan.packed_rows and where == self.device:
-                # the tables as drawn, and the packed copy they go to
-                row_bytes += 4 * packed_row_width(table_widths(self.ir, names))
             if row_bytes:
                 check_feature_tables(layout.n_features, row_bytes, "the model's parameters and optimizer state", where)
-        state = ModelState.initial(self.model, layout.new_to_old, self.device, self.seed, self.ir.optimizer,
-                                   host=self.plan.host_params)
-        self.state = state.packed() if self.plan.packed_rows else state
+        self.state = ModelState.initial(self.model, layout.new_to_old, self.device, self.seed, self.ir.optimizer,
+                                        host=self.plan.host_params)
         self.batches_done = 0
 
     def settings(self, l2=None):

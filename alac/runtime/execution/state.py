@@ -12,16 +12,11 @@ from alac.dsl import Constant, Normal, Uniform
 from alac.runtime.device.memory import aligned_empty, mapped_view, pinned_copy, pinned_empty
 
 
-def table_widths(ir, names=None):
-    """Values per feature of each table of the model's params (those named, by default all) and their
-    optimizer state (a state kept per row of a vector param, as AdaGrad's accumulator, is one value)."""
-    return [width for p in ir.params if names is None or p.name in names
-            for width in (p.size, *(1 if per_row else p.size for _, _, per_row in ir.optimizer.states))]
-
-
 def row_bytes_of(ir, names=None):
-    """Bytes of one row of the model's params (those named, by default all) and their optimizer state."""
-    return 4 * sum(table_widths(ir, names))
+    """Bytes of one row of the model's params (those named, by default all): their values and their
+    optimizer state (a state kept per row of a vector param, as AdaGrad's accumulator, is one value)."""
+    return 4 * sum(p.size + sum(1 if per_row else p.size for _, _, per_row in ir.optimizer.states)
+                   for p in ir.params if names is None or p.name in names)
 
 
 def _initial_values(init, shape, generator):
@@ -107,27 +102,6 @@ def _drawn(init, shape, generator, new_to_old, device, host, seed, index):
     return table
 
 
-# A packed row's vectors start at multiples of 4 values (16 bytes), so their loads and atomics stay
-# 16-byte vectors; rows of more than 32 values are whole 128-byte lines.
-PACK_ALIGNMENT, PACK_LINE = 4, 32
-
-
-def packed_columns(widths):
-    """(values in a packed row, each table's first column) for tables of these widths: vectors first
-    (in their order), each at an aligned column, then scalars; the row the next power of two up to
-    PACK_LINE values, else a multiple of it (a row starts a line)."""
-    starts, width = [0] * len(widths), 0
-    for index in sorted(range(len(widths)), key=lambda i: widths[i] == 1):
-        if widths[index] > 1:
-            width = -(-width // PACK_ALIGNMENT) * PACK_ALIGNMENT
-        starts[index], width = width, width + widths[index]
-    return (1 << (width - 1).bit_length() if width <= PACK_LINE else -(-width // PACK_LINE) * PACK_LINE), starts
-
-
-def packed_row_width(widths):
-    return packed_columns(widths)[0]
-
-
 @dataclass
 class ModelState:
     params: dict      # name -> float32 [n_features] or [n_features, k], by re-indexed feature id
@@ -181,33 +155,6 @@ class ModelState:
         return cls({k: _placed(v, device, k in host) for k, v in params.items()},
                    {k: _placed(v, device, False, table=False) for k, v in globals_.items()},
                    {k: _placed(v, device, owner(k) in host) for k, v in states.items()})
-
-    @property
-    def row_width(self):
-        """The widest row stride of the params' and states' tables (values)."""
-        return max((t.stride(0) for t in (*self.params.values(), *self.states.values()) if t.dim()), default=1)
-
-    def packed(self):
-        """This state with each feature's params and optimizer state side by side in one row of a
-        [n, W] table (W: packed_row_width), vectors first, then scalars: an edge's accesses to them
-        share cache lines (benchmarks/async_floor.py's packed rows). The kernels read each table's row
-        stride from its tensor. Tables in pinned host memory stay apart. Each table is freed as it is
-        copied, if nothing else holds it."""
-        params, states = dict(self.params), dict(self.states)
-        kinds = {"param": params, "state": states}
-        keys = [(kind, name) for kind, tables in kinds.items() for name, t in tables.items()
-                if not (t.device.type == "cpu" and t.is_pinned())]
-        if not keys:
-            return ModelState(params, self.globals, states)
-        first = kinds[keys[0][0]][keys[0][1]]
-        sizes = [kinds[kind][name].shape[1] if kinds[kind][name].dim() == 2 else 1 for kind, name in keys]
-        width, starts = packed_columns(sizes)
-        table = aligned_empty((first.shape[0], width), first.device).zero_()
-        for (kind, name), size, start in zip(keys, sizes, starts):
-            view = table[:, start:start + size] if kinds[kind][name].dim() == 2 else table[:, start]
-            view.copy_(kinds[kind].pop(name))
-            kinds[kind][name] = view
-        return ModelState(params, self.globals, states)
 
     def in_original_order(self, old_to_new):
         """Parameters indexed by the user's original feature ids."""

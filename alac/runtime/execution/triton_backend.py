@@ -36,11 +36,10 @@ WIDE_ID_LIMIT = 2 ** 31
 HOT_ROW_ALIGNMENT = 16
 
 
-def launch_constants(plan, layout, factor_size, interpret=False, resident=False, row_width=1):
+def launch_constants(plan, layout, factor_size, interpret=False, resident=False):
     """The generated kernels' constexprs and num_warps for this plan on this layout (the edge tile
     [S, C], whether a whole row fits it, 64-bit offsets, whether a sync epoch's programs hold one chunk
-    of a batch each). resident: the kernels have resident chunks (GeneratedKernels.resident); row_width:
-    the widest row stride of the model's tables (ModelState.row_width)."""
+    of a batch each). resident: the kernels have resident chunks (GeneratedKernels.resident)."""
     programs = sync_programs(plan, layout, interpret or layout.device.type != "cuda")
     one_chunk_each = plan.semantics == "sync" and programs >= plan.chunks_per_batch
     slots = slots_per_step(plan, layout, factor_size, resident and one_chunk_each)
@@ -48,7 +47,7 @@ def launch_constants(plan, layout, factor_size, interpret=False, resident=False,
     one_tile = widest <= slots
     return {"HAS_VALUES": layout.edge_value is not None, "C": layout.chunk_size, "S": slots,
             "ONE_TILE": one_tile, "num_warps": warps_for_tile(plan, slots, factor_size),
-            "WIDE_IDS": layout.n_features * max(factor_size, row_width, 1) >= WIDE_ID_LIMIT,
+            "WIDE_IDS": layout.n_features * max(factor_size, 1) >= WIDE_ID_LIMIT,
             "RESIDENT": one_tile and one_chunk_each}
 
 
@@ -138,9 +137,8 @@ class TritonBackend:
         """The epoch's chunk order, learning rates or scales, as the kernels read them."""
         return self._find("schedule", entry)
 
-    def _constants(self, layout, state):
-        return launch_constants(self.plan, layout, self.ir.factor_size, self.interpret, self.generated.resident,
-                                state.row_width)
+    def _constants(self, layout):
+        return launch_constants(self.plan, layout, self.ir.factor_size, self.interpret, self.generated.resident)
 
     def _value(self, argument, state, layout, labels, settings, sizes, outputs):
         """What a manifest.Argument is bound to: found by its role, never by its name (outputs
@@ -152,8 +150,6 @@ class TritonBackend:
             return state.globals[of]
         if role == "state":
             return state.states[of]
-        if role == "row_stride":
-            return (state.params[of] if of in state.params else state.states[of]).stride(0)
         if role == "layout":
             value = getattr(layout, of)
             # never read when HAS_VALUES is False; any tensor serves as the pointer
@@ -185,7 +181,7 @@ class TritonBackend:
             def position(spec, of):
                 return next((i for i, a in enumerate(spec.args) if a.role == "launch" and a.of == of), None)
 
-            constants = self._constants(layout, state)
+            constants = self._constants(layout)
             # the epoch kernel's persistent grid; per-batch kernels take one program per chunk
             epoch_grid = sync_programs(self.plan, layout, self.interpret)
             self._bound = [(getattr(self.module, spec.name), bound(spec), constants,
@@ -317,5 +313,5 @@ class TritonBackend:
         # epoch's CUDA graph, bound to them) alone
         outputs, sizes = {"chunk_order": order, "prediction": prediction}, self._sizes(layout)
         arguments = [self._value(a, state, layout, labels, None, sizes, outputs) for a in spec.args]
-        getattr(self.module, spec.name)[(layout.n_chunks,)](*arguments, **self._constants(layout, state))
+        getattr(self.module, spec.name)[(layout.n_chunks,)](*arguments, **self._constants(layout))
         return prediction

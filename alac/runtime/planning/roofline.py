@@ -85,12 +85,12 @@ def run_traffic(edge_feature, params, hot_sums, hot_size, copies, width, gather,
 
 
 @triton.jit
-def _row_traffic(param_ptr, hot_sums_ptr, feature, present, hot, cold, pid, hot_size, copies, scale, stride,
+def _row_traffic(param_ptr, hot_sums_ptr, feature, present, hot, cold, pid, hot_size, copies, scale,
                  K: tl.constexpr):
-    """One array's accesses at a block of edges (edge_traffic's ATOMIC_SPLIT with a gather), its rows
-    `stride` values apart; returns the sum of what it gathered."""
+    """One array's accesses at a block of edges (edge_traffic's ATOMIC_SPLIT with a gather); returns the
+    sum of what it gathered."""
     lanes = tl.arange(0, K)[None, :]
-    row = param_ptr + feature[:, None] * stride + lanes
+    row = param_ptr + feature[:, None] * K + lanes
     value = tl.load(row, mask=present[:, None], other=0.0)
     tl.atomic_add(row, value * scale, mask=cold[:, None], sem="relaxed")
     sums = hot_sums_ptr + ((pid % copies).to(tl.int64) * hot_size + feature)[:, None] * K + lanes
@@ -99,13 +99,12 @@ def _row_traffic(param_ptr, hot_sums_ptr, feature, present, hot, cold, pid, hot_
 
 
 @triton.jit
-def edge_traffic_together(feature_ptr, p0, p1, p2, p3, s0, s1, s2, s3, h0, h1, h2, h3, gathered_ptr, n_edges,
-                          hot_size, copies, scale, W0: tl.constexpr, W1: tl.constexpr, W2: tl.constexpr,
-                          W3: tl.constexpr, BLOCK: tl.constexpr):
-    """Each edge's id read once, then its row of every array pN of WN floats (0: no array; rows sN
-    values apart) gathered and changed as the async kernel splits its changes (cold edges into the
-    table, hot ones into the program's copy of hN's [H, WN] sums); what a program gathered goes to
-    gathered_ptr[pid]."""
+def edge_traffic_together(feature_ptr, p0, p1, p2, p3, h0, h1, h2, h3, gathered_ptr, n_edges, hot_size, copies, scale,
+                          W0: tl.constexpr, W1: tl.constexpr, W2: tl.constexpr, W3: tl.constexpr,
+                          BLOCK: tl.constexpr):
+    """Each edge's id read once, then its row of every array pN of WN floats (0: no array) gathered
+    and changed as the async kernel splits its changes (cold edges into the table, hot ones into the
+    program's copy of hN's [H, WN] sums); what a program gathered goes to gathered_ptr[pid]."""
     pid = tl.program_id(0)
     edge = pid.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     feature = tl.load(feature_ptr + edge, mask=edge < n_edges, other=-1)
@@ -113,20 +112,20 @@ def edge_traffic_together(feature_ptr, p0, p1, p2, p3, s0, s1, s2, s3, h0, h1, h
     feature = tl.where(present, feature, 0).to(tl.int64)
     hot = present & (feature < hot_size)
     cold = present & ~hot
-    total = _row_traffic(p0, h0, feature, present, hot, cold, pid, hot_size, copies, scale, s0, W0)
+    total = _row_traffic(p0, h0, feature, present, hot, cold, pid, hot_size, copies, scale, W0)
     if W1 > 0:
-        total += _row_traffic(p1, h1, feature, present, hot, cold, pid, hot_size, copies, scale, s1, W1)
+        total += _row_traffic(p1, h1, feature, present, hot, cold, pid, hot_size, copies, scale, W1)
     if W2 > 0:
-        total += _row_traffic(p2, h2, feature, present, hot, cold, pid, hot_size, copies, scale, s2, W2)
+        total += _row_traffic(p2, h2, feature, present, hot, cold, pid, hot_size, copies, scale, W2)
     if W3 > 0:
-        total += _row_traffic(p3, h3, feature, present, hot, cold, pid, hot_size, copies, scale, s3, W3)
+        total += _row_traffic(p3, h3, feature, present, hot, cold, pid, hot_size, copies, scale, W3)
     tl.store(gathered_ptr + pid, total)
 
 
 def run_traffic_together(edge_feature, tables, widths, hot_sums, hot_size, copies, scale=1e-12):
-    """One launch of the single-pass kernel over every edge slot: tables[i] is an [n, widths[i]] table
-    (widths powers of two; at most ARRAYS_PER_PASS arrays), its own or columns of a packed one, and
-    hot_sums[i] copies x H of its rows; returns what its programs gathered."""
+    """One launch of the single-pass kernel over every edge slot: tables[i] holds rows of widths[i]
+    floats (powers of two; at most ARRAYS_PER_PASS arrays), hot_sums[i] copies x H of them; returns
+    what its programs gathered."""
     if not 1 <= len(tables) <= ARRAYS_PER_PASS:
         raise ValueError(f"one pass makes the accesses of 1 to {ARRAYS_PER_PASS} arrays, got {len(tables)}")
     block = edges_per_program(max(widths))
@@ -135,11 +134,10 @@ def run_traffic_together(edge_feature, tables, widths, hot_sums, hot_size, copie
     absent = ARRAYS_PER_PASS - len(tables)
     # an absent array's pointers are the first's, its width 0: the kernel leaves them alone
     tables, hot_sums = [*tables, *tables[:1] * absent], [*hot_sums, *hot_sums[:1] * absent]
-    strides = [table.stride(0) for table in tables]
     widths = [*widths, *[0] * absent]
-    edge_traffic_together[(programs,)](edge_feature, *tables, *strides, *hot_sums, gathered, edge_feature.numel(),
-                                       hot_size, copies, scale, W0=widths[0], W1=widths[1], W2=widths[2],
-                                       W3=widths[3], BLOCK=block, num_warps=4)
+    edge_traffic_together[(programs,)](edge_feature, *tables, *hot_sums, gathered, edge_feature.numel(), hot_size,
+                                       copies, scale, W0=widths[0], W1=widths[1], W2=widths[2], W3=widths[3],
+                                       BLOCK=block, num_warps=4)
     return gathered
 
 
@@ -204,45 +202,35 @@ def epoch_accesses(ir, layout, hot_size):
     return EpochAccesses(edges, hot, row_arrays(ir), streamed)
 
 
-def measure_floor(accesses, layout, hot_size, copies, packed=False):
+def measure_floor(accesses, layout, hot_size, copies):
     """Milliseconds of an epoch's floor (a CUDA layout): the larger of one flat pass making every
     edge's accesses of every array together (rows gathered and changed as the async kernel splits its
     changes: cold edges' atomic additions into the table, hot edges' into `copies` per-program sums;
     more than ARRAYS_PER_PASS arrays in further passes, summed) and the epoch's bytes (rows gathered
-    and written back, the layout streamed) at the GPU's copy bandwidth. The arrays are stored as the
-    plan keeps them: apart, or packed in one row (ModelState.packed). A width that is not a power of
+    and written back, the layout streamed) at the GPU's copy bandwidth. A width that is not a power of
     two is timed at the next one (an over-estimate)."""
     from alac.runtime.device.timing import gpu_milliseconds
-    from alac.runtime.execution.state import packed_columns
     from alac.runtime.planning.planner import measure_access_costs
 
     widths = [triton.next_power_of_2(width) for _, width in accesses.arrays]
-    n, device = layout.n_features, layout.device
-    if packed:
-        row, starts = packed_columns(widths)
-        table = torch.zeros(n, row, device=device)
-        tables = [table[:, start:start + width] for start, width in zip(starts, widths)]
-    else:
-        tables = [torch.zeros(n, width, device=device) for width in widths]
     passes = 0.0
     for first in range(0, len(widths), ARRAYS_PER_PASS):
         group = widths[first:first + ARRAYS_PER_PASS]
-        hot_sums = [torch.zeros(max(1, copies * hot_size * width), device=device) for width in group]
-        milliseconds, _ = gpu_milliseconds(lambda: run_traffic_together(
-            layout.edge_feature, tables[first:first + ARRAYS_PER_PASS], group, hot_sums, hot_size, copies),
-            FLOOR_REPEATS)
+        tables = [torch.zeros(layout.n_features * width, device=layout.device) for width in group]
+        hot_sums = [torch.zeros(max(1, copies * hot_size * width), device=layout.device) for width in group]
+        milliseconds, _ = gpu_milliseconds(lambda: run_traffic_together(layout.edge_feature, tables, group, hot_sums,
+                                                                        hot_size, copies), FLOOR_REPEATS)
         passes += milliseconds
     moved = 2 * accesses.row_bytes + accesses.streamed_bytes
     return max(passes, moved / (measure_access_costs(layout.device).copy_gb_per_s * 1e9) * 1000)
 
 
-def epoch_roofline(ir, layout, hot_size, copies, packed=False):
-    """(the accesses of an async epoch, their floor in milliseconds; None off a GPU); packed: the
-    arrays in one row (Plan.packed_rows)."""
+def epoch_roofline(ir, layout, hot_size, copies):
+    """(the accesses of an async epoch, their floor in milliseconds; None off a GPU)."""
     accesses = epoch_accesses(ir, layout, hot_size)
     if layout.device.type != "cuda":
         return accesses, None
-    return accesses, measure_floor(accesses, layout, hot_size, copies, packed)
+    return accesses, measure_floor(accesses, layout, hot_size, copies)
 
 
 # grid barriers timed per launch of the barrier kernel (8,000: sync_breakdown's count)
@@ -270,15 +258,15 @@ def barrier_microseconds(programs, device, barriers=BARRIER_COUNT):
     return 1000 * gpu_milliseconds(run, FLOOR_REPEATS)[0] / barriers
 
 
-def sync_epoch_roofline(ir, layout, hot_size, replicas, batches, programs, packed=False):
+def sync_epoch_roofline(ir, layout, hot_size, replicas, batches, programs):
     """(the accesses of a sync epoch with edge updates and grid barriers, their floor in milliseconds;
     None off a GPU): every edge's rows gathered and changed (hot edges into `replicas` sums), and two
-    barriers of `programs` programs a batch; packed: the arrays in one row."""
+    barriers of `programs` programs a batch."""
     accesses = dataclasses.replace(epoch_accesses(ir, layout, hot_size), barriers=2 * batches)
     if layout.device.type != "cuda":
         return accesses, None
     barriers_ms = accesses.barriers * barrier_microseconds(programs, layout.device) / 1000
-    return accesses, measure_floor(accesses, layout, hot_size, max(replicas, 1), packed) + barriers_ms
+    return accesses, measure_floor(accesses, layout, hot_size, max(replicas, 1)) + barriers_ms
 
 
 def plan_roofline(ir, plan, layout):
@@ -288,13 +276,13 @@ def plan_roofline(ir, plan, layout):
     from alac.runtime.execution.schedule import async_programs, sync_programs
 
     if plan.semantics == "async":
-        return epoch_roofline(ir, layout, plan.hot_size, async_programs(plan, layout), plan.packed_rows)
+        return epoch_roofline(ir, layout, plan.hot_size, async_programs(plan, layout))
     variant = plan.variant.for_optimizer(ir.optimizer)
     if not (variant.edge_updates and variant.grid_barrier):
         return None, None
     batches = -(-layout.n_chunks // plan.chunks_per_batch)
     programs = sync_programs(plan, layout, interpret=layout.device.type != "cuda")
-    return sync_epoch_roofline(ir, layout, plan.hot_size, plan.replicas, batches, programs, plan.packed_rows)
+    return sync_epoch_roofline(ir, layout, plan.hot_size, plan.replicas, batches, programs)
 
 
 def epoch_line(ir, plan, layout, epoch_ms):

@@ -34,8 +34,8 @@ def softplus(z):
 
 
 @triton.jit
-def edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, w_row, v_ptr, v_row, HAS_VALUES: tl.constexpr,
-        C: tl.constexpr, S: tl.constexpr, WIDE_IDS: tl.constexpr):
+def edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, v_ptr, HAS_VALUES: tl.constexpr, C: tl.constexpr,
+        S: tl.constexpr, WIDE_IDS: tl.constexpr):
     """An [S, C] edge tile from slot slot_start on and the params it reads; absent edges get id 0 and x 0."""
     rows = tl.arange(0, C)
     lanes = tl.arange(0, BLOCK_K)
@@ -50,8 +50,8 @@ def edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, w_row, v_p
         x = tl.load(chunk_values + edge, mask=present, other=0.0)
     else:
         x = tl.where(present, 1.0, 0.0)
-    w = tl.load(w_ptr + feature * w_row, mask=present, other=0.0)
-    v = tl.load(v_ptr + feature[:, :, None] * v_row + lanes, mask=present[:, :, None], other=0.0)
+    w = tl.load(w_ptr + feature, mask=present, other=0.0)
+    v = tl.load(v_ptr + feature[:, :, None] * K + lanes, mask=present[:, :, None], other=0.0)
     return edge, feature, present, x, w, v
 
 
@@ -78,8 +78,8 @@ def apply(d_wx, x, w, d_vx, v, d_v2x2, feature, present, edge_base, edge, l2_w, 
 
 @triton.jit
 def aggregate_loss_apply_chunk(chunk, row_of_slot_ptr, chunk_start_ptr, chunk_width_ptr, edge_feature_ptr,
-        edge_value_ptr, w_ptr, w_row, v_ptr, v_row, label_ptr, b_ptr, chunk_loss_ptr, chunk_grad_b_ptr, l2_w, l2_v,
-        touched_ptr, edge_grad_w_ptr, edge_grad_v_ptr, HAS_VALUES: tl.constexpr, C: tl.constexpr, S: tl.constexpr,
+        edge_value_ptr, w_ptr, v_ptr, label_ptr, b_ptr, chunk_loss_ptr, chunk_grad_b_ptr, l2_w, l2_v, touched_ptr,
+        edge_grad_w_ptr, edge_grad_v_ptr, HAS_VALUES: tl.constexpr, C: tl.constexpr, S: tl.constexpr,
         ONE_TILE: tl.constexpr, WIDE_IDS: tl.constexpr):
     """aggregate + loss + apply of one chunk."""
     rows = tl.arange(0, C)
@@ -94,13 +94,13 @@ def aggregate_loss_apply_chunk(chunk, row_of_slot_ptr, chunk_start_ptr, chunk_wi
     v2x2 = tl.zeros([C, BLOCK_K], tl.float32)
     if ONE_TILE:
         # every row fits one [S, C] tile of edges: read it once for all stages
-        edge, feature, present, x, w, v = edge_tile(0, chunk_features, width, chunk_values, w_ptr, w_row, v_ptr, v_row,
-                HAS_VALUES, C, S, WIDE_IDS)
+        edge, feature, present, x, w, v = edge_tile(0, chunk_features, width, chunk_values, w_ptr, v_ptr, HAS_VALUES, C,
+                S, WIDE_IDS)
         wx, vx, v2x2 = aggregate(present, w, x, wx, v, vx, v2x2)
     else:
         for slot_start in range(0, width, S):
-            edge, feature, present, x, w, v = edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, w_row,
-                    v_ptr, v_row, HAS_VALUES, C, S, WIDE_IDS)
+            edge, feature, present, x, w, v = edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, v_ptr,
+                    HAS_VALUES, C, S, WIDE_IDS)
             wx, vx, v2x2 = aggregate(present, w, x, wx, v, vx, v2x2)
     # loss: per-sample loss and dLoss/dAccum, computed in place; padding rows give 0
     y = tl.load(label_ptr + slots)
@@ -121,8 +121,8 @@ def aggregate_loss_apply_chunk(chunk, row_of_slot_ptr, chunk_start_ptr, chunk_wi
                 edge_grad_v_ptr, C, S)
     else:
         for slot_start in range(0, width, S):
-            edge, feature, present, x, w, v = edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, w_row,
-                    v_ptr, v_row, HAS_VALUES, C, S, WIDE_IDS)
+            edge, feature, present, x, w, v = edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, v_ptr,
+                    HAS_VALUES, C, S, WIDE_IDS)
             apply(d_wx, x, w, d_vx, v, d_v2x2, feature, present, edge_base, edge, l2_w, l2_v, touched_ptr,
                     edge_grad_w_ptr, edge_grad_v_ptr, C, S)
 
@@ -142,8 +142,8 @@ def update_start(batch, lr_ptr, scale_ptr, grad_b_ptr, b_ptr):
 
 @triton.jit
 def update_chunk(chunk, scale, lr, chunk_start_ptr, chunk_width_ptr, edge_feature_ptr, touched_ptr, grad_w_ptr, w_ptr,
-        w_row, state_w_accumulator_ptr, state_w_accumulator_row, h_eps, h_initial_accumulator, grad_v_ptr, v_ptr, v_row,
-        state_v_accumulator_ptr, state_v_accumulator_row, C: tl.constexpr, S: tl.constexpr, WIDE_IDS: tl.constexpr):
+        state_w_accumulator_ptr, h_eps, h_initial_accumulator, grad_v_ptr, v_ptr, state_v_accumulator_ptr,
+        C: tl.constexpr, S: tl.constexpr, WIDE_IDS: tl.constexpr):
     """Every touched cold feature of a chunk updated once."""
     rows = tl.arange(0, C)
     lanes = tl.arange(0, BLOCK_K)
@@ -165,57 +165,57 @@ def update_chunk(chunk, scale, lr, chunk_start_ptr, chunk_width_ptr, edge_featur
         tl.store(grad_w_ptr + feature, tl.zeros_like(summed), mask=first)
         # adagrad on w
         g = summed * scale
-        value = tl.load(w_ptr + feature * w_row, mask=first, other=0.0)
-        state_accumulator = tl.load(state_w_accumulator_ptr + feature * state_w_accumulator_row, mask=first, other=0.0)
+        value = tl.load(w_ptr + feature, mask=first, other=0.0)
+        state_accumulator = tl.load(state_w_accumulator_ptr + feature, mask=first, other=0.0)
         tu0 = (state_accumulator + (g * g))
         new_p = (value - (g * lr / (h_eps + tl.sqrt((h_initial_accumulator + tu0)))))
         new_s_accumulator = tu0
-        tl.store(w_ptr + feature * w_row, new_p, mask=first)
-        tl.store(state_w_accumulator_ptr + feature * state_w_accumulator_row, new_s_accumulator, mask=first)
+        tl.store(w_ptr + feature, new_p, mask=first)
+        tl.store(state_w_accumulator_ptr + feature, new_s_accumulator, mask=first)
         summed = tl.load(grad_v_ptr + feature[:, :, None] * K + lanes, mask=first[:, :, None], other=0.0)
         tl.store(grad_v_ptr + feature[:, :, None] * K + lanes, tl.zeros_like(summed), mask=first[:, :, None])
         # adagrad on v
         g = summed * scale
-        value = tl.load(v_ptr + feature[:, :, None] * v_row + lanes, mask=first[:, :, None], other=0.0)
-        state_accumulator = tl.load(state_v_accumulator_ptr + feature * state_v_accumulator_row, mask=first, other=0.0)
+        value = tl.load(v_ptr + feature[:, :, None] * K + lanes, mask=first[:, :, None], other=0.0)
+        state_accumulator = tl.load(state_v_accumulator_ptr + feature, mask=first, other=0.0)
         tu0 = (state_accumulator + tl.sum((g * g), axis=2) / K)
         new_p = (value - (g * lr / (h_eps + tl.sqrt((h_initial_accumulator + tu0[:, :, None])))))
         new_s_accumulator = tu0
-        tl.store(v_ptr + feature[:, :, None] * v_row + lanes, new_p, mask=first[:, :, None])
-        tl.store(state_v_accumulator_ptr + feature * state_v_accumulator_row, new_s_accumulator, mask=first)
+        tl.store(v_ptr + feature[:, :, None] * K + lanes, new_p, mask=first[:, :, None])
+        tl.store(state_v_accumulator_ptr + feature, new_s_accumulator, mask=first)
 
 
 @triton.jit
 def alac_fm_2eb1d6eb_sync_det_aggregate_loss_apply(edge_feature_ptr: "*i32", edge_value_ptr: "*fp32",
         chunk_start_ptr: "*i64", chunk_width_ptr: "*i32", row_of_slot_ptr: "*i64", label_ptr: "*fp32",
-        chunk_order_ptr: "*i64", chunk_offset, w_row, w_ptr: "*fp32", v_row, v_ptr: "*fp32", b_ptr: "*fp32",
-        chunk_loss_ptr: "*fp32", chunk_grad_b_ptr: "*fp32", l2_w: "fp32", l2_v: "fp32", touched_ptr: "*i32",
-        edge_grad_w_ptr: "*fp32", edge_grad_v_ptr: "*fp32", HAS_VALUES: tl.constexpr, C: tl.constexpr, S: tl.constexpr,
-        ONE_TILE: tl.constexpr, WIDE_IDS: tl.constexpr, RESIDENT: tl.constexpr):
+        chunk_order_ptr: "*i64", chunk_offset, w_ptr: "*fp32", v_ptr: "*fp32", b_ptr: "*fp32", chunk_loss_ptr: "*fp32",
+        chunk_grad_b_ptr: "*fp32", l2_w: "fp32", l2_v: "fp32", touched_ptr: "*i32", edge_grad_w_ptr: "*fp32",
+        edge_grad_v_ptr: "*fp32", HAS_VALUES: tl.constexpr, C: tl.constexpr, S: tl.constexpr, ONE_TILE: tl.constexpr,
+        WIDE_IDS: tl.constexpr, RESIDENT: tl.constexpr):
     chunk = tl.load(chunk_order_ptr + chunk_offset + tl.program_id(0)).to(tl.int64)
     aggregate_loss_apply_chunk(chunk, row_of_slot_ptr, chunk_start_ptr, chunk_width_ptr, edge_feature_ptr,
-            edge_value_ptr, w_ptr, w_row, v_ptr, v_row, label_ptr, b_ptr, chunk_loss_ptr, chunk_grad_b_ptr, l2_w, l2_v,
-            touched_ptr, edge_grad_w_ptr, edge_grad_v_ptr, HAS_VALUES, C, S, ONE_TILE, WIDE_IDS)
+            edge_value_ptr, w_ptr, v_ptr, label_ptr, b_ptr, chunk_loss_ptr, chunk_grad_b_ptr, l2_w, l2_v, touched_ptr,
+            edge_grad_w_ptr, edge_grad_v_ptr, HAS_VALUES, C, S, ONE_TILE, WIDE_IDS)
 
 
 @triton.jit
 def alac_fm_2eb1d6eb_sync_det_update(edge_feature_ptr: "*i32", chunk_start_ptr: "*i64", chunk_width_ptr: "*i32",
         chunk_order_ptr: "*i64", chunk_offset, batch, lr_ptr: "*fp32", scale_ptr: "*fp32", grad_b_ptr: "*fp32",
-        b_ptr: "*fp32", touched_ptr: "*i32", grad_w_ptr: "*fp32", h_eps: "fp32", h_initial_accumulator: "fp32", w_row,
-        w_ptr: "*fp32", state_w_accumulator_row, state_w_accumulator_ptr: "*fp32", grad_v_ptr: "*fp32", v_row,
-        v_ptr: "*fp32", state_v_accumulator_row, state_v_accumulator_ptr: "*fp32", HAS_VALUES: tl.constexpr,
-        C: tl.constexpr, S: tl.constexpr, ONE_TILE: tl.constexpr, WIDE_IDS: tl.constexpr, RESIDENT: tl.constexpr):
+        b_ptr: "*fp32", touched_ptr: "*i32", grad_w_ptr: "*fp32", h_eps: "fp32", h_initial_accumulator: "fp32",
+        w_ptr: "*fp32", state_w_accumulator_ptr: "*fp32", grad_v_ptr: "*fp32", v_ptr: "*fp32",
+        state_v_accumulator_ptr: "*fp32", HAS_VALUES: tl.constexpr, C: tl.constexpr, S: tl.constexpr,
+        ONE_TILE: tl.constexpr, WIDE_IDS: tl.constexpr, RESIDENT: tl.constexpr):
     lr, scale = update_start(batch, lr_ptr, scale_ptr, grad_b_ptr, b_ptr)
     chunk = tl.load(chunk_order_ptr + chunk_offset + tl.program_id(0)).to(tl.int64)
     update_chunk(chunk, scale, lr, chunk_start_ptr, chunk_width_ptr, edge_feature_ptr, touched_ptr, grad_w_ptr, w_ptr,
-            w_row, state_w_accumulator_ptr, state_w_accumulator_row, h_eps, h_initial_accumulator, grad_v_ptr, v_ptr,
-            v_row, state_v_accumulator_ptr, state_v_accumulator_row, C, S, WIDE_IDS)
+            state_w_accumulator_ptr, h_eps, h_initial_accumulator, grad_v_ptr, v_ptr, state_v_accumulator_ptr, C, S,
+            WIDE_IDS)
 
 
 @triton.jit
 def alac_fm_2eb1d6eb_sync_det_predict(edge_feature_ptr: "*i32", edge_value_ptr: "*fp32", chunk_start_ptr: "*i64",
         chunk_width_ptr: "*i32", row_of_slot_ptr: "*i64", label_ptr: "*fp32", chunk_order_ptr: "*i64", chunk_offset,
-        w_row, w_ptr: "*fp32", v_row, v_ptr: "*fp32", b_ptr: "*fp32", prediction_ptr: "*fp32", HAS_VALUES: tl.constexpr,
+        w_ptr: "*fp32", v_ptr: "*fp32", b_ptr: "*fp32", prediction_ptr: "*fp32", HAS_VALUES: tl.constexpr,
         C: tl.constexpr, S: tl.constexpr, ONE_TILE: tl.constexpr, WIDE_IDS: tl.constexpr, RESIDENT: tl.constexpr):
     rows = tl.arange(0, C)
     chunk = tl.load(chunk_order_ptr + chunk_offset + tl.program_id(0)).to(tl.int64)
@@ -230,13 +230,13 @@ def alac_fm_2eb1d6eb_sync_det_predict(edge_feature_ptr: "*i32", edge_value_ptr: 
     v2x2 = tl.zeros([C, BLOCK_K], tl.float32)
     if ONE_TILE:
         # every row fits one [S, C] tile of edges: read it once for all stages
-        edge, feature, present, x, w, v = edge_tile(0, chunk_features, width, chunk_values, w_ptr, w_row, v_ptr, v_row,
-                HAS_VALUES, C, S, WIDE_IDS)
+        edge, feature, present, x, w, v = edge_tile(0, chunk_features, width, chunk_values, w_ptr, v_ptr, HAS_VALUES, C,
+                S, WIDE_IDS)
         wx, vx, v2x2 = aggregate(present, w, x, wx, v, vx, v2x2)
     else:
         for slot_start in range(0, width, S):
-            edge, feature, present, x, w, v = edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, w_row,
-                    v_ptr, v_row, HAS_VALUES, C, S, WIDE_IDS)
+            edge, feature, present, x, w, v = edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, v_ptr,
+                    HAS_VALUES, C, S, WIDE_IDS)
             wx, vx, v2x2 = aggregate(present, w, x, wx, v, vx, v2x2)
     # predict
     b = tl.load(b_ptr)

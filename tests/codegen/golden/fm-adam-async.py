@@ -34,8 +34,8 @@ def softplus(z):
 
 
 @triton.jit
-def edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, w_row, v_ptr, v_row, HAS_VALUES: tl.constexpr,
-        C: tl.constexpr, S: tl.constexpr, WIDE_IDS: tl.constexpr):
+def edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, v_ptr, HAS_VALUES: tl.constexpr, C: tl.constexpr,
+        S: tl.constexpr, WIDE_IDS: tl.constexpr):
     """An [S, C] edge tile from slot slot_start on and the params it reads; absent edges get id 0 and x 0."""
     rows = tl.arange(0, C)
     lanes = tl.arange(0, BLOCK_K)
@@ -50,8 +50,8 @@ def edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, w_row, v_p
         x = tl.load(chunk_values + edge, mask=present, other=0.0)
     else:
         x = tl.where(present, 1.0, 0.0)
-    w = tl.load(w_ptr + feature * w_row, mask=present, other=0.0)
-    v = tl.load(v_ptr + feature[:, :, None] * v_row + lanes, mask=present[:, :, None], other=0.0)
+    w = tl.load(w_ptr + feature, mask=present, other=0.0)
+    v = tl.load(v_ptr + feature[:, :, None] * K + lanes, mask=present[:, :, None], other=0.0)
     return edge, feature, present, x, w, v
 
 
@@ -65,21 +65,19 @@ def aggregate(present, w, x, wx, v, vx, v2x2):
 
 
 @triton.jit
-def apply(d_wx, x, w, d_vx, v, d_v2x2, scale, feature, present, lr, l2_w, l2_v, state_w_m_ptr, state_w_m_row,
-        state_w_v_ptr, state_w_v_row, state_w_correction1_ptr, state_w_correction1_row, state_w_correction2_ptr,
-        state_w_correction2_row, h_one_minus_beta1, h_beta1, h_one_minus_beta2, h_beta2, h_eps, w_ptr, w_row,
-        state_v_m_ptr, state_v_m_row, state_v_v_ptr, state_v_v_row, state_v_correction1_ptr, state_v_correction1_row,
-        state_v_correction2_ptr, state_v_correction2_row, v_ptr, v_row):
+def apply(d_wx, x, w, d_vx, v, d_v2x2, scale, feature, present, lr, l2_w, l2_v, state_w_m_ptr, state_w_v_ptr,
+        state_w_correction1_ptr, state_w_correction2_ptr, h_one_minus_beta1, h_beta1, h_one_minus_beta2, h_beta2, h_eps,
+        w_ptr, state_v_m_ptr, state_v_v_ptr, state_v_correction1_ptr, state_v_correction2_ptr, v_ptr):
     """Every edge's gradient (x 1/B) through the optimizer, straight into the parameters."""
     lanes = tl.arange(0, BLOCK_K)
     grad_w = (d_wx * x + l2_w * w)
     grad_v = (d_vx * x[:, :, None] + l2_v * v + 2.0 * d_v2x2[:, None] * v * (x[:, :, None] * x[:, :, None]))
     # adam on w (the change, added atomically)
     g = grad_w * scale
-    state_m = tl.load(state_w_m_ptr + feature * state_w_m_row, mask=present, other=0.0)
-    state_v = tl.load(state_w_v_ptr + feature * state_w_v_row, mask=present, other=0.0)
-    state_correction1 = tl.load(state_w_correction1_ptr + feature * state_w_correction1_row, mask=present, other=0.0)
-    state_correction2 = tl.load(state_w_correction2_ptr + feature * state_w_correction2_row, mask=present, other=0.0)
+    state_m = tl.load(state_w_m_ptr + feature, mask=present, other=0.0)
+    state_v = tl.load(state_w_v_ptr + feature, mask=present, other=0.0)
+    state_correction1 = tl.load(state_w_correction1_ptr + feature, mask=present, other=0.0)
+    state_correction2 = tl.load(state_w_correction2_ptr + feature, mask=present, other=0.0)
     td0 = (g * h_one_minus_beta1 + h_beta1 * state_m)
     td1 = (h_one_minus_beta1 + h_beta1 * state_correction1)
     td2 = (h_one_minus_beta2 + h_beta2 * state_correction2)
@@ -89,17 +87,17 @@ def apply(d_wx, x, w, d_vx, v, d_v2x2, scale, feature, present, lr, l2_w, l2_v, 
     new_s_v = td3
     new_s_correction1 = td1
     new_s_correction2 = td2
-    tl.atomic_add(w_ptr + feature * w_row, delta_p, mask=present, sem="relaxed")
-    tl.store(state_w_m_ptr + feature * state_w_m_row, new_s_m, mask=present)
-    tl.store(state_w_v_ptr + feature * state_w_v_row, new_s_v, mask=present)
-    tl.store(state_w_correction1_ptr + feature * state_w_correction1_row, new_s_correction1, mask=present)
-    tl.store(state_w_correction2_ptr + feature * state_w_correction2_row, new_s_correction2, mask=present)
+    tl.atomic_add(w_ptr + feature, delta_p, mask=present, sem="relaxed")
+    tl.store(state_w_m_ptr + feature, new_s_m, mask=present)
+    tl.store(state_w_v_ptr + feature, new_s_v, mask=present)
+    tl.store(state_w_correction1_ptr + feature, new_s_correction1, mask=present)
+    tl.store(state_w_correction2_ptr + feature, new_s_correction2, mask=present)
     # adam on v (the change, added atomically)
     g = grad_v * scale
-    state_m = tl.load(state_v_m_ptr + feature[:, :, None] * state_v_m_row + lanes, mask=present[:, :, None], other=0.0)
-    state_v = tl.load(state_v_v_ptr + feature[:, :, None] * state_v_v_row + lanes, mask=present[:, :, None], other=0.0)
-    state_correction1 = tl.load(state_v_correction1_ptr + feature * state_v_correction1_row, mask=present, other=0.0)
-    state_correction2 = tl.load(state_v_correction2_ptr + feature * state_v_correction2_row, mask=present, other=0.0)
+    state_m = tl.load(state_v_m_ptr + feature[:, :, None] * K + lanes, mask=present[:, :, None], other=0.0)
+    state_v = tl.load(state_v_v_ptr + feature[:, :, None] * K + lanes, mask=present[:, :, None], other=0.0)
+    state_correction1 = tl.load(state_v_correction1_ptr + feature, mask=present, other=0.0)
+    state_correction2 = tl.load(state_v_correction2_ptr + feature, mask=present, other=0.0)
     td0 = (g * h_one_minus_beta1 + h_beta1 * state_m)
     td1 = (h_one_minus_beta1 + h_beta1 * state_correction1)
     td2 = (h_one_minus_beta2 + h_beta2 * state_correction2)
@@ -109,24 +107,23 @@ def apply(d_wx, x, w, d_vx, v, d_v2x2, scale, feature, present, lr, l2_w, l2_v, 
     new_s_v = td3
     new_s_correction1 = td1
     new_s_correction2 = td2
-    tl.atomic_add(v_ptr + feature[:, :, None] * v_row + lanes, delta_p, mask=present[:, :, None], sem="relaxed")
-    tl.store(state_v_m_ptr + feature[:, :, None] * state_v_m_row + lanes, new_s_m, mask=present[:, :, None])
-    tl.store(state_v_v_ptr + feature[:, :, None] * state_v_v_row + lanes, new_s_v, mask=present[:, :, None])
-    tl.store(state_v_correction1_ptr + feature * state_v_correction1_row, new_s_correction1, mask=present)
-    tl.store(state_v_correction2_ptr + feature * state_v_correction2_row, new_s_correction2, mask=present)
+    tl.atomic_add(v_ptr + feature[:, :, None] * K + lanes, delta_p, mask=present[:, :, None], sem="relaxed")
+    tl.store(state_v_m_ptr + feature[:, :, None] * K + lanes, new_s_m, mask=present[:, :, None])
+    tl.store(state_v_v_ptr + feature[:, :, None] * K + lanes, new_s_v, mask=present[:, :, None])
+    tl.store(state_v_correction1_ptr + feature, new_s_correction1, mask=present)
+    tl.store(state_v_correction2_ptr + feature, new_s_correction2, mask=present)
 
 
 @triton.jit
 def alac_fm_281c07d8_async_async(edge_feature_ptr: "*i32", edge_value_ptr: "*fp32", chunk_start_ptr: "*i64",
         chunk_width_ptr: "*i32", row_of_slot_ptr: "*i64", label_ptr: "*fp32", chunk_order_ptr: "*i64", chunk_offset,
-        chunk_end, lr_ptr: "*fp32", scale_ptr: "*fp32", w_row, w_ptr: "*fp32", v_row, v_ptr: "*fp32", b_ptr: "*fp32",
-        l2_w: "fp32", l2_v: "fp32", h_beta1: "fp32", h_beta2: "fp32", h_eps: "fp32", h_one_minus_beta1: "fp32",
-        h_one_minus_beta2: "fp32", state_w_m_row, state_w_m_ptr: "*fp32", state_w_v_row, state_w_v_ptr: "*fp32",
-        state_w_correction1_row, state_w_correction1_ptr: "*fp32", state_w_correction2_row,
-        state_w_correction2_ptr: "*fp32", state_v_m_row, state_v_m_ptr: "*fp32", state_v_v_row, state_v_v_ptr: "*fp32",
-        state_v_correction1_row, state_v_correction1_ptr: "*fp32", state_v_correction2_row,
-        state_v_correction2_ptr: "*fp32", loss_sum_ptr: "*fp32", HAS_VALUES: tl.constexpr, C: tl.constexpr,
-        S: tl.constexpr, ONE_TILE: tl.constexpr, WIDE_IDS: tl.constexpr, RESIDENT: tl.constexpr):
+        chunk_end, lr_ptr: "*fp32", scale_ptr: "*fp32", w_ptr: "*fp32", v_ptr: "*fp32", b_ptr: "*fp32", l2_w: "fp32",
+        l2_v: "fp32", h_beta1: "fp32", h_beta2: "fp32", h_eps: "fp32", h_one_minus_beta1: "fp32",
+        h_one_minus_beta2: "fp32", state_w_m_ptr: "*fp32", state_w_v_ptr: "*fp32", state_w_correction1_ptr: "*fp32",
+        state_w_correction2_ptr: "*fp32", state_v_m_ptr: "*fp32", state_v_v_ptr: "*fp32",
+        state_v_correction1_ptr: "*fp32", state_v_correction2_ptr: "*fp32", loss_sum_ptr: "*fp32",
+        HAS_VALUES: tl.constexpr, C: tl.constexpr, S: tl.constexpr, ONE_TILE: tl.constexpr, WIDE_IDS: tl.constexpr,
+        RESIDENT: tl.constexpr):
     rows = tl.arange(0, C)
     # the epoch's learning rate, and 1 / B: a sample's gradient counts as in a batch of B
     lr = tl.load(lr_ptr)
@@ -150,13 +147,13 @@ def alac_fm_281c07d8_async_async(edge_feature_ptr: "*i32", edge_value_ptr: "*fp3
         v2x2 = tl.zeros([C, BLOCK_K], tl.float32)
         if ONE_TILE:
             # every row fits one [S, C] tile of edges: read it once for all stages
-            edge, feature, present, x, w, v = edge_tile(0, chunk_features, width, chunk_values, w_ptr, w_row, v_ptr,
-                    v_row, HAS_VALUES, C, S, WIDE_IDS)
+            edge, feature, present, x, w, v = edge_tile(0, chunk_features, width, chunk_values, w_ptr, v_ptr,
+                    HAS_VALUES, C, S, WIDE_IDS)
             wx, vx, v2x2 = aggregate(present, w, x, wx, v, vx, v2x2)
         else:
             for slot_start in range(0, width, S):
                 edge, feature, present, x, w, v = edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr,
-                        w_row, v_ptr, v_row, HAS_VALUES, C, S, WIDE_IDS)
+                        v_ptr, HAS_VALUES, C, S, WIDE_IDS)
                 wx, vx, v2x2 = aggregate(present, w, x, wx, v, vx, v2x2)
         # loss: per-sample loss and dLoss/dAccum, computed in place; padding rows give 0
         y = tl.load(label_ptr + slots)
@@ -171,22 +168,18 @@ def alac_fm_281c07d8_async_async(edge_feature_ptr: "*i32", edge_value_ptr: "*fp3
         dg_b = tl.where(valid, ts2, 0.0)
         tl.atomic_add(b_ptr, -lr * scale * tl.sum(dg_b, axis=0), sem="relaxed")
         if ONE_TILE:
-            apply(d_wx, x, w, d_vx, v, d_v2x2, scale, feature, present, lr, l2_w, l2_v, state_w_m_ptr, state_w_m_row,
-                    state_w_v_ptr, state_w_v_row, state_w_correction1_ptr, state_w_correction1_row,
-                    state_w_correction2_ptr, state_w_correction2_row, h_one_minus_beta1, h_beta1, h_one_minus_beta2,
-                    h_beta2, h_eps, w_ptr, w_row, state_v_m_ptr, state_v_m_row, state_v_v_ptr, state_v_v_row,
-                    state_v_correction1_ptr, state_v_correction1_row, state_v_correction2_ptr, state_v_correction2_row,
-                    v_ptr, v_row)
+            apply(d_wx, x, w, d_vx, v, d_v2x2, scale, feature, present, lr, l2_w, l2_v, state_w_m_ptr, state_w_v_ptr,
+                    state_w_correction1_ptr, state_w_correction2_ptr, h_one_minus_beta1, h_beta1, h_one_minus_beta2,
+                    h_beta2, h_eps, w_ptr, state_v_m_ptr, state_v_v_ptr, state_v_correction1_ptr,
+                    state_v_correction2_ptr, v_ptr)
         else:
             for slot_start in range(0, width, S):
                 edge, feature, present, x, w, v = edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr,
-                        w_row, v_ptr, v_row, HAS_VALUES, C, S, WIDE_IDS)
+                        v_ptr, HAS_VALUES, C, S, WIDE_IDS)
                 apply(d_wx, x, w, d_vx, v, d_v2x2, scale, feature, present, lr, l2_w, l2_v, state_w_m_ptr,
-                        state_w_m_row, state_w_v_ptr, state_w_v_row, state_w_correction1_ptr, state_w_correction1_row,
-                        state_w_correction2_ptr, state_w_correction2_row, h_one_minus_beta1, h_beta1, h_one_minus_beta2,
-                        h_beta2, h_eps, w_ptr, w_row, state_v_m_ptr, state_v_m_row, state_v_v_ptr, state_v_v_row,
-                        state_v_correction1_ptr, state_v_correction1_row, state_v_correction2_ptr,
-                        state_v_correction2_row, v_ptr, v_row)
+                        state_w_v_ptr, state_w_correction1_ptr, state_w_correction2_ptr, h_one_minus_beta1, h_beta1,
+                        h_one_minus_beta2, h_beta2, h_eps, w_ptr, state_v_m_ptr, state_v_v_ptr, state_v_correction1_ptr,
+                        state_v_correction2_ptr, v_ptr)
         loss_rows += loss
     tl.atomic_add(loss_sum_ptr, tl.sum(loss_rows, axis=0), sem="relaxed")
 
@@ -194,7 +187,7 @@ def alac_fm_281c07d8_async_async(edge_feature_ptr: "*i32", edge_value_ptr: "*fp3
 @triton.jit
 def alac_fm_281c07d8_async_predict(edge_feature_ptr: "*i32", edge_value_ptr: "*fp32", chunk_start_ptr: "*i64",
         chunk_width_ptr: "*i32", row_of_slot_ptr: "*i64", label_ptr: "*fp32", chunk_order_ptr: "*i64", chunk_offset,
-        w_row, w_ptr: "*fp32", v_row, v_ptr: "*fp32", b_ptr: "*fp32", prediction_ptr: "*fp32", HAS_VALUES: tl.constexpr,
+        w_ptr: "*fp32", v_ptr: "*fp32", b_ptr: "*fp32", prediction_ptr: "*fp32", HAS_VALUES: tl.constexpr,
         C: tl.constexpr, S: tl.constexpr, ONE_TILE: tl.constexpr, WIDE_IDS: tl.constexpr, RESIDENT: tl.constexpr):
     rows = tl.arange(0, C)
     chunk = tl.load(chunk_order_ptr + chunk_offset + tl.program_id(0)).to(tl.int64)
@@ -209,13 +202,13 @@ def alac_fm_281c07d8_async_predict(edge_feature_ptr: "*i32", edge_value_ptr: "*f
     v2x2 = tl.zeros([C, BLOCK_K], tl.float32)
     if ONE_TILE:
         # every row fits one [S, C] tile of edges: read it once for all stages
-        edge, feature, present, x, w, v = edge_tile(0, chunk_features, width, chunk_values, w_ptr, w_row, v_ptr, v_row,
-                HAS_VALUES, C, S, WIDE_IDS)
+        edge, feature, present, x, w, v = edge_tile(0, chunk_features, width, chunk_values, w_ptr, v_ptr, HAS_VALUES, C,
+                S, WIDE_IDS)
         wx, vx, v2x2 = aggregate(present, w, x, wx, v, vx, v2x2)
     else:
         for slot_start in range(0, width, S):
-            edge, feature, present, x, w, v = edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, w_row,
-                    v_ptr, v_row, HAS_VALUES, C, S, WIDE_IDS)
+            edge, feature, present, x, w, v = edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, v_ptr,
+                    HAS_VALUES, C, S, WIDE_IDS)
             wx, vx, v2x2 = aggregate(present, w, x, wx, v, vx, v2x2)
     # predict
     b = tl.load(b_ptr)

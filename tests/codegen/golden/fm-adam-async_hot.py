@@ -38,8 +38,8 @@ def softplus(z):
 
 
 @triton.jit
-def edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, w_row, v_ptr, v_row, HAS_VALUES: tl.constexpr,
-        C: tl.constexpr, S: tl.constexpr, WIDE_IDS: tl.constexpr):
+def edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, v_ptr, HAS_VALUES: tl.constexpr, C: tl.constexpr,
+        S: tl.constexpr, WIDE_IDS: tl.constexpr):
     """An [S, C] edge tile from slot slot_start on and the params it reads; absent edges get id 0 and x 0."""
     rows = tl.arange(0, C)
     lanes = tl.arange(0, BLOCK_K)
@@ -54,8 +54,8 @@ def edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, w_row, v_p
         x = tl.load(chunk_values + edge, mask=present, other=0.0)
     else:
         x = tl.where(present, 1.0, 0.0)
-    w = tl.load(w_ptr + feature * w_row, mask=present, other=0.0)
-    v = tl.load(v_ptr + feature[:, :, None] * v_row + lanes, mask=present[:, :, None], other=0.0)
+    w = tl.load(w_ptr + feature, mask=present, other=0.0)
+    v = tl.load(v_ptr + feature[:, :, None] * K + lanes, mask=present[:, :, None], other=0.0)
     return edge, feature, present, x, w, v
 
 
@@ -70,11 +70,9 @@ def aggregate(present, w, x, wx, v, vx, v2x2):
 
 @triton.jit
 def apply(d_wx, x, w, d_vx, v, d_v2x2, present, feature, scale, lr, hot_base, l2_w, l2_v, hot_size, state_w_m_ptr,
-        state_w_m_row, state_w_v_ptr, state_w_v_row, state_w_correction1_ptr, state_w_correction1_row,
-        state_w_correction2_ptr, state_w_correction2_row, h_one_minus_beta1, h_beta1, h_one_minus_beta2, h_beta2, h_eps,
-        w_ptr, w_row, hot_grad_w_ptr, state_v_m_ptr, state_v_m_row, state_v_v_ptr, state_v_v_row,
-        state_v_correction1_ptr, state_v_correction1_row, state_v_correction2_ptr, state_v_correction2_row, v_ptr,
-        v_row, hot_grad_v_ptr):
+        state_w_v_ptr, state_w_correction1_ptr, state_w_correction2_ptr, h_one_minus_beta1, h_beta1, h_one_minus_beta2,
+        h_beta2, h_eps, w_ptr, hot_grad_w_ptr, state_v_m_ptr, state_v_v_ptr, state_v_correction1_ptr,
+        state_v_correction2_ptr, v_ptr, hot_grad_v_ptr):
     """Every edge's gradient (x 1/B) through the optimizer, straight into the parameters."""
     lanes = tl.arange(0, BLOCK_K)
     grad_w = (d_wx * x + l2_w * w)
@@ -83,10 +81,10 @@ def apply(d_wx, x, w, d_vx, v, d_v2x2, present, feature, scale, lr, hot_base, l2
     cold = present & ~hot
     # adam on w (the change, added atomically)
     g = grad_w * scale
-    state_m = tl.load(state_w_m_ptr + feature * state_w_m_row, mask=cold, other=0.0)
-    state_v = tl.load(state_w_v_ptr + feature * state_w_v_row, mask=cold, other=0.0)
-    state_correction1 = tl.load(state_w_correction1_ptr + feature * state_w_correction1_row, mask=cold, other=0.0)
-    state_correction2 = tl.load(state_w_correction2_ptr + feature * state_w_correction2_row, mask=cold, other=0.0)
+    state_m = tl.load(state_w_m_ptr + feature, mask=cold, other=0.0)
+    state_v = tl.load(state_w_v_ptr + feature, mask=cold, other=0.0)
+    state_correction1 = tl.load(state_w_correction1_ptr + feature, mask=cold, other=0.0)
+    state_correction2 = tl.load(state_w_correction2_ptr + feature, mask=cold, other=0.0)
     td0 = (g * h_one_minus_beta1 + h_beta1 * state_m)
     td1 = (h_one_minus_beta1 + h_beta1 * state_correction1)
     td2 = (h_one_minus_beta2 + h_beta2 * state_correction2)
@@ -96,19 +94,19 @@ def apply(d_wx, x, w, d_vx, v, d_v2x2, present, feature, scale, lr, hot_base, l2
     new_s_v = td3
     new_s_correction1 = td1
     new_s_correction2 = td2
-    tl.atomic_add(w_ptr + feature * w_row, delta_p, mask=cold, sem="relaxed")
-    tl.store(state_w_m_ptr + feature * state_w_m_row, new_s_m, mask=cold)
-    tl.store(state_w_v_ptr + feature * state_w_v_row, new_s_v, mask=cold)
-    tl.store(state_w_correction1_ptr + feature * state_w_correction1_row, new_s_correction1, mask=cold)
-    tl.store(state_w_correction2_ptr + feature * state_w_correction2_row, new_s_correction2, mask=cold)
+    tl.atomic_add(w_ptr + feature, delta_p, mask=cold, sem="relaxed")
+    tl.store(state_w_m_ptr + feature, new_s_m, mask=cold)
+    tl.store(state_w_v_ptr + feature, new_s_v, mask=cold)
+    tl.store(state_w_correction1_ptr + feature, new_s_correction1, mask=cold)
+    tl.store(state_w_correction2_ptr + feature, new_s_correction2, mask=cold)
     # hot edges: into this program's own sums (no other program adds there), applied at its next flush
     tl.atomic_add(hot_grad_w_ptr + (hot_base + feature), grad_w, mask=hot, sem="relaxed")
     # adam on v (the change, added atomically)
     g = grad_v * scale
-    state_m = tl.load(state_v_m_ptr + feature[:, :, None] * state_v_m_row + lanes, mask=cold[:, :, None], other=0.0)
-    state_v = tl.load(state_v_v_ptr + feature[:, :, None] * state_v_v_row + lanes, mask=cold[:, :, None], other=0.0)
-    state_correction1 = tl.load(state_v_correction1_ptr + feature * state_v_correction1_row, mask=cold, other=0.0)
-    state_correction2 = tl.load(state_v_correction2_ptr + feature * state_v_correction2_row, mask=cold, other=0.0)
+    state_m = tl.load(state_v_m_ptr + feature[:, :, None] * K + lanes, mask=cold[:, :, None], other=0.0)
+    state_v = tl.load(state_v_v_ptr + feature[:, :, None] * K + lanes, mask=cold[:, :, None], other=0.0)
+    state_correction1 = tl.load(state_v_correction1_ptr + feature, mask=cold, other=0.0)
+    state_correction2 = tl.load(state_v_correction2_ptr + feature, mask=cold, other=0.0)
     td0 = (g * h_one_minus_beta1 + h_beta1 * state_m)
     td1 = (h_one_minus_beta1 + h_beta1 * state_correction1)
     td2 = (h_one_minus_beta2 + h_beta2 * state_correction2)
@@ -118,11 +116,11 @@ def apply(d_wx, x, w, d_vx, v, d_v2x2, present, feature, scale, lr, hot_base, l2
     new_s_v = td3
     new_s_correction1 = td1
     new_s_correction2 = td2
-    tl.atomic_add(v_ptr + feature[:, :, None] * v_row + lanes, delta_p, mask=cold[:, :, None], sem="relaxed")
-    tl.store(state_v_m_ptr + feature[:, :, None] * state_v_m_row + lanes, new_s_m, mask=cold[:, :, None])
-    tl.store(state_v_v_ptr + feature[:, :, None] * state_v_v_row + lanes, new_s_v, mask=cold[:, :, None])
-    tl.store(state_v_correction1_ptr + feature * state_v_correction1_row, new_s_correction1, mask=cold)
-    tl.store(state_v_correction2_ptr + feature * state_v_correction2_row, new_s_correction2, mask=cold)
+    tl.atomic_add(v_ptr + feature[:, :, None] * K + lanes, delta_p, mask=cold[:, :, None], sem="relaxed")
+    tl.store(state_v_m_ptr + feature[:, :, None] * K + lanes, new_s_m, mask=cold[:, :, None])
+    tl.store(state_v_v_ptr + feature[:, :, None] * K + lanes, new_s_v, mask=cold[:, :, None])
+    tl.store(state_v_correction1_ptr + feature, new_s_correction1, mask=cold)
+    tl.store(state_v_correction2_ptr + feature, new_s_correction2, mask=cold)
     # hot edges: into this program's own sums (no other program adds there), applied at its next flush
     tl.atomic_add(hot_grad_v_ptr + (hot_base + feature)[:, :, None] * K + lanes, grad_v, mask=hot[:, :, None], sem="relaxed")
 
@@ -130,12 +128,11 @@ def apply(d_wx, x, w, d_vx, v, d_v2x2, present, feature, scale, lr, hot_base, l2
 @triton.jit
 def alac_fm_281c07d8_async_hot_async(edge_feature_ptr: "*i32", edge_value_ptr: "*fp32", chunk_start_ptr: "*i64",
         chunk_width_ptr: "*i32", row_of_slot_ptr: "*i64", label_ptr: "*fp32", chunk_order_ptr: "*i64", chunk_offset,
-        chunk_end, lr_ptr: "*fp32", scale_ptr: "*fp32", hot_stride, w_row, w_ptr: "*fp32", v_row, v_ptr: "*fp32",
-        b_ptr: "*fp32", l2_w: "fp32", l2_v: "fp32", hot_size, h_beta1: "fp32", h_beta2: "fp32", h_eps: "fp32",
-        h_one_minus_beta1: "fp32", h_one_minus_beta2: "fp32", state_w_m_row, state_w_m_ptr: "*fp32", state_w_v_row,
-        state_w_v_ptr: "*fp32", state_w_correction1_row, state_w_correction1_ptr: "*fp32", state_w_correction2_row,
-        state_w_correction2_ptr: "*fp32", hot_grad_w_ptr: "*fp32", state_v_m_row, state_v_m_ptr: "*fp32", state_v_v_row,
-        state_v_v_ptr: "*fp32", state_v_correction1_row, state_v_correction1_ptr: "*fp32", state_v_correction2_row,
+        chunk_end, lr_ptr: "*fp32", scale_ptr: "*fp32", hot_stride, w_ptr: "*fp32", v_ptr: "*fp32", b_ptr: "*fp32",
+        l2_w: "fp32", l2_v: "fp32", hot_size, h_beta1: "fp32", h_beta2: "fp32", h_eps: "fp32",
+        h_one_minus_beta1: "fp32", h_one_minus_beta2: "fp32", state_w_m_ptr: "*fp32", state_w_v_ptr: "*fp32",
+        state_w_correction1_ptr: "*fp32", state_w_correction2_ptr: "*fp32", hot_grad_w_ptr: "*fp32",
+        state_v_m_ptr: "*fp32", state_v_v_ptr: "*fp32", state_v_correction1_ptr: "*fp32",
         state_v_correction2_ptr: "*fp32", hot_grad_v_ptr: "*fp32", flush_every, loss_sum_ptr: "*fp32",
         HAS_VALUES: tl.constexpr, C: tl.constexpr, S: tl.constexpr, ONE_TILE: tl.constexpr, WIDE_IDS: tl.constexpr,
         RESIDENT: tl.constexpr):
@@ -165,13 +162,13 @@ def alac_fm_281c07d8_async_hot_async(edge_feature_ptr: "*i32", edge_value_ptr: "
         v2x2 = tl.zeros([C, BLOCK_K], tl.float32)
         if ONE_TILE:
             # every row fits one [S, C] tile of edges: read it once for all stages
-            edge, feature, present, x, w, v = edge_tile(0, chunk_features, width, chunk_values, w_ptr, w_row, v_ptr,
-                    v_row, HAS_VALUES, C, S, WIDE_IDS)
+            edge, feature, present, x, w, v = edge_tile(0, chunk_features, width, chunk_values, w_ptr, v_ptr,
+                    HAS_VALUES, C, S, WIDE_IDS)
             wx, vx, v2x2 = aggregate(present, w, x, wx, v, vx, v2x2)
         else:
             for slot_start in range(0, width, S):
                 edge, feature, present, x, w, v = edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr,
-                        w_row, v_ptr, v_row, HAS_VALUES, C, S, WIDE_IDS)
+                        v_ptr, HAS_VALUES, C, S, WIDE_IDS)
                 wx, vx, v2x2 = aggregate(present, w, x, wx, v, vx, v2x2)
         # loss: per-sample loss and dLoss/dAccum, computed in place; padding rows give 0
         y = tl.load(label_ptr + slots)
@@ -187,21 +184,18 @@ def alac_fm_281c07d8_async_hot_async(edge_feature_ptr: "*i32", edge_value_ptr: "
         tl.atomic_add(b_ptr, -lr * scale * tl.sum(dg_b, axis=0), sem="relaxed")
         if ONE_TILE:
             apply(d_wx, x, w, d_vx, v, d_v2x2, present, feature, scale, lr, hot_base, l2_w, l2_v, hot_size,
-                    state_w_m_ptr, state_w_m_row, state_w_v_ptr, state_w_v_row, state_w_correction1_ptr,
-                    state_w_correction1_row, state_w_correction2_ptr, state_w_correction2_row, h_one_minus_beta1,
-                    h_beta1, h_one_minus_beta2, h_beta2, h_eps, w_ptr, w_row, hot_grad_w_ptr, state_v_m_ptr,
-                    state_v_m_row, state_v_v_ptr, state_v_v_row, state_v_correction1_ptr, state_v_correction1_row,
-                    state_v_correction2_ptr, state_v_correction2_row, v_ptr, v_row, hot_grad_v_ptr)
+                    state_w_m_ptr, state_w_v_ptr, state_w_correction1_ptr, state_w_correction2_ptr, h_one_minus_beta1,
+                    h_beta1, h_one_minus_beta2, h_beta2, h_eps, w_ptr, hot_grad_w_ptr, state_v_m_ptr, state_v_v_ptr,
+                    state_v_correction1_ptr, state_v_correction2_ptr, v_ptr, hot_grad_v_ptr)
         else:
             for slot_start in range(0, width, S):
                 edge, feature, present, x, w, v = edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr,
-                        w_row, v_ptr, v_row, HAS_VALUES, C, S, WIDE_IDS)
+                        v_ptr, HAS_VALUES, C, S, WIDE_IDS)
                 apply(d_wx, x, w, d_vx, v, d_v2x2, present, feature, scale, lr, hot_base, l2_w, l2_v, hot_size,
-                        state_w_m_ptr, state_w_m_row, state_w_v_ptr, state_w_v_row, state_w_correction1_ptr,
-                        state_w_correction1_row, state_w_correction2_ptr, state_w_correction2_row, h_one_minus_beta1,
-                        h_beta1, h_one_minus_beta2, h_beta2, h_eps, w_ptr, w_row, hot_grad_w_ptr, state_v_m_ptr,
-                        state_v_m_row, state_v_v_ptr, state_v_v_row, state_v_correction1_ptr, state_v_correction1_row,
-                        state_v_correction2_ptr, state_v_correction2_row, v_ptr, v_row, hot_grad_v_ptr)
+                        state_w_m_ptr, state_w_v_ptr, state_w_correction1_ptr, state_w_correction2_ptr,
+                        h_one_minus_beta1, h_beta1, h_one_minus_beta2, h_beta2, h_eps, w_ptr, hot_grad_w_ptr,
+                        state_v_m_ptr, state_v_v_ptr, state_v_correction1_ptr, state_v_correction2_ptr, v_ptr,
+                        hot_grad_v_ptr)
         loss_rows += loss
         # flush the hot sums every flush_every chunks, out of phase across programs, and after the
         # program's last (flushing in step, every program's first sums are gradients of the same params
@@ -220,10 +214,10 @@ def alac_fm_281c07d8_async_hot_async(edge_feature_ptr: "*i32", edge_value_ptr: "
                 use = in_hot & (summed != 0.0)
                 # adam on w (the change, added atomically)
                 hot_g = summed * scale / flush_every
-                hot_state_m = tl.load(state_w_m_ptr + hot_feature * state_w_m_row, mask=use, other=0.0)
-                hot_state_v = tl.load(state_w_v_ptr + hot_feature * state_w_v_row, mask=use, other=0.0)
-                hot_state_correction1 = tl.load(state_w_correction1_ptr + hot_feature * state_w_correction1_row, mask=use, other=0.0)
-                hot_state_correction2 = tl.load(state_w_correction2_ptr + hot_feature * state_w_correction2_row, mask=use, other=0.0)
+                hot_state_m = tl.load(state_w_m_ptr + hot_feature, mask=use, other=0.0)
+                hot_state_v = tl.load(state_w_v_ptr + hot_feature, mask=use, other=0.0)
+                hot_state_correction1 = tl.load(state_w_correction1_ptr + hot_feature, mask=use, other=0.0)
+                hot_state_correction2 = tl.load(state_w_correction2_ptr + hot_feature, mask=use, other=0.0)
                 hot_td0 = (hot_g * h_one_minus_beta1 + h_beta1 * hot_state_m)
                 hot_td1 = (h_one_minus_beta1 + h_beta1 * hot_state_correction1)
                 hot_td2 = (h_one_minus_beta2 + h_beta2 * hot_state_correction2)
@@ -233,11 +227,11 @@ def alac_fm_281c07d8_async_hot_async(edge_feature_ptr: "*i32", edge_value_ptr: "
                 hot_new_s_v = hot_td3
                 hot_new_s_correction1 = hot_td1
                 hot_new_s_correction2 = hot_td2
-                tl.atomic_add(w_ptr + hot_feature * w_row, hot_delta_p, mask=use, sem="relaxed")
-                tl.store(state_w_m_ptr + hot_feature * state_w_m_row, hot_new_s_m, mask=use)
-                tl.store(state_w_v_ptr + hot_feature * state_w_v_row, hot_new_s_v, mask=use)
-                tl.store(state_w_correction1_ptr + hot_feature * state_w_correction1_row, hot_new_s_correction1, mask=use)
-                tl.store(state_w_correction2_ptr + hot_feature * state_w_correction2_row, hot_new_s_correction2, mask=use)
+                tl.atomic_add(w_ptr + hot_feature, hot_delta_p, mask=use, sem="relaxed")
+                tl.store(state_w_m_ptr + hot_feature, hot_new_s_m, mask=use)
+                tl.store(state_w_v_ptr + hot_feature, hot_new_s_v, mask=use)
+                tl.store(state_w_correction1_ptr + hot_feature, hot_new_s_correction1, mask=use)
+                tl.store(state_w_correction2_ptr + hot_feature, hot_new_s_correction2, mask=use)
                 # read and zero the sums at once, two factors an exchange of 64 bits, so an addition that
                 # lands late waits for the next flush
                 pair = tl.arange(0, BLOCK_K // 2)
@@ -250,10 +244,10 @@ def alac_fm_281c07d8_async_hot_async(edge_feature_ptr: "*i32", edge_value_ptr: "
                 use = in_hot & (tl.max(tl.abs(summed), axis=1) > 0.0)
                 # adam on v (the change, added atomically)
                 hot_g = summed * scale / flush_every
-                hot_state_m = tl.load(state_v_m_ptr + hot_feature[:, None] * state_v_m_row + lanes[None, :], mask=use[:, None], other=0.0)
-                hot_state_v = tl.load(state_v_v_ptr + hot_feature[:, None] * state_v_v_row + lanes[None, :], mask=use[:, None], other=0.0)
-                hot_state_correction1 = tl.load(state_v_correction1_ptr + hot_feature * state_v_correction1_row, mask=use, other=0.0)
-                hot_state_correction2 = tl.load(state_v_correction2_ptr + hot_feature * state_v_correction2_row, mask=use, other=0.0)
+                hot_state_m = tl.load(state_v_m_ptr + hot_feature[:, None] * K + lanes[None, :], mask=use[:, None], other=0.0)
+                hot_state_v = tl.load(state_v_v_ptr + hot_feature[:, None] * K + lanes[None, :], mask=use[:, None], other=0.0)
+                hot_state_correction1 = tl.load(state_v_correction1_ptr + hot_feature, mask=use, other=0.0)
+                hot_state_correction2 = tl.load(state_v_correction2_ptr + hot_feature, mask=use, other=0.0)
                 hot_td0 = (hot_g * h_one_minus_beta1 + h_beta1 * hot_state_m)
                 hot_td1 = (h_one_minus_beta1 + h_beta1 * hot_state_correction1)
                 hot_td2 = (h_one_minus_beta2 + h_beta2 * hot_state_correction2)
@@ -263,11 +257,11 @@ def alac_fm_281c07d8_async_hot_async(edge_feature_ptr: "*i32", edge_value_ptr: "
                 hot_new_s_v = hot_td3
                 hot_new_s_correction1 = hot_td1
                 hot_new_s_correction2 = hot_td2
-                tl.atomic_add(v_ptr + hot_feature[:, None] * v_row + lanes[None, :], hot_delta_p, mask=use[:, None], sem="relaxed")
-                tl.store(state_v_m_ptr + hot_feature[:, None] * state_v_m_row + lanes[None, :], hot_new_s_m, mask=use[:, None])
-                tl.store(state_v_v_ptr + hot_feature[:, None] * state_v_v_row + lanes[None, :], hot_new_s_v, mask=use[:, None])
-                tl.store(state_v_correction1_ptr + hot_feature * state_v_correction1_row, hot_new_s_correction1, mask=use)
-                tl.store(state_v_correction2_ptr + hot_feature * state_v_correction2_row, hot_new_s_correction2, mask=use)
+                tl.atomic_add(v_ptr + hot_feature[:, None] * K + lanes[None, :], hot_delta_p, mask=use[:, None], sem="relaxed")
+                tl.store(state_v_m_ptr + hot_feature[:, None] * K + lanes[None, :], hot_new_s_m, mask=use[:, None])
+                tl.store(state_v_v_ptr + hot_feature[:, None] * K + lanes[None, :], hot_new_s_v, mask=use[:, None])
+                tl.store(state_v_correction1_ptr + hot_feature, hot_new_s_correction1, mask=use)
+                tl.store(state_v_correction2_ptr + hot_feature, hot_new_s_correction2, mask=use)
             # the sums are zero before any thread adds to them again
             tl.debug_barrier()
     tl.atomic_add(loss_sum_ptr, tl.sum(loss_rows, axis=0), sem="relaxed")
@@ -276,7 +270,7 @@ def alac_fm_281c07d8_async_hot_async(edge_feature_ptr: "*i32", edge_value_ptr: "
 @triton.jit
 def alac_fm_281c07d8_async_hot_predict(edge_feature_ptr: "*i32", edge_value_ptr: "*fp32", chunk_start_ptr: "*i64",
         chunk_width_ptr: "*i32", row_of_slot_ptr: "*i64", label_ptr: "*fp32", chunk_order_ptr: "*i64", chunk_offset,
-        w_row, w_ptr: "*fp32", v_row, v_ptr: "*fp32", b_ptr: "*fp32", prediction_ptr: "*fp32", HAS_VALUES: tl.constexpr,
+        w_ptr: "*fp32", v_ptr: "*fp32", b_ptr: "*fp32", prediction_ptr: "*fp32", HAS_VALUES: tl.constexpr,
         C: tl.constexpr, S: tl.constexpr, ONE_TILE: tl.constexpr, WIDE_IDS: tl.constexpr, RESIDENT: tl.constexpr):
     rows = tl.arange(0, C)
     chunk = tl.load(chunk_order_ptr + chunk_offset + tl.program_id(0)).to(tl.int64)
@@ -291,13 +285,13 @@ def alac_fm_281c07d8_async_hot_predict(edge_feature_ptr: "*i32", edge_value_ptr:
     v2x2 = tl.zeros([C, BLOCK_K], tl.float32)
     if ONE_TILE:
         # every row fits one [S, C] tile of edges: read it once for all stages
-        edge, feature, present, x, w, v = edge_tile(0, chunk_features, width, chunk_values, w_ptr, w_row, v_ptr, v_row,
-                HAS_VALUES, C, S, WIDE_IDS)
+        edge, feature, present, x, w, v = edge_tile(0, chunk_features, width, chunk_values, w_ptr, v_ptr, HAS_VALUES, C,
+                S, WIDE_IDS)
         wx, vx, v2x2 = aggregate(present, w, x, wx, v, vx, v2x2)
     else:
         for slot_start in range(0, width, S):
-            edge, feature, present, x, w, v = edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, w_row,
-                    v_ptr, v_row, HAS_VALUES, C, S, WIDE_IDS)
+            edge, feature, present, x, w, v = edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, v_ptr,
+                    HAS_VALUES, C, S, WIDE_IDS)
             wx, vx, v2x2 = aggregate(present, w, x, wx, v, vx, v2x2)
     # predict
     b = tl.load(b_ptr)

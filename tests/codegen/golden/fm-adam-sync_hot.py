@@ -57,8 +57,8 @@ def grid_barrier(arrivals_ptr, expected):
 
 
 @triton.jit
-def edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, w_row, v_ptr, v_row, HAS_VALUES: tl.constexpr,
-        C: tl.constexpr, S: tl.constexpr, WIDE_IDS: tl.constexpr):
+def edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, v_ptr, HAS_VALUES: tl.constexpr, C: tl.constexpr,
+        S: tl.constexpr, WIDE_IDS: tl.constexpr):
     """An [S, C] edge tile from slot slot_start on and the params it reads; absent edges get id 0 and x 0."""
     rows = tl.arange(0, C)
     lanes = tl.arange(0, BLOCK_K)
@@ -73,8 +73,8 @@ def edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, w_row, v_p
         x = tl.load(chunk_values + edge, mask=present, other=0.0)
     else:
         x = tl.where(present, 1.0, 0.0)
-    w = tl.load(w_ptr + feature * w_row, mask=present, other=0.0)
-    v = tl.load(v_ptr + feature[:, :, None] * v_row + lanes, mask=present[:, :, None], other=0.0)
+    w = tl.load(w_ptr + feature, mask=present, other=0.0)
+    v = tl.load(v_ptr + feature[:, :, None] * K + lanes, mask=present[:, :, None], other=0.0)
     return edge, feature, present, x, w, v
 
 
@@ -121,9 +121,9 @@ def apply(d_wx, x, w, d_vx, v, d_v2x2, feature, present, replicas, l2_w, l2_v, t
 
 @triton.jit
 def aggregate_loss_apply_chunk(chunk, row_of_slot_ptr, chunk_start_ptr, chunk_width_ptr, edge_feature_ptr,
-        edge_value_ptr, w_ptr, w_row, v_ptr, v_row, label_ptr, b_ptr, grad_b_ptr, replicas, l2_w, l2_v, touched_ptr,
-        hot_size, grad_w_ptr, hot_grad_w_ptr, hot_stride, grad_v_ptr, hot_grad_v_ptr, HAS_VALUES: tl.constexpr,
-        C: tl.constexpr, S: tl.constexpr, ONE_TILE: tl.constexpr, WIDE_IDS: tl.constexpr):
+        edge_value_ptr, w_ptr, v_ptr, label_ptr, b_ptr, grad_b_ptr, replicas, l2_w, l2_v, touched_ptr, hot_size,
+        grad_w_ptr, hot_grad_w_ptr, hot_stride, grad_v_ptr, hot_grad_v_ptr, HAS_VALUES: tl.constexpr, C: tl.constexpr,
+        S: tl.constexpr, ONE_TILE: tl.constexpr, WIDE_IDS: tl.constexpr):
     """aggregate + loss + apply of one chunk; returns its rows' losses."""
     rows = tl.arange(0, C)
     slots = chunk * C + rows
@@ -137,13 +137,13 @@ def aggregate_loss_apply_chunk(chunk, row_of_slot_ptr, chunk_start_ptr, chunk_wi
     v2x2 = tl.zeros([C, BLOCK_K], tl.float32)
     if ONE_TILE:
         # every row fits one [S, C] tile of edges: read it once for all stages
-        edge, feature, present, x, w, v = edge_tile(0, chunk_features, width, chunk_values, w_ptr, w_row, v_ptr, v_row,
-                HAS_VALUES, C, S, WIDE_IDS)
+        edge, feature, present, x, w, v = edge_tile(0, chunk_features, width, chunk_values, w_ptr, v_ptr, HAS_VALUES, C,
+                S, WIDE_IDS)
         wx, vx, v2x2 = aggregate(present, w, x, wx, v, vx, v2x2)
     else:
         for slot_start in range(0, width, S):
-            edge, feature, present, x, w, v = edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, w_row,
-                    v_ptr, v_row, HAS_VALUES, C, S, WIDE_IDS)
+            edge, feature, present, x, w, v = edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, v_ptr,
+                    HAS_VALUES, C, S, WIDE_IDS)
             wx, vx, v2x2 = aggregate(present, w, x, wx, v, vx, v2x2)
     # loss: per-sample loss and dLoss/dAccum, computed in place; padding rows give 0
     y = tl.load(label_ptr + slots)
@@ -162,8 +162,8 @@ def aggregate_loss_apply_chunk(chunk, row_of_slot_ptr, chunk_start_ptr, chunk_wi
                 hot_grad_w_ptr, hot_stride, grad_v_ptr, hot_grad_v_ptr, C, S)
     else:
         for slot_start in range(0, width, S):
-            edge, feature, present, x, w, v = edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, w_row,
-                    v_ptr, v_row, HAS_VALUES, C, S, WIDE_IDS)
+            edge, feature, present, x, w, v = edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, v_ptr,
+                    HAS_VALUES, C, S, WIDE_IDS)
             apply(d_wx, x, w, d_vx, v, d_v2x2, feature, present, replicas, l2_w, l2_v, touched_ptr, hot_size,
                     grad_w_ptr, hot_grad_w_ptr, hot_stride, grad_v_ptr, hot_grad_v_ptr, C, S)
     return loss
@@ -171,11 +171,9 @@ def aggregate_loss_apply_chunk(chunk, row_of_slot_ptr, chunk_start_ptr, chunk_wi
 
 @triton.jit
 def update_start(batch, lr_ptr, scale_ptr, grad_b_ptr, b_ptr, hot_size, touched_ptr, replicas, hot_grad_w_ptr,
-        hot_stride, w_ptr, w_row, state_w_m_ptr, state_w_m_row, state_w_v_ptr, state_w_v_row, state_w_correction1_ptr,
-        state_w_correction1_row, state_w_correction2_ptr, state_w_correction2_row, h_one_minus_beta1, h_beta1,
-        h_one_minus_beta2, h_beta2, h_eps, hot_grad_v_ptr, v_ptr, v_row, state_v_m_ptr, state_v_m_row, state_v_v_ptr,
-        state_v_v_row, state_v_correction1_ptr, state_v_correction1_row, state_v_correction2_ptr,
-        state_v_correction2_row):
+        hot_stride, w_ptr, state_w_m_ptr, state_w_v_ptr, state_w_correction1_ptr, state_w_correction2_ptr,
+        h_one_minus_beta1, h_beta1, h_one_minus_beta2, h_beta2, h_eps, hot_grad_v_ptr, v_ptr, state_v_m_ptr,
+        state_v_v_ptr, state_v_correction1_ptr, state_v_correction2_ptr):
     """The batch's learning rate and 1 / its real samples; globals and the hot segment updated."""
     lanes = tl.arange(0, BLOCK_K)
     lr = tl.load(lr_ptr + batch)
@@ -198,11 +196,11 @@ def update_start(batch, lr_ptr, scale_ptr, grad_b_ptr, b_ptr, hot_size, touched_
             tl.store(hot_grad_w_ptr + replica * hot_stride + hot_feature, tl.zeros_like(summed), mask=in_hot)
         # adam on w
         g = summed * scale
-        value = tl.load(w_ptr + hot_feature * w_row, mask=use, other=0.0)
-        state_m = tl.load(state_w_m_ptr + hot_feature * state_w_m_row, mask=use, other=0.0)
-        state_v = tl.load(state_w_v_ptr + hot_feature * state_w_v_row, mask=use, other=0.0)
-        state_correction1 = tl.load(state_w_correction1_ptr + hot_feature * state_w_correction1_row, mask=use, other=0.0)
-        state_correction2 = tl.load(state_w_correction2_ptr + hot_feature * state_w_correction2_row, mask=use, other=0.0)
+        value = tl.load(w_ptr + hot_feature, mask=use, other=0.0)
+        state_m = tl.load(state_w_m_ptr + hot_feature, mask=use, other=0.0)
+        state_v = tl.load(state_w_v_ptr + hot_feature, mask=use, other=0.0)
+        state_correction1 = tl.load(state_w_correction1_ptr + hot_feature, mask=use, other=0.0)
+        state_correction2 = tl.load(state_w_correction2_ptr + hot_feature, mask=use, other=0.0)
         tu0 = (g * h_one_minus_beta1 + h_beta1 * state_m)
         tu1 = (h_one_minus_beta1 + h_beta1 * state_correction1)
         tu2 = (h_one_minus_beta2 + h_beta2 * state_correction2)
@@ -212,22 +210,22 @@ def update_start(batch, lr_ptr, scale_ptr, grad_b_ptr, b_ptr, hot_size, touched_
         new_s_v = tu3
         new_s_correction1 = tu1
         new_s_correction2 = tu2
-        tl.store(w_ptr + hot_feature * w_row, new_p, mask=use)
-        tl.store(state_w_m_ptr + hot_feature * state_w_m_row, new_s_m, mask=use)
-        tl.store(state_w_v_ptr + hot_feature * state_w_v_row, new_s_v, mask=use)
-        tl.store(state_w_correction1_ptr + hot_feature * state_w_correction1_row, new_s_correction1, mask=use)
-        tl.store(state_w_correction2_ptr + hot_feature * state_w_correction2_row, new_s_correction2, mask=use)
+        tl.store(w_ptr + hot_feature, new_p, mask=use)
+        tl.store(state_w_m_ptr + hot_feature, new_s_m, mask=use)
+        tl.store(state_w_v_ptr + hot_feature, new_s_v, mask=use)
+        tl.store(state_w_correction1_ptr + hot_feature, new_s_correction1, mask=use)
+        tl.store(state_w_correction2_ptr + hot_feature, new_s_correction2, mask=use)
         summed = tl.zeros([HOT_BLOCK, BLOCK_K], tl.float32)
         for replica in range(0, replicas):
             summed += tl.load(hot_grad_v_ptr + (replica * hot_stride + hot_feature)[:, None] * K + lanes[None, :], mask=in_hot[:, None], other=0.0)
             tl.store(hot_grad_v_ptr + (replica * hot_stride + hot_feature)[:, None] * K + lanes[None, :], tl.zeros_like(summed), mask=in_hot[:, None])
         # adam on v
         g = summed * scale
-        value = tl.load(v_ptr + hot_feature[:, None] * v_row + lanes[None, :], mask=use[:, None], other=0.0)
-        state_m = tl.load(state_v_m_ptr + hot_feature[:, None] * state_v_m_row + lanes[None, :], mask=use[:, None], other=0.0)
-        state_v = tl.load(state_v_v_ptr + hot_feature[:, None] * state_v_v_row + lanes[None, :], mask=use[:, None], other=0.0)
-        state_correction1 = tl.load(state_v_correction1_ptr + hot_feature * state_v_correction1_row, mask=use, other=0.0)
-        state_correction2 = tl.load(state_v_correction2_ptr + hot_feature * state_v_correction2_row, mask=use, other=0.0)
+        value = tl.load(v_ptr + hot_feature[:, None] * K + lanes[None, :], mask=use[:, None], other=0.0)
+        state_m = tl.load(state_v_m_ptr + hot_feature[:, None] * K + lanes[None, :], mask=use[:, None], other=0.0)
+        state_v = tl.load(state_v_v_ptr + hot_feature[:, None] * K + lanes[None, :], mask=use[:, None], other=0.0)
+        state_correction1 = tl.load(state_v_correction1_ptr + hot_feature, mask=use, other=0.0)
+        state_correction2 = tl.load(state_v_correction2_ptr + hot_feature, mask=use, other=0.0)
         tu0 = (g * h_one_minus_beta1 + h_beta1 * state_m)
         tu1 = (h_one_minus_beta1 + h_beta1 * state_correction1)
         tu2 = (h_one_minus_beta2 + h_beta2 * state_correction2)
@@ -237,21 +235,19 @@ def update_start(batch, lr_ptr, scale_ptr, grad_b_ptr, b_ptr, hot_size, touched_
         new_s_v = tu3
         new_s_correction1 = tu1
         new_s_correction2 = tu2
-        tl.store(v_ptr + hot_feature[:, None] * v_row + lanes[None, :], new_p, mask=use[:, None])
-        tl.store(state_v_m_ptr + hot_feature[:, None] * state_v_m_row + lanes[None, :], new_s_m, mask=use[:, None])
-        tl.store(state_v_v_ptr + hot_feature[:, None] * state_v_v_row + lanes[None, :], new_s_v, mask=use[:, None])
-        tl.store(state_v_correction1_ptr + hot_feature * state_v_correction1_row, new_s_correction1, mask=use)
-        tl.store(state_v_correction2_ptr + hot_feature * state_v_correction2_row, new_s_correction2, mask=use)
+        tl.store(v_ptr + hot_feature[:, None] * K + lanes[None, :], new_p, mask=use[:, None])
+        tl.store(state_v_m_ptr + hot_feature[:, None] * K + lanes[None, :], new_s_m, mask=use[:, None])
+        tl.store(state_v_v_ptr + hot_feature[:, None] * K + lanes[None, :], new_s_v, mask=use[:, None])
+        tl.store(state_v_correction1_ptr + hot_feature, new_s_correction1, mask=use)
+        tl.store(state_v_correction2_ptr + hot_feature, new_s_correction2, mask=use)
     return lr, scale
 
 
 @triton.jit
 def update_chunk(chunk, scale, lr, chunk_start_ptr, chunk_width_ptr, edge_feature_ptr, hot_size, touched_ptr,
-        grad_w_ptr, w_ptr, w_row, state_w_m_ptr, state_w_m_row, state_w_v_ptr, state_w_v_row, state_w_correction1_ptr,
-        state_w_correction1_row, state_w_correction2_ptr, state_w_correction2_row, h_one_minus_beta1, h_beta1,
-        h_one_minus_beta2, h_beta2, h_eps, grad_v_ptr, v_ptr, v_row, state_v_m_ptr, state_v_m_row, state_v_v_ptr,
-        state_v_v_row, state_v_correction1_ptr, state_v_correction1_row, state_v_correction2_ptr,
-        state_v_correction2_row, C: tl.constexpr, S: tl.constexpr, WIDE_IDS: tl.constexpr):
+        grad_w_ptr, w_ptr, state_w_m_ptr, state_w_v_ptr, state_w_correction1_ptr, state_w_correction2_ptr,
+        h_one_minus_beta1, h_beta1, h_one_minus_beta2, h_beta2, h_eps, grad_v_ptr, v_ptr, state_v_m_ptr, state_v_v_ptr,
+        state_v_correction1_ptr, state_v_correction2_ptr, C: tl.constexpr, S: tl.constexpr, WIDE_IDS: tl.constexpr):
     """Every touched cold feature of a chunk updated once."""
     rows = tl.arange(0, C)
     lanes = tl.arange(0, BLOCK_K)
@@ -273,11 +269,11 @@ def update_chunk(chunk, scale, lr, chunk_start_ptr, chunk_width_ptr, edge_featur
         tl.store(grad_w_ptr + feature, tl.zeros_like(summed), mask=first)
         # adam on w
         g = summed * scale
-        value = tl.load(w_ptr + feature * w_row, mask=first, other=0.0)
-        state_m = tl.load(state_w_m_ptr + feature * state_w_m_row, mask=first, other=0.0)
-        state_v = tl.load(state_w_v_ptr + feature * state_w_v_row, mask=first, other=0.0)
-        state_correction1 = tl.load(state_w_correction1_ptr + feature * state_w_correction1_row, mask=first, other=0.0)
-        state_correction2 = tl.load(state_w_correction2_ptr + feature * state_w_correction2_row, mask=first, other=0.0)
+        value = tl.load(w_ptr + feature, mask=first, other=0.0)
+        state_m = tl.load(state_w_m_ptr + feature, mask=first, other=0.0)
+        state_v = tl.load(state_w_v_ptr + feature, mask=first, other=0.0)
+        state_correction1 = tl.load(state_w_correction1_ptr + feature, mask=first, other=0.0)
+        state_correction2 = tl.load(state_w_correction2_ptr + feature, mask=first, other=0.0)
         tu0 = (g * h_one_minus_beta1 + h_beta1 * state_m)
         tu1 = (h_one_minus_beta1 + h_beta1 * state_correction1)
         tu2 = (h_one_minus_beta2 + h_beta2 * state_correction2)
@@ -287,20 +283,20 @@ def update_chunk(chunk, scale, lr, chunk_start_ptr, chunk_width_ptr, edge_featur
         new_s_v = tu3
         new_s_correction1 = tu1
         new_s_correction2 = tu2
-        tl.store(w_ptr + feature * w_row, new_p, mask=first)
-        tl.store(state_w_m_ptr + feature * state_w_m_row, new_s_m, mask=first)
-        tl.store(state_w_v_ptr + feature * state_w_v_row, new_s_v, mask=first)
-        tl.store(state_w_correction1_ptr + feature * state_w_correction1_row, new_s_correction1, mask=first)
-        tl.store(state_w_correction2_ptr + feature * state_w_correction2_row, new_s_correction2, mask=first)
+        tl.store(w_ptr + feature, new_p, mask=first)
+        tl.store(state_w_m_ptr + feature, new_s_m, mask=first)
+        tl.store(state_w_v_ptr + feature, new_s_v, mask=first)
+        tl.store(state_w_correction1_ptr + feature, new_s_correction1, mask=first)
+        tl.store(state_w_correction2_ptr + feature, new_s_correction2, mask=first)
         summed = tl.load(grad_v_ptr + feature[:, :, None] * K + lanes, mask=first[:, :, None], other=0.0)
         tl.store(grad_v_ptr + feature[:, :, None] * K + lanes, tl.zeros_like(summed), mask=first[:, :, None])
         # adam on v
         g = summed * scale
-        value = tl.load(v_ptr + feature[:, :, None] * v_row + lanes, mask=first[:, :, None], other=0.0)
-        state_m = tl.load(state_v_m_ptr + feature[:, :, None] * state_v_m_row + lanes, mask=first[:, :, None], other=0.0)
-        state_v = tl.load(state_v_v_ptr + feature[:, :, None] * state_v_v_row + lanes, mask=first[:, :, None], other=0.0)
-        state_correction1 = tl.load(state_v_correction1_ptr + feature * state_v_correction1_row, mask=first, other=0.0)
-        state_correction2 = tl.load(state_v_correction2_ptr + feature * state_v_correction2_row, mask=first, other=0.0)
+        value = tl.load(v_ptr + feature[:, :, None] * K + lanes, mask=first[:, :, None], other=0.0)
+        state_m = tl.load(state_v_m_ptr + feature[:, :, None] * K + lanes, mask=first[:, :, None], other=0.0)
+        state_v = tl.load(state_v_v_ptr + feature[:, :, None] * K + lanes, mask=first[:, :, None], other=0.0)
+        state_correction1 = tl.load(state_v_correction1_ptr + feature, mask=first, other=0.0)
+        state_correction2 = tl.load(state_v_correction2_ptr + feature, mask=first, other=0.0)
         tu0 = (g * h_one_minus_beta1 + h_beta1 * state_m)
         tu1 = (h_one_minus_beta1 + h_beta1 * state_correction1)
         tu2 = (h_one_minus_beta2 + h_beta2 * state_correction2)
@@ -310,26 +306,25 @@ def update_chunk(chunk, scale, lr, chunk_start_ptr, chunk_width_ptr, edge_featur
         new_s_v = tu3
         new_s_correction1 = tu1
         new_s_correction2 = tu2
-        tl.store(v_ptr + feature[:, :, None] * v_row + lanes, new_p, mask=first[:, :, None])
-        tl.store(state_v_m_ptr + feature[:, :, None] * state_v_m_row + lanes, new_s_m, mask=first[:, :, None])
-        tl.store(state_v_v_ptr + feature[:, :, None] * state_v_v_row + lanes, new_s_v, mask=first[:, :, None])
-        tl.store(state_v_correction1_ptr + feature * state_v_correction1_row, new_s_correction1, mask=first)
-        tl.store(state_v_correction2_ptr + feature * state_v_correction2_row, new_s_correction2, mask=first)
+        tl.store(v_ptr + feature[:, :, None] * K + lanes, new_p, mask=first[:, :, None])
+        tl.store(state_v_m_ptr + feature[:, :, None] * K + lanes, new_s_m, mask=first[:, :, None])
+        tl.store(state_v_v_ptr + feature[:, :, None] * K + lanes, new_s_v, mask=first[:, :, None])
+        tl.store(state_v_correction1_ptr + feature, new_s_correction1, mask=first)
+        tl.store(state_v_correction2_ptr + feature, new_s_correction2, mask=first)
 
 
 @triton.jit
 def alac_fm_281c07d8_sync_hot_grid_epoch(edge_feature_ptr: "*i32", edge_value_ptr: "*fp32", chunk_start_ptr: "*i64",
         chunk_width_ptr: "*i32", row_of_slot_ptr: "*i64", label_ptr: "*fp32", chunk_order_ptr: "*i64", chunk_offset,
-        chunk_end, first_batch, chunks_per_batch, arrivals_ptr: "*i32", w_row, w_ptr: "*fp32", v_row, v_ptr: "*fp32",
-        b_ptr: "*fp32", grad_b_ptr: "*fp32", l2_w: "fp32", l2_v: "fp32", touched_ptr: "*i32", hot_size,
-        grad_w_ptr: "*fp32", replicas, hot_stride, hot_grad_w_ptr: "*fp32", grad_v_ptr: "*fp32",
-        hot_grad_v_ptr: "*fp32", lr_ptr: "*fp32", scale_ptr: "*fp32", h_beta1: "fp32", h_beta2: "fp32", h_eps: "fp32",
-        h_one_minus_beta1: "fp32", h_one_minus_beta2: "fp32", state_w_m_row, state_w_m_ptr: "*fp32", state_w_v_row,
-        state_w_v_ptr: "*fp32", state_w_correction1_row, state_w_correction1_ptr: "*fp32", state_w_correction2_row,
-        state_w_correction2_ptr: "*fp32", state_v_m_row, state_v_m_ptr: "*fp32", state_v_v_row, state_v_v_ptr: "*fp32",
-        state_v_correction1_row, state_v_correction1_ptr: "*fp32", state_v_correction2_row,
-        state_v_correction2_ptr: "*fp32", loss_sum_ptr: "*fp32", HAS_VALUES: tl.constexpr, C: tl.constexpr,
-        S: tl.constexpr, ONE_TILE: tl.constexpr, WIDE_IDS: tl.constexpr, RESIDENT: tl.constexpr):
+        chunk_end, first_batch, chunks_per_batch, arrivals_ptr: "*i32", w_ptr: "*fp32", v_ptr: "*fp32", b_ptr: "*fp32",
+        grad_b_ptr: "*fp32", l2_w: "fp32", l2_v: "fp32", touched_ptr: "*i32", hot_size, grad_w_ptr: "*fp32", replicas,
+        hot_stride, hot_grad_w_ptr: "*fp32", grad_v_ptr: "*fp32", hot_grad_v_ptr: "*fp32", lr_ptr: "*fp32",
+        scale_ptr: "*fp32", h_beta1: "fp32", h_beta2: "fp32", h_eps: "fp32", h_one_minus_beta1: "fp32",
+        h_one_minus_beta2: "fp32", state_w_m_ptr: "*fp32", state_w_v_ptr: "*fp32", state_w_correction1_ptr: "*fp32",
+        state_w_correction2_ptr: "*fp32", state_v_m_ptr: "*fp32", state_v_v_ptr: "*fp32",
+        state_v_correction1_ptr: "*fp32", state_v_correction2_ptr: "*fp32", loss_sum_ptr: "*fp32",
+        HAS_VALUES: tl.constexpr, C: tl.constexpr, S: tl.constexpr, ONE_TILE: tl.constexpr, WIDE_IDS: tl.constexpr,
+        RESIDENT: tl.constexpr):
     # the loss, summed per row; added to the total once, at the end
     loss_rows = tl.zeros([C], tl.float32)
     # barriers passed so far: the arrival count grows by P at each
@@ -341,27 +336,23 @@ def alac_fm_281c07d8_sync_hot_grid_epoch(edge_feature_ptr: "*i32", edge_value_pt
         for position in range(batch_start + tl.program_id(0), batch_end, tl.num_programs(0)):
             chunk = tl.load(chunk_order_ptr + position).to(tl.int64)
             loss = aggregate_loss_apply_chunk(chunk, row_of_slot_ptr, chunk_start_ptr, chunk_width_ptr,
-                    edge_feature_ptr, edge_value_ptr, w_ptr, w_row, v_ptr, v_row, label_ptr, b_ptr, grad_b_ptr,
-                    replicas, l2_w, l2_v, touched_ptr, hot_size, grad_w_ptr, hot_grad_w_ptr, hot_stride, grad_v_ptr,
-                    hot_grad_v_ptr, HAS_VALUES, C, S, ONE_TILE, WIDE_IDS)
+                    edge_feature_ptr, edge_value_ptr, w_ptr, v_ptr, label_ptr, b_ptr, grad_b_ptr, replicas, l2_w, l2_v,
+                    touched_ptr, hot_size, grad_w_ptr, hot_grad_w_ptr, hot_stride, grad_v_ptr, hot_grad_v_ptr,
+                    HAS_VALUES, C, S, ONE_TILE, WIDE_IDS)
             loss_rows += loss
         # every program's aggregate + loss + apply of this batch has landed before any program goes on
         barriers += 1
         grid_barrier(arrivals_ptr, barriers * tl.num_programs(0))
         lr, scale = update_start(batch, lr_ptr, scale_ptr, grad_b_ptr, b_ptr, hot_size, touched_ptr, replicas,
-                hot_grad_w_ptr, hot_stride, w_ptr, w_row, state_w_m_ptr, state_w_m_row, state_w_v_ptr, state_w_v_row,
-                state_w_correction1_ptr, state_w_correction1_row, state_w_correction2_ptr, state_w_correction2_row,
-                h_one_minus_beta1, h_beta1, h_one_minus_beta2, h_beta2, h_eps, hot_grad_v_ptr, v_ptr, v_row,
-                state_v_m_ptr, state_v_m_row, state_v_v_ptr, state_v_v_row, state_v_correction1_ptr,
-                state_v_correction1_row, state_v_correction2_ptr, state_v_correction2_row)
+                hot_grad_w_ptr, hot_stride, w_ptr, state_w_m_ptr, state_w_v_ptr, state_w_correction1_ptr,
+                state_w_correction2_ptr, h_one_minus_beta1, h_beta1, h_one_minus_beta2, h_beta2, h_eps, hot_grad_v_ptr,
+                v_ptr, state_v_m_ptr, state_v_v_ptr, state_v_correction1_ptr, state_v_correction2_ptr)
         for position in range(batch_start + tl.program_id(0), batch_end, tl.num_programs(0)):
             chunk = tl.load(chunk_order_ptr + position).to(tl.int64)
             update_chunk(chunk, scale, lr, chunk_start_ptr, chunk_width_ptr, edge_feature_ptr, hot_size, touched_ptr,
-                    grad_w_ptr, w_ptr, w_row, state_w_m_ptr, state_w_m_row, state_w_v_ptr, state_w_v_row,
-                    state_w_correction1_ptr, state_w_correction1_row, state_w_correction2_ptr, state_w_correction2_row,
-                    h_one_minus_beta1, h_beta1, h_one_minus_beta2, h_beta2, h_eps, grad_v_ptr, v_ptr, v_row,
-                    state_v_m_ptr, state_v_m_row, state_v_v_ptr, state_v_v_row, state_v_correction1_ptr,
-                    state_v_correction1_row, state_v_correction2_ptr, state_v_correction2_row, C, S, WIDE_IDS)
+                    grad_w_ptr, w_ptr, state_w_m_ptr, state_w_v_ptr, state_w_correction1_ptr, state_w_correction2_ptr,
+                    h_one_minus_beta1, h_beta1, h_one_minus_beta2, h_beta2, h_eps, grad_v_ptr, v_ptr, state_v_m_ptr,
+                    state_v_v_ptr, state_v_correction1_ptr, state_v_correction2_ptr, C, S, WIDE_IDS)
         # every program's update of this batch has landed before any program goes on
         barriers += 1
         grid_barrier(arrivals_ptr, barriers * tl.num_programs(0))
@@ -371,7 +362,7 @@ def alac_fm_281c07d8_sync_hot_grid_epoch(edge_feature_ptr: "*i32", edge_value_pt
 @triton.jit
 def alac_fm_281c07d8_sync_hot_grid_predict(edge_feature_ptr: "*i32", edge_value_ptr: "*fp32", chunk_start_ptr: "*i64",
         chunk_width_ptr: "*i32", row_of_slot_ptr: "*i64", label_ptr: "*fp32", chunk_order_ptr: "*i64", chunk_offset,
-        w_row, w_ptr: "*fp32", v_row, v_ptr: "*fp32", b_ptr: "*fp32", prediction_ptr: "*fp32", HAS_VALUES: tl.constexpr,
+        w_ptr: "*fp32", v_ptr: "*fp32", b_ptr: "*fp32", prediction_ptr: "*fp32", HAS_VALUES: tl.constexpr,
         C: tl.constexpr, S: tl.constexpr, ONE_TILE: tl.constexpr, WIDE_IDS: tl.constexpr, RESIDENT: tl.constexpr):
     rows = tl.arange(0, C)
     chunk = tl.load(chunk_order_ptr + chunk_offset + tl.program_id(0)).to(tl.int64)
@@ -386,13 +377,13 @@ def alac_fm_281c07d8_sync_hot_grid_predict(edge_feature_ptr: "*i32", edge_value_
     v2x2 = tl.zeros([C, BLOCK_K], tl.float32)
     if ONE_TILE:
         # every row fits one [S, C] tile of edges: read it once for all stages
-        edge, feature, present, x, w, v = edge_tile(0, chunk_features, width, chunk_values, w_ptr, w_row, v_ptr, v_row,
-                HAS_VALUES, C, S, WIDE_IDS)
+        edge, feature, present, x, w, v = edge_tile(0, chunk_features, width, chunk_values, w_ptr, v_ptr, HAS_VALUES, C,
+                S, WIDE_IDS)
         wx, vx, v2x2 = aggregate(present, w, x, wx, v, vx, v2x2)
     else:
         for slot_start in range(0, width, S):
-            edge, feature, present, x, w, v = edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, w_row,
-                    v_ptr, v_row, HAS_VALUES, C, S, WIDE_IDS)
+            edge, feature, present, x, w, v = edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, v_ptr,
+                    HAS_VALUES, C, S, WIDE_IDS)
             wx, vx, v2x2 = aggregate(present, w, x, wx, v, vx, v2x2)
     # predict
     b = tl.load(b_ptr)

@@ -38,8 +38,8 @@ def softplus(z):
 
 
 @triton.jit
-def edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, w_row, v_ptr, v_row, HAS_VALUES: tl.constexpr,
-        C: tl.constexpr, S: tl.constexpr, WIDE_IDS: tl.constexpr):
+def edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, v_ptr, HAS_VALUES: tl.constexpr, C: tl.constexpr,
+        S: tl.constexpr, WIDE_IDS: tl.constexpr):
     """An [S, C] edge tile from slot slot_start on and the params it reads; absent edges get id 0 and x 0."""
     rows = tl.arange(0, C)
     lanes = tl.arange(0, BLOCK_K)
@@ -54,8 +54,8 @@ def edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, w_row, v_p
         x = tl.load(chunk_values + edge, mask=present, other=0.0)
     else:
         x = tl.where(present, 1.0, 0.0)
-    w = tl.load(w_ptr + feature * w_row, mask=present, other=0.0)
-    v = tl.load(v_ptr + feature[:, :, None] * v_row + lanes, mask=present[:, :, None], other=0.0)
+    w = tl.load(w_ptr + feature, mask=present, other=0.0)
+    v = tl.load(v_ptr + feature[:, :, None] * K + lanes, mask=present[:, :, None], other=0.0)
     return edge, feature, present, x, w, v
 
 
@@ -70,8 +70,8 @@ def aggregate(present, w, x, wx, v, vx, v2x2):
 
 @triton.jit
 def apply(d_wx, x, w, d_vx, v, d_v2x2, present, feature, scale, lr, hot_base, l2_w, l2_v, hot_size, state_w_n_ptr,
-        state_w_n_row, state_w_z_ptr, state_w_z_row, reg_l2_w, h_beta, w_ptr, w_row, hot_grad_w_ptr, state_v_n_ptr,
-        state_v_n_row, state_v_z_ptr, state_v_z_row, reg_l2_v, v_ptr, v_row, hot_grad_v_ptr):
+        state_w_z_ptr, reg_l2_w, h_beta, w_ptr, hot_grad_w_ptr, state_v_n_ptr, state_v_z_ptr, reg_l2_v, v_ptr,
+        hot_grad_v_ptr):
     """Every edge's gradient (x 1/B) through the optimizer, straight into the parameters."""
     lanes = tl.arange(0, BLOCK_K)
     grad_w = (d_wx * x + l2_w * w)
@@ -84,14 +84,14 @@ def apply(d_wx, x, w, d_vx, v, d_v2x2, present, feature, scale, lr, hot_base, l2
     td0 = (1.0 / (lr))
     td1 = (g * g)
     delta_s_n = td1
-    state_n = tl.where(cold, tl.atomic_add(state_w_n_ptr + feature * state_w_n_row, delta_s_n, mask=cold, sem="relaxed"), 0.0)
+    state_n = tl.where(cold, tl.atomic_add(state_w_n_ptr + feature, delta_s_n, mask=cold, sem="relaxed"), 0.0)
     td2 = tl.sqrt((state_n + td1))
     td3 = (g + value * td0 * (tl.sqrt(state_n) - td2))
     delta_s_z = td3
-    state_z = tl.where(cold, tl.atomic_add(state_w_z_ptr + feature * state_w_z_row, delta_s_z, mask=cold, sem="relaxed"), 0.0)
+    state_z = tl.where(cold, tl.atomic_add(state_w_z_ptr + feature, delta_s_z, mask=cold, sem="relaxed"), 0.0)
     td4 = (state_z + td3)
     new_p = tl.where((tl.abs(td4) > 0.0), -(td4 / (reg_l2_w + td0 * (h_beta + td2))), 0.0)
-    tl.store(w_ptr + feature * w_row, new_p, mask=cold)
+    tl.store(w_ptr + feature, new_p, mask=cold)
     # hot edges: into this program's own sums (no other program adds there), applied at its next flush
     tl.atomic_add(hot_grad_w_ptr + (hot_base + feature), grad_w, mask=hot, sem="relaxed")
     # ftrl on v (the change, added atomically)
@@ -100,14 +100,14 @@ def apply(d_wx, x, w, d_vx, v, d_v2x2, present, feature, scale, lr, hot_base, l2
     td0 = (1.0 / (lr))
     td1 = (g * g)
     delta_s_n = td1
-    state_n = tl.where(cold[:, :, None], tl.atomic_add(state_v_n_ptr + feature[:, :, None] * state_v_n_row + lanes, delta_s_n, mask=cold[:, :, None], sem="relaxed"), 0.0)
+    state_n = tl.where(cold[:, :, None], tl.atomic_add(state_v_n_ptr + feature[:, :, None] * K + lanes, delta_s_n, mask=cold[:, :, None], sem="relaxed"), 0.0)
     td2 = tl.sqrt((state_n + td1))
     td3 = (g + value * td0 * (tl.sqrt(state_n) - td2))
     delta_s_z = td3
-    state_z = tl.where(cold[:, :, None], tl.atomic_add(state_v_z_ptr + feature[:, :, None] * state_v_z_row + lanes, delta_s_z, mask=cold[:, :, None], sem="relaxed"), 0.0)
+    state_z = tl.where(cold[:, :, None], tl.atomic_add(state_v_z_ptr + feature[:, :, None] * K + lanes, delta_s_z, mask=cold[:, :, None], sem="relaxed"), 0.0)
     td4 = (state_z + td3)
     new_p = tl.where((tl.abs(td4) > 0.0), -(td4 / (reg_l2_v + td0 * (h_beta + td2))), 0.0)
-    tl.store(v_ptr + feature[:, :, None] * v_row + lanes, new_p, mask=cold[:, :, None])
+    tl.store(v_ptr + feature[:, :, None] * K + lanes, new_p, mask=cold[:, :, None])
     # hot edges: into this program's own sums (no other program adds there), applied at its next flush
     tl.atomic_add(hot_grad_v_ptr + (hot_base + feature)[:, :, None] * K + lanes, grad_v, mask=hot[:, :, None], sem="relaxed")
 
@@ -115,12 +115,11 @@ def apply(d_wx, x, w, d_vx, v, d_v2x2, present, feature, scale, lr, hot_base, l2
 @triton.jit
 def alac_fm_40a8c4de_async_hot_async(edge_feature_ptr: "*i32", edge_value_ptr: "*fp32", chunk_start_ptr: "*i64",
         chunk_width_ptr: "*i32", row_of_slot_ptr: "*i64", label_ptr: "*fp32", chunk_order_ptr: "*i64", chunk_offset,
-        chunk_end, lr_ptr: "*fp32", scale_ptr: "*fp32", hot_stride, w_row, w_ptr: "*fp32", v_row, v_ptr: "*fp32",
-        b_ptr: "*fp32", l2_w: "fp32", l2_v: "fp32", hot_size, reg_l2_w: "fp32", h_beta: "fp32", state_w_z_row,
-        state_w_z_ptr: "*fp32", state_w_n_row, state_w_n_ptr: "*fp32", hot_grad_w_ptr: "*fp32", reg_l2_v: "fp32",
-        state_v_z_row, state_v_z_ptr: "*fp32", state_v_n_row, state_v_n_ptr: "*fp32", hot_grad_v_ptr: "*fp32",
-        flush_every, loss_sum_ptr: "*fp32", HAS_VALUES: tl.constexpr, C: tl.constexpr, S: tl.constexpr,
-        ONE_TILE: tl.constexpr, WIDE_IDS: tl.constexpr, RESIDENT: tl.constexpr):
+        chunk_end, lr_ptr: "*fp32", scale_ptr: "*fp32", hot_stride, w_ptr: "*fp32", v_ptr: "*fp32", b_ptr: "*fp32",
+        l2_w: "fp32", l2_v: "fp32", hot_size, reg_l2_w: "fp32", h_beta: "fp32", state_w_z_ptr: "*fp32",
+        state_w_n_ptr: "*fp32", hot_grad_w_ptr: "*fp32", reg_l2_v: "fp32", state_v_z_ptr: "*fp32",
+        state_v_n_ptr: "*fp32", hot_grad_v_ptr: "*fp32", flush_every, loss_sum_ptr: "*fp32", HAS_VALUES: tl.constexpr,
+        C: tl.constexpr, S: tl.constexpr, ONE_TILE: tl.constexpr, WIDE_IDS: tl.constexpr, RESIDENT: tl.constexpr):
     rows = tl.arange(0, C)
     lanes = tl.arange(0, BLOCK_K)
     # the epoch's learning rate, and 1 / B: a sample's gradient counts as in a batch of B
@@ -147,13 +146,13 @@ def alac_fm_40a8c4de_async_hot_async(edge_feature_ptr: "*i32", edge_value_ptr: "
         v2x2 = tl.zeros([C, BLOCK_K], tl.float32)
         if ONE_TILE:
             # every row fits one [S, C] tile of edges: read it once for all stages
-            edge, feature, present, x, w, v = edge_tile(0, chunk_features, width, chunk_values, w_ptr, w_row, v_ptr,
-                    v_row, HAS_VALUES, C, S, WIDE_IDS)
+            edge, feature, present, x, w, v = edge_tile(0, chunk_features, width, chunk_values, w_ptr, v_ptr,
+                    HAS_VALUES, C, S, WIDE_IDS)
             wx, vx, v2x2 = aggregate(present, w, x, wx, v, vx, v2x2)
         else:
             for slot_start in range(0, width, S):
                 edge, feature, present, x, w, v = edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr,
-                        w_row, v_ptr, v_row, HAS_VALUES, C, S, WIDE_IDS)
+                        v_ptr, HAS_VALUES, C, S, WIDE_IDS)
                 wx, vx, v2x2 = aggregate(present, w, x, wx, v, vx, v2x2)
         # loss: per-sample loss and dLoss/dAccum, computed in place; padding rows give 0
         y = tl.load(label_ptr + slots)
@@ -169,17 +168,15 @@ def alac_fm_40a8c4de_async_hot_async(edge_feature_ptr: "*i32", edge_value_ptr: "
         tl.atomic_add(b_ptr, -lr * scale * tl.sum(dg_b, axis=0), sem="relaxed")
         if ONE_TILE:
             apply(d_wx, x, w, d_vx, v, d_v2x2, present, feature, scale, lr, hot_base, l2_w, l2_v, hot_size,
-                    state_w_n_ptr, state_w_n_row, state_w_z_ptr, state_w_z_row, reg_l2_w, h_beta, w_ptr, w_row,
-                    hot_grad_w_ptr, state_v_n_ptr, state_v_n_row, state_v_z_ptr, state_v_z_row, reg_l2_v, v_ptr, v_row,
-                    hot_grad_v_ptr)
+                    state_w_n_ptr, state_w_z_ptr, reg_l2_w, h_beta, w_ptr, hot_grad_w_ptr, state_v_n_ptr, state_v_z_ptr,
+                    reg_l2_v, v_ptr, hot_grad_v_ptr)
         else:
             for slot_start in range(0, width, S):
                 edge, feature, present, x, w, v = edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr,
-                        w_row, v_ptr, v_row, HAS_VALUES, C, S, WIDE_IDS)
+                        v_ptr, HAS_VALUES, C, S, WIDE_IDS)
                 apply(d_wx, x, w, d_vx, v, d_v2x2, present, feature, scale, lr, hot_base, l2_w, l2_v, hot_size,
-                        state_w_n_ptr, state_w_n_row, state_w_z_ptr, state_w_z_row, reg_l2_w, h_beta, w_ptr, w_row,
-                        hot_grad_w_ptr, state_v_n_ptr, state_v_n_row, state_v_z_ptr, state_v_z_row, reg_l2_v, v_ptr,
-                        v_row, hot_grad_v_ptr)
+                        state_w_n_ptr, state_w_z_ptr, reg_l2_w, h_beta, w_ptr, hot_grad_w_ptr, state_v_n_ptr,
+                        state_v_z_ptr, reg_l2_v, v_ptr, hot_grad_v_ptr)
         loss_rows += loss
         # flush the hot sums every flush_every chunks, out of phase across programs, and after the
         # program's last (flushing in step, every program's first sums are gradients of the same params
@@ -198,18 +195,18 @@ def alac_fm_40a8c4de_async_hot_async(edge_feature_ptr: "*i32", edge_value_ptr: "
                 use = in_hot & (summed != 0.0)
                 # ftrl on w (the change, added atomically)
                 hot_g = summed * scale / flush_every
-                hot_value = tl.load(w_ptr + hot_feature * w_row, mask=use, other=0.0)
+                hot_value = tl.load(w_ptr + hot_feature, mask=use, other=0.0)
                 hot_td0 = (1.0 / (lr))
                 hot_td1 = (hot_g * hot_g)
                 hot_delta_s_n = hot_td1
-                hot_state_n = tl.where(use, tl.atomic_add(state_w_n_ptr + hot_feature * state_w_n_row, hot_delta_s_n, mask=use, sem="relaxed"), 0.0)
+                hot_state_n = tl.where(use, tl.atomic_add(state_w_n_ptr + hot_feature, hot_delta_s_n, mask=use, sem="relaxed"), 0.0)
                 hot_td2 = tl.sqrt((hot_state_n + hot_td1))
                 hot_td3 = (hot_g + hot_value * hot_td0 * (tl.sqrt(hot_state_n) - hot_td2))
                 hot_delta_s_z = hot_td3
-                hot_state_z = tl.where(use, tl.atomic_add(state_w_z_ptr + hot_feature * state_w_z_row, hot_delta_s_z, mask=use, sem="relaxed"), 0.0)
+                hot_state_z = tl.where(use, tl.atomic_add(state_w_z_ptr + hot_feature, hot_delta_s_z, mask=use, sem="relaxed"), 0.0)
                 hot_td4 = (hot_state_z + hot_td3)
                 hot_new_p = tl.where((tl.abs(hot_td4) > 0.0), -(hot_td4 / (reg_l2_w + hot_td0 * (h_beta + hot_td2))), 0.0)
-                tl.store(w_ptr + hot_feature * w_row, hot_new_p, mask=use)
+                tl.store(w_ptr + hot_feature, hot_new_p, mask=use)
                 # read and zero the sums at once, two factors an exchange of 64 bits, so an addition that
                 # lands late waits for the next flush
                 pair = tl.arange(0, BLOCK_K // 2)
@@ -222,18 +219,18 @@ def alac_fm_40a8c4de_async_hot_async(edge_feature_ptr: "*i32", edge_value_ptr: "
                 use = in_hot & (tl.max(tl.abs(summed), axis=1) > 0.0)
                 # ftrl on v (the change, added atomically)
                 hot_g = summed * scale / flush_every
-                hot_value = tl.load(v_ptr + hot_feature[:, None] * v_row + lanes[None, :], mask=use[:, None], other=0.0)
+                hot_value = tl.load(v_ptr + hot_feature[:, None] * K + lanes[None, :], mask=use[:, None], other=0.0)
                 hot_td0 = (1.0 / (lr))
                 hot_td1 = (hot_g * hot_g)
                 hot_delta_s_n = hot_td1
-                hot_state_n = tl.where(use[:, None], tl.atomic_add(state_v_n_ptr + hot_feature[:, None] * state_v_n_row + lanes[None, :], hot_delta_s_n, mask=use[:, None], sem="relaxed"), 0.0)
+                hot_state_n = tl.where(use[:, None], tl.atomic_add(state_v_n_ptr + hot_feature[:, None] * K + lanes[None, :], hot_delta_s_n, mask=use[:, None], sem="relaxed"), 0.0)
                 hot_td2 = tl.sqrt((hot_state_n + hot_td1))
                 hot_td3 = (hot_g + hot_value * hot_td0 * (tl.sqrt(hot_state_n) - hot_td2))
                 hot_delta_s_z = hot_td3
-                hot_state_z = tl.where(use[:, None], tl.atomic_add(state_v_z_ptr + hot_feature[:, None] * state_v_z_row + lanes[None, :], hot_delta_s_z, mask=use[:, None], sem="relaxed"), 0.0)
+                hot_state_z = tl.where(use[:, None], tl.atomic_add(state_v_z_ptr + hot_feature[:, None] * K + lanes[None, :], hot_delta_s_z, mask=use[:, None], sem="relaxed"), 0.0)
                 hot_td4 = (hot_state_z + hot_td3)
                 hot_new_p = tl.where((tl.abs(hot_td4) > 0.0), -(hot_td4 / (reg_l2_v + hot_td0 * (h_beta + hot_td2))), 0.0)
-                tl.store(v_ptr + hot_feature[:, None] * v_row + lanes[None, :], hot_new_p, mask=use[:, None])
+                tl.store(v_ptr + hot_feature[:, None] * K + lanes[None, :], hot_new_p, mask=use[:, None])
             # the sums are zero before any thread adds to them again
             tl.debug_barrier()
     tl.atomic_add(loss_sum_ptr, tl.sum(loss_rows, axis=0), sem="relaxed")
@@ -242,7 +239,7 @@ def alac_fm_40a8c4de_async_hot_async(edge_feature_ptr: "*i32", edge_value_ptr: "
 @triton.jit
 def alac_fm_40a8c4de_async_hot_predict(edge_feature_ptr: "*i32", edge_value_ptr: "*fp32", chunk_start_ptr: "*i64",
         chunk_width_ptr: "*i32", row_of_slot_ptr: "*i64", label_ptr: "*fp32", chunk_order_ptr: "*i64", chunk_offset,
-        w_row, w_ptr: "*fp32", v_row, v_ptr: "*fp32", b_ptr: "*fp32", prediction_ptr: "*fp32", HAS_VALUES: tl.constexpr,
+        w_ptr: "*fp32", v_ptr: "*fp32", b_ptr: "*fp32", prediction_ptr: "*fp32", HAS_VALUES: tl.constexpr,
         C: tl.constexpr, S: tl.constexpr, ONE_TILE: tl.constexpr, WIDE_IDS: tl.constexpr, RESIDENT: tl.constexpr):
     rows = tl.arange(0, C)
     chunk = tl.load(chunk_order_ptr + chunk_offset + tl.program_id(0)).to(tl.int64)
@@ -257,13 +254,13 @@ def alac_fm_40a8c4de_async_hot_predict(edge_feature_ptr: "*i32", edge_value_ptr:
     v2x2 = tl.zeros([C, BLOCK_K], tl.float32)
     if ONE_TILE:
         # every row fits one [S, C] tile of edges: read it once for all stages
-        edge, feature, present, x, w, v = edge_tile(0, chunk_features, width, chunk_values, w_ptr, w_row, v_ptr, v_row,
-                HAS_VALUES, C, S, WIDE_IDS)
+        edge, feature, present, x, w, v = edge_tile(0, chunk_features, width, chunk_values, w_ptr, v_ptr, HAS_VALUES, C,
+                S, WIDE_IDS)
         wx, vx, v2x2 = aggregate(present, w, x, wx, v, vx, v2x2)
     else:
         for slot_start in range(0, width, S):
-            edge, feature, present, x, w, v = edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, w_row,
-                    v_ptr, v_row, HAS_VALUES, C, S, WIDE_IDS)
+            edge, feature, present, x, w, v = edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, v_ptr,
+                    HAS_VALUES, C, S, WIDE_IDS)
             wx, vx, v2x2 = aggregate(present, w, x, wx, v, vx, v2x2)
     # predict
     b = tl.load(b_ptr)

@@ -57,8 +57,8 @@ def grid_barrier(arrivals_ptr, expected):
 
 
 @triton.jit
-def edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, w_row, v_ptr, v_row, HAS_VALUES: tl.constexpr,
-        C: tl.constexpr, S: tl.constexpr, WIDE_IDS: tl.constexpr):
+def edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, v_ptr, HAS_VALUES: tl.constexpr, C: tl.constexpr,
+        S: tl.constexpr, WIDE_IDS: tl.constexpr):
     """An [S, C] edge tile from slot slot_start on and the params it reads; absent edges get id 0 and x 0."""
     rows = tl.arange(0, C)
     lanes = tl.arange(0, BLOCK_K)
@@ -73,8 +73,8 @@ def edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, w_row, v_p
         x = tl.load(chunk_values + edge, mask=present, other=0.0)
     else:
         x = tl.where(present, 1.0, 0.0)
-    w = tl.load(w_ptr + feature * w_row, mask=present, other=0.0)
-    v = tl.load(v_ptr + feature[:, :, None] * v_row + lanes, mask=present[:, :, None], other=0.0)
+    w = tl.load(w_ptr + feature, mask=present, other=0.0)
+    v = tl.load(v_ptr + feature[:, :, None] * K + lanes, mask=present[:, :, None], other=0.0)
     return edge, feature, present, x, w, v
 
 
@@ -121,9 +121,9 @@ def apply(d_wx, x, w, d_vx, v, d_v2x2, feature, present, replicas, l2_w, l2_v, t
 
 @triton.jit
 def aggregate_loss_apply_chunk(chunk, row_of_slot_ptr, chunk_start_ptr, chunk_width_ptr, edge_feature_ptr,
-        edge_value_ptr, w_ptr, w_row, v_ptr, v_row, label_ptr, b_ptr, grad_b_ptr, replicas, l2_w, l2_v, touched_ptr,
-        hot_size, grad_w_ptr, hot_grad_w_ptr, hot_stride, grad_v_ptr, hot_grad_v_ptr, HAS_VALUES: tl.constexpr,
-        C: tl.constexpr, S: tl.constexpr, ONE_TILE: tl.constexpr, WIDE_IDS: tl.constexpr):
+        edge_value_ptr, w_ptr, v_ptr, label_ptr, b_ptr, grad_b_ptr, replicas, l2_w, l2_v, touched_ptr, hot_size,
+        grad_w_ptr, hot_grad_w_ptr, hot_stride, grad_v_ptr, hot_grad_v_ptr, HAS_VALUES: tl.constexpr, C: tl.constexpr,
+        S: tl.constexpr, ONE_TILE: tl.constexpr, WIDE_IDS: tl.constexpr):
     """aggregate + loss + apply of one chunk; returns its rows' losses."""
     rows = tl.arange(0, C)
     slots = chunk * C + rows
@@ -137,13 +137,13 @@ def aggregate_loss_apply_chunk(chunk, row_of_slot_ptr, chunk_start_ptr, chunk_wi
     v2x2 = tl.zeros([C, BLOCK_K], tl.float32)
     if ONE_TILE:
         # every row fits one [S, C] tile of edges: read it once for all stages
-        edge, feature, present, x, w, v = edge_tile(0, chunk_features, width, chunk_values, w_ptr, w_row, v_ptr, v_row,
-                HAS_VALUES, C, S, WIDE_IDS)
+        edge, feature, present, x, w, v = edge_tile(0, chunk_features, width, chunk_values, w_ptr, v_ptr, HAS_VALUES, C,
+                S, WIDE_IDS)
         wx, vx, v2x2 = aggregate(present, w, x, wx, v, vx, v2x2)
     else:
         for slot_start in range(0, width, S):
-            edge, feature, present, x, w, v = edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, w_row,
-                    v_ptr, v_row, HAS_VALUES, C, S, WIDE_IDS)
+            edge, feature, present, x, w, v = edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, v_ptr,
+                    HAS_VALUES, C, S, WIDE_IDS)
             wx, vx, v2x2 = aggregate(present, w, x, wx, v, vx, v2x2)
     # loss: per-sample loss and dLoss/dAccum, computed in place; padding rows give 0
     y = tl.load(label_ptr + slots)
@@ -162,8 +162,8 @@ def aggregate_loss_apply_chunk(chunk, row_of_slot_ptr, chunk_start_ptr, chunk_wi
                 hot_grad_w_ptr, hot_stride, grad_v_ptr, hot_grad_v_ptr, C, S)
     else:
         for slot_start in range(0, width, S):
-            edge, feature, present, x, w, v = edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, w_row,
-                    v_ptr, v_row, HAS_VALUES, C, S, WIDE_IDS)
+            edge, feature, present, x, w, v = edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, v_ptr,
+                    HAS_VALUES, C, S, WIDE_IDS)
             apply(d_wx, x, w, d_vx, v, d_v2x2, feature, present, replicas, l2_w, l2_v, touched_ptr, hot_size,
                     grad_w_ptr, hot_grad_w_ptr, hot_stride, grad_v_ptr, hot_grad_v_ptr, C, S)
     return loss
@@ -171,8 +171,8 @@ def aggregate_loss_apply_chunk(chunk, row_of_slot_ptr, chunk_start_ptr, chunk_wi
 
 @triton.jit
 def update_start(batch, lr_ptr, scale_ptr, grad_b_ptr, b_ptr, hot_size, touched_ptr, replicas, hot_grad_w_ptr,
-        hot_stride, w_ptr, w_row, state_w_z_ptr, state_w_z_row, state_w_n_ptr, state_w_n_row, reg_l2_w, h_beta,
-        hot_grad_v_ptr, v_ptr, v_row, state_v_z_ptr, state_v_z_row, state_v_n_ptr, state_v_n_row, reg_l2_v):
+        hot_stride, w_ptr, state_w_z_ptr, state_w_n_ptr, reg_l2_w, h_beta, hot_grad_v_ptr, v_ptr, state_v_z_ptr,
+        state_v_n_ptr, reg_l2_v):
     """The batch's learning rate and 1 / its real samples; globals and the hot segment updated."""
     lanes = tl.arange(0, BLOCK_K)
     lr = tl.load(lr_ptr + batch)
@@ -195,9 +195,9 @@ def update_start(batch, lr_ptr, scale_ptr, grad_b_ptr, b_ptr, hot_size, touched_
             tl.store(hot_grad_w_ptr + replica * hot_stride + hot_feature, tl.zeros_like(summed), mask=in_hot)
         # ftrl on w
         g = summed * scale
-        value = tl.load(w_ptr + hot_feature * w_row, mask=use, other=0.0)
-        state_z = tl.load(state_w_z_ptr + hot_feature * state_w_z_row, mask=use, other=0.0)
-        state_n = tl.load(state_w_n_ptr + hot_feature * state_w_n_row, mask=use, other=0.0)
+        value = tl.load(w_ptr + hot_feature, mask=use, other=0.0)
+        state_z = tl.load(state_w_z_ptr + hot_feature, mask=use, other=0.0)
+        state_n = tl.load(state_w_n_ptr + hot_feature, mask=use, other=0.0)
         tu0 = (1.0 / (lr))
         tu1 = (state_n + (g * g))
         tu2 = tl.sqrt(tu1)
@@ -205,18 +205,18 @@ def update_start(batch, lr_ptr, scale_ptr, grad_b_ptr, b_ptr, hot_size, touched_
         tu3 = (g + state_z + value * tu0 * (tl.sqrt(state_n) - tu2))
         new_p = tl.where((tl.abs(tu3) > 0.0), -(tu3 / (reg_l2_w + tu0 * (h_beta + tu2))), 0.0)
         new_s_z = tu3
-        tl.store(w_ptr + hot_feature * w_row, new_p, mask=use)
-        tl.store(state_w_z_ptr + hot_feature * state_w_z_row, new_s_z, mask=use)
-        tl.store(state_w_n_ptr + hot_feature * state_w_n_row, new_s_n, mask=use)
+        tl.store(w_ptr + hot_feature, new_p, mask=use)
+        tl.store(state_w_z_ptr + hot_feature, new_s_z, mask=use)
+        tl.store(state_w_n_ptr + hot_feature, new_s_n, mask=use)
         summed = tl.zeros([HOT_BLOCK, BLOCK_K], tl.float32)
         for replica in range(0, replicas):
             summed += tl.load(hot_grad_v_ptr + (replica * hot_stride + hot_feature)[:, None] * K + lanes[None, :], mask=in_hot[:, None], other=0.0)
             tl.store(hot_grad_v_ptr + (replica * hot_stride + hot_feature)[:, None] * K + lanes[None, :], tl.zeros_like(summed), mask=in_hot[:, None])
         # ftrl on v
         g = summed * scale
-        value = tl.load(v_ptr + hot_feature[:, None] * v_row + lanes[None, :], mask=use[:, None], other=0.0)
-        state_z = tl.load(state_v_z_ptr + hot_feature[:, None] * state_v_z_row + lanes[None, :], mask=use[:, None], other=0.0)
-        state_n = tl.load(state_v_n_ptr + hot_feature[:, None] * state_v_n_row + lanes[None, :], mask=use[:, None], other=0.0)
+        value = tl.load(v_ptr + hot_feature[:, None] * K + lanes[None, :], mask=use[:, None], other=0.0)
+        state_z = tl.load(state_v_z_ptr + hot_feature[:, None] * K + lanes[None, :], mask=use[:, None], other=0.0)
+        state_n = tl.load(state_v_n_ptr + hot_feature[:, None] * K + lanes[None, :], mask=use[:, None], other=0.0)
         tu0 = (1.0 / (lr))
         tu1 = (state_n + (g * g))
         tu2 = tl.sqrt(tu1)
@@ -224,17 +224,16 @@ def update_start(batch, lr_ptr, scale_ptr, grad_b_ptr, b_ptr, hot_size, touched_
         tu3 = (g + state_z + value * tu0 * (tl.sqrt(state_n) - tu2))
         new_p = tl.where((tl.abs(tu3) > 0.0), -(tu3 / (reg_l2_v + tu0 * (h_beta + tu2))), 0.0)
         new_s_z = tu3
-        tl.store(v_ptr + hot_feature[:, None] * v_row + lanes[None, :], new_p, mask=use[:, None])
-        tl.store(state_v_z_ptr + hot_feature[:, None] * state_v_z_row + lanes[None, :], new_s_z, mask=use[:, None])
-        tl.store(state_v_n_ptr + hot_feature[:, None] * state_v_n_row + lanes[None, :], new_s_n, mask=use[:, None])
+        tl.store(v_ptr + hot_feature[:, None] * K + lanes[None, :], new_p, mask=use[:, None])
+        tl.store(state_v_z_ptr + hot_feature[:, None] * K + lanes[None, :], new_s_z, mask=use[:, None])
+        tl.store(state_v_n_ptr + hot_feature[:, None] * K + lanes[None, :], new_s_n, mask=use[:, None])
     return lr, scale
 
 
 @triton.jit
 def update_chunk(chunk, scale, lr, chunk_start_ptr, chunk_width_ptr, edge_feature_ptr, hot_size, touched_ptr,
-        grad_w_ptr, w_ptr, w_row, state_w_z_ptr, state_w_z_row, state_w_n_ptr, state_w_n_row, reg_l2_w, h_beta,
-        grad_v_ptr, v_ptr, v_row, state_v_z_ptr, state_v_z_row, state_v_n_ptr, state_v_n_row, reg_l2_v, C: tl.constexpr,
-        S: tl.constexpr, WIDE_IDS: tl.constexpr):
+        grad_w_ptr, w_ptr, state_w_z_ptr, state_w_n_ptr, reg_l2_w, h_beta, grad_v_ptr, v_ptr, state_v_z_ptr,
+        state_v_n_ptr, reg_l2_v, C: tl.constexpr, S: tl.constexpr, WIDE_IDS: tl.constexpr):
     """Every touched cold feature of a chunk updated once."""
     rows = tl.arange(0, C)
     lanes = tl.arange(0, BLOCK_K)
@@ -256,9 +255,9 @@ def update_chunk(chunk, scale, lr, chunk_start_ptr, chunk_width_ptr, edge_featur
         tl.store(grad_w_ptr + feature, tl.zeros_like(summed), mask=first)
         # ftrl on w
         g = summed * scale
-        value = tl.load(w_ptr + feature * w_row, mask=first, other=0.0)
-        state_z = tl.load(state_w_z_ptr + feature * state_w_z_row, mask=first, other=0.0)
-        state_n = tl.load(state_w_n_ptr + feature * state_w_n_row, mask=first, other=0.0)
+        value = tl.load(w_ptr + feature, mask=first, other=0.0)
+        state_z = tl.load(state_w_z_ptr + feature, mask=first, other=0.0)
+        state_n = tl.load(state_w_n_ptr + feature, mask=first, other=0.0)
         tu0 = (1.0 / (lr))
         tu1 = (state_n + (g * g))
         tu2 = tl.sqrt(tu1)
@@ -266,16 +265,16 @@ def update_chunk(chunk, scale, lr, chunk_start_ptr, chunk_width_ptr, edge_featur
         tu3 = (g + state_z + value * tu0 * (tl.sqrt(state_n) - tu2))
         new_p = tl.where((tl.abs(tu3) > 0.0), -(tu3 / (reg_l2_w + tu0 * (h_beta + tu2))), 0.0)
         new_s_z = tu3
-        tl.store(w_ptr + feature * w_row, new_p, mask=first)
-        tl.store(state_w_z_ptr + feature * state_w_z_row, new_s_z, mask=first)
-        tl.store(state_w_n_ptr + feature * state_w_n_row, new_s_n, mask=first)
+        tl.store(w_ptr + feature, new_p, mask=first)
+        tl.store(state_w_z_ptr + feature, new_s_z, mask=first)
+        tl.store(state_w_n_ptr + feature, new_s_n, mask=first)
         summed = tl.load(grad_v_ptr + feature[:, :, None] * K + lanes, mask=first[:, :, None], other=0.0)
         tl.store(grad_v_ptr + feature[:, :, None] * K + lanes, tl.zeros_like(summed), mask=first[:, :, None])
         # ftrl on v
         g = summed * scale
-        value = tl.load(v_ptr + feature[:, :, None] * v_row + lanes, mask=first[:, :, None], other=0.0)
-        state_z = tl.load(state_v_z_ptr + feature[:, :, None] * state_v_z_row + lanes, mask=first[:, :, None], other=0.0)
-        state_n = tl.load(state_v_n_ptr + feature[:, :, None] * state_v_n_row + lanes, mask=first[:, :, None], other=0.0)
+        value = tl.load(v_ptr + feature[:, :, None] * K + lanes, mask=first[:, :, None], other=0.0)
+        state_z = tl.load(state_v_z_ptr + feature[:, :, None] * K + lanes, mask=first[:, :, None], other=0.0)
+        state_n = tl.load(state_v_n_ptr + feature[:, :, None] * K + lanes, mask=first[:, :, None], other=0.0)
         tu0 = (1.0 / (lr))
         tu1 = (state_n + (g * g))
         tu2 = tl.sqrt(tu1)
@@ -283,21 +282,21 @@ def update_chunk(chunk, scale, lr, chunk_start_ptr, chunk_width_ptr, edge_featur
         tu3 = (g + state_z + value * tu0 * (tl.sqrt(state_n) - tu2))
         new_p = tl.where((tl.abs(tu3) > 0.0), -(tu3 / (reg_l2_v + tu0 * (h_beta + tu2))), 0.0)
         new_s_z = tu3
-        tl.store(v_ptr + feature[:, :, None] * v_row + lanes, new_p, mask=first[:, :, None])
-        tl.store(state_v_z_ptr + feature[:, :, None] * state_v_z_row + lanes, new_s_z, mask=first[:, :, None])
-        tl.store(state_v_n_ptr + feature[:, :, None] * state_v_n_row + lanes, new_s_n, mask=first[:, :, None])
+        tl.store(v_ptr + feature[:, :, None] * K + lanes, new_p, mask=first[:, :, None])
+        tl.store(state_v_z_ptr + feature[:, :, None] * K + lanes, new_s_z, mask=first[:, :, None])
+        tl.store(state_v_n_ptr + feature[:, :, None] * K + lanes, new_s_n, mask=first[:, :, None])
 
 
 @triton.jit
 def alac_fm_40a8c4de_sync_hot_grid_epoch(edge_feature_ptr: "*i32", edge_value_ptr: "*fp32", chunk_start_ptr: "*i64",
         chunk_width_ptr: "*i32", row_of_slot_ptr: "*i64", label_ptr: "*fp32", chunk_order_ptr: "*i64", chunk_offset,
-        chunk_end, first_batch, chunks_per_batch, arrivals_ptr: "*i32", w_row, w_ptr: "*fp32", v_row, v_ptr: "*fp32",
-        b_ptr: "*fp32", grad_b_ptr: "*fp32", l2_w: "fp32", l2_v: "fp32", touched_ptr: "*i32", hot_size,
-        grad_w_ptr: "*fp32", replicas, hot_stride, hot_grad_w_ptr: "*fp32", grad_v_ptr: "*fp32",
-        hot_grad_v_ptr: "*fp32", lr_ptr: "*fp32", scale_ptr: "*fp32", reg_l2_w: "fp32", h_beta: "fp32", state_w_z_row,
-        state_w_z_ptr: "*fp32", state_w_n_row, state_w_n_ptr: "*fp32", reg_l2_v: "fp32", state_v_z_row,
-        state_v_z_ptr: "*fp32", state_v_n_row, state_v_n_ptr: "*fp32", loss_sum_ptr: "*fp32", HAS_VALUES: tl.constexpr,
-        C: tl.constexpr, S: tl.constexpr, ONE_TILE: tl.constexpr, WIDE_IDS: tl.constexpr, RESIDENT: tl.constexpr):
+        chunk_end, first_batch, chunks_per_batch, arrivals_ptr: "*i32", w_ptr: "*fp32", v_ptr: "*fp32", b_ptr: "*fp32",
+        grad_b_ptr: "*fp32", l2_w: "fp32", l2_v: "fp32", touched_ptr: "*i32", hot_size, grad_w_ptr: "*fp32", replicas,
+        hot_stride, hot_grad_w_ptr: "*fp32", grad_v_ptr: "*fp32", hot_grad_v_ptr: "*fp32", lr_ptr: "*fp32",
+        scale_ptr: "*fp32", reg_l2_w: "fp32", h_beta: "fp32", state_w_z_ptr: "*fp32", state_w_n_ptr: "*fp32",
+        reg_l2_v: "fp32", state_v_z_ptr: "*fp32", state_v_n_ptr: "*fp32", loss_sum_ptr: "*fp32",
+        HAS_VALUES: tl.constexpr, C: tl.constexpr, S: tl.constexpr, ONE_TILE: tl.constexpr, WIDE_IDS: tl.constexpr,
+        RESIDENT: tl.constexpr):
     # the loss, summed per row; added to the total once, at the end
     loss_rows = tl.zeros([C], tl.float32)
     # barriers passed so far: the arrival count grows by P at each
@@ -309,23 +308,21 @@ def alac_fm_40a8c4de_sync_hot_grid_epoch(edge_feature_ptr: "*i32", edge_value_pt
         for position in range(batch_start + tl.program_id(0), batch_end, tl.num_programs(0)):
             chunk = tl.load(chunk_order_ptr + position).to(tl.int64)
             loss = aggregate_loss_apply_chunk(chunk, row_of_slot_ptr, chunk_start_ptr, chunk_width_ptr,
-                    edge_feature_ptr, edge_value_ptr, w_ptr, w_row, v_ptr, v_row, label_ptr, b_ptr, grad_b_ptr,
-                    replicas, l2_w, l2_v, touched_ptr, hot_size, grad_w_ptr, hot_grad_w_ptr, hot_stride, grad_v_ptr,
-                    hot_grad_v_ptr, HAS_VALUES, C, S, ONE_TILE, WIDE_IDS)
+                    edge_feature_ptr, edge_value_ptr, w_ptr, v_ptr, label_ptr, b_ptr, grad_b_ptr, replicas, l2_w, l2_v,
+                    touched_ptr, hot_size, grad_w_ptr, hot_grad_w_ptr, hot_stride, grad_v_ptr, hot_grad_v_ptr,
+                    HAS_VALUES, C, S, ONE_TILE, WIDE_IDS)
             loss_rows += loss
         # every program's aggregate + loss + apply of this batch has landed before any program goes on
         barriers += 1
         grid_barrier(arrivals_ptr, barriers * tl.num_programs(0))
         lr, scale = update_start(batch, lr_ptr, scale_ptr, grad_b_ptr, b_ptr, hot_size, touched_ptr, replicas,
-                hot_grad_w_ptr, hot_stride, w_ptr, w_row, state_w_z_ptr, state_w_z_row, state_w_n_ptr, state_w_n_row,
-                reg_l2_w, h_beta, hot_grad_v_ptr, v_ptr, v_row, state_v_z_ptr, state_v_z_row, state_v_n_ptr,
-                state_v_n_row, reg_l2_v)
+                hot_grad_w_ptr, hot_stride, w_ptr, state_w_z_ptr, state_w_n_ptr, reg_l2_w, h_beta, hot_grad_v_ptr,
+                v_ptr, state_v_z_ptr, state_v_n_ptr, reg_l2_v)
         for position in range(batch_start + tl.program_id(0), batch_end, tl.num_programs(0)):
             chunk = tl.load(chunk_order_ptr + position).to(tl.int64)
             update_chunk(chunk, scale, lr, chunk_start_ptr, chunk_width_ptr, edge_feature_ptr, hot_size, touched_ptr,
-                    grad_w_ptr, w_ptr, w_row, state_w_z_ptr, state_w_z_row, state_w_n_ptr, state_w_n_row, reg_l2_w,
-                    h_beta, grad_v_ptr, v_ptr, v_row, state_v_z_ptr, state_v_z_row, state_v_n_ptr, state_v_n_row,
-                    reg_l2_v, C, S, WIDE_IDS)
+                    grad_w_ptr, w_ptr, state_w_z_ptr, state_w_n_ptr, reg_l2_w, h_beta, grad_v_ptr, v_ptr, state_v_z_ptr,
+                    state_v_n_ptr, reg_l2_v, C, S, WIDE_IDS)
         # every program's update of this batch has landed before any program goes on
         barriers += 1
         grid_barrier(arrivals_ptr, barriers * tl.num_programs(0))
@@ -335,7 +332,7 @@ def alac_fm_40a8c4de_sync_hot_grid_epoch(edge_feature_ptr: "*i32", edge_value_pt
 @triton.jit
 def alac_fm_40a8c4de_sync_hot_grid_predict(edge_feature_ptr: "*i32", edge_value_ptr: "*fp32", chunk_start_ptr: "*i64",
         chunk_width_ptr: "*i32", row_of_slot_ptr: "*i64", label_ptr: "*fp32", chunk_order_ptr: "*i64", chunk_offset,
-        w_row, w_ptr: "*fp32", v_row, v_ptr: "*fp32", b_ptr: "*fp32", prediction_ptr: "*fp32", HAS_VALUES: tl.constexpr,
+        w_ptr: "*fp32", v_ptr: "*fp32", b_ptr: "*fp32", prediction_ptr: "*fp32", HAS_VALUES: tl.constexpr,
         C: tl.constexpr, S: tl.constexpr, ONE_TILE: tl.constexpr, WIDE_IDS: tl.constexpr, RESIDENT: tl.constexpr):
     rows = tl.arange(0, C)
     chunk = tl.load(chunk_order_ptr + chunk_offset + tl.program_id(0)).to(tl.int64)
@@ -350,13 +347,13 @@ def alac_fm_40a8c4de_sync_hot_grid_predict(edge_feature_ptr: "*i32", edge_value_
     v2x2 = tl.zeros([C, BLOCK_K], tl.float32)
     if ONE_TILE:
         # every row fits one [S, C] tile of edges: read it once for all stages
-        edge, feature, present, x, w, v = edge_tile(0, chunk_features, width, chunk_values, w_ptr, w_row, v_ptr, v_row,
-                HAS_VALUES, C, S, WIDE_IDS)
+        edge, feature, present, x, w, v = edge_tile(0, chunk_features, width, chunk_values, w_ptr, v_ptr, HAS_VALUES, C,
+                S, WIDE_IDS)
         wx, vx, v2x2 = aggregate(present, w, x, wx, v, vx, v2x2)
     else:
         for slot_start in range(0, width, S):
-            edge, feature, present, x, w, v = edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, w_row,
-                    v_ptr, v_row, HAS_VALUES, C, S, WIDE_IDS)
+            edge, feature, present, x, w, v = edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, v_ptr,
+                    HAS_VALUES, C, S, WIDE_IDS)
             wx, vx, v2x2 = aggregate(present, w, x, wx, v, vx, v2x2)
     # predict
     b = tl.load(b_ptr)

@@ -46,8 +46,8 @@ def grid_barrier(arrivals_ptr, expected):
 
 
 @triton.jit
-def edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, w_row, v_ptr, v_row, HAS_VALUES: tl.constexpr,
-        C: tl.constexpr, S: tl.constexpr, WIDE_IDS: tl.constexpr):
+def edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, v_ptr, HAS_VALUES: tl.constexpr, C: tl.constexpr,
+        S: tl.constexpr, WIDE_IDS: tl.constexpr):
     """An [S, C] edge tile from slot slot_start on and the params it reads; absent edges get id 0 and x 0."""
     rows = tl.arange(0, C)
     lanes = tl.arange(0, BLOCK_K)
@@ -62,8 +62,8 @@ def edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, w_row, v_p
         x = tl.load(chunk_values + edge, mask=present, other=0.0)
     else:
         x = tl.where(present, 1.0, 0.0)
-    w = tl.load(w_ptr + feature * w_row, mask=present, other=0.0)
-    v = tl.load(v_ptr + feature[:, :, None] * v_row + lanes, mask=present[:, :, None], other=0.0)
+    w = tl.load(w_ptr + feature, mask=present, other=0.0)
+    v = tl.load(v_ptr + feature[:, :, None] * K + lanes, mask=present[:, :, None], other=0.0)
     return edge, feature, present, x, w, v
 
 
@@ -78,7 +78,7 @@ def aggregate(present, w, x, wx, v, vx, v2x2):
 
 @triton.jit
 def aggregate_chunk(chunk, row_of_slot_ptr, chunk_start_ptr, chunk_width_ptr, edge_feature_ptr, edge_value_ptr, w_ptr,
-        w_row, v_ptr, v_row, wx_buffer_ptr, vx_buffer_ptr, v2x2_buffer_ptr, HAS_VALUES: tl.constexpr, C: tl.constexpr,
+        v_ptr, wx_buffer_ptr, vx_buffer_ptr, v2x2_buffer_ptr, HAS_VALUES: tl.constexpr, C: tl.constexpr,
         S: tl.constexpr, ONE_TILE: tl.constexpr, WIDE_IDS: tl.constexpr):
     """aggregate of one chunk."""
     rows = tl.arange(0, C)
@@ -94,13 +94,13 @@ def aggregate_chunk(chunk, row_of_slot_ptr, chunk_start_ptr, chunk_width_ptr, ed
     v2x2 = tl.zeros([C, BLOCK_K], tl.float32)
     if ONE_TILE:
         # every row fits one [S, C] tile of edges: read it once for all stages
-        edge, feature, present, x, w, v = edge_tile(0, chunk_features, width, chunk_values, w_ptr, w_row, v_ptr, v_row,
-                HAS_VALUES, C, S, WIDE_IDS)
+        edge, feature, present, x, w, v = edge_tile(0, chunk_features, width, chunk_values, w_ptr, v_ptr, HAS_VALUES, C,
+                S, WIDE_IDS)
         wx, vx, v2x2 = aggregate(present, w, x, wx, v, vx, v2x2)
     else:
         for slot_start in range(0, width, S):
-            edge, feature, present, x, w, v = edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, w_row,
-                    v_ptr, v_row, HAS_VALUES, C, S, WIDE_IDS)
+            edge, feature, present, x, w, v = edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, v_ptr,
+                    HAS_VALUES, C, S, WIDE_IDS)
             wx, vx, v2x2 = aggregate(present, w, x, wx, v, vx, v2x2)
     tl.store(wx_buffer_ptr + slots, wx)
     tl.store(vx_buffer_ptr + slots[:, None] * K + lanes[None, :], vx)
@@ -150,8 +150,8 @@ def apply(d_wx, x, w, d_vx, v, d_v2x2, feature, present, l2_w, l2_v, touched_ptr
 
 @triton.jit
 def apply_chunk(chunk, row_of_slot_ptr, chunk_start_ptr, chunk_width_ptr, edge_feature_ptr, edge_value_ptr,
-        d_wx_buffer_ptr, d_vx_buffer_ptr, d_v2x2_buffer_ptr, w_ptr, w_row, v_ptr, v_row, l2_w, l2_v, touched_ptr,
-        grad_w_ptr, grad_v_ptr, HAS_VALUES: tl.constexpr, C: tl.constexpr, S: tl.constexpr, ONE_TILE: tl.constexpr,
+        d_wx_buffer_ptr, d_vx_buffer_ptr, d_v2x2_buffer_ptr, w_ptr, v_ptr, l2_w, l2_v, touched_ptr, grad_w_ptr,
+        grad_v_ptr, HAS_VALUES: tl.constexpr, C: tl.constexpr, S: tl.constexpr, ONE_TILE: tl.constexpr,
         WIDE_IDS: tl.constexpr):
     """apply of one chunk."""
     rows = tl.arange(0, C)
@@ -167,13 +167,13 @@ def apply_chunk(chunk, row_of_slot_ptr, chunk_start_ptr, chunk_width_ptr, edge_f
     d_v2x2 = tl.load(d_v2x2_buffer_ptr + slots)
     if ONE_TILE:
         # every row fits one [S, C] tile of edges: read it once for all stages
-        edge, feature, present, x, w, v = edge_tile(0, chunk_features, width, chunk_values, w_ptr, w_row, v_ptr, v_row,
-                HAS_VALUES, C, S, WIDE_IDS)
+        edge, feature, present, x, w, v = edge_tile(0, chunk_features, width, chunk_values, w_ptr, v_ptr, HAS_VALUES, C,
+                S, WIDE_IDS)
         apply(d_wx, x, w, d_vx, v, d_v2x2, feature, present, l2_w, l2_v, touched_ptr, grad_w_ptr, grad_v_ptr, C, S)
     else:
         for slot_start in range(0, width, S):
-            edge, feature, present, x, w, v = edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, w_row,
-                    v_ptr, v_row, HAS_VALUES, C, S, WIDE_IDS)
+            edge, feature, present, x, w, v = edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, v_ptr,
+                    HAS_VALUES, C, S, WIDE_IDS)
             apply(d_wx, x, w, d_vx, v, d_v2x2, feature, present, l2_w, l2_v, touched_ptr, grad_w_ptr, grad_v_ptr, C, S)
 
 
@@ -192,9 +192,8 @@ def update_start(batch, lr_ptr, scale_ptr, grad_b_ptr, b_ptr):
 
 @triton.jit
 def update_chunk(chunk, scale, lr, chunk_start_ptr, chunk_width_ptr, edge_feature_ptr, touched_ptr, grad_w_ptr, w_ptr,
-        w_row, state_w_z_ptr, state_w_z_row, state_w_n_ptr, state_w_n_row, reg_l2_w, h_beta, grad_v_ptr, v_ptr, v_row,
-        state_v_z_ptr, state_v_z_row, state_v_n_ptr, state_v_n_row, reg_l2_v, C: tl.constexpr, S: tl.constexpr,
-        WIDE_IDS: tl.constexpr):
+        state_w_z_ptr, state_w_n_ptr, reg_l2_w, h_beta, grad_v_ptr, v_ptr, state_v_z_ptr, state_v_n_ptr, reg_l2_v,
+        C: tl.constexpr, S: tl.constexpr, WIDE_IDS: tl.constexpr):
     """Every touched cold feature of a chunk updated once."""
     rows = tl.arange(0, C)
     lanes = tl.arange(0, BLOCK_K)
@@ -216,9 +215,9 @@ def update_chunk(chunk, scale, lr, chunk_start_ptr, chunk_width_ptr, edge_featur
         tl.store(grad_w_ptr + feature, tl.zeros_like(summed), mask=first)
         # ftrl on w
         g = summed * scale
-        value = tl.load(w_ptr + feature * w_row, mask=first, other=0.0)
-        state_z = tl.load(state_w_z_ptr + feature * state_w_z_row, mask=first, other=0.0)
-        state_n = tl.load(state_w_n_ptr + feature * state_w_n_row, mask=first, other=0.0)
+        value = tl.load(w_ptr + feature, mask=first, other=0.0)
+        state_z = tl.load(state_w_z_ptr + feature, mask=first, other=0.0)
+        state_n = tl.load(state_w_n_ptr + feature, mask=first, other=0.0)
         tu0 = (1.0 / (lr))
         tu1 = (state_n + (g * g))
         tu2 = tl.sqrt(tu1)
@@ -226,16 +225,16 @@ def update_chunk(chunk, scale, lr, chunk_start_ptr, chunk_width_ptr, edge_featur
         tu3 = (g + state_z + value * tu0 * (tl.sqrt(state_n) - tu2))
         new_p = tl.where((tl.abs(tu3) > 0.0), -(tu3 / (reg_l2_w + tu0 * (h_beta + tu2))), 0.0)
         new_s_z = tu3
-        tl.store(w_ptr + feature * w_row, new_p, mask=first)
-        tl.store(state_w_z_ptr + feature * state_w_z_row, new_s_z, mask=first)
-        tl.store(state_w_n_ptr + feature * state_w_n_row, new_s_n, mask=first)
+        tl.store(w_ptr + feature, new_p, mask=first)
+        tl.store(state_w_z_ptr + feature, new_s_z, mask=first)
+        tl.store(state_w_n_ptr + feature, new_s_n, mask=first)
         summed = tl.load(grad_v_ptr + feature[:, :, None] * K + lanes, mask=first[:, :, None], other=0.0)
         tl.store(grad_v_ptr + feature[:, :, None] * K + lanes, tl.zeros_like(summed), mask=first[:, :, None])
         # ftrl on v
         g = summed * scale
-        value = tl.load(v_ptr + feature[:, :, None] * v_row + lanes, mask=first[:, :, None], other=0.0)
-        state_z = tl.load(state_v_z_ptr + feature[:, :, None] * state_v_z_row + lanes, mask=first[:, :, None], other=0.0)
-        state_n = tl.load(state_v_n_ptr + feature[:, :, None] * state_v_n_row + lanes, mask=first[:, :, None], other=0.0)
+        value = tl.load(v_ptr + feature[:, :, None] * K + lanes, mask=first[:, :, None], other=0.0)
+        state_z = tl.load(state_v_z_ptr + feature[:, :, None] * K + lanes, mask=first[:, :, None], other=0.0)
+        state_n = tl.load(state_v_n_ptr + feature[:, :, None] * K + lanes, mask=first[:, :, None], other=0.0)
         tu0 = (1.0 / (lr))
         tu1 = (state_n + (g * g))
         tu2 = tl.sqrt(tu1)
@@ -243,22 +242,21 @@ def update_chunk(chunk, scale, lr, chunk_start_ptr, chunk_width_ptr, edge_featur
         tu3 = (g + state_z + value * tu0 * (tl.sqrt(state_n) - tu2))
         new_p = tl.where((tl.abs(tu3) > 0.0), -(tu3 / (reg_l2_v + tu0 * (h_beta + tu2))), 0.0)
         new_s_z = tu3
-        tl.store(v_ptr + feature[:, :, None] * v_row + lanes, new_p, mask=first[:, :, None])
-        tl.store(state_v_z_ptr + feature[:, :, None] * state_v_z_row + lanes, new_s_z, mask=first[:, :, None])
-        tl.store(state_v_n_ptr + feature[:, :, None] * state_v_n_row + lanes, new_s_n, mask=first[:, :, None])
+        tl.store(v_ptr + feature[:, :, None] * K + lanes, new_p, mask=first[:, :, None])
+        tl.store(state_v_z_ptr + feature[:, :, None] * K + lanes, new_s_z, mask=first[:, :, None])
+        tl.store(state_v_n_ptr + feature[:, :, None] * K + lanes, new_s_n, mask=first[:, :, None])
 
 
 @triton.jit
 def alac_fm_40a8c4de_sync_stage_grid_epoch(edge_feature_ptr: "*i32", edge_value_ptr: "*fp32", chunk_start_ptr: "*i64",
         chunk_width_ptr: "*i32", row_of_slot_ptr: "*i64", label_ptr: "*fp32", chunk_order_ptr: "*i64", chunk_offset,
-        chunk_end, first_batch, chunks_per_batch, arrivals_ptr: "*i32", w_row, w_ptr: "*fp32", v_row, v_ptr: "*fp32",
+        chunk_end, first_batch, chunks_per_batch, arrivals_ptr: "*i32", w_ptr: "*fp32", v_ptr: "*fp32",
         wx_buffer_ptr: "*fp32", vx_buffer_ptr: "*fp32", v2x2_buffer_ptr: "*fp32", b_ptr: "*fp32", grad_b_ptr: "*fp32",
         d_wx_buffer_ptr: "*fp32", d_vx_buffer_ptr: "*fp32", d_v2x2_buffer_ptr: "*fp32", l2_w: "fp32", l2_v: "fp32",
         touched_ptr: "*i32", grad_w_ptr: "*fp32", grad_v_ptr: "*fp32", lr_ptr: "*fp32", scale_ptr: "*fp32",
-        reg_l2_w: "fp32", h_beta: "fp32", state_w_z_row, state_w_z_ptr: "*fp32", state_w_n_row, state_w_n_ptr: "*fp32",
-        reg_l2_v: "fp32", state_v_z_row, state_v_z_ptr: "*fp32", state_v_n_row, state_v_n_ptr: "*fp32",
-        loss_sum_ptr: "*fp32", HAS_VALUES: tl.constexpr, C: tl.constexpr, S: tl.constexpr, ONE_TILE: tl.constexpr,
-        WIDE_IDS: tl.constexpr, RESIDENT: tl.constexpr):
+        reg_l2_w: "fp32", h_beta: "fp32", state_w_z_ptr: "*fp32", state_w_n_ptr: "*fp32", reg_l2_v: "fp32",
+        state_v_z_ptr: "*fp32", state_v_n_ptr: "*fp32", loss_sum_ptr: "*fp32", HAS_VALUES: tl.constexpr,
+        C: tl.constexpr, S: tl.constexpr, ONE_TILE: tl.constexpr, WIDE_IDS: tl.constexpr, RESIDENT: tl.constexpr):
     # the loss, summed per row; added to the total once, at the end
     loss_rows = tl.zeros([C], tl.float32)
     # barriers passed so far: the arrival count grows by P at each
@@ -270,8 +268,7 @@ def alac_fm_40a8c4de_sync_stage_grid_epoch(edge_feature_ptr: "*i32", edge_value_
         for position in range(batch_start + tl.program_id(0), batch_end, tl.num_programs(0)):
             chunk = tl.load(chunk_order_ptr + position).to(tl.int64)
             aggregate_chunk(chunk, row_of_slot_ptr, chunk_start_ptr, chunk_width_ptr, edge_feature_ptr, edge_value_ptr,
-                    w_ptr, w_row, v_ptr, v_row, wx_buffer_ptr, vx_buffer_ptr, v2x2_buffer_ptr, HAS_VALUES, C, S,
-                    ONE_TILE, WIDE_IDS)
+                    w_ptr, v_ptr, wx_buffer_ptr, vx_buffer_ptr, v2x2_buffer_ptr, HAS_VALUES, C, S, ONE_TILE, WIDE_IDS)
         # every program's aggregate of this batch has landed before any program goes on
         barriers += 1
         grid_barrier(arrivals_ptr, barriers * tl.num_programs(0))
@@ -286,8 +283,8 @@ def alac_fm_40a8c4de_sync_stage_grid_epoch(edge_feature_ptr: "*i32", edge_value_
         for position in range(batch_start + tl.program_id(0), batch_end, tl.num_programs(0)):
             chunk = tl.load(chunk_order_ptr + position).to(tl.int64)
             apply_chunk(chunk, row_of_slot_ptr, chunk_start_ptr, chunk_width_ptr, edge_feature_ptr, edge_value_ptr,
-                    d_wx_buffer_ptr, d_vx_buffer_ptr, d_v2x2_buffer_ptr, w_ptr, w_row, v_ptr, v_row, l2_w, l2_v,
-                    touched_ptr, grad_w_ptr, grad_v_ptr, HAS_VALUES, C, S, ONE_TILE, WIDE_IDS)
+                    d_wx_buffer_ptr, d_vx_buffer_ptr, d_v2x2_buffer_ptr, w_ptr, v_ptr, l2_w, l2_v, touched_ptr,
+                    grad_w_ptr, grad_v_ptr, HAS_VALUES, C, S, ONE_TILE, WIDE_IDS)
         # every program's apply of this batch has landed before any program goes on
         barriers += 1
         grid_barrier(arrivals_ptr, barriers * tl.num_programs(0))
@@ -295,9 +292,8 @@ def alac_fm_40a8c4de_sync_stage_grid_epoch(edge_feature_ptr: "*i32", edge_value_
         for position in range(batch_start + tl.program_id(0), batch_end, tl.num_programs(0)):
             chunk = tl.load(chunk_order_ptr + position).to(tl.int64)
             update_chunk(chunk, scale, lr, chunk_start_ptr, chunk_width_ptr, edge_feature_ptr, touched_ptr, grad_w_ptr,
-                    w_ptr, w_row, state_w_z_ptr, state_w_z_row, state_w_n_ptr, state_w_n_row, reg_l2_w, h_beta,
-                    grad_v_ptr, v_ptr, v_row, state_v_z_ptr, state_v_z_row, state_v_n_ptr, state_v_n_row, reg_l2_v, C,
-                    S, WIDE_IDS)
+                    w_ptr, state_w_z_ptr, state_w_n_ptr, reg_l2_w, h_beta, grad_v_ptr, v_ptr, state_v_z_ptr,
+                    state_v_n_ptr, reg_l2_v, C, S, WIDE_IDS)
         # every program's update of this batch has landed before any program goes on
         barriers += 1
         grid_barrier(arrivals_ptr, barriers * tl.num_programs(0))
@@ -307,7 +303,7 @@ def alac_fm_40a8c4de_sync_stage_grid_epoch(edge_feature_ptr: "*i32", edge_value_
 @triton.jit
 def alac_fm_40a8c4de_sync_stage_grid_predict(edge_feature_ptr: "*i32", edge_value_ptr: "*fp32", chunk_start_ptr: "*i64",
         chunk_width_ptr: "*i32", row_of_slot_ptr: "*i64", label_ptr: "*fp32", chunk_order_ptr: "*i64", chunk_offset,
-        w_row, w_ptr: "*fp32", v_row, v_ptr: "*fp32", b_ptr: "*fp32", prediction_ptr: "*fp32", HAS_VALUES: tl.constexpr,
+        w_ptr: "*fp32", v_ptr: "*fp32", b_ptr: "*fp32", prediction_ptr: "*fp32", HAS_VALUES: tl.constexpr,
         C: tl.constexpr, S: tl.constexpr, ONE_TILE: tl.constexpr, WIDE_IDS: tl.constexpr, RESIDENT: tl.constexpr):
     rows = tl.arange(0, C)
     chunk = tl.load(chunk_order_ptr + chunk_offset + tl.program_id(0)).to(tl.int64)
@@ -322,13 +318,13 @@ def alac_fm_40a8c4de_sync_stage_grid_predict(edge_feature_ptr: "*i32", edge_valu
     v2x2 = tl.zeros([C, BLOCK_K], tl.float32)
     if ONE_TILE:
         # every row fits one [S, C] tile of edges: read it once for all stages
-        edge, feature, present, x, w, v = edge_tile(0, chunk_features, width, chunk_values, w_ptr, w_row, v_ptr, v_row,
-                HAS_VALUES, C, S, WIDE_IDS)
+        edge, feature, present, x, w, v = edge_tile(0, chunk_features, width, chunk_values, w_ptr, v_ptr, HAS_VALUES, C,
+                S, WIDE_IDS)
         wx, vx, v2x2 = aggregate(present, w, x, wx, v, vx, v2x2)
     else:
         for slot_start in range(0, width, S):
-            edge, feature, present, x, w, v = edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, w_row,
-                    v_ptr, v_row, HAS_VALUES, C, S, WIDE_IDS)
+            edge, feature, present, x, w, v = edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, v_ptr,
+                    HAS_VALUES, C, S, WIDE_IDS)
             wx, vx, v2x2 = aggregate(present, w, x, wx, v, vx, v2x2)
     # predict
     b = tl.load(b_ptr)

@@ -38,8 +38,8 @@ def softplus(z):
 
 
 @triton.jit
-def edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, w_row, v_ptr, v_row, HAS_VALUES: tl.constexpr,
-        C: tl.constexpr, S: tl.constexpr, WIDE_IDS: tl.constexpr):
+def edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, v_ptr, HAS_VALUES: tl.constexpr, C: tl.constexpr,
+        S: tl.constexpr, WIDE_IDS: tl.constexpr):
     """An [S, C] edge tile from slot slot_start on and the params it reads; absent edges get id 0 and x 0."""
     rows = tl.arange(0, C)
     lanes = tl.arange(0, BLOCK_K)
@@ -54,8 +54,8 @@ def edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, w_row, v_p
         x = tl.load(chunk_values + edge, mask=present, other=0.0)
     else:
         x = tl.where(present, 1.0, 0.0)
-    w = tl.load(w_ptr + feature * w_row, mask=present, other=0.0)
-    v = tl.load(v_ptr + feature[:, :, None] * v_row + lanes, mask=present[:, :, None], other=0.0)
+    w = tl.load(w_ptr + feature, mask=present, other=0.0)
+    v = tl.load(v_ptr + feature[:, :, None] * K + lanes, mask=present[:, :, None], other=0.0)
     return edge, feature, present, x, w, v
 
 
@@ -69,8 +69,8 @@ def aggregate(present, w, x, wx, v, vx, v2x2):
 
 
 @triton.jit
-def apply(d_wx, x, w, d_vx, v, d_v2x2, present, feature, scale, lr, hot_base, l2_w, l2_v, hot_size, w_ptr, w_row,
-        hot_grad_w_ptr, v_ptr, v_row, hot_grad_v_ptr):
+def apply(d_wx, x, w, d_vx, v, d_v2x2, present, feature, scale, lr, hot_base, l2_w, l2_v, hot_size, w_ptr,
+        hot_grad_w_ptr, v_ptr, hot_grad_v_ptr):
     """Every edge's gradient (x 1/B) through the optimizer, straight into the parameters."""
     lanes = tl.arange(0, BLOCK_K)
     grad_w = (d_wx * x + l2_w * w)
@@ -80,13 +80,13 @@ def apply(d_wx, x, w, d_vx, v, d_v2x2, present, feature, scale, lr, hot_base, l2
     # sgd on w (the change, added atomically)
     g = grad_w * scale
     delta_p = -(g * lr)
-    tl.atomic_add(w_ptr + feature * w_row, delta_p, mask=cold, sem="relaxed")
+    tl.atomic_add(w_ptr + feature, delta_p, mask=cold, sem="relaxed")
     # hot edges: into this program's own sums (no other program adds there), applied at its next flush
     tl.atomic_add(hot_grad_w_ptr + (hot_base + feature), grad_w, mask=hot, sem="relaxed")
     # sgd on v (the change, added atomically)
     g = grad_v * scale
     delta_p = -(g * lr)
-    tl.atomic_add(v_ptr + feature[:, :, None] * v_row + lanes, delta_p, mask=cold[:, :, None], sem="relaxed")
+    tl.atomic_add(v_ptr + feature[:, :, None] * K + lanes, delta_p, mask=cold[:, :, None], sem="relaxed")
     # hot edges: into this program's own sums (no other program adds there), applied at its next flush
     tl.atomic_add(hot_grad_v_ptr + (hot_base + feature)[:, :, None] * K + lanes, grad_v, mask=hot[:, :, None], sem="relaxed")
 
@@ -94,10 +94,10 @@ def apply(d_wx, x, w, d_vx, v, d_v2x2, present, feature, scale, lr, hot_base, l2
 @triton.jit
 def alac_fm_bbe43039_async_hot_async(edge_feature_ptr: "*i32", edge_value_ptr: "*fp32", chunk_start_ptr: "*i64",
         chunk_width_ptr: "*i32", row_of_slot_ptr: "*i64", label_ptr: "*fp32", chunk_order_ptr: "*i64", chunk_offset,
-        chunk_end, lr_ptr: "*fp32", scale_ptr: "*fp32", hot_stride, w_row, w_ptr: "*fp32", v_row, v_ptr: "*fp32",
-        b_ptr: "*fp32", l2_w: "fp32", l2_v: "fp32", hot_size, hot_grad_w_ptr: "*fp32", hot_grad_v_ptr: "*fp32",
-        flush_every, loss_sum_ptr: "*fp32", HAS_VALUES: tl.constexpr, C: tl.constexpr, S: tl.constexpr,
-        ONE_TILE: tl.constexpr, WIDE_IDS: tl.constexpr, RESIDENT: tl.constexpr):
+        chunk_end, lr_ptr: "*fp32", scale_ptr: "*fp32", hot_stride, w_ptr: "*fp32", v_ptr: "*fp32", b_ptr: "*fp32",
+        l2_w: "fp32", l2_v: "fp32", hot_size, hot_grad_w_ptr: "*fp32", hot_grad_v_ptr: "*fp32", flush_every,
+        loss_sum_ptr: "*fp32", HAS_VALUES: tl.constexpr, C: tl.constexpr, S: tl.constexpr, ONE_TILE: tl.constexpr,
+        WIDE_IDS: tl.constexpr, RESIDENT: tl.constexpr):
     rows = tl.arange(0, C)
     lanes = tl.arange(0, BLOCK_K)
     # the epoch's learning rate, and 1 / B: a sample's gradient counts as in a batch of B
@@ -124,13 +124,13 @@ def alac_fm_bbe43039_async_hot_async(edge_feature_ptr: "*i32", edge_value_ptr: "
         v2x2 = tl.zeros([C, BLOCK_K], tl.float32)
         if ONE_TILE:
             # every row fits one [S, C] tile of edges: read it once for all stages
-            edge, feature, present, x, w, v = edge_tile(0, chunk_features, width, chunk_values, w_ptr, w_row, v_ptr,
-                    v_row, HAS_VALUES, C, S, WIDE_IDS)
+            edge, feature, present, x, w, v = edge_tile(0, chunk_features, width, chunk_values, w_ptr, v_ptr,
+                    HAS_VALUES, C, S, WIDE_IDS)
             wx, vx, v2x2 = aggregate(present, w, x, wx, v, vx, v2x2)
         else:
             for slot_start in range(0, width, S):
                 edge, feature, present, x, w, v = edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr,
-                        w_row, v_ptr, v_row, HAS_VALUES, C, S, WIDE_IDS)
+                        v_ptr, HAS_VALUES, C, S, WIDE_IDS)
                 wx, vx, v2x2 = aggregate(present, w, x, wx, v, vx, v2x2)
         # loss: per-sample loss and dLoss/dAccum, computed in place; padding rows give 0
         y = tl.load(label_ptr + slots)
@@ -146,13 +146,13 @@ def alac_fm_bbe43039_async_hot_async(edge_feature_ptr: "*i32", edge_value_ptr: "
         tl.atomic_add(b_ptr, -lr * scale * tl.sum(dg_b, axis=0), sem="relaxed")
         if ONE_TILE:
             apply(d_wx, x, w, d_vx, v, d_v2x2, present, feature, scale, lr, hot_base, l2_w, l2_v, hot_size, w_ptr,
-                    w_row, hot_grad_w_ptr, v_ptr, v_row, hot_grad_v_ptr)
+                    hot_grad_w_ptr, v_ptr, hot_grad_v_ptr)
         else:
             for slot_start in range(0, width, S):
                 edge, feature, present, x, w, v = edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr,
-                        w_row, v_ptr, v_row, HAS_VALUES, C, S, WIDE_IDS)
+                        v_ptr, HAS_VALUES, C, S, WIDE_IDS)
                 apply(d_wx, x, w, d_vx, v, d_v2x2, present, feature, scale, lr, hot_base, l2_w, l2_v, hot_size, w_ptr,
-                        w_row, hot_grad_w_ptr, v_ptr, v_row, hot_grad_v_ptr)
+                        hot_grad_w_ptr, v_ptr, hot_grad_v_ptr)
         loss_rows += loss
         # flush the hot sums every flush_every chunks, out of phase across programs, and after the
         # program's last (flushing in step, every program's first sums are gradients of the same params
@@ -172,7 +172,7 @@ def alac_fm_bbe43039_async_hot_async(edge_feature_ptr: "*i32", edge_value_ptr: "
                 # sgd on w (the change, added atomically)
                 hot_g = summed * scale / flush_every
                 hot_delta_p = -(hot_g * lr)
-                tl.atomic_add(w_ptr + hot_feature * w_row, hot_delta_p, mask=use, sem="relaxed")
+                tl.atomic_add(w_ptr + hot_feature, hot_delta_p, mask=use, sem="relaxed")
                 # read and zero the sums at once, two factors an exchange of 64 bits, so an addition that
                 # lands late waits for the next flush
                 pair = tl.arange(0, BLOCK_K // 2)
@@ -186,7 +186,7 @@ def alac_fm_bbe43039_async_hot_async(edge_feature_ptr: "*i32", edge_value_ptr: "
                 # sgd on v (the change, added atomically)
                 hot_g = summed * scale / flush_every
                 hot_delta_p = -(hot_g * lr)
-                tl.atomic_add(v_ptr + hot_feature[:, None] * v_row + lanes[None, :], hot_delta_p, mask=use[:, None], sem="relaxed")
+                tl.atomic_add(v_ptr + hot_feature[:, None] * K + lanes[None, :], hot_delta_p, mask=use[:, None], sem="relaxed")
             # the sums are zero before any thread adds to them again
             tl.debug_barrier()
     tl.atomic_add(loss_sum_ptr, tl.sum(loss_rows, axis=0), sem="relaxed")
@@ -195,7 +195,7 @@ def alac_fm_bbe43039_async_hot_async(edge_feature_ptr: "*i32", edge_value_ptr: "
 @triton.jit
 def alac_fm_bbe43039_async_hot_predict(edge_feature_ptr: "*i32", edge_value_ptr: "*fp32", chunk_start_ptr: "*i64",
         chunk_width_ptr: "*i32", row_of_slot_ptr: "*i64", label_ptr: "*fp32", chunk_order_ptr: "*i64", chunk_offset,
-        w_row, w_ptr: "*fp32", v_row, v_ptr: "*fp32", b_ptr: "*fp32", prediction_ptr: "*fp32", HAS_VALUES: tl.constexpr,
+        w_ptr: "*fp32", v_ptr: "*fp32", b_ptr: "*fp32", prediction_ptr: "*fp32", HAS_VALUES: tl.constexpr,
         C: tl.constexpr, S: tl.constexpr, ONE_TILE: tl.constexpr, WIDE_IDS: tl.constexpr, RESIDENT: tl.constexpr):
     rows = tl.arange(0, C)
     chunk = tl.load(chunk_order_ptr + chunk_offset + tl.program_id(0)).to(tl.int64)
@@ -210,13 +210,13 @@ def alac_fm_bbe43039_async_hot_predict(edge_feature_ptr: "*i32", edge_value_ptr:
     v2x2 = tl.zeros([C, BLOCK_K], tl.float32)
     if ONE_TILE:
         # every row fits one [S, C] tile of edges: read it once for all stages
-        edge, feature, present, x, w, v = edge_tile(0, chunk_features, width, chunk_values, w_ptr, w_row, v_ptr, v_row,
-                HAS_VALUES, C, S, WIDE_IDS)
+        edge, feature, present, x, w, v = edge_tile(0, chunk_features, width, chunk_values, w_ptr, v_ptr, HAS_VALUES, C,
+                S, WIDE_IDS)
         wx, vx, v2x2 = aggregate(present, w, x, wx, v, vx, v2x2)
     else:
         for slot_start in range(0, width, S):
-            edge, feature, present, x, w, v = edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, w_row,
-                    v_ptr, v_row, HAS_VALUES, C, S, WIDE_IDS)
+            edge, feature, present, x, w, v = edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, v_ptr,
+                    HAS_VALUES, C, S, WIDE_IDS)
             wx, vx, v2x2 = aggregate(present, w, x, wx, v, vx, v2x2)
     # predict
     b = tl.load(b_ptr)

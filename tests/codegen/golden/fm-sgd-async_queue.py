@@ -34,8 +34,8 @@ def softplus(z):
 
 
 @triton.jit
-def edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, w_row, v_ptr, v_row, HAS_VALUES: tl.constexpr,
-        C: tl.constexpr, S: tl.constexpr, WIDE_IDS: tl.constexpr):
+def edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, v_ptr, HAS_VALUES: tl.constexpr, C: tl.constexpr,
+        S: tl.constexpr, WIDE_IDS: tl.constexpr):
     """An [S, C] edge tile from slot slot_start on and the params it reads; absent edges get id 0 and x 0."""
     rows = tl.arange(0, C)
     lanes = tl.arange(0, BLOCK_K)
@@ -50,8 +50,8 @@ def edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, w_row, v_p
         x = tl.load(chunk_values + edge, mask=present, other=0.0)
     else:
         x = tl.where(present, 1.0, 0.0)
-    w = tl.load(w_ptr + feature * w_row, mask=present, other=0.0)
-    v = tl.load(v_ptr + feature[:, :, None] * v_row + lanes, mask=present[:, :, None], other=0.0)
+    w = tl.load(w_ptr + feature, mask=present, other=0.0)
+    v = tl.load(v_ptr + feature[:, :, None] * K + lanes, mask=present[:, :, None], other=0.0)
     return edge, feature, present, x, w, v
 
 
@@ -65,7 +65,7 @@ def aggregate(present, w, x, wx, v, vx, v2x2):
 
 
 @triton.jit
-def apply(d_wx, x, w, d_vx, v, d_v2x2, scale, lr, feature, present, l2_w, l2_v, w_ptr, w_row, v_ptr, v_row):
+def apply(d_wx, x, w, d_vx, v, d_v2x2, scale, lr, feature, present, l2_w, l2_v, w_ptr, v_ptr):
     """Every edge's gradient (x 1/B) through the optimizer, straight into the parameters."""
     lanes = tl.arange(0, BLOCK_K)
     grad_w = (d_wx * x + l2_w * w)
@@ -73,17 +73,17 @@ def apply(d_wx, x, w, d_vx, v, d_v2x2, scale, lr, feature, present, l2_w, l2_v, 
     # sgd on w (the change, added atomically)
     g = grad_w * scale
     delta_p = -(g * lr)
-    tl.atomic_add(w_ptr + feature * w_row, delta_p, mask=present, sem="relaxed")
+    tl.atomic_add(w_ptr + feature, delta_p, mask=present, sem="relaxed")
     # sgd on v (the change, added atomically)
     g = grad_v * scale
     delta_p = -(g * lr)
-    tl.atomic_add(v_ptr + feature[:, :, None] * v_row + lanes, delta_p, mask=present[:, :, None], sem="relaxed")
+    tl.atomic_add(v_ptr + feature[:, :, None] * K + lanes, delta_p, mask=present[:, :, None], sem="relaxed")
 
 
 @triton.jit
 def alac_fm_bbe43039_async_queue_async(edge_feature_ptr: "*i32", edge_value_ptr: "*fp32", chunk_start_ptr: "*i64",
         chunk_width_ptr: "*i32", row_of_slot_ptr: "*i64", label_ptr: "*fp32", chunk_order_ptr: "*i64", chunk_offset,
-        chunk_end, lr_ptr: "*fp32", scale_ptr: "*fp32", queue_ptr: "*i64", w_row, w_ptr: "*fp32", v_row, v_ptr: "*fp32",
+        chunk_end, lr_ptr: "*fp32", scale_ptr: "*fp32", queue_ptr: "*i64", w_ptr: "*fp32", v_ptr: "*fp32",
         b_ptr: "*fp32", l2_w: "fp32", l2_v: "fp32", loss_sum_ptr: "*fp32", HAS_VALUES: tl.constexpr, C: tl.constexpr,
         S: tl.constexpr, ONE_TILE: tl.constexpr, WIDE_IDS: tl.constexpr, RESIDENT: tl.constexpr):
     rows = tl.arange(0, C)
@@ -111,13 +111,13 @@ def alac_fm_bbe43039_async_queue_async(edge_feature_ptr: "*i32", edge_value_ptr:
         v2x2 = tl.zeros([C, BLOCK_K], tl.float32)
         if ONE_TILE:
             # every row fits one [S, C] tile of edges: read it once for all stages
-            edge, feature, present, x, w, v = edge_tile(0, chunk_features, width, chunk_values, w_ptr, w_row, v_ptr,
-                    v_row, HAS_VALUES, C, S, WIDE_IDS)
+            edge, feature, present, x, w, v = edge_tile(0, chunk_features, width, chunk_values, w_ptr, v_ptr,
+                    HAS_VALUES, C, S, WIDE_IDS)
             wx, vx, v2x2 = aggregate(present, w, x, wx, v, vx, v2x2)
         else:
             for slot_start in range(0, width, S):
                 edge, feature, present, x, w, v = edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr,
-                        w_row, v_ptr, v_row, HAS_VALUES, C, S, WIDE_IDS)
+                        v_ptr, HAS_VALUES, C, S, WIDE_IDS)
                 wx, vx, v2x2 = aggregate(present, w, x, wx, v, vx, v2x2)
         # loss: per-sample loss and dLoss/dAccum, computed in place; padding rows give 0
         y = tl.load(label_ptr + slots)
@@ -132,12 +132,12 @@ def alac_fm_bbe43039_async_queue_async(edge_feature_ptr: "*i32", edge_value_ptr:
         dg_b = tl.where(valid, ts2, 0.0)
         tl.atomic_add(b_ptr, -lr * scale * tl.sum(dg_b, axis=0), sem="relaxed")
         if ONE_TILE:
-            apply(d_wx, x, w, d_vx, v, d_v2x2, scale, lr, feature, present, l2_w, l2_v, w_ptr, w_row, v_ptr, v_row)
+            apply(d_wx, x, w, d_vx, v, d_v2x2, scale, lr, feature, present, l2_w, l2_v, w_ptr, v_ptr)
         else:
             for slot_start in range(0, width, S):
                 edge, feature, present, x, w, v = edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr,
-                        w_row, v_ptr, v_row, HAS_VALUES, C, S, WIDE_IDS)
-                apply(d_wx, x, w, d_vx, v, d_v2x2, scale, lr, feature, present, l2_w, l2_v, w_ptr, w_row, v_ptr, v_row)
+                        v_ptr, HAS_VALUES, C, S, WIDE_IDS)
+                apply(d_wx, x, w, d_vx, v, d_v2x2, scale, lr, feature, present, l2_w, l2_v, w_ptr, v_ptr)
         loss_rows += loss
         step += 1
         position = next_position
@@ -153,7 +153,7 @@ def alac_fm_bbe43039_async_queue_async(edge_feature_ptr: "*i32", edge_value_ptr:
 @triton.jit
 def alac_fm_bbe43039_async_queue_predict(edge_feature_ptr: "*i32", edge_value_ptr: "*fp32", chunk_start_ptr: "*i64",
         chunk_width_ptr: "*i32", row_of_slot_ptr: "*i64", label_ptr: "*fp32", chunk_order_ptr: "*i64", chunk_offset,
-        w_row, w_ptr: "*fp32", v_row, v_ptr: "*fp32", b_ptr: "*fp32", prediction_ptr: "*fp32", HAS_VALUES: tl.constexpr,
+        w_ptr: "*fp32", v_ptr: "*fp32", b_ptr: "*fp32", prediction_ptr: "*fp32", HAS_VALUES: tl.constexpr,
         C: tl.constexpr, S: tl.constexpr, ONE_TILE: tl.constexpr, WIDE_IDS: tl.constexpr, RESIDENT: tl.constexpr):
     rows = tl.arange(0, C)
     chunk = tl.load(chunk_order_ptr + chunk_offset + tl.program_id(0)).to(tl.int64)
@@ -168,13 +168,13 @@ def alac_fm_bbe43039_async_queue_predict(edge_feature_ptr: "*i32", edge_value_pt
     v2x2 = tl.zeros([C, BLOCK_K], tl.float32)
     if ONE_TILE:
         # every row fits one [S, C] tile of edges: read it once for all stages
-        edge, feature, present, x, w, v = edge_tile(0, chunk_features, width, chunk_values, w_ptr, w_row, v_ptr, v_row,
-                HAS_VALUES, C, S, WIDE_IDS)
+        edge, feature, present, x, w, v = edge_tile(0, chunk_features, width, chunk_values, w_ptr, v_ptr, HAS_VALUES, C,
+                S, WIDE_IDS)
         wx, vx, v2x2 = aggregate(present, w, x, wx, v, vx, v2x2)
     else:
         for slot_start in range(0, width, S):
-            edge, feature, present, x, w, v = edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, w_row,
-                    v_ptr, v_row, HAS_VALUES, C, S, WIDE_IDS)
+            edge, feature, present, x, w, v = edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, v_ptr,
+                    HAS_VALUES, C, S, WIDE_IDS)
             wx, vx, v2x2 = aggregate(present, w, x, wx, v, vx, v2x2)
     # predict
     b = tl.load(b_ptr)

@@ -46,8 +46,8 @@ def grid_barrier(arrivals_ptr, expected):
 
 
 @triton.jit
-def edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, w_row, v_ptr, v_row, HAS_VALUES: tl.constexpr,
-        C: tl.constexpr, S: tl.constexpr, WIDE_IDS: tl.constexpr):
+def edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, v_ptr, HAS_VALUES: tl.constexpr, C: tl.constexpr,
+        S: tl.constexpr, WIDE_IDS: tl.constexpr):
     """An [S, C] edge tile from slot slot_start on and the params it reads; absent edges get id 0 and x 0."""
     rows = tl.arange(0, C)
     lanes = tl.arange(0, BLOCK_K)
@@ -62,8 +62,8 @@ def edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, w_row, v_p
         x = tl.load(chunk_values + edge, mask=present, other=0.0)
     else:
         x = tl.where(present, 1.0, 0.0)
-    w = tl.load(w_ptr + feature * w_row, mask=present, other=0.0)
-    v = tl.load(v_ptr + feature[:, :, None] * v_row + lanes, mask=present[:, :, None], other=0.0)
+    w = tl.load(w_ptr + feature, mask=present, other=0.0)
+    v = tl.load(v_ptr + feature[:, :, None] * K + lanes, mask=present[:, :, None], other=0.0)
     return edge, feature, present, x, w, v
 
 
@@ -89,9 +89,9 @@ def apply(d_wx, x, w, d_vx, v, d_v2x2, batch_chunk, edge, present, l2_w, l2_v, b
 
 @triton.jit
 def aggregate_loss_apply_chunk(chunk, batch_chunk, row_of_slot_ptr, chunk_start_ptr, chunk_width_ptr, edge_feature_ptr,
-        edge_value_ptr, w_ptr, w_row, v_ptr, v_row, label_ptr, b_ptr, grad_b_ptr, l2_w, l2_v, batch_edge_grad_w_ptr,
-        chunk_edges, batch_edge_grad_v_ptr, HAS_VALUES: tl.constexpr, C: tl.constexpr, S: tl.constexpr,
-        ONE_TILE: tl.constexpr, WIDE_IDS: tl.constexpr):
+        edge_value_ptr, w_ptr, v_ptr, label_ptr, b_ptr, grad_b_ptr, l2_w, l2_v, batch_edge_grad_w_ptr, chunk_edges,
+        batch_edge_grad_v_ptr, HAS_VALUES: tl.constexpr, C: tl.constexpr, S: tl.constexpr, ONE_TILE: tl.constexpr,
+        WIDE_IDS: tl.constexpr):
     """aggregate + loss + apply of one chunk; returns its rows' losses."""
     rows = tl.arange(0, C)
     slots = chunk * C + rows
@@ -105,13 +105,13 @@ def aggregate_loss_apply_chunk(chunk, batch_chunk, row_of_slot_ptr, chunk_start_
     v2x2 = tl.zeros([C, BLOCK_K], tl.float32)
     if ONE_TILE:
         # every row fits one [S, C] tile of edges: read it once for all stages
-        edge, feature, present, x, w, v = edge_tile(0, chunk_features, width, chunk_values, w_ptr, w_row, v_ptr, v_row,
-                HAS_VALUES, C, S, WIDE_IDS)
+        edge, feature, present, x, w, v = edge_tile(0, chunk_features, width, chunk_values, w_ptr, v_ptr, HAS_VALUES, C,
+                S, WIDE_IDS)
         wx, vx, v2x2 = aggregate(present, w, x, wx, v, vx, v2x2)
     else:
         for slot_start in range(0, width, S):
-            edge, feature, present, x, w, v = edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, w_row,
-                    v_ptr, v_row, HAS_VALUES, C, S, WIDE_IDS)
+            edge, feature, present, x, w, v = edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, v_ptr,
+                    HAS_VALUES, C, S, WIDE_IDS)
             wx, vx, v2x2 = aggregate(present, w, x, wx, v, vx, v2x2)
     # loss: per-sample loss and dLoss/dAccum, computed in place; padding rows give 0
     y = tl.load(label_ptr + slots)
@@ -130,8 +130,8 @@ def aggregate_loss_apply_chunk(chunk, batch_chunk, row_of_slot_ptr, chunk_start_
                 batch_edge_grad_v_ptr)
     else:
         for slot_start in range(0, width, S):
-            edge, feature, present, x, w, v = edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, w_row,
-                    v_ptr, v_row, HAS_VALUES, C, S, WIDE_IDS)
+            edge, feature, present, x, w, v = edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, v_ptr,
+                    HAS_VALUES, C, S, WIDE_IDS)
             apply(d_wx, x, w, d_vx, v, d_v2x2, batch_chunk, edge, present, l2_w, l2_v, batch_edge_grad_w_ptr,
                     chunk_edges, batch_edge_grad_v_ptr)
     return loss
@@ -147,7 +147,7 @@ def apply_resident(d_wx, x, w, d_vx, v, d_v2x2, l2_w, l2_v):
 
 @triton.jit
 def aggregate_loss_apply_resident(chunk, active, row_of_slot_ptr, chunk_start_ptr, chunk_width_ptr, edge_feature_ptr,
-        edge_value_ptr, w_ptr, w_row, v_ptr, v_row, label_ptr, b_ptr, grad_b_ptr, l2_w, l2_v, HAS_VALUES: tl.constexpr,
+        edge_value_ptr, w_ptr, v_ptr, label_ptr, b_ptr, grad_b_ptr, l2_w, l2_v, HAS_VALUES: tl.constexpr,
         C: tl.constexpr, S: tl.constexpr, WIDE_IDS: tl.constexpr):
     """aggregate + loss + apply of one chunk in one tile; returns its rows' losses and its edges' gradients."""
     rows = tl.arange(0, C)
@@ -161,8 +161,8 @@ def aggregate_loss_apply_resident(chunk, active, row_of_slot_ptr, chunk_start_pt
     wx = tl.zeros([C], tl.float32)
     vx = tl.zeros([C, BLOCK_K], tl.float32)
     v2x2 = tl.zeros([C, BLOCK_K], tl.float32)
-    edge, feature, present, x, w, v = edge_tile(0, chunk_features, width, chunk_values, w_ptr, w_row, v_ptr, v_row,
-            HAS_VALUES, C, S, WIDE_IDS)
+    edge, feature, present, x, w, v = edge_tile(0, chunk_features, width, chunk_values, w_ptr, v_ptr, HAS_VALUES, C, S,
+            WIDE_IDS)
     wx, vx, v2x2 = aggregate(present, w, x, wx, v, vx, v2x2)
     # loss: per-sample loss and dLoss/dAccum, computed in place; padding rows give 0
     y = tl.load(label_ptr + slots)
@@ -195,8 +195,8 @@ def update_start(batch, lr_ptr, scale_ptr, grad_b_ptr, b_ptr):
 
 @triton.jit
 def update_chunk(chunk, batch_chunk, scale, lr, chunk_start_ptr, chunk_width_ptr, edge_feature_ptr,
-        batch_edge_grad_w_ptr, chunk_edges, w_ptr, w_row, batch_edge_grad_v_ptr, v_ptr, v_row, C: tl.constexpr,
-        S: tl.constexpr, WIDE_IDS: tl.constexpr):
+        batch_edge_grad_w_ptr, chunk_edges, w_ptr, batch_edge_grad_v_ptr, v_ptr, C: tl.constexpr, S: tl.constexpr,
+        WIDE_IDS: tl.constexpr):
     """Every cold edge of a chunk adds its own change."""
     rows = tl.arange(0, C)
     lanes = tl.arange(0, BLOCK_K)
@@ -216,36 +216,36 @@ def update_chunk(chunk, batch_chunk, scale, lr, chunk_start_ptr, chunk_width_ptr
         # sgd on w (the change, added atomically)
         g = edge_gradient * scale
         delta_p = -(g * lr)
-        tl.atomic_add(w_ptr + feature * w_row, delta_p, mask=present, sem="relaxed")
+        tl.atomic_add(w_ptr + feature, delta_p, mask=present, sem="relaxed")
         edge_gradient = tl.load(batch_edge_grad_v_ptr + (batch_chunk * chunk_edges + edge)[:, :, None] * K + lanes, mask=present[:, :, None], other=0.0)
         # sgd on v (the change, added atomically)
         g = edge_gradient * scale
         delta_p = -(g * lr)
-        tl.atomic_add(v_ptr + feature[:, :, None] * v_row + lanes, delta_p, mask=present[:, :, None], sem="relaxed")
+        tl.atomic_add(v_ptr + feature[:, :, None] * K + lanes, delta_p, mask=present[:, :, None], sem="relaxed")
 
 
 @triton.jit
-def update_resident(grad_w, scale, lr, feature, present, grad_v, w_ptr, w_row, v_ptr, v_row):
+def update_resident(grad_w, scale, lr, feature, present, grad_v, w_ptr, v_ptr):
     """Every edge of the held tile adds its own change."""
     lanes = tl.arange(0, BLOCK_K)
     # sgd on w (the change, added atomically)
     g = grad_w * scale
     delta_p = -(g * lr)
-    tl.atomic_add(w_ptr + feature * w_row, delta_p, mask=present, sem="relaxed")
+    tl.atomic_add(w_ptr + feature, delta_p, mask=present, sem="relaxed")
     # sgd on v (the change, added atomically)
     g = grad_v * scale
     delta_p = -(g * lr)
-    tl.atomic_add(v_ptr + feature[:, :, None] * v_row + lanes, delta_p, mask=present[:, :, None], sem="relaxed")
+    tl.atomic_add(v_ptr + feature[:, :, None] * K + lanes, delta_p, mask=present[:, :, None], sem="relaxed")
 
 
 @triton.jit
 def alac_fm_bbe43039_sync_grid_edges_resident_epoch(edge_feature_ptr: "*i32", edge_value_ptr: "*fp32",
         chunk_start_ptr: "*i64", chunk_width_ptr: "*i32", row_of_slot_ptr: "*i64", label_ptr: "*fp32",
-        chunk_order_ptr: "*i64", chunk_offset, chunk_end, first_batch, chunks_per_batch, arrivals_ptr: "*i32", w_row,
-        w_ptr: "*fp32", v_row, v_ptr: "*fp32", b_ptr: "*fp32", grad_b_ptr: "*fp32", l2_w: "fp32", l2_v: "fp32",
-        chunk_edges, batch_edge_grad_w_ptr: "*fp32", batch_edge_grad_v_ptr: "*fp32", lr_ptr: "*fp32",
-        scale_ptr: "*fp32", loss_sum_ptr: "*fp32", HAS_VALUES: tl.constexpr, C: tl.constexpr, S: tl.constexpr,
-        ONE_TILE: tl.constexpr, WIDE_IDS: tl.constexpr, RESIDENT: tl.constexpr):
+        chunk_order_ptr: "*i64", chunk_offset, chunk_end, first_batch, chunks_per_batch, arrivals_ptr: "*i32",
+        w_ptr: "*fp32", v_ptr: "*fp32", b_ptr: "*fp32", grad_b_ptr: "*fp32", l2_w: "fp32", l2_v: "fp32", chunk_edges,
+        batch_edge_grad_w_ptr: "*fp32", batch_edge_grad_v_ptr: "*fp32", lr_ptr: "*fp32", scale_ptr: "*fp32",
+        loss_sum_ptr: "*fp32", HAS_VALUES: tl.constexpr, C: tl.constexpr, S: tl.constexpr, ONE_TILE: tl.constexpr,
+        WIDE_IDS: tl.constexpr, RESIDENT: tl.constexpr):
     # the loss, summed per row; added to the total once, at the end
     loss_rows = tl.zeros([C], tl.float32)
     # barriers passed so far: the arrival count grows by P at each
@@ -260,31 +260,29 @@ def alac_fm_bbe43039_sync_grid_edges_resident_epoch(edge_feature_ptr: "*i32", ed
             active = position < batch_end
             chunk = tl.load(chunk_order_ptr + position, mask=active, other=0).to(tl.int64)
             loss, feature, present, grad_w, grad_v = aggregate_loss_apply_resident(chunk, active, row_of_slot_ptr,
-                    chunk_start_ptr, chunk_width_ptr, edge_feature_ptr, edge_value_ptr, w_ptr, w_row, v_ptr, v_row,
-                    label_ptr, b_ptr, grad_b_ptr, l2_w, l2_v, HAS_VALUES, C, S, WIDE_IDS)
+                    chunk_start_ptr, chunk_width_ptr, edge_feature_ptr, edge_value_ptr, w_ptr, v_ptr, label_ptr, b_ptr,
+                    grad_b_ptr, l2_w, l2_v, HAS_VALUES, C, S, WIDE_IDS)
             loss_rows += loss
         else:
             for position in range(batch_start + tl.program_id(0), batch_end, tl.num_programs(0)):
                 batch_chunk = position - batch_start
                 chunk = tl.load(chunk_order_ptr + position).to(tl.int64)
                 loss = aggregate_loss_apply_chunk(chunk, batch_chunk, row_of_slot_ptr, chunk_start_ptr, chunk_width_ptr,
-                        edge_feature_ptr, edge_value_ptr, w_ptr, w_row, v_ptr, v_row, label_ptr, b_ptr, grad_b_ptr,
-                        l2_w, l2_v, batch_edge_grad_w_ptr, chunk_edges, batch_edge_grad_v_ptr, HAS_VALUES, C, S,
-                        ONE_TILE, WIDE_IDS)
+                        edge_feature_ptr, edge_value_ptr, w_ptr, v_ptr, label_ptr, b_ptr, grad_b_ptr, l2_w, l2_v,
+                        batch_edge_grad_w_ptr, chunk_edges, batch_edge_grad_v_ptr, HAS_VALUES, C, S, ONE_TILE, WIDE_IDS)
                 loss_rows += loss
         # every program's aggregate + loss + apply of this batch has landed before any program goes on
         barriers += 1
         grid_barrier(arrivals_ptr, barriers * tl.num_programs(0))
         lr, scale = update_start(batch, lr_ptr, scale_ptr, grad_b_ptr, b_ptr)
         if RESIDENT:
-            update_resident(grad_w, scale, lr, feature, present, grad_v, w_ptr, w_row, v_ptr, v_row)
+            update_resident(grad_w, scale, lr, feature, present, grad_v, w_ptr, v_ptr)
         else:
             for position in range(batch_start + tl.program_id(0), batch_end, tl.num_programs(0)):
                 batch_chunk = position - batch_start
                 chunk = tl.load(chunk_order_ptr + position).to(tl.int64)
                 update_chunk(chunk, batch_chunk, scale, lr, chunk_start_ptr, chunk_width_ptr, edge_feature_ptr,
-                        batch_edge_grad_w_ptr, chunk_edges, w_ptr, w_row, batch_edge_grad_v_ptr, v_ptr, v_row, C, S,
-                        WIDE_IDS)
+                        batch_edge_grad_w_ptr, chunk_edges, w_ptr, batch_edge_grad_v_ptr, v_ptr, C, S, WIDE_IDS)
         # every program's update of this batch has landed before any program goes on
         barriers += 1
         grid_barrier(arrivals_ptr, barriers * tl.num_programs(0))
@@ -294,9 +292,9 @@ def alac_fm_bbe43039_sync_grid_edges_resident_epoch(edge_feature_ptr: "*i32", ed
 @triton.jit
 def alac_fm_bbe43039_sync_grid_edges_resident_predict(edge_feature_ptr: "*i32", edge_value_ptr: "*fp32",
         chunk_start_ptr: "*i64", chunk_width_ptr: "*i32", row_of_slot_ptr: "*i64", label_ptr: "*fp32",
-        chunk_order_ptr: "*i64", chunk_offset, w_row, w_ptr: "*fp32", v_row, v_ptr: "*fp32", b_ptr: "*fp32",
-        prediction_ptr: "*fp32", HAS_VALUES: tl.constexpr, C: tl.constexpr, S: tl.constexpr, ONE_TILE: tl.constexpr,
-        WIDE_IDS: tl.constexpr, RESIDENT: tl.constexpr):
+        chunk_order_ptr: "*i64", chunk_offset, w_ptr: "*fp32", v_ptr: "*fp32", b_ptr: "*fp32", prediction_ptr: "*fp32",
+        HAS_VALUES: tl.constexpr, C: tl.constexpr, S: tl.constexpr, ONE_TILE: tl.constexpr, WIDE_IDS: tl.constexpr,
+        RESIDENT: tl.constexpr):
     rows = tl.arange(0, C)
     chunk = tl.load(chunk_order_ptr + chunk_offset + tl.program_id(0)).to(tl.int64)
     slots = chunk * C + rows
@@ -310,13 +308,13 @@ def alac_fm_bbe43039_sync_grid_edges_resident_predict(edge_feature_ptr: "*i32", 
     v2x2 = tl.zeros([C, BLOCK_K], tl.float32)
     if ONE_TILE:
         # every row fits one [S, C] tile of edges: read it once for all stages
-        edge, feature, present, x, w, v = edge_tile(0, chunk_features, width, chunk_values, w_ptr, w_row, v_ptr, v_row,
-                HAS_VALUES, C, S, WIDE_IDS)
+        edge, feature, present, x, w, v = edge_tile(0, chunk_features, width, chunk_values, w_ptr, v_ptr, HAS_VALUES, C,
+                S, WIDE_IDS)
         wx, vx, v2x2 = aggregate(present, w, x, wx, v, vx, v2x2)
     else:
         for slot_start in range(0, width, S):
-            edge, feature, present, x, w, v = edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, w_row,
-                    v_ptr, v_row, HAS_VALUES, C, S, WIDE_IDS)
+            edge, feature, present, x, w, v = edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, v_ptr,
+                    HAS_VALUES, C, S, WIDE_IDS)
             wx, vx, v2x2 = aggregate(present, w, x, wx, v, vx, v2x2)
     # predict
     b = tl.load(b_ptr)

@@ -43,8 +43,8 @@ def grid_barrier(arrivals_ptr, expected):
 
 
 @triton.jit
-def edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, w_row, v_ptr, v_row, HAS_VALUES: tl.constexpr,
-        C: tl.constexpr, S: tl.constexpr, WIDE_IDS: tl.constexpr):
+def edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, v_ptr, HAS_VALUES: tl.constexpr, C: tl.constexpr,
+        S: tl.constexpr, WIDE_IDS: tl.constexpr):
     """An [S, C] edge tile from slot slot_start on and the params it reads; absent edges get id 0 and x 0."""
     rows = tl.arange(0, C)
     lanes = tl.arange(0, BLOCK_K)
@@ -60,8 +60,8 @@ def edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, w_row, v_p
         x = tl.load(chunk_values + edge, mask=present, other=0.0)
     else:
         x = tl.where(present, 1.0, 0.0)
-    w = tl.load(w_ptr + feature * w_row, mask=present, other=0.0)
-    v = tl.load(v_ptr + feature[:, :, None] * v_row + lanes, mask=present[:, :, None] & lane_valid, other=0.0)
+    w = tl.load(w_ptr + feature, mask=present, other=0.0)
+    v = tl.load(v_ptr + feature[:, :, None] * K + lanes, mask=present[:, :, None] & lane_valid, other=0.0)
     return edge, feature, present, x, w, v
 
 
@@ -109,7 +109,7 @@ def apply(d_wx, x, w, d_vx, v, d_v2x2, present, feature, batch_chunk, edge, repl
 
 @triton.jit
 def aggregate_loss_apply_chunk(chunk, batch_chunk, row_of_slot_ptr, chunk_start_ptr, chunk_width_ptr, edge_feature_ptr,
-        edge_value_ptr, w_ptr, w_row, v_ptr, v_row, label_ptr, b_ptr, grad_b_ptr, replicas, l2_w, l2_v, hot_size,
+        edge_value_ptr, w_ptr, v_ptr, label_ptr, b_ptr, grad_b_ptr, replicas, l2_w, l2_v, hot_size,
         batch_edge_grad_w_ptr, chunk_edges, hot_grad_w_ptr, hot_stride, batch_edge_grad_v_ptr, hot_grad_v_ptr,
         HAS_VALUES: tl.constexpr, C: tl.constexpr, S: tl.constexpr, ONE_TILE: tl.constexpr, WIDE_IDS: tl.constexpr):
     """aggregate + loss + apply of one chunk; returns its rows' losses."""
@@ -127,13 +127,13 @@ def aggregate_loss_apply_chunk(chunk, batch_chunk, row_of_slot_ptr, chunk_start_
     v2x2 = tl.zeros([C, BLOCK_K], tl.float32)
     if ONE_TILE:
         # every row fits one [S, C] tile of edges: read it once for all stages
-        edge, feature, present, x, w, v = edge_tile(0, chunk_features, width, chunk_values, w_ptr, w_row, v_ptr, v_row,
-                HAS_VALUES, C, S, WIDE_IDS)
+        edge, feature, present, x, w, v = edge_tile(0, chunk_features, width, chunk_values, w_ptr, v_ptr, HAS_VALUES, C,
+                S, WIDE_IDS)
         wx, vx, v2x2 = aggregate(present, w, x, wx, v, vx, v2x2)
     else:
         for slot_start in range(0, width, S):
-            edge, feature, present, x, w, v = edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, w_row,
-                    v_ptr, v_row, HAS_VALUES, C, S, WIDE_IDS)
+            edge, feature, present, x, w, v = edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, v_ptr,
+                    HAS_VALUES, C, S, WIDE_IDS)
             wx, vx, v2x2 = aggregate(present, w, x, wx, v, vx, v2x2)
     # loss: per-sample loss and dLoss/dAccum, computed in place; padding rows give 0
     y = tl.load(label_ptr + slots)
@@ -153,8 +153,8 @@ def aggregate_loss_apply_chunk(chunk, batch_chunk, row_of_slot_ptr, chunk_start_
                 C, S)
     else:
         for slot_start in range(0, width, S):
-            edge, feature, present, x, w, v = edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, w_row,
-                    v_ptr, v_row, HAS_VALUES, C, S, WIDE_IDS)
+            edge, feature, present, x, w, v = edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, v_ptr,
+                    HAS_VALUES, C, S, WIDE_IDS)
             apply(d_wx, x, w, d_vx, v, d_v2x2, present, feature, batch_chunk, edge, replicas, l2_w, l2_v, hot_size,
                     batch_edge_grad_w_ptr, chunk_edges, hot_grad_w_ptr, hot_stride, batch_edge_grad_v_ptr,
                     hot_grad_v_ptr, C, S)
@@ -163,7 +163,7 @@ def aggregate_loss_apply_chunk(chunk, batch_chunk, row_of_slot_ptr, chunk_start_
 
 @triton.jit
 def update_start(batch, lr_ptr, scale_ptr, grad_b_ptr, b_ptr, hot_size, replicas, hot_grad_w_ptr, hot_stride, w_ptr,
-        w_row, hot_grad_v_ptr, v_ptr, v_row):
+        hot_grad_v_ptr, v_ptr):
     """The batch's learning rate and 1 / its real samples; globals and the hot segment updated."""
     lanes = tl.arange(0, BLOCK_K)
     lane_valid = lanes < K
@@ -186,25 +186,25 @@ def update_start(batch, lr_ptr, scale_ptr, grad_b_ptr, b_ptr, hot_size, replicas
             tl.store(hot_grad_w_ptr + replica * hot_stride + hot_feature, tl.zeros_like(summed), mask=in_hot)
         # sgd on w
         g = summed * scale
-        value = tl.load(w_ptr + hot_feature * w_row, mask=use, other=0.0)
+        value = tl.load(w_ptr + hot_feature, mask=use, other=0.0)
         new_p = (value - (g * lr))
-        tl.store(w_ptr + hot_feature * w_row, new_p, mask=use)
+        tl.store(w_ptr + hot_feature, new_p, mask=use)
         summed = tl.zeros([HOT_BLOCK, BLOCK_K], tl.float32)
         for replica in range(0, replicas):
             summed += tl.load(hot_grad_v_ptr + (replica * hot_stride + hot_feature)[:, None] * K + lanes[None, :], mask=in_hot[:, None] & lane_valid[None, :], other=0.0)
             tl.store(hot_grad_v_ptr + (replica * hot_stride + hot_feature)[:, None] * K + lanes[None, :], tl.zeros_like(summed), mask=in_hot[:, None] & lane_valid[None, :])
         # sgd on v
         g = summed * scale
-        value = tl.load(v_ptr + hot_feature[:, None] * v_row + lanes[None, :], mask=use[:, None] & lane_valid[None, :], other=0.0)
+        value = tl.load(v_ptr + hot_feature[:, None] * K + lanes[None, :], mask=use[:, None] & lane_valid[None, :], other=0.0)
         new_p = (value - (g * lr))
-        tl.store(v_ptr + hot_feature[:, None] * v_row + lanes[None, :], new_p, mask=use[:, None] & lane_valid[None, :])
+        tl.store(v_ptr + hot_feature[:, None] * K + lanes[None, :], new_p, mask=use[:, None] & lane_valid[None, :])
     return lr, scale
 
 
 @triton.jit
 def update_chunk(chunk, batch_chunk, scale, lr, chunk_start_ptr, chunk_width_ptr, edge_feature_ptr, hot_size,
-        batch_edge_grad_w_ptr, chunk_edges, w_ptr, w_row, batch_edge_grad_v_ptr, v_ptr, v_row, C: tl.constexpr,
-        S: tl.constexpr, WIDE_IDS: tl.constexpr):
+        batch_edge_grad_w_ptr, chunk_edges, w_ptr, batch_edge_grad_v_ptr, v_ptr, C: tl.constexpr, S: tl.constexpr,
+        WIDE_IDS: tl.constexpr):
     """Every cold edge of a chunk adds its own change."""
     rows = tl.arange(0, C)
     lanes = tl.arange(0, BLOCK_K)
@@ -225,20 +225,20 @@ def update_chunk(chunk, batch_chunk, scale, lr, chunk_start_ptr, chunk_width_ptr
         # sgd on w (the change, added atomically)
         g = edge_gradient * scale
         delta_p = -(g * lr)
-        tl.atomic_add(w_ptr + feature * w_row, delta_p, mask=present, sem="relaxed")
+        tl.atomic_add(w_ptr + feature, delta_p, mask=present, sem="relaxed")
         edge_gradient = tl.load(batch_edge_grad_v_ptr + (batch_chunk * chunk_edges + edge)[:, :, None] * K + lanes, mask=present[:, :, None] & lane_valid, other=0.0)
         # sgd on v (the change, added atomically)
         g = edge_gradient * scale
         delta_p = -(g * lr)
-        tl.atomic_add(v_ptr + feature[:, :, None] * v_row + lanes, delta_p, mask=present[:, :, None] & lane_valid, sem="relaxed")
+        tl.atomic_add(v_ptr + feature[:, :, None] * K + lanes, delta_p, mask=present[:, :, None] & lane_valid, sem="relaxed")
 
 
 @triton.jit
 def alac_fm_squared_faee518c_sync_hot_grid_edges_epoch(edge_feature_ptr: "*i32", edge_value_ptr: "*fp32",
         chunk_start_ptr: "*i64", chunk_width_ptr: "*i32", row_of_slot_ptr: "*i64", label_ptr: "*fp32",
-        chunk_order_ptr: "*i64", chunk_offset, chunk_end, first_batch, chunks_per_batch, arrivals_ptr: "*i32", w_row,
-        w_ptr: "*fp32", v_row, v_ptr: "*fp32", b_ptr: "*fp32", grad_b_ptr: "*fp32", l2_w: "fp32", l2_v: "fp32",
-        hot_size, chunk_edges, batch_edge_grad_w_ptr: "*fp32", replicas, hot_stride, hot_grad_w_ptr: "*fp32",
+        chunk_order_ptr: "*i64", chunk_offset, chunk_end, first_batch, chunks_per_batch, arrivals_ptr: "*i32",
+        w_ptr: "*fp32", v_ptr: "*fp32", b_ptr: "*fp32", grad_b_ptr: "*fp32", l2_w: "fp32", l2_v: "fp32", hot_size,
+        chunk_edges, batch_edge_grad_w_ptr: "*fp32", replicas, hot_stride, hot_grad_w_ptr: "*fp32",
         batch_edge_grad_v_ptr: "*fp32", hot_grad_v_ptr: "*fp32", lr_ptr: "*fp32", scale_ptr: "*fp32",
         loss_sum_ptr: "*fp32", HAS_VALUES: tl.constexpr, C: tl.constexpr, S: tl.constexpr, ONE_TILE: tl.constexpr,
         WIDE_IDS: tl.constexpr, RESIDENT: tl.constexpr):
@@ -254,21 +254,20 @@ def alac_fm_squared_faee518c_sync_hot_grid_edges_epoch(edge_feature_ptr: "*i32",
             batch_chunk = position - batch_start
             chunk = tl.load(chunk_order_ptr + position).to(tl.int64)
             loss = aggregate_loss_apply_chunk(chunk, batch_chunk, row_of_slot_ptr, chunk_start_ptr, chunk_width_ptr,
-                    edge_feature_ptr, edge_value_ptr, w_ptr, w_row, v_ptr, v_row, label_ptr, b_ptr, grad_b_ptr,
-                    replicas, l2_w, l2_v, hot_size, batch_edge_grad_w_ptr, chunk_edges, hot_grad_w_ptr, hot_stride,
-                    batch_edge_grad_v_ptr, hot_grad_v_ptr, HAS_VALUES, C, S, ONE_TILE, WIDE_IDS)
+                    edge_feature_ptr, edge_value_ptr, w_ptr, v_ptr, label_ptr, b_ptr, grad_b_ptr, replicas, l2_w, l2_v,
+                    hot_size, batch_edge_grad_w_ptr, chunk_edges, hot_grad_w_ptr, hot_stride, batch_edge_grad_v_ptr,
+                    hot_grad_v_ptr, HAS_VALUES, C, S, ONE_TILE, WIDE_IDS)
             loss_rows += loss
         # every program's aggregate + loss + apply of this batch has landed before any program goes on
         barriers += 1
         grid_barrier(arrivals_ptr, barriers * tl.num_programs(0))
         lr, scale = update_start(batch, lr_ptr, scale_ptr, grad_b_ptr, b_ptr, hot_size, replicas, hot_grad_w_ptr,
-                hot_stride, w_ptr, w_row, hot_grad_v_ptr, v_ptr, v_row)
+                hot_stride, w_ptr, hot_grad_v_ptr, v_ptr)
         for position in range(batch_start + tl.program_id(0), batch_end, tl.num_programs(0)):
             batch_chunk = position - batch_start
             chunk = tl.load(chunk_order_ptr + position).to(tl.int64)
             update_chunk(chunk, batch_chunk, scale, lr, chunk_start_ptr, chunk_width_ptr, edge_feature_ptr, hot_size,
-                    batch_edge_grad_w_ptr, chunk_edges, w_ptr, w_row, batch_edge_grad_v_ptr, v_ptr, v_row, C, S,
-                    WIDE_IDS)
+                    batch_edge_grad_w_ptr, chunk_edges, w_ptr, batch_edge_grad_v_ptr, v_ptr, C, S, WIDE_IDS)
         # every program's update of this batch has landed before any program goes on
         barriers += 1
         grid_barrier(arrivals_ptr, barriers * tl.num_programs(0))
@@ -278,9 +277,9 @@ def alac_fm_squared_faee518c_sync_hot_grid_edges_epoch(edge_feature_ptr: "*i32",
 @triton.jit
 def alac_fm_squared_faee518c_sync_hot_grid_edges_predict(edge_feature_ptr: "*i32", edge_value_ptr: "*fp32",
         chunk_start_ptr: "*i64", chunk_width_ptr: "*i32", row_of_slot_ptr: "*i64", label_ptr: "*fp32",
-        chunk_order_ptr: "*i64", chunk_offset, w_row, w_ptr: "*fp32", v_row, v_ptr: "*fp32", b_ptr: "*fp32",
-        prediction_ptr: "*fp32", HAS_VALUES: tl.constexpr, C: tl.constexpr, S: tl.constexpr, ONE_TILE: tl.constexpr,
-        WIDE_IDS: tl.constexpr, RESIDENT: tl.constexpr):
+        chunk_order_ptr: "*i64", chunk_offset, w_ptr: "*fp32", v_ptr: "*fp32", b_ptr: "*fp32", prediction_ptr: "*fp32",
+        HAS_VALUES: tl.constexpr, C: tl.constexpr, S: tl.constexpr, ONE_TILE: tl.constexpr, WIDE_IDS: tl.constexpr,
+        RESIDENT: tl.constexpr):
     rows = tl.arange(0, C)
     lanes = tl.arange(0, BLOCK_K)
     lane_valid = lanes < K
@@ -296,13 +295,13 @@ def alac_fm_squared_faee518c_sync_hot_grid_edges_predict(edge_feature_ptr: "*i32
     v2x2 = tl.zeros([C, BLOCK_K], tl.float32)
     if ONE_TILE:
         # every row fits one [S, C] tile of edges: read it once for all stages
-        edge, feature, present, x, w, v = edge_tile(0, chunk_features, width, chunk_values, w_ptr, w_row, v_ptr, v_row,
-                HAS_VALUES, C, S, WIDE_IDS)
+        edge, feature, present, x, w, v = edge_tile(0, chunk_features, width, chunk_values, w_ptr, v_ptr, HAS_VALUES, C,
+                S, WIDE_IDS)
         wx, vx, v2x2 = aggregate(present, w, x, wx, v, vx, v2x2)
     else:
         for slot_start in range(0, width, S):
-            edge, feature, present, x, w, v = edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, w_row,
-                    v_ptr, v_row, HAS_VALUES, C, S, WIDE_IDS)
+            edge, feature, present, x, w, v = edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, v_ptr,
+                    HAS_VALUES, C, S, WIDE_IDS)
             wx, vx, v2x2 = aggregate(present, w, x, wx, v, vx, v2x2)
     # predict
     b = tl.load(b_ptr)

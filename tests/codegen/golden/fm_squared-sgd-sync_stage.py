@@ -32,8 +32,8 @@ def grid_barrier(arrivals_ptr, expected):
 
 
 @triton.jit
-def edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, w_row, v_ptr, v_row, HAS_VALUES: tl.constexpr,
-        C: tl.constexpr, S: tl.constexpr, WIDE_IDS: tl.constexpr):
+def edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, v_ptr, HAS_VALUES: tl.constexpr, C: tl.constexpr,
+        S: tl.constexpr, WIDE_IDS: tl.constexpr):
     """An [S, C] edge tile from slot slot_start on and the params it reads; absent edges get id 0 and x 0."""
     rows = tl.arange(0, C)
     lanes = tl.arange(0, BLOCK_K)
@@ -49,8 +49,8 @@ def edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, w_row, v_p
         x = tl.load(chunk_values + edge, mask=present, other=0.0)
     else:
         x = tl.where(present, 1.0, 0.0)
-    w = tl.load(w_ptr + feature * w_row, mask=present, other=0.0)
-    v = tl.load(v_ptr + feature[:, :, None] * v_row + lanes, mask=present[:, :, None] & lane_valid, other=0.0)
+    w = tl.load(w_ptr + feature, mask=present, other=0.0)
+    v = tl.load(v_ptr + feature[:, :, None] * K + lanes, mask=present[:, :, None] & lane_valid, other=0.0)
     return edge, feature, present, x, w, v
 
 
@@ -65,7 +65,7 @@ def aggregate(present, w, x, wx, v, vx, v2x2):
 
 @triton.jit
 def aggregate_chunk(chunk, row_of_slot_ptr, chunk_start_ptr, chunk_width_ptr, edge_feature_ptr, edge_value_ptr, w_ptr,
-        w_row, v_ptr, v_row, wx_buffer_ptr, vx_buffer_ptr, v2x2_buffer_ptr, HAS_VALUES: tl.constexpr, C: tl.constexpr,
+        v_ptr, wx_buffer_ptr, vx_buffer_ptr, v2x2_buffer_ptr, HAS_VALUES: tl.constexpr, C: tl.constexpr,
         S: tl.constexpr, ONE_TILE: tl.constexpr, WIDE_IDS: tl.constexpr):
     """aggregate of one chunk."""
     rows = tl.arange(0, C)
@@ -82,13 +82,13 @@ def aggregate_chunk(chunk, row_of_slot_ptr, chunk_start_ptr, chunk_width_ptr, ed
     v2x2 = tl.zeros([C, BLOCK_K], tl.float32)
     if ONE_TILE:
         # every row fits one [S, C] tile of edges: read it once for all stages
-        edge, feature, present, x, w, v = edge_tile(0, chunk_features, width, chunk_values, w_ptr, w_row, v_ptr, v_row,
-                HAS_VALUES, C, S, WIDE_IDS)
+        edge, feature, present, x, w, v = edge_tile(0, chunk_features, width, chunk_values, w_ptr, v_ptr, HAS_VALUES, C,
+                S, WIDE_IDS)
         wx, vx, v2x2 = aggregate(present, w, x, wx, v, vx, v2x2)
     else:
         for slot_start in range(0, width, S):
-            edge, feature, present, x, w, v = edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, w_row,
-                    v_ptr, v_row, HAS_VALUES, C, S, WIDE_IDS)
+            edge, feature, present, x, w, v = edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, v_ptr,
+                    HAS_VALUES, C, S, WIDE_IDS)
             wx, vx, v2x2 = aggregate(present, w, x, wx, v, vx, v2x2)
     tl.store(wx_buffer_ptr + slots, wx)
     tl.store(vx_buffer_ptr + slots[:, None] * K + lanes[None, :], vx, mask=lane_valid[None, :])
@@ -139,9 +139,9 @@ def apply(d_wx, x, w, d_vx, v, d_v2x2, batch_chunk, edge, present, l2_w, l2_v, b
 
 @triton.jit
 def apply_chunk(chunk, batch_chunk, row_of_slot_ptr, chunk_start_ptr, chunk_width_ptr, edge_feature_ptr, edge_value_ptr,
-        d_wx_buffer_ptr, d_vx_buffer_ptr, d_v2x2_buffer_ptr, w_ptr, w_row, v_ptr, v_row, l2_w, l2_v,
-        batch_edge_grad_w_ptr, chunk_edges, batch_edge_grad_v_ptr, HAS_VALUES: tl.constexpr, C: tl.constexpr,
-        S: tl.constexpr, ONE_TILE: tl.constexpr, WIDE_IDS: tl.constexpr):
+        d_wx_buffer_ptr, d_vx_buffer_ptr, d_v2x2_buffer_ptr, w_ptr, v_ptr, l2_w, l2_v, batch_edge_grad_w_ptr,
+        chunk_edges, batch_edge_grad_v_ptr, HAS_VALUES: tl.constexpr, C: tl.constexpr, S: tl.constexpr,
+        ONE_TILE: tl.constexpr, WIDE_IDS: tl.constexpr):
     """apply of one chunk."""
     rows = tl.arange(0, C)
     lanes = tl.arange(0, BLOCK_K)
@@ -157,14 +157,14 @@ def apply_chunk(chunk, batch_chunk, row_of_slot_ptr, chunk_start_ptr, chunk_widt
     d_v2x2 = tl.load(d_v2x2_buffer_ptr + slots)
     if ONE_TILE:
         # every row fits one [S, C] tile of edges: read it once for all stages
-        edge, feature, present, x, w, v = edge_tile(0, chunk_features, width, chunk_values, w_ptr, w_row, v_ptr, v_row,
-                HAS_VALUES, C, S, WIDE_IDS)
+        edge, feature, present, x, w, v = edge_tile(0, chunk_features, width, chunk_values, w_ptr, v_ptr, HAS_VALUES, C,
+                S, WIDE_IDS)
         apply(d_wx, x, w, d_vx, v, d_v2x2, batch_chunk, edge, present, l2_w, l2_v, batch_edge_grad_w_ptr, chunk_edges,
                 batch_edge_grad_v_ptr)
     else:
         for slot_start in range(0, width, S):
-            edge, feature, present, x, w, v = edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, w_row,
-                    v_ptr, v_row, HAS_VALUES, C, S, WIDE_IDS)
+            edge, feature, present, x, w, v = edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, v_ptr,
+                    HAS_VALUES, C, S, WIDE_IDS)
             apply(d_wx, x, w, d_vx, v, d_v2x2, batch_chunk, edge, present, l2_w, l2_v, batch_edge_grad_w_ptr,
                     chunk_edges, batch_edge_grad_v_ptr)
 
@@ -184,8 +184,8 @@ def update_start(batch, lr_ptr, scale_ptr, grad_b_ptr, b_ptr):
 
 @triton.jit
 def update_chunk(chunk, batch_chunk, scale, lr, chunk_start_ptr, chunk_width_ptr, edge_feature_ptr,
-        batch_edge_grad_w_ptr, chunk_edges, w_ptr, w_row, batch_edge_grad_v_ptr, v_ptr, v_row, C: tl.constexpr,
-        S: tl.constexpr, WIDE_IDS: tl.constexpr):
+        batch_edge_grad_w_ptr, chunk_edges, w_ptr, batch_edge_grad_v_ptr, v_ptr, C: tl.constexpr, S: tl.constexpr,
+        WIDE_IDS: tl.constexpr):
     """Every cold edge of a chunk adds its own change."""
     rows = tl.arange(0, C)
     lanes = tl.arange(0, BLOCK_K)
@@ -206,19 +206,19 @@ def update_chunk(chunk, batch_chunk, scale, lr, chunk_start_ptr, chunk_width_ptr
         # sgd on w (the change, added atomically)
         g = edge_gradient * scale
         delta_p = -(g * lr)
-        tl.atomic_add(w_ptr + feature * w_row, delta_p, mask=present, sem="relaxed")
+        tl.atomic_add(w_ptr + feature, delta_p, mask=present, sem="relaxed")
         edge_gradient = tl.load(batch_edge_grad_v_ptr + (batch_chunk * chunk_edges + edge)[:, :, None] * K + lanes, mask=present[:, :, None] & lane_valid, other=0.0)
         # sgd on v (the change, added atomically)
         g = edge_gradient * scale
         delta_p = -(g * lr)
-        tl.atomic_add(v_ptr + feature[:, :, None] * v_row + lanes, delta_p, mask=present[:, :, None] & lane_valid, sem="relaxed")
+        tl.atomic_add(v_ptr + feature[:, :, None] * K + lanes, delta_p, mask=present[:, :, None] & lane_valid, sem="relaxed")
 
 
 @triton.jit
 def alac_fm_squared_faee518c_sync_stage_grid_edges_epoch(edge_feature_ptr: "*i32", edge_value_ptr: "*fp32",
         chunk_start_ptr: "*i64", chunk_width_ptr: "*i32", row_of_slot_ptr: "*i64", label_ptr: "*fp32",
-        chunk_order_ptr: "*i64", chunk_offset, chunk_end, first_batch, chunks_per_batch, arrivals_ptr: "*i32", w_row,
-        w_ptr: "*fp32", v_row, v_ptr: "*fp32", wx_buffer_ptr: "*fp32", vx_buffer_ptr: "*fp32", v2x2_buffer_ptr: "*fp32",
+        chunk_order_ptr: "*i64", chunk_offset, chunk_end, first_batch, chunks_per_batch, arrivals_ptr: "*i32",
+        w_ptr: "*fp32", v_ptr: "*fp32", wx_buffer_ptr: "*fp32", vx_buffer_ptr: "*fp32", v2x2_buffer_ptr: "*fp32",
         b_ptr: "*fp32", grad_b_ptr: "*fp32", d_wx_buffer_ptr: "*fp32", d_vx_buffer_ptr: "*fp32",
         d_v2x2_buffer_ptr: "*fp32", l2_w: "fp32", l2_v: "fp32", chunk_edges, batch_edge_grad_w_ptr: "*fp32",
         batch_edge_grad_v_ptr: "*fp32", lr_ptr: "*fp32", scale_ptr: "*fp32", loss_sum_ptr: "*fp32",
@@ -236,8 +236,7 @@ def alac_fm_squared_faee518c_sync_stage_grid_edges_epoch(edge_feature_ptr: "*i32
             batch_chunk = position - batch_start
             chunk = tl.load(chunk_order_ptr + position).to(tl.int64)
             aggregate_chunk(chunk, row_of_slot_ptr, chunk_start_ptr, chunk_width_ptr, edge_feature_ptr, edge_value_ptr,
-                    w_ptr, w_row, v_ptr, v_row, wx_buffer_ptr, vx_buffer_ptr, v2x2_buffer_ptr, HAS_VALUES, C, S,
-                    ONE_TILE, WIDE_IDS)
+                    w_ptr, v_ptr, wx_buffer_ptr, vx_buffer_ptr, v2x2_buffer_ptr, HAS_VALUES, C, S, ONE_TILE, WIDE_IDS)
         # every program's aggregate of this batch has landed before any program goes on
         barriers += 1
         grid_barrier(arrivals_ptr, barriers * tl.num_programs(0))
@@ -254,9 +253,8 @@ def alac_fm_squared_faee518c_sync_stage_grid_edges_epoch(edge_feature_ptr: "*i32
             batch_chunk = position - batch_start
             chunk = tl.load(chunk_order_ptr + position).to(tl.int64)
             apply_chunk(chunk, batch_chunk, row_of_slot_ptr, chunk_start_ptr, chunk_width_ptr, edge_feature_ptr,
-                    edge_value_ptr, d_wx_buffer_ptr, d_vx_buffer_ptr, d_v2x2_buffer_ptr, w_ptr, w_row, v_ptr, v_row,
-                    l2_w, l2_v, batch_edge_grad_w_ptr, chunk_edges, batch_edge_grad_v_ptr, HAS_VALUES, C, S, ONE_TILE,
-                    WIDE_IDS)
+                    edge_value_ptr, d_wx_buffer_ptr, d_vx_buffer_ptr, d_v2x2_buffer_ptr, w_ptr, v_ptr, l2_w, l2_v,
+                    batch_edge_grad_w_ptr, chunk_edges, batch_edge_grad_v_ptr, HAS_VALUES, C, S, ONE_TILE, WIDE_IDS)
         # every program's apply of this batch has landed before any program goes on
         barriers += 1
         grid_barrier(arrivals_ptr, barriers * tl.num_programs(0))
@@ -265,8 +263,7 @@ def alac_fm_squared_faee518c_sync_stage_grid_edges_epoch(edge_feature_ptr: "*i32
             batch_chunk = position - batch_start
             chunk = tl.load(chunk_order_ptr + position).to(tl.int64)
             update_chunk(chunk, batch_chunk, scale, lr, chunk_start_ptr, chunk_width_ptr, edge_feature_ptr,
-                    batch_edge_grad_w_ptr, chunk_edges, w_ptr, w_row, batch_edge_grad_v_ptr, v_ptr, v_row, C, S,
-                    WIDE_IDS)
+                    batch_edge_grad_w_ptr, chunk_edges, w_ptr, batch_edge_grad_v_ptr, v_ptr, C, S, WIDE_IDS)
         # every program's update of this batch has landed before any program goes on
         barriers += 1
         grid_barrier(arrivals_ptr, barriers * tl.num_programs(0))
@@ -276,9 +273,9 @@ def alac_fm_squared_faee518c_sync_stage_grid_edges_epoch(edge_feature_ptr: "*i32
 @triton.jit
 def alac_fm_squared_faee518c_sync_stage_grid_edges_predict(edge_feature_ptr: "*i32", edge_value_ptr: "*fp32",
         chunk_start_ptr: "*i64", chunk_width_ptr: "*i32", row_of_slot_ptr: "*i64", label_ptr: "*fp32",
-        chunk_order_ptr: "*i64", chunk_offset, w_row, w_ptr: "*fp32", v_row, v_ptr: "*fp32", b_ptr: "*fp32",
-        prediction_ptr: "*fp32", HAS_VALUES: tl.constexpr, C: tl.constexpr, S: tl.constexpr, ONE_TILE: tl.constexpr,
-        WIDE_IDS: tl.constexpr, RESIDENT: tl.constexpr):
+        chunk_order_ptr: "*i64", chunk_offset, w_ptr: "*fp32", v_ptr: "*fp32", b_ptr: "*fp32", prediction_ptr: "*fp32",
+        HAS_VALUES: tl.constexpr, C: tl.constexpr, S: tl.constexpr, ONE_TILE: tl.constexpr, WIDE_IDS: tl.constexpr,
+        RESIDENT: tl.constexpr):
     rows = tl.arange(0, C)
     lanes = tl.arange(0, BLOCK_K)
     lane_valid = lanes < K
@@ -294,13 +291,13 @@ def alac_fm_squared_faee518c_sync_stage_grid_edges_predict(edge_feature_ptr: "*i
     v2x2 = tl.zeros([C, BLOCK_K], tl.float32)
     if ONE_TILE:
         # every row fits one [S, C] tile of edges: read it once for all stages
-        edge, feature, present, x, w, v = edge_tile(0, chunk_features, width, chunk_values, w_ptr, w_row, v_ptr, v_row,
-                HAS_VALUES, C, S, WIDE_IDS)
+        edge, feature, present, x, w, v = edge_tile(0, chunk_features, width, chunk_values, w_ptr, v_ptr, HAS_VALUES, C,
+                S, WIDE_IDS)
         wx, vx, v2x2 = aggregate(present, w, x, wx, v, vx, v2x2)
     else:
         for slot_start in range(0, width, S):
-            edge, feature, present, x, w, v = edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, w_row,
-                    v_ptr, v_row, HAS_VALUES, C, S, WIDE_IDS)
+            edge, feature, present, x, w, v = edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, v_ptr,
+                    HAS_VALUES, C, S, WIDE_IDS)
             wx, vx, v2x2 = aggregate(present, w, x, wx, v, vx, v2x2)
     # predict
     b = tl.load(b_ptr)

@@ -49,7 +49,7 @@ def grid_barrier(arrivals_ptr, expected):
 
 
 @triton.jit
-def edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, w_row, HAS_VALUES: tl.constexpr, C: tl.constexpr,
+def edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, HAS_VALUES: tl.constexpr, C: tl.constexpr,
         S: tl.constexpr, WIDE_IDS: tl.constexpr):
     """An [S, C] edge tile from slot slot_start on and the params it reads; absent edges get id 0 and x 0."""
     rows = tl.arange(0, C)
@@ -64,7 +64,7 @@ def edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, w_row, HAS
         x = tl.load(chunk_values + edge, mask=present, other=0.0)
     else:
         x = tl.where(present, 1.0, 0.0)
-    w = tl.load(w_ptr + feature * w_row, mask=present, other=0.0)
+    w = tl.load(w_ptr + feature, mask=present, other=0.0)
     return edge, feature, present, x, w
 
 
@@ -101,7 +101,7 @@ def apply(d_wx, x, w, feature, present, replicas, l2_w, touched_ptr, hot_size, g
 
 @triton.jit
 def aggregate_loss_apply_chunk(chunk, row_of_slot_ptr, chunk_start_ptr, chunk_width_ptr, edge_feature_ptr,
-        edge_value_ptr, w_ptr, w_row, label_ptr, b_ptr, grad_b_ptr, replicas, l2_w, touched_ptr, hot_size, grad_w_ptr,
+        edge_value_ptr, w_ptr, label_ptr, b_ptr, grad_b_ptr, replicas, l2_w, touched_ptr, hot_size, grad_w_ptr,
         hot_grad_w_ptr, hot_stride, HAS_VALUES: tl.constexpr, C: tl.constexpr, S: tl.constexpr, ONE_TILE: tl.constexpr,
         WIDE_IDS: tl.constexpr):
     """aggregate + loss + apply of one chunk; returns its rows' losses."""
@@ -115,13 +115,13 @@ def aggregate_loss_apply_chunk(chunk, row_of_slot_ptr, chunk_start_ptr, chunk_wi
     wx = tl.zeros([C], tl.float32)
     if ONE_TILE:
         # every row fits one [S, C] tile of edges: read it once for all stages
-        edge, feature, present, x, w = edge_tile(0, chunk_features, width, chunk_values, w_ptr, w_row, HAS_VALUES, C, S,
+        edge, feature, present, x, w = edge_tile(0, chunk_features, width, chunk_values, w_ptr, HAS_VALUES, C, S,
                 WIDE_IDS)
         wx = aggregate(present, w, x, wx)
     else:
         for slot_start in range(0, width, S):
-            edge, feature, present, x, w = edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, w_row,
-                    HAS_VALUES, C, S, WIDE_IDS)
+            edge, feature, present, x, w = edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, HAS_VALUES,
+                    C, S, WIDE_IDS)
             wx = aggregate(present, w, x, wx)
     # loss: per-sample loss and dLoss/dAccum, computed in place; padding rows give 0
     y = tl.load(label_ptr + slots)
@@ -137,8 +137,8 @@ def aggregate_loss_apply_chunk(chunk, row_of_slot_ptr, chunk_start_ptr, chunk_wi
                 hot_stride, C, S)
     else:
         for slot_start in range(0, width, S):
-            edge, feature, present, x, w = edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, w_row,
-                    HAS_VALUES, C, S, WIDE_IDS)
+            edge, feature, present, x, w = edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, HAS_VALUES,
+                    C, S, WIDE_IDS)
             apply(d_wx, x, w, feature, present, replicas, l2_w, touched_ptr, hot_size, grad_w_ptr, hot_grad_w_ptr,
                     hot_stride, C, S)
     return loss
@@ -146,7 +146,7 @@ def aggregate_loss_apply_chunk(chunk, row_of_slot_ptr, chunk_start_ptr, chunk_wi
 
 @triton.jit
 def update_start(batch, lr_ptr, scale_ptr, grad_b_ptr, b_ptr, hot_size, touched_ptr, replicas, hot_grad_w_ptr,
-        hot_stride, w_ptr, w_row, state_w_accumulator_ptr, state_w_accumulator_row, h_eps, h_initial_accumulator):
+        hot_stride, w_ptr, state_w_accumulator_ptr, h_eps, h_initial_accumulator):
     """The batch's learning rate and 1 / its real samples; globals and the hot segment updated."""
     lr = tl.load(lr_ptr + batch)
     scale = tl.load(scale_ptr + batch)
@@ -168,20 +168,20 @@ def update_start(batch, lr_ptr, scale_ptr, grad_b_ptr, b_ptr, hot_size, touched_
             tl.store(hot_grad_w_ptr + replica * hot_stride + hot_feature, tl.zeros_like(summed), mask=in_hot)
         # adagrad on w
         g = summed * scale
-        value = tl.load(w_ptr + hot_feature * w_row, mask=use, other=0.0)
-        state_accumulator = tl.load(state_w_accumulator_ptr + hot_feature * state_w_accumulator_row, mask=use, other=0.0)
+        value = tl.load(w_ptr + hot_feature, mask=use, other=0.0)
+        state_accumulator = tl.load(state_w_accumulator_ptr + hot_feature, mask=use, other=0.0)
         tu0 = (state_accumulator + (g * g))
         new_p = (value - (g * lr / (h_eps + tl.sqrt((h_initial_accumulator + tu0)))))
         new_s_accumulator = tu0
-        tl.store(w_ptr + hot_feature * w_row, new_p, mask=use)
-        tl.store(state_w_accumulator_ptr + hot_feature * state_w_accumulator_row, new_s_accumulator, mask=use)
+        tl.store(w_ptr + hot_feature, new_p, mask=use)
+        tl.store(state_w_accumulator_ptr + hot_feature, new_s_accumulator, mask=use)
     return lr, scale
 
 
 @triton.jit
 def update_chunk(chunk, scale, lr, chunk_start_ptr, chunk_width_ptr, edge_feature_ptr, hot_size, touched_ptr,
-        grad_w_ptr, w_ptr, w_row, state_w_accumulator_ptr, state_w_accumulator_row, h_eps, h_initial_accumulator,
-        C: tl.constexpr, S: tl.constexpr, WIDE_IDS: tl.constexpr):
+        grad_w_ptr, w_ptr, state_w_accumulator_ptr, h_eps, h_initial_accumulator, C: tl.constexpr, S: tl.constexpr,
+        WIDE_IDS: tl.constexpr):
     """Every touched cold feature of a chunk updated once."""
     rows = tl.arange(0, C)
     edge_base = tl.load(chunk_start_ptr + chunk)
@@ -202,23 +202,23 @@ def update_chunk(chunk, scale, lr, chunk_start_ptr, chunk_width_ptr, edge_featur
         tl.store(grad_w_ptr + feature, tl.zeros_like(summed), mask=first)
         # adagrad on w
         g = summed * scale
-        value = tl.load(w_ptr + feature * w_row, mask=first, other=0.0)
-        state_accumulator = tl.load(state_w_accumulator_ptr + feature * state_w_accumulator_row, mask=first, other=0.0)
+        value = tl.load(w_ptr + feature, mask=first, other=0.0)
+        state_accumulator = tl.load(state_w_accumulator_ptr + feature, mask=first, other=0.0)
         tu0 = (state_accumulator + (g * g))
         new_p = (value - (g * lr / (h_eps + tl.sqrt((h_initial_accumulator + tu0)))))
         new_s_accumulator = tu0
-        tl.store(w_ptr + feature * w_row, new_p, mask=first)
-        tl.store(state_w_accumulator_ptr + feature * state_w_accumulator_row, new_s_accumulator, mask=first)
+        tl.store(w_ptr + feature, new_p, mask=first)
+        tl.store(state_w_accumulator_ptr + feature, new_s_accumulator, mask=first)
 
 
 @triton.jit
 def alac_lr_dbb6fee5_sync_hot_grid_epoch(edge_feature_ptr: "*i32", edge_value_ptr: "*fp32", chunk_start_ptr: "*i64",
         chunk_width_ptr: "*i32", row_of_slot_ptr: "*i64", label_ptr: "*fp32", chunk_order_ptr: "*i64", chunk_offset,
-        chunk_end, first_batch, chunks_per_batch, arrivals_ptr: "*i32", w_row, w_ptr: "*fp32", b_ptr: "*fp32",
+        chunk_end, first_batch, chunks_per_batch, arrivals_ptr: "*i32", w_ptr: "*fp32", b_ptr: "*fp32",
         grad_b_ptr: "*fp32", l2_w: "fp32", touched_ptr: "*i32", hot_size, grad_w_ptr: "*fp32", replicas, hot_stride,
         hot_grad_w_ptr: "*fp32", lr_ptr: "*fp32", scale_ptr: "*fp32", h_eps: "fp32", h_initial_accumulator: "fp32",
-        state_w_accumulator_row, state_w_accumulator_ptr: "*fp32", loss_sum_ptr: "*fp32", HAS_VALUES: tl.constexpr,
-        C: tl.constexpr, S: tl.constexpr, ONE_TILE: tl.constexpr, WIDE_IDS: tl.constexpr, RESIDENT: tl.constexpr):
+        state_w_accumulator_ptr: "*fp32", loss_sum_ptr: "*fp32", HAS_VALUES: tl.constexpr, C: tl.constexpr,
+        S: tl.constexpr, ONE_TILE: tl.constexpr, WIDE_IDS: tl.constexpr, RESIDENT: tl.constexpr):
     # the loss, summed per row; added to the total once, at the end
     loss_rows = tl.zeros([C], tl.float32)
     # barriers passed so far: the arrival count grows by P at each
@@ -230,20 +230,18 @@ def alac_lr_dbb6fee5_sync_hot_grid_epoch(edge_feature_ptr: "*i32", edge_value_pt
         for position in range(batch_start + tl.program_id(0), batch_end, tl.num_programs(0)):
             chunk = tl.load(chunk_order_ptr + position).to(tl.int64)
             loss = aggregate_loss_apply_chunk(chunk, row_of_slot_ptr, chunk_start_ptr, chunk_width_ptr,
-                    edge_feature_ptr, edge_value_ptr, w_ptr, w_row, label_ptr, b_ptr, grad_b_ptr, replicas, l2_w,
-                    touched_ptr, hot_size, grad_w_ptr, hot_grad_w_ptr, hot_stride, HAS_VALUES, C, S, ONE_TILE, WIDE_IDS)
+                    edge_feature_ptr, edge_value_ptr, w_ptr, label_ptr, b_ptr, grad_b_ptr, replicas, l2_w, touched_ptr,
+                    hot_size, grad_w_ptr, hot_grad_w_ptr, hot_stride, HAS_VALUES, C, S, ONE_TILE, WIDE_IDS)
             loss_rows += loss
         # every program's aggregate + loss + apply of this batch has landed before any program goes on
         barriers += 1
         grid_barrier(arrivals_ptr, barriers * tl.num_programs(0))
         lr, scale = update_start(batch, lr_ptr, scale_ptr, grad_b_ptr, b_ptr, hot_size, touched_ptr, replicas,
-                hot_grad_w_ptr, hot_stride, w_ptr, w_row, state_w_accumulator_ptr, state_w_accumulator_row, h_eps,
-                h_initial_accumulator)
+                hot_grad_w_ptr, hot_stride, w_ptr, state_w_accumulator_ptr, h_eps, h_initial_accumulator)
         for position in range(batch_start + tl.program_id(0), batch_end, tl.num_programs(0)):
             chunk = tl.load(chunk_order_ptr + position).to(tl.int64)
             update_chunk(chunk, scale, lr, chunk_start_ptr, chunk_width_ptr, edge_feature_ptr, hot_size, touched_ptr,
-                    grad_w_ptr, w_ptr, w_row, state_w_accumulator_ptr, state_w_accumulator_row, h_eps,
-                    h_initial_accumulator, C, S, WIDE_IDS)
+                    grad_w_ptr, w_ptr, state_w_accumulator_ptr, h_eps, h_initial_accumulator, C, S, WIDE_IDS)
         # every program's update of this batch has landed before any program goes on
         barriers += 1
         grid_barrier(arrivals_ptr, barriers * tl.num_programs(0))
@@ -253,7 +251,7 @@ def alac_lr_dbb6fee5_sync_hot_grid_epoch(edge_feature_ptr: "*i32", edge_value_pt
 @triton.jit
 def alac_lr_dbb6fee5_sync_hot_grid_predict(edge_feature_ptr: "*i32", edge_value_ptr: "*fp32", chunk_start_ptr: "*i64",
         chunk_width_ptr: "*i32", row_of_slot_ptr: "*i64", label_ptr: "*fp32", chunk_order_ptr: "*i64", chunk_offset,
-        w_row, w_ptr: "*fp32", b_ptr: "*fp32", prediction_ptr: "*fp32", HAS_VALUES: tl.constexpr, C: tl.constexpr,
+        w_ptr: "*fp32", b_ptr: "*fp32", prediction_ptr: "*fp32", HAS_VALUES: tl.constexpr, C: tl.constexpr,
         S: tl.constexpr, ONE_TILE: tl.constexpr, WIDE_IDS: tl.constexpr, RESIDENT: tl.constexpr):
     rows = tl.arange(0, C)
     chunk = tl.load(chunk_order_ptr + chunk_offset + tl.program_id(0)).to(tl.int64)
@@ -266,13 +264,13 @@ def alac_lr_dbb6fee5_sync_hot_grid_predict(edge_feature_ptr: "*i32", edge_value_
     wx = tl.zeros([C], tl.float32)
     if ONE_TILE:
         # every row fits one [S, C] tile of edges: read it once for all stages
-        edge, feature, present, x, w = edge_tile(0, chunk_features, width, chunk_values, w_ptr, w_row, HAS_VALUES, C, S,
+        edge, feature, present, x, w = edge_tile(0, chunk_features, width, chunk_values, w_ptr, HAS_VALUES, C, S,
                 WIDE_IDS)
         wx = aggregate(present, w, x, wx)
     else:
         for slot_start in range(0, width, S):
-            edge, feature, present, x, w = edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, w_row,
-                    HAS_VALUES, C, S, WIDE_IDS)
+            edge, feature, present, x, w = edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, HAS_VALUES,
+                    C, S, WIDE_IDS)
             wx = aggregate(present, w, x, wx)
     # predict
     b = tl.load(b_ptr)

@@ -30,7 +30,7 @@ def softplus(z):
 
 
 @triton.jit
-def edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, w_row, HAS_VALUES: tl.constexpr, C: tl.constexpr,
+def edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, HAS_VALUES: tl.constexpr, C: tl.constexpr,
         S: tl.constexpr, WIDE_IDS: tl.constexpr):
     """An [S, C] edge tile from slot slot_start on and the params it reads; absent edges get id 0 and x 0."""
     rows = tl.arange(0, C)
@@ -45,7 +45,7 @@ def edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, w_row, HAS
         x = tl.load(chunk_values + edge, mask=present, other=0.0)
     else:
         x = tl.where(present, 1.0, 0.0)
-    w = tl.load(w_ptr + feature * w_row, mask=present, other=0.0)
+    w = tl.load(w_ptr + feature, mask=present, other=0.0)
     return edge, feature, present, x, w
 
 
@@ -57,20 +57,19 @@ def aggregate(present, w, x, wx):
 
 
 @triton.jit
-def apply(d_wx, x, w, present, feature, scale, lr, hot_base, l2_w, hot_size, state_w_m_ptr, state_w_m_row,
-        state_w_v_ptr, state_w_v_row, state_w_correction1_ptr, state_w_correction1_row, state_w_correction2_ptr,
-        state_w_correction2_row, h_one_minus_beta1, h_beta1, h_one_minus_beta2, h_beta2, h_eps, w_ptr, w_row,
-        hot_grad_w_ptr):
+def apply(d_wx, x, w, present, feature, scale, lr, hot_base, l2_w, hot_size, state_w_m_ptr, state_w_v_ptr,
+        state_w_correction1_ptr, state_w_correction2_ptr, h_one_minus_beta1, h_beta1, h_one_minus_beta2, h_beta2, h_eps,
+        w_ptr, hot_grad_w_ptr):
     """Every edge's gradient (x 1/B) through the optimizer, straight into the parameters."""
     grad_w = (d_wx * x + l2_w * w)
     hot = present & (feature < hot_size)
     cold = present & ~hot
     # adam on w (the change, added atomically)
     g = grad_w * scale
-    state_m = tl.load(state_w_m_ptr + feature * state_w_m_row, mask=cold, other=0.0)
-    state_v = tl.load(state_w_v_ptr + feature * state_w_v_row, mask=cold, other=0.0)
-    state_correction1 = tl.load(state_w_correction1_ptr + feature * state_w_correction1_row, mask=cold, other=0.0)
-    state_correction2 = tl.load(state_w_correction2_ptr + feature * state_w_correction2_row, mask=cold, other=0.0)
+    state_m = tl.load(state_w_m_ptr + feature, mask=cold, other=0.0)
+    state_v = tl.load(state_w_v_ptr + feature, mask=cold, other=0.0)
+    state_correction1 = tl.load(state_w_correction1_ptr + feature, mask=cold, other=0.0)
+    state_correction2 = tl.load(state_w_correction2_ptr + feature, mask=cold, other=0.0)
     td0 = (g * h_one_minus_beta1 + h_beta1 * state_m)
     td1 = (h_one_minus_beta1 + h_beta1 * state_correction1)
     td2 = (h_one_minus_beta2 + h_beta2 * state_correction2)
@@ -80,11 +79,11 @@ def apply(d_wx, x, w, present, feature, scale, lr, hot_base, l2_w, hot_size, sta
     new_s_v = td3
     new_s_correction1 = td1
     new_s_correction2 = td2
-    tl.atomic_add(w_ptr + feature * w_row, delta_p, mask=cold, sem="relaxed")
-    tl.store(state_w_m_ptr + feature * state_w_m_row, new_s_m, mask=cold)
-    tl.store(state_w_v_ptr + feature * state_w_v_row, new_s_v, mask=cold)
-    tl.store(state_w_correction1_ptr + feature * state_w_correction1_row, new_s_correction1, mask=cold)
-    tl.store(state_w_correction2_ptr + feature * state_w_correction2_row, new_s_correction2, mask=cold)
+    tl.atomic_add(w_ptr + feature, delta_p, mask=cold, sem="relaxed")
+    tl.store(state_w_m_ptr + feature, new_s_m, mask=cold)
+    tl.store(state_w_v_ptr + feature, new_s_v, mask=cold)
+    tl.store(state_w_correction1_ptr + feature, new_s_correction1, mask=cold)
+    tl.store(state_w_correction2_ptr + feature, new_s_correction2, mask=cold)
     # hot edges: into this program's own sums (no other program adds there), applied at its next flush
     tl.atomic_add(hot_grad_w_ptr + (hot_base + feature), grad_w, mask=hot, sem="relaxed")
 
@@ -92,12 +91,12 @@ def apply(d_wx, x, w, present, feature, scale, lr, hot_base, l2_w, hot_size, sta
 @triton.jit
 def alac_lr_f2a59599_async_hot_async(edge_feature_ptr: "*i32", edge_value_ptr: "*fp32", chunk_start_ptr: "*i64",
         chunk_width_ptr: "*i32", row_of_slot_ptr: "*i64", label_ptr: "*fp32", chunk_order_ptr: "*i64", chunk_offset,
-        chunk_end, lr_ptr: "*fp32", scale_ptr: "*fp32", hot_stride, w_row, w_ptr: "*fp32", b_ptr: "*fp32", l2_w: "fp32",
+        chunk_end, lr_ptr: "*fp32", scale_ptr: "*fp32", hot_stride, w_ptr: "*fp32", b_ptr: "*fp32", l2_w: "fp32",
         hot_size, h_beta1: "fp32", h_beta2: "fp32", h_eps: "fp32", h_one_minus_beta1: "fp32", h_one_minus_beta2: "fp32",
-        state_w_m_row, state_w_m_ptr: "*fp32", state_w_v_row, state_w_v_ptr: "*fp32", state_w_correction1_row,
-        state_w_correction1_ptr: "*fp32", state_w_correction2_row, state_w_correction2_ptr: "*fp32",
-        hot_grad_w_ptr: "*fp32", flush_every, loss_sum_ptr: "*fp32", HAS_VALUES: tl.constexpr, C: tl.constexpr,
-        S: tl.constexpr, ONE_TILE: tl.constexpr, WIDE_IDS: tl.constexpr, RESIDENT: tl.constexpr):
+        state_w_m_ptr: "*fp32", state_w_v_ptr: "*fp32", state_w_correction1_ptr: "*fp32",
+        state_w_correction2_ptr: "*fp32", hot_grad_w_ptr: "*fp32", flush_every, loss_sum_ptr: "*fp32",
+        HAS_VALUES: tl.constexpr, C: tl.constexpr, S: tl.constexpr, ONE_TILE: tl.constexpr, WIDE_IDS: tl.constexpr,
+        RESIDENT: tl.constexpr):
     rows = tl.arange(0, C)
     # the epoch's learning rate, and 1 / B: a sample's gradient counts as in a batch of B
     lr = tl.load(lr_ptr)
@@ -121,12 +120,12 @@ def alac_lr_f2a59599_async_hot_async(edge_feature_ptr: "*i32", edge_value_ptr: "
         wx = tl.zeros([C], tl.float32)
         if ONE_TILE:
             # every row fits one [S, C] tile of edges: read it once for all stages
-            edge, feature, present, x, w = edge_tile(0, chunk_features, width, chunk_values, w_ptr, w_row, HAS_VALUES,
-                    C, S, WIDE_IDS)
+            edge, feature, present, x, w = edge_tile(0, chunk_features, width, chunk_values, w_ptr, HAS_VALUES, C, S,
+                    WIDE_IDS)
             wx = aggregate(present, w, x, wx)
         else:
             for slot_start in range(0, width, S):
-                edge, feature, present, x, w = edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, w_row,
+                edge, feature, present, x, w = edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr,
                         HAS_VALUES, C, S, WIDE_IDS)
                 wx = aggregate(present, w, x, wx)
         # loss: per-sample loss and dLoss/dAccum, computed in place; padding rows give 0
@@ -139,18 +138,16 @@ def alac_lr_f2a59599_async_hot_async(edge_feature_ptr: "*i32", edge_value_ptr: "
         dg_b = tl.where(valid, ts1, 0.0)
         tl.atomic_add(b_ptr, -lr * scale * tl.sum(dg_b, axis=0), sem="relaxed")
         if ONE_TILE:
-            apply(d_wx, x, w, present, feature, scale, lr, hot_base, l2_w, hot_size, state_w_m_ptr, state_w_m_row,
-                    state_w_v_ptr, state_w_v_row, state_w_correction1_ptr, state_w_correction1_row,
-                    state_w_correction2_ptr, state_w_correction2_row, h_one_minus_beta1, h_beta1, h_one_minus_beta2,
-                    h_beta2, h_eps, w_ptr, w_row, hot_grad_w_ptr)
+            apply(d_wx, x, w, present, feature, scale, lr, hot_base, l2_w, hot_size, state_w_m_ptr, state_w_v_ptr,
+                    state_w_correction1_ptr, state_w_correction2_ptr, h_one_minus_beta1, h_beta1, h_one_minus_beta2,
+                    h_beta2, h_eps, w_ptr, hot_grad_w_ptr)
         else:
             for slot_start in range(0, width, S):
-                edge, feature, present, x, w = edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, w_row,
+                edge, feature, present, x, w = edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr,
                         HAS_VALUES, C, S, WIDE_IDS)
-                apply(d_wx, x, w, present, feature, scale, lr, hot_base, l2_w, hot_size, state_w_m_ptr, state_w_m_row,
-                        state_w_v_ptr, state_w_v_row, state_w_correction1_ptr, state_w_correction1_row,
-                        state_w_correction2_ptr, state_w_correction2_row, h_one_minus_beta1, h_beta1, h_one_minus_beta2,
-                        h_beta2, h_eps, w_ptr, w_row, hot_grad_w_ptr)
+                apply(d_wx, x, w, present, feature, scale, lr, hot_base, l2_w, hot_size, state_w_m_ptr, state_w_v_ptr,
+                        state_w_correction1_ptr, state_w_correction2_ptr, h_one_minus_beta1, h_beta1, h_one_minus_beta2,
+                        h_beta2, h_eps, w_ptr, hot_grad_w_ptr)
         loss_rows += loss
         # flush the hot sums every flush_every chunks, out of phase across programs, and after the
         # program's last (flushing in step, every program's first sums are gradients of the same params
@@ -169,10 +166,10 @@ def alac_lr_f2a59599_async_hot_async(edge_feature_ptr: "*i32", edge_value_ptr: "
                 use = in_hot & (summed != 0.0)
                 # adam on w (the change, added atomically)
                 hot_g = summed * scale / flush_every
-                hot_state_m = tl.load(state_w_m_ptr + hot_feature * state_w_m_row, mask=use, other=0.0)
-                hot_state_v = tl.load(state_w_v_ptr + hot_feature * state_w_v_row, mask=use, other=0.0)
-                hot_state_correction1 = tl.load(state_w_correction1_ptr + hot_feature * state_w_correction1_row, mask=use, other=0.0)
-                hot_state_correction2 = tl.load(state_w_correction2_ptr + hot_feature * state_w_correction2_row, mask=use, other=0.0)
+                hot_state_m = tl.load(state_w_m_ptr + hot_feature, mask=use, other=0.0)
+                hot_state_v = tl.load(state_w_v_ptr + hot_feature, mask=use, other=0.0)
+                hot_state_correction1 = tl.load(state_w_correction1_ptr + hot_feature, mask=use, other=0.0)
+                hot_state_correction2 = tl.load(state_w_correction2_ptr + hot_feature, mask=use, other=0.0)
                 hot_td0 = (hot_g * h_one_minus_beta1 + h_beta1 * hot_state_m)
                 hot_td1 = (h_one_minus_beta1 + h_beta1 * hot_state_correction1)
                 hot_td2 = (h_one_minus_beta2 + h_beta2 * hot_state_correction2)
@@ -182,11 +179,11 @@ def alac_lr_f2a59599_async_hot_async(edge_feature_ptr: "*i32", edge_value_ptr: "
                 hot_new_s_v = hot_td3
                 hot_new_s_correction1 = hot_td1
                 hot_new_s_correction2 = hot_td2
-                tl.atomic_add(w_ptr + hot_feature * w_row, hot_delta_p, mask=use, sem="relaxed")
-                tl.store(state_w_m_ptr + hot_feature * state_w_m_row, hot_new_s_m, mask=use)
-                tl.store(state_w_v_ptr + hot_feature * state_w_v_row, hot_new_s_v, mask=use)
-                tl.store(state_w_correction1_ptr + hot_feature * state_w_correction1_row, hot_new_s_correction1, mask=use)
-                tl.store(state_w_correction2_ptr + hot_feature * state_w_correction2_row, hot_new_s_correction2, mask=use)
+                tl.atomic_add(w_ptr + hot_feature, hot_delta_p, mask=use, sem="relaxed")
+                tl.store(state_w_m_ptr + hot_feature, hot_new_s_m, mask=use)
+                tl.store(state_w_v_ptr + hot_feature, hot_new_s_v, mask=use)
+                tl.store(state_w_correction1_ptr + hot_feature, hot_new_s_correction1, mask=use)
+                tl.store(state_w_correction2_ptr + hot_feature, hot_new_s_correction2, mask=use)
             # the sums are zero before any thread adds to them again
             tl.debug_barrier()
     tl.atomic_add(loss_sum_ptr, tl.sum(loss_rows, axis=0), sem="relaxed")
@@ -195,7 +192,7 @@ def alac_lr_f2a59599_async_hot_async(edge_feature_ptr: "*i32", edge_value_ptr: "
 @triton.jit
 def alac_lr_f2a59599_async_hot_predict(edge_feature_ptr: "*i32", edge_value_ptr: "*fp32", chunk_start_ptr: "*i64",
         chunk_width_ptr: "*i32", row_of_slot_ptr: "*i64", label_ptr: "*fp32", chunk_order_ptr: "*i64", chunk_offset,
-        w_row, w_ptr: "*fp32", b_ptr: "*fp32", prediction_ptr: "*fp32", HAS_VALUES: tl.constexpr, C: tl.constexpr,
+        w_ptr: "*fp32", b_ptr: "*fp32", prediction_ptr: "*fp32", HAS_VALUES: tl.constexpr, C: tl.constexpr,
         S: tl.constexpr, ONE_TILE: tl.constexpr, WIDE_IDS: tl.constexpr, RESIDENT: tl.constexpr):
     rows = tl.arange(0, C)
     chunk = tl.load(chunk_order_ptr + chunk_offset + tl.program_id(0)).to(tl.int64)
@@ -208,13 +205,13 @@ def alac_lr_f2a59599_async_hot_predict(edge_feature_ptr: "*i32", edge_value_ptr:
     wx = tl.zeros([C], tl.float32)
     if ONE_TILE:
         # every row fits one [S, C] tile of edges: read it once for all stages
-        edge, feature, present, x, w = edge_tile(0, chunk_features, width, chunk_values, w_ptr, w_row, HAS_VALUES, C, S,
+        edge, feature, present, x, w = edge_tile(0, chunk_features, width, chunk_values, w_ptr, HAS_VALUES, C, S,
                 WIDE_IDS)
         wx = aggregate(present, w, x, wx)
     else:
         for slot_start in range(0, width, S):
-            edge, feature, present, x, w = edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, w_row,
-                    HAS_VALUES, C, S, WIDE_IDS)
+            edge, feature, present, x, w = edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, HAS_VALUES,
+                    C, S, WIDE_IDS)
             wx = aggregate(present, w, x, wx)
     # predict
     b = tl.load(b_ptr)

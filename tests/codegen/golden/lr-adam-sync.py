@@ -38,7 +38,7 @@ def grid_barrier(arrivals_ptr, expected):
 
 
 @triton.jit
-def edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, w_row, HAS_VALUES: tl.constexpr, C: tl.constexpr,
+def edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, HAS_VALUES: tl.constexpr, C: tl.constexpr,
         S: tl.constexpr, WIDE_IDS: tl.constexpr):
     """An [S, C] edge tile from slot slot_start on and the params it reads; absent edges get id 0 and x 0."""
     rows = tl.arange(0, C)
@@ -53,7 +53,7 @@ def edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, w_row, HAS
         x = tl.load(chunk_values + edge, mask=present, other=0.0)
     else:
         x = tl.where(present, 1.0, 0.0)
-    w = tl.load(w_ptr + feature * w_row, mask=present, other=0.0)
+    w = tl.load(w_ptr + feature, mask=present, other=0.0)
     return edge, feature, present, x, w
 
 
@@ -74,8 +74,8 @@ def apply(d_wx, x, w, feature, present, l2_w, touched_ptr, grad_w_ptr, C: tl.con
 
 @triton.jit
 def aggregate_loss_apply_chunk(chunk, row_of_slot_ptr, chunk_start_ptr, chunk_width_ptr, edge_feature_ptr,
-        edge_value_ptr, w_ptr, w_row, label_ptr, b_ptr, grad_b_ptr, l2_w, touched_ptr, grad_w_ptr,
-        HAS_VALUES: tl.constexpr, C: tl.constexpr, S: tl.constexpr, ONE_TILE: tl.constexpr, WIDE_IDS: tl.constexpr):
+        edge_value_ptr, w_ptr, label_ptr, b_ptr, grad_b_ptr, l2_w, touched_ptr, grad_w_ptr, HAS_VALUES: tl.constexpr,
+        C: tl.constexpr, S: tl.constexpr, ONE_TILE: tl.constexpr, WIDE_IDS: tl.constexpr):
     """aggregate + loss + apply of one chunk; returns its rows' losses."""
     rows = tl.arange(0, C)
     slots = chunk * C + rows
@@ -87,13 +87,13 @@ def aggregate_loss_apply_chunk(chunk, row_of_slot_ptr, chunk_start_ptr, chunk_wi
     wx = tl.zeros([C], tl.float32)
     if ONE_TILE:
         # every row fits one [S, C] tile of edges: read it once for all stages
-        edge, feature, present, x, w = edge_tile(0, chunk_features, width, chunk_values, w_ptr, w_row, HAS_VALUES, C, S,
+        edge, feature, present, x, w = edge_tile(0, chunk_features, width, chunk_values, w_ptr, HAS_VALUES, C, S,
                 WIDE_IDS)
         wx = aggregate(present, w, x, wx)
     else:
         for slot_start in range(0, width, S):
-            edge, feature, present, x, w = edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, w_row,
-                    HAS_VALUES, C, S, WIDE_IDS)
+            edge, feature, present, x, w = edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, HAS_VALUES,
+                    C, S, WIDE_IDS)
             wx = aggregate(present, w, x, wx)
     # loss: per-sample loss and dLoss/dAccum, computed in place; padding rows give 0
     y = tl.load(label_ptr + slots)
@@ -108,8 +108,8 @@ def aggregate_loss_apply_chunk(chunk, row_of_slot_ptr, chunk_start_ptr, chunk_wi
         apply(d_wx, x, w, feature, present, l2_w, touched_ptr, grad_w_ptr, C, S)
     else:
         for slot_start in range(0, width, S):
-            edge, feature, present, x, w = edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, w_row,
-                    HAS_VALUES, C, S, WIDE_IDS)
+            edge, feature, present, x, w = edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, HAS_VALUES,
+                    C, S, WIDE_IDS)
             apply(d_wx, x, w, feature, present, l2_w, touched_ptr, grad_w_ptr, C, S)
     return loss
 
@@ -129,8 +129,7 @@ def update_start(batch, lr_ptr, scale_ptr, grad_b_ptr, b_ptr):
 
 @triton.jit
 def update_chunk(chunk, scale, lr, chunk_start_ptr, chunk_width_ptr, edge_feature_ptr, touched_ptr, grad_w_ptr, w_ptr,
-        w_row, state_w_m_ptr, state_w_m_row, state_w_v_ptr, state_w_v_row, state_w_correction1_ptr,
-        state_w_correction1_row, state_w_correction2_ptr, state_w_correction2_row, h_one_minus_beta1, h_beta1,
+        state_w_m_ptr, state_w_v_ptr, state_w_correction1_ptr, state_w_correction2_ptr, h_one_minus_beta1, h_beta1,
         h_one_minus_beta2, h_beta2, h_eps, C: tl.constexpr, S: tl.constexpr, WIDE_IDS: tl.constexpr):
     """Every touched cold feature of a chunk updated once."""
     rows = tl.arange(0, C)
@@ -152,11 +151,11 @@ def update_chunk(chunk, scale, lr, chunk_start_ptr, chunk_width_ptr, edge_featur
         tl.store(grad_w_ptr + feature, tl.zeros_like(summed), mask=first)
         # adam on w
         g = summed * scale
-        value = tl.load(w_ptr + feature * w_row, mask=first, other=0.0)
-        state_m = tl.load(state_w_m_ptr + feature * state_w_m_row, mask=first, other=0.0)
-        state_v = tl.load(state_w_v_ptr + feature * state_w_v_row, mask=first, other=0.0)
-        state_correction1 = tl.load(state_w_correction1_ptr + feature * state_w_correction1_row, mask=first, other=0.0)
-        state_correction2 = tl.load(state_w_correction2_ptr + feature * state_w_correction2_row, mask=first, other=0.0)
+        value = tl.load(w_ptr + feature, mask=first, other=0.0)
+        state_m = tl.load(state_w_m_ptr + feature, mask=first, other=0.0)
+        state_v = tl.load(state_w_v_ptr + feature, mask=first, other=0.0)
+        state_correction1 = tl.load(state_w_correction1_ptr + feature, mask=first, other=0.0)
+        state_correction2 = tl.load(state_w_correction2_ptr + feature, mask=first, other=0.0)
         tu0 = (g * h_one_minus_beta1 + h_beta1 * state_m)
         tu1 = (h_one_minus_beta1 + h_beta1 * state_correction1)
         tu2 = (h_one_minus_beta2 + h_beta2 * state_correction2)
@@ -166,21 +165,20 @@ def update_chunk(chunk, scale, lr, chunk_start_ptr, chunk_width_ptr, edge_featur
         new_s_v = tu3
         new_s_correction1 = tu1
         new_s_correction2 = tu2
-        tl.store(w_ptr + feature * w_row, new_p, mask=first)
-        tl.store(state_w_m_ptr + feature * state_w_m_row, new_s_m, mask=first)
-        tl.store(state_w_v_ptr + feature * state_w_v_row, new_s_v, mask=first)
-        tl.store(state_w_correction1_ptr + feature * state_w_correction1_row, new_s_correction1, mask=first)
-        tl.store(state_w_correction2_ptr + feature * state_w_correction2_row, new_s_correction2, mask=first)
+        tl.store(w_ptr + feature, new_p, mask=first)
+        tl.store(state_w_m_ptr + feature, new_s_m, mask=first)
+        tl.store(state_w_v_ptr + feature, new_s_v, mask=first)
+        tl.store(state_w_correction1_ptr + feature, new_s_correction1, mask=first)
+        tl.store(state_w_correction2_ptr + feature, new_s_correction2, mask=first)
 
 
 @triton.jit
 def alac_lr_f2a59599_sync_grid_epoch(edge_feature_ptr: "*i32", edge_value_ptr: "*fp32", chunk_start_ptr: "*i64",
         chunk_width_ptr: "*i32", row_of_slot_ptr: "*i64", label_ptr: "*fp32", chunk_order_ptr: "*i64", chunk_offset,
-        chunk_end, first_batch, chunks_per_batch, arrivals_ptr: "*i32", w_row, w_ptr: "*fp32", b_ptr: "*fp32",
+        chunk_end, first_batch, chunks_per_batch, arrivals_ptr: "*i32", w_ptr: "*fp32", b_ptr: "*fp32",
         grad_b_ptr: "*fp32", l2_w: "fp32", touched_ptr: "*i32", grad_w_ptr: "*fp32", lr_ptr: "*fp32",
         scale_ptr: "*fp32", h_beta1: "fp32", h_beta2: "fp32", h_eps: "fp32", h_one_minus_beta1: "fp32",
-        h_one_minus_beta2: "fp32", state_w_m_row, state_w_m_ptr: "*fp32", state_w_v_row, state_w_v_ptr: "*fp32",
-        state_w_correction1_row, state_w_correction1_ptr: "*fp32", state_w_correction2_row,
+        h_one_minus_beta2: "fp32", state_w_m_ptr: "*fp32", state_w_v_ptr: "*fp32", state_w_correction1_ptr: "*fp32",
         state_w_correction2_ptr: "*fp32", loss_sum_ptr: "*fp32", HAS_VALUES: tl.constexpr, C: tl.constexpr,
         S: tl.constexpr, ONE_TILE: tl.constexpr, WIDE_IDS: tl.constexpr, RESIDENT: tl.constexpr):
     # the loss, summed per row; added to the total once, at the end
@@ -194,7 +192,7 @@ def alac_lr_f2a59599_sync_grid_epoch(edge_feature_ptr: "*i32", edge_value_ptr: "
         for position in range(batch_start + tl.program_id(0), batch_end, tl.num_programs(0)):
             chunk = tl.load(chunk_order_ptr + position).to(tl.int64)
             loss = aggregate_loss_apply_chunk(chunk, row_of_slot_ptr, chunk_start_ptr, chunk_width_ptr,
-                    edge_feature_ptr, edge_value_ptr, w_ptr, w_row, label_ptr, b_ptr, grad_b_ptr, l2_w, touched_ptr,
+                    edge_feature_ptr, edge_value_ptr, w_ptr, label_ptr, b_ptr, grad_b_ptr, l2_w, touched_ptr,
                     grad_w_ptr, HAS_VALUES, C, S, ONE_TILE, WIDE_IDS)
             loss_rows += loss
         # every program's aggregate + loss + apply of this batch has landed before any program goes on
@@ -204,9 +202,8 @@ def alac_lr_f2a59599_sync_grid_epoch(edge_feature_ptr: "*i32", edge_value_ptr: "
         for position in range(batch_start + tl.program_id(0), batch_end, tl.num_programs(0)):
             chunk = tl.load(chunk_order_ptr + position).to(tl.int64)
             update_chunk(chunk, scale, lr, chunk_start_ptr, chunk_width_ptr, edge_feature_ptr, touched_ptr, grad_w_ptr,
-                    w_ptr, w_row, state_w_m_ptr, state_w_m_row, state_w_v_ptr, state_w_v_row, state_w_correction1_ptr,
-                    state_w_correction1_row, state_w_correction2_ptr, state_w_correction2_row, h_one_minus_beta1,
-                    h_beta1, h_one_minus_beta2, h_beta2, h_eps, C, S, WIDE_IDS)
+                    w_ptr, state_w_m_ptr, state_w_v_ptr, state_w_correction1_ptr, state_w_correction2_ptr,
+                    h_one_minus_beta1, h_beta1, h_one_minus_beta2, h_beta2, h_eps, C, S, WIDE_IDS)
         # every program's update of this batch has landed before any program goes on
         barriers += 1
         grid_barrier(arrivals_ptr, barriers * tl.num_programs(0))
@@ -216,7 +213,7 @@ def alac_lr_f2a59599_sync_grid_epoch(edge_feature_ptr: "*i32", edge_value_ptr: "
 @triton.jit
 def alac_lr_f2a59599_sync_grid_predict(edge_feature_ptr: "*i32", edge_value_ptr: "*fp32", chunk_start_ptr: "*i64",
         chunk_width_ptr: "*i32", row_of_slot_ptr: "*i64", label_ptr: "*fp32", chunk_order_ptr: "*i64", chunk_offset,
-        w_row, w_ptr: "*fp32", b_ptr: "*fp32", prediction_ptr: "*fp32", HAS_VALUES: tl.constexpr, C: tl.constexpr,
+        w_ptr: "*fp32", b_ptr: "*fp32", prediction_ptr: "*fp32", HAS_VALUES: tl.constexpr, C: tl.constexpr,
         S: tl.constexpr, ONE_TILE: tl.constexpr, WIDE_IDS: tl.constexpr, RESIDENT: tl.constexpr):
     rows = tl.arange(0, C)
     chunk = tl.load(chunk_order_ptr + chunk_offset + tl.program_id(0)).to(tl.int64)
@@ -229,13 +226,13 @@ def alac_lr_f2a59599_sync_grid_predict(edge_feature_ptr: "*i32", edge_value_ptr:
     wx = tl.zeros([C], tl.float32)
     if ONE_TILE:
         # every row fits one [S, C] tile of edges: read it once for all stages
-        edge, feature, present, x, w = edge_tile(0, chunk_features, width, chunk_values, w_ptr, w_row, HAS_VALUES, C, S,
+        edge, feature, present, x, w = edge_tile(0, chunk_features, width, chunk_values, w_ptr, HAS_VALUES, C, S,
                 WIDE_IDS)
         wx = aggregate(present, w, x, wx)
     else:
         for slot_start in range(0, width, S):
-            edge, feature, present, x, w = edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, w_row,
-                    HAS_VALUES, C, S, WIDE_IDS)
+            edge, feature, present, x, w = edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, HAS_VALUES,
+                    C, S, WIDE_IDS)
             wx = aggregate(present, w, x, wx)
     # predict
     b = tl.load(b_ptr)

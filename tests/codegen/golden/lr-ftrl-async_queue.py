@@ -26,9 +26,8 @@ def softplus(z):
 
 
 @triton.jit
-def edge_tile_derived(slot_start, chunk_features, width, chunk_values, lr, state_w_z_ptr, state_w_z_row, state_w_n_ptr,
-        state_w_n_row, reg_l2_w, h_beta, HAS_VALUES: tl.constexpr, C: tl.constexpr, S: tl.constexpr,
-        WIDE_IDS: tl.constexpr):
+def edge_tile_derived(slot_start, chunk_features, width, chunk_values, lr, state_w_z_ptr, state_w_n_ptr, reg_l2_w,
+        h_beta, HAS_VALUES: tl.constexpr, C: tl.constexpr, S: tl.constexpr, WIDE_IDS: tl.constexpr):
     """An [S, C] edge tile from slot slot_start on and the params it reads; absent edges get id 0 and x 0."""
     rows = tl.arange(0, C)
     slot = slot_start + tl.arange(0, S)
@@ -43,8 +42,8 @@ def edge_tile_derived(slot_start, chunk_features, width, chunk_values, lr, state
     else:
         x = tl.where(present, 1.0, 0.0)
     # w is ftrl's function of its state: computed here, never stored
-    w_state_z = tl.where(present, tl.atomic_add(state_w_z_ptr + feature * state_w_z_row, 0.0, mask=present, sem="relaxed"), 0.0)
-    w_state_n = tl.where(present, tl.atomic_add(state_w_n_ptr + feature * state_w_n_row, 0.0, mask=present, sem="relaxed"), 0.0)
+    w_state_z = tl.where(present, tl.atomic_add(state_w_z_ptr + feature, 0.0, mask=present, sem="relaxed"), 0.0)
+    w_state_n = tl.where(present, tl.atomic_add(state_w_n_ptr + feature, 0.0, mask=present, sem="relaxed"), 0.0)
     w = tl.where((tl.abs(w_state_z) > 0.0), -(w_state_z / (reg_l2_w + (h_beta + tl.sqrt(w_state_n)) / lr)), 0.0)
     return edge, feature, present, x, w_state_z, w_state_n, w
 
@@ -57,7 +56,7 @@ def aggregate(present, w, x, wx):
 
 
 @triton.jit
-def apply(d_wx, x, w, scale, lr, present, feature, l2_w, state_w_n_ptr, state_w_n_row, state_w_z_ptr, state_w_z_row):
+def apply(d_wx, x, w, scale, lr, present, feature, l2_w, state_w_n_ptr, state_w_z_ptr):
     """Every edge's gradient (x 1/B) through the optimizer, straight into the parameters."""
     grad_w = (d_wx * x + l2_w * w)
     # ftrl on w (the change, added atomically)
@@ -65,15 +64,15 @@ def apply(d_wx, x, w, scale, lr, present, feature, l2_w, state_w_n_ptr, state_w_
     td0 = (1.0 / (lr))
     td1 = (g * g)
     delta_s_n = td1
-    state_n = tl.where(present, tl.atomic_add(state_w_n_ptr + feature * state_w_n_row, delta_s_n, mask=present, sem="relaxed"), 0.0)
+    state_n = tl.where(present, tl.atomic_add(state_w_n_ptr + feature, delta_s_n, mask=present, sem="relaxed"), 0.0)
     td2 = tl.sqrt((state_n + td1))
     td3 = (g + w * td0 * (tl.sqrt(state_n) - td2))
     delta_s_z = td3
-    tl.atomic_add(state_w_z_ptr + feature * state_w_z_row, delta_s_z, mask=present, sem="relaxed")
+    tl.atomic_add(state_w_z_ptr + feature, delta_s_z, mask=present, sem="relaxed")
 
 
 @triton.jit
-def edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, w_row, HAS_VALUES: tl.constexpr, C: tl.constexpr,
+def edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, HAS_VALUES: tl.constexpr, C: tl.constexpr,
         S: tl.constexpr, WIDE_IDS: tl.constexpr):
     """An [S, C] edge tile from slot slot_start on and the params it reads; absent edges get id 0 and x 0."""
     rows = tl.arange(0, C)
@@ -88,7 +87,7 @@ def edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, w_row, HAS
         x = tl.load(chunk_values + edge, mask=present, other=0.0)
     else:
         x = tl.where(present, 1.0, 0.0)
-    w = tl.load(w_ptr + feature * w_row, mask=present, other=0.0)
+    w = tl.load(w_ptr + feature, mask=present, other=0.0)
     return edge, feature, present, x, w
 
 
@@ -96,9 +95,9 @@ def edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, w_row, HAS
 def alac_lr_4b51745b_async_derived_queue_async(edge_feature_ptr: "*i32", edge_value_ptr: "*fp32",
         chunk_start_ptr: "*i64", chunk_width_ptr: "*i32", row_of_slot_ptr: "*i64", label_ptr: "*fp32",
         chunk_order_ptr: "*i64", chunk_offset, chunk_end, lr_ptr: "*fp32", scale_ptr: "*fp32", queue_ptr: "*i64",
-        reg_l2_w: "fp32", h_beta: "fp32", state_w_z_row, state_w_z_ptr: "*fp32", state_w_n_row, state_w_n_ptr: "*fp32",
-        b_ptr: "*fp32", l2_w: "fp32", loss_sum_ptr: "*fp32", HAS_VALUES: tl.constexpr, C: tl.constexpr, S: tl.constexpr,
-        ONE_TILE: tl.constexpr, WIDE_IDS: tl.constexpr, RESIDENT: tl.constexpr):
+        reg_l2_w: "fp32", h_beta: "fp32", state_w_z_ptr: "*fp32", state_w_n_ptr: "*fp32", b_ptr: "*fp32", l2_w: "fp32",
+        loss_sum_ptr: "*fp32", HAS_VALUES: tl.constexpr, C: tl.constexpr, S: tl.constexpr, ONE_TILE: tl.constexpr,
+        WIDE_IDS: tl.constexpr, RESIDENT: tl.constexpr):
     rows = tl.arange(0, C)
     # the epoch's learning rate, and 1 / B: a sample's gradient counts as in a batch of B
     lr = tl.load(lr_ptr)
@@ -123,14 +122,13 @@ def alac_lr_4b51745b_async_derived_queue_async(edge_feature_ptr: "*i32", edge_va
         if ONE_TILE:
             # every row fits one [S, C] tile of edges: read it once for all stages
             edge, feature, present, x, w_state_z, w_state_n, w = edge_tile_derived(0, chunk_features, width,
-                    chunk_values, lr, state_w_z_ptr, state_w_z_row, state_w_n_ptr, state_w_n_row, reg_l2_w, h_beta,
-                    HAS_VALUES, C, S, WIDE_IDS)
+                    chunk_values, lr, state_w_z_ptr, state_w_n_ptr, reg_l2_w, h_beta, HAS_VALUES, C, S, WIDE_IDS)
             wx = aggregate(present, w, x, wx)
         else:
             for slot_start in range(0, width, S):
                 edge, feature, present, x, w_state_z, w_state_n, w = edge_tile_derived(slot_start, chunk_features,
-                        width, chunk_values, lr, state_w_z_ptr, state_w_z_row, state_w_n_ptr, state_w_n_row, reg_l2_w,
-                        h_beta, HAS_VALUES, C, S, WIDE_IDS)
+                        width, chunk_values, lr, state_w_z_ptr, state_w_n_ptr, reg_l2_w, h_beta, HAS_VALUES, C, S,
+                        WIDE_IDS)
                 wx = aggregate(present, w, x, wx)
         # loss: per-sample loss and dLoss/dAccum, computed in place; padding rows give 0
         y = tl.load(label_ptr + slots)
@@ -142,15 +140,13 @@ def alac_lr_4b51745b_async_derived_queue_async(edge_feature_ptr: "*i32", edge_va
         dg_b = tl.where(valid, ts1, 0.0)
         tl.atomic_add(b_ptr, -lr * scale * tl.sum(dg_b, axis=0), sem="relaxed")
         if ONE_TILE:
-            apply(d_wx, x, w, scale, lr, present, feature, l2_w, state_w_n_ptr, state_w_n_row, state_w_z_ptr,
-                    state_w_z_row)
+            apply(d_wx, x, w, scale, lr, present, feature, l2_w, state_w_n_ptr, state_w_z_ptr)
         else:
             for slot_start in range(0, width, S):
                 edge, feature, present, x, w_state_z, w_state_n, w = edge_tile_derived(slot_start, chunk_features,
-                        width, chunk_values, lr, state_w_z_ptr, state_w_z_row, state_w_n_ptr, state_w_n_row, reg_l2_w,
-                        h_beta, HAS_VALUES, C, S, WIDE_IDS)
-                apply(d_wx, x, w, scale, lr, present, feature, l2_w, state_w_n_ptr, state_w_n_row, state_w_z_ptr,
-                        state_w_z_row)
+                        width, chunk_values, lr, state_w_z_ptr, state_w_n_ptr, reg_l2_w, h_beta, HAS_VALUES, C, S,
+                        WIDE_IDS)
+                apply(d_wx, x, w, scale, lr, present, feature, l2_w, state_w_n_ptr, state_w_z_ptr)
         loss_rows += loss
         step += 1
         position = next_position
@@ -166,7 +162,7 @@ def alac_lr_4b51745b_async_derived_queue_async(edge_feature_ptr: "*i32", edge_va
 @triton.jit
 def alac_lr_4b51745b_async_derived_queue_predict(edge_feature_ptr: "*i32", edge_value_ptr: "*fp32",
         chunk_start_ptr: "*i64", chunk_width_ptr: "*i32", row_of_slot_ptr: "*i64", label_ptr: "*fp32",
-        chunk_order_ptr: "*i64", chunk_offset, w_row, w_ptr: "*fp32", b_ptr: "*fp32", prediction_ptr: "*fp32",
+        chunk_order_ptr: "*i64", chunk_offset, w_ptr: "*fp32", b_ptr: "*fp32", prediction_ptr: "*fp32",
         HAS_VALUES: tl.constexpr, C: tl.constexpr, S: tl.constexpr, ONE_TILE: tl.constexpr, WIDE_IDS: tl.constexpr,
         RESIDENT: tl.constexpr):
     rows = tl.arange(0, C)
@@ -180,13 +176,13 @@ def alac_lr_4b51745b_async_derived_queue_predict(edge_feature_ptr: "*i32", edge_
     wx = tl.zeros([C], tl.float32)
     if ONE_TILE:
         # every row fits one [S, C] tile of edges: read it once for all stages
-        edge, feature, present, x, w = edge_tile(0, chunk_features, width, chunk_values, w_ptr, w_row, HAS_VALUES, C, S,
+        edge, feature, present, x, w = edge_tile(0, chunk_features, width, chunk_values, w_ptr, HAS_VALUES, C, S,
                 WIDE_IDS)
         wx = aggregate(present, w, x, wx)
     else:
         for slot_start in range(0, width, S):
-            edge, feature, present, x, w = edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, w_row,
-                    HAS_VALUES, C, S, WIDE_IDS)
+            edge, feature, present, x, w = edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, HAS_VALUES,
+                    C, S, WIDE_IDS)
             wx = aggregate(present, w, x, wx)
     # predict
     b = tl.load(b_ptr)

@@ -38,7 +38,7 @@ def grid_barrier(arrivals_ptr, expected):
 
 
 @triton.jit
-def edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, w_row, HAS_VALUES: tl.constexpr, C: tl.constexpr,
+def edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, HAS_VALUES: tl.constexpr, C: tl.constexpr,
         S: tl.constexpr, WIDE_IDS: tl.constexpr):
     """An [S, C] edge tile from slot slot_start on and the params it reads; absent edges get id 0 and x 0."""
     rows = tl.arange(0, C)
@@ -53,7 +53,7 @@ def edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, w_row, HAS
         x = tl.load(chunk_values + edge, mask=present, other=0.0)
     else:
         x = tl.where(present, 1.0, 0.0)
-    w = tl.load(w_ptr + feature * w_row, mask=present, other=0.0)
+    w = tl.load(w_ptr + feature, mask=present, other=0.0)
     return edge, feature, present, x, w
 
 
@@ -66,7 +66,7 @@ def aggregate(present, w, x, wx):
 
 @triton.jit
 def aggregate_chunk(chunk, row_of_slot_ptr, chunk_start_ptr, chunk_width_ptr, edge_feature_ptr, edge_value_ptr, w_ptr,
-        w_row, wx_buffer_ptr, HAS_VALUES: tl.constexpr, C: tl.constexpr, S: tl.constexpr, ONE_TILE: tl.constexpr,
+        wx_buffer_ptr, HAS_VALUES: tl.constexpr, C: tl.constexpr, S: tl.constexpr, ONE_TILE: tl.constexpr,
         WIDE_IDS: tl.constexpr):
     """aggregate of one chunk."""
     rows = tl.arange(0, C)
@@ -79,13 +79,13 @@ def aggregate_chunk(chunk, row_of_slot_ptr, chunk_start_ptr, chunk_width_ptr, ed
     wx = tl.zeros([C], tl.float32)
     if ONE_TILE:
         # every row fits one [S, C] tile of edges: read it once for all stages
-        edge, feature, present, x, w = edge_tile(0, chunk_features, width, chunk_values, w_ptr, w_row, HAS_VALUES, C, S,
+        edge, feature, present, x, w = edge_tile(0, chunk_features, width, chunk_values, w_ptr, HAS_VALUES, C, S,
                 WIDE_IDS)
         wx = aggregate(present, w, x, wx)
     else:
         for slot_start in range(0, width, S):
-            edge, feature, present, x, w = edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, w_row,
-                    HAS_VALUES, C, S, WIDE_IDS)
+            edge, feature, present, x, w = edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, HAS_VALUES,
+                    C, S, WIDE_IDS)
             wx = aggregate(present, w, x, wx)
     tl.store(wx_buffer_ptr + slots, wx)
 
@@ -120,7 +120,7 @@ def apply(d_wx, x, w, feature, present, l2_w, touched_ptr, grad_w_ptr, C: tl.con
 
 @triton.jit
 def apply_chunk(chunk, row_of_slot_ptr, chunk_start_ptr, chunk_width_ptr, edge_feature_ptr, edge_value_ptr,
-        d_wx_buffer_ptr, w_ptr, w_row, l2_w, touched_ptr, grad_w_ptr, HAS_VALUES: tl.constexpr, C: tl.constexpr,
+        d_wx_buffer_ptr, w_ptr, l2_w, touched_ptr, grad_w_ptr, HAS_VALUES: tl.constexpr, C: tl.constexpr,
         S: tl.constexpr, ONE_TILE: tl.constexpr, WIDE_IDS: tl.constexpr):
     """apply of one chunk."""
     rows = tl.arange(0, C)
@@ -133,13 +133,13 @@ def apply_chunk(chunk, row_of_slot_ptr, chunk_start_ptr, chunk_width_ptr, edge_f
     d_wx = tl.load(d_wx_buffer_ptr + slots)
     if ONE_TILE:
         # every row fits one [S, C] tile of edges: read it once for all stages
-        edge, feature, present, x, w = edge_tile(0, chunk_features, width, chunk_values, w_ptr, w_row, HAS_VALUES, C, S,
+        edge, feature, present, x, w = edge_tile(0, chunk_features, width, chunk_values, w_ptr, HAS_VALUES, C, S,
                 WIDE_IDS)
         apply(d_wx, x, w, feature, present, l2_w, touched_ptr, grad_w_ptr, C, S)
     else:
         for slot_start in range(0, width, S):
-            edge, feature, present, x, w = edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, w_row,
-                    HAS_VALUES, C, S, WIDE_IDS)
+            edge, feature, present, x, w = edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, HAS_VALUES,
+                    C, S, WIDE_IDS)
             apply(d_wx, x, w, feature, present, l2_w, touched_ptr, grad_w_ptr, C, S)
 
 
@@ -158,8 +158,7 @@ def update_start(batch, lr_ptr, scale_ptr, grad_b_ptr, b_ptr):
 
 @triton.jit
 def update_chunk(chunk, scale, lr, chunk_start_ptr, chunk_width_ptr, edge_feature_ptr, touched_ptr, grad_w_ptr, w_ptr,
-        w_row, state_w_z_ptr, state_w_z_row, state_w_n_ptr, state_w_n_row, reg_l2_w, h_beta, C: tl.constexpr,
-        S: tl.constexpr, WIDE_IDS: tl.constexpr):
+        state_w_z_ptr, state_w_n_ptr, reg_l2_w, h_beta, C: tl.constexpr, S: tl.constexpr, WIDE_IDS: tl.constexpr):
     """Every touched cold feature of a chunk updated once."""
     rows = tl.arange(0, C)
     edge_base = tl.load(chunk_start_ptr + chunk)
@@ -180,9 +179,9 @@ def update_chunk(chunk, scale, lr, chunk_start_ptr, chunk_width_ptr, edge_featur
         tl.store(grad_w_ptr + feature, tl.zeros_like(summed), mask=first)
         # ftrl on w
         g = summed * scale
-        value = tl.load(w_ptr + feature * w_row, mask=first, other=0.0)
-        state_z = tl.load(state_w_z_ptr + feature * state_w_z_row, mask=first, other=0.0)
-        state_n = tl.load(state_w_n_ptr + feature * state_w_n_row, mask=first, other=0.0)
+        value = tl.load(w_ptr + feature, mask=first, other=0.0)
+        state_z = tl.load(state_w_z_ptr + feature, mask=first, other=0.0)
+        state_n = tl.load(state_w_n_ptr + feature, mask=first, other=0.0)
         tu0 = (1.0 / (lr))
         tu1 = (state_n + (g * g))
         tu2 = tl.sqrt(tu1)
@@ -190,18 +189,18 @@ def update_chunk(chunk, scale, lr, chunk_start_ptr, chunk_width_ptr, edge_featur
         tu3 = (g + state_z + value * tu0 * (tl.sqrt(state_n) - tu2))
         new_p = tl.where((tl.abs(tu3) > 0.0), -(tu3 / (reg_l2_w + tu0 * (h_beta + tu2))), 0.0)
         new_s_z = tu3
-        tl.store(w_ptr + feature * w_row, new_p, mask=first)
-        tl.store(state_w_z_ptr + feature * state_w_z_row, new_s_z, mask=first)
-        tl.store(state_w_n_ptr + feature * state_w_n_row, new_s_n, mask=first)
+        tl.store(w_ptr + feature, new_p, mask=first)
+        tl.store(state_w_z_ptr + feature, new_s_z, mask=first)
+        tl.store(state_w_n_ptr + feature, new_s_n, mask=first)
 
 
 @triton.jit
 def alac_lr_4b51745b_sync_stage_grid_epoch(edge_feature_ptr: "*i32", edge_value_ptr: "*fp32", chunk_start_ptr: "*i64",
         chunk_width_ptr: "*i32", row_of_slot_ptr: "*i64", label_ptr: "*fp32", chunk_order_ptr: "*i64", chunk_offset,
-        chunk_end, first_batch, chunks_per_batch, arrivals_ptr: "*i32", w_row, w_ptr: "*fp32", wx_buffer_ptr: "*fp32",
+        chunk_end, first_batch, chunks_per_batch, arrivals_ptr: "*i32", w_ptr: "*fp32", wx_buffer_ptr: "*fp32",
         b_ptr: "*fp32", grad_b_ptr: "*fp32", d_wx_buffer_ptr: "*fp32", l2_w: "fp32", touched_ptr: "*i32",
-        grad_w_ptr: "*fp32", lr_ptr: "*fp32", scale_ptr: "*fp32", reg_l2_w: "fp32", h_beta: "fp32", state_w_z_row,
-        state_w_z_ptr: "*fp32", state_w_n_row, state_w_n_ptr: "*fp32", loss_sum_ptr: "*fp32", HAS_VALUES: tl.constexpr,
+        grad_w_ptr: "*fp32", lr_ptr: "*fp32", scale_ptr: "*fp32", reg_l2_w: "fp32", h_beta: "fp32",
+        state_w_z_ptr: "*fp32", state_w_n_ptr: "*fp32", loss_sum_ptr: "*fp32", HAS_VALUES: tl.constexpr,
         C: tl.constexpr, S: tl.constexpr, ONE_TILE: tl.constexpr, WIDE_IDS: tl.constexpr, RESIDENT: tl.constexpr):
     # the loss, summed per row; added to the total once, at the end
     loss_rows = tl.zeros([C], tl.float32)
@@ -214,7 +213,7 @@ def alac_lr_4b51745b_sync_stage_grid_epoch(edge_feature_ptr: "*i32", edge_value_
         for position in range(batch_start + tl.program_id(0), batch_end, tl.num_programs(0)):
             chunk = tl.load(chunk_order_ptr + position).to(tl.int64)
             aggregate_chunk(chunk, row_of_slot_ptr, chunk_start_ptr, chunk_width_ptr, edge_feature_ptr, edge_value_ptr,
-                    w_ptr, w_row, wx_buffer_ptr, HAS_VALUES, C, S, ONE_TILE, WIDE_IDS)
+                    w_ptr, wx_buffer_ptr, HAS_VALUES, C, S, ONE_TILE, WIDE_IDS)
         # every program's aggregate of this batch has landed before any program goes on
         barriers += 1
         grid_barrier(arrivals_ptr, barriers * tl.num_programs(0))
@@ -228,7 +227,7 @@ def alac_lr_4b51745b_sync_stage_grid_epoch(edge_feature_ptr: "*i32", edge_value_
         for position in range(batch_start + tl.program_id(0), batch_end, tl.num_programs(0)):
             chunk = tl.load(chunk_order_ptr + position).to(tl.int64)
             apply_chunk(chunk, row_of_slot_ptr, chunk_start_ptr, chunk_width_ptr, edge_feature_ptr, edge_value_ptr,
-                    d_wx_buffer_ptr, w_ptr, w_row, l2_w, touched_ptr, grad_w_ptr, HAS_VALUES, C, S, ONE_TILE, WIDE_IDS)
+                    d_wx_buffer_ptr, w_ptr, l2_w, touched_ptr, grad_w_ptr, HAS_VALUES, C, S, ONE_TILE, WIDE_IDS)
         # every program's apply of this batch has landed before any program goes on
         barriers += 1
         grid_barrier(arrivals_ptr, barriers * tl.num_programs(0))
@@ -236,8 +235,7 @@ def alac_lr_4b51745b_sync_stage_grid_epoch(edge_feature_ptr: "*i32", edge_value_
         for position in range(batch_start + tl.program_id(0), batch_end, tl.num_programs(0)):
             chunk = tl.load(chunk_order_ptr + position).to(tl.int64)
             update_chunk(chunk, scale, lr, chunk_start_ptr, chunk_width_ptr, edge_feature_ptr, touched_ptr, grad_w_ptr,
-                    w_ptr, w_row, state_w_z_ptr, state_w_z_row, state_w_n_ptr, state_w_n_row, reg_l2_w, h_beta, C, S,
-                    WIDE_IDS)
+                    w_ptr, state_w_z_ptr, state_w_n_ptr, reg_l2_w, h_beta, C, S, WIDE_IDS)
         # every program's update of this batch has landed before any program goes on
         barriers += 1
         grid_barrier(arrivals_ptr, barriers * tl.num_programs(0))
@@ -247,7 +245,7 @@ def alac_lr_4b51745b_sync_stage_grid_epoch(edge_feature_ptr: "*i32", edge_value_
 @triton.jit
 def alac_lr_4b51745b_sync_stage_grid_predict(edge_feature_ptr: "*i32", edge_value_ptr: "*fp32", chunk_start_ptr: "*i64",
         chunk_width_ptr: "*i32", row_of_slot_ptr: "*i64", label_ptr: "*fp32", chunk_order_ptr: "*i64", chunk_offset,
-        w_row, w_ptr: "*fp32", b_ptr: "*fp32", prediction_ptr: "*fp32", HAS_VALUES: tl.constexpr, C: tl.constexpr,
+        w_ptr: "*fp32", b_ptr: "*fp32", prediction_ptr: "*fp32", HAS_VALUES: tl.constexpr, C: tl.constexpr,
         S: tl.constexpr, ONE_TILE: tl.constexpr, WIDE_IDS: tl.constexpr, RESIDENT: tl.constexpr):
     rows = tl.arange(0, C)
     chunk = tl.load(chunk_order_ptr + chunk_offset + tl.program_id(0)).to(tl.int64)
@@ -260,13 +258,13 @@ def alac_lr_4b51745b_sync_stage_grid_predict(edge_feature_ptr: "*i32", edge_valu
     wx = tl.zeros([C], tl.float32)
     if ONE_TILE:
         # every row fits one [S, C] tile of edges: read it once for all stages
-        edge, feature, present, x, w = edge_tile(0, chunk_features, width, chunk_values, w_ptr, w_row, HAS_VALUES, C, S,
+        edge, feature, present, x, w = edge_tile(0, chunk_features, width, chunk_values, w_ptr, HAS_VALUES, C, S,
                 WIDE_IDS)
         wx = aggregate(present, w, x, wx)
     else:
         for slot_start in range(0, width, S):
-            edge, feature, present, x, w = edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, w_row,
-                    HAS_VALUES, C, S, WIDE_IDS)
+            edge, feature, present, x, w = edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, HAS_VALUES,
+                    C, S, WIDE_IDS)
             wx = aggregate(present, w, x, wx)
     # predict
     b = tl.load(b_ptr)

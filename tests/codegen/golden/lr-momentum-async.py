@@ -26,7 +26,7 @@ def softplus(z):
 
 
 @triton.jit
-def edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, w_row, HAS_VALUES: tl.constexpr, C: tl.constexpr,
+def edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, HAS_VALUES: tl.constexpr, C: tl.constexpr,
         S: tl.constexpr, WIDE_IDS: tl.constexpr):
     """An [S, C] edge tile from slot slot_start on and the params it reads; absent edges get id 0 and x 0."""
     rows = tl.arange(0, C)
@@ -41,7 +41,7 @@ def edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, w_row, HAS
         x = tl.load(chunk_values + edge, mask=present, other=0.0)
     else:
         x = tl.where(present, 1.0, 0.0)
-    w = tl.load(w_ptr + feature * w_row, mask=present, other=0.0)
+    w = tl.load(w_ptr + feature, mask=present, other=0.0)
     return edge, feature, present, x, w
 
 
@@ -53,27 +53,25 @@ def aggregate(present, w, x, wx):
 
 
 @triton.jit
-def apply(d_wx, x, w, scale, feature, present, lr, l2_w, state_w_velocity_ptr, state_w_velocity_row, h_momentum, w_ptr,
-        w_row):
+def apply(d_wx, x, w, scale, feature, present, lr, l2_w, state_w_velocity_ptr, h_momentum, w_ptr):
     """Every edge's gradient (x 1/B) through the optimizer, straight into the parameters."""
     grad_w = (d_wx * x + l2_w * w)
     # momentum on w (the change, added atomically)
     g = grad_w * scale
-    state_velocity = tl.load(state_w_velocity_ptr + feature * state_w_velocity_row, mask=present, other=0.0)
+    state_velocity = tl.load(state_w_velocity_ptr + feature, mask=present, other=0.0)
     td0 = (g + h_momentum * state_velocity)
     delta_p = -(lr * td0)
     new_s_velocity = td0
-    tl.atomic_add(w_ptr + feature * w_row, delta_p, mask=present, sem="relaxed")
-    tl.store(state_w_velocity_ptr + feature * state_w_velocity_row, new_s_velocity, mask=present)
+    tl.atomic_add(w_ptr + feature, delta_p, mask=present, sem="relaxed")
+    tl.store(state_w_velocity_ptr + feature, new_s_velocity, mask=present)
 
 
 @triton.jit
 def alac_lr_733ea229_async_async(edge_feature_ptr: "*i32", edge_value_ptr: "*fp32", chunk_start_ptr: "*i64",
         chunk_width_ptr: "*i32", row_of_slot_ptr: "*i64", label_ptr: "*fp32", chunk_order_ptr: "*i64", chunk_offset,
-        chunk_end, lr_ptr: "*fp32", scale_ptr: "*fp32", w_row, w_ptr: "*fp32", b_ptr: "*fp32", l2_w: "fp32",
-        h_momentum: "fp32", state_w_velocity_row, state_w_velocity_ptr: "*fp32", loss_sum_ptr: "*fp32",
-        HAS_VALUES: tl.constexpr, C: tl.constexpr, S: tl.constexpr, ONE_TILE: tl.constexpr, WIDE_IDS: tl.constexpr,
-        RESIDENT: tl.constexpr):
+        chunk_end, lr_ptr: "*fp32", scale_ptr: "*fp32", w_ptr: "*fp32", b_ptr: "*fp32", l2_w: "fp32",
+        h_momentum: "fp32", state_w_velocity_ptr: "*fp32", loss_sum_ptr: "*fp32", HAS_VALUES: tl.constexpr,
+        C: tl.constexpr, S: tl.constexpr, ONE_TILE: tl.constexpr, WIDE_IDS: tl.constexpr, RESIDENT: tl.constexpr):
     rows = tl.arange(0, C)
     # the epoch's learning rate, and 1 / B: a sample's gradient counts as in a batch of B
     lr = tl.load(lr_ptr)
@@ -95,12 +93,12 @@ def alac_lr_733ea229_async_async(edge_feature_ptr: "*i32", edge_value_ptr: "*fp3
         wx = tl.zeros([C], tl.float32)
         if ONE_TILE:
             # every row fits one [S, C] tile of edges: read it once for all stages
-            edge, feature, present, x, w = edge_tile(0, chunk_features, width, chunk_values, w_ptr, w_row, HAS_VALUES,
-                    C, S, WIDE_IDS)
+            edge, feature, present, x, w = edge_tile(0, chunk_features, width, chunk_values, w_ptr, HAS_VALUES, C, S,
+                    WIDE_IDS)
             wx = aggregate(present, w, x, wx)
         else:
             for slot_start in range(0, width, S):
-                edge, feature, present, x, w = edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, w_row,
+                edge, feature, present, x, w = edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr,
                         HAS_VALUES, C, S, WIDE_IDS)
                 wx = aggregate(present, w, x, wx)
         # loss: per-sample loss and dLoss/dAccum, computed in place; padding rows give 0
@@ -113,14 +111,12 @@ def alac_lr_733ea229_async_async(edge_feature_ptr: "*i32", edge_value_ptr: "*fp3
         dg_b = tl.where(valid, ts1, 0.0)
         tl.atomic_add(b_ptr, -lr * scale * tl.sum(dg_b, axis=0), sem="relaxed")
         if ONE_TILE:
-            apply(d_wx, x, w, scale, feature, present, lr, l2_w, state_w_velocity_ptr, state_w_velocity_row, h_momentum,
-                    w_ptr, w_row)
+            apply(d_wx, x, w, scale, feature, present, lr, l2_w, state_w_velocity_ptr, h_momentum, w_ptr)
         else:
             for slot_start in range(0, width, S):
-                edge, feature, present, x, w = edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, w_row,
+                edge, feature, present, x, w = edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr,
                         HAS_VALUES, C, S, WIDE_IDS)
-                apply(d_wx, x, w, scale, feature, present, lr, l2_w, state_w_velocity_ptr, state_w_velocity_row,
-                        h_momentum, w_ptr, w_row)
+                apply(d_wx, x, w, scale, feature, present, lr, l2_w, state_w_velocity_ptr, h_momentum, w_ptr)
         loss_rows += loss
     tl.atomic_add(loss_sum_ptr, tl.sum(loss_rows, axis=0), sem="relaxed")
 
@@ -128,7 +124,7 @@ def alac_lr_733ea229_async_async(edge_feature_ptr: "*i32", edge_value_ptr: "*fp3
 @triton.jit
 def alac_lr_733ea229_async_predict(edge_feature_ptr: "*i32", edge_value_ptr: "*fp32", chunk_start_ptr: "*i64",
         chunk_width_ptr: "*i32", row_of_slot_ptr: "*i64", label_ptr: "*fp32", chunk_order_ptr: "*i64", chunk_offset,
-        w_row, w_ptr: "*fp32", b_ptr: "*fp32", prediction_ptr: "*fp32", HAS_VALUES: tl.constexpr, C: tl.constexpr,
+        w_ptr: "*fp32", b_ptr: "*fp32", prediction_ptr: "*fp32", HAS_VALUES: tl.constexpr, C: tl.constexpr,
         S: tl.constexpr, ONE_TILE: tl.constexpr, WIDE_IDS: tl.constexpr, RESIDENT: tl.constexpr):
     rows = tl.arange(0, C)
     chunk = tl.load(chunk_order_ptr + chunk_offset + tl.program_id(0)).to(tl.int64)
@@ -141,13 +137,13 @@ def alac_lr_733ea229_async_predict(edge_feature_ptr: "*i32", edge_value_ptr: "*f
     wx = tl.zeros([C], tl.float32)
     if ONE_TILE:
         # every row fits one [S, C] tile of edges: read it once for all stages
-        edge, feature, present, x, w = edge_tile(0, chunk_features, width, chunk_values, w_ptr, w_row, HAS_VALUES, C, S,
+        edge, feature, present, x, w = edge_tile(0, chunk_features, width, chunk_values, w_ptr, HAS_VALUES, C, S,
                 WIDE_IDS)
         wx = aggregate(present, w, x, wx)
     else:
         for slot_start in range(0, width, S):
-            edge, feature, present, x, w = edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, w_row,
-                    HAS_VALUES, C, S, WIDE_IDS)
+            edge, feature, present, x, w = edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, HAS_VALUES,
+                    C, S, WIDE_IDS)
             wx = aggregate(present, w, x, wx)
     # predict
     b = tl.load(b_ptr)

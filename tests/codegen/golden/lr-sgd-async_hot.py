@@ -30,7 +30,7 @@ def softplus(z):
 
 
 @triton.jit
-def edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, w_row, HAS_VALUES: tl.constexpr, C: tl.constexpr,
+def edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, HAS_VALUES: tl.constexpr, C: tl.constexpr,
         S: tl.constexpr, WIDE_IDS: tl.constexpr):
     """An [S, C] edge tile from slot slot_start on and the params it reads; absent edges get id 0 and x 0."""
     rows = tl.arange(0, C)
@@ -45,7 +45,7 @@ def edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, w_row, HAS
         x = tl.load(chunk_values + edge, mask=present, other=0.0)
     else:
         x = tl.where(present, 1.0, 0.0)
-    w = tl.load(w_ptr + feature * w_row, mask=present, other=0.0)
+    w = tl.load(w_ptr + feature, mask=present, other=0.0)
     return edge, feature, present, x, w
 
 
@@ -57,7 +57,7 @@ def aggregate(present, w, x, wx):
 
 
 @triton.jit
-def apply(d_wx, x, w, present, feature, scale, lr, hot_base, l2_w, hot_size, w_ptr, w_row, hot_grad_w_ptr):
+def apply(d_wx, x, w, present, feature, scale, lr, hot_base, l2_w, hot_size, w_ptr, hot_grad_w_ptr):
     """Every edge's gradient (x 1/B) through the optimizer, straight into the parameters."""
     grad_w = (d_wx * x + l2_w * w)
     hot = present & (feature < hot_size)
@@ -65,7 +65,7 @@ def apply(d_wx, x, w, present, feature, scale, lr, hot_base, l2_w, hot_size, w_p
     # sgd on w (the change, added atomically)
     g = grad_w * scale
     delta_p = -(g * lr)
-    tl.atomic_add(w_ptr + feature * w_row, delta_p, mask=cold, sem="relaxed")
+    tl.atomic_add(w_ptr + feature, delta_p, mask=cold, sem="relaxed")
     # hot edges: into this program's own sums (no other program adds there), applied at its next flush
     tl.atomic_add(hot_grad_w_ptr + (hot_base + feature), grad_w, mask=hot, sem="relaxed")
 
@@ -73,7 +73,7 @@ def apply(d_wx, x, w, present, feature, scale, lr, hot_base, l2_w, hot_size, w_p
 @triton.jit
 def alac_lr_a263a83e_async_hot_async(edge_feature_ptr: "*i32", edge_value_ptr: "*fp32", chunk_start_ptr: "*i64",
         chunk_width_ptr: "*i32", row_of_slot_ptr: "*i64", label_ptr: "*fp32", chunk_order_ptr: "*i64", chunk_offset,
-        chunk_end, lr_ptr: "*fp32", scale_ptr: "*fp32", hot_stride, w_row, w_ptr: "*fp32", b_ptr: "*fp32", l2_w: "fp32",
+        chunk_end, lr_ptr: "*fp32", scale_ptr: "*fp32", hot_stride, w_ptr: "*fp32", b_ptr: "*fp32", l2_w: "fp32",
         hot_size, hot_grad_w_ptr: "*fp32", flush_every, loss_sum_ptr: "*fp32", HAS_VALUES: tl.constexpr,
         C: tl.constexpr, S: tl.constexpr, ONE_TILE: tl.constexpr, WIDE_IDS: tl.constexpr, RESIDENT: tl.constexpr):
     rows = tl.arange(0, C)
@@ -99,12 +99,12 @@ def alac_lr_a263a83e_async_hot_async(edge_feature_ptr: "*i32", edge_value_ptr: "
         wx = tl.zeros([C], tl.float32)
         if ONE_TILE:
             # every row fits one [S, C] tile of edges: read it once for all stages
-            edge, feature, present, x, w = edge_tile(0, chunk_features, width, chunk_values, w_ptr, w_row, HAS_VALUES,
-                    C, S, WIDE_IDS)
+            edge, feature, present, x, w = edge_tile(0, chunk_features, width, chunk_values, w_ptr, HAS_VALUES, C, S,
+                    WIDE_IDS)
             wx = aggregate(present, w, x, wx)
         else:
             for slot_start in range(0, width, S):
-                edge, feature, present, x, w = edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, w_row,
+                edge, feature, present, x, w = edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr,
                         HAS_VALUES, C, S, WIDE_IDS)
                 wx = aggregate(present, w, x, wx)
         # loss: per-sample loss and dLoss/dAccum, computed in place; padding rows give 0
@@ -117,12 +117,12 @@ def alac_lr_a263a83e_async_hot_async(edge_feature_ptr: "*i32", edge_value_ptr: "
         dg_b = tl.where(valid, ts1, 0.0)
         tl.atomic_add(b_ptr, -lr * scale * tl.sum(dg_b, axis=0), sem="relaxed")
         if ONE_TILE:
-            apply(d_wx, x, w, present, feature, scale, lr, hot_base, l2_w, hot_size, w_ptr, w_row, hot_grad_w_ptr)
+            apply(d_wx, x, w, present, feature, scale, lr, hot_base, l2_w, hot_size, w_ptr, hot_grad_w_ptr)
         else:
             for slot_start in range(0, width, S):
-                edge, feature, present, x, w = edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, w_row,
+                edge, feature, present, x, w = edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr,
                         HAS_VALUES, C, S, WIDE_IDS)
-                apply(d_wx, x, w, present, feature, scale, lr, hot_base, l2_w, hot_size, w_ptr, w_row, hot_grad_w_ptr)
+                apply(d_wx, x, w, present, feature, scale, lr, hot_base, l2_w, hot_size, w_ptr, hot_grad_w_ptr)
         loss_rows += loss
         # flush the hot sums every flush_every chunks, out of phase across programs, and after the
         # program's last (flushing in step, every program's first sums are gradients of the same params
@@ -142,7 +142,7 @@ def alac_lr_a263a83e_async_hot_async(edge_feature_ptr: "*i32", edge_value_ptr: "
                 # sgd on w (the change, added atomically)
                 hot_g = summed * scale / flush_every
                 hot_delta_p = -(hot_g * lr)
-                tl.atomic_add(w_ptr + hot_feature * w_row, hot_delta_p, mask=use, sem="relaxed")
+                tl.atomic_add(w_ptr + hot_feature, hot_delta_p, mask=use, sem="relaxed")
             # the sums are zero before any thread adds to them again
             tl.debug_barrier()
     tl.atomic_add(loss_sum_ptr, tl.sum(loss_rows, axis=0), sem="relaxed")
@@ -151,7 +151,7 @@ def alac_lr_a263a83e_async_hot_async(edge_feature_ptr: "*i32", edge_value_ptr: "
 @triton.jit
 def alac_lr_a263a83e_async_hot_predict(edge_feature_ptr: "*i32", edge_value_ptr: "*fp32", chunk_start_ptr: "*i64",
         chunk_width_ptr: "*i32", row_of_slot_ptr: "*i64", label_ptr: "*fp32", chunk_order_ptr: "*i64", chunk_offset,
-        w_row, w_ptr: "*fp32", b_ptr: "*fp32", prediction_ptr: "*fp32", HAS_VALUES: tl.constexpr, C: tl.constexpr,
+        w_ptr: "*fp32", b_ptr: "*fp32", prediction_ptr: "*fp32", HAS_VALUES: tl.constexpr, C: tl.constexpr,
         S: tl.constexpr, ONE_TILE: tl.constexpr, WIDE_IDS: tl.constexpr, RESIDENT: tl.constexpr):
     rows = tl.arange(0, C)
     chunk = tl.load(chunk_order_ptr + chunk_offset + tl.program_id(0)).to(tl.int64)
@@ -164,13 +164,13 @@ def alac_lr_a263a83e_async_hot_predict(edge_feature_ptr: "*i32", edge_value_ptr:
     wx = tl.zeros([C], tl.float32)
     if ONE_TILE:
         # every row fits one [S, C] tile of edges: read it once for all stages
-        edge, feature, present, x, w = edge_tile(0, chunk_features, width, chunk_values, w_ptr, w_row, HAS_VALUES, C, S,
+        edge, feature, present, x, w = edge_tile(0, chunk_features, width, chunk_values, w_ptr, HAS_VALUES, C, S,
                 WIDE_IDS)
         wx = aggregate(present, w, x, wx)
     else:
         for slot_start in range(0, width, S):
-            edge, feature, present, x, w = edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, w_row,
-                    HAS_VALUES, C, S, WIDE_IDS)
+            edge, feature, present, x, w = edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, HAS_VALUES,
+                    C, S, WIDE_IDS)
             wx = aggregate(present, w, x, wx)
     # predict
     b = tl.load(b_ptr)

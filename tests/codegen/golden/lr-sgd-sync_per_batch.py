@@ -26,7 +26,7 @@ def softplus(z):
 
 
 @triton.jit
-def edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, w_row, HAS_VALUES: tl.constexpr, C: tl.constexpr,
+def edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, HAS_VALUES: tl.constexpr, C: tl.constexpr,
         S: tl.constexpr, WIDE_IDS: tl.constexpr):
     """An [S, C] edge tile from slot slot_start on and the params it reads; absent edges get id 0 and x 0."""
     rows = tl.arange(0, C)
@@ -41,7 +41,7 @@ def edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, w_row, HAS
         x = tl.load(chunk_values + edge, mask=present, other=0.0)
     else:
         x = tl.where(present, 1.0, 0.0)
-    w = tl.load(w_ptr + feature * w_row, mask=present, other=0.0)
+    w = tl.load(w_ptr + feature, mask=present, other=0.0)
     return edge, feature, present, x, w
 
 
@@ -61,7 +61,7 @@ def apply(d_wx, x, w, batch_chunk, edge, present, l2_w, batch_edge_grad_w_ptr, c
 
 @triton.jit
 def aggregate_loss_apply_chunk(chunk, batch_chunk, row_of_slot_ptr, chunk_start_ptr, chunk_width_ptr, edge_feature_ptr,
-        edge_value_ptr, w_ptr, w_row, label_ptr, b_ptr, grad_b_ptr, l2_w, batch_edge_grad_w_ptr, chunk_edges,
+        edge_value_ptr, w_ptr, label_ptr, b_ptr, grad_b_ptr, l2_w, batch_edge_grad_w_ptr, chunk_edges,
         HAS_VALUES: tl.constexpr, C: tl.constexpr, S: tl.constexpr, ONE_TILE: tl.constexpr, WIDE_IDS: tl.constexpr):
     """aggregate + loss + apply of one chunk; returns its rows' losses."""
     rows = tl.arange(0, C)
@@ -74,13 +74,13 @@ def aggregate_loss_apply_chunk(chunk, batch_chunk, row_of_slot_ptr, chunk_start_
     wx = tl.zeros([C], tl.float32)
     if ONE_TILE:
         # every row fits one [S, C] tile of edges: read it once for all stages
-        edge, feature, present, x, w = edge_tile(0, chunk_features, width, chunk_values, w_ptr, w_row, HAS_VALUES, C, S,
+        edge, feature, present, x, w = edge_tile(0, chunk_features, width, chunk_values, w_ptr, HAS_VALUES, C, S,
                 WIDE_IDS)
         wx = aggregate(present, w, x, wx)
     else:
         for slot_start in range(0, width, S):
-            edge, feature, present, x, w = edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, w_row,
-                    HAS_VALUES, C, S, WIDE_IDS)
+            edge, feature, present, x, w = edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, HAS_VALUES,
+                    C, S, WIDE_IDS)
             wx = aggregate(present, w, x, wx)
     # loss: per-sample loss and dLoss/dAccum, computed in place; padding rows give 0
     y = tl.load(label_ptr + slots)
@@ -95,8 +95,8 @@ def aggregate_loss_apply_chunk(chunk, batch_chunk, row_of_slot_ptr, chunk_start_
         apply(d_wx, x, w, batch_chunk, edge, present, l2_w, batch_edge_grad_w_ptr, chunk_edges)
     else:
         for slot_start in range(0, width, S):
-            edge, feature, present, x, w = edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, w_row,
-                    HAS_VALUES, C, S, WIDE_IDS)
+            edge, feature, present, x, w = edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, HAS_VALUES,
+                    C, S, WIDE_IDS)
             apply(d_wx, x, w, batch_chunk, edge, present, l2_w, batch_edge_grad_w_ptr, chunk_edges)
     return loss
 
@@ -116,7 +116,7 @@ def update_start(batch, lr_ptr, scale_ptr, grad_b_ptr, b_ptr):
 
 @triton.jit
 def update_chunk(chunk, batch_chunk, scale, lr, chunk_start_ptr, chunk_width_ptr, edge_feature_ptr,
-        batch_edge_grad_w_ptr, chunk_edges, w_ptr, w_row, C: tl.constexpr, S: tl.constexpr, WIDE_IDS: tl.constexpr):
+        batch_edge_grad_w_ptr, chunk_edges, w_ptr, C: tl.constexpr, S: tl.constexpr, WIDE_IDS: tl.constexpr):
     """Every cold edge of a chunk adds its own change."""
     rows = tl.arange(0, C)
     edge_base = tl.load(chunk_start_ptr + chunk)
@@ -135,19 +135,19 @@ def update_chunk(chunk, batch_chunk, scale, lr, chunk_start_ptr, chunk_width_ptr
         # sgd on w (the change, added atomically)
         g = edge_gradient * scale
         delta_p = -(g * lr)
-        tl.atomic_add(w_ptr + feature * w_row, delta_p, mask=present, sem="relaxed")
+        tl.atomic_add(w_ptr + feature, delta_p, mask=present, sem="relaxed")
 
 
 @triton.jit
 def alac_lr_a263a83e_sync_edges_aggregate_loss_apply(edge_feature_ptr: "*i32", edge_value_ptr: "*fp32",
         chunk_start_ptr: "*i64", chunk_width_ptr: "*i32", row_of_slot_ptr: "*i64", label_ptr: "*fp32",
-        chunk_order_ptr: "*i64", chunk_offset, w_row, w_ptr: "*fp32", b_ptr: "*fp32", grad_b_ptr: "*fp32", l2_w: "fp32",
+        chunk_order_ptr: "*i64", chunk_offset, w_ptr: "*fp32", b_ptr: "*fp32", grad_b_ptr: "*fp32", l2_w: "fp32",
         chunk_edges, batch_edge_grad_w_ptr: "*fp32", loss_sum_ptr: "*fp32", HAS_VALUES: tl.constexpr, C: tl.constexpr,
         S: tl.constexpr, ONE_TILE: tl.constexpr, WIDE_IDS: tl.constexpr, RESIDENT: tl.constexpr):
     batch_chunk = tl.program_id(0)
     chunk = tl.load(chunk_order_ptr + chunk_offset + tl.program_id(0)).to(tl.int64)
     loss = aggregate_loss_apply_chunk(chunk, batch_chunk, row_of_slot_ptr, chunk_start_ptr, chunk_width_ptr,
-            edge_feature_ptr, edge_value_ptr, w_ptr, w_row, label_ptr, b_ptr, grad_b_ptr, l2_w, batch_edge_grad_w_ptr,
+            edge_feature_ptr, edge_value_ptr, w_ptr, label_ptr, b_ptr, grad_b_ptr, l2_w, batch_edge_grad_w_ptr,
             chunk_edges, HAS_VALUES, C, S, ONE_TILE, WIDE_IDS)
     tl.atomic_add(loss_sum_ptr, tl.sum(loss, axis=0), sem="relaxed")
 
@@ -155,19 +155,19 @@ def alac_lr_a263a83e_sync_edges_aggregate_loss_apply(edge_feature_ptr: "*i32", e
 @triton.jit
 def alac_lr_a263a83e_sync_edges_update(edge_feature_ptr: "*i32", chunk_start_ptr: "*i64", chunk_width_ptr: "*i32",
         chunk_order_ptr: "*i64", chunk_offset, batch, lr_ptr: "*fp32", scale_ptr: "*fp32", grad_b_ptr: "*fp32",
-        b_ptr: "*fp32", chunk_edges, batch_edge_grad_w_ptr: "*fp32", w_row, w_ptr: "*fp32", HAS_VALUES: tl.constexpr,
+        b_ptr: "*fp32", chunk_edges, batch_edge_grad_w_ptr: "*fp32", w_ptr: "*fp32", HAS_VALUES: tl.constexpr,
         C: tl.constexpr, S: tl.constexpr, ONE_TILE: tl.constexpr, WIDE_IDS: tl.constexpr, RESIDENT: tl.constexpr):
     lr, scale = update_start(batch, lr_ptr, scale_ptr, grad_b_ptr, b_ptr)
     batch_chunk = tl.program_id(0)
     chunk = tl.load(chunk_order_ptr + chunk_offset + tl.program_id(0)).to(tl.int64)
     update_chunk(chunk, batch_chunk, scale, lr, chunk_start_ptr, chunk_width_ptr, edge_feature_ptr,
-            batch_edge_grad_w_ptr, chunk_edges, w_ptr, w_row, C, S, WIDE_IDS)
+            batch_edge_grad_w_ptr, chunk_edges, w_ptr, C, S, WIDE_IDS)
 
 
 @triton.jit
 def alac_lr_a263a83e_sync_edges_predict(edge_feature_ptr: "*i32", edge_value_ptr: "*fp32", chunk_start_ptr: "*i64",
         chunk_width_ptr: "*i32", row_of_slot_ptr: "*i64", label_ptr: "*fp32", chunk_order_ptr: "*i64", chunk_offset,
-        w_row, w_ptr: "*fp32", b_ptr: "*fp32", prediction_ptr: "*fp32", HAS_VALUES: tl.constexpr, C: tl.constexpr,
+        w_ptr: "*fp32", b_ptr: "*fp32", prediction_ptr: "*fp32", HAS_VALUES: tl.constexpr, C: tl.constexpr,
         S: tl.constexpr, ONE_TILE: tl.constexpr, WIDE_IDS: tl.constexpr, RESIDENT: tl.constexpr):
     rows = tl.arange(0, C)
     chunk = tl.load(chunk_order_ptr + chunk_offset + tl.program_id(0)).to(tl.int64)
@@ -180,13 +180,13 @@ def alac_lr_a263a83e_sync_edges_predict(edge_feature_ptr: "*i32", edge_value_ptr
     wx = tl.zeros([C], tl.float32)
     if ONE_TILE:
         # every row fits one [S, C] tile of edges: read it once for all stages
-        edge, feature, present, x, w = edge_tile(0, chunk_features, width, chunk_values, w_ptr, w_row, HAS_VALUES, C, S,
+        edge, feature, present, x, w = edge_tile(0, chunk_features, width, chunk_values, w_ptr, HAS_VALUES, C, S,
                 WIDE_IDS)
         wx = aggregate(present, w, x, wx)
     else:
         for slot_start in range(0, width, S):
-            edge, feature, present, x, w = edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, w_row,
-                    HAS_VALUES, C, S, WIDE_IDS)
+            edge, feature, present, x, w = edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, HAS_VALUES,
+                    C, S, WIDE_IDS)
             wx = aggregate(present, w, x, wx)
     # predict
     b = tl.load(b_ptr)

@@ -12,7 +12,7 @@ import triton
 import triton.language as tl
 
 @triton.jit
-def edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, w_row, HAS_VALUES: tl.constexpr, C: tl.constexpr,
+def edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, HAS_VALUES: tl.constexpr, C: tl.constexpr,
         S: tl.constexpr, WIDE_IDS: tl.constexpr):
     """An [S, C] edge tile from slot slot_start on and the params it reads; absent edges get id 0 and x 0."""
     rows = tl.arange(0, C)
@@ -27,7 +27,7 @@ def edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, w_row, HAS
         x = tl.load(chunk_values + edge, mask=present, other=0.0)
     else:
         x = tl.where(present, 1.0, 0.0)
-    w = tl.load(w_ptr + feature * w_row, mask=present, other=0.0)
+    w = tl.load(w_ptr + feature, mask=present, other=0.0)
     return edge, feature, present, x, w
 
 
@@ -49,9 +49,8 @@ def apply(d_wx, x, w, feature, present, edge_base, edge, l2_w, touched_ptr, edge
 
 @triton.jit
 def aggregate_loss_apply_chunk(chunk, row_of_slot_ptr, chunk_start_ptr, chunk_width_ptr, edge_feature_ptr,
-        edge_value_ptr, w_ptr, w_row, label_ptr, b_ptr, chunk_loss_ptr, chunk_grad_b_ptr, l2_w, touched_ptr,
-        edge_grad_w_ptr, HAS_VALUES: tl.constexpr, C: tl.constexpr, S: tl.constexpr, ONE_TILE: tl.constexpr,
-        WIDE_IDS: tl.constexpr):
+        edge_value_ptr, w_ptr, label_ptr, b_ptr, chunk_loss_ptr, chunk_grad_b_ptr, l2_w, touched_ptr, edge_grad_w_ptr,
+        HAS_VALUES: tl.constexpr, C: tl.constexpr, S: tl.constexpr, ONE_TILE: tl.constexpr, WIDE_IDS: tl.constexpr):
     """aggregate + loss + apply of one chunk."""
     rows = tl.arange(0, C)
     slots = chunk * C + rows
@@ -63,13 +62,13 @@ def aggregate_loss_apply_chunk(chunk, row_of_slot_ptr, chunk_start_ptr, chunk_wi
     wx = tl.zeros([C], tl.float32)
     if ONE_TILE:
         # every row fits one [S, C] tile of edges: read it once for all stages
-        edge, feature, present, x, w = edge_tile(0, chunk_features, width, chunk_values, w_ptr, w_row, HAS_VALUES, C, S,
+        edge, feature, present, x, w = edge_tile(0, chunk_features, width, chunk_values, w_ptr, HAS_VALUES, C, S,
                 WIDE_IDS)
         wx = aggregate(present, w, x, wx)
     else:
         for slot_start in range(0, width, S):
-            edge, feature, present, x, w = edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, w_row,
-                    HAS_VALUES, C, S, WIDE_IDS)
+            edge, feature, present, x, w = edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, HAS_VALUES,
+                    C, S, WIDE_IDS)
             wx = aggregate(present, w, x, wx)
     # loss: per-sample loss and dLoss/dAccum, computed in place; padding rows give 0
     y = tl.load(label_ptr + slots)
@@ -85,8 +84,8 @@ def aggregate_loss_apply_chunk(chunk, row_of_slot_ptr, chunk_start_ptr, chunk_wi
         apply(d_wx, x, w, feature, present, edge_base, edge, l2_w, touched_ptr, edge_grad_w_ptr, C, S)
     else:
         for slot_start in range(0, width, S):
-            edge, feature, present, x, w = edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, w_row,
-                    HAS_VALUES, C, S, WIDE_IDS)
+            edge, feature, present, x, w = edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, HAS_VALUES,
+                    C, S, WIDE_IDS)
             apply(d_wx, x, w, feature, present, edge_base, edge, l2_w, touched_ptr, edge_grad_w_ptr, C, S)
 
 
@@ -105,7 +104,7 @@ def update_start(batch, lr_ptr, scale_ptr, grad_b_ptr, b_ptr):
 
 @triton.jit
 def update_chunk(chunk, scale, lr, chunk_start_ptr, chunk_width_ptr, edge_feature_ptr, touched_ptr, grad_w_ptr, w_ptr,
-        w_row, C: tl.constexpr, S: tl.constexpr, WIDE_IDS: tl.constexpr):
+        C: tl.constexpr, S: tl.constexpr, WIDE_IDS: tl.constexpr):
     """Every touched cold feature of a chunk updated once."""
     rows = tl.arange(0, C)
     edge_base = tl.load(chunk_start_ptr + chunk)
@@ -126,39 +125,39 @@ def update_chunk(chunk, scale, lr, chunk_start_ptr, chunk_width_ptr, edge_featur
         tl.store(grad_w_ptr + feature, tl.zeros_like(summed), mask=first)
         # sgd on w
         g = summed * scale
-        value = tl.load(w_ptr + feature * w_row, mask=first, other=0.0)
+        value = tl.load(w_ptr + feature, mask=first, other=0.0)
         new_p = (value - (g * lr))
-        tl.store(w_ptr + feature * w_row, new_p, mask=first)
+        tl.store(w_ptr + feature, new_p, mask=first)
 
 
 @triton.jit
 def alac_lsr_973631dd_sync_det_aggregate_loss_apply(edge_feature_ptr: "*i32", edge_value_ptr: "*fp32",
         chunk_start_ptr: "*i64", chunk_width_ptr: "*i32", row_of_slot_ptr: "*i64", label_ptr: "*fp32",
-        chunk_order_ptr: "*i64", chunk_offset, w_row, w_ptr: "*fp32", b_ptr: "*fp32", chunk_loss_ptr: "*fp32",
+        chunk_order_ptr: "*i64", chunk_offset, w_ptr: "*fp32", b_ptr: "*fp32", chunk_loss_ptr: "*fp32",
         chunk_grad_b_ptr: "*fp32", l2_w: "fp32", touched_ptr: "*i32", edge_grad_w_ptr: "*fp32",
         HAS_VALUES: tl.constexpr, C: tl.constexpr, S: tl.constexpr, ONE_TILE: tl.constexpr, WIDE_IDS: tl.constexpr,
         RESIDENT: tl.constexpr):
     chunk = tl.load(chunk_order_ptr + chunk_offset + tl.program_id(0)).to(tl.int64)
     aggregate_loss_apply_chunk(chunk, row_of_slot_ptr, chunk_start_ptr, chunk_width_ptr, edge_feature_ptr,
-            edge_value_ptr, w_ptr, w_row, label_ptr, b_ptr, chunk_loss_ptr, chunk_grad_b_ptr, l2_w, touched_ptr,
+            edge_value_ptr, w_ptr, label_ptr, b_ptr, chunk_loss_ptr, chunk_grad_b_ptr, l2_w, touched_ptr,
             edge_grad_w_ptr, HAS_VALUES, C, S, ONE_TILE, WIDE_IDS)
 
 
 @triton.jit
 def alac_lsr_973631dd_sync_det_update(edge_feature_ptr: "*i32", chunk_start_ptr: "*i64", chunk_width_ptr: "*i32",
         chunk_order_ptr: "*i64", chunk_offset, batch, lr_ptr: "*fp32", scale_ptr: "*fp32", grad_b_ptr: "*fp32",
-        b_ptr: "*fp32", touched_ptr: "*i32", grad_w_ptr: "*fp32", w_row, w_ptr: "*fp32", HAS_VALUES: tl.constexpr,
+        b_ptr: "*fp32", touched_ptr: "*i32", grad_w_ptr: "*fp32", w_ptr: "*fp32", HAS_VALUES: tl.constexpr,
         C: tl.constexpr, S: tl.constexpr, ONE_TILE: tl.constexpr, WIDE_IDS: tl.constexpr, RESIDENT: tl.constexpr):
     lr, scale = update_start(batch, lr_ptr, scale_ptr, grad_b_ptr, b_ptr)
     chunk = tl.load(chunk_order_ptr + chunk_offset + tl.program_id(0)).to(tl.int64)
     update_chunk(chunk, scale, lr, chunk_start_ptr, chunk_width_ptr, edge_feature_ptr, touched_ptr, grad_w_ptr, w_ptr,
-            w_row, C, S, WIDE_IDS)
+            C, S, WIDE_IDS)
 
 
 @triton.jit
 def alac_lsr_973631dd_sync_det_predict(edge_feature_ptr: "*i32", edge_value_ptr: "*fp32", chunk_start_ptr: "*i64",
         chunk_width_ptr: "*i32", row_of_slot_ptr: "*i64", label_ptr: "*fp32", chunk_order_ptr: "*i64", chunk_offset,
-        w_row, w_ptr: "*fp32", b_ptr: "*fp32", prediction_ptr: "*fp32", HAS_VALUES: tl.constexpr, C: tl.constexpr,
+        w_ptr: "*fp32", b_ptr: "*fp32", prediction_ptr: "*fp32", HAS_VALUES: tl.constexpr, C: tl.constexpr,
         S: tl.constexpr, ONE_TILE: tl.constexpr, WIDE_IDS: tl.constexpr, RESIDENT: tl.constexpr):
     rows = tl.arange(0, C)
     chunk = tl.load(chunk_order_ptr + chunk_offset + tl.program_id(0)).to(tl.int64)
@@ -171,13 +170,13 @@ def alac_lsr_973631dd_sync_det_predict(edge_feature_ptr: "*i32", edge_value_ptr:
     wx = tl.zeros([C], tl.float32)
     if ONE_TILE:
         # every row fits one [S, C] tile of edges: read it once for all stages
-        edge, feature, present, x, w = edge_tile(0, chunk_features, width, chunk_values, w_ptr, w_row, HAS_VALUES, C, S,
+        edge, feature, present, x, w = edge_tile(0, chunk_features, width, chunk_values, w_ptr, HAS_VALUES, C, S,
                 WIDE_IDS)
         wx = aggregate(present, w, x, wx)
     else:
         for slot_start in range(0, width, S):
-            edge, feature, present, x, w = edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, w_row,
-                    HAS_VALUES, C, S, WIDE_IDS)
+            edge, feature, present, x, w = edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, HAS_VALUES,
+                    C, S, WIDE_IDS)
             wx = aggregate(present, w, x, wx)
     # predict
     b = tl.load(b_ptr)

@@ -51,7 +51,7 @@ def chunk_tile_resident(chunk, active, row_of_slot_ptr, chunk_start_ptr, chunk_w
 
 
 @triton.jit
-def edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, w_row, HAS_VALUES: tl.constexpr, C: tl.constexpr,
+def edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, HAS_VALUES: tl.constexpr, C: tl.constexpr,
         S: tl.constexpr, WIDE_IDS: tl.constexpr):
     """An [S, C] edge tile from slot slot_start on and the params it reads; absent edges get id 0 and x 0."""
     rows = tl.arange(0, C)
@@ -66,7 +66,7 @@ def edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, w_row, HAS
         x = tl.load(chunk_values + edge, mask=present, other=0.0)
     else:
         x = tl.where(present, 1.0, 0.0)
-    w = tl.load(w_ptr + feature * w_row, mask=present, other=0.0)
+    w = tl.load(w_ptr + feature, mask=present, other=0.0)
     return edge, feature, present, x, w
 
 
@@ -86,7 +86,7 @@ def apply(d_wx, x, w, batch_chunk, edge, present, l2_w, batch_edge_grad_w_ptr, c
 
 @triton.jit
 def aggregate_loss_apply_chunk(chunk, batch_chunk, row_of_slot_ptr, chunk_start_ptr, chunk_width_ptr, edge_feature_ptr,
-        edge_value_ptr, w_ptr, w_row, label_ptr, b_ptr, grad_b_ptr, l2_w, batch_edge_grad_w_ptr, chunk_edges,
+        edge_value_ptr, w_ptr, label_ptr, b_ptr, grad_b_ptr, l2_w, batch_edge_grad_w_ptr, chunk_edges,
         HAS_VALUES: tl.constexpr, C: tl.constexpr, S: tl.constexpr, ONE_TILE: tl.constexpr, WIDE_IDS: tl.constexpr):
     """aggregate + loss + apply of one chunk; returns its rows' losses."""
     rows = tl.arange(0, C)
@@ -99,13 +99,13 @@ def aggregate_loss_apply_chunk(chunk, batch_chunk, row_of_slot_ptr, chunk_start_
     wx = tl.zeros([C], tl.float32)
     if ONE_TILE:
         # every row fits one [S, C] tile of edges: read it once for all stages
-        edge, feature, present, x, w = edge_tile(0, chunk_features, width, chunk_values, w_ptr, w_row, HAS_VALUES, C, S,
+        edge, feature, present, x, w = edge_tile(0, chunk_features, width, chunk_values, w_ptr, HAS_VALUES, C, S,
                 WIDE_IDS)
         wx = aggregate(present, w, x, wx)
     else:
         for slot_start in range(0, width, S):
-            edge, feature, present, x, w = edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, w_row,
-                    HAS_VALUES, C, S, WIDE_IDS)
+            edge, feature, present, x, w = edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, HAS_VALUES,
+                    C, S, WIDE_IDS)
             wx = aggregate(present, w, x, wx)
     # loss: per-sample loss and dLoss/dAccum, computed in place; padding rows give 0
     y = tl.load(label_ptr + slots)
@@ -121,8 +121,8 @@ def aggregate_loss_apply_chunk(chunk, batch_chunk, row_of_slot_ptr, chunk_start_
         apply(d_wx, x, w, batch_chunk, edge, present, l2_w, batch_edge_grad_w_ptr, chunk_edges)
     else:
         for slot_start in range(0, width, S):
-            edge, feature, present, x, w = edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, w_row,
-                    HAS_VALUES, C, S, WIDE_IDS)
+            edge, feature, present, x, w = edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, HAS_VALUES,
+                    C, S, WIDE_IDS)
             apply(d_wx, x, w, batch_chunk, edge, present, l2_w, batch_edge_grad_w_ptr, chunk_edges)
     return loss
 
@@ -135,10 +135,10 @@ def apply_resident(d_wx, x, w, l2_w):
 
 
 @triton.jit
-def aggregate_loss_apply_prefetched(feature, present, x, slots, valid, w_ptr, w_row, label_ptr, b_ptr, grad_b_ptr, l2_w,
+def aggregate_loss_apply_prefetched(feature, present, x, slots, valid, w_ptr, label_ptr, b_ptr, grad_b_ptr, l2_w,
         C: tl.constexpr):
     """aggregate + loss + apply of one chunk in one tile; returns its rows' losses and its edges' gradients."""
-    w = tl.load(w_ptr + feature * w_row, mask=present, other=0.0)
+    w = tl.load(w_ptr + feature, mask=present, other=0.0)
     wx = tl.zeros([C], tl.float32)
     wx = aggregate(present, w, x, wx)
     # loss: per-sample loss and dLoss/dAccum, computed in place; padding rows give 0
@@ -170,7 +170,7 @@ def update_start(batch, lr_ptr, scale_ptr, grad_b_ptr, b_ptr):
 
 @triton.jit
 def update_chunk(chunk, batch_chunk, scale, lr, chunk_start_ptr, chunk_width_ptr, edge_feature_ptr,
-        batch_edge_grad_w_ptr, chunk_edges, w_ptr, w_row, C: tl.constexpr, S: tl.constexpr, WIDE_IDS: tl.constexpr):
+        batch_edge_grad_w_ptr, chunk_edges, w_ptr, C: tl.constexpr, S: tl.constexpr, WIDE_IDS: tl.constexpr):
     """Every cold edge of a chunk adds its own change."""
     rows = tl.arange(0, C)
     edge_base = tl.load(chunk_start_ptr + chunk)
@@ -189,22 +189,22 @@ def update_chunk(chunk, batch_chunk, scale, lr, chunk_start_ptr, chunk_width_ptr
         # sgd on w (the change, added atomically)
         g = edge_gradient * scale
         delta_p = -(g * lr)
-        tl.atomic_add(w_ptr + feature * w_row, delta_p, mask=present, sem="relaxed")
+        tl.atomic_add(w_ptr + feature, delta_p, mask=present, sem="relaxed")
 
 
 @triton.jit
-def update_resident(grad_w, scale, lr, feature, present, w_ptr, w_row):
+def update_resident(grad_w, scale, lr, feature, present, w_ptr):
     """Every edge of the held tile adds its own change."""
     # sgd on w (the change, added atomically)
     g = grad_w * scale
     delta_p = -(g * lr)
-    tl.atomic_add(w_ptr + feature * w_row, delta_p, mask=present, sem="relaxed")
+    tl.atomic_add(w_ptr + feature, delta_p, mask=present, sem="relaxed")
 
 
 @triton.jit
 def alac_poisson_9579a6d9_sync_grid_edges_resident_prefetch_epoch(edge_feature_ptr: "*i32", edge_value_ptr: "*fp32",
         chunk_start_ptr: "*i64", chunk_width_ptr: "*i32", row_of_slot_ptr: "*i64", label_ptr: "*fp32",
-        chunk_order_ptr: "*i64", chunk_offset, chunk_end, first_batch, chunks_per_batch, arrivals_ptr: "*i32", w_row,
+        chunk_order_ptr: "*i64", chunk_offset, chunk_end, first_batch, chunks_per_batch, arrivals_ptr: "*i32",
         w_ptr: "*fp32", b_ptr: "*fp32", grad_b_ptr: "*fp32", l2_w: "fp32", chunk_edges, batch_edge_grad_w_ptr: "*fp32",
         lr_ptr: "*fp32", scale_ptr: "*fp32", loss_sum_ptr: "*fp32", HAS_VALUES: tl.constexpr, C: tl.constexpr,
         S: tl.constexpr, ONE_TILE: tl.constexpr, WIDE_IDS: tl.constexpr, RESIDENT: tl.constexpr):
@@ -224,15 +224,15 @@ def alac_poisson_9579a6d9_sync_grid_edges_resident_prefetch_epoch(edge_feature_p
         batch_start = chunk_offset + step * chunks_per_batch
         batch_end = tl.minimum(batch_start + chunks_per_batch, chunk_end)
         if RESIDENT:
-            loss, grad_w = aggregate_loss_apply_prefetched(feature, present, x, slots, valid, w_ptr, w_row, label_ptr,
-                    b_ptr, grad_b_ptr, l2_w, C)
+            loss, grad_w = aggregate_loss_apply_prefetched(feature, present, x, slots, valid, w_ptr, label_ptr, b_ptr,
+                    grad_b_ptr, l2_w, C)
             loss_rows += loss
         else:
             for position in range(batch_start + tl.program_id(0), batch_end, tl.num_programs(0)):
                 batch_chunk = position - batch_start
                 chunk = tl.load(chunk_order_ptr + position).to(tl.int64)
                 loss = aggregate_loss_apply_chunk(chunk, batch_chunk, row_of_slot_ptr, chunk_start_ptr, chunk_width_ptr,
-                        edge_feature_ptr, edge_value_ptr, w_ptr, w_row, label_ptr, b_ptr, grad_b_ptr, l2_w,
+                        edge_feature_ptr, edge_value_ptr, w_ptr, label_ptr, b_ptr, grad_b_ptr, l2_w,
                         batch_edge_grad_w_ptr, chunk_edges, HAS_VALUES, C, S, ONE_TILE, WIDE_IDS)
                 loss_rows += loss
         # every program's aggregate + loss + apply of this batch has landed before any program goes on
@@ -240,7 +240,7 @@ def alac_poisson_9579a6d9_sync_grid_edges_resident_prefetch_epoch(edge_feature_p
         grid_barrier(arrivals_ptr, barriers * tl.num_programs(0))
         lr, scale = update_start(batch, lr_ptr, scale_ptr, grad_b_ptr, b_ptr)
         if RESIDENT:
-            update_resident(grad_w, scale, lr, feature, present, w_ptr, w_row)
+            update_resident(grad_w, scale, lr, feature, present, w_ptr)
             # the next batch's chunk, read before the barrier: after it only the params are gathered
             position = batch_start + chunks_per_batch + tl.program_id(0)
             active = position < tl.minimum(batch_start + chunks_per_batch + chunks_per_batch, chunk_end)
@@ -252,7 +252,7 @@ def alac_poisson_9579a6d9_sync_grid_edges_resident_prefetch_epoch(edge_feature_p
                 batch_chunk = position - batch_start
                 chunk = tl.load(chunk_order_ptr + position).to(tl.int64)
                 update_chunk(chunk, batch_chunk, scale, lr, chunk_start_ptr, chunk_width_ptr, edge_feature_ptr,
-                        batch_edge_grad_w_ptr, chunk_edges, w_ptr, w_row, C, S, WIDE_IDS)
+                        batch_edge_grad_w_ptr, chunk_edges, w_ptr, C, S, WIDE_IDS)
         # every program's update of this batch has landed before any program goes on
         barriers += 1
         grid_barrier(arrivals_ptr, barriers * tl.num_programs(0))
@@ -262,7 +262,7 @@ def alac_poisson_9579a6d9_sync_grid_edges_resident_prefetch_epoch(edge_feature_p
 @triton.jit
 def alac_poisson_9579a6d9_sync_grid_edges_resident_prefetch_predict(edge_feature_ptr: "*i32", edge_value_ptr: "*fp32",
         chunk_start_ptr: "*i64", chunk_width_ptr: "*i32", row_of_slot_ptr: "*i64", label_ptr: "*fp32",
-        chunk_order_ptr: "*i64", chunk_offset, w_row, w_ptr: "*fp32", b_ptr: "*fp32", prediction_ptr: "*fp32",
+        chunk_order_ptr: "*i64", chunk_offset, w_ptr: "*fp32", b_ptr: "*fp32", prediction_ptr: "*fp32",
         HAS_VALUES: tl.constexpr, C: tl.constexpr, S: tl.constexpr, ONE_TILE: tl.constexpr, WIDE_IDS: tl.constexpr,
         RESIDENT: tl.constexpr):
     rows = tl.arange(0, C)
@@ -276,13 +276,13 @@ def alac_poisson_9579a6d9_sync_grid_edges_resident_prefetch_predict(edge_feature
     wx = tl.zeros([C], tl.float32)
     if ONE_TILE:
         # every row fits one [S, C] tile of edges: read it once for all stages
-        edge, feature, present, x, w = edge_tile(0, chunk_features, width, chunk_values, w_ptr, w_row, HAS_VALUES, C, S,
+        edge, feature, present, x, w = edge_tile(0, chunk_features, width, chunk_values, w_ptr, HAS_VALUES, C, S,
                 WIDE_IDS)
         wx = aggregate(present, w, x, wx)
     else:
         for slot_start in range(0, width, S):
-            edge, feature, present, x, w = edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, w_row,
-                    HAS_VALUES, C, S, WIDE_IDS)
+            edge, feature, present, x, w = edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, HAS_VALUES,
+                    C, S, WIDE_IDS)
             wx = aggregate(present, w, x, wx)
     # predict
     b = tl.load(b_ptr)

@@ -24,7 +24,7 @@ def grid_barrier(arrivals_ptr, expected):
 
 
 @triton.jit
-def edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, w_row, HAS_VALUES: tl.constexpr, C: tl.constexpr,
+def edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, HAS_VALUES: tl.constexpr, C: tl.constexpr,
         S: tl.constexpr, WIDE_IDS: tl.constexpr):
     """An [S, C] edge tile from slot slot_start on and the params it reads; absent edges get id 0 and x 0."""
     rows = tl.arange(0, C)
@@ -39,7 +39,7 @@ def edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, w_row, HAS
         x = tl.load(chunk_values + edge, mask=present, other=0.0)
     else:
         x = tl.where(present, 1.0, 0.0)
-    w = tl.load(w_ptr + feature * w_row, mask=present, other=0.0)
+    w = tl.load(w_ptr + feature, mask=present, other=0.0)
     return edge, feature, present, x, w
 
 
@@ -52,7 +52,7 @@ def aggregate(present, w, x, wx):
 
 @triton.jit
 def aggregate_chunk(chunk, row_of_slot_ptr, chunk_start_ptr, chunk_width_ptr, edge_feature_ptr, edge_value_ptr, w_ptr,
-        w_row, wx_buffer_ptr, HAS_VALUES: tl.constexpr, C: tl.constexpr, S: tl.constexpr, ONE_TILE: tl.constexpr,
+        wx_buffer_ptr, HAS_VALUES: tl.constexpr, C: tl.constexpr, S: tl.constexpr, ONE_TILE: tl.constexpr,
         WIDE_IDS: tl.constexpr):
     """aggregate of one chunk."""
     rows = tl.arange(0, C)
@@ -65,13 +65,13 @@ def aggregate_chunk(chunk, row_of_slot_ptr, chunk_start_ptr, chunk_width_ptr, ed
     wx = tl.zeros([C], tl.float32)
     if ONE_TILE:
         # every row fits one [S, C] tile of edges: read it once for all stages
-        edge, feature, present, x, w = edge_tile(0, chunk_features, width, chunk_values, w_ptr, w_row, HAS_VALUES, C, S,
+        edge, feature, present, x, w = edge_tile(0, chunk_features, width, chunk_values, w_ptr, HAS_VALUES, C, S,
                 WIDE_IDS)
         wx = aggregate(present, w, x, wx)
     else:
         for slot_start in range(0, width, S):
-            edge, feature, present, x, w = edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, w_row,
-                    HAS_VALUES, C, S, WIDE_IDS)
+            edge, feature, present, x, w = edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, HAS_VALUES,
+                    C, S, WIDE_IDS)
             wx = aggregate(present, w, x, wx)
     tl.store(wx_buffer_ptr + slots, wx)
 
@@ -106,8 +106,8 @@ def apply(d_wx, x, w, batch_chunk, edge, present, l2_w, batch_edge_grad_w_ptr, c
 
 @triton.jit
 def apply_chunk(chunk, batch_chunk, row_of_slot_ptr, chunk_start_ptr, chunk_width_ptr, edge_feature_ptr, edge_value_ptr,
-        d_wx_buffer_ptr, w_ptr, w_row, l2_w, batch_edge_grad_w_ptr, chunk_edges, HAS_VALUES: tl.constexpr,
-        C: tl.constexpr, S: tl.constexpr, ONE_TILE: tl.constexpr, WIDE_IDS: tl.constexpr):
+        d_wx_buffer_ptr, w_ptr, l2_w, batch_edge_grad_w_ptr, chunk_edges, HAS_VALUES: tl.constexpr, C: tl.constexpr,
+        S: tl.constexpr, ONE_TILE: tl.constexpr, WIDE_IDS: tl.constexpr):
     """apply of one chunk."""
     rows = tl.arange(0, C)
     slots = chunk * C + rows
@@ -119,13 +119,13 @@ def apply_chunk(chunk, batch_chunk, row_of_slot_ptr, chunk_start_ptr, chunk_widt
     d_wx = tl.load(d_wx_buffer_ptr + slots)
     if ONE_TILE:
         # every row fits one [S, C] tile of edges: read it once for all stages
-        edge, feature, present, x, w = edge_tile(0, chunk_features, width, chunk_values, w_ptr, w_row, HAS_VALUES, C, S,
+        edge, feature, present, x, w = edge_tile(0, chunk_features, width, chunk_values, w_ptr, HAS_VALUES, C, S,
                 WIDE_IDS)
         apply(d_wx, x, w, batch_chunk, edge, present, l2_w, batch_edge_grad_w_ptr, chunk_edges)
     else:
         for slot_start in range(0, width, S):
-            edge, feature, present, x, w = edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, w_row,
-                    HAS_VALUES, C, S, WIDE_IDS)
+            edge, feature, present, x, w = edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, HAS_VALUES,
+                    C, S, WIDE_IDS)
             apply(d_wx, x, w, batch_chunk, edge, present, l2_w, batch_edge_grad_w_ptr, chunk_edges)
 
 
@@ -144,7 +144,7 @@ def update_start(batch, lr_ptr, scale_ptr, grad_b_ptr, b_ptr):
 
 @triton.jit
 def update_chunk(chunk, batch_chunk, scale, lr, chunk_start_ptr, chunk_width_ptr, edge_feature_ptr,
-        batch_edge_grad_w_ptr, chunk_edges, w_ptr, w_row, C: tl.constexpr, S: tl.constexpr, WIDE_IDS: tl.constexpr):
+        batch_edge_grad_w_ptr, chunk_edges, w_ptr, C: tl.constexpr, S: tl.constexpr, WIDE_IDS: tl.constexpr):
     """Every cold edge of a chunk adds its own change."""
     rows = tl.arange(0, C)
     edge_base = tl.load(chunk_start_ptr + chunk)
@@ -163,13 +163,13 @@ def update_chunk(chunk, batch_chunk, scale, lr, chunk_start_ptr, chunk_width_ptr
         # sgd on w (the change, added atomically)
         g = edge_gradient * scale
         delta_p = -(g * lr)
-        tl.atomic_add(w_ptr + feature * w_row, delta_p, mask=present, sem="relaxed")
+        tl.atomic_add(w_ptr + feature, delta_p, mask=present, sem="relaxed")
 
 
 @triton.jit
 def alac_poisson_9579a6d9_sync_stage_grid_edges_epoch(edge_feature_ptr: "*i32", edge_value_ptr: "*fp32",
         chunk_start_ptr: "*i64", chunk_width_ptr: "*i32", row_of_slot_ptr: "*i64", label_ptr: "*fp32",
-        chunk_order_ptr: "*i64", chunk_offset, chunk_end, first_batch, chunks_per_batch, arrivals_ptr: "*i32", w_row,
+        chunk_order_ptr: "*i64", chunk_offset, chunk_end, first_batch, chunks_per_batch, arrivals_ptr: "*i32",
         w_ptr: "*fp32", wx_buffer_ptr: "*fp32", b_ptr: "*fp32", grad_b_ptr: "*fp32", d_wx_buffer_ptr: "*fp32",
         l2_w: "fp32", chunk_edges, batch_edge_grad_w_ptr: "*fp32", lr_ptr: "*fp32", scale_ptr: "*fp32",
         loss_sum_ptr: "*fp32", HAS_VALUES: tl.constexpr, C: tl.constexpr, S: tl.constexpr, ONE_TILE: tl.constexpr,
@@ -186,7 +186,7 @@ def alac_poisson_9579a6d9_sync_stage_grid_edges_epoch(edge_feature_ptr: "*i32", 
             batch_chunk = position - batch_start
             chunk = tl.load(chunk_order_ptr + position).to(tl.int64)
             aggregate_chunk(chunk, row_of_slot_ptr, chunk_start_ptr, chunk_width_ptr, edge_feature_ptr, edge_value_ptr,
-                    w_ptr, w_row, wx_buffer_ptr, HAS_VALUES, C, S, ONE_TILE, WIDE_IDS)
+                    w_ptr, wx_buffer_ptr, HAS_VALUES, C, S, ONE_TILE, WIDE_IDS)
         # every program's aggregate of this batch has landed before any program goes on
         barriers += 1
         grid_barrier(arrivals_ptr, barriers * tl.num_programs(0))
@@ -202,8 +202,8 @@ def alac_poisson_9579a6d9_sync_stage_grid_edges_epoch(edge_feature_ptr: "*i32", 
             batch_chunk = position - batch_start
             chunk = tl.load(chunk_order_ptr + position).to(tl.int64)
             apply_chunk(chunk, batch_chunk, row_of_slot_ptr, chunk_start_ptr, chunk_width_ptr, edge_feature_ptr,
-                    edge_value_ptr, d_wx_buffer_ptr, w_ptr, w_row, l2_w, batch_edge_grad_w_ptr, chunk_edges, HAS_VALUES,
-                    C, S, ONE_TILE, WIDE_IDS)
+                    edge_value_ptr, d_wx_buffer_ptr, w_ptr, l2_w, batch_edge_grad_w_ptr, chunk_edges, HAS_VALUES, C, S,
+                    ONE_TILE, WIDE_IDS)
         # every program's apply of this batch has landed before any program goes on
         barriers += 1
         grid_barrier(arrivals_ptr, barriers * tl.num_programs(0))
@@ -212,7 +212,7 @@ def alac_poisson_9579a6d9_sync_stage_grid_edges_epoch(edge_feature_ptr: "*i32", 
             batch_chunk = position - batch_start
             chunk = tl.load(chunk_order_ptr + position).to(tl.int64)
             update_chunk(chunk, batch_chunk, scale, lr, chunk_start_ptr, chunk_width_ptr, edge_feature_ptr,
-                    batch_edge_grad_w_ptr, chunk_edges, w_ptr, w_row, C, S, WIDE_IDS)
+                    batch_edge_grad_w_ptr, chunk_edges, w_ptr, C, S, WIDE_IDS)
         # every program's update of this batch has landed before any program goes on
         barriers += 1
         grid_barrier(arrivals_ptr, barriers * tl.num_programs(0))
@@ -222,7 +222,7 @@ def alac_poisson_9579a6d9_sync_stage_grid_edges_epoch(edge_feature_ptr: "*i32", 
 @triton.jit
 def alac_poisson_9579a6d9_sync_stage_grid_edges_predict(edge_feature_ptr: "*i32", edge_value_ptr: "*fp32",
         chunk_start_ptr: "*i64", chunk_width_ptr: "*i32", row_of_slot_ptr: "*i64", label_ptr: "*fp32",
-        chunk_order_ptr: "*i64", chunk_offset, w_row, w_ptr: "*fp32", b_ptr: "*fp32", prediction_ptr: "*fp32",
+        chunk_order_ptr: "*i64", chunk_offset, w_ptr: "*fp32", b_ptr: "*fp32", prediction_ptr: "*fp32",
         HAS_VALUES: tl.constexpr, C: tl.constexpr, S: tl.constexpr, ONE_TILE: tl.constexpr, WIDE_IDS: tl.constexpr,
         RESIDENT: tl.constexpr):
     rows = tl.arange(0, C)
@@ -236,13 +236,13 @@ def alac_poisson_9579a6d9_sync_stage_grid_edges_predict(edge_feature_ptr: "*i32"
     wx = tl.zeros([C], tl.float32)
     if ONE_TILE:
         # every row fits one [S, C] tile of edges: read it once for all stages
-        edge, feature, present, x, w = edge_tile(0, chunk_features, width, chunk_values, w_ptr, w_row, HAS_VALUES, C, S,
+        edge, feature, present, x, w = edge_tile(0, chunk_features, width, chunk_values, w_ptr, HAS_VALUES, C, S,
                 WIDE_IDS)
         wx = aggregate(present, w, x, wx)
     else:
         for slot_start in range(0, width, S):
-            edge, feature, present, x, w = edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, w_row,
-                    HAS_VALUES, C, S, WIDE_IDS)
+            edge, feature, present, x, w = edge_tile(slot_start, chunk_features, width, chunk_values, w_ptr, HAS_VALUES,
+                    C, S, WIDE_IDS)
             wx = aggregate(present, w, x, wx)
     # predict
     b = tl.load(b_ptr)

@@ -106,24 +106,16 @@ def test_the_flat_kernel_makes_the_accesses_it_names(update, gather, factor):
     torch.testing.assert_close(hot_sums.view(-1, factor), sums, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("widths, packed", [((1, 16, 1, 1), False), ((16, 1, 1, 1), True), ((4, 2), False),
-                                            ((8,), False)])
-def test_the_single_pass_makes_every_arrays_accesses_of_an_edge_together(widths, packed):
+@pytest.mark.parametrize("widths", [(1, 16, 1, 1), (4, 2), (8,)])
+def test_the_single_pass_makes_every_arrays_accesses_of_an_edge_together(widths):
     """Each array's rows gathered, cold edges' changes added to it, hot edges' into the program's copy
-    of its hot sums, in one launch: against torch on the same edges, array by array; packed: the
-    arrays are columns of one table (ModelState.packed)."""
+    of its hot sums, in one launch: against torch on the same edges, array by array."""
     generator = torch.Generator().manual_seed(len(widths))
     block = edges_per_program(max(widths))
     n_edges = 2 * block + 7 if DEVICE == "cpu" else block - 7
     feature = torch.randint(-1, N_FEATURES, (n_edges,), generator=generator, dtype=torch.int32)
     before = [torch.rand(N_FEATURES * width, generator=generator) for width in widths]
-    tables = [table.clone().to(DEVICE).view(N_FEATURES, width) for table, width in zip(before, widths)]
-    if packed:
-        row = torch.zeros(N_FEATURES, 32, device=DEVICE)
-        starts = [sum(widths[:i]) for i in range(len(widths))]
-        for table, start, width in zip(tables, starts, widths):
-            row[:, start:start + width] = table
-        tables = [row[:, start:start + width] for start, width in zip(starts, widths)]
+    tables = [table.clone().to(DEVICE) for table in before]
     hot_sums = [torch.zeros(COPIES * HOT_SIZE * width, device=DEVICE) for width in widths]
     gathered = run_traffic_together(feature.to(DEVICE), tables, list(widths), hot_sums, HOT_SIZE, COPIES,
                                     scale=0.5).cpu()
@@ -145,8 +137,6 @@ def test_the_single_pass_makes_every_arrays_accesses_of_an_edge_together(widths,
     torch.testing.assert_close(gathered, expected_gathered, rtol=1e-5, atol=1e-5)
     with pytest.raises(ValueError, match="1 to 4 arrays"):
         run_traffic_together(feature.to(DEVICE), tables * 5, list(widths) * 5, hot_sums * 5, HOT_SIZE, COPIES)
-    if packed:
-        assert all(table.stride(0) == 32 for table in tables)
 
 
 def test_a_sync_epoch_with_edge_updates_meets_two_barriers_a_batch():
