@@ -146,8 +146,9 @@ def run_model(k, train, valid, args, bandwidth, disk):
     def model_labels(block):
         return trainer.labels.model_labels(block.labels)
 
-    for overlap, depth, ids in ((True, 4, "int32"), (True, 4, "narrow"), (True, 2, "narrow"), (True, 8, "narrow"),
-                                (False, 4, "narrow")):
+    pinned = () if args.disk_only else ((True, 4, "int32"), (True, 4, "narrow"), (True, 2, "narrow"),
+                                         (True, 8, "narrow"), (False, 4, "narrow"))
+    for overlap, depth, ids in pinned:
         streamed = StreamedLayout.from_layout(layout, plan.chunks_per_batch, budget, "cuda", overlap, depth, ids=ids)
         executor = Executor(_model(k), plan, backend="triton", device="cuda", seed=args.seed)
 
@@ -175,7 +176,7 @@ def run_model(k, train, valid, args, bandwidth, disk):
                    read_bound_ms=1000 * stored / (disk["read_gb_per_s"] * 1e9))
         results.append(arm)
         streamed.close()
-    if not k:
+    if not k and not args.disk_only:
         results[-1]["timeline"] = timeline(layout, plan, budget, lr, model_labels, args)
     trainer.executor.state = None
     executor = trainer.executor
@@ -277,6 +278,8 @@ def main():
     parser.add_argument("--big-rows", type=int, default=540_000_000, help="0: no larger-than-GPU run")
     parser.add_argument("--big-budget-gb", type=float, default=4.0)
     parser.add_argument("--disk-dir", default=None, help="where the block store is written (a temporary folder)")
+    parser.add_argument("--disk-only", action="store_true",
+                        help="only the arms streamed from disk (raw and zstd) and the resident ones")
     parser.add_argument("--out", default=os.environ.get("OUT"))
     args = parser.parse_args()
     from alac.runtime.movement.block_store import synthetic_pieces, write_block_store

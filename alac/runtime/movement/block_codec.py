@@ -1,11 +1,18 @@
 """How a block store's block files hold their packed bytes: as they are, or compressed.
 
-A compressed block is decompressed by the reader thread that read it, into the ring buffer the copy
-stream takes it from; zstandard's C code leaves the GIL to the other readers meanwhile. The store's
-checksum of a block is over what is stored, so a damaged file is refused before it is decompressed.
+A zstd block is a run of independent frames of FRAME_BYTES of the packed block each, so that one
+block's frames decompress on several threads at once (DECODERS of them, shared by the readers) into
+the ring buffer the copy stream takes it from; zstandard's C code leaves the GIL meanwhile. With one
+frame a block, a block decompressed on one thread after its read, and an epoch of a few large blocks
+waited on them in turn. The store's checksum of a block is over what is stored, so a damaged file is
+refused before it is decompressed.
 """
 
 from __future__ import annotations
+
+import functools
+import os
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -16,6 +23,11 @@ CODECS = (None, "zstd")
 # zstd's fastest level: the readers must decompress faster than the disk reads (benchmarks/streaming.py,
 # the arms streamed from disk with and without it)
 ZSTD_LEVEL = 1
+# Bytes of a packed block per frame: small enough that a block's frames keep every decoder busy, large
+# enough that zstd's per-frame cost stays negligible.
+FRAME_BYTES = 4 << 20
+# threads decompressing frames, shared by every open store's readers
+DECODERS = min(16, os.cpu_count() or 1)
 
 
 def check_codec(codec):
@@ -27,20 +39,40 @@ def check_codec(codec):
 
 
 def encode(buffer, codec):
-    """The bytes a block file stores of a packed block (a uint8 numpy array)."""
+    """(the bytes a block file stores of a packed block, a uint8 numpy array; the stored size of each
+    of its frames, or None as they are)."""
     if codec is None:
-        return buffer.tobytes()
-    return need("zstandard", "a zstd-compressed block store").ZstdCompressor(level=ZSTD_LEVEL).compress(buffer)
+        return buffer.tobytes(), None
+    compressor = need("zstandard", "a zstd-compressed block store").ZstdCompressor(level=ZSTD_LEVEL)
+    frames = [compressor.compress(buffer[start:start + FRAME_BYTES]) for start in range(0, buffer.size, FRAME_BYTES)]
+    return b"".join(frames), [len(frame) for frame in frames]
 
 
-def decode_into(stored, out, codec):
+@functools.cache
+def _decoders():
+    return ThreadPoolExecutor(DECODERS, thread_name_prefix="alac-decode")
+
+
+def decode_into(stored, out, codec, frames=None):
     """The packed block of a block file's bytes `stored` written into `out` (a uint8 numpy array of
-    its size); a ValueError where they do not decompress to exactly that many bytes."""
+    its size); frames: the stored size of each frame of FRAME_BYTES (None: one frame, as stores
+    written before frames hold them). A ValueError where they do not decompress to exactly `out`."""
     zstandard = need("zstandard", "a zstd-compressed block store")
-    try:
-        block = zstandard.ZstdDecompressor().decompress(stored, max_output_size=out.size)
-    except zstandard.ZstdError as error:
-        raise ValueError(str(error)) from None
-    if len(block) != out.size:
-        raise ValueError(f"{len(block):,} bytes, not {out.size:,}")
-    out[:] = np.frombuffer(block, dtype=np.uint8)
+    frames = [len(stored)] if frames is None else frames
+    size = FRAME_BYTES if len(frames) > 1 else out.size
+    ends = np.cumsum(frames)
+    if ends[-1] != len(stored) or -(-out.size // size) != len(frames):
+        raise ValueError(f"{len(frames)} frames of {int(ends[-1]):,} bytes, not a block of {out.size:,}")
+
+    def decode(index):
+        target = out[index * size:(index + 1) * size]
+        try:
+            block = zstandard.ZstdDecompressor().decompress(stored[ends[index] - frames[index]:ends[index]],
+                                                            max_output_size=target.size)
+        except zstandard.ZstdError as error:
+            raise ValueError(str(error)) from None
+        if len(block) != target.size:
+            raise ValueError(f"frame {index}: {len(block):,} bytes, not {target.size:,}")
+        target[:] = np.frombuffer(block, dtype=np.uint8)
+
+    list(_decoders().map(decode, range(len(frames))))

@@ -193,10 +193,11 @@ def write_block_store(folder, pieces, options=None, chunks_per_batch=1, block_by
 
     def write(index, layout, local, optional):
         buffer = packed(layout, local, optional)
-        stored = encode(buffer.numpy(), codec)
+        stored, frames = encode(buffer.numpy(), codec)
         block_file(temporary, index).write_bytes(stored)
         # the checksum is over what is stored: a damaged file is refused before it is decoded
-        return {"bytes": buffer.numel(), "stored": len(stored), "xxh3": xxhash.xxh3_64_hexdigest(stored)}
+        return {"bytes": buffer.numel(), "stored": len(stored), "xxh3": xxhash.xxh3_64_hexdigest(stored),
+                **({"frames": frames} if frames is not None else {})}
 
     try:
         meta, features = build_blocks(pieces, options, chunks_per_batch, block_bytes, device, fields, progress, write,
@@ -339,7 +340,7 @@ class DiskBlocks:
             problem = "its bytes do not match the store's checksum"
         elif self.codec is not None:
             try:
-                decode_into(stored, view.numpy(), self.codec)
+                decode_into(stored, view.numpy(), self.codec, entry.get("frames"))
             except ValueError as error:
                 problem = f"it does not decode ({error})"
         if problem is not None:

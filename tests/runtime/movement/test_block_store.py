@@ -63,10 +63,14 @@ def _same_data(got, expected):
 
 
 @pytest.mark.parametrize("ids, codec", [("int32", None), ("narrow", None), ("narrow", "zstd")])
-def test_a_block_store_holds_the_file_it_was_written_from(tmp_path, ids, codec):
+def test_a_block_store_holds_the_file_it_was_written_from(tmp_path, monkeypatch, ids, codec):
     """Pieces of the file (a few hundred bytes each) regrouped into blocks of whole batches: the
     blocks hold every row once, re-indexed by the frequency of the whole file, rows numbered as in it
-    (ids moved in either wire form; the block files as they are or zstd-compressed, smaller)."""
+    (ids moved in either wire form; the block files as they are or zstd-compressed, smaller, in
+    frames decompressed on several threads)."""
+    from alac.runtime.movement import block_codec
+
+    monkeypatch.setattr(block_codec, "FRAME_BYTES", 256)
     path = _file(tmp_path)
     store = write_block_store(tmp_path / "store", file_pieces(path, block_bytes=600), OPTIONS, chunks_per_batch=2,
                               block_bytes=2000, device="cpu", ids=ids, codec=codec)
@@ -75,6 +79,8 @@ def test_a_block_store_holds_the_file_it_was_written_from(tmp_path, ids, codec):
     sizes = [(store.folder / f"block-{index:06d}.bin").stat().st_size for index in range(len(store.blocks))]
     packed_sizes = [entry["bytes"] for entry in store._entries]
     assert (sizes == packed_sizes) == (codec is None) and sum(sizes) <= sum(packed_sizes)
+    if codec is not None:
+        assert all(len(entry["frames"]) == -(-entry["bytes"] // 256) for entry in store._entries)
     assert ("edge_id16" in store.optional) == (ids == "narrow")
     assert len(store.blocks) > 4
     assert all(block.chunks % 2 == 0 for block in store.blocks[:-1])
@@ -172,9 +178,9 @@ def test_a_compressed_block_that_does_not_decode_to_its_size_is_damaged_and_a_ba
     other = zstandard.ZstdCompressor().compress(b"\0" * 10)
     victim.write_bytes(other)
     meta = json.loads((store.folder / "meta.json").read_text())
-    meta["blocks"][1].update(stored=len(other), xxh3=xxhash.xxh3_64_hexdigest(other))
+    meta["blocks"][1].update(stored=len(other), xxh3=xxhash.xxh3_64_hexdigest(other), frames=[len(other)])
     (store.folder / "meta.json").write_text(json.dumps(sealed(meta, store.folder)))
-    with pytest.raises(DataError, match=r"block 1 is damaged \(it does not decode \(10 bytes, not [\d,]+\)\)"):
+    with pytest.raises(DataError, match=r"block 1 is damaged \(it does not decode \(frame 0: 10 bytes, not [\d,]+\)\)"):
         _resident(DiskBlocks(store.folder))
     with pytest.raises(OptionError, match="codec is one of None, zstd, got 'lz4'"):
         write_block_store(tmp_path / "other", file_pieces(_file(tmp_path)), OPTIONS, 2, device="cpu", codec="lz4")
