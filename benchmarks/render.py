@@ -338,6 +338,12 @@ SECTIONS = [
      "resident layout; ms/epoch the median of five runs of four epochs queued back to back, validation loss "
      "per epoch the median of three runs (seeds 0, 1, 2: their own initial parameters and orders).",
      "PYTHONPATH=. python benchmarks/streaming.py", streaming_table),
+    ("streaming_disk", "Block stores from disk: raw and zstd-compressed block files",
+     "The arms streamed from a block store on disk (each epoch's pages dropped from the cache first) against "
+     "the resident layout: the raw store, and zstd (level 1) in frames of 4 MiB decompressed on a shared pool "
+     "of threads; ms/epoch the median of three runs of four epochs, validation loss of one run.",
+     "PYTHONPATH=. python benchmarks/streaming.py --disk-only --big-rows 0 --loss-runs 1 --time-runs 3",
+     streaming_table),
     ("placement_access", "Rows in host memory against rows on the device",
      "Gathers and atomic additions of Triton kernels on a table in pinned host memory (mapped pointers) and on the "
      "device: 16M accesses to 16M rows, random and sequential ids, 1 and 16 floats per row.",

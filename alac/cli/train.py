@@ -55,8 +55,8 @@ def parser_for(parser, module=None):
                         help="never load the training file whole: write it to a cached block store in two passes "
                              "and stream the blocks from disk (needs --valid or --test)")
     data.add_argument("--block-codec", choices=["none", "zstd"], default="none",
-                      help="with --out-of-core: the block files compressed (zstd, decompressed by the reader threads: "
-                           "smaller, but slower than raw files from a fast local disk) or as they are")
+                      help="with --out-of-core: the block files compressed (zstd, in frames decompressed on several "
+                           "threads: smaller; from a fast local disk about as fast as raw files) or as they are")
     data.add_argument("--test", help="test file, in the training file's feature space")
     data.add_argument("--valid", help="validation file, evaluated after every epoch (early stopping)")
     data.add_argument("--valid-split", type=split_fraction, default=defaults.VALID_SPLIT, metavar="FRACTION",
