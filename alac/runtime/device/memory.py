@@ -112,10 +112,11 @@ TABLE_ALIGNMENT_BYTES = 2 << 20
 
 def aligned_empty(shape, device, dtype=torch.float32):
     """An uninitialised tensor on `device` whose first value is TABLE_ALIGNMENT_BYTES-aligned on a GPU
-    (a view into a block that much larger; elsewhere a plain tensor)."""
-    if torch.device(device).type != "cuda":
-        return torch.empty(shape, dtype=dtype, device=device)
+    when it takes that much or more (a view into a block that much larger; a smaller table, or one
+    elsewhere, is a plain tensor)."""
     size = torch.empty((), dtype=dtype).element_size()
+    if torch.device(device).type != "cuda" or math.prod(shape) * size < TABLE_ALIGNMENT_BYTES:
+        return torch.empty(shape, dtype=dtype, device=device)
     spare = TABLE_ALIGNMENT_BYTES // size
     block = torch.empty(math.prod(shape) + spare, dtype=dtype, device=device)
     start = (-block.data_ptr() % TABLE_ALIGNMENT_BYTES) // size

@@ -9,8 +9,8 @@ from alac.runtime.execution.state import ModelState
 
 
 def test_gpu_tables_start_at_aligned_addresses():
-    """Tables drawn on a GPU start on a TABLE_ALIGNMENT_BYTES boundary; globals and tables already
-    on the device are kept as they are."""
+    """Tables of TABLE_ALIGNMENT_BYTES or more drawn on a GPU start on such a boundary; globals and
+    tables already on the device are kept as they are."""
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")
     from alac.runtime.device.memory import TABLE_ALIGNMENT_BYTES
@@ -18,7 +18,7 @@ def test_gpu_tables_start_at_aligned_addresses():
     model = zoo_model("fm", k=4)
     ir = lower(model, "adagrad")
     torch.empty(1000, device="cuda")       # so that the next block is not aligned by chance
-    state = ModelState.initial(model, torch.arange(300), "cuda", optimizer=ir.optimizer)
+    state = ModelState.initial(model, torch.arange(TABLE_ALIGNMENT_BYTES // 4), "cuda", optimizer=ir.optimizer)
     for table in (*state.params.values(), *state.states.values()):
         assert table.data_ptr() % TABLE_ALIGNMENT_BYTES == 0
     kept = ModelState.placed(state.params, state.globals, state.states, "cuda")
