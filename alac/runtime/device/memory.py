@@ -102,8 +102,6 @@ def mapped_view(host, device):
     return torch.as_tensor(_MappedArray(host), device=device)
 
 
-
-
 # GPU tables start at a multiple of 2 MiB: the async LR epoch was slower with w at some addresses, never
 # at these (w moved alone under a trained plan; benchmarks/distributed.py's one-GPU queued arm, and
 # flow.py's alac_async_hot, ran at the slower speed before)

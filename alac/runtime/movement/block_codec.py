@@ -2,10 +2,10 @@
 
 A zstd block is a run of independent frames of FRAME_BYTES of the packed block each, so that one
 block's frames decompress on several threads at once (DECODERS of them, shared by the readers) into
-the ring buffer the copy stream takes it from; zstandard's C code leaves the GIL meanwhile. With one
-frame a block, a block decompressed on one thread after its read, and an epoch of a few large blocks
-waited on them in turn. The store's checksum of a block is over what is stored, so a damaged file is
-refused before it is decompressed.
+the ring buffer the copy stream takes it from; zstandard's C code leaves the GIL meanwhile (as one
+frame, a block would be decompressed on one thread after its read, and an epoch of a few large blocks
+would wait on them in turn). The store's checksum of a block is over what is stored, so a damaged file
+is refused before it is decompressed.
 """
 
 from __future__ import annotations
