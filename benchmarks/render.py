@@ -15,6 +15,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # run as a script: benchmarks.* importable
 
+from benchmarks.block_codecs import codecs_table
 from benchmarks.distributed_tables import tables as distributed_tables
 from benchmarks.flow_tables import (
     fit_queue_table,
@@ -344,6 +345,12 @@ SECTIONS = [
      "of threads; ms/epoch the median of three runs of four epochs, validation loss of one run.",
      "PYTHONPATH=. python benchmarks/streaming.py --disk-only --big-rows 0 --loss-runs 1 --time-runs 3",
      streaming_table),
+    ("block_codecs", "Block ids on disk: wire forms against the entropy of an id given its field",
+     "The ids of 1M synthetic Criteo-shaped rows (39M edges) re-indexed by frequency as a block store does, in "
+     "the narrow wire form block stores move and transformed before zstd (FRAME_BYTES frames); bytes per edge "
+     "count the ids alone (a block also holds its labels and chunk bounds); decompression on one core of the "
+     "machine named (a CPU run: its bytes are exact, its speeds this CPU's).",
+     "PYTHONPATH=. python benchmarks/block_codecs.py --out benchmarks/results", codecs_table),
     ("placement_access", "Rows in host memory against rows on the device",
      "Gathers and atomic additions of Triton kernels on a table in pinned host memory (mapped pointers) and on the "
      "device: 16M accesses to 16M rows, random and sequential ids, 1 and 16 floats per row.",

@@ -1,0 +1,26 @@
+"""benchmarks/block_codecs.py: its transforms are lossless and its wire forms are what block stores move."""
+
+import numpy as np
+import pytest
+
+from benchmarks.block_codecs import codecs_table, frequency_ranks, measure, narrow, shuffled
+
+
+def test_ranks_shuffles_and_the_narrow_form_keep_every_id():
+    ids = np.array([5, 3, 5, 5, 3, 9, 70000, 5])
+    ranks = frequency_ranks(ids, 70001)
+    assert ranks[0] == 0 and ranks[1] == 1 and ranks[5] == 2 and len(set(ranks.tolist())) == 4
+    words, escapes = narrow(np.array([0, 65533, 65534, 70000]))
+    assert words.tolist() == [1, 65534, 0xFFFF, 0xFFFF] and escapes.tolist() == [65534, 70000]
+    planes = shuffled(words)
+    np.testing.assert_array_equal(planes.reshape(2, -1).T.copy().view(np.uint16).ravel(), words)
+
+
+def test_field_local_ranks_take_fewer_bytes_than_the_stored_form():
+    pytest.importorskip("zstandard")
+    result = measure(3000)
+    arms = {a["name"]: a for a in result["arms"]}
+    assert arms["narrow wire form (as stored)"]["ratio"] == 1
+    assert (arms["field-local ranks, field-major, bytes shuffled, zstd 1"]["bytes_per_edge"]
+            < arms["narrow, zstd 1"]["bytes_per_edge"] < arms["narrow wire form (as stored)"]["bytes_per_edge"])
+    assert "ids on disk" in codecs_table(result)
