@@ -9,7 +9,9 @@ On synthetic Criteo-shaped rows (39 one-hot fields), ids re-indexed by frequency
 - the same ids field-major (a field's ids together) with their bytes shuffled (low bytes, then high)
   before zstd;
 - each id as its rank within its field (16 bits, escapes as above), field-major and byte-shuffled,
-  before zstd: what a per-field gather on the GPU would have to undo.
+  before zstd: what a per-field gather on the GPU would have to undo;
+- and whole packed blocks of the same rows (what a block file holds) in zstd frames, as they are and
+  as byte planes.
 An epoch streamed from a disk is bound by the bytes it reads: a form's ratio to the narrow wire form is
 the most it can speed such an epoch up (benchmarks/streaming.py's disk arms measure the epochs).
 Writes results/block_codecs.json and .md.
@@ -51,6 +53,35 @@ def narrow(ids):
 def shuffled(words):
     """16-bit words as their low bytes, then their high bytes."""
     return np.ascontiguousarray(words.view(np.uint8).reshape(-1, 2).T).ravel()
+
+
+def byte_planes(frame, width=4):
+    """A frame's bytes as `width` planes (every width-th byte together; a tail shorter than width kept)."""
+    whole = frame.size - frame.size % width
+    return np.concatenate([np.ascontiguousarray(frame[:whole].reshape(-1, width).T).ravel(), frame[whole:]])
+
+
+def whole_blocks(rows, seed):
+    """Packed blocks of a block store of the same rows (ids, labels, chunk bounds, as block stores write
+    them) zstd-compressed in frames: as they are, and each frame as byte planes first."""
+    import tempfile
+
+    import zstandard
+
+    from alac.runtime.movement.block_codec import FRAME_BYTES, ZSTD_LEVEL
+    from alac.runtime.movement.block_store import synthetic_pieces, write_block_store
+    from alac.runtime.movement.layout import LayoutOptions
+
+    with tempfile.TemporaryDirectory() as folder:
+        store = write_block_store(Path(folder) / "store", synthetic_pieces(rows, seed=seed, device="cpu"),
+                                  LayoutOptions(chunk_size=32), 32, 64 << 20, "cpu")
+        blocks = [np.frombuffer(path.read_bytes(), dtype=np.uint8) for path in sorted(store.folder.glob("block-*"))]
+    compressor = zstandard.ZstdCompressor(level=ZSTD_LEVEL)
+    frames = [block[start:start + FRAME_BYTES] for block in blocks for start in range(0, block.size, FRAME_BYTES)]
+    packed = sum(frame.size for frame in frames)
+    return {"packed_bytes": packed,
+            "zstd_ratio": packed / sum(len(compressor.compress(frame)) for frame in frames),
+            "byte_planes_zstd_ratio": packed / sum(len(compressor.compress(byte_planes(frame))) for frame in frames)}
 
 
 def compressed(buffer, level):
@@ -115,7 +146,7 @@ def measure(rows, seed=0):
     arms.append({"name": "entropy of an id given its field", "bytes_per_edge": bits / 8,
                  "ratio": base / (edges * bits / 8), "decompress_gb_per_s": None})
     return {"rows": rows, "edges": edges, "fields": fields_per_row, "escaped_share": escapes.size / edges,
-            "local_escaped_share": local_escapes.size / edges, "arms": arms}
+            "local_escaped_share": local_escapes.size / edges, "arms": arms, "blocks": whole_blocks(rows, seed)}
 
 
 def codecs_table(result):
@@ -123,7 +154,9 @@ def codecs_table(result):
              "-" if a["decompress_gb_per_s"] is None else f"{a['decompress_gb_per_s']:.2f}"] for a in result["arms"]]
     return (table(["ids on disk", "bytes / edge", "smaller than stored", "zstd decompression, one thread (GB/s)"], rows)
             + f"\n\n{result['edges']:,} edges; escaped ids {100 * result['escaped_share']:.1f} % globally, "
-            f"{100 * result['local_escaped_share']:.2f} % as field-local ranks.")
+            f"{100 * result['local_escaped_share']:.2f} % as field-local ranks. Whole packed blocks of the same rows "
+            f"(ids, labels, chunk bounds): zstd {result['blocks']['zstd_ratio']:.2f}× smaller, their frames as "
+            f"4 byte planes first {result['blocks']['byte_planes_zstd_ratio']:.2f}×.")
 
 
 def main():

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from benchmarks.block_codecs import codecs_table, frequency_ranks, measure, narrow, shuffled
+from benchmarks.block_codecs import byte_planes, codecs_table, frequency_ranks, measure, narrow, shuffled
 
 
 def test_ranks_shuffles_and_the_narrow_form_keep_every_id():
@@ -14,6 +14,8 @@ def test_ranks_shuffles_and_the_narrow_form_keep_every_id():
     assert words.tolist() == [1, 65534, 0xFFFF, 0xFFFF] and escapes.tolist() == [65534, 70000]
     planes = shuffled(words)
     np.testing.assert_array_equal(planes.reshape(2, -1).T.copy().view(np.uint16).ravel(), words)
+    frame = np.arange(11, dtype=np.uint8)
+    assert byte_planes(frame).tolist() == [0, 4, 1, 5, 2, 6, 3, 7, 8, 9, 10]
 
 
 def test_field_local_ranks_take_fewer_bytes_than_the_stored_form():
@@ -24,3 +26,4 @@ def test_field_local_ranks_take_fewer_bytes_than_the_stored_form():
     assert (arms["field-local ranks, field-major, bytes shuffled, zstd 1"]["bytes_per_edge"]
             < arms["narrow, zstd 1"]["bytes_per_edge"] < arms["narrow wire form (as stored)"]["bytes_per_edge"])
     assert "ids on disk" in codecs_table(result)
+    assert 1 < result["blocks"]["zstd_ratio"] and result["blocks"]["packed_bytes"] > 2 * result["edges"]
