@@ -55,12 +55,6 @@ def shuffled(words):
     return np.ascontiguousarray(words.view(np.uint8).reshape(-1, 2).T).ravel()
 
 
-def byte_planes(frame, width=4):
-    """A frame's bytes as `width` planes (every width-th byte together; a tail shorter than width kept)."""
-    whole = frame.size - frame.size % width
-    return np.concatenate([np.ascontiguousarray(frame[:whole].reshape(-1, width).T).ravel(), frame[whole:]])
-
-
 def whole_blocks(rows, seed):
     """Packed blocks of a block store of the same rows (ids, labels, chunk bounds, as block stores write
     them) zstd-compressed in frames: as they are, and each frame as byte planes first."""
@@ -68,13 +62,13 @@ def whole_blocks(rows, seed):
 
     import zstandard
 
-    from alac.runtime.movement.block_codec import FRAME_BYTES, ZSTD_LEVEL
+    from alac.runtime.movement.block_codec import FRAME_BYTES, ZSTD_LEVEL, byte_planes
     from alac.runtime.movement.block_store import synthetic_pieces, write_block_store
     from alac.runtime.movement.layout import LayoutOptions
 
     with tempfile.TemporaryDirectory() as folder:
         store = write_block_store(Path(folder) / "store", synthetic_pieces(rows, seed=seed, device="cpu"),
-                                  LayoutOptions(chunk_size=32), 32, 64 << 20, "cpu")
+                                  LayoutOptions(chunk_size=32), 32, 64 << 20, "cpu")   # raw: the packed bytes
         blocks = [np.frombuffer(path.read_bytes(), dtype=np.uint8) for path in sorted(store.folder.glob("block-*"))]
     compressor = zstandard.ZstdCompressor(level=ZSTD_LEVEL)
     frames = [block[start:start + FRAME_BYTES] for block in blocks for start in range(0, block.size, FRAME_BYTES)]

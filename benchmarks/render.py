@@ -342,7 +342,8 @@ SECTIONS = [
     ("streaming_disk", "Block stores from disk: raw and zstd-compressed block files",
      "The arms streamed from a block store on disk (each epoch's pages dropped from the cache first) against "
      "the resident layout: the raw store, and zstd (level 1) in frames of 4 MiB decompressed on a shared pool "
-     "of threads; ms/epoch the median of three runs of four epochs, validation loss of one run.",
+     "of threads (measured before the frames held their bytes as planes: the next section's whole blocks); "
+     "ms/epoch the median of three runs of four epochs, validation loss of one run.",
      "PYTHONPATH=. python benchmarks/streaming.py --disk-only --big-rows 0 --loss-runs 1 --time-runs 3",
      streaming_table),
     ("block_codecs", "Block ids on disk: wire forms against the entropy of an id given its field",

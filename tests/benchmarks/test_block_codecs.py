@@ -3,7 +3,8 @@
 import numpy as np
 import pytest
 
-from benchmarks.block_codecs import byte_planes, codecs_table, frequency_ranks, measure, narrow, shuffled
+from alac.runtime.movement.block_codec import byte_planes
+from benchmarks.block_codecs import codecs_table, frequency_ranks, measure, narrow, shuffled
 
 
 def test_ranks_shuffles_and_the_narrow_form_keep_every_id():

@@ -28,6 +28,9 @@ ZSTD_LEVEL = 1
 FRAME_BYTES = 4 << 20
 # threads decompressing frames, shared by every open store's readers
 DECODERS = min(16, os.cpu_count() or 1)
+# A frame's bytes regrouped as this many planes (every PLANES-th byte together) before zstd: the high
+# bytes of ids, rows and bounds are mostly alike (benchmarks/block_codecs.py's whole blocks).
+PLANES = 4
 
 
 def check_codec(codec):
@@ -38,13 +41,27 @@ def check_codec(codec):
     return codec
 
 
+def byte_planes(frame, planes=PLANES):
+    """A uint8 array as `planes` planes (every planes-th byte together), a tail shorter than a row kept."""
+    whole = frame.size - frame.size % planes
+    return np.concatenate([np.ascontiguousarray(frame[:whole].reshape(-1, planes).T).ravel(), frame[whole:]])
+
+
+def _from_planes(planes_bytes, out, planes):
+    """byte_planes undone into out."""
+    whole = out.size - out.size % planes
+    out[:whole] = planes_bytes[:whole].reshape(planes, -1).T.ravel()
+    out[whole:] = planes_bytes[whole:]
+
+
 def encode(buffer, codec):
     """(the bytes a block file stores of a packed block, a uint8 numpy array; the stored size of each
-    of its frames, or None as they are)."""
+    of its frames, or None as they are). zstd frames hold their bytes as PLANES planes."""
     if codec is None:
         return buffer.tobytes(), None
     compressor = need("zstandard", "a zstd-compressed block store").ZstdCompressor(level=ZSTD_LEVEL)
-    frames = [compressor.compress(buffer[start:start + FRAME_BYTES]) for start in range(0, buffer.size, FRAME_BYTES)]
+    frames = [compressor.compress(byte_planes(buffer[start:start + FRAME_BYTES]))
+              for start in range(0, buffer.size, FRAME_BYTES)]
     return b"".join(frames), [len(frame) for frame in frames]
 
 
@@ -53,10 +70,11 @@ def _decoders():
     return ThreadPoolExecutor(DECODERS, thread_name_prefix="alac-decode")
 
 
-def decode_into(stored, out, codec, frames=None):
+def decode_into(stored, out, codec, frames=None, planes=1):
     """The packed block of a block file's bytes `stored` written into `out` (a uint8 numpy array of
     its size); frames: the stored size of each frame of FRAME_BYTES (None: one frame, as stores
-    written before frames hold them). A ValueError where they do not decompress to exactly `out`."""
+    written before frames hold them), each frame's bytes as `planes` planes (1: as they are). A
+    ValueError where they do not decompress to exactly `out`."""
     zstandard = need("zstandard", "a zstd-compressed block store")
     frames = [len(stored)] if frames is None else frames
     size = FRAME_BYTES if len(frames) > 1 else out.size
@@ -73,6 +91,9 @@ def decode_into(stored, out, codec, frames=None):
             raise ValueError(str(error)) from None
         if len(block) != target.size:
             raise ValueError(f"frame {index}: {len(block):,} bytes, not {target.size:,}")
-        target[:] = np.frombuffer(block, dtype=np.uint8)
+        if planes > 1:
+            _from_planes(np.frombuffer(block, dtype=np.uint8), target, planes)
+        else:
+            target[:] = np.frombuffer(block, dtype=np.uint8)
 
     list(_decoders().map(decode, range(len(frames))))

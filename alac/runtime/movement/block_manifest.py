@@ -128,6 +128,10 @@ def _check_meta(meta):
         block = Block(**{name: entry[name] for name in Block.__dataclass_fields__})
         _require(all(_is_int(v) for v in vars(block).values()) and _is_int(entry["bytes"], 1)
                  and _is_int(entry.get("stored", 1), 1) and isinstance(entry["xxh3"], str), f"block {index}'s fields")
+        frames = entry.get("frames", [entry.get("stored", entry["bytes"])])
+        _require(isinstance(frames, list) and frames and all(_is_int(f, 1) for f in frames)
+                 and sum(frames) == entry.get("stored", entry["bytes"]) and _is_int(entry.get("planes", 1), 1),
+                 f"block {index}'s frames {frames!r}")
         _require(block.first_chunk == chunk and block.first_edge == edge,
                  f"block {index} starts at chunk {block.first_chunk} and edge {block.first_edge}, where the blocks "
                  f"before it end at chunk {chunk} and edge {edge}")

@@ -35,7 +35,7 @@ import xxhash
 from alac.data.dataset import DataSource, mean_scale
 from alac.errors import DataError, OptionError
 from alac.runtime.movement import wire
-from alac.runtime.movement.block_codec import check_codec, decode_into, encode
+from alac.runtime.movement.block_codec import PLANES, check_codec, decode_into, encode
 from alac.runtime.movement.block_manifest import FEATURE_ARRAYS, META_FILE, REBUILD, block_file, read_manifest, sealed
 from alac.runtime.movement.blocks import NARROW_IDS, PADDING_MARGIN, Block, PinnedBlocks, packed, wire_arrays
 from alac.runtime.movement.layout import (
@@ -197,7 +197,7 @@ def write_block_store(folder, pieces, options=None, chunks_per_batch=1, block_by
         block_file(temporary, index).write_bytes(stored)
         # the checksum is over what is stored: a damaged file is refused before it is decoded
         return {"bytes": buffer.numel(), "stored": len(stored), "xxh3": xxhash.xxh3_64_hexdigest(stored),
-                **({"frames": frames} if frames is not None else {})}
+                **({"frames": frames, "planes": PLANES} if frames is not None else {})}
 
     try:
         meta, features = build_blocks(pieces, options, chunks_per_batch, block_bytes, device, fields, progress, write,
@@ -340,7 +340,7 @@ class DiskBlocks:
             problem = "its bytes do not match the store's checksum"
         elif self.codec is not None:
             try:
-                decode_into(stored, view.numpy(), self.codec, entry.get("frames"))
+                decode_into(stored, view.numpy(), self.codec, entry.get("frames"), entry.get("planes", 1))
             except ValueError as error:
                 problem = f"it does not decode ({error})"
         if problem is not None:

@@ -21,11 +21,15 @@ def test_frames_round_trip_into_the_ring_buffer(monkeypatch, size):
     block = _block(size)
     stored, frames = block_codec.encode(block, "zstd")
     assert len(frames) == -(-size // 1024) and sum(frames) == len(stored)
-    # every frame is a zstd frame of its own: the file is zstd's concatenation of them
-    assert zstandard.ZstdDecompressor().decompressobj().decompress(stored)[:min(size, 1024)] == block[:1024].tobytes()
+    # every frame is a zstd frame of its own, of the frame's bytes as planes
+    first = zstandard.ZstdDecompressor().decompressobj().decompress(stored)[:min(size, 1024)]
+    assert first == block_codec.byte_planes(block[:1024]).tobytes()
     out = np.zeros(size, dtype=np.uint8)
-    block_codec.decode_into(np.frombuffer(stored, dtype=np.uint8), out, "zstd", frames)
+    block_codec.decode_into(np.frombuffer(stored, dtype=np.uint8), out, "zstd", frames, block_codec.PLANES)
     np.testing.assert_array_equal(out, block)
+    if size >= 8:
+        block_codec.decode_into(np.frombuffer(stored, dtype=np.uint8), out, "zstd", frames)
+        assert not np.array_equal(out, block)
 
 
 def test_a_store_written_as_one_frame_still_decodes_and_a_wrong_frame_list_is_refused():
@@ -37,3 +41,11 @@ def test_a_store_written_as_one_frame_still_decodes_and_a_wrong_frame_list_is_re
     with pytest.raises(ValueError, match="2 frames"):
         block_codec.decode_into(np.frombuffer(whole, dtype=np.uint8), out, "zstd", [len(whole) - 1, 1])
     assert block_codec.encode(block, None) == (block.tobytes(), None)
+
+
+def test_byte_planes_regroup_every_planes_th_byte_and_keep_a_short_tail():
+    frame = np.arange(11, dtype=np.uint8)
+    assert block_codec.byte_planes(frame).tolist() == [0, 4, 1, 5, 2, 6, 3, 7, 8, 9, 10]
+    out = np.zeros(11, dtype=np.uint8)
+    block_codec._from_planes(block_codec.byte_planes(frame), out, 4)
+    np.testing.assert_array_equal(out, frame)

@@ -80,7 +80,8 @@ def test_a_block_store_holds_the_file_it_was_written_from(tmp_path, monkeypatch,
     packed_sizes = [entry["bytes"] for entry in store._entries]
     assert (sizes == packed_sizes) == (codec is None) and sum(sizes) <= sum(packed_sizes)
     if codec is not None:
-        assert all(len(entry["frames"]) == -(-entry["bytes"] // 256) for entry in store._entries)
+        assert all(len(entry["frames"]) == -(-entry["bytes"] // 256) and entry["planes"] == 4
+                   for entry in store._entries)
     assert ("edge_id16" in store.optional) == (ids == "narrow")
     assert len(store.blocks) > 4
     assert all(block.chunks % 2 == 0 for block in store.blocks[:-1])
@@ -325,3 +326,17 @@ def test_reading_a_block_between_epochs_does_not_wait_for_the_read_ahead(tmp_pat
         first = streamed.first_block()
         assert first.n_rows == streamed.blocks[0].rows
     streamed.close()
+
+
+@pytest.mark.parametrize("frames", [["x"], [1], [], "all"])
+def test_a_manifest_whose_frames_do_not_add_up_is_refused_when_opened(tmp_path, frames):
+    pytest.importorskip("zstandard")
+    from alac.runtime.movement.block_manifest import sealed
+
+    store = write_block_store(tmp_path / "store", file_pieces(_file(tmp_path)), OPTIONS, 2, block_bytes=2000,
+                              device="cpu", codec="zstd")
+    meta = json.loads((store.folder / "meta.json").read_text())
+    meta["blocks"][0]["frames"] = frames
+    (store.folder / "meta.json").write_text(json.dumps(sealed(meta, store.folder)))
+    with pytest.raises(DataError, match="block 0's frames"):
+        DiskBlocks(store.folder)
