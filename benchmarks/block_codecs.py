@@ -28,6 +28,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from alac.runtime.movement.block_codec import byte_planes
 from benchmarks.report import environment, table, write
 
 LEVELS = (1, 6)
@@ -50,19 +51,12 @@ def narrow(ids):
     return words, ids[escaped].astype(np.uint32)
 
 
-def shuffled(words):
-    """16-bit words as their low bytes, then their high bytes."""
-    return np.ascontiguousarray(words.view(np.uint8).reshape(-1, 2).T).ravel()
-
-
 def whole_blocks(rows, seed):
     """Packed blocks of a block store of the same rows (ids, labels, chunk bounds, as block stores write
     them) zstd-compressed in frames: as they are, and each frame as byte planes first."""
     import tempfile
 
-    import zstandard
-
-    from alac.runtime.movement.block_codec import FRAME_BYTES, ZSTD_LEVEL, byte_planes
+    from alac.runtime.movement.block_codec import encode
     from alac.runtime.movement.block_store import synthetic_pieces, write_block_store
     from alac.runtime.movement.layout import LayoutOptions
 
@@ -70,12 +64,10 @@ def whole_blocks(rows, seed):
         store = write_block_store(Path(folder) / "store", synthetic_pieces(rows, seed=seed, device="cpu"),
                                   LayoutOptions(chunk_size=32), 32, 64 << 20, "cpu")   # raw: the packed bytes
         blocks = [np.frombuffer(path.read_bytes(), dtype=np.uint8) for path in sorted(store.folder.glob("block-*"))]
-    compressor = zstandard.ZstdCompressor(level=ZSTD_LEVEL)
-    frames = [block[start:start + FRAME_BYTES] for block in blocks for start in range(0, block.size, FRAME_BYTES)]
-    packed = sum(frame.size for frame in frames)
+    packed = sum(block.size for block in blocks)
     return {"packed_bytes": packed,
-            "zstd_ratio": packed / sum(len(compressor.compress(frame)) for frame in frames),
-            "byte_planes_zstd_ratio": packed / sum(len(compressor.compress(byte_planes(frame))) for frame in frames)}
+            "zstd_ratio": packed / sum(len(encode(block, "zstd", planes=1)[0]) for block in blocks),
+            "byte_planes_zstd_ratio": packed / sum(len(encode(block, "zstd")[0]) for block in blocks)}
 
 
 def compressed(buffer, level):
@@ -119,7 +111,7 @@ def measure(rows, seed=0):
     assert (field.reshape(rows, fields_per_row) == np.arange(fields_per_row)).all()
     major = words.reshape(rows, fields_per_row).T.ravel()
     forms["narrow, field-major, bytes shuffled, zstd 1"] = (
-        np.concatenate([shuffled(major), escapes.view(np.uint8)]), 1)
+        np.concatenate([byte_planes(major.view(np.uint8), 2), escapes.view(np.uint8)]), 1)
     local = np.empty_like(ids)
     for f in np.unique(field):
         at = field == f
@@ -127,7 +119,7 @@ def measure(rows, seed=0):
     local_words, local_escapes = narrow(local)
     local_major = local_words.reshape(rows, fields_per_row).T.ravel()
     forms["field-local ranks, field-major, bytes shuffled"] = (
-        np.concatenate([shuffled(local_major), local_escapes.view(np.uint8)]), None)
+        np.concatenate([byte_planes(local_major.view(np.uint8), 2), local_escapes.view(np.uint8)]), None)
     forms["field-local ranks, field-major, bytes shuffled, zstd 1"] = (
         forms["field-local ranks, field-major, bytes shuffled"][0], 1)
     base = forms["narrow wire form (as stored)"][0].size

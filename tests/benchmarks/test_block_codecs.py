@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from alac.runtime.movement.block_codec import byte_planes
-from benchmarks.block_codecs import codecs_table, frequency_ranks, measure, narrow, shuffled
+from benchmarks.block_codecs import codecs_table, frequency_ranks, measure, narrow
 
 
 def test_ranks_shuffles_and_the_narrow_form_keep_every_id():
@@ -13,7 +13,7 @@ def test_ranks_shuffles_and_the_narrow_form_keep_every_id():
     assert ranks[0] == 0 and ranks[1] == 1 and ranks[5] == 2 and len(set(ranks.tolist())) == 4
     words, escapes = narrow(np.array([0, 65533, 65534, 70000]))
     assert words.tolist() == [1, 65534, 0xFFFF, 0xFFFF] and escapes.tolist() == [65534, 70000]
-    planes = shuffled(words)
+    planes = byte_planes(words.view(np.uint8), 2)
     np.testing.assert_array_equal(planes.reshape(2, -1).T.copy().view(np.uint16).ravel(), words)
     frame = np.arange(11, dtype=np.uint8)
     assert byte_planes(frame).tolist() == [0, 4, 1, 5, 2, 6, 3, 7, 8, 9, 10]

@@ -54,13 +54,13 @@ def _from_planes(planes_bytes, out, planes):
     out[whole:] = planes_bytes[whole:]
 
 
-def encode(buffer, codec):
+def encode(buffer, codec, planes=PLANES):
     """(the bytes a block file stores of a packed block, a uint8 numpy array; the stored size of each
-    of its frames, or None as they are). zstd frames hold their bytes as PLANES planes."""
+    of its frames, or None as they are). zstd frames hold their bytes as `planes` planes."""
     if codec is None:
         return buffer.tobytes(), None
     compressor = need("zstandard", "a zstd-compressed block store").ZstdCompressor(level=ZSTD_LEVEL)
-    frames = [compressor.compress(byte_planes(buffer[start:start + FRAME_BYTES]))
+    frames = [compressor.compress(byte_planes(buffer[start:start + FRAME_BYTES], planes))
               for start in range(0, buffer.size, FRAME_BYTES)]
     return b"".join(frames), [len(frame) for frame in frames]
 
@@ -91,9 +91,6 @@ def decode_into(stored, out, codec, frames=None, planes=1):
             raise ValueError(str(error)) from None
         if len(block) != target.size:
             raise ValueError(f"frame {index}: {len(block):,} bytes, not {target.size:,}")
-        if planes > 1:
-            _from_planes(np.frombuffer(block, dtype=np.uint8), target, planes)
-        else:
-            target[:] = np.frombuffer(block, dtype=np.uint8)
+        _from_planes(np.frombuffer(block, dtype=np.uint8), target, planes)
 
     list(_decoders().map(decode, range(len(frames))))
