@@ -11,7 +11,7 @@ On synthetic Criteo-shaped rows (39 one-hot fields), ids re-indexed by frequency
 - each id as its rank within its field (16 bits, escapes as above), field-major and byte-shuffled,
   before zstd: what a per-field gather on the GPU would have to undo;
 - and whole packed blocks of the same rows (what a block file holds) in zstd frames, as they are and
-  as byte planes.
+  as byte planes, with 16-bit ids and with ranks within their field (alac.runtime.movement.wire.FieldRanks).
 An epoch streamed from a disk is bound by the bytes it reads: a form's ratio to the narrow wire form is
 the most it can speed such an epoch up (benchmarks/streaming.py's disk arms measure the epochs).
 Writes results/block_codecs.json and .md.
@@ -53,21 +53,28 @@ def narrow(ids):
 
 def whole_blocks(rows, seed):
     """Packed blocks of a block store of the same rows (ids, labels, chunk bounds, as block stores write
-    them) zstd-compressed in frames: as they are, and each frame as byte planes first."""
+    them, the ids as 16-bit ids and as ranks within their field) zstd-compressed in frames: as they are,
+    and each frame as byte planes first; ratios to the packed blocks of 16-bit ids."""
     import tempfile
 
     from alac.runtime.movement.block_codec import encode
     from alac.runtime.movement.block_store import synthetic_pieces, write_block_store
     from alac.runtime.movement.layout import LayoutOptions
 
+    blocks = {}
     with tempfile.TemporaryDirectory() as folder:
-        store = write_block_store(Path(folder) / "store", synthetic_pieces(rows, seed=seed, device="cpu"),
-                                  LayoutOptions(chunk_size=32), 32, 64 << 20, "cpu")   # raw: the packed bytes
-        blocks = [np.frombuffer(path.read_bytes(), dtype=np.uint8) for path in sorted(store.folder.glob("block-*"))]
-    packed = sum(block.size for block in blocks)
+        for ids in ("narrow", "field_ranks"):
+            store = write_block_store(Path(folder) / ids, synthetic_pieces(rows, seed=seed, device="cpu"),
+                                      LayoutOptions(chunk_size=32), 32, 64 << 20, "cpu", ids=ids)   # raw: packed bytes
+            blocks[ids] = [np.frombuffer(path.read_bytes(), dtype=np.uint8)
+                           for path in sorted(store.folder.glob("block-*"))]
+    packed = sum(block.size for block in blocks["narrow"])
     return {"packed_bytes": packed,
-            "zstd_ratio": packed / sum(len(encode(block, "zstd", planes=1)[0]) for block in blocks),
-            "byte_planes_zstd_ratio": packed / sum(len(encode(block, "zstd")[0]) for block in blocks)}
+            "zstd_ratio": packed / sum(len(encode(block, "zstd", planes=1)[0]) for block in blocks["narrow"]),
+            "byte_planes_zstd_ratio": packed / sum(len(encode(block, "zstd")[0]) for block in blocks["narrow"]),
+            "field_ranks_packed_ratio": packed / sum(block.size for block in blocks["field_ranks"]),
+            "field_ranks_byte_planes_zstd_ratio": packed / sum(len(encode(block, "zstd")[0])
+                                                               for block in blocks["field_ranks"])}
 
 
 def compressed(buffer, level):
@@ -142,7 +149,10 @@ def codecs_table(result):
             + f"\n\n{result['edges']:,} edges; escaped ids {100 * result['escaped_share']:.1f} % globally, "
             f"{100 * result['local_escaped_share']:.2f} % as field-local ranks. Whole packed blocks of the same rows "
             f"(ids, labels, chunk bounds): zstd {result['blocks']['zstd_ratio']:.2f}× smaller, their frames as "
-            f"4 byte planes first {result['blocks']['byte_planes_zstd_ratio']:.2f}×.")
+            f"4 byte planes first {result['blocks']['byte_planes_zstd_ratio']:.2f}×; with the ids as ranks within "
+            f"their field (what a store of these rows holds by default) "
+            f"{result['blocks']['field_ranks_packed_ratio']:.2f}× smaller packed, "
+            f"{result['blocks']['field_ranks_byte_planes_zstd_ratio']:.2f}× as zstd byte planes.")
 
 
 def main():

@@ -244,9 +244,10 @@ def streaming_table(result):
     narrow = [(name[:-len("_int32")], by_name[name]["ms_per_epoch"] / by_name[name[:-len("int32")] + "narrow"]
                ["ms_per_epoch"]) for name in by_name if name.endswith("_int32") and name[:-5] + "narrow" in by_name]
     big = [a for a in arms if "rows" in a]
-    zstd = [(name[:-len("_zstd")], by_name[name[:-len("_zstd")]]["ms_per_epoch"] / by_name[name]["ms_per_epoch"],
-             by_name[name]["bytes_per_epoch"] / by_name[name]["stored_bytes"])
-            for name in by_name if name.endswith("_zstd") and name[:-len("_zstd")] in by_name]
+    raw = {a["name"]: a for a in arms if a.get("source") == "disk" and not a.get("codec")}
+    zstd = [(a["name"], a["ids"], raw[name]["ms_per_epoch"] / a["ms_per_epoch"],
+             raw[name]["stored_bytes"] / a["stored_bytes"])
+            for a in arms if a.get("codec") for name in raw if a["name"].startswith(name + "_")]
     return (table(["arm", "source", "ids", "blocks", "bytes/edge", "ms/epoch", "bound ms (copy or disk read)",
                    "resident ms", "epoch / max(bound, resident)", "peak GPU GiB", "val logloss per epoch"], rows)
             + f"\n\nPinned host → device copy: {result['pinned_h2d_gb_per_s']:.1f} GB/s; "
@@ -255,8 +256,8 @@ def streaming_table(result):
                          f"{r['gb_per_s']:.2f}" for i, r in enumerate(result.get("disk_ring_sweep", ())))
                + ". " if "disk_read_gb_per_s" in result else "")
             + "".join(f"Narrow ids against int32 ({name}): {ratio:.2f}x faster. " for name, ratio in narrow)
-            + "".join(f"zstd-compressed blocks from disk ({name}, stored {stored:.2f}x smaller): {ratio:.2f}x the "
-                      f"raw store's speed. " for name, ratio, stored in zstd)
+            + "".join(f"{name} ({ids} ids, stored {stored:.2f}x smaller than the raw store): {ratio:.2f}x the raw "
+                      f"store's speed. " for name, ids, ratio, stored in zstd)
             + "".join(f"{a['name']}: {a['rows']:,} rows, {a['bytes_per_epoch'] / 2**30:.1f} GiB per epoch on a GPU "
                       f"of {a['gpu_memory_bytes'] / 2**30:.1f} GiB, budget {a['budget_bytes'] / 2**30:.0f} GiB. "
                       for a in big)).rstrip()

@@ -115,7 +115,8 @@ def _arm(name, source, streamed, executor, epochs, args, trainer, valid_layout, 
     ms, ms_runs = _back_to_back(epochs, args)
     peak = torch.cuda.max_memory_allocated()
     losses, runs = _losses(epochs, executor, trainer, valid_layout, valid, args)
-    ids = "narrow" if "edge_id16" in streamed.source.optional else "int32"
+    ids = ("int32" if "edge_id16" not in streamed.source.optional
+           else "field_ranks" if streamed.source.field_ranks is not None else "narrow")
     return {"name": name, "source": source, "ids": ids, "blocks": len(streamed.blocks),
             "bytes_per_epoch": streamed.bytes_per_epoch,
             "bytes_per_edge": streamed.bytes_per_epoch / streamed.host.stats.nnz, "ms_per_epoch": ms,
@@ -158,8 +159,9 @@ def run_model(k, train, valid, args, bandwidth, disk):
         results.append(_arm(f"{name}_streamed_{depth}_per_budget_{ids}" + ("" if overlap else "_no_overlap"),
                             "host_pinned", streamed, executor, epochs, args, trainer, valid_layout, valid, bandwidth))
         streamed.close()
-    for codec, folder in disk["folders"].items():
+    for suffix, folder in disk["folders"].items():
         store = DiskBlocks(folder, pin=True)
+        codec = store.codec
         streamed = StreamedLayout(store, "cuda")
         executor = Executor(_model(k), plan, backend="triton", device="cuda", seed=args.seed)
 
@@ -169,8 +171,8 @@ def run_model(k, train, valid, args, bandwidth, disk):
                 drop_from_page_cache(store.folder)
                 executor.train_streamed_epoch(streamed, model_labels, e, lr)
 
-        arm = _arm(f"{name}_streamed_from_disk" + (f"_{codec}" if codec else ""), "disk", streamed, executor,
-                   from_disk, args, trainer, valid_layout, valid, bandwidth)
+        arm = _arm(f"{name}_streamed_from_disk{suffix}", "disk", streamed, executor, from_disk, args, trainer,
+                   valid_layout, valid, bandwidth)
         stored = sum(path.stat().st_size for path in Path(folder).glob("block-*.bin"))
         arm.update(disk_read_gb_per_s=disk["read_gb_per_s"], codec=codec, stored_bytes=stored,
                    read_bound_ms=1000 * stored / (disk["read_gb_per_s"] * 1e9))
@@ -288,15 +290,19 @@ def main():
     bandwidth = pinned_gb_per_s()
     train, valid = synthetic_train_valid(args.rows, args.valid_rows, "cuda", args.seed)
     with tempfile.TemporaryDirectory(dir=args.disk_dir) as folder:
-        store = write_block_store(Path(folder) / "store", synthetic_pieces(args.rows, seed=args.seed, device="cuda"),
-                                  LayoutOptions(chunk_size=32), 1024 // 32, int(args.budget_gb * 2**30) // 4, "cuda")
-        disk = {"folders": {None: store.folder}, "read_gb_per_s": disk_read_gb_per_s(store)}
+        def store_of(name, **options):
+            return write_block_store(Path(folder) / name, synthetic_pieces(args.rows, seed=args.seed, device="cuda"),
+                                     LayoutOptions(chunk_size=32), 1024 // 32, int(args.budget_gb * 2**30) // 4, "cuda",
+                                     **options)
+
+        # the raw store with 16-bit ids; the same zstd-compressed (alac.runtime.movement.block_codec), and
+        # zstd-compressed with its ids as ranks within their field (what a store of these rows is by default)
+        store = store_of("store", ids="narrow")
+        disk = {"folders": {"": store.folder}, "read_gb_per_s": disk_read_gb_per_s(store)}
         store.close()
         sweep = ring_sweep(store.folder)
-        # the same blocks zstd-compressed, decompressed by the reader threads (alac.runtime.movement.block_codec)
-        disk["folders"]["zstd"] = write_block_store(
-            Path(folder) / "store_zstd", synthetic_pieces(args.rows, seed=args.seed, device="cuda"),
-            LayoutOptions(chunk_size=32), 1024 // 32, int(args.budget_gb * 2**30) // 4, "cuda", codec="zstd").folder
+        disk["folders"]["_zstd"] = store_of("store_zstd", ids="narrow", codec="zstd").folder
+        disk["folders"]["_zstd_field_ranks"] = store_of("store_zstd_ranks", codec="zstd").folder
         arms = [arm for k in (0, 16) for arm in run_model(k, train, valid, args, bandwidth, disk)]
     del train, valid
     torch.cuda.empty_cache()

@@ -23,9 +23,13 @@ from alac.errors import DataError
 from alac.runtime.movement.block_codec import CODECS
 from alac.runtime.movement.blocks import OPTIONAL_ARRAYS, Block
 
-VERSION = 3
+VERSION = 4
+# stores of version 3 are read as well: they are version 4 stores without field ranks
+READABLE = (3, VERSION)
 META_FILE = "meta.json"
 FEATURE_ARRAYS = ("new_to_old", "old_to_new", "frequency")
+# each feature's field, in a store whose narrow words are ranks within a field (its "field_ranks")
+FIELD_ARRAY = "field_of"
 # how to rebuild, said with every refusal of a store
 REBUILD = ("write the store again from its data file (alac train --out-of-core FILE, or "
            "alac.runtime.movement.block_store.write_block_store)")
@@ -37,10 +41,15 @@ def _canonical(meta):
     return json.dumps({k: v for k, v in meta.items() if k != "checksum"}, sort_keys=True).encode()
 
 
+def feature_arrays(meta):
+    """The names of a store's per-feature array files."""
+    return FEATURE_ARRAYS + ((FIELD_ARRAY,) if meta.get("field_ranks") is not None else ())
+
+
 def sealed(meta, folder):
     """meta with the checksums of the folder's feature array files and of itself."""
     meta = dict(meta, version=VERSION,
-                files={f"{name}.npy": file_checksum(Path(folder) / f"{name}.npy") for name in FEATURE_ARRAYS})
+                files={f"{name}.npy": file_checksum(Path(folder) / f"{name}.npy") for name in feature_arrays(meta)})
     return dict(meta, checksum=xxhash.xxh3_64_hexdigest(_canonical(meta)))
 
 
@@ -63,9 +72,9 @@ def read_manifest(folder):
         raise DataError(f"a damaged block store manifest ({type(error).__name__}); {REBUILD}", path=path) from None
     if not isinstance(meta, dict):
         raise DataError(f"a damaged block store manifest (not an object); {REBUILD}", path=path)
-    if meta.get("version") != VERSION:
-        raise DataError(f"a block store of version {meta.get('version')}, this alac reads version {VERSION}: "
-                        f"{REBUILD}", path=path)
+    if meta.get("version") not in READABLE:
+        raise DataError(f"a block store of version {meta.get('version')}, this alac reads versions {READABLE[0]} to "
+                        f"{VERSION}: {REBUILD}", path=path)
     if meta.get("checksum") != xxhash.xxh3_64_hexdigest(_canonical(meta)):
         raise DataError(f"the manifest does not match its checksum: it was edited or damaged; {REBUILD}", path=path)
     try:
@@ -73,7 +82,7 @@ def read_manifest(folder):
     except (KeyError, TypeError, ValueError) as error:
         raise DataError(f"an inconsistent block store manifest ({error}); {REBUILD}", path=path) from None
     features = {}
-    for name in FEATURE_ARRAYS:
+    for name in feature_arrays(meta):
         array_path = folder / f"{name}.npy"
         if not array_path.is_file():
             raise DataError(f"missing: the store's {name}.npy; {REBUILD}", path=array_path)
@@ -119,6 +128,10 @@ def _check_meta(meta):
     optional = meta["optional"]
     _require(isinstance(optional, list) and set(optional) <= set(OPTIONAL_ARRAYS), f"optional {optional!r}")
     _require(("edge_feature" in optional) != ("edge_id16" in optional), "optional names no one form of the ids")
+    ranks = meta.get("field_ranks")
+    _require(ranks is None or (_is_int(ranks, 1) and ranks == meta["fixed_width"] and "edge_id16" in optional
+                               and meta["version"] > 3),
+             f"field_ranks {ranks!r} of rows of {meta['fixed_width']!r} ids")
     chunk_size = meta["options"]["chunk_size"]
     _require(_is_int(chunk_size, 1), f"chunk_size {chunk_size!r}")
     blocks = meta["blocks"]
@@ -154,6 +167,10 @@ def _check_features(features, meta):
         _require(array.shape == (n,) and array.dtype.kind == "i", f"{name}.npy holds {array.dtype} {array.shape}, "
                  f"not {n:,} integers")
     new_to_old, old_to_new, frequency = (features[name] for name in FEATURE_ARRAYS)
+    if FIELD_ARRAY in features:
+        field_of = features[FIELD_ARRAY]
+        _require(bool(((field_of >= 0) & (field_of < meta["field_ranks"])).all()),
+                 f"{FIELD_ARRAY}.npy has fields outside 0 to {meta['field_ranks'] - 1}")
     for start in range(0, n, CHECK_PIECE):
         ids = new_to_old[start:start + CHECK_PIECE]
         _require(bool(((ids >= 0) & (ids < n)).all()), "new_to_old.npy has ids outside the features")

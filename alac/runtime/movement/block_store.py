@@ -23,6 +23,7 @@ import math
 import os
 import queue
 import shutil
+import threading
 import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
@@ -36,7 +37,15 @@ from alac.data.dataset import DataSource, mean_scale
 from alac.errors import DataError, OptionError
 from alac.runtime.movement import wire
 from alac.runtime.movement.block_codec import PLANES, check_codec, decode_into, encode
-from alac.runtime.movement.block_manifest import FEATURE_ARRAYS, META_FILE, REBUILD, block_file, read_manifest, sealed
+from alac.runtime.movement.block_manifest import (
+    FEATURE_ARRAYS,
+    FIELD_ARRAY,
+    META_FILE,
+    REBUILD,
+    block_file,
+    read_manifest,
+    sealed,
+)
 from alac.runtime.movement.blocks import NARROW_IDS, PADDING_MARGIN, Block, PinnedBlocks, packed, wire_arrays
 from alac.runtime.movement.layout import (
     BigraphLayout,
@@ -47,6 +56,7 @@ from alac.runtime.movement.layout import (
     order_by_frequency,
     top_share,
 )
+from alac.runtime.movement.slot_fields import SlotFields, check_slot_fields, field_ranks
 from alac.temporary import remove_stale_folders, temporary_folder_name
 
 # written beside a store's files when a block is found damaged as it is read
@@ -57,12 +67,13 @@ RING_DEPTH = 4
 READERS = 4
 
 
-def _count(pieces):
+def _count(pieces, slot_fields):
     """Pass 1: (frequency, rows, nnz, widest row, sum of |values| or None, n_fields, has fields, the
-    first piece's source options)."""
+    first piece's source options); each piece also goes to slot_fields."""
     frequency, rows, nnz, widest, value_sum, n_fields, has_fields = None, 0, 0, 0, None, 0, False
     source_options = None
     for piece in pieces():
+        slot_fields.add(piece)
         if source_options is None:
             source_options = dict(piece.source.options)
         counts = torch.bincount(piece.indices.long(), minlength=piece.n_features).cpu()
@@ -119,19 +130,25 @@ def _groups(pieces, n_features, rows_per_block, device):
 def build_blocks(pieces, options, chunks_per_batch, block_bytes, device, fields, progress, emit, ids="auto"):
     """The two passes: count, then lay out groups of whole batches of about block_bytes of device
     memory each and hand each to emit(index, the group's layout, the group as a Block of that
-    layout, the optional arrays), which returns what the meta dict records of it; returns the meta
-    dict (sizes, statistics, the blocks) and the per-feature arrays. ids: the ids' wire form
-    (alac.runtime.movement.blocks.wire_arrays)."""
+    layout, the optional arrays, the wire.FieldRanks or None), which returns what the meta dict
+    records of it; returns the meta dict (sizes, statistics, the blocks) and the per-feature arrays.
+    ids: the ids' wire form (alac.runtime.movement.blocks.wire_arrays; "auto" takes field ranks where
+    the rows allow them and the narrow form pays)."""
     options = options if options is not None else LayoutOptions()
     if block_bytes <= 0:
         raise OptionError(f"a block budget must be positive, got {block_bytes} bytes")
     started = time.perf_counter()
-    frequency, n_rows, nnz, widest, value_sum, n_fields, has_fields, source_options = _count(pieces)
+    slot_fields = SlotFields()
+    frequency, n_rows, nnz, widest, value_sum, n_fields, has_fields, source_options = _count(pieces, slot_fields)
     sorted_frequency, new_to_old, old_to_new = order_by_frequency(frequency)
     optional = (frozenset(({"edge_value"} if value_sum is not None else set())
                           | ({"edge_field"} if fields and has_fields else set()))
                 | wire_arrays(ids, sorted_frequency, nnz))
     C = options.chunk_size
+    if ids == "field_ranks" and slot_fields.why is not None:
+        raise OptionError(f"ids as field ranks need one id of each field a row, field s in slot s: {slot_fields.why}")
+    use_ranks = ids in ("auto", "field_ranks") and NARROW_IDS <= optional and slot_fields.why is None
+    ranks = slot_fields.ranks(new_to_old, C) if use_ranks else None
     # an edge's device bytes: its id (narrow: 2 on the wire, 4 decoded, 4 more if escaped), value, field
     narrow = NARROW_IDS <= optional
     escaped = float(sorted_frequency[wire.ID16_LIMIT:].sum()) / nnz if narrow and nnz else 0.0
@@ -144,12 +161,14 @@ def build_blocks(pieces, options, chunks_per_batch, block_bytes, device, fields,
     for index, group in enumerate(_groups(pieces, frequency.numel(), rows_per_block, device)):
         layout = build_layout(group, base_options, device, feature_order=new_to_old)
         layout.row_of_slot[layout.row_of_slot >= 0] += first_row
-        escapes = wire.escape_count(layout.edge_feature) if narrow else 0
+        if ranks is not None:
+            check_slot_fields(layout, ranks)
+        escapes = wire.escape_count(layout.edge_feature, ranks) if narrow else 0
         widest, edges = layout.extent()
         local = Block(0, layout.n_chunks, 0, edges, group.n_rows, escapes, widest)
         block = dataclasses.replace(local, first_chunk=first_chunk, end_chunk=first_chunk + local.chunks,
                                     first_edge=first_edge, end_edge=first_edge + edges)
-        entries.append({**dataclasses.asdict(block), **emit(index, layout, local, optional)})
+        entries.append({**dataclasses.asdict(block), **emit(index, layout, local, optional, ranks)})
         first_row, first_chunk, first_edge = first_row + group.n_rows, block.end_chunk, block.end_edge
         width_sum += int(layout.chunk_width.long().sum())
         lengths.add(layout.fixed_width)
@@ -168,8 +187,13 @@ def build_blocks(pieces, options, chunks_per_batch, block_bytes, device, fields,
             "value_scale": mean_scale(value_sum, nnz) if value_sum is not None else 1.0,
             # a LIBSVM file's id base (0 or 1), so that files read beside the store share its ids
             "base": source_options.get("base"),
-            "stats": dataclasses.asdict(stats), "blocks": entries}
-    return meta, dict(zip(FEATURE_ARRAYS, (new_to_old.cpu(), old_to_new.cpu(), sorted_frequency.cpu())))
+            "stats": dataclasses.asdict(stats), "blocks": entries,
+            # narrow words as ranks within the fields of this many slots (field_of.npy): wire.FieldRanks
+            "field_ranks": ranks.width if ranks is not None else None}
+    features = dict(zip(FEATURE_ARRAYS, (new_to_old.cpu(), old_to_new.cpu(), sorted_frequency.cpu())))
+    if ranks is not None:
+        features[FIELD_ARRAY] = slot_fields.field_of_new(new_to_old)
+    return meta, features
 
 
 def write_block_store(folder, pieces, options=None, chunks_per_batch=1, block_bytes=256 << 20,
@@ -191,8 +215,8 @@ def write_block_store(folder, pieces, options=None, chunks_per_batch=1, block_by
     temporary = folder.parent / temporary_folder_name(folder.name)
     temporary.mkdir()
 
-    def write(index, layout, local, optional):
-        buffer = packed(layout, local, optional)
+    def write(index, layout, local, optional, ranks):
+        buffer = packed(layout, local, optional, ranks=ranks)
         stored, frames = encode(buffer.numpy(), codec)
         block_file(temporary, index).write_bytes(stored)
         # the checksum is over what is stored: a damaged file is refused before it is decoded
@@ -226,13 +250,13 @@ def pinned_blocks(pieces, options=None, chunks_per_batch=1, block_bytes=256 << 2
     device = torch.device(device) if device is not None else default_device()
     buffers = []
 
-    def keep(index, layout, local, optional):
-        buffers.append(packed(layout, local, optional, pin=device.type == "cuda"))
+    def keep(index, layout, local, optional, ranks):
+        buffers.append(packed(layout, local, optional, pin=device.type == "cuda", ranks=ranks))
         return {"bytes": buffers[-1].numel()}
 
     meta, features = build_blocks(pieces, options, chunks_per_batch, block_bytes, device, fields, progress, keep, ids)
     return PinnedBlocks(_meta_layout(meta, features), _blocks_of(meta), buffers, frozenset(meta["optional"]),
-                        float(meta["value_scale"]))
+                        float(meta["value_scale"]), field_ranks(meta, features))
 
 
 def _blocks_of(meta):
@@ -251,7 +275,7 @@ def _meta_layout(meta, features):
         row_nnz=empty32, chunk_start=torch.zeros(1, dtype=torch.int64), chunk_width=empty32,
         edge_feature=empty32, edge_value=torch.empty(0) if "edge_value" in optional else None,
         edge_field=empty32.clone() if "edge_field" in optional else None, hot_edges=None, cold_edges=None,
-        stats=LayoutStats(**stats), tile_width=meta["tile_width"], **features)
+        stats=LayoutStats(**stats), tile_width=meta["tile_width"], **{name: features[name] for name in FEATURE_ARRAYS})
 
 
 def synthetic_pieces(n_rows, rows_per_piece=1 << 22, **criteo_like_options):
@@ -278,7 +302,9 @@ class DiskBlocks:
     def __init__(self, folder, pin=False, ring_depth=RING_DEPTH, readers=READERS):
         self.folder = Path(folder)
         meta, features = read_manifest(self.folder)
-        self.meta = _meta_layout(meta, {name: torch.from_numpy(array) for name, array in features.items()})
+        features = {name: torch.from_numpy(array) for name, array in features.items()}
+        self.meta = _meta_layout(meta, features)
+        self.field_ranks = field_ranks(meta, features)
         self.blocks = _blocks_of(meta)
         self._entries = meta["blocks"]
         self.optional = frozenset(meta["optional"])
@@ -323,15 +349,34 @@ class DiskBlocks:
             self._pool = ThreadPoolExecutor(self.readers, thread_name_prefix="alac-blocks")
         return self._pool, self._free
 
-    def _read_into(self, index):
-        """A ring buffer holding block index, read, checked and decoded (runs on a reader thread)."""
+    def _ring_buffer(self, turn):
+        """A free ring buffer once its last copy is done, taken in the order of the reads (turn: the
+        event the read before sets once it has its buffer, and this read's own): the oldest read
+        waiting always gets the next buffer freed, so the reader of the blocks in order never waits on
+        a read that waits on it."""
+        before, mine = turn
+        if before is not None:
+            before.wait()
         buffer, copied = self._free.get()
+        mine.set()
         if copied is not None:
             copied.synchronize()
+        return buffer
+
+    def _read_into(self, index, turn):
+        """A ring buffer holding block index, read, checked and decoded (runs on a reader thread). A
+        compressed block is read whole before it takes a buffer (its checksum is over what is stored),
+        so the disk goes on reading while earlier blocks decompress and wait for their copies."""
+        try:
+            return self._read_block(index, turn)
+        finally:
+            turn[1].set()   # taken a buffer or failed before: the reads after this one take theirs
+
+    def _read_block(self, index, turn):
         entry, path = self._entries[index], block_file(self.folder, index)
-        view = buffer[:entry["bytes"]]
         stored_bytes = entry.get("stored", entry["bytes"])
-        # a compressed block is read whole first (its checksum is over what is stored)
+        buffer = self._ring_buffer(turn) if self.codec is None else None
+        view = buffer[:entry["bytes"]] if buffer is not None else None
         stored = view.numpy() if self.codec is None else np.empty(stored_bytes, dtype=np.uint8)
         with open(path, "rb", buffering=0) as handle:
             read = handle.readinto(memoryview(stored))
@@ -339,12 +384,15 @@ class DiskBlocks:
         if read != stored_bytes or xxhash.xxh3_64_hexdigest(stored) != entry["xxh3"]:
             problem = "its bytes do not match the store's checksum"
         elif self.codec is not None:
+            buffer = self._ring_buffer(turn)
+            view = buffer[:entry["bytes"]]
             try:
                 decode_into(stored, view.numpy(), self.codec, entry.get("frames"), entry.get("planes", 1))
             except ValueError as error:
                 problem = f"it does not decode ({error})"
         if problem is not None:
-            self._free.put((buffer, None))
+            if buffer is not None:
+                self._free.put((buffer, None))
             self.mark_damaged(index)
             raise DataError(f"block {index} is damaged ({problem}); {REBUILD}", path=path)
         return buffer, view
@@ -355,13 +403,18 @@ class DiskBlocks:
         pool, free = self._ring()
         order, pending = list(order), deque()
         upcoming = iter(order)
+        last_turn = [None]
 
         def submit():
             index = next(upcoming, None)
             if index is not None:
-                pending.append((index, pool.submit(self._read_into, index)))
+                turn = (last_turn[0], threading.Event())
+                last_turn[0] = turn[1]
+                pending.append((index, pool.submit(self._read_into, index, turn)))
 
-        for _ in range(min(self.ring_depth, len(order))):
+        # compressed blocks are read before they need a buffer: every reader keeps reading
+        ahead = self.ring_depth + (self.readers if self.codec is not None else 0)
+        for _ in range(min(ahead, len(order))):
             submit()
         held = []   # the buffer handed out and not yet released
         try:

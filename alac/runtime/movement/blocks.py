@@ -8,7 +8,9 @@ arrays (re-index maps, frequencies) are the whole data set's and live in the `me
 every other array empty.
 
 Edge ids travel as int32 or in the narrow 16-bit form of `alac.runtime.movement.wire` (`edge_id16`,
-`escape_start`, `escape_id`), decoded on the device after the copy; `wire_arrays` picks the form.
+`escape_start`, `escape_id`), decoded on the device after the copy; `wire_arrays` picks the form. A
+block store of one-hot rows with one field a slot may hold the narrow words as ranks within their
+field (wire.FieldRanks; the source's `field_ranks`).
 
 `PinnedBlocks` holds a layout's blocks in (pinned) host memory; `alac.runtime.movement.block_store` holds them
 on disk. Both read blocks as (index, host buffer, release): release(event) hands the buffer back once
@@ -98,18 +100,20 @@ def unpack(buffer, block, chunk_size, optional):
             for name, dtype, offset, count in entries}
 
 
-def decoded(arrays):
-    """A block's arrays as the kernels read them: narrow ids decoded (on their device) into edge_feature."""
+def decoded(arrays, ranks=None):
+    """A block's arrays as the kernels read them: narrow ids decoded (on their device, ranks the
+    wire.FieldRanks there where the words are ranks) into edge_feature."""
     if "edge_id16" not in arrays:
         return arrays
     arrays = dict(arrays)
-    arrays["edge_feature"] = wire.decode(*(arrays.pop(name) for name in ("edge_id16", "escape_start", "escape_id")))
+    arrays["edge_feature"] = wire.decode(*(arrays.pop(name) for name in ("edge_id16", "escape_start", "escape_id")),
+                                         ranks=ranks)
     return arrays
 
 
-def pack_into(buffer, layout, block, optional):
+def pack_into(buffer, layout, block, optional, ranks=None):
     """Write the block's slices of `layout` (any device) into the uint8 buffer (chunk starts rebased,
-    ids in the wire form of optional)."""
+    ids in the wire form of optional, narrow words as ranks where ranks are given)."""
     C = layout.chunk_size
     parts = {"slots": slice(block.first_chunk * C, block.end_chunk * C),
              "bounds": slice(block.first_chunk, block.end_chunk + 1),
@@ -120,25 +124,26 @@ def pack_into(buffer, layout, block, optional):
     sources["chunk_start"] = sources["chunk_start"] - block.first_edge
     if "edge_id16" in views:
         sources.update(zip(("edge_id16", "escape_start", "escape_id"),
-                           wire.encode(layout.edge_feature[parts["edges"]])))
+                           wire.encode(layout.edge_feature[parts["edges"]], ranks)))
     for name, source in sources.items():
         views[name].copy_(source)
 
 
-def packed(layout, block, optional, pin=False):
+def packed(layout, block, optional, pin=False, ranks=None):
     """A new (pinned) host buffer holding the block of `layout`, its padding zeroed: a block's bytes,
     and so its checksum, depend on its data only."""
     buffer = torch.zeros(packed_bytes(block, layout.chunk_size, optional), dtype=torch.uint8, pin_memory=pin)
-    pack_into(buffer, layout, block, optional)
+    pack_into(buffer, layout, block, optional, ranks)
     return buffer
 
 
 def wire_arrays(ids, frequency, nnz):
-    """The arrays of the ids' wire form: ids "int32", "narrow", or "auto" (narrow where it moves fewer
+    """The arrays of the ids' wire form: ids "int32", "narrow", "field_ranks" (narrow words that are
+    ranks within a field: block stores of one field a slot), or "auto" (narrow where it moves fewer
     bytes for features of this frequency)."""
-    if ids not in ("auto", "int32", "narrow"):
-        raise OptionError(f"ids travel as 'auto', 'int32' or 'narrow', got {ids!r}")
-    narrow = ids == "narrow" or (ids == "auto" and wire.narrow_pays(frequency, nnz))
+    if ids not in ("auto", "int32", "narrow", "field_ranks"):
+        raise OptionError(f"ids travel as 'auto', 'int32', 'narrow' or 'field_ranks', got {ids!r}")
+    narrow = ids in ("narrow", "field_ranks") or (ids == "auto" and wire.narrow_pays(frequency, nnz))
     return NARROW_IDS if narrow else INT32_IDS
 
 
@@ -198,9 +203,9 @@ class PinnedBlocks:
     """Blocks packed in host memory, pinned where there is a GPU (copies from pinned memory run
     asynchronously at the bus's full speed)."""
 
-    def __init__(self, meta, blocks, buffers, optional, value_scale):
+    def __init__(self, meta, blocks, buffers, optional, value_scale, field_ranks=None):
         self.meta, self.blocks, self.buffers = meta, tuple(blocks), list(buffers)
-        self.optional, self.value_scale = frozenset(optional), value_scale
+        self.optional, self.value_scale, self.field_ranks = frozenset(optional), value_scale, field_ranks
 
     @classmethod
     def of_layout(cls, layout, chunks_per_batch, block_bytes, pin, fields=False, ids="auto"):
@@ -208,6 +213,8 @@ class PinnedBlocks:
         batch); ids: their wire form (wire_arrays)."""
         if block_bytes <= 0:
             raise OptionError(f"a block budget must be positive, got {block_bytes} bytes")
+        if ids == "field_ranks":
+            raise OptionError("ids travel as field ranks from block stores only (write_block_store, pinned_blocks)")
         optional = optional_arrays(layout, fields, ids)
         meta = meta_layout(layout)
         if not fields:

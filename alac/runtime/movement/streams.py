@@ -49,6 +49,8 @@ class StreamedLayout:
         self.features = {name: getattr(self.host, name).to(self.device)
                          for name in ("new_to_old", "old_to_new", "frequency")}
         self.bytes_per_epoch = sum(packed_bytes(block, self.chunk_size, source.optional) for block in self.blocks)
+        # where the narrow words are ranks within a field, the tables that undo them, on the device
+        self._field_ranks = source.field_ranks.to(self.device) if source.field_ranks is not None else None
         self._copy_stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" and overlap else None
         self.read_ahead = read_ahead
         # (rank, ranks): the blocks this layout trains, every ranks-th of each epoch's order (take_part)
@@ -119,7 +121,7 @@ class StreamedLayout:
         release(copied)
         block = self.blocks[index]
         # narrow ids are decoded on the copy's stream: the block is ready for the kernels once it is done
-        arrays = decoded(unpack(moved, block, self.chunk_size, self.source.optional))
+        arrays = decoded(unpack(moved, block, self.chunk_size, self.source.optional), self._field_ranks)
         return dataclasses.replace(self.host, n_rows=block.rows, host_extent=(block.widest, block.edges), **arrays,
                                    **self.features)
 

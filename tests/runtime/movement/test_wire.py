@@ -57,8 +57,46 @@ def test_the_narrow_form_is_chosen_where_it_moves_fewer_bytes():
     assert wire_arrays("auto", many, int(many.sum())) == INT32_IDS
     assert wire_arrays("int32", few, int(few.sum())) == INT32_IDS
     assert wire_arrays("narrow", many, int(many.sum())) == NARROW_IDS
-    with pytest.raises(OptionError, match="'auto', 'int32' or 'narrow'"):
+    assert wire_arrays("field_ranks", many, int(many.sum())) == NARROW_IDS
+    with pytest.raises(OptionError, match="'auto', 'int32', 'narrow' or 'field_ranks'"):
         wire_arrays("int16", few, 1)
+
+
+def _slot_field_edges(ranks, n_chunks, generator):
+    """Edges of n_chunks chunks of [W, C] slot-major slots, slot s an id of field s (some -1: padding)."""
+    W, C = ranks.width, ranks.chunk_size
+    field = torch.arange(W).repeat_interleave(C).repeat(n_chunks)
+    starts, sizes = ranks.field_start[:-1].long(), (ranks.field_start[1:] - ranks.field_start[:-1]).long()
+    # each field's ids drawn with a heavy head and its whole tail: ranks past the 16-bit range escape
+    position = (torch.rand(field.numel(), generator=generator) ** 4 * sizes[field]).long()
+    ids = ranks.ids[starts[field] + position]
+    ids[torch.rand(field.numel(), generator=generator) < 0.05] = -1
+    return ids
+
+
+@pytest.mark.parametrize("use_triton", [False, True])
+def test_ids_as_ranks_within_their_field_decode_to_the_ids(use_triton):
+    """A slot's words are ranks within its field: fewer escape, and both decodes give the ids back."""
+    generator = torch.Generator().manual_seed(3)
+    W, C = 3, 8
+    # field 1 has more features than 16 bits count; the features' fields are interleaved in id order
+    field_of = torch.cat([torch.zeros(500), torch.ones(wire.ID16_LIMIT + 3000), torch.full((700,), 2)]).int()
+    field_of = field_of[torch.randperm(field_of.numel(), generator=generator)]
+    ranks = wire.FieldRanks.of_fields(field_of, W, C)
+    assert torch.equal(field_of[ranks.ids.long()], field_of.sort(stable=True).values)
+    for field in range(W):
+        ids = ranks.ids[ranks.field_start[field]:ranks.field_start[field + 1]].long()
+        # a field's features in id order, their ranks counting from 0
+        assert torch.all(ids[1:] > ids[:-1]) and torch.equal(ranks.rank[ids], torch.arange(ids.numel()).int())
+    ids = _slot_field_edges(ranks, 60, generator).int()
+    id16, escape_start, escape_id = wire.encode(ids, ranks)
+    escaped = (ranks.rank[ids.clamp_min(0).long()] >= wire.ID16_LIMIT) & (ids >= 0)
+    assert escape_id.numel() == wire.escape_count(ids, ranks) == int(escaped.sum()) > 0
+    assert wire.escape_count(ids, ranks) < wire.escape_count(ids)
+    device = DEVICE if use_triton else "cpu"
+    got = wire.decode(id16.to(device), escape_start.to(device), escape_id.to(device), ranks.to(device),
+                      use_triton=use_triton)
+    assert torch.equal(got.cpu(), ids)
 
 
 def test_blocks_of_a_layout_with_escaped_ids_decode_to_its_slices():

@@ -30,6 +30,21 @@ DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 N_FEATURES, HOT_SIZE, COPIES = 50, 8, 3
 
 
+def random_edges(block, generator):
+    """Ids in [-1, N) for programs of `block` edges. On the GPU, one program whose cold ids are each
+    there once: concurrent programs, and the warps of one, may gather a row after another edge's
+    addition to it, which the sequential reference (each program gathers, then adds) does not model."""
+    if DEVICE == "cpu":
+        return torch.randint(-1, N_FEATURES, (2 * block + 7,), generator=generator, dtype=torch.int32)
+    feature = torch.randint(-1, N_FEATURES, (block - 7,), generator=generator, dtype=torch.int32)
+    seen = set()
+    for slot, value in enumerate(feature.tolist()):
+        if value >= HOT_SIZE and value in seen:
+            feature[slot] = -1
+        seen.add(value)
+    return feature
+
+
 def test_the_arrays_read_at_every_edge_are_the_stored_params_and_their_state():
     assert row_arrays(lower(zoo_model("lr"))) == (("w", 1),)
     # AdaGrad keeps one accumulator per row of a vector param
@@ -69,11 +84,9 @@ def test_the_flat_kernel_makes_the_accesses_it_names(update, gather, factor):
     """Gathers, atomic additions into the params or a program's copy of the hot sums, or stores,
     against torch on the same edges."""
     generator = torch.Generator().manual_seed(factor)
-    # on the GPU one program: concurrent programs' gathers may see each other's updates, which the
-    # sequential reference does not model
     block = edges_per_program(factor)
-    n_edges = 2 * block + 7 if DEVICE == "cpu" else block - 7
-    feature = torch.randint(-1, N_FEATURES, (n_edges,), generator=generator, dtype=torch.int32)
+    feature = random_edges(block, generator)
+    n_edges = len(feature)
     params = torch.rand(N_FEATURES * factor, generator=generator)
     before = params.clone()
     params, hot_sums = params.to(DEVICE), torch.zeros(COPIES * HOT_SIZE * factor, device=DEVICE)
@@ -112,8 +125,8 @@ def test_the_single_pass_makes_every_arrays_accesses_of_an_edge_together(widths)
     of its hot sums, in one launch: against torch on the same edges, array by array."""
     generator = torch.Generator().manual_seed(len(widths))
     block = edges_per_program(max(widths))
-    n_edges = 2 * block + 7 if DEVICE == "cpu" else block - 7
-    feature = torch.randint(-1, N_FEATURES, (n_edges,), generator=generator, dtype=torch.int32)
+    feature = random_edges(block, generator)
+    n_edges = len(feature)
     before = [torch.rand(N_FEATURES * width, generator=generator) for width in widths]
     tables = [table.clone().to(DEVICE) for table in before]
     hot_sums = [torch.zeros(COPIES * HOT_SIZE * width, device=DEVICE) for width in widths]
