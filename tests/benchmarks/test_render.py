@@ -63,7 +63,11 @@ def test_the_streaming_table_sets_compressed_blocks_against_the_raw_store():
                 "read_bound_ms": 10.0, "resident_ms": 5.0, "val_logloss": [0.5], **extra}
 
     text = streaming_table({"pinned_h2d_gb_per_s": 50.0, "arms": [
-        arm("lr_streamed_from_disk", 30.0), arm("lr_streamed_from_disk_zstd", 20.0, stored_bytes=2000)]})
-    assert "zstd-compressed blocks from disk (lr_streamed_from_disk, stored 1.50x smaller): 1.50x the raw store's " \
+        arm("lr_streamed_from_disk", 30.0, stored_bytes=3000, ids="narrow"),
+        arm("lr_streamed_from_disk_zstd", 20.0, stored_bytes=2000, codec="zstd", ids="narrow"),
+        arm("lr_streamed_from_disk_zstd_field_ranks", 12.0, stored_bytes=1200, codec="zstd", ids="field_ranks")]})
+    assert "lr_streamed_from_disk_zstd (narrow ids, stored 1.50x smaller than the raw store): 1.50x the raw store's " \
            "speed." in text
-    assert "| lr_streamed_from_disk_zstd | disk |" in text
+    assert "lr_streamed_from_disk_zstd_field_ranks (field_ranks ids, stored 2.50x smaller than the raw store): 2.50x " \
+           "the raw store's speed." in text
+    assert "| lr_streamed_from_disk_zstd | disk | narrow |" in text
