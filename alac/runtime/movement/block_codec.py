@@ -5,7 +5,9 @@ block's frames decompress on several threads at once (DECODERS of them, shared b
 the ring buffer the copy stream takes it from; zstandard's C code leaves the GIL meanwhile (as one
 frame, a block would be decompressed on one thread after its read, and an epoch of a few large blocks
 would wait on them in turn). The store's checksum of a block is over what is stored, so a damaged file
-is refused before it is decompressed.
+is refused before it is decompressed. Frames hold their bytes as byte planes; the threads leave them so,
+and `from_planes` undoes them where the block is copied to (a GPU regroups a block in well under a
+millisecond; on the host's threads it took longer than zstd: benchmarks/streaming.py's zstd arms).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
+import torch
 
 from alac.errors import OptionError
 from alac.optional import need
@@ -47,11 +50,20 @@ def byte_planes(frame, planes=PLANES):
     return np.concatenate([np.ascontiguousarray(frame[:whole].reshape(-1, planes).T).ravel(), frame[whole:]])
 
 
-def _from_planes(planes_bytes, out, planes):
-    """byte_planes undone into out."""
-    whole = out.size - out.size % planes
-    out[:whole] = planes_bytes[:whole].reshape(planes, -1).T.ravel()
-    out[whole:] = planes_bytes[whole:]
+def from_planes(block, planes):
+    """A packed block (a uint8 tensor, on any device) whose FRAME_BYTES frames hold their bytes as
+    `planes` planes (byte_planes), as it was packed."""
+    if planes == 1:
+        return block
+    out = torch.empty_like(block)
+    full = block.numel() // FRAME_BYTES * FRAME_BYTES
+    out[:full].view(-1, FRAME_BYTES // planes, planes).copy_(
+        block[:full].view(-1, planes, FRAME_BYTES // planes).transpose(1, 2))
+    rest = block.numel() - full
+    whole = full + rest - rest % planes
+    out[full:whole].view(-1, planes).copy_(block[full:whole].view(planes, -1).t())
+    out[whole:] = block[whole:]
+    return out
 
 
 def encode(buffer, codec, planes=PLANES):
@@ -70,11 +82,11 @@ def _decoders():
     return ThreadPoolExecutor(DECODERS, thread_name_prefix="alac-decode")
 
 
-def decode_into(stored, out, codec, frames=None, planes=1):
-    """The packed block of a block file's bytes `stored` written into `out` (a uint8 numpy array of
-    its size); frames: the stored size of each frame of FRAME_BYTES (None: one frame, as stores
-    written before frames hold them), each frame's bytes as `planes` planes (1: as they are). A
-    ValueError where they do not decompress to exactly `out`."""
+def decode_into(stored, out, codec, frames=None):
+    """A block file's bytes `stored` decompressed into `out` (a uint8 numpy array of the packed
+    block's size), each frame's bytes left as the store's planes (from_planes undoes them); frames: the
+    stored size of each frame of FRAME_BYTES (None: one frame, as stores written before frames hold
+    them). A ValueError where they do not decompress to exactly `out`."""
     zstandard = need("zstandard", "a zstd-compressed block store")
     frames = [len(stored)] if frames is None else frames
     size = FRAME_BYTES if len(frames) > 1 else out.size
@@ -91,6 +103,6 @@ def decode_into(stored, out, codec, frames=None, planes=1):
             raise ValueError(str(error)) from None
         if len(block) != target.size:
             raise ValueError(f"frame {index}: {len(block):,} bytes, not {target.size:,}")
-        _from_planes(np.frombuffer(block, dtype=np.uint8), target, planes)
+        target[:] = np.frombuffer(block, dtype=np.uint8)
 
     list(_decoders().map(decode, range(len(frames))))

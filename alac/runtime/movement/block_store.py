@@ -36,7 +36,7 @@ import xxhash
 from alac.data.dataset import DataSource, mean_scale
 from alac.errors import DataError, OptionError
 from alac.runtime.movement import wire
-from alac.runtime.movement.block_codec import PLANES, check_codec, decode_into, encode
+from alac.runtime.movement.block_codec import PLANES, check_codec, decode_into, encode, from_planes
 from alac.runtime.movement.block_manifest import (
     FEATURE_ARRAYS,
     FIELD_ARRAY,
@@ -333,6 +333,10 @@ class DiskBlocks:
                                 f"earlier run: {record.name}); {REBUILD}", path=path)
         record.unlink(missing_ok=True)
 
+    def restored(self, block, index):
+        """Block index's buffer as packed, wherever it was copied to (zstd frames' byte planes undone)."""
+        return from_planes(block, self._entries[index].get("planes", 1))
+
     def mark_damaged(self, index):
         """Record beside the store that block index is damaged (the next opening refuses it at once)."""
         try:
@@ -346,7 +350,11 @@ class DiskBlocks:
             self._free = queue.Queue()
             for _ in range(self.ring_depth):
                 self._free.put((torch.empty(size, dtype=torch.uint8, pin_memory=self.pin), None))
-            self._pool = ThreadPoolExecutor(self.readers, thread_name_prefix="alac-blocks")
+            # a compressed block's thread decodes it after its read: more threads than readers keep the
+            # disk busy meanwhile, `readers` of them reading at once
+            threads = self.readers + (self.ring_depth if self.codec is not None else 0)
+            self._pool = ThreadPoolExecutor(threads, thread_name_prefix="alac-blocks")
+            self._reading = threading.BoundedSemaphore(self.readers)
         return self._pool, self._free
 
     def _ring_buffer(self, turn):
@@ -378,7 +386,7 @@ class DiskBlocks:
         buffer = self._ring_buffer(turn) if self.codec is None else None
         view = buffer[:entry["bytes"]] if buffer is not None else None
         stored = view.numpy() if self.codec is None else np.empty(stored_bytes, dtype=np.uint8)
-        with open(path, "rb", buffering=0) as handle:
+        with self._reading, open(path, "rb", buffering=0) as handle:
             read = handle.readinto(memoryview(stored))
         problem = None
         if read != stored_bytes or xxhash.xxh3_64_hexdigest(stored) != entry["xxh3"]:
@@ -387,7 +395,7 @@ class DiskBlocks:
             buffer = self._ring_buffer(turn)
             view = buffer[:entry["bytes"]]
             try:
-                decode_into(stored, view.numpy(), self.codec, entry.get("frames"), entry.get("planes", 1))
+                decode_into(stored, view.numpy(), self.codec, entry.get("frames"))
             except ValueError as error:
                 problem = f"it does not decode ({error})"
         if problem is not None:

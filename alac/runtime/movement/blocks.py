@@ -223,6 +223,10 @@ class PinnedBlocks:
         buffers = [packed(layout, block, optional, pin) for block in blocks]
         return cls(meta, blocks, buffers, optional, layout.value_scale())
 
+    def restored(self, block, index):
+        """A block's buffer as packed, wherever it was copied to: it is (a block store's may not be)."""
+        return block
+
     def read(self, order):
         """(index, host buffer, release) of the blocks in order; the buffers stay (nothing to release)."""
         for index in order:

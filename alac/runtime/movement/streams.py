@@ -119,8 +119,10 @@ class StreamedLayout:
             # the host buffer may be refilled at once: the block needs its own copy
             moved, copied = buffer.clone(), None
         release(copied)
+        moved = self.source.restored(moved, index)
         block = self.blocks[index]
-        # narrow ids are decoded on the copy's stream: the block is ready for the kernels once it is done
+        # byte planes are undone and narrow ids decoded on the copy's stream: the block is ready for the
+        # kernels once it is done
         arrays = decoded(unpack(moved, block, self.chunk_size, self.source.optional), self._field_ranks)
         return dataclasses.replace(self.host, n_rows=block.rows, host_extent=(block.widest, block.edges), **arrays,
                                    **self.features)

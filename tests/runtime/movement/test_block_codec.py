@@ -2,10 +2,12 @@
 
 import numpy as np
 import pytest
+import torch
 
 from alac.runtime.movement import block_codec
 
 zstandard = pytest.importorskip("zstandard")
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def _block(size, seed=0):
@@ -25,11 +27,11 @@ def test_frames_round_trip_into_the_ring_buffer(monkeypatch, size):
     first = zstandard.ZstdDecompressor().decompressobj().decompress(stored)[:min(size, 1024)]
     assert first == block_codec.byte_planes(block[:1024]).tobytes()
     out = np.zeros(size, dtype=np.uint8)
-    block_codec.decode_into(np.frombuffer(stored, dtype=np.uint8), out, "zstd", frames, block_codec.PLANES)
-    np.testing.assert_array_equal(out, block)
-    if size >= 8:
-        block_codec.decode_into(np.frombuffer(stored, dtype=np.uint8), out, "zstd", frames)
-        assert not np.array_equal(out, block)
+    block_codec.decode_into(np.frombuffer(stored, dtype=np.uint8), out, "zstd", frames)
+    # the frames' bytes stay planes until the block is where it is copied to
+    assert np.array_equal(out, block) == (size < 8)
+    restored = block_codec.from_planes(torch.from_numpy(out).to(DEVICE), block_codec.PLANES)
+    np.testing.assert_array_equal(restored.cpu().numpy(), block)
 
 
 def test_a_store_written_as_one_frame_still_decodes_and_a_wrong_frame_list_is_refused():
@@ -46,6 +48,6 @@ def test_a_store_written_as_one_frame_still_decodes_and_a_wrong_frame_list_is_re
 def test_byte_planes_regroup_every_planes_th_byte_and_keep_a_short_tail():
     frame = np.arange(11, dtype=np.uint8)
     assert block_codec.byte_planes(frame).tolist() == [0, 4, 1, 5, 2, 6, 3, 7, 8, 9, 10]
-    out = np.zeros(11, dtype=np.uint8)
-    block_codec._from_planes(block_codec.byte_planes(frame), out, 4)
-    np.testing.assert_array_equal(out, frame)
+    planes = torch.from_numpy(block_codec.byte_planes(frame))
+    np.testing.assert_array_equal(block_codec.from_planes(planes, 4).numpy(), frame)
+    assert block_codec.from_planes(planes, 1) is planes

@@ -44,8 +44,9 @@ def _resident(store):
     """The store's blocks read back (through the ring) and joined into one layout, in block order."""
     parts = []
     for index, buffer, release in store.read(range(len(store.blocks))):
-        parts.append((store.blocks[index], decoded(unpack(buffer.clone(), store.blocks[index],
-                                                          store.meta.chunk_size, store.optional), store.field_ranks)))
+        block = store.restored(buffer.clone(), index)
+        parts.append((store.blocks[index], decoded(unpack(block, store.blocks[index], store.meta.chunk_size,
+                                                          store.optional), store.field_ranks)))
         release(None)
     arrays = {name: torch.cat([part[name] for _, part in parts]) for name in parts[0][1] if name != "chunk_start"}
     starts = [part["chunk_start"][:-1] + block.first_edge for block, part in parts]
