@@ -12,7 +12,9 @@ deleted), so that the next opening refuses the store at once, and `cached_block_
 own.
 
 Reader threads fill a ring of (pinned) host buffers ahead of the copy stream, each buffer reused
-once the device copy of its last block is done.
+once the device copy of its last block is done. The disk threads read one block at a time, a range
+each, so blocks arrive in order; a compressed block is decompressed after its read while the disk
+reads the next.
 """
 
 from __future__ import annotations
@@ -65,6 +67,8 @@ DAMAGED_FILE = "DAMAGED.json"
 # as the best (depth, readers) with half its pinned memory (benchmarks/streaming.py's disk_ring_sweep).
 RING_DEPTH = 4
 READERS = 4
+# a block's file is read in READERS ranges of a multiple of this many bytes
+READ_ALIGN = 1 << 20
 
 
 def _count(pieces, slot_fields):
@@ -350,12 +354,32 @@ class DiskBlocks:
             self._free = queue.Queue()
             for _ in range(self.ring_depth):
                 self._free.put((torch.empty(size, dtype=torch.uint8, pin_memory=self.pin), None))
-            # a compressed block's thread decodes it after its read: more threads than readers keep the
-            # disk busy meanwhile, `readers` of them reading at once
+            # a block's thread waits for its reads, then decodes it while the disk reads the next blocks
             threads = self.readers + (self.ring_depth if self.codec is not None else 0)
             self._pool = ThreadPoolExecutor(threads, thread_name_prefix="alac-blocks")
-            self._reading = threading.BoundedSemaphore(self.readers)
+            self._disk = ThreadPoolExecutor(self.readers, thread_name_prefix="alac-disk")
         return self._pool, self._free
+
+    def _read_file(self, path, into):
+        """The file's bytes read into the uint8 array `into` by every disk thread at once, a range each:
+        the blocks arrive in the order asked, the first after its own read rather than with the
+        readers' others; returns the bytes read."""
+        share = -(-into.size // self.readers)
+        step = max(READ_ALIGN, -(-share // READ_ALIGN) * READ_ALIGN)
+
+        def read_range(start):
+            with open(path, "rb", buffering=0) as handle:
+                handle.seek(start)
+                view, done = memoryview(into)[start:start + step], 0
+                while done < len(view):
+                    count = handle.readinto(view[done:])
+                    if not count:
+                        break
+                    done += count
+                return done
+
+        return sum(future.result() for future in [self._disk.submit(read_range, start)
+                                                  for start in range(0, max(into.size, 1), step)])
 
     def _ring_buffer(self, turn):
         """A free ring buffer once its last copy is done, taken in the order of the reads (turn: the
@@ -386,8 +410,7 @@ class DiskBlocks:
         buffer = self._ring_buffer(turn) if self.codec is None else None
         view = buffer[:entry["bytes"]] if buffer is not None else None
         stored = view.numpy() if self.codec is None else np.empty(stored_bytes, dtype=np.uint8)
-        with self._reading, open(path, "rb", buffering=0) as handle:
-            read = handle.readinto(memoryview(stored))
+        read = self._read_file(path, stored)
         problem = None
         if read != stored_bytes or xxhash.xxh3_64_hexdigest(stored) != entry["xxh3"]:
             problem = "its bytes do not match the store's checksum"
@@ -448,6 +471,7 @@ class DiskBlocks:
     def close(self):
         if self._pool is not None:
             self._pool.shutdown(wait=True)
+            self._disk.shutdown(wait=True)
             self._pool = self._free = None
 
 

@@ -69,9 +69,10 @@ def test_a_block_store_holds_the_file_it_was_written_from(tmp_path, monkeypatch,
     blocks hold every row once, re-indexed by the frequency of the whole file, rows numbered as in it
     (ids moved in either wire form; the block files as they are or zstd-compressed, smaller, in
     frames decompressed on several threads)."""
-    from alac.runtime.movement import block_codec
+    from alac.runtime.movement import block_codec, block_store
 
     monkeypatch.setattr(block_codec, "FRAME_BYTES", 256)
+    monkeypatch.setattr(block_store, "READ_ALIGN", 64)   # a block file read in several ranges at once
     path = _file(tmp_path)
     store = write_block_store(tmp_path / "store", file_pieces(path, block_bytes=600), OPTIONS, chunks_per_batch=2,
                               block_bytes=2000, device="cpu", ids=ids, codec=codec)
@@ -97,12 +98,15 @@ def test_a_block_store_holds_the_file_it_was_written_from(tmp_path, monkeypatch,
 
 
 @pytest.mark.parametrize("ring_depth, readers", [(1, 3), (2, 4)])
-def test_compressed_blocks_read_ahead_of_their_buffers_come_in_order_and_a_reader_may_stop(tmp_path, ring_depth,
-                                                                                          readers):
+def test_compressed_blocks_read_ahead_of_their_buffers_come_in_order_and_a_reader_may_stop(tmp_path, monkeypatch,
+                                                                                          ring_depth, readers):
     """A compressed block is read before it takes a ring buffer, so more reads are in flight than
     buffers: they still take the buffers in order (no read waits on one the reader cannot release),
     and a reader that stops early, or the next one, does not hang."""
     pytest.importorskip("zstandard")
+    from alac.runtime.movement import block_store
+
+    monkeypatch.setattr(block_store, "READ_ALIGN", 32)
     written = write_block_store(tmp_path / "store", file_pieces(_file(tmp_path)), OPTIONS, 2, block_bytes=1500,
                                 device="cpu", codec="zstd")
     store = DiskBlocks(written.folder, ring_depth=ring_depth, readers=readers)
