@@ -12,9 +12,9 @@ def test_benchmarks_md_is_generated_from_the_results():
     assert (ROOT / "BENCHMARKS.md").read_text() == render(), "run: PYTHONPATH=. python benchmarks/render.py"
 
 
-def test_benchmarks_md_holds_the_current_tables_in_at_most_495_lines():
+def test_benchmarks_md_holds_the_current_tables_in_at_most_500_lines():
     text = render()
-    assert len(text.splitlines()) <= 495
+    assert len(text.splitlines()) <= 500
     # every section's description sits under its heading, each table follows a blank line or a heading
     lines = text.splitlines()
     for before, line in zip(lines, lines[1:]):
