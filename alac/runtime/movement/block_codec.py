@@ -6,8 +6,8 @@ the ring buffer the copy stream takes it from; zstandard's C code leaves the GIL
 frame, a block would be decompressed on one thread after its read, and an epoch of a few large blocks
 would wait on them in turn). The store's checksum of a block is over what is stored, so a damaged file
 is refused before it is decompressed. Frames hold their bytes as byte planes; the threads leave them so,
-and `from_planes` undoes them where the block is copied to (a GPU regroups a block in well under a
-millisecond; on the host's threads it took longer than zstd: benchmarks/streaming.py's zstd arms).
+and `from_planes` undoes them where the block is copied to (one copy of the block on a GPU; on the
+host's threads the regroup took longer than zstd: benchmarks/streaming.py's zstd arms).
 """
 
 from __future__ import annotations

@@ -407,9 +407,12 @@ class DiskBlocks:
     def _read_block(self, index, turn):
         entry, path = self._entries[index], block_file(self.folder, index)
         stored_bytes = entry.get("stored", entry["bytes"])
-        buffer = self._ring_buffer(turn) if self.codec is None else None
-        view = buffer[:entry["bytes"]] if buffer is not None else None
-        stored = view.numpy() if self.codec is None else np.empty(stored_bytes, dtype=np.uint8)
+        if self.codec is None:
+            buffer = self._ring_buffer(turn)
+            view = buffer[:entry["bytes"]]
+            stored = view.numpy()
+        else:
+            buffer, stored = None, np.empty(stored_bytes, dtype=np.uint8)
         read = self._read_file(path, stored)
         problem = None
         if read != stored_bytes or xxhash.xxh3_64_hexdigest(stored) != entry["xxh3"]:

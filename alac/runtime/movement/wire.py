@@ -71,8 +71,8 @@ class FieldRanks:
         return cls(ids.int(), field_start.int(), rank.int(), width, chunk_size)
 
     def to(self, device):
-        return dataclasses.replace(self, ids=self.ids.to(device), field_start=self.field_start.to(device),
-                                   rank=self.rank.to(device))
+        """The decode's tables on device (rank, which only encoding reads, stays where it is)."""
+        return dataclasses.replace(self, ids=self.ids.to(device), field_start=self.field_start.to(device))
 
     def slot_of(self, n_edges, device):
         """The slot (and so the field) of each edge of a block."""
