@@ -341,12 +341,13 @@ SECTIONS = [
      "per epoch the median of three runs (seeds 0, 1, 2: their own initial parameters and orders).",
      "PYTHONPATH=. python benchmarks/streaming.py", streaming_table),
     ("streaming_disk", "Block stores from disk: raw and zstd-compressed block files",
-     "The arms streamed from a block store on disk (each epoch's pages dropped from the cache first) against "
+     "The arms streamed from a block store on disk (opened with page_cache=False: every range read is dropped "
+     "from the page cache at once, so every epoch and the next one's blocks read ahead come from the disk) against "
      "the resident layout: the raw store with 16-bit ids (as stores were written before field ranks), the same "
      "zstd-compressed (level 1, frames of 4 MiB as byte planes, decompressed on a shared pool of threads, the "
      "planes undone on the GPU), and zstd with the ids as ranks within their field (a store of these rows by "
      "default); every block file read by the disk threads at once, a range each. ms/epoch the median of three "
-     "runs of four epochs, validation loss of one run.",
+     "runs of four epochs queued back to back, validation loss of one run.",
      "PYTHONPATH=. python benchmarks/streaming.py --disk-only --big-rows 0 --loss-runs 1 --time-runs 3",
      streaming_table),
     ("block_codecs", "Block ids on disk: wire forms against the entropy of an id given its field",

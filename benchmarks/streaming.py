@@ -7,8 +7,9 @@ The 4M x 39 synthetic set (benchmarks/flow.py's), async LR and FM k = 16 with th
 resident (the layout on the GPU), streamed from pinned host memory with the copies of the next
 blocks overlapping the kernels of block i (2, 4 or 8 blocks per budget; ids as int32 or in the
 narrow 16-bit form of alac.runtime.movement.wire), the same without overlap (every copy in the kernels'
-stream), and streamed from a block store on disk whose pages are dropped from the page cache before
-every epoch (read at the disk's speed; its read bandwidth also per ring depth and reader threads).
+stream), and streamed from a block store on disk opened with page_cache=False: every range read is
+dropped from the page cache at once, so every epoch, and the next epoch's blocks read ahead during
+it, come from the disk (its read bandwidth also per ring depth and reader threads).
 An arm's epoch time is the median over --time-runs runs of --epochs epochs queued back to back after
 a first one (as a fit without validation runs them: one wait for the GPU per run); its validation
 loss per epoch is the median of --loss-runs runs from fresh parameters, run r with seed --seed + r
@@ -75,7 +76,7 @@ def ring_sweep(folder):
 
     sweep = []
     for depth, readers in ((2, 1), (3, 2), (4, 4), (8, 4)):
-        store = DiskBlocks(folder, pin=True, ring_depth=depth, readers=readers)
+        store = DiskBlocks(folder, pin=True, ring_depth=depth, readers=readers, page_cache=False)
         sweep.append({"ring_depth": depth, "readers": readers, "gb_per_s": disk_read_gb_per_s(store)})
         store.close()
     return sweep
@@ -160,16 +161,16 @@ def run_model(k, train, valid, args, bandwidth, disk):
                             "host_pinned", streamed, executor, epochs, args, trainer, valid_layout, valid, bandwidth))
         streamed.close()
     for suffix, folder in disk["folders"].items():
-        store = DiskBlocks(folder, pin=True)
+        # every read comes from the disk: the pages read are dropped at once, also those of the next
+        # epoch's blocks read ahead during this one
+        store = DiskBlocks(folder, pin=True, page_cache=False)
+        drop_from_page_cache(store.folder)
         codec = store.codec
         streamed = StreamedLayout(store, "cuda")
         executor = Executor(_model(k), plan, backend="triton", device="cuda", seed=args.seed)
 
-        def from_disk(first, count, store=store, streamed=streamed, executor=executor):
-            # every epoch reads from the disk: one at a time, its pages dropped from the cache before it
-            for e in range(first, first + count):
-                drop_from_page_cache(store.folder)
-                executor.train_streamed_epoch(streamed, model_labels, e, lr)
+        def from_disk(first, count, streamed=streamed, executor=executor):
+            return executor.train_streamed_epochs(streamed, model_labels, first, count, lr)
 
         arm = _arm(f"{name}_streamed_from_disk{suffix}", "disk", streamed, executor, from_disk, args, trainer,
                    valid_layout, valid, bandwidth)

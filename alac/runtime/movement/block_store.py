@@ -303,7 +303,9 @@ def file_pieces(path, format="auto", **load_options):
 class DiskBlocks:
     """A block store opened for reading: its meta layout, blocks and a reader of their buffers."""
 
-    def __init__(self, folder, pin=False, ring_depth=RING_DEPTH, readers=READERS):
+    def __init__(self, folder, pin=False, ring_depth=RING_DEPTH, readers=READERS, page_cache=True):
+        """page_cache=False drops a file's pages from the OS page cache once read: a store larger than
+        memory then leaves other files' pages alone, and every epoch reads from the disk."""
         self.folder = Path(folder)
         meta, features = read_manifest(self.folder)
         features = {name: torch.from_numpy(array) for name, array in features.items()}
@@ -317,6 +319,7 @@ class DiskBlocks:
         self.codec = meta.get("codec")
         self._check_recorded_damage()
         self.pin, self.ring_depth, self.readers = pin, ring_depth, readers
+        self.page_cache = page_cache or not hasattr(os, "posix_fadvise")
         self._pool, self._free = None, None
 
     def _check_recorded_damage(self):
@@ -376,6 +379,8 @@ class DiskBlocks:
                     if not count:
                         break
                     done += count
+                if not self.page_cache:
+                    os.posix_fadvise(handle.fileno(), start, done, os.POSIX_FADV_DONTNEED)
                 return done
 
         return sum(future.result() for future in [self._disk.submit(read_range, start)

@@ -5,6 +5,8 @@ layout of the same blocks, and a truncated or corrupted block is a clear error a
 import dataclasses
 import json
 import os
+import threading
+from pathlib import Path
 
 import pytest
 import torch
@@ -15,6 +17,7 @@ from alac.data.synthetic import criteo_like
 from alac.errors import DataError, OptionError
 from alac.plan import Plan
 from alac.runtime.execution.executor import Executor, LabelMap
+from alac.runtime.movement.block_manifest import block_file
 from alac.runtime.movement.block_store import (
     DAMAGED_FILE,
     DiskBlocks,
@@ -118,6 +121,38 @@ def test_compressed_blocks_read_ahead_of_their_buffers_come_in_order_and_a_reade
     release(None)
     reader.close()
     assert [index for index, _, release in _released(store.read(order))] == order
+    store.close()
+
+
+@pytest.mark.skipif(not hasattr(os, "posix_fadvise"), reason="no posix_fadvise on this platform")
+def test_a_store_read_without_the_page_cache_drops_every_range_it_read(tmp_path, monkeypatch):
+    """page_cache=False: every range a disk thread read is dropped from the page cache, each file's
+    ranges covering it exactly once, and the blocks are the same."""
+    from alac.runtime.movement import block_store
+
+    monkeypatch.setattr(block_store, "READ_ALIGN", 32)
+    written = write_block_store(tmp_path / "store", file_pieces(_file(tmp_path)), OPTIONS, 2, block_bytes=1500,
+                                device="cpu", codec=None)
+    dropped, lock = [], threading.Lock()
+    fadvise = os.posix_fadvise
+
+    def recorded(fd, offset, length, advice):
+        with lock:
+            dropped.append((os.readlink(f"/proc/self/fd/{fd}"), offset, length, advice))
+        return fadvise(fd, offset, length, advice)
+
+    monkeypatch.setattr(os, "posix_fadvise", recorded)
+    _resident(DiskBlocks(written.folder, readers=3))
+    assert dropped == []
+    store = DiskBlocks(written.folder, readers=3, page_cache=False)
+    _same_data(_resident(store).to_csr(), load_libsvm(tmp_path / "data.svm"))
+    assert {advice for *_, advice in dropped} == {os.POSIX_FADV_DONTNEED}
+    for index in range(len(store.blocks)):
+        path = str(block_file(store.folder, index).resolve())
+        ranges = sorted((offset, length) for name, offset, length, _ in dropped if name == path)
+        assert ranges[0][0] == 0 and len(ranges) > 1
+        assert all(a + n == b for (a, n), (b, _) in zip(ranges, ranges[1:]))
+        assert sum(n for _, n in ranges) == Path(path).stat().st_size
     store.close()
 
 
