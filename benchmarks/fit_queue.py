@@ -8,10 +8,12 @@ the group size, and every group waits once for its host work), so small sets run
                                                 [--modes "one at a time,queued"] [--placements 1]
                                                 [--out DIR]
 
-The epoch time of one size moves by up to 14 % with where its tensors lie in GPU memory (a
-process's allocation history), more than it moves with size. --placements P measures each size and
-mode P times, the p-th with p x PLACEMENT_STEP_BYTES allocated before the trainer (so that its
-tensors start elsewhere), and the table reports the median and the range of the P figures.
+The epoch time of one size moved with where its tensors lay in GPU memory (a process's allocation
+history) more than with size, before GPU tables started at 2 MiB boundaries
+(alac.runtime.device.memory.TABLE_ALIGNMENT_BYTES); smaller tensors still fall anywhere.
+--placements P measures each size and mode P times, the p-th with p x PLACEMENT_STEP_BYTES allocated
+before the trainer (so that its tensors start elsewhere), and the table reports the median and the
+range of the P figures.
 
 Writes results/fit_queue.json and .md: ms per epoch as fit records them (the layout build of each
 fit call is not counted), ns per non-zero and its ratio to the largest set's queued figure, the last
