@@ -43,12 +43,14 @@ def frequency_ranks(ids, n):
 
 
 def narrow(ids):
-    """The narrow wire form's bytes of int ids: 16-bit words, 32-bit escapes (wire.ID16_LIMIT)."""
-    from alac.runtime.movement.wire import ESCAPE, ID16_LIMIT
+    """The narrow wire form of int ids as numpy arrays: 16-bit words, 32-bit escapes (wire.encode; the
+    per-tile escape starts left out)."""
+    import torch
 
-    escaped = ids >= ID16_LIMIT
-    words = np.where(escaped, ESCAPE, ids + 1).astype(np.uint16)
-    return words, ids[escaped].astype(np.uint32)
+    from alac.runtime.movement import wire
+
+    words, _, escapes = wire.encode(torch.from_numpy(ids))
+    return words.numpy().view(np.uint16), escapes.numpy().view(np.uint32)
 
 
 def whole_blocks(rows, seed):

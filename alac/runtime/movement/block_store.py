@@ -153,6 +153,9 @@ def build_blocks(pieces, options, chunks_per_batch, block_bytes, device, fields,
         raise OptionError(f"ids as field ranks need one id of each field a row, field s in slot s: {slot_fields.why}")
     use_ranks = ids in ("auto", "field_ranks") and NARROW_IDS <= optional and slot_fields.why is None
     ranks = slot_fields.ranks(new_to_old, C) if use_ranks else None
+    if ranks is not None:
+        # every block's encoding gathers its edges' ranks: the table moved to the layouts' device once
+        ranks = dataclasses.replace(ranks, rank=ranks.rank.to(device))
     # an edge's device bytes: its id (narrow: 2 on the wire, 4 decoded, 4 more if escaped), value, field
     narrow = NARROW_IDS <= optional
     escaped = float(sorted_frequency[wire.ID16_LIMIT:].sum()) / nnz if narrow and nnz else 0.0
